@@ -1,0 +1,57 @@
+# kvtier front door. Every target is idempotent; `make demo` and `make test`
+# work on a fresh Debian 12 machine as root.
+SHELL := /bin/bash
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+DEB_PACKAGES := cmake ninja-build g++ pkg-config liburing-dev libxxhash-dev libssl-dev \
+  libhiredis-dev redis-server redis-tools nlohmann-json3-dev libcli11-dev libspdlog-dev \
+  libfmt-dev libcpp-httplib-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
+
+.PHONY: deps build test demo bench test-asan test-tsan format clean
+
+# Installs only what is missing; runs `apt-get update` only when something must be installed.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all Debian packages present"; fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
+
+demo: build
+	./$(BUILD)/tools/kvtier demo
+
+bench: build
+	./$(BUILD)/tools/kvtier bench index --trace ../shared/traces/mooncake_synthetic_trace.jsonl
+	./$(BUILD)/tools/kvtier bench tiers --dir $(BUILD)/bench-tiers
+	./$(BUILD)/tools/kvtier bench engine --model small
+	./$(BUILD)/tools/kvtier bench ttft --model small --prefix 1024,4096,16384
+
+test-asan: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_SANITIZE=address
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) --timeout 1800
+
+test-tsan: deps
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_SANITIZE=thread
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 1800
+
+format:
+	find include src tools tests bench -name '*.h' -o -name '*.cc' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

@@ -1,0 +1,32 @@
+// Subcommand registry of the `kvtier` executable. A cmd_<name>.cc file
+// defines a static CommandRegistration whose setup function adds a CLI11
+// subcommand (with its flags and callback) to the root app. The callback
+// sets the process exit code through the returned int reference.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::cli {
+
+// `setup(app, exit_code)` adds the subcommand; its callback stores the exit code.
+using CommandSetup = std::function<void(CLI::App& root, int& exit_code)>;
+
+struct CommandRegistration {
+  CommandRegistration(std::string name, CommandSetup setup);
+};
+
+// Subcommands sorted by name (deterministic help output).
+std::vector<std::pair<std::string, CommandSetup>>& registered_commands();
+
+// Prints "kvtier: error: <status>" to stderr and returns 1, or 0 for OK.
+int report(const Status& s);
+
+// The "bench" parent subcommand shared by every `kvtier bench <what>`.
+CLI::App& bench_group(CLI::App& root);
+
+}  // namespace kvtier::cli

@@ -1,0 +1,20 @@
+// kvtier: the command-line front end. Only flag parsing lives here; every
+// subcommand calls into the libraries (see tools/command.h).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtier: a tiered KV-cache engine for LLM inference"};
+  app.set_version_flag("--version", std::string("kvtier ") + KVTIER_VERSION);
+  app.require_subcommand(1);
+  int exit_code = 0;
+  for (auto& [name, setup] : kvtier::cli::registered_commands()) setup(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return exit_code;
+}
