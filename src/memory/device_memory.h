@@ -1,0 +1,50 @@
+// DeviceMemory: one large allocation on the memory that holds the hot KV
+// pages ("device" memory: CPU DRAM in the CPU build, GPU HBM in a CUDA build).
+//
+// The interface knows nothing about a backend: callers get a base address, a
+// size, and whether the CPU may dereference it. Backends: kCpu (aligned,
+// transparent huge pages when available, optional mlock). Allocation happens
+// once at construction; the object owns it and frees it on destruction.
+// Thread safety: immutable after construction; the bytes themselves are
+// synchronised by their users.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+enum class MemoryBackend : uint8_t { kCpu = 0, kCuda = 1 };
+
+struct DeviceMemoryOptions {
+  MemoryBackend backend = MemoryBackend::kCpu;
+  bool huge_pages = true;   // ask for transparent huge pages (advice; never fails)
+  bool lock = false;        // mlock the allocation; failure is an error when set
+  size_t alignment = 4096;  // power of two, >= 64; O_DIRECT needs 4096
+
+  Status validate() const;
+};
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // Allocates `bytes` (rounded up to the alignment). Zero-filled.
+  static Result<std::unique_ptr<DeviceMemory>> allocate(size_t bytes, const DeviceMemoryOptions& options);
+
+  virtual std::byte* data() = 0;
+  virtual const std::byte* data() const = 0;
+  virtual size_t size() const = 0;
+  virtual MemoryBackend backend() const = 0;
+  // True when the CPU may read and write data() directly.
+  virtual bool host_accessible() const = 0;
+
+ protected:
+  DeviceMemory() = default;
+};
+
+}  // namespace kvtier
