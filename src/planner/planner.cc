@@ -1,0 +1,163 @@
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+namespace kvtier {
+
+Status PlannerOptions::validate() const {
+  if (page_tokens == 0) return Status::InvalidArgument("PlannerOptions: page_tokens must be > 0");
+  return Status::Ok();
+}
+
+std::string_view plan_action_name(PlanAction a) {
+  switch (a) {
+    case PlanAction::kInPlace: return "in_place";
+    case PlanAction::kLoad: return "load";
+    case PlanAction::kRecompute: return "recompute";
+  }
+  return "unknown";
+}
+
+Result<Planner> Planner::create(const PlannerOptions& o, const CostProfile& p, const ModelCost& m) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  KVTIER_RETURN_IF_ERROR(p.validate());
+  KVTIER_RETURN_IF_ERROR(m.validate());
+  return Planner(o, p, m);
+}
+
+// Timeline model. Every tier link loads all of its pages in one aggregated,
+// layer-major transfer starting at t=0 (links run in parallel); with layer-wise
+// publication layer l of a link is ready at latency + (l+1)/L of its transfer,
+// otherwise only when the whole transfer is done. The compute lane first
+// recomputes the recompute segments in order (each layer waits for layer l of
+// every load before it), then computes the suffix layer by layer (each layer
+// waits for layer l of every load).
+double Planner::evaluate(std::span<const PlanSegment> segs, size_t prompt_tokens, double* load_s,
+                         double* compute_s) const {
+  const uint32_t L = model_.num_layers;
+  const size_t P = options_.page_tokens;
+  std::array<size_t, kNumTiers> tier_tokens{};
+  for (const PlanSegment& s : segs)
+    if (s.action == PlanAction::kLoad) tier_tokens[static_cast<size_t>(s.tier)] += size_t(s.pages) * P;
+  std::array<double, kNumTiers> lat{}, xfer{};
+  double busiest = 0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (tier_tokens[t] == 0) continue;
+    const double total = load_seconds(profile_, model_, TierKind(t), tier_tokens[t]);
+    lat[t] = profile_.links[t].latency_s;
+    xfer[t] = total - lat[t];
+    busiest = std::max(busiest, total);
+  }
+  auto ready = [&](int t, uint32_t layer) {
+    if (tier_tokens[t] == 0) return 0.0;
+    if (!options_.layerwise) return lat[t] + xfer[t];
+    return lat[t] + xfer[t] * double(layer + 1) / double(L);
+  };
+
+  double t_now = 0, compute_total = 0;
+  std::array<bool, kNumTiers> before{};  // tiers with a load segment before the current position
+  uint32_t cached_pages = 0;
+  for (const PlanSegment& s : segs) {
+    cached_pages = std::max(cached_pages, s.first_page + s.pages);
+    if (s.action == PlanAction::kLoad) {
+      before[static_cast<size_t>(s.tier)] = true;
+      continue;
+    }
+    if (s.action != PlanAction::kRecompute) continue;
+    const double c = recompute_seconds(profile_, model_, size_t(s.pages) * P, size_t(s.first_page) * P);
+    compute_total += c;
+    for (uint32_t l = 0; l < L; ++l) {
+      for (int t = 0; t < kNumTiers; ++t)
+        if (before[t]) t_now = std::max(t_now, ready(t, l));
+      t_now += c / L;
+    }
+  }
+  const size_t cached_tokens = size_t(cached_pages) * P;
+  const size_t suffix = prompt_tokens > cached_tokens ? prompt_tokens - cached_tokens : 0;
+  const double cs = recompute_seconds(profile_, model_, suffix, cached_tokens);
+  compute_total += cs;
+  for (uint32_t l = 0; l < L; ++l) {
+    for (int t = 0; t < kNumTiers; ++t) t_now = std::max(t_now, ready(t, l));
+    t_now += cs / L;
+  }
+  if (load_s) *load_s = busiest;
+  if (compute_s) *compute_s = compute_total;
+  return t_now;
+}
+
+Plan Planner::plan(std::span<const CachedRun> runs, size_t prompt_tokens) const {
+  // Runs with their first page; a candidate plan recomputes pages [b, x) of
+  // non-device runs and loads the rest. Building one is O(runs).
+  std::vector<PlanSegment> base;
+  std::vector<uint32_t> starts;  // candidate b: the start of each non-device run, and M
+  uint32_t M = 0;
+  for (const CachedRun& r : runs) {
+    if (r.pages == 0) continue;
+    if (r.tier != TierKind::kDevice) starts.push_back(M);
+    base.push_back(PlanSegment{M, r.pages, r.tier, PlanAction::kInPlace});
+    M += r.pages;
+  }
+  starts.push_back(M);
+
+  std::vector<PlanSegment> cand, best;
+  auto emit = [&](uint32_t first, uint32_t end, TierKind t, PlanAction a) {
+    if (end <= first) return;
+    // A tier with no link cannot be loaded from: recompute it.
+    if (a == PlanAction::kLoad && !profile_.link(t).present()) a = PlanAction::kRecompute;
+    if (!cand.empty() && cand.back().tier == t && cand.back().action == a &&
+        cand.back().first_page + cand.back().pages == first) {
+      cand.back().pages += end - first;
+    } else {
+      cand.push_back(PlanSegment{first, end - first, t, a});
+    }
+  };
+  auto build = [&](uint32_t b, uint32_t x) {
+    cand.clear();
+    for (const PlanSegment& r : base) {
+      const uint32_t lo = r.first_page, hi = r.first_page + r.pages;
+      if (r.tier == TierKind::kDevice) {
+        emit(lo, hi, r.tier, PlanAction::kInPlace);
+        continue;
+      }
+      const uint32_t rb = std::clamp(b, lo, hi), rx = std::clamp(x, lo, hi);
+      emit(lo, rb, r.tier, PlanAction::kLoad);
+      emit(rb, rx, r.tier, PlanAction::kRecompute);
+      emit(rx, hi, r.tier, PlanAction::kLoad);
+    }
+  };
+
+  double best_t = std::numeric_limits<double>::infinity();
+  uint32_t best_recompute = 0;
+  for (uint32_t b : starts) {
+    for (uint32_t x = b; x <= M; ++x) {
+      build(b, x);
+      const double t = evaluate(cand, prompt_tokens);
+      uint32_t rc = 0;
+      for (const auto& s : cand) rc += s.action == PlanAction::kRecompute ? s.pages : 0;
+      // Strictly better, or equal within rounding with less recompute.
+      const bool better = t < best_t * (1 - 1e-9) || (t <= best_t * (1 + 1e-9) && rc < best_recompute);
+      if (better) {
+        best_t = t;
+        best_recompute = rc;
+        best = cand;
+      }
+    }
+  }
+
+  Plan plan;
+  plan.segments = std::move(best);
+  plan.cached_pages = M;
+  for (const PlanSegment& s : plan.segments) {
+    if (s.action == PlanAction::kLoad) plan.load_pages += s.pages;
+    if (s.action == PlanAction::kRecompute) plan.recompute_pages += s.pages;
+  }
+  const size_t cached_tokens = size_t(M) * options_.page_tokens;
+  plan.suffix_tokens = prompt_tokens > cached_tokens ? prompt_tokens - cached_tokens : 0;
+  plan.predicted_s = evaluate(plan.segments, prompt_tokens, &plan.predicted_load_s, &plan.predicted_compute_s);
+  plan.recompute_all_s = recompute_seconds(profile_, model_, prompt_tokens, 0);
+  return plan;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,197 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "planner/planner.h"
+
+namespace kvtier {
+namespace {
+
+// A synthetic machine: 1 TFLOP/s compute, host at 20 GB/s, disk at 2 GB/s with 2 ms latency.
+CostProfile synthetic_profile() {
+  CostProfile p;
+  p.gemm_flops_per_s = 1e12;
+  p.attn_flops_per_s = 1e12;
+  p.link(TierKind::kDevice) = {0, 1e18};
+  p.link(TierKind::kHost) = {20e-6, 20e9};
+  p.link(TierKind::kDisk) = {2e-3, 2e9};
+  p.link(TierKind::kRemote) = {5e-3, 1e9};
+  return p;
+}
+
+// About an 8B-class model: 16 GFLOP per token, 128 KiB of KV per token.
+ModelCost synthetic_model() {
+  return ModelCost{.dense_flops_per_token = 16e9, .attn_flops_per_pair = 4.0 * 32 * 128 * 32, .num_layers = 32,
+                   .kv_bytes_per_token = 128 * 1024};
+}
+
+Planner make(bool layerwise = true, CostProfile p = synthetic_profile(), ModelCost m = synthetic_model()) {
+  return Planner::create(PlannerOptions{.page_tokens = 16, .layerwise = layerwise}, p, m).value();
+}
+
+uint32_t pages_with(const Plan& plan, PlanAction a) {
+  uint32_t n = 0;
+  for (const auto& s : plan.segments) n += s.action == a ? s.pages : 0;
+  return n;
+}
+
+TEST(Planner, FastTierLongPrefixLoads) {
+  Planner pl = make();
+  CachedRun runs[] = {{TierKind::kHost, 256}};  // 4096 tokens on host
+  Plan plan = pl.plan(runs, 4096 + 64);
+  EXPECT_EQ(plan.load_pages, 256u);
+  EXPECT_EQ(plan.recompute_pages, 0u);
+  EXPECT_LT(plan.predicted_s, plan.recompute_all_s / 10);
+}
+
+TEST(Planner, DeviceIsAlwaysInPlace) {
+  Planner pl = make();
+  CachedRun runs[] = {{TierKind::kDevice, 10}, {TierKind::kHost, 5}};
+  Plan plan = pl.plan(runs, 15 * 16 + 3);
+  ASSERT_FALSE(plan.segments.empty());
+  EXPECT_EQ(plan.segments[0].action, PlanAction::kInPlace);
+  EXPECT_EQ(plan.segments[0].pages, 10u);
+  EXPECT_EQ(plan.suffix_tokens, 3u);
+}
+
+// A model small enough that one page recomputes in ~1.6 ms.
+ModelCost small_model() {
+  return ModelCost{.dense_flops_per_token = 1e8, .attn_flops_per_pair = 4.0 * 8 * 64 * 8, .num_layers = 8,
+                   .kv_bytes_per_token = 32 * 1024};
+}
+
+TEST(Planner, SlowTierShortPrefixRecomputes) {
+  Planner pl = make(true, synthetic_profile(), small_model());
+  CachedRun runs[] = {{TierKind::kDisk, 1}};  // 16 tokens behind a 2 ms seek
+  Plan plan = pl.plan(runs, 16 + 16);
+  EXPECT_EQ(plan.recompute_pages, 1u);
+  EXPECT_EQ(plan.load_pages, 0u);
+}
+
+TEST(Planner, MissingTierIsRecomputed) {
+  CostProfile p = synthetic_profile();
+  p.link(TierKind::kRemote) = {};
+  Planner pl = make(true, p);
+  CachedRun runs[] = {{TierKind::kRemote, 64}};
+  EXPECT_EQ(pl.plan(runs, 64 * 16 + 1).recompute_pages, 64u);
+}
+
+// The threshold below which a disk read is not worth it comes from the profile:
+// as the prefix grows, the decision flips from recompute to load once, never back.
+TEST(Planner, BreakEvenIsMonotone) {
+  Planner pl = make(false, synthetic_profile(), small_model());
+  bool loaded_before = false;
+  uint32_t flips = 0, first_load = 0;
+  for (uint32_t pages = 1; pages <= 64; ++pages) {
+    CachedRun runs[] = {{TierKind::kDisk, pages}};
+    Plan plan = pl.plan(runs, pages * 16 + 16);
+    bool loads = plan.load_pages > 0;
+    if (loads != loaded_before) {
+      ++flips;
+      first_load = pages;
+    }
+    EXPECT_FALSE(loaded_before && !loads) << "flipped back to recompute at " << pages << " pages";
+    loaded_before = loads;
+  }
+  EXPECT_EQ(flips, 1u);
+  EXPECT_GT(first_load, 1u);  // a one-page prefix is not worth a 2 ms disk read
+}
+
+// Slow tier, long segment: recompute the front while loading the back; the two
+// lanes finish together within one page's cost.
+TEST(Planner, SplitBalancesLanesWithinAPage) {
+  CostProfile p = synthetic_profile();
+  p.link(TierKind::kDisk) = {0, 0.5e9};  // slow enough that loading everything loses to splitting
+  ModelCost m = synthetic_model();
+  m.attn_flops_per_pair = 0;  // linear compute cost keeps the balance point easy to state
+  Planner pl = make(false, p, m);
+  const uint32_t M = 512;
+  CachedRun runs[] = {{TierKind::kDisk, M}};
+  Plan plan = pl.plan(runs, M * 16);
+  ASSERT_GT(plan.recompute_pages, 0u);
+  ASSERT_GT(plan.load_pages, 0u);
+  ASSERT_EQ(plan.segments.size(), 2u);
+  EXPECT_EQ(plan.segments[0].action, PlanAction::kRecompute);  // the front is recomputed
+  EXPECT_EQ(plan.segments[1].action, PlanAction::kLoad);       // the back is loaded
+  const double front = recompute_seconds(p, m, plan.recompute_pages * 16, 0);
+  const double back = load_seconds(p, m, TierKind::kDisk, plan.load_pages * 16);
+  const double one_page = std::max(recompute_seconds(p, m, 16, 0), load_seconds(p, m, TierKind::kDisk, 16));
+  EXPECT_LE(std::abs(front - back), one_page);
+  EXPECT_LT(plan.predicted_s, load_seconds(p, m, TierKind::kDisk, M * 16));
+  EXPECT_LT(plan.predicted_s, recompute_seconds(p, m, M * 16, 0));
+}
+
+// A recomputed segment that follows a load cannot start before that load has
+// delivered its layers: causality is part of the timeline.
+TEST(Planner, RecomputeWaitsForEarlierLoads) {
+  Planner pl = make(false);
+  std::vector<PlanSegment> segs = {{0, 100, TierKind::kDisk, PlanAction::kLoad},
+                                   {100, 10, TierKind::kDisk, PlanAction::kRecompute}};
+  const double load = load_seconds(pl.profile(), pl.model(), TierKind::kDisk, 1600);
+  const double rc = recompute_seconds(pl.profile(), pl.model(), 160, 1600);
+  EXPECT_NEAR(pl.evaluate(segs, 110 * 16), load + rc, 1e-12);
+}
+
+TEST(Planner, LayerwiseOverlapBeatsSerial) {
+  CachedRun runs[] = {{TierKind::kDisk, 1024}};
+  Plan serial = make(false).plan(runs, 1024 * 16 + 64);
+  Plan overlap = make(true).plan(runs, 1024 * 16 + 64);
+  EXPECT_LT(overlap.predicted_s, serial.predicted_s);
+}
+
+// Random matches: the plan covers every cached page once, in order; device
+// pages stay in place; it is never worse than loading everything or recomputing
+// everything that is not on device.
+TEST(Planner, RandomMatchesAreWellFormedAndOptimalInFamily) {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 300; ++iter) {
+    Planner pl = make(rng() % 2);
+    std::vector<CachedRun> runs;
+    uint32_t total = 0;
+    const TierKind tiers[] = {TierKind::kDevice, TierKind::kHost, TierKind::kDisk, TierKind::kRemote};
+    for (int r = 0, n = 1 + rng() % 4; r < n; ++r) {
+      runs.push_back({tiers[rng() % 4], 1 + uint32_t(rng() % 200)});
+      total += runs.back().pages;
+    }
+    const size_t prompt = size_t(total) * 16 + rng() % 500;
+    Plan plan = pl.plan(runs, prompt);
+    uint32_t next = 0;
+    for (const auto& s : plan.segments) {
+      ASSERT_EQ(s.first_page, next);
+      ASSERT_GT(s.pages, 0u);
+      if (s.tier == TierKind::kDevice) {
+        ASSERT_EQ(s.action, PlanAction::kInPlace);
+      }
+      next += s.pages;
+    }
+    ASSERT_EQ(next, total);
+    std::vector<PlanSegment> all_load, all_recompute;
+    uint32_t first = 0;
+    for (const auto& r : runs) {
+      PlanAction a = r.tier == TierKind::kDevice ? PlanAction::kInPlace : PlanAction::kLoad;
+      all_load.push_back({first, r.pages, r.tier, a});
+      all_recompute.push_back({first, r.pages, r.tier, a == PlanAction::kLoad ? PlanAction::kRecompute : a});
+      first += r.pages;
+    }
+    EXPECT_LE(plan.predicted_s, pl.evaluate(all_load, prompt) * (1 + 1e-9));
+    EXPECT_LE(plan.predicted_s, pl.evaluate(all_recompute, prompt) * (1 + 1e-9));
+    EXPECT_EQ(pages_with(plan, PlanAction::kRecompute), plan.recompute_pages);
+  }
+}
+
+TEST(CostProfile, JsonRoundTripAndValidation) {
+  CostProfile p = synthetic_profile();
+  p.source = "test";
+  auto q = CostProfile::from_json(p.to_json());
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+  EXPECT_DOUBLE_EQ(q->gemm_flops_per_s, p.gemm_flops_per_s);
+  EXPECT_DOUBLE_EQ(q->link(TierKind::kDisk).bytes_per_s, 2e9);
+  EXPECT_DOUBLE_EQ(q->link(TierKind::kDisk).latency_s, 2e-3);
+  EXPECT_FALSE(CostProfile::from_json("{").ok());
+  EXPECT_FALSE(CostProfile::from_json(R"({"format":"kvtier-cost-profile-v1"})").ok());
+  EXPECT_FALSE(CostProfile::from_json(R"({"format":"kvtier-cost-profile-v1","gemm_flops_per_s":-1,"attn_flops_per_s":1})").ok());
+  EXPECT_FALSE(CostProfile::load("/nonexistent/profile.json").ok());
+}
+
+}  // namespace
+}  // namespace kvtier
