@@ -1,0 +1,270 @@
+#include "io/file_system.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace kvtier {
+namespace {
+
+class PosixFile final : public File {
+ public:
+  PosixFile(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  Result<size_t> read(uint64_t offset, std::span<std::byte> buf) override {
+    size_t done = 0;
+    while (done < buf.size()) {
+      ssize_t n = ::pread(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, "pread " + path_);
+      }
+      if (n == 0) break;  // end of file
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+  Status write(uint64_t offset, std::span<const std::byte> buf) override {
+    size_t done = 0;
+    while (done < buf.size()) {
+      ssize_t n = ::pwrite(fd_, buf.data() + done, buf.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, "pwrite " + path_);
+      }
+      if (n == 0) return Status::IOError("pwrite " + path_ + ": wrote 0 bytes");
+      done += static_cast<size_t>(n);
+    }
+    return Status::Ok();
+  }
+
+  Status sync() override {
+    if (::fdatasync(fd_) != 0) return Status::FromErrno(errno, "fdatasync " + path_);
+    return Status::Ok();
+  }
+  Status truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Status::FromErrno(errno, "ftruncate " + path_);
+    return Status::Ok();
+  }
+  Result<uint64_t> size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "fstat " + path_);
+    return static_cast<uint64_t>(st.st_size);
+  }
+  bool direct() const override { return direct_; }
+  const std::string& path() const override { return path_; }
+  int native_handle() const override { return fd_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  bool direct_;
+};
+
+// Synchronous stand-in when io_uring cannot be set up (old kernel, seccomp).
+class SyncQueue final : public IoQueue {
+ public:
+  explicit SyncQueue(uint32_t depth) : depth_(depth) {}
+  Status run(std::span<IoOp> ops) override {
+    Status first;
+    for (IoOp& op : ops) {
+      op.done = 0;
+      if (op.kind == IoKind::kRead) {
+        auto r = op.file->read(op.offset, {op.buf, op.len});
+        if (!r.ok()) op.status = r.status();
+        else {
+          op.done = *r;
+          op.status = op.done == op.len ? Status::Ok() : Status::IOError("short read of " + op.file->path());
+        }
+      } else {
+        op.status = op.file->write(op.offset, {op.buf, op.len});
+        if (op.status.ok()) op.done = op.len;
+      }
+      if (!op.status.ok() && first.ok()) first = op.status;
+    }
+    return first;
+  }
+  uint32_t depth() const override { return depth_; }
+  bool async() const override { return false; }
+
+ private:
+  uint32_t depth_;
+};
+
+class UringQueue final : public IoQueue {
+ public:
+  explicit UringQueue(uint32_t depth) : depth_(depth) {}
+  ~UringQueue() override {
+    if (ready_) io_uring_queue_exit(&ring_);
+  }
+  bool init() { return ready_ = (io_uring_queue_init(depth_, &ring_, 0) == 0); }
+
+  Status run(std::span<IoOp> ops) override {
+    size_t next = 0, inflight = 0, completed = 0;
+    for (IoOp& op : ops) {
+      op.status = Status::Ok();
+      op.done = 0;
+    }
+    Status first;
+    while (completed < ops.size()) {
+      bool queued = false;
+      while (next < ops.size() && inflight < depth_) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (!sqe) break;
+        IoOp& op = ops[next];
+        if (op.kind == IoKind::kRead)
+          io_uring_prep_read(sqe, op.file->native_handle(), op.buf, static_cast<unsigned>(op.len), op.offset);
+        else
+          io_uring_prep_write(sqe, op.file->native_handle(), op.buf, static_cast<unsigned>(op.len), op.offset);
+        io_uring_sqe_set_data64(sqe, next);
+        ++next;
+        ++inflight;
+        queued = true;
+      }
+      if (queued) {
+        int rc = io_uring_submit(&ring_);
+        if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_submit"));
+      }
+      io_uring_cqe* cqe = nullptr;
+      int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_wait_cqe"));
+      IoOp& op = ops[io_uring_cqe_get_data64(cqe)];
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --inflight;
+      ++completed;
+      finish(op, res);
+      if (!op.status.ok() && first.ok()) first = op.status;
+    }
+    return first;
+  }
+  uint32_t depth() const override { return depth_; }
+  bool async() const override { return true; }
+
+ private:
+  static void finish(IoOp& op, int res) {
+    if (res < 0) {
+      op.status = Status::FromErrno(-res, op.kind == IoKind::kRead ? "io_uring read " + op.file->path()
+                                                                   : "io_uring write " + op.file->path());
+      return;
+    }
+    op.done = static_cast<size_t>(res);
+    if (op.done == op.len) return;
+    // A short transfer on a regular file: finish the rest synchronously (rare:
+    // signals, end of file). A read that still falls short is an error.
+    std::span<std::byte> rest(op.buf + op.done, op.len - op.done);
+    if (op.kind == IoKind::kRead) {
+      auto r = op.file->read(op.offset + op.done, rest);
+      if (!r.ok()) { op.status = r.status(); return; }
+      op.done += *r;
+      if (op.done != op.len) op.status = Status::IOError("short read of " + op.file->path());
+    } else {
+      op.status = op.file->write(op.offset + op.done, rest);
+      if (op.status.ok()) op.done = op.len;
+    }
+  }
+
+  // A ring-level failure: reap what is in flight so no buffer is written after return.
+  Status fail_remaining(std::span<IoOp> ops, size_t completed, size_t next, size_t inflight, Status st) {
+    while (inflight > 0) {
+      io_uring_cqe* cqe = nullptr;
+      if (io_uring_wait_cqe(&ring_, &cqe) < 0) break;
+      IoOp& op = ops[io_uring_cqe_get_data64(cqe)];
+      int res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --inflight;
+      finish(op, res);
+    }
+    (void)completed;
+    for (size_t i = next; i < ops.size(); ++i) ops[i].status = st;
+    return st;
+  }
+
+  uint32_t depth_;
+  io_uring ring_{};
+  bool ready_ = false;
+};
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<File>> open(const std::string& path, const OpenOptions& o) override {
+    int flags = o.read_only ? O_RDONLY : O_RDWR;
+    if (o.create) flags |= O_CREAT;
+    if (o.truncate) flags |= O_TRUNC;
+    flags |= O_CLOEXEC;
+    bool direct = o.direct;
+    int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
+    if (fd < 0 && direct && errno == EINVAL) {  // tmpfs and friends refuse O_DIRECT
+      direct = false;
+      fd = ::open(path.c_str(), flags, 0644);
+    }
+    if (fd < 0) return Status::FromErrno(errno, "open " + path);
+    return std::unique_ptr<File>(new PosixFile(fd, path, direct));
+  }
+
+  Status remove(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0) return Status::FromErrno(errno, "unlink " + path);
+    return Status::Ok();
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) return Status::FromErrno(errno, "rename " + from);
+    return Status::Ok();
+  }
+  Status create_dirs(const std::string& path) override {
+    if (path.empty()) return Status::InvalidArgument("create_dirs: empty path");
+    for (size_t pos = 1; pos <= path.size(); ++pos) {
+      if (pos != path.size() && path[pos] != '/') continue;
+      std::string prefix = path.substr(0, pos);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + prefix);
+    }
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + path);
+    if (!S_ISDIR(st.st_mode)) return Status::FailedPrecondition(path + " is not a directory");
+    return Status::Ok();
+  }
+  Result<std::vector<std::string>> list_dir(const std::string& path) override {
+    DIR* d = ::opendir(path.c_str());
+    if (!d) return Status::FromErrno(errno, "opendir " + path);
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(std::move(n));
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  Status sync_dir(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open dir " + path);
+    int rc = ::fsync(fd);
+    int err = errno;
+    ::close(fd);
+    if (rc != 0) return Status::FromErrno(err, "fsync dir " + path);
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<IoQueue>> create_queue(uint32_t depth) override {
+    if (depth == 0 || depth > 4096) return Status::InvalidArgument("IoQueue depth must be in 1..4096");
+    auto q = std::make_unique<UringQueue>(depth);
+    if (!q->init()) return std::unique_ptr<IoQueue>(new SyncQueue(depth));
+    return std::unique_ptr<IoQueue>(std::move(q));
+  }
+};
+
+}  // namespace
+
+FileSystem& FileSystem::posix() {
+  static PosixFileSystem fs;
+  return fs;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,163 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "io/aligned_buffer.h"
+#include "io/fault_file_system.h"
+
+namespace kvtier {
+namespace {
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& base = "/tmp") {
+    std::string tmpl = base + "/kvtier-io-XXXXXX";
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+AlignedBuffer pattern(size_t n, uint8_t seed) {
+  AlignedBuffer b(n);
+  for (size_t i = 0; i < n; ++i) b.data()[i] = std::byte(uint8_t(i * 31 + seed));
+  return b;
+}
+
+TEST(FileSystem, WriteReadSyncTruncateList) {
+  TempDir dir;
+  FileSystem& fs = FileSystem::posix();
+  ASSERT_TRUE(fs.create_dirs(dir.path() + "/a/b").ok());
+  auto f = fs.open(dir.path() + "/a/b/f", {.create = true, .direct = true});
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto src = pattern(3 * kIoAlign, 1);
+  ASSERT_TRUE((*f)->write(kIoAlign, src.span()).ok());
+  ASSERT_TRUE((*f)->sync().ok());
+  EXPECT_EQ(*(*f)->size(), 4 * kIoAlign);
+  AlignedBuffer dst(3 * kIoAlign);
+  auto n = (*f)->read(kIoAlign, dst.span());
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 3 * kIoAlign);
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), dst.size()), 0);
+  ASSERT_TRUE((*f)->truncate(2 * kIoAlign).ok());
+  EXPECT_EQ(*(*f)->read(0, dst.span()), 2 * kIoAlign);  // short only at end of file
+  auto names = fs.list_dir(dir.path() + "/a/b");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(*names, std::vector<std::string>{"f"});
+  ASSERT_TRUE(fs.remove(dir.path() + "/a/b/f").ok());
+  EXPECT_EQ(fs.open(dir.path() + "/a/b/f", {}).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(fs.list_dir(dir.path() + "/missing").ok());
+}
+
+TEST(FileSystem, DirectFallsBackOnTmpfs) {
+  if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  TempDir dir("/dev/shm");
+  auto f = FileSystem::posix().open(dir.path() + "/f", {.create = true, .direct = true});
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  auto src = pattern(100, 2);  // unaligned length works once buffered
+  ASSERT_TRUE((*f)->write(3, src.span()).ok());
+  AlignedBuffer dst(100);
+  EXPECT_EQ(*(*f)->read(3, dst.span()), 100u);
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), 100), 0);
+}
+
+TEST(IoQueue, BatchedWritesAndReadsRoundTrip) {
+  TempDir dir;
+  FileSystem& fs = FileSystem::posix();
+  auto f = fs.open(dir.path() + "/f", {.create = true, .direct = true}).value();
+  auto q = fs.create_queue(4).value();
+  EXPECT_EQ(q->depth(), 4u);
+  const size_t kOps = 17, kLen = 2 * kIoAlign;
+  auto src = pattern(kOps * kLen, 3);
+  std::vector<IoOp> ops(kOps);
+  for (size_t i = 0; i < kOps; ++i) ops[i] = {IoKind::kWrite, f.get(), i * kLen, src.data() + i * kLen, kLen};
+  ASSERT_TRUE(q->run(ops).ok());
+  AlignedBuffer dst(kOps * kLen);
+  for (size_t i = 0; i < kOps; ++i) ops[i] = {IoKind::kRead, f.get(), i * kLen, dst.data() + i * kLen, kLen};
+  ASSERT_TRUE(q->run(ops).ok());
+  for (auto& op : ops) EXPECT_EQ(op.done, kLen);
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), dst.size()), 0);
+  // Reading past the end is a short read: an error, not silent zeros.
+  IoOp past{IoKind::kRead, f.get(), kOps * kLen - kIoAlign, dst.data(), kLen};
+  EXPECT_EQ(q->run({&past, 1}).code(), StatusCode::kIOError);
+  EXPECT_FALSE(fs.create_queue(0).ok());
+}
+
+struct FaultCase {
+  FaultKind kind;
+  StatusCode write_code;  // expected status of the faulted write
+};
+
+class FaultKinds : public ::testing::TestWithParam<FaultCase> {};
+
+TEST_P(FaultKinds, FileWriteFaults) {
+  TempDir dir;
+  FaultFileSystem fs(FileSystem::posix());
+  auto f = fs.open(dir.path() + "/f", {.create = true}).value();
+  auto src = pattern(kIoAlign, 4);
+  fs.add_rule({.kind = GetParam().kind, .op = FaultOp::kWrite, .nth = 2, .delay = std::chrono::microseconds(100)});
+  EXPECT_TRUE(f->write(0, src.span()).ok());  // call 1: untouched
+  Status s = f->write(kIoAlign, src.span());  // call 2: faulted
+  EXPECT_EQ(s.code(), GetParam().write_code) << s.to_string();
+  EXPECT_TRUE(f->write(2 * kIoAlign, src.span()).ok());  // call 3: untouched again
+}
+
+INSTANTIATE_TEST_SUITE_P(All, FaultKinds,
+                         ::testing::Values(FaultCase{FaultKind::kError, StatusCode::kIOError},
+                                           FaultCase{FaultKind::kNoSpace, StatusCode::kNoSpace},
+                                           FaultCase{FaultKind::kShortIo, StatusCode::kIOError},
+                                           FaultCase{FaultKind::kDelay, StatusCode::kOk},
+                                           FaultCase{FaultKind::kFlipBytes, StatusCode::kOk}));
+
+TEST(FaultFileSystem, ReadFaultsOnFileAndQueue) {
+  TempDir dir;
+  FaultFileSystem fs(FileSystem::posix());
+  auto f = fs.open(dir.path() + "/f", {.create = true, .direct = true}).value();
+  auto src = pattern(4 * kIoAlign, 5);
+  ASSERT_TRUE(f->write(0, src.span()).ok());
+  AlignedBuffer dst(4 * kIoAlign);
+
+  fs.add_rule({.kind = FaultKind::kFlipBytes, .op = FaultOp::kRead});
+  ASSERT_TRUE(f->read(0, dst.span()).ok());
+  EXPECT_NE(std::memcmp(src.data(), dst.data(), dst.size()), 0);
+  fs.clear_rules();
+
+  fs.add_rule({.kind = FaultKind::kShortIo, .op = FaultOp::kRead});
+  EXPECT_EQ(*f->read(0, dst.span()), 2 * kIoAlign);
+  fs.clear_rules();
+
+  auto q = fs.create_queue(8).value();
+  std::vector<IoOp> ops(4);
+  auto reset = [&] {
+    for (size_t i = 0; i < 4; ++i) ops[i] = {IoKind::kRead, f.get(), i * kIoAlign, dst.data() + i * kIoAlign, kIoAlign};
+  };
+  fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kRead, .nth = 2});
+  fs.add_rule({.kind = FaultKind::kFlipBytes, .op = FaultOp::kRead, .nth = 3});
+  fs.add_rule({.kind = FaultKind::kShortIo, .op = FaultOp::kRead, .nth = 4});
+  reset();
+  EXPECT_FALSE(q->run(ops).ok());
+  EXPECT_TRUE(ops[0].status.ok());
+  EXPECT_EQ(ops[1].status.code(), StatusCode::kIOError);
+  EXPECT_TRUE(ops[2].status.ok());
+  EXPECT_NE(std::memcmp(src.data() + 2 * kIoAlign, dst.data() + 2 * kIoAlign, kIoAlign), 0);  // flipped
+  EXPECT_EQ(ops[3].status.code(), StatusCode::kIOError);  // short (rounded to 0 for O_DIRECT or half)
+  EXPECT_EQ(std::memcmp(src.data(), dst.data(), kIoAlign), 0);
+  EXPECT_GE(fs.fired(), 3u);
+  EXPECT_GE(fs.calls(FaultOp::kRead), 6u);
+
+  fs.clear_rules();
+  fs.add_rule({.kind = FaultKind::kNoSpace, .op = FaultOp::kWrite, .times = 0});
+  IoOp w{IoKind::kWrite, f.get(), 0, src.data(), kIoAlign};
+  EXPECT_EQ(q->run({&w, 1}).code(), StatusCode::kNoSpace);
+  EXPECT_EQ(f->write(0, src.span().first(kIoAlign)).code(), StatusCode::kNoSpace);
+  fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kOpen});
+  EXPECT_FALSE(fs.open(dir.path() + "/g", {.create = true}).ok());
+}
+
+}  // namespace
+}  // namespace kvtier
