@@ -1,0 +1,127 @@
+// Chunks: the unit of lower-tier storage, and their self-describing entry
+// format (DESIGN §7), shared by the disk segment log and remote values.
+//
+// A chunk is a run of 1..chunk_pages whole pages, named by ChunkKey = the
+// namespace seed plus the hash of its last page (which, being chained,
+// names the whole prefix). Its payload is LAYER-MAJOR:
+//   [layer][page][k|v][page_tokens][kv_heads][head_dim]
+// so that one layer of the whole chunk (what attention of layer l needs)
+// is one contiguous byte range, and a layer-wise load is one I/O per layer.
+// gather_pages/scatter_layers convert between this and the page-first
+// layout of BlockPool pages and HostTier slots.
+//
+// Entry = ChunkHeader (128 B) | page hashes (16 B each) | layer checksums
+// (8 B each) | zero padding up to payload_offset | payload | padding up to
+// entry_bytes. docs/FORMATS.md gives every byte. Layer checksums let a
+// reader verify one layer without reading the rest: corrupt KV is never
+// served. All functions are pure and thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvtier/types.h"
+
+namespace kvtier {
+
+struct ChunkKey {
+  PageHash ns;    // namespace seed (h_{-1})
+  PageHash hash;  // hash of the chunk's last page
+  bool operator==(const ChunkKey&) const = default;
+};
+
+struct ChunkKeyHasher {
+  size_t operator()(const ChunkKey& k) const noexcept {
+    return PageHashHasher()(k.hash) ^ (PageHashHasher()(k.ns) * 0xC2B2AE3D27D4EB4Full);
+  }
+};
+
+// Geometry of the chunks of one tier.
+struct ChunkGeometry {
+  KVGeometry kv;
+  uint32_t chunk_pages = 16;  // 256 tokens at 16 tokens per page
+
+  Status validate() const;
+  // Bytes of one layer of an n-page chunk (contiguous in the payload).
+  size_t layer_bytes(uint32_t n_pages) const { return size_t(n_pages) * kv.layer_slice_bytes(); }
+  size_t payload_bytes(uint32_t n_pages) const { return layer_bytes(n_pages) * kv.num_layers; }
+  size_t layer_offset(uint32_t n_pages, uint32_t layer) const { return layer * layer_bytes(n_pages); }
+  size_t max_payload_bytes() const { return payload_bytes(chunk_pages); }
+};
+
+// Page-first pages → one layer-major chunk payload (the aggregation step).
+void gather_pages(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk);
+// Layers [first, first+count) of an n-page layer-major buffer (holding only
+// those layers, contiguously) → the same layers of each page-first page.
+void scatter_layers(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
+                    std::span<std::byte* const> pages);
+
+inline constexpr uint64_t kChunkMagic = 0x314B4E484354564Bull;  // bytes "KVTCHNK1" on disk
+inline constexpr uint16_t kChunkFormatVersion = 1;
+inline constexpr uint32_t kChunkFlagLayerMajor = 1u;
+
+// The fixed head of every entry; all integers little-endian.
+struct ChunkHeader {
+  uint64_t magic;            //   0
+  uint16_t version;          //   8
+  uint16_t header_bytes;     //  10: sizeof(ChunkHeader)
+  uint32_t flags;            //  12: kChunkFlagLayerMajor
+  uint32_t num_pages;        //  16
+  uint32_t num_layers;       //  20
+  uint32_t num_kv_heads;     //  24
+  uint32_t head_dim;         //  28
+  uint32_t page_tokens;      //  32
+  uint8_t dtype;             //  36: DType
+  uint8_t reserved0[3];      //  37: zero
+  uint32_t meta_bytes;       //  40: header + page hashes + layer checksums
+  uint32_t payload_offset;   //  44: from the start of the entry
+  uint64_t payload_bytes;    //  48
+  uint64_t sequence;         //  56: writer's monotonically increasing sequence number
+  uint64_t ns_lo, ns_hi;     //  64: namespace seed
+  uint64_t key_lo, key_hi;   //  80: hash of the last page (== last page hash below)
+  uint64_t payload_checksum; //  96: checksum64 of the layer-checksum array
+  uint64_t entry_bytes;      // 104: payload_offset + payload_bytes, rounded up to the writer's alignment
+  uint64_t reserved1;        // 112: zero
+  uint64_t header_checksum;  // 120: checksum64 of bytes [0,120) ‖ page hashes ‖ layer checksums
+};
+static_assert(sizeof(ChunkHeader) == 128, "ChunkHeader is part of the on-disk format");
+
+struct ChunkEntryLayout {
+  uint32_t meta_bytes = 0;
+  uint32_t payload_offset = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t entry_bytes = 0;
+};
+// Where things go in an entry of n pages; payload_offset and entry_bytes are
+// multiples of `align` (4096 on disk so payload and layers can be read with O_DIRECT; 1 for packed values).
+ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align);
+
+uint64_t layer_checksum(const std::byte* data, size_t len, uint32_t layer);
+
+// Writes a complete entry into `out` (size >= layout.entry_bytes). The
+// payload is layer-major with page_hashes.size() pages; the key must be the
+// last page hash.
+Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out);
+
+// The verified metadata of an entry.
+struct ChunkMeta {
+  ChunkHeader header{};
+  ChunkKey key;
+  std::vector<PageHash> page_hashes;
+  std::vector<uint64_t> layer_checksums;
+};
+
+// Bytes to read before decode_chunk_meta can succeed, from the fixed header alone (0 when it is not an entry).
+size_t chunk_meta_bytes_from_header(std::span<const std::byte> first_128);
+// Parses and verifies (magic, version, sizes, header checksum, geometry ==
+// `expect`) the metadata at the start of `entry`. kCorruption when anything
+// is off; kInvalidArgument when the geometry is valid but differs.
+Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const ChunkGeometry& expect);
+// Verifies layers [first, first+count) held contiguously in `layers`.
+Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
+                           std::span<const std::byte> layers);
+
+}  // namespace kvtier

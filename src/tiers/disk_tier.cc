@@ -1,0 +1,457 @@
+#include "tiers/disk_tier.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "common/page_hash.h"
+
+namespace kvtier {
+namespace {
+
+constexpr uint64_t kRegionMagic = 0x314E474552545653ull;  // bytes "SVTREGN1" on disk
+constexpr uint16_t kRegionFormatVersion = 1;
+constexpr size_t kRegionHeaderBlock = kIoAlign;  // the region header occupies the first 4096 bytes
+
+// The head of every region file; all integers little-endian.
+struct RegionHeader {
+  uint64_t magic;         //  0
+  uint16_t version;       //  8
+  uint16_t header_bytes;  // 10: sizeof(RegionHeader)
+  uint32_t region_id;     // 12
+  uint64_t region_bytes;  // 16
+  uint32_t num_layers;    // 24
+  uint32_t num_kv_heads;  // 28
+  uint32_t head_dim;      // 32
+  uint32_t page_tokens;   // 36
+  uint8_t dtype;          // 40
+  uint8_t reserved0[3];   // 41
+  uint32_t chunk_pages;   // 44
+  uint64_t reserved1;     // 48
+  uint64_t checksum;      // 56: checksum64 of bytes [0,56)
+};
+static_assert(sizeof(RegionHeader) == 64, "RegionHeader is part of the on-disk format");
+
+bool parse_region_name(const std::string& name, uint32_t& id) {
+  unsigned v = 0;
+  char tail = 0;
+  if (name.size() != 19 || std::sscanf(name.c_str(), "region-%8x.kv%c", &v, &tail) != 2 || tail != 'r') return false;
+  id = v;
+  return true;
+}
+
+}  // namespace
+
+struct DiskTier::Region {
+  uint32_t id = 0;
+  std::shared_ptr<File> file;
+  uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
+  std::vector<ChunkKey> keys;
+  uint64_t last_access = 0;
+};
+
+Status DiskTierOptions::validate() const {
+  KVTIER_RETURN_IF_ERROR(geometry.validate());
+  if (dir.empty()) return Status::InvalidArgument("DiskTier: dir is empty");
+  if (region_bytes == 0 || region_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: region_bytes must be a positive multiple of 4096");
+  const auto lay = chunk_entry_layout(geometry, geometry.chunk_pages, kIoAlign);
+  if (kRegionHeaderBlock + lay.entry_bytes > region_bytes)
+    return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" + std::to_string(lay.entry_bytes) + " bytes)");
+  if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
+  if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
+  if (write_block_bytes == 0 || write_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: write_block_bytes must be a multiple of 4096");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  std::unique_ptr<DiskTier> t(new DiskTier(o));
+  KVTIER_RETURN_IF_ERROR(t->fs_->create_dirs(o.dir));
+  KVTIER_RETURN_IF_ERROR(t->open_existing());
+  return t;
+}
+
+DiskTier::DiskTier(const DiskTierOptions& o)
+    : options_(o),
+      fs_(o.fs ? o.fs : &FileSystem::posix()),
+      max_regions_(static_cast<uint32_t>(o.capacity_bytes / o.region_bytes)) {
+  stats_.capacity_bytes = uint64_t(max_regions_) * o.region_bytes;
+}
+
+DiskTier::~DiskTier() {
+  std::lock_guard lock(mu_);
+  if (active_ && !degraded()) (void)write_active_locked(cursor_);  // best effort: keep what was accepted
+}
+
+std::string DiskTier::region_path(RegionId id) const {
+  char name[32];
+  std::snprintf(name, sizeof name, "/region-%08x.kvr", id.value());
+  return options_.dir + name;
+}
+
+bool DiskTier::direct_io_in_effect() const {
+  std::lock_guard lock(mu_);
+  return direct_in_effect_;
+}
+
+// ---- restart ----
+
+Status DiskTier::open_existing() {
+  KVTIER_ASSIGN_OR_RETURN(auto names, fs_->list_dir(options_.dir));
+  for (const std::string& name : names) {
+    uint32_t id;
+    if (!parse_region_name(name, id)) continue;
+    KVTIER_RETURN_IF_ERROR(scan_region(id, options_.dir + "/" + name));
+    next_region_ = std::max(next_region_, id + 1);
+  }
+  // A smaller capacity than last time: shed the oldest regions now (one slot stays free for writing).
+  while (regions_.size() >= max_regions_) reclaim_one_locked();
+  open_report_.regions = static_cast<uint32_t>(regions_.size());
+  open_report_.entries = index_.size();
+  stats_.checksum_failures += open_report_.dropped_corrupt;
+  stats_.evictions = 0;  // reclaiming at open is not an eviction of this run
+  return Status::Ok();
+}
+
+Status DiskTier::scan_region(uint32_t id, const std::string& path) {
+  auto opened = fs_->open(path, {.read_only = true, .direct = options_.direct_io});
+  if (!opened.ok()) return opened.status();
+  std::shared_ptr<File> file = std::move(opened).value();
+  KVTIER_ASSIGN_OR_RETURN(uint64_t size, file->size());
+  AlignedBuffer buf(std::max<size_t>(align_up(size), kIoAlign));
+  size_t have = 0;
+  while (have < size) {  // sequential reads; end of file may be unaligned after a crash
+    size_t want = std::min<size_t>(size_t(8) << 20, buf.size() - have);
+    KVTIER_ASSIGN_OR_RETURN(size_t got, file->read(have, {buf.data() + have, want}));
+    if (got == 0) break;
+    have += got;
+  }
+  const ChunkGeometry& g = options_.geometry;
+  RegionHeader rh{};
+  if (have >= sizeof rh) std::memcpy(&rh, buf.data(), sizeof rh);
+  if (have < kRegionHeaderBlock || rh.magic != kRegionMagic || rh.checksum != checksum64(&rh, offsetof(RegionHeader, checksum))) {
+    // Killed before its header reached the disk (or garbage): nothing in it can be trusted.
+    ++open_report_.dropped_torn;
+    file.reset();
+    (void)fs_->remove(path);
+    return Status::Ok();
+  }
+  KVGeometry kv{rh.num_layers, rh.num_kv_heads, rh.head_dim, static_cast<DType>(rh.dtype), rh.page_tokens};
+  if (!(kv == g.kv) || rh.version != kRegionFormatVersion || rh.region_id != id)
+    return Status::FailedPrecondition("DiskTier: " + path + " was written for another geometry or format; use another dir");
+
+  auto region = std::make_shared<Region>();
+  region->id = id;
+  region->file = file;
+  uint64_t off = kRegionHeaderBlock;
+  while (off + sizeof(ChunkHeader) <= have) {
+    std::span<const std::byte> rest(buf.data() + off, have - off);
+    size_t meta = chunk_meta_bytes_from_header(rest);
+    if (meta == 0) {
+      // Zeros mean the clean end of the log; anything else is a torn or corrupt header.
+      bool zeros = std::all_of(rest.begin(), rest.begin() + sizeof(ChunkHeader), [](std::byte b) { return b == std::byte{0}; });
+      if (!zeros) ++open_report_.dropped_corrupt;
+      break;
+    }
+    if (meta > rest.size()) { ++open_report_.dropped_torn; break; }
+    auto m = decode_chunk_meta(rest, g);
+    if (!m.ok()) {  // lengths past a bad header cannot be trusted: stop here
+      ++open_report_.dropped_corrupt;
+      break;
+    }
+    const ChunkHeader& h = m->header;
+    if (h.entry_bytes % kIoAlign || off + h.entry_bytes > have) { ++open_report_.dropped_torn; break; }
+    bool good = true;
+    if (options_.verify_on_open)
+      good = verify_chunk_layers(*m, g, 0, g.kv.num_layers, rest.subspan(h.payload_offset, h.payload_bytes)).ok();
+    if (!good) {
+      ++open_report_.dropped_corrupt;
+    } else {
+      next_sequence_ = std::max(next_sequence_, h.sequence + 1);
+      auto it = index_.find(m->key);
+      if (it != index_.end()) drop_locked(m->key, nullptr);  // a newer copy wins (ids ascend)
+      index_.emplace(m->key, Loc{region, off, h.num_pages, h.payload_offset, m->layer_checksums});
+      region->keys.push_back(m->key);
+    }
+    off += h.entry_bytes;
+  }
+  region->used = off;
+  region->last_access = ++tick_;
+  regions_.emplace(id, std::move(region));
+  return Status::Ok();
+}
+
+// ---- writes ----
+
+void DiskTier::fail_locked(const Status& s) {
+  ++stats_.io_errors;
+  degraded_.store(true, std::memory_order_release);
+  (void)s;
+}
+
+std::unique_ptr<IoQueue> DiskTier::acquire_queue(Status& st) {
+  {
+    std::lock_guard lock(qmu_);
+    if (!queues_.empty()) {
+      auto q = std::move(queues_.back());
+      queues_.pop_back();
+      return q;
+    }
+  }
+  auto q = fs_->create_queue(options_.queue_depth);
+  if (!q.ok()) {
+    st = q.status();
+    return nullptr;
+  }
+  return std::move(q).value();
+}
+
+void DiskTier::release_queue(std::unique_ptr<IoQueue> q) {
+  std::lock_guard lock(qmu_);
+  queues_.push_back(std::move(q));
+}
+
+Status DiskTier::write_active_locked(uint64_t end) {
+  if (!active_ || end <= flushed_) return Status::Ok();
+  Status st;
+  auto q = acquire_queue(st);
+  if (!q) return st;
+  std::vector<IoOp> ops;
+  for (uint64_t off = flushed_; off < end; off += options_.write_block_bytes) {
+    size_t len = std::min<uint64_t>(options_.write_block_bytes, end - off);
+    ops.push_back({IoKind::kWrite, active_->file.get(), off, buffer_.data() + off, len});
+  }
+  st = q->run(ops);
+  release_queue(std::move(q));
+  if (st.ok() && options_.sync_writes) st = active_->file->sync();
+  if (st.ok()) flushed_ = end;
+  return st;
+}
+
+void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
+  auto it = index_.find(key);
+  if (it == index_.end() || (expected && it->second.region.get() != expected)) return;
+  index_.erase(it);
+}
+
+void DiskTier::reclaim_one_locked() {
+  std::shared_ptr<Region> victim;
+  for (auto& [id, r] : regions_) {
+    if (r == active_) continue;
+    if (!victim || (options_.reclaim == EvictionOrder::kLru && r->last_access < victim->last_access)) victim = r;
+    if (options_.reclaim == EvictionOrder::kFifo) break;  // the map is ordered by id = age
+  }
+  if (!victim) return;
+  // Entries leave the index before the space can be reused.
+  for (const ChunkKey& k : victim->keys) {
+    auto it = index_.find(k);
+    if (it != index_.end() && it->second.region == victim) {
+      index_.erase(it);
+      ++stats_.evictions;
+    }
+  }
+  regions_.erase(victim->id);
+  (void)fs_->remove(region_path(RegionId(victim->id)));
+}
+
+Status DiskTier::open_region_locked() {
+  while (regions_.size() >= max_regions_) reclaim_one_locked();
+  const uint32_t id = next_region_++;
+  const std::string path = region_path(RegionId(id));
+  auto f = fs_->open(path, {.create = true, .truncate = true, .direct = options_.direct_io});
+  if (!f.ok()) return f.status();
+  if (buffer_.empty()) buffer_ = AlignedBuffer(options_.region_bytes);
+  auto r = std::make_shared<Region>();
+  r->id = id;
+  r->file = std::move(f).value();
+  r->last_access = ++tick_;
+  direct_in_effect_ = r->file->direct();
+  RegionHeader rh{};
+  const KVGeometry& kv = options_.geometry.kv;
+  rh.magic = kRegionMagic;
+  rh.version = kRegionFormatVersion;
+  rh.header_bytes = sizeof(RegionHeader);
+  rh.region_id = id;
+  rh.region_bytes = options_.region_bytes;
+  rh.num_layers = kv.num_layers;
+  rh.num_kv_heads = kv.num_kv_heads;
+  rh.head_dim = kv.head_dim;
+  rh.page_tokens = kv.page_tokens;
+  rh.dtype = static_cast<uint8_t>(kv.dtype);
+  rh.chunk_pages = options_.geometry.chunk_pages;
+  rh.checksum = checksum64(&rh, offsetof(RegionHeader, checksum));
+  std::memset(buffer_.data(), 0, kRegionHeaderBlock);
+  std::memcpy(buffer_.data(), &rh, sizeof rh);
+  cursor_ = kRegionHeaderBlock;
+  flushed_ = 0;
+  active_ = r;
+  regions_.emplace(id, std::move(r));
+  return Status::Ok();
+}
+
+Status DiskTier::seal_locked() {
+  KVTIER_RETURN_IF_ERROR(write_active_locked(cursor_));
+  active_->used = cursor_;
+  active_.reset();
+  return Status::Ok();
+}
+
+Status DiskTier::put_locked(const PutOp& op) {
+  KVTIER_RETURN_IF_ERROR(validate_put(options_.geometry, op));
+  ++stats_.puts;
+  if (index_.count(op.key)) return Status::Ok();
+  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
+  const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
+  const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign);
+  Status st;
+  if (active_ && cursor_ + lay.entry_bytes > options_.region_bytes) st = seal_locked();
+  if (st.ok() && !active_) st = open_region_locked();
+  if (!st.ok()) {
+    fail_locked(st);
+    return st;
+  }
+  KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
+                                            {buffer_.data() + cursor_, lay.entry_bytes}));
+  std::vector<uint64_t> sums(options_.geometry.kv.num_layers);
+  std::memcpy(sums.data(), buffer_.data() + cursor_ + sizeof(ChunkHeader) + n * 16, sums.size() * 8);
+  index_.emplace(op.key, Loc{active_, cursor_, n, lay.payload_offset, std::move(sums)});
+  active_->keys.push_back(op.key);
+  cursor_ += lay.entry_bytes;
+  active_->used = cursor_;
+  return Status::Ok();
+}
+
+void DiskTier::put_batch(std::span<PutOp> ops) {
+  std::lock_guard lock(mu_);
+  for (PutOp& op : ops) op.status = put_locked(op);
+}
+
+Status DiskTier::flush() {
+  std::lock_guard lock(mu_);
+  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
+  Status st = write_active_locked(cursor_);
+  if (!st.ok()) fail_locked(st);
+  return st;
+}
+
+// ---- reads ----
+
+void DiskTier::get_batch(std::span<GetOp> ops) {
+  const ChunkGeometry& g = options_.geometry;
+  struct Pending {
+    GetOp* op;
+    Loc loc;
+    AlignedBuffer bounce;  // used when the target range is not O_DIRECT-aligned
+    size_t skip = 0;       // bytes before the wanted range inside `bounce`
+  };
+  std::vector<Pending> pending;
+  std::vector<IoOp> io;
+  {
+    std::lock_guard lock(mu_);
+    for (GetOp& op : ops) {
+      auto it = index_.find(op.key);
+      if (it == index_.end()) {
+        ++stats_.misses;
+        op.status = Status::NotFound("DiskTier: chunk not present");
+        continue;
+      }
+      const Loc& loc = it->second;
+      op.num_pages = loc.num_pages;
+      op.status = resolve_get_range(g, loc.num_pages, op);
+      if (!op.status.ok()) continue;
+      const size_t lb = g.layer_bytes(loc.num_pages);
+      const uint64_t off = loc.offset + loc.payload_offset + op.first_layer * lb;
+      const size_t len = op.num_layers * lb;
+      loc.region->last_access = ++tick_;
+      if (loc.region == active_) {  // still (partly) in memory: the buffer is authoritative
+        std::memcpy(op.out.data(), buffer_.data() + off, len);
+        ++stats_.hits;
+        continue;
+      }
+      Pending p{&op, loc, {}, 0};
+      const bool aligned = off % kIoAlign == 0 && len % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
+      if (aligned) {
+        io.push_back({IoKind::kRead, loc.region->file.get(), off, op.out.data(), len});
+      } else {
+        const uint64_t start = align_down(off);
+        p.skip = off - start;
+        p.bounce = AlignedBuffer(align_up(off + len) - start);
+        io.push_back({IoKind::kRead, loc.region->file.get(), start, p.bounce.data(), p.bounce.size()});
+      }
+      pending.push_back(std::move(p));
+    }
+  }
+  if (pending.empty()) return;
+  Status qst;
+  auto q = acquire_queue(qst);
+  if (q) {
+    (void)q->run(io);
+    release_queue(std::move(q));
+  } else {
+    for (IoOp& o : io) o.status = qst;
+  }
+  // Verify outside the lock, then account (and drop corrupt entries) under it.
+  std::vector<int> outcome(pending.size());  // 0 ok, 1 io error, 2 corrupt
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
+    GetOp& op = *p.op;
+    if (!io[i].status.ok()) {
+      op.status = io[i].status;
+      outcome[i] = 1;
+      continue;
+    }
+    const size_t len = op.num_layers * g.layer_bytes(p.loc.num_pages);
+    std::span<const std::byte> got = p.bounce.empty() ? std::span<const std::byte>(op.out.data(), len)
+                                                      : std::span<const std::byte>(p.bounce.data() + p.skip, len);
+    ChunkMeta meta;
+    meta.header.num_pages = p.loc.num_pages;
+    meta.layer_checksums = p.loc.layer_sums;
+    op.status = verify_chunk_layers(meta, g, op.first_layer, op.num_layers, got);
+    if (!op.status.ok()) {
+      outcome[i] = 2;
+      continue;
+    }
+    if (!p.bounce.empty()) std::memcpy(op.out.data(), got.data(), len);
+  }
+  std::lock_guard lock(mu_);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (outcome[i] == 0) ++stats_.hits;
+    else if (outcome[i] == 1) ++stats_.io_errors;
+    else {
+      ++stats_.checksum_failures;
+      drop_locked(pending[i].op->key, pending[i].loc.region.get());
+    }
+  }
+}
+
+size_t DiskTier::exists_prefix(const PageHash& ns, std::span<const PageHash> keys) {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  while (n < keys.size() && index_.count(ChunkKey{ns, keys[n]})) ++n;
+  return n;
+}
+
+Status DiskTier::erase(const ChunkKey& key) {
+  std::lock_guard lock(mu_);
+  drop_locked(key, nullptr);
+  return Status::Ok();
+}
+
+Result<std::pair<RegionId, uint64_t>> DiskTier::locate(const ChunkKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = index_.find(key);
+  if (it == index_.end()) return Status::NotFound("DiskTier: chunk not present");
+  return std::pair{RegionId(it->second.region->id), it->second.offset};
+}
+
+TierStats DiskTier::stats() const {
+  std::lock_guard lock(mu_);
+  TierStats s = stats_;
+  s.entries = index_.size();
+  s.bytes = 0;
+  for (const auto& [id, r] : regions_) s.bytes += r->used;
+  return s;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,139 @@
+// DiskTier: chunks on local NVMe as a segment log (CacheLib Navy style).
+//
+// Chunks are encoded (tiers/chunk_format.h, 4096-aligned) and appended to an
+// in-memory region buffer; the buffer is written to its own region file
+// (`region-XXXXXXXX.kvr`, default 64 MiB) with O_DIRECT through io_uring when
+// it fills or on flush(). Reads are batched io_uring reads of exactly the
+// requested layers, verified against per-layer checksums before they are
+// reported OK. An in-memory index maps ChunkKey → (region, offset, pages).
+// Sealed region files are immutable and never rewritten in place.
+//
+// Capacity is a hard limit of whole regions (capacity_bytes / region_bytes,
+// the active one included). When a new region is needed and none is free,
+// one whole region is reclaimed (FIFO by default, LRU by last read): its
+// entries leave the index first, then its file is deleted. Readers that
+// already hold the region keep a valid descriptor to the unlinked file, so
+// a concurrent read never sees reused space.
+//
+// Opening an existing directory rebuilds the index by scanning every region
+// file; entries with a bad checksum or a torn tail are dropped and counted
+// (stats().checksum_failures, open_report()). A write failure (ENOSPC, EIO,
+// short write, unwritable directory) returns a Status and makes the tier
+// degraded: later puts fail fast with kUnavailable, gets keep serving what is
+// durable (and what is still buffered). Degraded is sticky until reopened.
+//
+// Thread safety: all methods are thread-safe; reads of sealed regions run
+// concurrently, outside the tier's lock. Ownership: the tier owns its files
+// and buffers; `fs` (when set) must outlive it.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "io/aligned_buffer.h"
+#include "io/file_system.h"
+#include "tiers/tier.h"
+
+namespace kvtier {
+
+struct DiskTierOptions {
+  ChunkGeometry geometry;
+  std::string dir;                          // created when missing
+  size_t region_bytes = size_t(64) << 20;   // multiple of 4096; must hold the largest chunk entry
+  size_t capacity_bytes = size_t(1) << 30;  // hard limit; at least 2 regions
+  uint32_t queue_depth = 32;                // io_uring depth per I/O batch
+  bool direct_io = true;                    // O_DIRECT (falls back to buffered where unsupported)
+  EvictionOrder reclaim = EvictionOrder::kFifo;
+  bool sync_writes = true;                  // fdatasync after each region write
+  bool verify_on_open = true;               // verify every payload checksum when reopening
+  size_t write_block_bytes = size_t(1) << 20;  // one write op; multiple of 4096
+  FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
+
+  Status validate() const;
+};
+
+// What reopening a directory found.
+struct DiskOpenReport {
+  uint32_t regions = 0;
+  uint64_t entries = 0;
+  uint64_t dropped_corrupt = 0;  // bad header or payload checksum
+  uint64_t dropped_torn = 0;     // entry or region header cut short
+};
+
+class DiskTier final : public Tier {
+ public:
+  static Result<std::unique_ptr<DiskTier>> create(const DiskTierOptions& options);
+  ~DiskTier() override;
+
+  TierKind kind() const override { return TierKind::kDisk; }
+  const ChunkGeometry& geometry() const override { return options_.geometry; }
+  void put_batch(std::span<PutOp> ops) override;
+  void get_batch(std::span<GetOp> ops) override;
+  size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) override;
+  Status erase(const ChunkKey& key) override;
+  // Writes the buffered tail of the active region (and syncs when sync_writes).
+  Status flush() override;
+  TierStats stats() const override;
+  bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
+
+  const DiskOpenReport& open_report() const { return open_report_; }
+  // The region file path of a region id (tests corrupt files through it).
+  std::string region_path(RegionId id) const;
+  // Where a chunk lives (tests); NotFound when absent.
+  Result<std::pair<RegionId, uint64_t>> locate(const ChunkKey& key) const;
+  // True when the data files use O_DIRECT.
+  bool direct_io_in_effect() const;
+
+ private:
+  struct Region;
+  struct Loc {
+    std::shared_ptr<Region> region;
+    uint64_t offset = 0;  // of the entry inside the region file
+    uint32_t num_pages = 0;
+    uint32_t payload_offset = 0;
+    std::vector<uint64_t> layer_sums;
+  };
+  using Index = std::unordered_map<ChunkKey, Loc, ChunkKeyHasher>;
+
+  explicit DiskTier(const DiskTierOptions& o);
+  Status open_existing();
+  Status scan_region(uint32_t id, const std::string& path);
+  Status put_locked(const PutOp& op);
+  Status seal_locked();
+  Status open_region_locked();
+  Status write_active_locked(uint64_t end);
+  void reclaim_one_locked();
+  void drop_locked(const ChunkKey& key, const Region* expected);
+  void fail_locked(const Status& s);
+  std::unique_ptr<IoQueue> acquire_queue(Status& st);
+  void release_queue(std::unique_ptr<IoQueue> q);
+
+  DiskTierOptions options_;
+  FileSystem* fs_;
+  uint32_t max_regions_;
+
+  mutable std::mutex mu_;
+  Index index_;
+  std::map<uint32_t, std::shared_ptr<Region>> regions_;  // by id (= age)
+  std::shared_ptr<Region> active_;
+  AlignedBuffer buffer_;   // the active region's bytes
+  uint64_t cursor_ = 0;    // bytes of buffer_ in use
+  uint64_t flushed_ = 0;   // bytes of buffer_ already written to the file
+  uint32_t next_region_ = 0;
+  uint64_t next_sequence_ = 1;
+  uint64_t tick_ = 0;
+  TierStats stats_;
+  DiskOpenReport open_report_;
+  std::atomic<bool> degraded_{false};
+  bool direct_in_effect_ = false;
+
+  std::mutex qmu_;
+  std::vector<std::unique_ptr<IoQueue>> queues_;
+};
+
+}  // namespace kvtier

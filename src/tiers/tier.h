@@ -1,0 +1,112 @@
+// Tier: the one interface of every chunk store below device memory
+// (HostTier, DiskTier, later RemoteTier), in the spirit of RocksDB's
+// SecondaryCache: a store of chunks keyed by ChunkKey, with batched calls so
+// that a disk or network tier can turn a batch into one round of I/O.
+//
+// Contracts:
+//  * put stores a copy of a layer-major payload (tiers/chunk_format.h) of
+//    1..chunk_pages pages; putting a key that exists is a no-op success.
+//    A full tier evicts by its own policy or fails with kNoSpace; capacity
+//    is a hard limit.
+//  * get copies layers [first_layer, first_layer+num_layers) of a chunk,
+//    layer-major and contiguous, into the caller's buffer. Bytes are
+//    verified before they are reported OK: a checksum failure is
+//    kCorruption (the entry is dropped and counted), never wrong bytes.
+//    A missing key is kNotFound.
+//  * exists_prefix(ns, keys) is the number of leading keys present — the
+//    question a prefix lookup asks a lower tier in one round trip.
+//  * degraded() is true after a failure that makes the tier unreliable for
+//    writes (ENOSPC, EIO); callers then treat it as a miss and recompute.
+// Thread safety: every method is thread-safe (transfer workers call them
+// concurrently). Ownership: tiers copy what they are given; buffers in ops
+// are the caller's and are not retained after the call returns.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "tiers/chunk_format.h"
+
+namespace kvtier {
+
+inline constexpr uint32_t kAllLayers = 0xFFFFFFFFu;
+
+struct PutOp {
+  ChunkKey key;
+  std::span<const PageHash> page_hashes;  // the chunk's pages, in order; back() == key.hash
+  std::span<const std::byte> payload;     // layer-major, ChunkGeometry::payload_bytes(page_hashes.size())
+  Status status;                          // out
+};
+
+struct GetOp {
+  ChunkKey key;
+  uint32_t first_layer = 0;
+  uint32_t num_layers = kAllLayers;  // kAllLayers: through the last layer
+  std::span<std::byte> out;          // >= num_layers * layer_bytes(num_pages)
+  Status status;                     // out
+  uint32_t num_pages = 0;            // out: pages in the chunk
+};
+
+struct TierStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t bytes = 0;    // bytes held (disk: whole regions in use)
+  uint64_t entries = 0;  // chunks held
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t puts = 0;
+  uint64_t checksum_failures = 0;  // entries dropped because their bytes did not verify
+  uint64_t evictions = 0;          // chunks dropped to make room
+  uint64_t io_errors = 0;
+};
+
+enum class EvictionOrder : uint8_t { kFifo = 0, kLru = 1 };
+
+class Tier {
+ public:
+  virtual ~Tier() = default;
+  Tier(const Tier&) = delete;
+  Tier& operator=(const Tier&) = delete;
+
+  virtual TierKind kind() const = 0;
+  virtual const ChunkGeometry& geometry() const = 0;
+
+  // Batched forms: every op gets its own status.
+  virtual void put_batch(std::span<PutOp> ops) = 0;
+  virtual void get_batch(std::span<GetOp> ops) = 0;
+  virtual size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) = 0;
+  // Drops one chunk (OK when absent).
+  virtual Status erase(const ChunkKey& key) = 0;
+  // Makes every accepted put durable (no-op for volatile tiers).
+  virtual Status flush() = 0;
+  virtual TierStats stats() const = 0;
+  virtual bool degraded() const = 0;
+
+  // Single-op conveniences over the batched forms.
+  Status put(const ChunkKey& key, std::span<const PageHash> page_hashes, std::span<const std::byte> payload) {
+    PutOp op{key, page_hashes, payload, {}};
+    put_batch({&op, 1});
+    return op.status;
+  }
+  // Whole chunk; returns its page count.
+  Result<uint32_t> get(const ChunkKey& key, std::span<std::byte> out) {
+    return get_layers(key, 0, kAllLayers, out);
+  }
+  Result<uint32_t> get_layers(const ChunkKey& key, uint32_t first_layer, uint32_t num_layers, std::span<std::byte> out) {
+    GetOp op{key, first_layer, num_layers, out, {}, 0};
+    get_batch({&op, 1});
+    if (!op.status.ok()) return op.status;
+    return op.num_pages;
+  }
+  bool exists(const ChunkKey& key) { return exists_prefix(key.ns, {&key.hash, 1}) == 1; }
+
+ protected:
+  Tier() = default;
+};
+
+// Validates a get op against a chunk of n pages; resolves kAllLayers. Shared by implementations.
+Status resolve_get_range(const ChunkGeometry& g, uint32_t n_pages, GetOp& op);
+// Validates a put op (page count, key, payload size). Shared by implementations.
+Status validate_put(const ChunkGeometry& g, const PutOp& op);
+
+}  // namespace kvtier
