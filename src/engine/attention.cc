@@ -1,0 +1,185 @@
+#include "engine/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/half.h"
+#include "engine/simd.h"
+
+namespace kvtier::engine {
+
+using simd::load;
+using simd::splat;
+using simd::store;
+using simd::v16f;
+
+namespace {
+
+constexpr uint32_t kChunk = 64;  // keys per chunk
+constexpr uint32_t kChunkVecs = kChunk / simd::kLanes;
+constexpr uint32_t kRowGroup = 4;  // query rows that share each K/V load
+constexpr uint32_t kTargetRows = 64;
+
+// Converts `n` elements of the page dtype at `src` to f32.
+inline void to_f32(DType dt, const std::byte* src, float* dst, uint32_t n) {
+  switch (dt) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
+    case DType::kF16: f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
+    case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
+  }
+}
+
+// DV: head_dim / 16 when known at compile time (registers hold a whole row), 0 otherwise.
+template <uint32_t DV>
+void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
+                 float* qb, float* ob, float* mb, float* lb, uint32_t* posb, float* kt, float* vc, float* pb) {
+  const uint32_t D = DV ? DV * simd::kLanes : sh.head_dim;
+  const uint32_t nv = D / simd::kLanes;
+  const uint32_t g = sh.num_heads / sh.num_kv_heads;
+  const uint32_t rows = (t_end - t_begin) * g;
+  const KVGeometry& geo = job.pool->geometry();
+  const uint32_t P = geo.page_tokens;
+  const size_t esz = geo.elem_bytes();
+  const size_t tok_stride = size_t(geo.num_kv_heads) * D * esz;  // bytes between tokens in a K or V block
+
+  // Rows are ordered (token, head in group): positions never decrease with the row index.
+  for (uint32_t t = t_begin; t < t_end; ++t)
+    for (uint32_t hh = 0; hh < g; ++hh) {
+      const uint32_t r = (t - t_begin) * g + hh;
+      const float* src = job.q + t * job.q_stride + size_t(kvh * g + hh) * D;
+      for (uint32_t d = 0; d < D; ++d) qb[size_t(r) * D + d] = src[d] * sh.scale;
+      posb[r] = job.pos0 + t;
+      mb[r] = -INFINITY;
+      lb[r] = 0.0f;
+    }
+  std::fill(ob, ob + size_t(rows) * D, 0.0f);
+  const uint32_t n_keys = job.pos0 + t_end;
+  const v16f iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+  float row[simd::kLanes];
+  for (uint32_t kp = 0; kp < n_keys; kp += kChunk) {
+    const uint32_t clen = std::min(kChunk, n_keys - kp);
+    // Gather and convert K (transposed to [D][kChunk]) and V ([kChunk][D]).
+    for (uint32_t j = 0; j < clen; ++j) {
+      const uint32_t pos = kp + j;
+      const PageId page = job.pages[pos / P];
+      const size_t off = size_t(pos % P) * tok_stride + size_t(kvh) * D * esz;
+      to_f32(geo.dtype, job.pool->v(page, job.layer) + off, vc + size_t(j) * D, D);
+      const std::byte* ks = job.pool->k(page, job.layer) + off;
+      if (geo.dtype == DType::kF32) {
+        const float* kf = reinterpret_cast<const float*>(ks);
+        for (uint32_t d = 0; d < D; ++d) kt[size_t(d) * kChunk + j] = kf[d];
+      } else {
+        for (uint32_t d0 = 0; d0 < D; d0 += simd::kLanes) {
+          to_f32(geo.dtype, ks + d0 * esz, row, simd::kLanes);
+          for (uint32_t d = 0; d < simd::kLanes; ++d) kt[size_t(d0 + d) * kChunk + j] = row[d];
+        }
+      }
+    }
+    for (uint32_t j = clen; j < kChunk; ++j) {
+      for (uint32_t d = 0; d < D; ++d) kt[size_t(d) * kChunk + j] = 0.0f;
+      std::fill(vc + size_t(j) * D, vc + size_t(j + 1) * D, 0.0f);
+    }
+
+    for (uint32_t r0 = 0; r0 < rows; r0 += kRowGroup) {
+      const uint32_t nr = std::min(kRowGroup, rows - r0);
+      if (posb[r0 + nr - 1] < kp) continue;  // every row of the group precedes the chunk
+      // S = Q · K^T for nr rows and kChunk keys.
+      v16f s[kRowGroup][kChunkVecs] = {};
+      const float* q0 = qb + size_t(r0) * D;
+      for (uint32_t d = 0; d < D; ++d) {
+        v16f k[kChunkVecs];
+        for (uint32_t c = 0; c < kChunkVecs; ++c) k[c] = load(kt + size_t(d) * kChunk + c * simd::kLanes);
+        for (uint32_t i = 0; i < kRowGroup; ++i) {
+          if (i >= nr) break;
+          const v16f qv = splat(q0[size_t(i) * D + d]);
+          for (uint32_t c = 0; c < kChunkVecs; ++c) s[i][c] += qv * k[c];
+        }
+      }
+      // Online softmax update per row.
+      float alpha[kRowGroup];
+      for (uint32_t i = 0; i < nr; ++i) {
+        const uint32_t r = r0 + i;
+        if (posb[r] < kp) {
+          alpha[i] = 1.0f;
+          for (uint32_t c = 0; c < kChunkVecs; ++c) store(pb + i * kChunk + c * simd::kLanes, v16f{});
+          continue;
+        }
+        const float lim = float(std::min(posb[r] - kp, clen - 1));  // keys j <= lim are visible
+        v16f mx = splat(-INFINITY);
+        for (uint32_t c = 0; c < kChunkVecs; ++c) {
+          const v16f j = iota + float(c * simd::kLanes);
+          s[i][c] = j <= lim ? s[i][c] : splat(-INFINITY);
+          mx = simd::vmax(mx, s[i][c]);
+        }
+        const float m_new = std::max(mb[r], simd::hmax(mx));
+        alpha[i] = std::exp(mb[r] - m_new);
+        v16f sum{};
+        for (uint32_t c = 0; c < kChunkVecs; ++c) {
+          const v16f p = simd::vexp(s[i][c] - m_new);
+          sum += p;
+          store(pb + i * kChunk + c * simd::kLanes, p);
+        }
+        lb[r] = lb[r] * alpha[i] + simd::hsum(sum);
+        mb[r] = m_new;
+      }
+      // O = O * alpha + P · V.
+      const uint32_t jmax = std::min(clen, posb[r0 + nr - 1] - kp + 1);
+      for (uint32_t v0 = 0; v0 < nv; v0 += (DV ? DV : 1)) {
+        constexpr uint32_t W = DV ? DV : 1;  // vectors of a row held in registers at once
+        v16f o[kRowGroup][W];
+        for (uint32_t i = 0; i < nr; ++i)
+          for (uint32_t w = 0; w < W; ++w) o[i][w] = load(ob + size_t(r0 + i) * D + (v0 + w) * simd::kLanes) * alpha[i];
+        for (uint32_t j = 0; j < jmax; ++j) {
+          v16f vv[W];
+          for (uint32_t w = 0; w < W; ++w) vv[w] = load(vc + size_t(j) * D + (v0 + w) * simd::kLanes);
+          for (uint32_t i = 0; i < kRowGroup; ++i) {
+            if (i >= nr) break;
+            const v16f pv = splat(pb[i * kChunk + j]);
+            for (uint32_t w = 0; w < W; ++w) o[i][w] += pv * vv[w];
+          }
+        }
+        for (uint32_t i = 0; i < nr; ++i)
+          for (uint32_t w = 0; w < W; ++w) store(ob + size_t(r0 + i) * D + (v0 + w) * simd::kLanes, o[i][w]);
+      }
+    }
+  }
+  for (uint32_t t = t_begin; t < t_end; ++t)
+    for (uint32_t hh = 0; hh < g; ++hh) {
+      const uint32_t r = (t - t_begin) * g + hh;
+      float* dst = job.out + t * job.out_stride + size_t(kvh * g + hh) * D;
+      const float inv = 1.0f / lb[r];
+      for (uint32_t d = 0; d < D; ++d) dst[d] = ob[size_t(r) * D + d] * inv;
+    }
+}
+
+}  // namespace
+
+AttentionScratch::AttentionScratch(const AttentionShape& sh, uint32_t max_rows)
+    : q_(size_t(max_rows) * sh.head_dim),
+      o_(size_t(max_rows) * sh.head_dim),
+      m_(max_rows),
+      l_(max_rows),
+      kt_(size_t(sh.head_dim) * kChunk),
+      v_(size_t(sh.head_dim) * kChunk),
+      p_(kRowGroup * kChunk),
+      pos_(max_rows) {}
+
+uint32_t attention_block_tokens(const AttentionShape& sh) {
+  const uint32_t g = sh.num_heads / sh.num_kv_heads;
+  return std::max<uint32_t>(1, kTargetRows / g);
+}
+
+void attend(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
+            AttentionScratch& s) {
+  float* a[] = {s.q_.data(), s.o_.data(), s.m_.data(), s.l_.data()};
+  switch (sh.head_dim) {
+    case 16: return attend_impl<1>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 32: return attend_impl<2>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 64: return attend_impl<4>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    default: return attend_impl<0>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+  }
+}
+
+}  // namespace kvtier::engine

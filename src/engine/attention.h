@@ -1,0 +1,57 @@
+// Internal: causal grouped-query attention over KV held in BlockPool pages.
+//
+// The kernel walks keys in chunks of 64 (gathered from the sequence's pages
+// and converted to f32, K transposed), and for a block of query rows keeps a
+// running max, a running sum and an unnormalised output per row (online
+// softmax), so no score matrix is ever materialised. A task is one KV head
+// and one block of query tokens; all query heads of the group share the
+// converted K/V chunk. Tasks are independent and run on any worker.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "memory/block_pool.h"
+
+namespace kvtier::engine {
+
+struct AttentionShape {
+  uint32_t num_heads = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;  // a multiple of 16
+  float scale = 1.0f;     // 1/sqrt(head_dim)
+};
+
+// One sequence's queries for one layer.
+struct AttentionJob {
+  const BlockPool* pool = nullptr;
+  std::span<const PageId> pages;  // covers positions [0, pos0 + n_tokens)
+  LayerIdx layer;
+  const float* q = nullptr;  // token t's head h at q[t * q_stride + h * head_dim]
+  size_t q_stride = 0;
+  float* out = nullptr;  // same indexing with out_stride
+  size_t out_stride = 0;
+  uint32_t n_tokens = 0;
+  uint32_t pos0 = 0;  // position of token 0; token t attends keys [0, pos0 + t]
+};
+
+// Per-worker scratch, sized for `shape` and at most `max_rows` query rows.
+class AttentionScratch {
+ public:
+  AttentionScratch(const AttentionShape& shape, uint32_t max_rows);
+
+ private:
+  friend void attend(const AttentionShape&, const AttentionJob&, uint32_t, uint32_t, uint32_t, AttentionScratch&);
+  std::vector<float> q_, o_, m_, l_, kt_, v_, p_;
+  std::vector<uint32_t> pos_;
+};
+
+// Query tokens per task so that a task has about 64 query rows.
+uint32_t attention_block_tokens(const AttentionShape& shape);
+
+// Attention for KV head `kv_head` and tokens [t_begin, t_end) of `job`.
+void attend(const AttentionShape& shape, const AttentionJob& job, uint32_t kv_head, uint32_t t_begin, uint32_t t_end,
+            AttentionScratch& scratch);
+
+}  // namespace kvtier::engine

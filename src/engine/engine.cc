@@ -1,0 +1,362 @@
+#include "engine/engine.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "engine/attention.h"
+#include "engine/half.h"
+#include "engine/simd.h"
+#include "engine/worker_pool.h"
+
+namespace kvtier::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Y[M][N] = X[M][K] · W[N][K]^T + beta · Y.
+void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), beta, y,
+              int(n));
+}
+
+void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) {
+  float ss = 0.0f;
+  for (uint32_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(ss / float(n) + eps);
+  for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
+}
+
+// Adjacent-pair RoPE (DESIGN §11) on `heads` heads of `dim`; cs holds (cos, sin) per pair.
+void rope(float* x, uint32_t heads, uint32_t dim, const float* cs) {
+  for (uint32_t h = 0; h < heads; ++h) {
+    float* v = x + size_t(h) * dim;
+    for (uint32_t i = 0; i < dim / 2; ++i) {
+      const float c = cs[2 * i], s = cs[2 * i + 1];
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * c - b * s;
+      v[2 * i + 1] = a * s + b * c;
+    }
+  }
+}
+
+void store_kv(DType dt, const float* src, std::byte* dst, uint32_t n) {
+  switch (dt) {
+    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
+    case DType::kF16: f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n); break;
+    case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); break;
+  }
+}
+
+// act[i] = silu(gate[i]) * up[i]
+void swiglu(const float* gate, const float* up, float* act, uint32_t n) {
+  uint32_t i = 0;
+  for (; i + simd::kLanes <= n; i += simd::kLanes) {
+    const simd::v16f g = simd::load(gate + i);
+    simd::store(act + i, g / (simd::splat(1.0f) + simd::vexp(-g)) * simd::load(up + i));
+  }
+  for (; i < n; ++i) act[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// Consecutive rows [row0, row0 + n) of one sequence at positions pos0.. .
+struct RowSpan {
+  SequenceKV* seq;
+  uint32_t row0;
+  uint32_t n;
+  uint32_t pos0;
+};
+
+}  // namespace
+
+Status EngineOptions::validate() const {
+  if (threads > 256) return Status::InvalidArgument("EngineOptions: threads must be <= 256");
+  if (blas_threads > 256) return Status::InvalidArgument("EngineOptions: blas_threads must be <= 256");
+  if (prefill_chunk == 0 || prefill_chunk > 65536) return Status::InvalidArgument("EngineOptions: prefill_chunk must be in [1, 65536]");
+  return Status::Ok();
+}
+
+struct Engine::Impl {
+  Impl(const ModelConfig& c, uint32_t threads)
+      : cfg(c),
+        shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))},
+        workers(threads) {
+    const uint32_t rows = attention_block_tokens(shape) * c.group_size();
+    for (uint32_t w = 0; w < workers.size(); ++w) scratch.emplace_back(shape, rows);
+  }
+
+  void reserve(uint32_t m) {
+    const size_t qkv_w = size_t(cfg.q_dim()) + 2 * cfg.kv_dim();
+    if (h.size() < size_t(m) * cfg.hidden_size) h.resize(size_t(m) * cfg.hidden_size);
+    if (qkv.size() < size_t(m) * qkv_w) qkv.resize(size_t(m) * qkv_w);
+    if (attn.size() < size_t(m) * cfg.q_dim()) attn.resize(size_t(m) * cfg.q_dim());
+    if (gu.size() < size_t(m) * 2 * cfg.ffn_size) gu.resize(size_t(m) * 2 * cfg.ffn_size);
+    if (act.size() < size_t(m) * cfg.ffn_size) act.resize(size_t(m) * cfg.ffn_size);
+  }
+
+  // Parallel loop over rows in blocks (elementwise work).
+  template <class F>
+  void rows_parallel(uint32_t m, F&& f) {
+    const uint32_t block = 32;
+    const size_t tasks = (m + block - 1) / block;
+    workers.run(tasks, [&](size_t t, uint32_t) {
+      const uint32_t r1 = std::min<uint32_t>(m, uint32_t(t + 1) * block);
+      for (uint32_t r = uint32_t(t) * block; r < r1; ++r) f(r);
+    });
+  }
+
+  void layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs, uint32_t m,
+                  std::span<const RowSpan> spans);
+
+  ModelConfig cfg;
+  AttentionShape shape;
+  WorkerPool workers;
+  std::vector<AttentionScratch> scratch;
+  std::vector<float> x, h, qkv, attn, gu, act, rope_cs;
+  double attention_seconds = 0;
+};
+
+Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const EngineOptions& options)
+    : model_(std::move(model)), pool_(pool), geometry_(pool.geometry()), options_(options) {
+  if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (options_.blas_threads == 0) options_.blas_threads = options_.threads;
+  openblas_set_num_threads(int(options_.blas_threads));
+  impl_ = std::make_unique<Impl>(model_->config(), options_.threads);
+}
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, BlockPool& pool,
+                                               const EngineOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  if (!model) return Status::InvalidArgument("Engine: no model");
+  const ModelConfig& c = model->config();
+  const KVGeometry& g = pool.geometry();
+  if (g != c.kv_geometry(g.dtype, g.page_tokens))
+    return Status::InvalidArgument("Engine: block pool geometry (layers " + std::to_string(g.num_layers) + ", kv heads " +
+                                   std::to_string(g.num_kv_heads) + ", head dim " + std::to_string(g.head_dim) +
+                                   ") does not match the model");
+  if (c.head_dim % simd::kLanes != 0)
+    return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
+  return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
+}
+
+namespace {
+
+Status check_pages(const BlockPool& pool, const SequenceKV& seq, uint32_t needed, uint32_t P) {
+  if (uint64_t(seq.pages.size()) * P < needed)
+    return Status::FailedPrecondition("page table covers " + std::to_string(seq.pages.size() * P) +
+                                      " positions, the call needs " + std::to_string(needed));
+  for (uint32_t i = 0; i < (needed + P - 1) / P; ++i)
+    if (!pool.contains(seq.pages[i]))
+      return Status::InvalidArgument("page table entry " + std::to_string(i) + " is not a page of the pool");
+  return Status::Ok();
+}
+
+Status check_tokens(std::span<const TokenId> tokens, uint32_t vocab) {
+  for (TokenId t : tokens)
+    if (t < 0 || uint32_t(t) >= vocab)
+      return Status::InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary [0, " +
+                                     std::to_string(vocab) + ")");
+  return Status::Ok();
+}
+
+// (cos, sin) of each rotated pair for `n` positions from pos0 (double precision angles).
+void rope_table(const ModelConfig& c, const uint32_t* pos, uint32_t n, std::vector<float>& out) {
+  const uint32_t half = c.head_dim / 2;
+  out.resize(size_t(n) * half * 2);
+  std::vector<double> theta(half);
+  for (uint32_t i = 0; i < half; ++i) theta[i] = std::pow(double(c.rope_theta), -2.0 * i / double(c.head_dim));
+  for (uint32_t r = 0; r < n; ++r)
+    for (uint32_t i = 0; i < half; ++i) {
+      const double a = double(pos[r]) * theta[i];
+      out[(size_t(r) * half + i) * 2] = float(std::cos(a));
+      out[(size_t(r) * half + i) * 2 + 1] = float(std::sin(a));
+    }
+}
+
+}  // namespace
+
+// One layer for the rows of x described by `spans` (x, rope tables and scratch rows share indices).
+void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs,
+                              uint32_t m, std::span<const RowSpan> spans) {
+  Impl& im = *this;
+  const ModelConfig& c = im.cfg;
+  const uint32_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size, W = Q + 2 * KV;
+  const KVGeometry& geo = pool.geometry();
+  const uint32_t P = geo.page_tokens;
+  const size_t tok_bytes = geo.token_kv_half_bytes();
+  im.reserve(m);
+  float* h = im.h.data();
+  float* qkv = im.qkv.data();
+
+  im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.attn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
+  matmul(h, m, H, lw.wqkv.data(), W, qkv, 0.0f);
+  for (const RowSpan& s : spans) {
+    im.rows_parallel(s.n, [&](uint32_t i) {
+      const uint32_t r = s.row0 + i, pos = s.pos0 + i;
+      float* row = qkv + size_t(r) * W;
+      const float* cs = rope_cs + size_t(r) * c.head_dim;
+      rope(row, c.num_heads, c.head_dim, cs);
+      rope(row + Q, c.num_kv_heads, c.head_dim, cs);
+      const PageId page = s.seq->pages[pos / P];
+      const size_t off = size_t(pos % P) * tok_bytes;
+      store_kv(geo.dtype, row + Q, pool.k(page, layer) + off, KV);
+      store_kv(geo.dtype, row + Q + KV, pool.v(page, layer) + off, KV);
+    });
+  }
+
+  // Attention: one task per (span, KV head, block of query tokens), costliest first.
+  const auto t0 = Clock::now();
+  struct Task {
+    uint32_t span, kvh, t0, t1;
+    double cost;
+  };
+  std::vector<Task> tasks;
+  std::vector<AttentionJob> jobs;
+  const uint32_t bt = attention_block_tokens(im.shape);
+  for (uint32_t si = 0; si < spans.size(); ++si) {
+    const RowSpan& s = spans[si];
+    jobs.push_back(AttentionJob{.pool = &pool,
+                                .pages = s.seq->pages,
+                                .layer = layer,
+                                .q = qkv + size_t(s.row0) * W,
+                                .q_stride = W,
+                                .out = im.attn.data() + size_t(s.row0) * Q,
+                                .out_stride = Q,
+                                .n_tokens = s.n,
+                                .pos0 = s.pos0});
+    for (uint32_t t = 0; t < s.n; t += bt)
+      for (uint32_t k = 0; k < c.num_kv_heads; ++k) {
+        const uint32_t t1 = std::min(s.n, t + bt);
+        tasks.push_back({si, k, t, t1, double(t1 - t) * double(s.pos0 + t1)});
+      }
+  }
+  std::sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  im.workers.run(tasks.size(), [&](size_t i, uint32_t w) {
+    const Task& t = tasks[i];
+    attend(im.shape, jobs[t.span], t.kvh, t.t0, t.t1, im.scratch[w]);
+  });
+  im.attention_seconds += seconds_since(t0);
+
+  matmul(im.attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
+  im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.ffn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
+  matmul(h, m, H, lw.w_gate_up.data(), 2 * F, im.gu.data(), 0.0f);
+  im.rows_parallel(m, [&](uint32_t r) {
+    const float* g = im.gu.data() + size_t(r) * 2 * F;
+    swiglu(g, g + F, im.act.data() + size_t(r) * F, F);
+  });
+  matmul(im.act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
+}
+
+Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
+                               const PrefillOptions& options) {
+  const ModelConfig& c = model_->config();
+  const uint32_t n_total = uint32_t(std::min<size_t>(tokens.size(), UINT32_MAX));
+  if (start_pos >= tokens.size())
+    return Status::InvalidArgument("prefill: start_pos " + std::to_string(start_pos) + " leaves nothing to compute in " +
+                                   std::to_string(tokens.size()) + " tokens");
+  if (tokens.size() > c.max_context)
+    return Status::OutOfRange("prefill: " + std::to_string(tokens.size()) + " tokens exceed the model context of " +
+                              std::to_string(c.max_context));
+  if (start_pos > seq.num_tokens)
+    return Status::FailedPrecondition("prefill: start_pos " + std::to_string(start_pos) + " but the sequence holds KV for " +
+                                      std::to_string(seq.num_tokens) + " positions");
+  KVTIER_RETURN_IF_ERROR(check_pages(pool_, seq, n_total, geometry_.page_tokens));
+  KVTIER_RETURN_IF_ERROR(check_tokens(tokens.subspan(start_pos), c.vocab_size));
+
+  const auto t_start = Clock::now();
+  Impl& im = *impl_;
+  im.attention_seconds = 0;
+  seq.num_tokens = start_pos;  // KV past start_pos is rewritten from here on
+  const uint32_t n = n_total - start_pos, H = c.hidden_size;
+  im.x.resize(size_t(n) * H);
+  for (uint32_t i = 0; i < n; ++i)
+    std::memcpy(im.x.data() + size_t(i) * H, model_->weights().token_embd.data() + size_t(tokens[start_pos + i]) * H,
+                H * sizeof(float));
+  std::vector<uint32_t> pos(n);
+  for (uint32_t i = 0; i < n; ++i) pos[i] = start_pos + i;
+  rope_table(c, pos.data(), n, im.rope_cs);
+
+  const uint32_t chunk = options_.prefill_chunk;
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    if (options.layer_hook) KVTIER_RETURN_IF_ERROR(options.layer_hook(LayerIdx(l)));
+    for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
+      const uint32_t m = std::min(chunk, n - c0);
+      const RowSpan span{&seq, 0, m, start_pos + c0};
+      im.layer_pass(pool_, model_->weights().layers[l], LayerIdx(l), im.x.data() + size_t(c0) * H,
+                 im.rope_cs.data() + size_t(c0) * c.head_dim, m, std::span(&span, 1));
+    }
+  }
+
+  Logits out;
+  out.vocab = c.vocab_size;
+  out.rows = options.all_logits ? n : 1;
+  const uint32_t first = n - out.rows;
+  im.reserve(out.rows);
+  std::vector<float> normed(size_t(out.rows) * H);
+  im.rows_parallel(out.rows, [&](uint32_t r) {
+    rmsnorm(im.x.data() + size_t(first + r) * H, model_->weights().output_norm.data(), normed.data() + size_t(r) * H, H,
+            c.rms_eps);
+  });
+  out.data.resize(size_t(out.rows) * c.vocab_size);
+  matmul(normed.data(), out.rows, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  seq.num_tokens = n_total;
+
+  profile_.prefill_seconds += seconds_since(t_start);
+  profile_.attention_seconds += im.attention_seconds;
+  profile_.prefill_tokens += n;
+  profile_.prefill_flops += c.layer_flops_per_token() * n + c.attention_flops(start_pos, n_total) + c.head_flops() * out.rows;
+  return out;
+}
+
+Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) {
+  const ModelConfig& c = model_->config();
+  if (seqs.size() != tokens.size() || seqs.empty())
+    return Status::InvalidArgument("decode: " + std::to_string(seqs.size()) + " sequences but " +
+                                   std::to_string(tokens.size()) + " tokens");
+  KVTIER_RETURN_IF_ERROR(check_tokens(tokens, c.vocab_size));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) return Status::InvalidArgument("decode: null sequence");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) return Status::InvalidArgument("decode: a sequence appears twice in the batch");
+    if (seqs[i]->num_tokens >= c.max_context)
+      return Status::OutOfRange("decode: sequence " + std::to_string(i) + " is at the model context of " +
+                                std::to_string(c.max_context));
+    KVTIER_RETURN_IF_ERROR(check_pages(pool_, *seqs[i], seqs[i]->num_tokens + 1, geometry_.page_tokens));
+  }
+  const auto t_start = Clock::now();
+  Impl& im = *impl_;
+  const uint32_t b = uint32_t(seqs.size()), H = c.hidden_size;
+  im.x.resize(size_t(b) * H);
+  std::vector<uint32_t> pos(b);
+  std::vector<RowSpan> spans(b);
+  for (uint32_t i = 0; i < b; ++i) {
+    std::memcpy(im.x.data() + size_t(i) * H, model_->weights().token_embd.data() + size_t(tokens[i]) * H, H * sizeof(float));
+    pos[i] = seqs[i]->num_tokens;
+    spans[i] = RowSpan{seqs[i], i, 1, pos[i]};
+  }
+  rope_table(c, pos.data(), b, im.rope_cs);
+  for (uint32_t l = 0; l < c.num_layers; ++l)
+    im.layer_pass(pool_, model_->weights().layers[l], LayerIdx(l), im.x.data(), im.rope_cs.data(), b, spans);
+
+  Logits out;
+  out.vocab = c.vocab_size;
+  out.rows = b;
+  std::vector<float> normed(size_t(b) * H);
+  for (uint32_t r = 0; r < b; ++r)
+    rmsnorm(im.x.data() + size_t(r) * H, model_->weights().output_norm.data(), normed.data() + size_t(r) * H, H, c.rms_eps);
+  out.data.resize(size_t(b) * c.vocab_size);
+  matmul(normed.data(), b, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  for (SequenceKV* s : seqs) ++s->num_tokens;
+  profile_.decode_seconds += seconds_since(t_start);
+  profile_.decode_tokens += b;
+  return out;
+}
+
+}  // namespace kvtier::engine

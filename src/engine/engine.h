@@ -1,0 +1,120 @@
+// Engine: the reference Llama forward pass on the CPU, reading and writing KV
+// in BlockPool pages through a per-sequence page table.
+//
+// The engine owns no cache policy: the caller allocates pages from the pool,
+// fills SequenceKV::pages so that they cover every position a call touches,
+// and decides what to keep. prefill() computes only positions >= start_pos and
+// attends over the KV already in the pages for positions < start_pos (loaded
+// from a cache tier, or computed earlier); a per-layer hook lets the caller
+// block layer l until its KV has arrived. decode() advances several sequences
+// by one token in one batch. Projections and the MLP run through OpenBLAS
+// sgemm; attention is a paged online-softmax kernel (engine/attention.h).
+//
+// Thread safety: an Engine is used by one thread at a time (it owns scratch
+// buffers and a worker pool). The Model is shared read-only. The engine
+// reads and writes page bytes only; it never allocates, refs or frees pages.
+// Pages it writes (positions >= start_pos, or the decode position) must not be
+// shared with another sequence: a partially filled shared page must be copied
+// by the caller first.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/model.h"
+#include "memory/block_pool.h"
+
+namespace kvtier::engine {
+
+// The page table of one sequence: page i holds positions [i * P, (i + 1) * P).
+struct SequenceKV {
+  std::vector<PageId> pages;
+  uint32_t num_tokens = 0;  // positions [0, num_tokens) hold valid KV
+};
+
+// Called before layer l is computed; a non-OK status aborts the call.
+using LayerHook = std::function<Status(LayerIdx)>;
+
+struct PrefillOptions {
+  bool all_logits = false;  // logits of every computed position, not only the last
+  LayerHook layer_hook;
+};
+
+// Rows of logits, row-major [rows][vocab].
+struct Logits {
+  uint32_t rows = 0;
+  uint32_t vocab = 0;
+  std::vector<float> data;
+
+  std::span<const float> row(uint32_t i) const { return {data.data() + size_t(i) * vocab, vocab}; }
+  std::span<const float> last() const { return row(rows - 1); }
+};
+
+struct EngineOptions {
+  uint32_t threads = 0;           // attention/elementwise workers; 0: hardware concurrency
+  uint32_t blas_threads = 0;      // OpenBLAS threads (process-wide setting); 0: same as threads
+  uint32_t prefill_chunk = 1024;  // tokens per pass through a layer (bounds scratch memory)
+
+  Status validate() const;
+};
+
+// Where prefill time went (seconds, accumulated until reset).
+struct EngineProfile {
+  double prefill_seconds = 0;
+  double attention_seconds = 0;  // inside prefill
+  double decode_seconds = 0;
+  uint64_t prefill_tokens = 0;
+  uint64_t decode_tokens = 0;
+  double prefill_flops = 0;  // model FLOPs done by prefill (matrices + causal attention + logits)
+};
+
+class Engine {
+ public:
+  // The pool's geometry must be model.config().kv_geometry(dtype, page_tokens)
+  // for some KV dtype and page size; it must outlive the engine.
+  static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model, BlockPool& pool,
+                                                const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // `tokens` is the whole prompt, positions [0, tokens.size()); positions
+  // [start_pos, tokens.size()) are computed and their KV written. Requires
+  // start_pos < tokens.size(), start_pos <= seq.num_tokens and pages covering
+  // tokens.size() positions. On success seq.num_tokens = tokens.size(); on
+  // failure seq.num_tokens = min(seq.num_tokens, start_pos). Returns the last
+  // position's logits, or every computed position's with all_logits.
+  Result<Logits> prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
+                         const PrefillOptions& options = {});
+
+  // Feeds tokens[i] at position seqs[i]->num_tokens of each sequence (pages
+  // must cover it), returns one row of logits per sequence and advances each
+  // num_tokens by one. Sequences must be distinct.
+  Result<Logits> decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens);
+
+  const Model& model() const { return *model_; }
+  const KVGeometry& geometry() const { return geometry_; }
+  // Positions the page table can hold.
+  uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry_.page_tokens; }
+  // Pages needed to hold n positions.
+  uint32_t pages_for(uint32_t n_tokens) const { return (n_tokens + geometry_.page_tokens - 1) / geometry_.page_tokens; }
+
+  const EngineProfile& profile() const { return profile_; }
+  void reset_profile() { profile_ = {}; }
+
+ private:
+  struct Impl;
+  Engine(std::shared_ptr<const Model> model, BlockPool& pool, const EngineOptions& options);
+
+  std::shared_ptr<const Model> model_;
+  BlockPool& pool_;
+  KVGeometry geometry_;
+  EngineOptions options_;
+  EngineProfile profile_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier::engine

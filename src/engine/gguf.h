@@ -1,0 +1,45 @@
+// GGUF (version 3) files of the `llama` architecture: reading into a Model
+// and writing a Model out (DESIGN §11 conventions: tensors `ne = [in, out]`
+// are row-major [out][in]; adjacent-pair RoPE; llama.cpp tokenizer metadata
+// with byte-fallback tokens).
+//
+// The reader maps the file read-only, checks everything it relies on (magic,
+// version, bounds, alignment, shapes, types, the hyper-parameters) and
+// dequantises F32/F16/BF16/Q8_0 tensors to f32. Anything else is refused with
+// a message naming the problem; a malformed file never crashes the reader.
+// Stateless free functions; safe to call from any thread.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "engine/model.h"
+
+namespace kvtier::engine {
+
+// Tensor element types we read (ggml_type values).
+enum class GgufType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+std::string_view gguf_type_name(GgufType t);
+// "f32" | "f16" | "bf16" | "q8_0".
+Result<GgufType> parse_gguf_type(std::string_view name);
+
+// Loads a GGUF file through mmap.
+Result<std::shared_ptr<const Model>> load_gguf(const std::string& path);
+// Parses a GGUF image held in memory (the fuzzer's entry point). `what` names
+// the source in error messages.
+Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what = "gguf");
+
+struct GgufWriteOptions {
+  GgufType weight_type = GgufType::kF32;  // matrices; norm vectors are always F32
+  std::string name;                       // general.name; defaults to the config name
+
+  Status validate() const;
+};
+
+// Writes `model` as a GGUF v3 file llama.cpp can load.
+Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options = {});
+
+}  // namespace kvtier::engine

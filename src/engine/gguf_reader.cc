@@ -1,0 +1,462 @@
+// GGUF v3 reader: a bounds-checked cursor over the mapped bytes, then
+// validation of the llama hyper-parameters and tensor table, then
+// dequantisation into Model weights.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+#include "engine/gguf.h"
+#include "engine/gguf_format.h"
+#include "engine/half.h"
+
+namespace kvtier::engine {
+
+using gguf::ValueType;
+
+std::string_view gguf_type_name(GgufType t) {
+  switch (t) {
+    case GgufType::kF32: return "f32";
+    case GgufType::kF16: return "f16";
+    case GgufType::kQ8_0: return "q8_0";
+    case GgufType::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+Result<GgufType> parse_gguf_type(std::string_view n) {
+  if (n == "f32") return GgufType::kF32;
+  if (n == "f16") return GgufType::kF16;
+  if (n == "bf16") return GgufType::kBF16;
+  if (n == "q8_0") return GgufType::kQ8_0;
+  return Status::InvalidArgument("unknown weight type '" + std::string(n) + "' (expected f32, f16, bf16 or q8_0)");
+}
+
+namespace {
+
+std::string ggml_type_label(uint32_t t) {
+  static const std::map<uint32_t, const char*> names = {
+      {2, "Q4_0"}, {3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {10, "Q2_K"}, {11, "Q3_K"}, {12, "Q4_K"},
+      {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}};
+  auto it = names.find(t);
+  return (it != names.end() ? std::string(it->second) : std::string("type")) + " (" + std::to_string(t) + ")";
+}
+
+// One metadata value. Arrays keep strings or numbers; nested arrays are walked but not kept.
+struct Value {
+  ValueType type = ValueType::kU8;
+  bool is_int = false;
+  int64_t i = 0;  // integer scalars (u64 above 2^63 saturate; never a valid hyper-parameter)
+  double f = 0;   // numeric scalars
+  std::string str;
+  ValueType elem = ValueType::kU8;
+  std::vector<std::string> strs;
+  std::vector<double> nums;
+};
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> ne;
+  uint32_t type = 0;
+  uint64_t offset = 0;
+  uint64_t nbytes = 0;
+  uint64_t count = 0;
+};
+
+class Cursor {
+ public:
+  Cursor(const uint8_t* p, size_t n, std::string_view what) : p_(p), n_(n), what_(what) {}
+
+  Status corrupt(const std::string& m) const {
+    return Status::Corruption(what_ + ": " + m + " (at byte " + std::to_string(off_) + ")");
+  }
+  size_t offset() const { return off_; }
+  size_t remaining() const { return n_ - off_; }
+
+  template <class T>
+  Status pod(T& v, const char* what) {
+    if (remaining() < sizeof(T)) return corrupt(std::string("truncated file while reading ") + what);
+    std::memcpy(&v, p_ + off_, sizeof(T));
+    off_ += sizeof(T);
+    return Status::Ok();
+  }
+  Status str(std::string& s, const char* what) {
+    uint64_t len = 0;
+    KVTIER_RETURN_IF_ERROR(pod(len, what));
+    if (len > remaining()) return corrupt(std::string("truncated file: string of ") + std::to_string(len) +
+                                          " bytes in " + what);
+    s.assign(reinterpret_cast<const char*>(p_ + off_), size_t(len));
+    off_ += size_t(len);
+    return Status::Ok();
+  }
+
+  Status value(ValueType t, Value& v, int depth) {
+    v.type = t;
+    switch (t) {
+      case ValueType::kU8: return num<uint8_t>(v);
+      case ValueType::kI8: return num<int8_t>(v);
+      case ValueType::kU16: return num<uint16_t>(v);
+      case ValueType::kI16: return num<int16_t>(v);
+      case ValueType::kU32: return num<uint32_t>(v);
+      case ValueType::kI32: return num<int32_t>(v);
+      case ValueType::kU64: return num<uint64_t>(v);
+      case ValueType::kI64: return num<int64_t>(v);
+      case ValueType::kF32: return num<float>(v);
+      case ValueType::kF64: return num<double>(v);
+      case ValueType::kBool: {
+        uint8_t b = 0;
+        KVTIER_RETURN_IF_ERROR(pod(b, "bool"));
+        if (b > 1) return corrupt("bool value " + std::to_string(b));
+        v.is_int = true, v.i = b, v.f = b;
+        return Status::Ok();
+      }
+      case ValueType::kString: return str(v.str, "string value");
+      case ValueType::kArray: {
+        if (depth > 2) return corrupt("arrays nested too deeply");
+        uint32_t et = 0;
+        uint64_t count = 0;
+        KVTIER_RETURN_IF_ERROR(pod(et, "array type"));
+        KVTIER_RETURN_IF_ERROR(pod(count, "array length"));
+        if (et > uint32_t(ValueType::kF64)) return corrupt("array of unknown value type " + std::to_string(et));
+        v.elem = ValueType(et);
+        // Every element takes at least one byte (strings eight): refuse lengths the file cannot hold.
+        const uint64_t min_bytes = v.elem == ValueType::kString || v.elem == ValueType::kArray ? 8 : 1;
+        if (count > remaining() / min_bytes) return corrupt("truncated file: array of " + std::to_string(count) + " elements past the end");
+        const bool keep = v.elem != ValueType::kArray;
+        if (keep && v.elem == ValueType::kString) v.strs.reserve(size_t(count));
+        if (keep && v.elem != ValueType::kString) v.nums.reserve(size_t(count));
+        for (uint64_t k = 0; k < count; ++k) {
+          Value e;
+          KVTIER_RETURN_IF_ERROR(value(v.elem, e, depth + 1));
+          if (!keep) continue;
+          if (v.elem == ValueType::kString) v.strs.push_back(std::move(e.str));
+          else v.nums.push_back(e.f);
+        }
+        return Status::Ok();
+      }
+    }
+    return corrupt("unknown metadata value type " + std::to_string(uint32_t(t)));
+  }
+
+ private:
+  template <class T>
+  Status num(Value& v) {
+    T x{};
+    KVTIER_RETURN_IF_ERROR(pod(x, "number"));
+    v.f = double(x);
+    v.is_int = std::is_integral_v<T>;
+    if constexpr (std::is_integral_v<T>) {
+      v.i = (std::is_unsigned_v<T> && uint64_t(x) > uint64_t(INT64_MAX)) ? INT64_MAX : int64_t(x);
+    }
+    return Status::Ok();
+  }
+
+  const uint8_t* p_;
+  size_t n_;
+  size_t off_ = 0;
+  std::string what_;
+};
+
+class Parser {
+ public:
+  Parser(std::span<const std::byte> bytes, std::string_view what)
+      : bytes_(bytes), what_(what), cur_(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), what) {}
+
+  Result<std::shared_ptr<const Model>> run() {
+    KVTIER_RETURN_IF_ERROR(header());
+    KVTIER_ASSIGN_OR_RETURN(ModelConfig config, hparams());
+    KVTIER_ASSIGN_OR_RETURN(Vocab vocab, vocabulary(config));
+    KVTIER_ASSIGN_OR_RETURN(ModelWeights weights, tensors(config));
+    return Model::from_parts(std::move(config), std::move(weights), std::move(vocab));
+  }
+
+ private:
+  Status bad(const std::string& m) const { return Status::Corruption(what_ + ": " + m); }
+  Status unsupported(const std::string& m) const { return Status::Unimplemented(what_ + ": " + m); }
+
+  Status header() {
+    uint32_t magic = 0, version = 0;
+    uint64_t n_tensors = 0, n_kv = 0;
+    if (bytes_.size() < 4) return bad("file too short to be GGUF (" + std::to_string(bytes_.size()) + " bytes)");
+    KVTIER_RETURN_IF_ERROR(cur_.pod(magic, "magic"));
+    if (magic != gguf::kMagic) return bad("bad magic: not a GGUF file");
+    KVTIER_RETURN_IF_ERROR(cur_.pod(version, "version"));
+    if (version != gguf::kVersion)
+      return unsupported("GGUF version " + std::to_string(version) + " is not supported (only version 3)");
+    KVTIER_RETURN_IF_ERROR(cur_.pod(n_tensors, "tensor count"));
+    KVTIER_RETURN_IF_ERROR(cur_.pod(n_kv, "metadata count"));
+    // Each entry takes well over 8 bytes: counts the file cannot hold are corrupt.
+    if (n_kv > cur_.remaining() / 8 || n_tensors > cur_.remaining() / 8)
+      return bad("truncated file: header claims " + std::to_string(n_tensors) + " tensors and " + std::to_string(n_kv) +
+                 " metadata entries, more than the file can hold");
+    for (uint64_t k = 0; k < n_kv; ++k) {
+      std::string key;
+      uint32_t t = 0;
+      KVTIER_RETURN_IF_ERROR(cur_.str(key, "metadata key"));
+      KVTIER_RETURN_IF_ERROR(cur_.pod(t, "metadata value type"));
+      if (t > uint32_t(ValueType::kF64)) return cur_.corrupt("metadata '" + key + "' has unknown value type " + std::to_string(t));
+      Value v;
+      KVTIER_RETURN_IF_ERROR(cur_.value(ValueType(t), v, 0));
+      if (!kv_.emplace(key, std::move(v)).second) return bad("duplicate metadata key '" + key + "'");
+    }
+    uint64_t alignment = gguf::kDefaultAlignment;
+    if (auto it = kv_.find("general.alignment"); it != kv_.end()) {
+      if (!it->second.is_int || it->second.i <= 0 || it->second.i > (1 << 16) || (it->second.i & (it->second.i - 1)))
+        return bad("general.alignment must be a power of two up to 65536");
+      alignment = uint64_t(it->second.i);
+    }
+    for (uint64_t k = 0; k < n_tensors; ++k) {
+      TensorInfo ti;
+      uint32_t n_dims = 0;
+      KVTIER_RETURN_IF_ERROR(cur_.str(ti.name, "tensor name"));
+      KVTIER_RETURN_IF_ERROR(cur_.pod(n_dims, "tensor dimension count"));
+      if (n_dims == 0 || n_dims > gguf::kMaxDims)
+        return bad("tensor '" + ti.name + "' has " + std::to_string(n_dims) + " dimensions (1..4 allowed)");
+      ti.count = 1;
+      for (uint32_t d = 0; d < n_dims; ++d) {
+        uint64_t ne = 0;
+        KVTIER_RETURN_IF_ERROR(cur_.pod(ne, "tensor dimension"));
+        if (ne == 0 || ne > (uint64_t(1) << 40) || ti.count > (uint64_t(1) << 40) / ne)
+          return bad("tensor '" + ti.name + "' has an impossible shape");
+        ti.count *= ne;
+        ti.ne.push_back(ne);
+      }
+      KVTIER_RETURN_IF_ERROR(cur_.pod(ti.type, "tensor type"));
+      KVTIER_RETURN_IF_ERROR(cur_.pod(ti.offset, "tensor offset"));
+      if (tensors_.count(ti.name)) return bad("duplicate tensor '" + ti.name + "'");
+      tensors_.emplace(ti.name, std::move(ti));
+    }
+    data_start_ = (cur_.offset() + alignment - 1) / alignment * alignment;
+    if (data_start_ > bytes_.size()) return bad("truncated file: no tensor data section");
+    const uint64_t data_bytes = bytes_.size() - data_start_;
+    std::vector<const TensorInfo*> by_offset;
+    for (auto& [name, ti] : tensors_) {
+      switch (GgufType(ti.type)) {
+        case GgufType::kF32: ti.nbytes = ti.count * 4; break;
+        case GgufType::kF16:
+        case GgufType::kBF16: ti.nbytes = ti.count * 2; break;
+        case GgufType::kQ8_0:
+          if (ti.ne[0] % gguf::kQ8Block != 0)
+            return bad("Q8_0 tensor '" + name + "' has rows of " + std::to_string(ti.ne[0]) + " (not a multiple of 32)");
+          ti.nbytes = ti.count / gguf::kQ8Block * gguf::kQ8BlockBytes;
+          break;
+        default:
+          return unsupported("tensor '" + name + "' has type " + ggml_type_label(ti.type) +
+                             "; only F32, F16, BF16 and Q8_0 are supported");
+      }
+      if (ti.offset % alignment != 0) return bad("tensor '" + name + "' data offset is not aligned");
+      if (ti.offset > data_bytes || ti.nbytes > data_bytes - ti.offset)
+        return bad("truncated file: tensor '" + name + "' extends past the end (" + std::to_string(ti.offset) + " + " +
+                   std::to_string(ti.nbytes) + " > " + std::to_string(data_bytes) + " data bytes)");
+      by_offset.push_back(&ti);
+    }
+    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    for (size_t k = 1; k < by_offset.size(); ++k)
+      if (by_offset[k - 1]->offset + by_offset[k - 1]->nbytes > by_offset[k]->offset)
+        return bad("tensors '" + by_offset[k - 1]->name + "' and '" + by_offset[k]->name + "' overlap");
+    return Status::Ok();
+  }
+
+  const Value* find(const std::string& key) const {
+    auto it = kv_.find(key);
+    return it == kv_.end() ? nullptr : &it->second;
+  }
+  Result<uint32_t> u32(const std::string& key, std::optional<uint32_t> dflt = std::nullopt) const {
+    const Value* v = find(key);
+    if (!v) {
+      if (dflt) return *dflt;
+      return bad("missing metadata '" + key + "'");
+    }
+    if (!v->is_int || v->i < 0 || v->i > int64_t(UINT32_MAX)) return bad("metadata '" + key + "' must be an unsigned 32-bit integer");
+    return uint32_t(v->i);
+  }
+  Result<float> f32(const std::string& key, float dflt) const {
+    const Value* v = find(key);
+    if (!v) return dflt;
+    if (v->type != ValueType::kF32 && v->type != ValueType::kF64 && !v->is_int) return bad("metadata '" + key + "' must be a number");
+    return float(v->f);
+  }
+
+  Result<ModelConfig> hparams() const {
+    const Value* arch = find("general.architecture");
+    if (!arch || arch->type != ValueType::kString) return bad("missing metadata 'general.architecture'");
+    if (arch->str != "llama") return unsupported("architecture '" + arch->str + "' is not supported (only 'llama')");
+    ModelConfig c;
+    if (const Value* n = find("general.name"); n && n->type == ValueType::kString) c.name = n->str;
+    KVTIER_ASSIGN_OR_RETURN(c.hidden_size, u32("llama.embedding_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_layers, u32("llama.block_count"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_heads, u32("llama.attention.head_count"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_kv_heads, u32("llama.attention.head_count_kv", c.num_heads));
+    KVTIER_ASSIGN_OR_RETURN(c.ffn_size, u32("llama.feed_forward_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.max_context, u32("llama.context_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.rope_theta, f32("llama.rope.freq_base", 10000.0f));
+    KVTIER_ASSIGN_OR_RETURN(c.rms_eps, f32("llama.attention.layer_norm_rms_epsilon", 1e-5f));
+    if (c.num_heads == 0 || c.hidden_size % c.num_heads != 0)
+      if (!find("llama.attention.key_length")) return bad("embedding_length is not a multiple of head_count");
+    KVTIER_ASSIGN_OR_RETURN(c.head_dim, u32("llama.attention.key_length", c.num_heads ? c.hidden_size / c.num_heads : 0));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t vdim, u32("llama.attention.value_length", c.head_dim));
+    if (vdim != c.head_dim) return unsupported("value_length != key_length is not supported");
+    KVTIER_ASSIGN_OR_RETURN(uint32_t rot, u32("llama.rope.dimension_count", c.head_dim));
+    if (rot != c.head_dim) return unsupported("partial RoPE (rope.dimension_count " + std::to_string(rot) + " < head_dim " + std::to_string(c.head_dim) + ") is not supported");
+    KVTIER_ASSIGN_OR_RETURN(uint32_t experts, u32("llama.expert_count", 0));
+    if (experts > 0) return unsupported("mixture-of-experts llama models are not supported");
+    if (const Value* s = find("llama.rope.scaling.type"); s && !(s->type == ValueType::kString && s->str == "none"))
+      return unsupported("RoPE scaling ('" + s->str + "') is not supported");
+    if (const Value* s = find("llama.rope.scaling.factor"); s && s->f != 0.0 && s->f != 1.0)
+      return unsupported("RoPE scaling factor " + std::to_string(s->f) + " is not supported");
+    const Value* toks = find("tokenizer.ggml.tokens");
+    if (!toks || toks->type != ValueType::kArray || toks->elem != ValueType::kString)
+      return bad("missing metadata 'tokenizer.ggml.tokens' (an array of strings)");
+    c.vocab_size = uint32_t(std::min<size_t>(toks->strs.size(), UINT32_MAX));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t vs, u32("llama.vocab_size", c.vocab_size));
+    if (vs != c.vocab_size) return bad("llama.vocab_size " + std::to_string(vs) + " disagrees with " + std::to_string(c.vocab_size) + " tokens");
+    c.tied_embeddings = tensors_.count("output.weight") == 0;
+    if (Status st = c.validate(); !st.ok()) return bad("hyper-parameters: " + st.message());
+    return c;
+  }
+
+  Result<Vocab> vocabulary(const ModelConfig& c) const {
+    Vocab v;
+    v.tokens = find("tokenizer.ggml.tokens")->strs;
+    v.scores.assign(c.vocab_size, 0.0f);
+    v.types.assign(c.vocab_size, int32_t(TokenType::kNormal));
+    if (const Value* s = find("tokenizer.ggml.scores")) {
+      if (s->type != ValueType::kArray || s->nums.size() != c.vocab_size) return bad("tokenizer.ggml.scores must have one number per token");
+      for (size_t k = 0; k < c.vocab_size; ++k) v.scores[k] = float(s->nums[k]);
+    }
+    if (const Value* t = find("tokenizer.ggml.token_type")) {
+      if (t->type != ValueType::kArray || t->nums.size() != c.vocab_size) return bad("tokenizer.ggml.token_type must have one value per token");
+      for (size_t k = 0; k < c.vocab_size; ++k) v.types[k] = int32_t(t->nums[k]);
+    }
+    KVTIER_ASSIGN_OR_RETURN(uint32_t bos, u32("tokenizer.ggml.bos_token_id", 1));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t eos, u32("tokenizer.ggml.eos_token_id", 2));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t unk, u32("tokenizer.ggml.unknown_token_id", 0));
+    if (bos >= c.vocab_size || eos >= c.vocab_size || unk >= c.vocab_size) return bad("BOS/EOS/UNK token id out of range");
+    v.bos = TokenId(bos), v.eos = TokenId(eos), v.unk = TokenId(unk);
+    return v;
+  }
+
+  // Dequantises tensor `name` of shape [rows][cols] (ne = [cols, rows]; rows 0: a vector, ne = [cols]) into `dst`.
+  Status load(const std::string& name, uint64_t cols, uint64_t rows, float* dst) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) return bad("missing tensor '" + name + "'");
+    const TensorInfo& ti = it->second;
+    const bool shape_ok = rows == 0 ? (ti.ne.size() == 1 && ti.ne[0] == cols)
+                                    : (ti.ne.size() == 2 && ti.ne[0] == cols && ti.ne[1] == rows);
+    if (!shape_ok) {
+      std::string got;
+      for (uint64_t d : ti.ne) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      return bad("tensor '" + name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
+                 (rows == 0 ? "" : ", " + std::to_string(rows)) + "]");
+    }
+    used_.push_back(name);
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(bytes_.data()) + data_start_ + ti.offset;
+    const size_t n = size_t(ti.count);
+    switch (GgufType(ti.type)) {
+      case GgufType::kF32: std::memcpy(dst, src, n * 4); break;
+      case GgufType::kF16:
+      case GgufType::kBF16: {
+        std::vector<uint16_t> tmp(n);
+        std::memcpy(tmp.data(), src, n * 2);
+        if (GgufType(ti.type) == GgufType::kF16) f16_to_f32(tmp.data(), dst, n);
+        else bf16_to_f32(tmp.data(), dst, n);
+        break;
+      }
+      case GgufType::kQ8_0:
+        for (size_t b = 0; b < n / gguf::kQ8Block; ++b) {
+          const uint8_t* blk = src + b * gguf::kQ8BlockBytes;
+          uint16_t d16;
+          std::memcpy(&d16, blk, 2);
+          const float d = f16_to_f32(d16);
+          for (uint32_t k = 0; k < gguf::kQ8Block; ++k) dst[b * gguf::kQ8Block + k] = d * float(int8_t(blk[2 + k]));
+        }
+        break;
+    }
+    for (size_t k = 0; k < n; ++k)
+      if (!std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
+    return Status::Ok();
+  }
+
+  Result<ModelWeights> tensors(const ModelConfig& c) {
+    if (tensors_.count("rope_freqs.weight")) return unsupported("RoPE frequency factors (rope_freqs.weight) are not supported");
+    const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
+    ModelWeights w;
+    w.token_embd.resize(v * h);
+    w.output_norm.resize(h);
+    KVTIER_RETURN_IF_ERROR(load("token_embd.weight", h, v, w.token_embd.data()));
+    KVTIER_RETURN_IF_ERROR(load("output_norm.weight", h, 0, w.output_norm.data()));
+    if (!c.tied_embeddings) {
+      w.output.resize(v * h);
+      KVTIER_RETURN_IF_ERROR(load("output.weight", h, v, w.output.data()));
+    }
+    w.layers.resize(c.num_layers);
+    for (uint32_t i = 0; i < c.num_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      LayerWeights& l = w.layers[i];
+      l.attn_norm.resize(h), l.ffn_norm.resize(h);
+      l.wqkv.resize((q + 2 * kv) * h), l.wo.resize(h * q);
+      l.w_gate_up.resize(2 * f * h), l.w_down.resize(h * f);
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_norm.weight", h, 0, l.attn_norm.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_q.weight", h, q, l.wqkv.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_k.weight", h, kv, l.wqkv.data() + q * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_v.weight", h, kv, l.wqkv.data() + (q + kv) * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_output.weight", q, h, l.wo.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_norm.weight", h, 0, l.ffn_norm.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_gate.weight", h, f, l.w_gate_up.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_up.weight", h, f, l.w_gate_up.data() + f * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_down.weight", f, h, l.w_down.data()));
+    }
+    if (used_.size() != tensors_.size()) {
+      for (const auto& [name, ti] : tensors_)
+        if (std::find(used_.begin(), used_.end(), name) == used_.end())
+          return unsupported("unexpected tensor '" + name + "' for a llama model with " + std::to_string(c.num_layers) + " layers");
+    }
+    return w;
+  }
+
+  std::span<const std::byte> bytes_;
+  std::string what_;
+  Cursor cur_;
+  std::map<std::string, Value> kv_;
+  std::map<std::string, TensorInfo> tensors_;
+  std::vector<std::string> used_;
+  uint64_t data_start_ = 0;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what) {
+  return Parser(bytes, what).run();
+}
+
+Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status s = Status::FromErrno(errno, "stat " + path);
+    ::close(fd);
+    return s;
+  }
+  const size_t size = size_t(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return Status::Corruption(path + ": empty file, not GGUF");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_err = errno;
+  ::close(fd);
+  if (map == MAP_FAILED) return Status::FromErrno(map_err, "mmap " + path);
+  auto result = parse_gguf(std::span<const std::byte>(static_cast<const std::byte*>(map), size), path);
+  ::munmap(map, size);
+  return result;
+}
+
+}  // namespace kvtier::engine

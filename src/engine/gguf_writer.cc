@@ -1,0 +1,212 @@
+// GGUF v3 writer: metadata llama.cpp needs to load a llama model, then the
+// tensors, each aligned to 32 bytes.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "engine/gguf.h"
+#include "engine/gguf_format.h"
+#include "engine/half.h"
+
+namespace kvtier::engine {
+
+using gguf::ValueType;
+
+Status GgufWriteOptions::validate() const {
+  switch (weight_type) {
+    case GgufType::kF32:
+    case GgufType::kF16:
+    case GgufType::kBF16:
+    case GgufType::kQ8_0: return Status::Ok();
+  }
+  return Status::InvalidArgument("GgufWriteOptions: unsupported weight type");
+}
+
+namespace {
+
+class Buffer {
+ public:
+  template <class T>
+  void pod(T v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    bytes_.insert(bytes_.end(), p, p + sizeof(T));
+  }
+  void str(std::string_view s) {
+    pod<uint64_t>(s.size());
+    bytes_.insert(bytes_.end(), s.begin(), s.end());
+  }
+  void key(std::string_view k, ValueType t) {
+    str(k);
+    pod<uint32_t>(uint32_t(t));
+    ++kv_count_;
+  }
+  void kv_u32(std::string_view k, uint32_t v) { key(k, ValueType::kU32), pod(v); }
+  void kv_f32(std::string_view k, float v) { key(k, ValueType::kF32), pod(v); }
+  void kv_bool(std::string_view k, bool v) { key(k, ValueType::kBool), pod<uint8_t>(v ? 1 : 0); }
+  void kv_str(std::string_view k, std::string_view v) { key(k, ValueType::kString), str(v); }
+  void pad(size_t alignment) {
+    while (bytes_.size() % alignment) bytes_.push_back(0);
+  }
+
+  std::vector<char>& bytes() { return bytes_; }
+  uint64_t kv_count() const { return kv_count_; }
+
+ private:
+  std::vector<char> bytes_;
+  uint64_t kv_count_ = 0;
+};
+
+struct Tensor {
+  std::string name;
+  const float* data;
+  uint64_t cols, rows;  // rows 0: a vector
+  GgufType type;
+  uint64_t offset = 0;
+};
+
+uint64_t tensor_bytes(const Tensor& t) {
+  const uint64_t n = t.cols * std::max<uint64_t>(t.rows, 1);
+  switch (t.type) {
+    case GgufType::kF32: return n * 4;
+    case GgufType::kF16:
+    case GgufType::kBF16: return n * 2;
+    case GgufType::kQ8_0: return n / gguf::kQ8Block * gguf::kQ8BlockBytes;
+  }
+  return 0;
+}
+
+void encode(const Tensor& t, std::vector<char>& out) {
+  const size_t n = t.cols * std::max<uint64_t>(t.rows, 1);
+  out.resize(tensor_bytes(t));
+  switch (t.type) {
+    case GgufType::kF32: std::memcpy(out.data(), t.data, n * 4); break;
+    case GgufType::kF16: f32_to_f16(t.data, reinterpret_cast<uint16_t*>(out.data()), n); break;
+    case GgufType::kBF16: f32_to_bf16(t.data, reinterpret_cast<uint16_t*>(out.data()), n); break;
+    case GgufType::kQ8_0:
+      for (size_t b = 0; b < n / gguf::kQ8Block; ++b) {
+        const float* x = t.data + b * gguf::kQ8Block;
+        float amax = 0.0f;
+        for (uint32_t k = 0; k < gguf::kQ8Block; ++k) amax = std::max(amax, std::fabs(x[k]));
+        const float d = amax / 127.0f;
+        const float id = d > 0.0f ? 1.0f / d : 0.0f;
+        char* blk = out.data() + b * gguf::kQ8BlockBytes;
+        const uint16_t d16 = f32_to_f16(d);
+        std::memcpy(blk, &d16, 2);
+        for (uint32_t k = 0; k < gguf::kQ8Block; ++k) blk[2 + k] = char(int8_t(std::lround(x[k] * id)));
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  const Vocab& vocab = model.vocab();
+  const GgufType mt = options.weight_type;
+  const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
+
+  std::vector<Tensor> tensors;
+  auto add = [&](std::string name, const float* data, uint64_t cols, uint64_t rows) {
+    tensors.push_back({std::move(name), data, cols, rows, rows == 0 ? GgufType::kF32 : mt});
+  };
+  add("token_embd.weight", w.token_embd.data(), h, v);
+  add("output_norm.weight", w.output_norm.data(), h, 0);
+  if (!c.tied_embeddings) add("output.weight", w.output.data(), h, v);
+  for (uint32_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const LayerWeights& l = w.layers[i];
+    add(p + "attn_norm.weight", l.attn_norm.data(), h, 0);
+    add(p + "attn_q.weight", l.wqkv.data(), h, q);
+    add(p + "attn_k.weight", l.wqkv.data() + q * h, h, kv);
+    add(p + "attn_v.weight", l.wqkv.data() + (q + kv) * h, h, kv);
+    add(p + "attn_output.weight", l.wo.data(), q, h);
+    add(p + "ffn_norm.weight", l.ffn_norm.data(), h, 0);
+    add(p + "ffn_gate.weight", l.w_gate_up.data(), h, f);
+    add(p + "ffn_up.weight", l.w_gate_up.data() + f * h, h, f);
+    add(p + "ffn_down.weight", l.w_down.data(), f, h);
+  }
+  for (const Tensor& t : tensors)
+    if (t.type == GgufType::kQ8_0 && t.cols % gguf::kQ8Block != 0)
+      return Status::InvalidArgument("q8_0 needs rows whose length is a multiple of 32; tensor '" + t.name + "' has " +
+                                     std::to_string(t.cols));
+
+  Buffer meta;
+  uint32_t file_type = gguf::kFileTypeF32;
+  if (mt == GgufType::kF16) file_type = gguf::kFileTypeF16;
+  if (mt == GgufType::kBF16) file_type = gguf::kFileTypeBF16;
+  if (mt == GgufType::kQ8_0) file_type = gguf::kFileTypeQ8_0;
+  meta.kv_str("general.architecture", "llama");
+  meta.kv_str("general.name", options.name.empty() ? (c.name.empty() ? "kvtier" : c.name) : options.name);
+  meta.kv_u32("general.file_type", file_type);
+  meta.kv_u32("general.alignment", gguf::kDefaultAlignment);
+  meta.kv_u32("llama.vocab_size", c.vocab_size);
+  meta.kv_u32("llama.context_length", c.max_context);
+  meta.kv_u32("llama.embedding_length", c.hidden_size);
+  meta.kv_u32("llama.block_count", c.num_layers);
+  meta.kv_u32("llama.feed_forward_length", c.ffn_size);
+  meta.kv_u32("llama.rope.dimension_count", c.head_dim);
+  meta.kv_u32("llama.attention.head_count", c.num_heads);
+  meta.kv_u32("llama.attention.head_count_kv", c.num_kv_heads);
+  meta.kv_u32("llama.attention.key_length", c.head_dim);
+  meta.kv_u32("llama.attention.value_length", c.head_dim);
+  meta.kv_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  meta.kv_f32("llama.rope.freq_base", c.rope_theta);
+  meta.kv_str("tokenizer.ggml.model", "llama");
+  meta.key("tokenizer.ggml.tokens", ValueType::kArray);
+  meta.pod<uint32_t>(uint32_t(ValueType::kString));
+  meta.pod<uint64_t>(vocab.tokens.size());
+  for (const auto& t : vocab.tokens) meta.str(t);
+  meta.key("tokenizer.ggml.scores", ValueType::kArray);
+  meta.pod<uint32_t>(uint32_t(ValueType::kF32));
+  meta.pod<uint64_t>(vocab.scores.size());
+  for (float s : vocab.scores) meta.pod(s);
+  meta.key("tokenizer.ggml.token_type", ValueType::kArray);
+  meta.pod<uint32_t>(uint32_t(ValueType::kI32));
+  meta.pod<uint64_t>(vocab.types.size());
+  for (int32_t t : vocab.types) meta.pod(t);
+  meta.kv_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.bos));
+  meta.kv_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.eos));
+  meta.kv_u32("tokenizer.ggml.unknown_token_id", uint32_t(vocab.unk));
+  meta.kv_bool("tokenizer.ggml.add_bos_token", true);
+  meta.kv_bool("tokenizer.ggml.add_eos_token", false);
+
+  Buffer head;
+  head.pod<uint32_t>(gguf::kMagic);
+  head.pod<uint32_t>(gguf::kVersion);
+  head.pod<uint64_t>(tensors.size());
+  head.pod<uint64_t>(meta.kv_count());
+  head.bytes().insert(head.bytes().end(), meta.bytes().begin(), meta.bytes().end());
+  uint64_t offset = 0;
+  for (Tensor& t : tensors) {
+    t.offset = offset;
+    offset += (tensor_bytes(t) + gguf::kDefaultAlignment - 1) / gguf::kDefaultAlignment * gguf::kDefaultAlignment;
+    head.str(t.name);
+    head.pod<uint32_t>(t.rows == 0 ? 1 : 2);
+    head.pod<uint64_t>(t.cols);
+    if (t.rows != 0) head.pod<uint64_t>(t.rows);
+    head.pod<uint32_t>(uint32_t(t.type));
+    head.pod<uint64_t>(t.offset);
+  }
+  head.pad(gguf::kDefaultAlignment);
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::IOError("cannot create " + path);
+  out.write(head.bytes().data(), std::streamsize(head.bytes().size()));
+  std::vector<char> buf;
+  const char zeros[gguf::kDefaultAlignment] = {};
+  for (const Tensor& t : tensors) {
+    encode(t, buf);
+    out.write(buf.data(), std::streamsize(buf.size()));
+    const size_t padding = (gguf::kDefaultAlignment - buf.size() % gguf::kDefaultAlignment) % gguf::kDefaultAlignment;
+    out.write(zeros, std::streamsize(padding));
+  }
+  out.flush();
+  if (!out) return Status::IOError("write failed: " + path);
+  return Status::Ok();
+}
+
+}  // namespace kvtier::engine

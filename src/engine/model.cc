@@ -1,0 +1,165 @@
+#include "engine/model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "common/page_hash.h"
+#include "engine/half.h"
+
+namespace kvtier::engine {
+
+namespace {
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Rounds to a bf16 value, flushing magnitudes below 2^-17 to zero so that the
+// value is also exact in f16 (whose subnormal spacing is 2^-24).
+float representable(float x) {
+  if (std::fabs(x) < 0x1p-17f) return 0.0f;
+  return bf16_to_f32(f32_to_bf16(x));
+}
+
+// Uniform values with standard deviation `sigma` around `mean`; the stream
+// depends only on (seed, tensor_id) so tensors are independent of order.
+void fill(std::vector<float>& v, size_t n, uint64_t seed, uint64_t tensor_id, float mean, float sigma) {
+  v.resize(n);
+  uint64_t s = seed ^ (tensor_id * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull);
+  splitmix64(s);
+  const float a = sigma * std::sqrt(3.0f);
+  for (size_t i = 0; i < n; ++i) {
+    // 24 random bits → a float in [-1, 1) exactly.
+    const float u = float(int64_t(splitmix64(s) >> 40) - (1 << 23)) * 0x1p-23f;
+    v[i] = representable(mean + a * u);
+  }
+}
+
+Status size_is(const std::vector<float>& v, size_t n, const char* what, int layer) {
+  if (v.size() == n) return Status::Ok();
+  const std::string name = layer >= 0 ? "layer " + std::to_string(layer) + " " + what : std::string(what);
+  return Status::InvalidArgument("model weights: " + name + " has " + std::to_string(v.size()) +
+                                 " values, expected " + std::to_string(n));
+}
+
+}  // namespace
+
+Result<Vocab> Vocab::synthetic(uint32_t vocab_size) {
+  if (vocab_size < 259)
+    return Status::InvalidArgument("synthetic vocabulary needs vocab_size >= 259 (3 specials + 256 byte tokens), got " +
+                                   std::to_string(vocab_size));
+  Vocab v;
+  v.tokens.reserve(vocab_size);
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.types = {int32_t(TokenType::kUnknown), int32_t(TokenType::kControl), int32_t(TokenType::kControl)};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    v.tokens.emplace_back(buf);
+    v.types.push_back(int32_t(TokenType::kByte));
+  }
+  for (uint32_t i = 259; i < vocab_size; ++i) {
+    v.tokens.push_back("<unused" + std::to_string(i - 259) + ">");
+    v.types.push_back(int32_t(TokenType::kUnused));
+  }
+  v.scores.assign(vocab_size, 0.0f);
+  v.bos = 1, v.eos = 2, v.unk = 0;
+  return v;
+}
+
+Status Vocab::validate(uint32_t vocab_size) const {
+  if (tokens.size() != vocab_size || scores.size() != vocab_size || types.size() != vocab_size)
+    return Status::InvalidArgument("vocabulary: " + std::to_string(tokens.size()) + " tokens, " +
+                                   std::to_string(scores.size()) + " scores, " + std::to_string(types.size()) +
+                                   " types; the model has vocab_size " + std::to_string(vocab_size));
+  auto in = [&](TokenId t) { return t >= 0 && uint32_t(t) < vocab_size; };
+  if (!in(bos) || !in(eos) || !in(unk)) return Status::InvalidArgument("vocabulary: BOS/EOS/UNK id out of range");
+  return Status::Ok();
+}
+
+Status ModelWeights::validate(const ModelConfig& c) const {
+  const size_t h = c.hidden_size;
+  KVTIER_RETURN_IF_ERROR(size_is(token_embd, size_t(c.vocab_size) * h, "token_embd", -1));
+  KVTIER_RETURN_IF_ERROR(size_is(output_norm, h, "output_norm", -1));
+  KVTIER_RETURN_IF_ERROR(size_is(output, c.tied_embeddings ? 0 : size_t(c.vocab_size) * h, "output", -1));
+  if (layers.size() != c.num_layers)
+    return Status::InvalidArgument("model weights: " + std::to_string(layers.size()) + " layers, config says " +
+                                   std::to_string(c.num_layers));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    const int li = int(i);
+    KVTIER_RETURN_IF_ERROR(size_is(l.attn_norm, h, "attn_norm", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.wqkv, (size_t(c.q_dim()) + 2 * c.kv_dim()) * h, "wqkv", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.wo, h * c.q_dim(), "wo", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.ffn_norm, h, "ffn_norm", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.w_gate_up, 2 * size_t(c.ffn_size) * h, "w_gate_up", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.w_down, h * c.ffn_size, "w_down", li));
+  }
+  return Status::Ok();
+}
+
+PageHash model_fingerprint(const ModelConfig& c, const ModelWeights& w) {
+  std::vector<unsigned char> buf;
+  auto put = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    buf.insert(buf.end(), b, b + n);
+  };
+  const char tag[] = "kvtier-model-v1";
+  put(tag, sizeof tag);
+  const uint32_t ints[] = {c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads,
+                           c.head_dim,   c.ffn_size,    c.max_context, uint32_t(c.tied_embeddings)};
+  for (uint32_t v : ints) put(&v, 4);  // little-endian hosts only (x86-64, aarch64)
+  put(&c.rope_theta, 4);
+  put(&c.rms_eps, 4);
+  auto tensor = [&](const std::vector<float>& t) {
+    const PageHash h = hash_bytes(HashAlgo::kXXH3_128, t.data(), t.size() * sizeof(float));
+    put(&h.lo, 8);
+    put(&h.hi, 8);
+  };
+  tensor(w.token_embd);
+  tensor(w.output_norm);
+  tensor(w.output);
+  for (const auto& l : w.layers) {
+    for (const auto* t : {&l.attn_norm, &l.wqkv, &l.wo, &l.ffn_norm, &l.w_gate_up, &l.w_down}) tensor(*t);
+  }
+  return hash_bytes(HashAlgo::kXXH3_128, buf.data(), buf.size());
+}
+
+Result<std::shared_ptr<const Model>> Model::synthetic(const ModelConfig& c, uint64_t seed) {
+  KVTIER_RETURN_IF_ERROR(c.validate());
+  KVTIER_ASSIGN_OR_RETURN(Vocab vocab, Vocab::synthetic(c.vocab_size));
+  const size_t h = c.hidden_size;
+  const float inv_h = 1.0f / std::sqrt(float(h));
+  ModelWeights w;
+  uint64_t id = 0;
+  // Scales keep the residual stream O(1) per layer and the logits at a
+  // standard deviation of about 2: peaked enough for a stable greedy choice,
+  // never one-hot.
+  fill(w.token_embd, c.vocab_size * h, seed, id++, 0.0f, c.tied_embeddings ? 2.0f * inv_h : 1.0f);
+  fill(w.output_norm, h, seed, id++, 1.0f, 0.05f);
+  if (!c.tied_embeddings) fill(w.output, c.vocab_size * h, seed, id++, 0.0f, 2.0f * inv_h);
+  w.layers.resize(c.num_layers);
+  for (auto& l : w.layers) {
+    fill(l.attn_norm, h, seed, id++, 1.0f, 0.05f);
+    fill(l.wqkv, (size_t(c.q_dim()) + 2 * c.kv_dim()) * h, seed, id++, 0.0f, inv_h);
+    fill(l.wo, h * c.q_dim(), seed, id++, 0.0f, 1.0f / std::sqrt(float(c.q_dim())));
+    fill(l.ffn_norm, h, seed, id++, 1.0f, 0.05f);
+    fill(l.w_gate_up, 2 * size_t(c.ffn_size) * h, seed, id++, 0.0f, inv_h);
+    fill(l.w_down, h * c.ffn_size, seed, id++, 0.0f, 1.0f / std::sqrt(float(c.ffn_size)));
+  }
+  return from_parts(c, std::move(w), std::move(vocab));
+}
+
+Result<std::shared_ptr<const Model>> Model::from_parts(ModelConfig c, ModelWeights w, Vocab v) {
+  KVTIER_RETURN_IF_ERROR(c.validate());
+  KVTIER_RETURN_IF_ERROR(w.validate(c));
+  KVTIER_RETURN_IF_ERROR(v.validate(c.vocab_size));
+  const PageHash fp = model_fingerprint(c, w);
+  return std::shared_ptr<const Model>(new Model(std::move(c), std::move(w), std::move(v), fp));
+}
+
+}  // namespace kvtier::engine

@@ -1,0 +1,41 @@
+// Sampler: picks the next token from a row of logits. Greedy when
+// temperature is 0; otherwise softmax at `temperature`, restricted to the
+// top_k most likely tokens and then to the smallest set whose probability
+// reaches top_p, drawn with a seeded generator (same seed, same draws).
+// One Sampler per sequence; not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "kvtier/types.h"
+
+namespace kvtier::engine {
+
+struct SamplerOptions {
+  float temperature = 0.0f;  // 0: greedy
+  uint32_t top_k = 0;        // 0: no limit
+  float top_p = 1.0f;        // (0, 1]
+  uint64_t seed = 0;
+
+  Status validate() const;
+};
+
+class Sampler {
+ public:
+  static Result<Sampler> create(const SamplerOptions& options);
+  TokenId sample(std::span<const float> logits);
+
+ private:
+  explicit Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) {}
+  SamplerOptions o_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, TokenId>> cand_;
+};
+
+// Index of the largest logit (lowest index on ties).
+TokenId argmax(std::span<const float> logits);
+
+}  // namespace kvtier::engine

@@ -1,0 +1,124 @@
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "engine_fixture.h"
+
+namespace kvtier::engine {
+namespace {
+
+TEST(ModelConfig, PresetsHaveTheIssueShapes) {
+  auto tiny = *model_preset("tiny");
+  EXPECT_EQ(tiny.num_layers, 2u);
+  EXPECT_EQ(tiny.hidden_size, 64u);
+  EXPECT_EQ(tiny.head_dim, 16u);
+  EXPECT_EQ(tiny.num_kv_heads, 2u);
+  EXPECT_EQ(tiny.vocab_size, 512u);
+  auto small = *model_preset("small");
+  EXPECT_EQ(small.num_layers, 8u);
+  EXPECT_EQ(small.hidden_size, 512u);
+  EXPECT_EQ(small.head_dim, 64u);
+  EXPECT_EQ(small.ffn_size, 1408u);
+  EXPECT_EQ(small.vocab_size, 32000u);
+  EXPECT_GE(small.max_context, 32768u);
+  auto b1 = *model_preset("1b");
+  EXPECT_EQ(b1.num_layers, 16u);
+  EXPECT_EQ(b1.hidden_size, 2048u);
+  EXPECT_EQ(b1.num_heads, 32u);
+  EXPECT_EQ(b1.num_kv_heads, 8u);
+  EXPECT_EQ(b1.ffn_size, 8192u);
+  EXPECT_EQ(b1.vocab_size, 128256u);
+  EXPECT_EQ(b1.rope_theta, 500000.0f);
+  EXPECT_GE(b1.max_context, 32768u);
+  for (const auto& n : model_preset_names()) EXPECT_TRUE(model_preset(n)->validate().ok()) << n;
+  EXPECT_FALSE(model_preset("huge").ok());
+  const KVGeometry g = small.kv_geometry(DType::kF16, 16);
+  EXPECT_EQ(g.bytes_per_token(), 8u * 2 * 4 * 64 * 2);
+}
+
+TEST(ModelConfig, ValidateRejectsBadShapes) {
+  auto c = *model_preset("tiny");
+  c.num_kv_heads = 3;
+  EXPECT_FALSE(c.validate().ok());
+  c = *model_preset("tiny");
+  c.head_dim = 15;
+  EXPECT_FALSE(c.validate().ok());
+  c = *model_preset("tiny");
+  c.rms_eps = 0;
+  EXPECT_FALSE(c.validate().ok());
+}
+
+TEST(Model, SyntheticIsDeterministicAndFingerprinted) {
+  auto a = testing::preset_model("tiny", 1);
+  auto b = testing::preset_model("tiny", 1);
+  auto c = testing::preset_model("tiny", 2);
+  EXPECT_EQ(a->weights().layers[1].wqkv, b->weights().layers[1].wqkv);
+  EXPECT_EQ(a->fingerprint(), b->fingerprint());
+  EXPECT_NE(a->fingerprint(), c->fingerprint());
+  EXPECT_FALSE(a->fingerprint().is_zero());
+  // The config is part of the fingerprint too.
+  auto cfg = a->config();
+  cfg.rope_theta = 20000.0f;
+  EXPECT_NE(model_fingerprint(cfg, a->weights()), a->fingerprint());
+  // Weights are finite and not all zero.
+  double ss = 0;
+  for (float w : a->weights().layers[0].w_down) {
+    ASSERT_TRUE(std::isfinite(w));
+    ss += double(w) * w;
+  }
+  EXPECT_GT(ss, 0.0);
+}
+
+TEST(Model, FromPartsChecksShapes) {
+  auto a = testing::preset_model("tiny");
+  ModelWeights w = a->weights();
+  w.layers[1].wo.pop_back();
+  auto r = Model::from_parts(a->config(), std::move(w), a->vocab());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("layer 1 wo"), std::string::npos) << r.status().to_string();
+}
+
+TEST(Tokenizer, BytesRoundTrip) {
+  auto m = testing::preset_model("tiny");
+  auto tok = ByteTokenizer::create(m->vocab());
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "Hello, kvtier! \xC3\xA9\x00\xFF";
+  auto ids = tok->encode(text);
+  ASSERT_EQ(ids.size(), text.size() + 1);
+  EXPECT_EQ(ids[0], m->vocab().bos);
+  EXPECT_EQ(m->vocab().tokens[size_t(ids[1])], "<0x48>");  // 'H'
+  EXPECT_EQ(tok->decode(ids), text);
+  Vocab broken = m->vocab();
+  broken.tokens[3 + 0x41] = "A";
+  broken.types[3 + 0x41] = int32_t(TokenType::kNormal);
+  EXPECT_FALSE(ByteTokenizer::create(broken).ok());
+}
+
+TEST(Sampler, GreedyTopKTopPAndSeeds) {
+  std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.9f, -5.0f};
+  auto greedy = *Sampler::create({});
+  EXPECT_EQ(greedy.sample(logits), 1);
+  // top_k = 1 is greedy even at high temperature.
+  auto k1 = *Sampler::create({.temperature = 5.0f, .top_k = 1, .seed = 3});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(k1.sample(logits), 1);
+  // top_k = 2 only ever draws the two best.
+  auto k2 = *Sampler::create({.temperature = 1.0f, .top_k = 2, .seed = 3});
+  std::set<TokenId> seen;
+  for (int i = 0; i < 200; ++i) seen.insert(k2.sample(logits));
+  EXPECT_EQ(seen, (std::set<TokenId>{1, 3}));
+  // A tiny top_p keeps only the most likely token.
+  auto p = *Sampler::create({.temperature = 1.0f, .top_p = 0.05f, .seed = 3});
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(p.sample(logits), 1);
+  // Same seed, same draws.
+  auto s1 = *Sampler::create({.temperature = 2.0f, .seed = 42});
+  auto s2 = *Sampler::create({.temperature = 2.0f, .seed = 42});
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s1.sample(logits), s2.sample(logits));
+  EXPECT_FALSE(Sampler::create({.top_p = 0.0f}).ok());
+  EXPECT_FALSE(Sampler::create({.temperature = -1.0f}).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::engine

@@ -1,0 +1,108 @@
+// An independent double-precision forward pass (no pages, no BLAS, no
+// chunking) that the engine must agree with.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine_fixture.h"
+
+namespace kvtier::engine {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec matvec(const float* w, size_t out, size_t in, const Vec& x) {
+  Vec y(out, 0.0);
+  for (size_t o = 0; o < out; ++o)
+    for (size_t i = 0; i < in; ++i) y[o] += double(w[o * in + i]) * x[i];
+  return y;
+}
+
+Vec rmsnorm(const Vec& x, const std::vector<float>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double inv = 1.0 / std::sqrt(ss / x.size() + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+  return y;
+}
+
+void rope(double* v, size_t dim, size_t pos, double base) {
+  for (size_t i = 0; i < dim / 2; ++i) {
+    const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(dim));
+    const double x0 = v[2 * i], x1 = v[2 * i + 1];
+    v[2 * i] = x0 * std::cos(a) - x1 * std::sin(a);
+    v[2 * i + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+  }
+}
+
+std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& tokens) {
+  const ModelConfig& c = m.config();
+  const size_t H = c.hidden_size, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size, n = tokens.size();
+  std::vector<Vec> x(n);
+  for (size_t t = 0; t < n; ++t) x[t].assign(&m.weights().token_embd[tokens[t] * H], &m.weights().token_embd[tokens[t] * H] + H);
+  for (const LayerWeights& lw : m.weights().layers) {
+    std::vector<Vec> q(n), k(n), v(n);
+    for (size_t t = 0; t < n; ++t) {
+      const Vec h = rmsnorm(x[t], lw.attn_norm, c.rms_eps);
+      q[t] = matvec(lw.wqkv.data(), Q, H, h);
+      k[t] = matvec(lw.wqkv.data() + Q * H, KV, H, h);
+      v[t] = matvec(lw.wqkv.data() + (Q + KV) * H, KV, H, h);
+      for (size_t hd = 0; hd < c.num_heads; ++hd) rope(&q[t][hd * D], D, t, c.rope_theta);
+      for (size_t hd = 0; hd < c.num_kv_heads; ++hd) rope(&k[t][hd * D], D, t, c.rope_theta);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      Vec o(Q, 0.0);
+      for (size_t hd = 0; hd < c.num_heads; ++hd) {
+        const size_t kh = hd / (c.num_heads / c.num_kv_heads);
+        Vec s(t + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= t; ++j) {
+          double d = 0;
+          for (size_t e = 0; e < D; ++e) d += q[t][hd * D + e] * k[j][kh * D + e];
+          s[j] = d / std::sqrt(double(D));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (double& e : s) sum += (e = std::exp(e - mx));
+        for (size_t j = 0; j <= t; ++j)
+          for (size_t e = 0; e < D; ++e) o[hd * D + e] += s[j] / sum * v[j][kh * D + e];
+      }
+      const Vec a = matvec(lw.wo.data(), H, Q, o);
+      for (size_t i = 0; i < H; ++i) x[t][i] += a[i];
+      const Vec h = rmsnorm(x[t], lw.ffn_norm, c.rms_eps);
+      const Vec g = matvec(lw.w_gate_up.data(), F, H, h);
+      const Vec u = matvec(lw.w_gate_up.data() + F * H, F, H, h);
+      Vec act(F);
+      for (size_t i = 0; i < F; ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const Vec d = matvec(lw.w_down.data(), H, F, act);
+      for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
+    }
+  }
+  std::vector<Vec> logits(n);
+  for (size_t t = 0; t < n; ++t) logits[t] = matvec(m.output_matrix(), c.vocab_size, H, rmsnorm(x[t], m.weights().output_norm, c.rms_eps));
+  return logits;
+}
+
+TEST(Oracle, EngineAgreesWithDoublePrecisionReference) {
+  auto model = testing::preset_model("tiny", 21);
+  const uint32_t n = 150;
+  const auto tokens = testing::random_tokens(n, model->config().vocab_size, 77);
+  const auto ref = oracle_logits(*model, tokens);
+  // Odd page size and a chunk that splits the prompt exercise the paging paths.
+  testing::Rig rig(model, DType::kF32, 40, 5, {.prefill_chunk = 64});
+  SequenceKV s = rig.sequence(n);
+  auto r = rig.engine->prefill(s, tokens, 0, {.all_logits = true});
+  ASSERT_TRUE(r.ok());
+  for (uint32_t t = 0; t < n; ++t) {
+    double num = 0, den = 0;
+    for (uint32_t i = 0; i < r->vocab; ++i) {
+      num = std::max(num, std::fabs(double(r->row(t)[i]) - ref[t][i]));
+      den = std::max(den, std::fabs(ref[t][i]));
+    }
+    ASSERT_LT(num / den, 1e-3) << "position " << t;
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::engine
