@@ -1,0 +1,268 @@
+#include "transfer/tier_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "common/page_hash.h"
+#include "io/aligned_buffer.h"
+#include "io/file_system.h"
+#include "tiers/disk_tier.h"
+#include "transfer/transfer_engine.h"
+
+namespace kvtier {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double gbps(size_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0; }
+
+void fill(std::byte* p, size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(p + i, &v, 8);
+  }
+}
+
+// Sequential 1 MiB O_DIRECT blocks through io_uring: the device's floor.
+Result<std::pair<double, double>> raw_io(const std::string& path, size_t bytes, uint32_t depth, bool& direct) {
+  FileSystem& fs = FileSystem::posix();
+  KVTIER_ASSIGN_OR_RETURN(auto f, fs.open(path, {.create = true, .truncate = true, .direct = true}));
+  direct = f->direct();
+  KVTIER_ASSIGN_OR_RETURN(auto q, fs.create_queue(depth));
+  const size_t block = size_t(1) << 20;
+  AlignedBuffer buf(size_t(depth) * block);
+  fill(buf.data(), buf.size(), 1);
+  auto pass = [&](IoKind kind) -> Result<double> {
+    std::vector<IoOp> ops;
+    auto t0 = Clock::now();
+    for (size_t off = 0; off < bytes; off += block) {
+      ops.push_back({kind, f.get(), off, buf.data() + (ops.size() % depth) * block, block});
+      if (ops.size() == size_t(depth) * 8 || off + block >= bytes) {
+        KVTIER_RETURN_IF_ERROR(q->run(ops));
+        ops.clear();
+      }
+    }
+    if (kind == IoKind::kWrite) KVTIER_RETURN_IF_ERROR(f->sync());
+    return secs(t0, Clock::now());
+  };
+  KVTIER_ASSIGN_OR_RETURN(double w, pass(IoKind::kWrite));
+  KVTIER_ASSIGN_OR_RETURN(double r, pass(IoKind::kRead));
+  f.reset();
+  (void)fs.remove(path);
+  return std::pair{gbps(bytes, w), gbps(bytes, r)};
+}
+
+}  // namespace
+
+Status TierBenchOptions::validate() const {
+  if (dir.empty()) return Status::InvalidArgument("bench tiers: --dir is required");
+  KVTIER_RETURN_IF_ERROR(geometry.validate());
+  if (disk_bytes < (size_t(64) << 20) || memory_bytes < (size_t(16) << 20) || load_bytes < (size_t(16) << 20))
+    return Status::InvalidArgument("bench tiers: sizes too small to measure");
+  return Status::Ok();
+}
+
+Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  TierBenchResult r;
+  const std::string dir = o.dir + "/kvtier-bench-tiers";
+  std::filesystem::remove_all(dir);
+  KVTIER_RETURN_IF_ERROR(FileSystem::posix().create_dirs(dir));
+  const ChunkGeometry cg{o.geometry, o.chunk_pages};
+  const size_t page = o.geometry.page_bytes();
+  const size_t chunk_bytes = cg.max_payload_bytes();
+
+  // memcpy: the limit for gathers.
+  {
+    AlignedBuffer a(o.memory_bytes), b(o.memory_bytes);
+    fill(a.data(), a.size(), 2);
+    std::memcpy(b.data(), a.data(), a.size());  // fault pages in
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = Clock::now();
+      std::memcpy(b.data(), a.data(), a.size());
+      asm volatile("" : : "r"(b.data()) : "memory");  // the copy must happen
+      best = std::min(best, secs(t0, Clock::now()));
+    }
+    r.memcpy_gbps = gbps(o.memory_bytes, best);
+  }
+  // Gather: scattered pool pages -> contiguous layer-major chunks.
+  {
+    const uint32_t pages = static_cast<uint32_t>(o.memory_bytes / page);
+    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::create({.geometry = o.geometry, .num_pages = pages}));
+    fill(pool->memory().data(), pool->memory().size(), 3);
+    std::vector<uint32_t> order(pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(4));
+    AlignedBuffer out(size_t(pages / o.chunk_pages) * chunk_bytes);
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = Clock::now();
+      for (uint32_t c = 0; c + o.chunk_pages <= pages; c += o.chunk_pages) {
+        std::vector<const std::byte*> src;
+        for (uint32_t p = 0; p < o.chunk_pages; ++p) src.push_back(pool->page(PageId(order[c + p])));
+        gather_pages(o.geometry, src, out.data() + size_t(c / o.chunk_pages) * chunk_bytes);
+      }
+      asm volatile("" : : "r"(out.data()) : "memory");
+      best = std::min(best, secs(t0, Clock::now()));
+    }
+    r.host_gather_gbps = gbps(out.size(), best);
+  }
+  // Raw device floor.
+  KVTIER_ASSIGN_OR_RETURN(auto raw, raw_io(dir + "/raw.bin", o.disk_bytes, o.queue_depth, r.direct_io));
+  r.raw_write_gbps = raw.first;
+  r.raw_read_gbps = raw.second;
+
+  // DiskTier write and read of the same volume.
+  const uint32_t nchunks = static_cast<uint32_t>(o.disk_bytes / chunk_bytes);
+  DiskTierOptions dopt{.geometry = cg, .dir = dir + "/disk", .region_bytes = o.region_bytes,
+                       .capacity_bytes = o.disk_bytes * 2 + 4 * o.region_bytes, .queue_depth = o.queue_depth};
+  std::vector<ChunkKey> keys;
+  std::vector<std::vector<PageHash>> hashes;
+  const PageHash ns = hash_bytes(HashAlgo::kXXH3_128, "bench", 5);
+  for (uint32_t c = 0; c < nchunks; ++c) {
+    std::vector<PageHash> h;
+    for (uint32_t p = 0; p < o.chunk_pages; ++p) {
+      uint64_t v[2] = {c, p};
+      h.push_back(hash_bytes(HashAlgo::kXXH3_128, v, sizeof v));
+    }
+    keys.push_back({ns, h.back()});
+    hashes.push_back(std::move(h));
+  }
+  AlignedBuffer payload(chunk_bytes);
+  fill(payload.data(), payload.size(), 5);
+  {
+    KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
+    auto t0 = Clock::now();
+    for (uint32_t c = 0; c < nchunks; ++c) KVTIER_RETURN_IF_ERROR(disk->put(keys[c], hashes[c], payload.span()));
+    KVTIER_RETURN_IF_ERROR(disk->flush());
+    r.disk_write_gbps = gbps(size_t(nchunks) * chunk_bytes, secs(t0, Clock::now()));
+  }
+  dopt.verify_on_open = false;  // reopen fast; reads verify every layer anyway
+  KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
+  {
+    const uint32_t batch = 8;
+    AlignedBuffer out(size_t(batch) * chunk_bytes);
+    auto t0 = Clock::now();
+    for (uint32_t c = 0; c < nchunks; c += batch) {
+      std::vector<GetOp> ops;
+      for (uint32_t i = c; i < std::min(nchunks, c + batch); ++i)
+        ops.push_back(GetOp{keys[i], 0, kAllLayers, {out.data() + size_t(i - c) * chunk_bytes, chunk_bytes}, {}, 0});
+      disk->get_batch(ops);
+      for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
+    }
+    r.disk_read_gbps = gbps(size_t(nchunks) * chunk_bytes, secs(t0, Clock::now()));
+  }
+  // Un-aggregated: the same bytes, one page-sized synchronous read per page.
+  {
+    AlignedBuffer one(page);
+    size_t total = 0;
+    auto t0 = Clock::now();
+    for (uint32_t c = 0; c < nchunks; ++c) {
+      auto loc = disk->locate(keys[c]);
+      KVTIER_RETURN_IF_ERROR(loc.status());
+      KVTIER_ASSIGN_OR_RETURN(auto f, FileSystem::posix().open(disk->region_path(loc->first), {.read_only = true, .direct = true}));
+      for (uint32_t p = 0; p < o.chunk_pages; ++p) {
+        KVTIER_ASSIGN_OR_RETURN(size_t n, f->read(loc->second + kIoAlign + size_t(p) * page, one.span()));
+        total += n;
+      }
+    }
+    r.per_page_read_gbps = gbps(total, secs(t0, Clock::now()));
+  }
+  // Layer-wise load through the engine, both modes.
+  {
+    const uint32_t lchunks = std::min<uint32_t>(nchunks, static_cast<uint32_t>(o.load_bytes / chunk_bytes));
+    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::create({.geometry = o.geometry, .num_pages = lchunks * o.chunk_pages}));
+    // The modes alternate within each repetition so drift of the device hits both alike.
+    std::unique_ptr<TransferEngine> engines[2];
+    double first[2] = {1e9, 1e9}, all[2] = {1e9, 1e9};
+    for (int m = 0; m < 2; ++m) {
+      TransferEngineOptions eo{.workers = 2, .load_mode = m == 0 ? LoadMode::kWholeChunk : LoadMode::kLayerMajor, .pool = pool.get()};
+      eo.tiers[size_t(TierKind::kDisk)] = disk.get();
+      KVTIER_ASSIGN_OR_RETURN(engines[m], TransferEngine::create(eo));
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+      for (int m = 0; m < 2; ++m) {
+        TransferBatch b;
+        for (uint32_t c = 0; c < lchunks; ++c) {
+          LoadMove mv{TierKind::kDisk, keys[c], {}};
+          for (uint32_t p = 0; p < o.chunk_pages; ++p) mv.dst.push_back(PageLoc::pool(PageId(c * o.chunk_pages + p)));
+          b.loads.push_back(std::move(mv));
+        }
+        auto t0 = Clock::now();
+        KVTIER_ASSIGN_OR_RETURN(auto h, engines[m]->submit(std::move(b)));
+        KVTIER_RETURN_IF_ERROR(h.wait_layer(LayerIdx(0)));
+        auto t1 = Clock::now();
+        KVTIER_RETURN_IF_ERROR(h.wait_all());
+        auto t2 = Clock::now();
+        first[m] = std::min(first[m], secs(t0, t1) * 1e3);
+        all[m] = std::min(all[m], secs(t0, t2) * 1e3);
+      }
+    }
+    r.first_layer_ms_whole = first[0];
+    r.all_layers_ms_whole = all[0];
+    r.first_layer_ms_layer = first[1];
+    r.all_layers_ms_layer = all[1];
+    const bool layer_default = TransferEngineOptions{}.load_mode == LoadMode::kLayerMajor;
+    r.first_layer_ms = layer_default ? r.first_layer_ms_layer : r.first_layer_ms_whole;
+    r.all_layers_ms = layer_default ? r.all_layers_ms_layer : r.all_layers_ms_whole;
+  }
+  disk.reset();
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+std::string TierBenchResult::to_json() const {
+  nlohmann::json j{{"memcpy_gbps", memcpy_gbps},
+                   {"host_gather_gbps", host_gather_gbps},
+                   {"raw_write_gbps", raw_write_gbps},
+                   {"raw_read_gbps", raw_read_gbps},
+                   {"disk_write_gbps", disk_write_gbps},
+                   {"disk_read_gbps", disk_read_gbps},
+                   {"per_page_read_gbps", per_page_read_gbps},
+                   {"first_layer_ms", first_layer_ms},
+                   {"all_layers_ms", all_layers_ms},
+                   {"first_layer_ms_whole_chunk", first_layer_ms_whole},
+                   {"all_layers_ms_whole_chunk", all_layers_ms_whole},
+                   {"first_layer_ms_layer_major", first_layer_ms_layer},
+                   {"all_layers_ms_layer_major", all_layers_ms_layer},
+                   {"direct_io", direct_io},
+                   {"gather_vs_memcpy", memcpy_gbps > 0 ? host_gather_gbps / memcpy_gbps : 0},
+                   {"disk_write_vs_raw", raw_write_gbps > 0 ? disk_write_gbps / raw_write_gbps : 0},
+                   {"disk_read_vs_raw", raw_read_gbps > 0 ? disk_read_gbps / raw_read_gbps : 0},
+                   {"aggregated_vs_per_page", per_page_read_gbps > 0 ? disk_read_gbps / per_page_read_gbps : 0}};
+  return j.dump();
+}
+
+std::string TierBenchResult::to_table() const {
+  std::ostringstream s;
+  auto row = [&](const char* name, double v, const char* unit, double ratio, const char* vs) {
+    s << "  " << name;
+    for (size_t i = std::strlen(name); i < 22; ++i) s << ' ';
+    s << v << ' ' << unit;
+    if (ratio >= 0) s << "   (" << ratio << "x " << vs << ")";
+    s << '\n';
+  };
+  s << "kvtier bench tiers (O_DIRECT " << (direct_io ? "on" : "OFF: buffered fallback") << ")\n";
+  row("memcpy", memcpy_gbps, "GB/s", -1, "");
+  row("host_gather", host_gather_gbps, "GB/s", host_gather_gbps / memcpy_gbps, "memcpy, target >= 0.8");
+  row("raw_write", raw_write_gbps, "GB/s", -1, "");
+  row("raw_read", raw_read_gbps, "GB/s", -1, "");
+  row("disk_write", disk_write_gbps, "GB/s", disk_write_gbps / raw_write_gbps, "raw write, target >= 0.8");
+  row("disk_read", disk_read_gbps, "GB/s", disk_read_gbps / raw_read_gbps, "raw read, target >= 0.8");
+  row("per_page_read", per_page_read_gbps, "GB/s", disk_read_gbps / per_page_read_gbps, "= aggregated / per-page");
+  row("first_layer", first_layer_ms, "ms", -1, "");
+  row("all_layers", all_layers_ms, "ms", -1, "");
+  row("whole_chunk first/all", first_layer_ms_whole, "ms", all_layers_ms_whole, "ms all");
+  row("layer_major first/all", first_layer_ms_layer, "ms", all_layers_ms_layer, "ms all");
+  return s.str();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,44 @@
+// The `kvtier bench tiers` measurement: memory and storage bandwidths of the
+// hierarchy, each with its limit measured in the same run on the same file
+// system (memcpy for gathers, raw O_DIRECT io_uring I/O for DiskTier), plus
+// the layer-wise load latency of the TransferEngine in both load modes.
+// Single-threaded driver; uses files under `dir` and deletes them.
+#pragma once
+
+#include <string>
+
+#include "kvtier/status.h"
+#include "kvtier/types.h"
+
+namespace kvtier {
+
+struct TierBenchOptions {
+  std::string dir;                           // where the files go (the file system under test)
+  size_t disk_bytes = size_t(1) << 30;       // bytes written/read per disk figure
+  size_t memory_bytes = size_t(256) << 20;   // bytes per memory figure
+  size_t load_bytes = size_t(128) << 20;     // bytes of the layer-wise load
+  uint32_t queue_depth = 32;
+  KVGeometry geometry{.num_layers = 16, .num_kv_heads = 4, .head_dim = 64, .dtype = DType::kF16, .page_tokens = 16};
+  uint32_t chunk_pages = 16;
+  size_t region_bytes = size_t(64) << 20;
+
+  Status validate() const;
+};
+
+struct TierBenchResult {
+  double memcpy_gbps = 0, host_gather_gbps = 0;
+  double raw_write_gbps = 0, raw_read_gbps = 0;
+  double disk_write_gbps = 0, disk_read_gbps = 0;
+  double per_page_read_gbps = 0;
+  double first_layer_ms = 0, all_layers_ms = 0;            // the engine's default load mode
+  double first_layer_ms_whole = 0, all_layers_ms_whole = 0;  // LoadMode::kWholeChunk
+  double first_layer_ms_layer = 0, all_layers_ms_layer = 0;  // LoadMode::kLayerMajor
+  bool direct_io = false;
+
+  std::string to_json() const;   // one JSON object (figures + ratios)
+  std::string to_table() const;  // human-readable
+};
+
+Result<TierBenchResult> run_tier_bench(const TierBenchOptions& options);
+
+}  // namespace kvtier

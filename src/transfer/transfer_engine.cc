@@ -1,0 +1,321 @@
+#include "transfer/transfer_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "io/aligned_buffer.h"
+
+namespace kvtier {
+namespace transfer_detail {
+
+struct BatchState {
+  uint64_t id = 0;
+  TransferBatch batch;
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<uint32_t> layer_pending;  // fetch shards not yet past each layer
+  uint32_t tasks_pending = 0;
+  std::atomic<bool> cancelled{false};
+  TransferResult result;
+  Status first_fetch_error;
+  Status first_error;
+
+  void publish(uint32_t l0, uint32_t l1) {
+    std::lock_guard lock(mu);
+    for (uint32_t l = l0; l < l1; ++l) --layer_pending[l];
+    cv.notify_all();
+  }
+  void set(std::vector<Status>& v, size_t i, Status s, bool fetch) {
+    std::lock_guard lock(mu);
+    if (!s.ok()) {
+      if (fetch && first_fetch_error.ok()) first_fetch_error = s;
+      if (first_error.ok()) first_error = s;
+    }
+    v[i] = std::move(s);
+  }
+};
+
+}  // namespace transfer_detail
+
+using transfer_detail::BatchState;
+
+struct TransferEngine::Task {
+  std::shared_ptr<BatchState> state;
+  bool fetch = true;
+  std::vector<size_t> copies, loads, stores;
+};
+
+// ---- handle ----
+
+TransferHandle& TransferHandle::operator=(TransferHandle&& o) noexcept {
+  if (this != &o) {
+    if (state_) {
+      cancel();
+      (void)wait_all();
+    }
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+
+TransferHandle::~TransferHandle() {
+  if (!state_) return;
+  cancel();
+  (void)wait_all();
+}
+
+uint64_t TransferHandle::id() const { return state_ ? state_->id : 0; }
+
+Status TransferHandle::wait_layer(LayerIdx l) {
+  if (!state_) return Status::FailedPrecondition("empty TransferHandle");
+  std::unique_lock lock(state_->mu);
+  if (l.value() >= state_->layer_pending.size()) return Status::OutOfRange("layer beyond the model");
+  state_->cv.wait(lock, [&] { return state_->layer_pending[l.value()] == 0; });
+  return state_->first_fetch_error;
+}
+
+Status TransferHandle::wait_all() {
+  if (!state_) return Status::FailedPrecondition("empty TransferHandle");
+  std::unique_lock lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->tasks_pending == 0; });
+  return state_->first_error;
+}
+
+bool TransferHandle::done() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mu);
+  return state_->tasks_pending == 0;
+}
+
+void TransferHandle::cancel() {
+  if (state_) state_->cancelled.store(true, std::memory_order_release);
+}
+
+TransferResult TransferHandle::result() const {
+  if (!state_) return {};
+  std::lock_guard lock(state_->mu);
+  return state_->result;
+}
+
+// ---- engine ----
+
+Status TransferEngineOptions::validate() const {
+  if (workers == 0 || workers > 256) return Status::InvalidArgument("TransferEngine: workers must be in 1..256");
+  if (!pool && !host) return Status::InvalidArgument("TransferEngine: needs a BlockPool or a HostTier");
+  if (pool && host && !(pool->geometry() == host->geometry().kv))
+    return Status::InvalidArgument("TransferEngine: pool and host geometries differ");
+  for (Tier* t : tiers) {
+    if (!t) continue;
+    const KVGeometry& g = pool ? pool->geometry() : host->geometry().kv;
+    if (!(t->geometry().kv == g)) return Status::InvalidArgument("TransferEngine: a tier's geometry differs from the pool's");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferEngineOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  return std::unique_ptr<TransferEngine>(new TransferEngine(o));
+}
+
+TransferEngine::TransferEngine(const TransferEngineOptions& o) : options_(o) {
+  geometry_ = o.pool ? o.pool->geometry() : o.host->geometry().kv;
+  chunk_geometry_ = o.host ? o.host->geometry() : ChunkGeometry{geometry_, 4096};
+  for (Tier* t : o.tiers)
+    if (t) chunk_geometry_.chunk_pages = std::min(chunk_geometry_.chunk_pages, t->geometry().chunk_pages);
+  for (uint32_t i = 0; i < o.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+TransferEngine::~TransferEngine() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    // Queued work is cancelled (it finishes instantly); running work completes its step.
+    for (auto& t : fetch_queue_) t->state->cancelled.store(true);
+    for (auto& t : store_queue_) t->state->cancelled.store(true);
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+Status TransferEngine::check_loc(const PageLoc& loc) const {
+  if (loc.tier == TierKind::kDevice) {
+    if (!options_.pool || !options_.pool->contains(PageId(loc.index))) return Status::InvalidArgument("TransferEngine: bad pool page");
+  } else if (loc.tier == TierKind::kHost) {
+    if (!options_.host || !options_.host->contains(SlotId(loc.index))) return Status::InvalidArgument("TransferEngine: bad host slot");
+  } else {
+    return Status::InvalidArgument("TransferEngine: pages live in the pool or the host arena only");
+  }
+  return Status::Ok();
+}
+
+std::byte* TransferEngine::page_ptr(const PageLoc& loc) const {
+  return loc.tier == TierKind::kDevice ? options_.pool->page(PageId(loc.index)) : options_.host->slot(SlotId(loc.index));
+}
+
+Result<TransferHandle> TransferEngine::submit(TransferBatch batch) {
+  auto tier_of = [&](TierKind k) -> Tier* { return options_.tiers[static_cast<size_t>(k)]; };
+  for (const auto& c : batch.copies) {
+    KVTIER_RETURN_IF_ERROR(check_loc(c.src));
+    KVTIER_RETURN_IF_ERROR(check_loc(c.dst));
+  }
+  for (const auto& l : batch.loads) {
+    if (!tier_of(l.from)) return Status::InvalidArgument("TransferEngine: load from a tier the engine does not have");
+    if (l.dst.empty() || l.dst.size() > tier_of(l.from)->geometry().chunk_pages) return Status::InvalidArgument("TransferEngine: bad load size");
+    for (const auto& d : l.dst) KVTIER_RETURN_IF_ERROR(check_loc(d));
+  }
+  for (const auto& s : batch.stores) {
+    if (!tier_of(s.to)) return Status::InvalidArgument("TransferEngine: store to a tier the engine does not have");
+    if (s.src.empty() || s.src.size() != s.page_hashes.size()) return Status::InvalidArgument("TransferEngine: store pages and hashes differ");
+    for (const auto& d : s.src) KVTIER_RETURN_IF_ERROR(check_loc(d));
+  }
+  auto st = std::make_shared<BatchState>();
+  st->batch = std::move(batch);
+  const auto& b = st->batch;
+  st->result.copies.resize(b.copies.size());
+  st->result.loads.resize(b.loads.size());
+  st->result.stores.resize(b.stores.size());
+  // Shard fetch work and store work over the workers.
+  const size_t nw = workers_.size();
+  const size_t fetch_items = b.copies.size() + b.loads.size();
+  const size_t fshards = std::min(nw, fetch_items), sshards = std::min(nw, b.stores.size());
+  std::vector<std::unique_ptr<Task>> tasks;
+  for (size_t i = 0; i < fshards; ++i) tasks.push_back(std::make_unique<Task>(Task{st, true, {}, {}, {}}));
+  for (size_t i = 0; i < b.copies.size(); ++i) tasks[i % fshards]->copies.push_back(i);
+  for (size_t i = 0; i < b.loads.size(); ++i) tasks[(b.copies.size() + i) % fshards]->loads.push_back(i);
+  for (size_t i = 0; i < sshards; ++i) tasks.push_back(std::make_unique<Task>(Task{st, false, {}, {}, {}}));
+  for (size_t i = 0; i < b.stores.size(); ++i) tasks[fshards + i % sshards]->stores.push_back(i);
+  st->layer_pending.assign(geometry_.num_layers, static_cast<uint32_t>(fshards));
+  st->tasks_pending = static_cast<uint32_t>(tasks.size());
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) return Status::Unavailable("TransferEngine: shutting down");
+    st->id = st->result.id = next_id_++;
+    if (tasks.empty()) completions_.push_back(st->result);
+    for (auto& t : tasks) (t->fetch ? fetch_queue_ : store_queue_).push_back(std::move(t));
+  }
+  cv_.notify_all();
+  return TransferHandle(st);
+}
+
+std::vector<TransferResult> TransferEngine::poll_completions() {
+  std::lock_guard lock(mu_);
+  return std::exchange(completions_, {});
+}
+
+void TransferEngine::worker_loop() {
+  for (;;) {
+    std::unique_ptr<Task> t;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !fetch_queue_.empty() || !store_queue_.empty(); });
+      if (!fetch_queue_.empty()) {  // loads before stores
+        t = std::move(fetch_queue_.front());
+        fetch_queue_.pop_front();
+      } else if (!store_queue_.empty()) {
+        t = std::move(store_queue_.front());
+        store_queue_.pop_front();
+      } else {
+        return;  // stopping and drained
+      }
+    }
+    if (t->fetch) run_fetch(*t);
+    else run_store(*t);
+    finish_task(*t);
+  }
+}
+
+void TransferEngine::run_fetch(Task& t) {
+  BatchState& st = *t.state;
+  const auto& b = st.batch;
+  const uint32_t L = geometry_.num_layers;
+  const size_t slice = geometry_.layer_slice_bytes();
+  const uint32_t group = options_.load_mode == LoadMode::kLayerMajor ? 1 : L;
+  std::vector<bool> load_failed(t.loads.size(), false);
+  // Staging for one layer group of each load (aligned so disk reads can go straight in).
+  std::vector<AlignedBuffer> staging;
+  for (size_t i : t.loads) staging.emplace_back(group * size_t(b.loads[i].dst.size()) * slice);
+  std::vector<std::vector<std::byte*>> dst(t.loads.size());
+  for (size_t j = 0; j < t.loads.size(); ++j)
+    for (const auto& d : b.loads[t.loads[j]].dst) dst[j].push_back(page_ptr(d));
+
+  for (uint32_t l0 = 0; l0 < L; l0 += group) {
+    const uint32_t l1 = std::min(L, l0 + group);
+    if (st.cancelled.load(std::memory_order_acquire)) {
+      for (size_t i : t.copies) st.set(st.result.copies, i, Status::Cancelled("transfer cancelled"), true);
+      for (size_t j = 0; j < t.loads.size(); ++j)
+        if (!load_failed[j]) st.set(st.result.loads, t.loads[j], Status::Cancelled("transfer cancelled"), true);
+      std::lock_guard lock(st.mu);
+      st.result.cancelled = true;
+      for (uint32_t l = l0; l < L; ++l) --st.layer_pending[l];
+      st.cv.notify_all();
+      return;
+    }
+    for (size_t i : t.copies) {  // page-first: a layer range of a page is contiguous
+      std::memcpy(page_ptr(b.copies[i].dst) + l0 * slice, page_ptr(b.copies[i].src) + l0 * slice, (l1 - l0) * slice);
+    }
+    // One batched call per tier kind, so a disk tier turns it into one round of I/O.
+    for (size_t k = 0; k < size_t(kNumTiers); ++k) {
+      std::vector<GetOp> ops;
+      std::vector<size_t> which;
+      for (size_t j = 0; j < t.loads.size(); ++j) {
+        const LoadMove& m = b.loads[t.loads[j]];
+        if (load_failed[j] || static_cast<size_t>(m.from) != k) continue;
+        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j].span(), {}, 0});
+        which.push_back(j);
+      }
+      if (ops.empty()) continue;
+      options_.tiers[k]->get_batch(ops);
+      for (size_t o = 0; o < ops.size(); ++o) {
+        const size_t j = which[o];
+        Status s = ops[o].status;
+        if (s.ok() && ops[o].num_pages != dst[j].size()) s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
+        if (!s.ok()) {
+          load_failed[j] = true;
+          st.set(st.result.loads, t.loads[j], s, true);
+          continue;
+        }
+        scatter_layers(geometry_, staging[j].data(), l0, l1 - l0, dst[j]);
+      }
+    }
+    st.publish(l0, l1);
+  }
+}
+
+void TransferEngine::run_store(Task& t) {
+  BatchState& st = *t.state;
+  const auto& b = st.batch;
+  for (size_t i : t.stores) {
+    if (st.cancelled.load(std::memory_order_acquire)) {
+      st.set(st.result.stores, i, Status::Cancelled("transfer cancelled"), false);
+      std::lock_guard lock(st.mu);
+      st.result.cancelled = true;
+      continue;
+    }
+    const StoreMove& m = b.stores[i];
+    std::vector<const std::byte*> src;
+    for (const auto& s : m.src) src.push_back(page_ptr(s));
+    AlignedBuffer chunk(chunk_geometry_.payload_bytes(static_cast<uint32_t>(src.size())));
+    gather_pages(geometry_, src, chunk.data());  // the aggregation step
+    Tier* tier = options_.tiers[static_cast<size_t>(m.to)];
+    st.set(st.result.stores, i, tier->put(m.key, m.page_hashes, chunk.span()), false);
+  }
+}
+
+void TransferEngine::finish_task(Task& t) {
+  BatchState& st = *t.state;
+  bool last = false;
+  TransferResult snapshot;
+  {
+    std::lock_guard lock(st.mu);
+    last = --st.tasks_pending == 0;
+    if (last) snapshot = st.result;
+  }
+  if (last) {
+    std::lock_guard lock(mu_);
+    completions_.push_back(std::move(snapshot));
+  }
+  std::lock_guard lock(st.mu);  // wake waiters after the completion is visible to poll_completions
+  st.cv.notify_all();
+}
+
+}  // namespace kvtier

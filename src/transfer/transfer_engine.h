@@ -1,0 +1,159 @@
+// TransferEngine: moves KV bytes between the BlockPool, the HostTier slot
+// arena and chunk tiers (host/disk/remote) on worker threads, in batches.
+//
+// A TransferBatch holds page copies (pool <-> host, one page each), chunk
+// loads (a Tier chunk -> pages) and chunk stores (pages -> gathered chunk ->
+// Tier). Loads and copies are "fetch" work and always run before stores
+// (two queues; workers drain the load queue first). Fetch work is published
+// layer by layer: wait_layer(l) returns once layer l of every fetched page is
+// in place, so compute on layer l can overlap the loading of later layers.
+// LoadMode picks how a chunk load is issued: kWholeChunk reads each chunk in
+// one I/O, then publishes its layers; kLayerMajor issues one I/O per layer
+// across all chunks of the shard (first layer ready sooner, more I/Os).
+//
+// The engine decides nothing: callers say what moves where. Workers never
+// touch the index; finished batches are reported to the owner through
+// poll_completions() (drained on the owner thread) and through the handle.
+//
+// Thread safety: submit/poll_completions may be called from any thread; a
+// TransferHandle is used by one thread at a time. Ownership: the pool, host
+// and tiers are borrowed and must outlive the engine. A handle's destructor
+// cancels what has not started and waits for what has, so no worker ever
+// writes into pages the caller has since released. Destroying the engine
+// cancels queued work and joins the workers; surviving handles stay valid.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "memory/block_pool.h"
+#include "tiers/host_tier.h"
+#include "tiers/tier.h"
+
+namespace kvtier {
+
+// Where one page lives: a BlockPool page (kDevice) or a HostTier slot (kHost).
+struct PageLoc {
+  TierKind tier = TierKind::kDevice;
+  uint32_t index = 0;
+  static PageLoc pool(PageId p) { return {TierKind::kDevice, p.value()}; }
+  static PageLoc host(SlotId s) { return {TierKind::kHost, s.value()}; }
+};
+
+struct CopyMove {
+  PageLoc src;
+  PageLoc dst;
+};
+struct LoadMove {
+  TierKind from = TierKind::kDisk;  // which Tier of the engine
+  ChunkKey key;
+  std::vector<PageLoc> dst;  // one per page of the chunk
+};
+struct StoreMove {
+  TierKind to = TierKind::kDisk;
+  ChunkKey key;
+  std::vector<PageHash> page_hashes;
+  std::vector<PageLoc> src;
+};
+struct TransferBatch {
+  std::vector<CopyMove> copies;
+  std::vector<LoadMove> loads;
+  std::vector<StoreMove> stores;
+};
+
+// Per-move outcome, index-aligned with the batch.
+struct TransferResult {
+  uint64_t id = 0;
+  std::vector<Status> copies;
+  std::vector<Status> loads;
+  std::vector<Status> stores;
+  bool cancelled = false;
+};
+
+enum class LoadMode : uint8_t { kWholeChunk = 0, kLayerMajor = 1 };
+
+struct TransferEngineOptions {
+  uint32_t workers = 2;
+  LoadMode load_mode = LoadMode::kLayerMajor;  // measured faster (first layer and all layers); docs/perf/tiers.md
+  BlockPool* pool = nullptr;                   // needed for kDevice page locations
+  HostTier* host = nullptr;                    // needed for kHost page locations
+  std::array<Tier*, kNumTiers> tiers{};        // chunk stores by TierKind (kHost may be the HostTier)
+
+  Status validate() const;
+};
+
+namespace transfer_detail {
+struct BatchState;
+}
+
+class TransferHandle {
+ public:
+  TransferHandle() = default;
+  TransferHandle(TransferHandle&&) noexcept = default;
+  TransferHandle& operator=(TransferHandle&& o) noexcept;
+  TransferHandle(const TransferHandle&) = delete;
+  TransferHandle& operator=(const TransferHandle&) = delete;
+  ~TransferHandle();
+
+  bool valid() const { return state_ != nullptr; }
+  uint64_t id() const;
+  // Blocks until layer l of every copy and load is in place (or failed).
+  // OK when every copy/load so far succeeded; else the first failure.
+  Status wait_layer(LayerIdx l);
+  // Blocks until the whole batch (stores included) is finished. OK when every move succeeded.
+  Status wait_all();
+  bool done() const;
+  // Stops moves that have not started; running ones finish their current step. Idempotent.
+  void cancel();
+  // Per-move statuses; complete after wait_all().
+  TransferResult result() const;
+
+ private:
+  friend class TransferEngine;
+  explicit TransferHandle(std::shared_ptr<transfer_detail::BatchState> s) : state_(std::move(s)) {}
+  std::shared_ptr<transfer_detail::BatchState> state_;
+};
+
+class TransferEngine {
+ public:
+  static Result<std::unique_ptr<TransferEngine>> create(const TransferEngineOptions& options);
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // Validates every page location and tier, then queues the batch.
+  Result<TransferHandle> submit(TransferBatch batch);
+  // Finished batches since the last call, in completion order (owner thread applies them).
+  std::vector<TransferResult> poll_completions();
+  const TransferEngineOptions& options() const { return options_; }
+
+ private:
+  struct Task;
+  explicit TransferEngine(const TransferEngineOptions& o);
+  void worker_loop();
+  void run_fetch(Task& t);
+  void run_store(Task& t);
+  void finish_task(Task& t);
+  std::byte* page_ptr(const PageLoc& loc) const;
+  Status check_loc(const PageLoc& loc) const;
+
+  TransferEngineOptions options_;
+  KVGeometry geometry_;
+  ChunkGeometry chunk_geometry_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Task>> fetch_queue_;
+  std::deque<std::unique_ptr<Task>> store_queue_;
+  std::vector<TransferResult> completions_;
+  uint64_t next_id_ = 1;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kvtier
