@@ -1,0 +1,239 @@
+// PrefixIndex: residency bookkeeping, eviction candidates, eviction, and the
+// full invariant check.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "index/prefix_index.h"
+#include "index/prefix_index_node.h"
+
+namespace kvtier {
+
+void PrefixIndex::count_page(Node& n, PageLocation loc, int sign) {
+  for (int t = 0; t < 2; ++t) {
+    if (!has_tier(loc, t)) continue;
+    n.tier_pages[t] += sign;
+    tier_pages_[t] += sign;
+    if (n.lock_ref > 0) protected_tier_[t] += sign;
+  }
+  if (loc.on_device() && loc.on_host()) n.both_pages += sign;
+}
+
+// After node `id`'s per-tier page counts changed from old_tier_pages: the
+// parent's "children holding tier t" count and both candidacies follow.
+void PrefixIndex::tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]) {
+  Node& n = nodes_[id];
+  bool parent_changed = false;
+  for (int t = 0; t < 2; ++t) {
+    const bool was = old_tier_pages[t] > 0, is = n.tier_pages[t] > 0;
+    if (was == is) continue;
+    nodes_[n.parent].child_with_tier[t] += is ? 1 : uint32_t(-1);
+    parent_changed = true;
+  }
+  refresh(id);
+  if (parent_changed) refresh(n.parent);
+}
+
+// Puts node `id` into, or takes it out of, each tier's candidate set (I5).
+void PrefixIndex::refresh(uint32_t id) {
+  Node& n = nodes_[id];
+  for (int t = 0; t < 2; ++t) {
+    bool want = n.live && !n.is_root && n.lock_ref == 0 && n.tier_pages[t] > 0 && n.child_with_tier[t] == 0;
+    if (want && n.both_pages == 0) {
+      // Only T-only pages: the one that can go is the last page of a childless node.
+      const PageLocation last = n.locs[n.n - 1];
+      want = n.n_children == 0 && has_tier(last, t) && !has_tier(last, 1 - t);
+    }
+    if (want == n.in_cand[t]) continue;
+    if (want) {
+      if (!n.in_cand[1 - t]) n.key = policy_->key(n.usage);
+      cand_[t].insert(CandEntry{n.key, id});
+    } else {
+      cand_[t].erase(CandEntry{n.key, id});
+    }
+    n.in_cand[t] = want;
+  }
+}
+
+void PrefixIndex::rekey(Node& n, uint32_t id) {
+  const EvictKey k = policy_->key(n.usage);
+  if (k == n.key) return;
+  for (int t = 0; t < 2; ++t) {
+    if (!n.in_cand[t]) continue;
+    cand_[t].erase(CandEntry{n.key, id});
+    cand_[t].insert(CandEntry{k, id});
+  }
+  n.key = k;
+}
+
+Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out) {
+  out.freed = 0;
+  out.pages.clear();
+  if (tier != TierKind::kDevice && tier != TierKind::kHost)
+    return Status::InvalidArgument("evict: the index tracks only the device and host tiers, not " +
+                                   std::string(tier_name(tier)));
+  const int t = tier == TierKind::kDevice ? kDev : kHost;
+  uint32_t need = n_pages;
+  while (need > 0 && !cand_[t].empty()) evict_from(cand_[t].begin()->node, t, need, out);
+  if (arena_.fragmented()) compact();
+  out.freed = n_pages - need;
+  return Status::Ok();
+}
+
+// Frees tier-t residencies of candidate `id` from its tail toward its head:
+// a page with a copy in the other tier just loses its t id; a t-only page
+// leaves the tree when it is the last page of a childless node, and is
+// otherwise kept (it would leave a hole). Guaranteed to free at least one
+// page, since `id` is a candidate (I5).
+void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out) {
+  Node& n = nodes_[id];
+  const uint32_t old_tp[2] = {n.tier_pages[kDev], n.tier_pages[kHost]};
+  uint32_t i = std::min(n.scan_end[t], n.n_pages());
+  uint32_t kept_end = 0;  // one past the highest t page this pass keeps
+  while (i > 0 && need > 0) {
+    --i;
+    const PageLocation loc = n.locs[i];
+    if (!has_tier(loc, t)) continue;
+    const PageHash h = opts_.store_hashes ? n.hashes[i] : PageHash{};
+    if (has_tier(loc, 1 - t)) {
+      PageLocation kept = loc;
+      if (t == kDev) {
+        kept.device = PageId();
+      } else {
+        kept.host = SlotId();
+      }
+      count_page(n, loc, -1);
+      count_page(n, kept, +1);
+      n.locs[i] = kept;
+      out.pages.push_back(EvictedPage{h, loc, false});
+    } else if (n.n_children == 0 && i + 1 == n.n_pages()) {
+      count_page(n, loc, -1);
+      --n.n;  // trim the tail page
+      --pages_;
+      out.pages.push_back(EvictedPage{h, loc, true});
+    } else {
+      kept_end = std::max(kept_end, i + 1);
+      continue;
+    }
+    --need;
+    if (opts_.record_events) {
+      IndexEvent e;
+      e.kind = IndexEventKind::kRemoved;
+      e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
+      e.ns = NsKey{nodes_[n.root].ns_seed};
+      e.hash = h;
+      e.location = loc;
+      events_.push_back(e);
+    }
+  }
+  n.scan_end[t] = std::max(kept_end, i);
+  n.scan_end[1 - t] = std::min(n.scan_end[1 - t], n.n_pages());
+  if (n.n_pages() == 0) {
+    tiers_changed(id, old_tp);
+    remove_leaf(id);
+    return;
+  }
+  if (wasteful(n)) repack(n, 0);  // a much-trimmed leaf moves to an exact block
+  tiers_changed(id, old_tp);
+}
+
+void PrefixIndex::remove_leaf(uint32_t id) {
+  Node& n = nodes_[id];
+  const uint32_t parent = n.parent;
+  for (int t = 0; t < 2; ++t)
+    if (n.in_cand[t]) cand_[t].erase(CandEntry{n.key, id});
+  edges_.erase(parent, n.first_key, id);
+  free_node(id);
+  --live_nodes_;
+  --nodes_[parent].n_children;
+  refresh(parent);
+}
+
+Status PrefixIndex::check_invariants() const {
+  auto fail = [](const std::string& what, uint32_t id) {
+    return Status::Internal("index invariant: " + what + " (node " + std::to_string(id) + ")");
+  };
+  std::vector<uint32_t> children(nodes_.size(), 0), child_tier[2];
+  child_tier[0].assign(nodes_.size(), 0);
+  child_tier[1].assign(nodes_.size(), 0);
+  uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, nodes = 0, roots = 0;
+  for (uint32_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live) continue;
+    if (n.is_root) {
+      ++roots;
+      auto it = roots_.find(n.ns_seed);
+      if (it == roots_.end() || it->second != id || n.root != id || n.n_pages() != 0) return fail("bad root", id);
+      continue;
+    }
+    ++nodes;
+    if (n.n_pages() == 0) return fail("empty node", id);
+    if (n.n > n.cap) return fail("page count above capacity", id);
+    if (opts_.store_hashes != (n.hashes != nullptr)) return fail("hash array", id);
+    if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return fail("dead parent", id);
+    const Node& p = nodes_[n.parent];
+    if (n.root != p.root) return fail("root mismatch", id);
+    if (n.start_page != p.start_page + p.n_pages()) return fail("start_page", id);
+    if (p.lock_ref < n.lock_ref) return fail("parent lock_ref below child's", id);
+    if (n.first_key != page_key(n.tokens)) return fail("first_key", id);
+    ++children[n.parent];
+    uint32_t tp[2] = {}, both = 0;
+    for (uint32_t i = 0; i < n.n_pages(); ++i) {
+      const PageLocation l = n.locs[i];
+      if (!l.any()) return fail("page without residency", id);
+      for (int t = 0; t < 2; ++t)
+        if (has_tier(l, t)) {
+          ++tp[t];
+          if (i >= n.scan_end[t]) return fail("scan_end below a resident page", id);
+        }
+      both += l.on_device() && l.on_host();
+    }
+    if (tp[0] != n.tier_pages[0] || tp[1] != n.tier_pages[1] || both != n.both_pages) return fail("tier counts", id);
+    for (int t = 0; t < 2; ++t) {
+      if (tp[t] > 0) ++child_tier[t][n.parent];
+      tier[t] += tp[t];
+      if (n.lock_ref > 0) prot_tier[t] += tp[t];
+    }
+    pages += n.n_pages();
+    if (n.lock_ref > 0) prot += n.n_pages();
+  }
+  for (uint32_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live) continue;
+    if (children[id] != n.n_children) return fail("child count", id);
+    for (int t = 0; t < 2; ++t) {
+      if (child_tier[t][id] != n.child_with_tier[t]) return fail("children-with-tier count", id);
+      bool want = !n.is_root && n.lock_ref == 0 && n.tier_pages[t] > 0 && n.child_with_tier[t] == 0;
+      if (want && n.both_pages == 0)
+        want = n.n_children == 0 && has_tier(n.locs[n.n - 1], t) && !has_tier(n.locs[n.n - 1], 1 - t);
+      if (want != n.in_cand[t] || (want && !cand_[t].count(CandEntry{n.key, id}))) return fail("candidate set", id);
+      if (want && n.key != policy_->key(n.usage)) return fail("stale policy key", id);
+    }
+  }
+  if (cand_[0].size() + cand_[1].size() !=
+      size_t(std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.in_cand[0]; }) +
+             std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.in_cand[1]; })))
+    return fail("candidate set size", 0);
+  if (nodes != live_nodes_ || roots != roots_.size()) return fail("node count", 0);
+  if (edges_.size() != nodes) return fail("edge count", 0);
+  // Every edge points at a live child of that parent, and siblings' first pages differ (I2).
+  std::map<std::pair<uint32_t, std::vector<TokenId>>, uint32_t> firsts;
+  Status st;
+  edges_.for_each([&](uint32_t parent, uint64_t key, uint32_t child) {
+    if (!st.ok()) return;
+    if (child >= nodes_.size() || !nodes_[child].live || nodes_[child].parent != parent ||
+        nodes_[child].first_key != key) {
+      st = fail("edge table entry", child);
+      return;
+    }
+    std::vector<TokenId> first(nodes_[child].tokens, nodes_[child].tokens + P_);
+    if (!firsts.emplace(std::make_pair(parent, std::move(first)), child).second) st = fail("duplicate sibling", child);
+  });
+  KVTIER_RETURN_IF_ERROR(st);
+  if (pages != pages_ || tier[0] != tier_pages_[0] || tier[1] != tier_pages_[1]) return fail("page totals", 0);
+  if (prot != protected_pages_ || prot_tier[0] != protected_tier_[0] || prot_tier[1] != protected_tier_[1])
+    return fail("protected totals", 0);
+  return Status::Ok();
+}
+
+}  // namespace kvtier

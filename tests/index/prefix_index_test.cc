@@ -1,0 +1,423 @@
+// Behaviour cases of the PrefixIndex (issue 2), re-expressed for our API.
+#include "index/prefix_index.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "common/page_hash.h"
+
+namespace kvtier {
+namespace {
+
+std::unique_ptr<PrefixIndex> make(uint32_t P, bool events = false,
+                                  EvictionPolicyKind policy = EvictionPolicyKind::kLru) {
+  PrefixIndex::Options o;
+  o.page_tokens = P;
+  o.record_events = events;
+  o.policy = policy;
+  auto r = PrefixIndex::create(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return std::move(r).value();
+}
+
+NsKey ns_of(const std::string& salt) {
+  Namespace ns;
+  ns.cache_salt = salt;
+  return NsKey{namespace_seed(ns, HashAlgo::kXXH3_128)};
+}
+
+std::vector<PageLocation> dev_locs(size_t n, uint32_t base = 0) {
+  std::vector<PageLocation> v(n);
+  for (size_t i = 0; i < n; ++i) v[i].device = PageId(base + uint32_t(i));
+  return v;
+}
+
+InsertResult put(PrefixIndex& ix, NsKey ns, const std::vector<TokenId>& toks, uint32_t base = 0) {
+  auto r = ix.insert(ns, toks, dev_locs(toks.size() / ix.page_tokens(), base));
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(ix.check_invariants().ok()) << ix.check_invariants().to_string();
+  return r.ok() ? r.value() : InsertResult{};
+}
+
+uint32_t matched(PrefixIndex& ix, NsKey ns, const std::vector<TokenId>& toks) {
+  MatchResult m;
+  ix.match(ns, toks, m);
+  return m.matched_pages;
+}
+
+std::vector<TokenId> iota_tokens(size_t n, TokenId start = 1) {
+  std::vector<TokenId> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(PrefixIndex, OptionsValidate) {
+  PrefixIndex::Options o;
+  o.page_tokens = 0;
+  EXPECT_FALSE(PrefixIndex::create(o).ok());
+}
+
+TEST(PrefixIndex, MatchRoundsDownToWholePages) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(12));
+  auto q = iota_tokens(12);
+  q[6] = 999;  // divergence at token 6 → one whole page (4 tokens)
+  EXPECT_EQ(matched(*ix, ns, q) * 4, 4u);
+  q = iota_tokens(12);
+  q[2] = 999;  // inside the first page → 0
+  EXPECT_EQ(matched(*ix, ns, q), 0u);
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(3)), 0u);  // shorter than a page
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(11)), 2u);  // trailing partial page never matched
+  // A trailing partial page is never cached either.
+  auto ix2 = make(4);
+  auto r = ix2->insert(ns, iota_tokens(7), dev_locs(1));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(ix2->stats().pages, 1u);
+}
+
+TEST(PrefixIndex, LongKeysDivergeAtManyPoints) {
+  for (uint32_t P : {1u, 4u, 64u}) {
+    auto ix = make(P);
+    const NsKey ns = ns_of("");
+    const auto base = iota_tokens(2000);
+    put(*ix, ns, base);
+    for (size_t d : {1, 2, 63, 64, 65, 127, 128, 511, 512, 513, 1234, 1999}) {
+      auto q = base;
+      q[d] = -7;
+      EXPECT_EQ(matched(*ix, ns, q), d / P) << "P=" << P << " d=" << d;
+      // Insert the divergent key: it shares exactly d/P pages, and the split keeps everything.
+      const uint64_t pages_before = ix->stats().pages;
+      auto r = ix->insert(ns, q, dev_locs(q.size() / P, 100000));
+      ASSERT_TRUE(r.ok());
+      EXPECT_EQ(r->already_present, d / P);
+      EXPECT_EQ(ix->stats().pages, pages_before + (2000 / P - d / P));
+      EXPECT_EQ(matched(*ix, ns, q), 2000 / P);
+      EXPECT_EQ(matched(*ix, ns, base), 2000 / P);
+      ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+    }
+  }
+}
+
+TEST(PrefixIndex, SplitKeepsTotalSizeAndLocations) {
+  auto ix = make(2);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, {1, 2, 3, 4, 5, 6, 7, 8}, 10);  // pages 10..13
+  EXPECT_EQ(ix->stats().nodes, 1u);
+  auto r = put(*ix, ns, {1, 2, 3, 4, 9, 9}, 20);  // splits after 2 pages
+  EXPECT_EQ(r.already_present, 2u);
+  EXPECT_EQ(r.inserted, 1u);
+  const IndexStats s = ix->stats();
+  EXPECT_EQ(s.nodes, 3u);
+  EXPECT_EQ(s.pages, 5u);
+  MatchResult m;
+  ix->match(ns, std::vector<TokenId>{1, 2, 3, 4, 5, 6, 7, 8}, m);
+  ASSERT_EQ(m.matched_pages, 4u);
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(m.locations[i].device, PageId(10 + i));
+  ix->match(ns, std::vector<TokenId>{1, 2, 3, 4, 9, 9}, m);
+  ASSERT_EQ(m.matched_pages, 3u);
+  EXPECT_EQ(m.locations[2].device, PageId(22));  // the duplicates' ids were ignored
+}
+
+TEST(PrefixIndex, InsertReturnsAlreadyPresentLength) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  EXPECT_EQ(put(*ix, ns, iota_tokens(16)).already_present, 0u);
+  EXPECT_EQ(put(*ix, ns, iota_tokens(16)).already_present, 4u);
+  EXPECT_EQ(put(*ix, ns, iota_tokens(8)).already_present, 2u);
+  auto r = put(*ix, ns, iota_tokens(24));
+  EXPECT_EQ(r.already_present, 4u);
+  EXPECT_EQ(r.inserted, 2u);
+  // Bad arguments are rejected before anything changes.
+  EXPECT_FALSE(ix->insert(ns, iota_tokens(8), dev_locs(1)).ok());
+  std::vector<PageLocation> none(2);
+  EXPECT_FALSE(ix->insert(ns, iota_tokens(8), none).ok());
+  std::vector<PageHash> one_hash(1);
+  EXPECT_FALSE(ix->insert(ns, iota_tokens(8), dev_locs(2), one_hash).ok());
+  EXPECT_EQ(ix->stats().pages, 6u);
+}
+
+TEST(PrefixIndex, MatchReturnsHashesOfMatchedAndUnmatchedPages) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(8));
+  const auto q = iota_tokens(18);
+  std::vector<PageHash> want;
+  hash_pages(HashAlgo::kXXH3_128, ns.seed, q, 4, want);
+  MatchResult m;
+  ix->match(ns, q, m);
+  EXPECT_EQ(m.matched_pages, 2u);
+  EXPECT_EQ(m.whole_pages, 4u);
+  EXPECT_EQ(m.hashes, want);
+  // Inserting with the hashes from match stores the same chain as hashing afresh.
+  std::vector<PageLocation> locs = dev_locs(4, 50);
+  ASSERT_TRUE(ix->insert(ns, q, locs, m.hashes).ok());
+  ix->match(ns, q, m);
+  EXPECT_EQ(m.hashes, want);
+}
+
+TEST(PrefixIndex, LockMovesPagesBetweenEvictableAndProtected) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(16));
+  auto q = iota_tokens(16);
+  q[9] = -1;
+  put(*ix, ns, q, 100);  // a branch: shared 2 pages + 2 own pages
+  MatchResult m;
+  ix->match(ns, iota_tokens(16), m);
+  IndexStats s = ix->stats();
+  EXPECT_EQ(s.evictable_pages, 6u);
+  EXPECT_EQ(s.protected_pages, 0u);
+  ASSERT_TRUE(ix->lock(m.deepest).ok());
+  s = ix->stats();
+  EXPECT_EQ(s.protected_pages, 4u);
+  EXPECT_EQ(s.evictable_pages, 2u);
+  EXPECT_EQ(s.protected_device_pages, 4u);
+  ASSERT_TRUE(ix->lock(m.deepest).ok());  // locks nest
+  ASSERT_TRUE(ix->unlock(m.deepest).ok());
+  EXPECT_EQ(ix->stats().protected_pages, 4u);
+  ASSERT_TRUE(ix->unlock(m.deepest).ok());
+  s = ix->stats();
+  EXPECT_EQ(s.protected_pages, 0u);
+  EXPECT_EQ(s.evictable_pages, 6u);
+  EXPECT_FALSE(ix->unlock(m.deepest).ok());  // not locked any more
+  EXPECT_FALSE(ix->lock(NodeHandle()).ok());
+  EXPECT_TRUE(ix->check_invariants().ok());
+}
+
+TEST(PrefixIndex, LockedPathSurvivesEvictEverything) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(16));
+  auto q = iota_tokens(16);
+  q[5] = -1;
+  put(*ix, ns, q, 100);
+  MatchResult m;
+  ix->match(ns, iota_tokens(16), m);
+  ASSERT_TRUE(ix->lock(m.deepest).ok());
+  EvictResult ev;
+  ASSERT_TRUE(ix->evict(1000, TierKind::kDevice, ev).ok());
+  EXPECT_EQ(ev.freed, 3u);  // the unlocked branch only
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(16)), 4u);
+  EXPECT_EQ(matched(*ix, ns, q), 1u);
+  ASSERT_TRUE(ix->unlock(m.deepest).ok());
+  ASSERT_TRUE(ix->evict(1000, TierKind::kDevice, ev).ok());
+  EXPECT_EQ(ev.freed, 4u);
+  const IndexStats s = ix->stats();
+  EXPECT_EQ(s.pages, 0u);
+  EXPECT_EQ(s.nodes, 0u);
+  EXPECT_TRUE(ix->check_invariants().ok());
+}
+
+TEST(PrefixIndex, EvictionReturnsExactlyTheFreedLocationsLeavesFirst) {
+  auto ix = make(2);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, {1, 1, 2, 2, 3, 3}, 10);  // 10 11 12
+  put(*ix, ns, {1, 1, 2, 2, 4, 4}, 20);  // shares 10 11, adds 22
+  EvictResult ev;
+  ASSERT_TRUE(ix->evict(2, TierKind::kDevice, ev).ok());  // the two leaves (12, 22) go first
+  ASSERT_EQ(ev.freed, 2u);
+  std::vector<uint32_t> got;
+  for (const EvictedPage& p : ev.pages) {
+    EXPECT_TRUE(p.removed);
+    got.push_back(p.location.device.value());
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<uint32_t>{12, 22}));
+  // Trimming: one page of the remaining 2-page node, the tail (11) first.
+  ASSERT_TRUE(ix->evict(1, TierKind::kDevice, ev).ok());
+  ASSERT_EQ(ev.pages.size(), 1u);
+  EXPECT_EQ(ev.pages[0].location.device, PageId(11));
+  EXPECT_EQ(matched(*ix, ns, {1, 1, 2, 2}), 1u);
+  EXPECT_EQ(ix->stats().pages, 1u);
+  EXPECT_TRUE(ix->check_invariants().ok());
+  EXPECT_FALSE(ix->evict(1, TierKind::kDisk, ev).ok());
+}
+
+TEST(PrefixIndex, DeviceEvictionKeepsPagesWithHostCopies) {
+  auto ix = make(2);
+  const NsKey ns = ns_of("");
+  auto r = put(*ix, ns, {1, 1, 2, 2, 3, 3}, 10);
+  // Write-through of page 1 and 2 to host slots 7 and 8.
+  ASSERT_TRUE(ix->set_location(r.deepest, 1, PageLocation{PageId(11), SlotId(7)}).ok());
+  ASSERT_TRUE(ix->set_location(r.deepest, 2, PageLocation{PageId(12), SlotId(8)}).ok());
+  EXPECT_EQ(ix->stats().host_pages, 2u);
+  EvictResult ev;
+  ASSERT_TRUE(ix->evict(3, TierKind::kDevice, ev).ok());
+  // Pages 2 and 1 lose their device copy but stay; page 0 is device-only and
+  // not the last page, so it stays too (dropping it would leave a hole).
+  ASSERT_EQ(ev.freed, 2u);
+  EXPECT_FALSE(ev.pages[0].removed);
+  EXPECT_EQ(ev.pages[0].location, (PageLocation{PageId(12), SlotId(8)}));
+  MatchResult m;
+  ix->match(ns, std::vector<TokenId>{1, 1, 2, 2, 3, 3}, m);
+  ASSERT_EQ(m.matched_pages, 3u);
+  EXPECT_EQ(m.locations[0], (PageLocation{PageId(10), SlotId()}));
+  EXPECT_EQ(m.locations[2], (PageLocation{PageId(), SlotId(8)}));
+  IndexStats s = ix->stats();
+  EXPECT_EQ(s.device_pages, 1u);
+  EXPECT_EQ(s.host_pages, 2u);
+  // Loading page 2 back onto the device, in place.
+  ASSERT_TRUE(ix->set_location(m.deepest, 2, PageLocation{PageId(30), SlotId(8)}).ok());
+  EXPECT_EQ(ix->location(m.deepest, 2).value(), (PageLocation{PageId(30), SlotId(8)}));
+  EXPECT_FALSE(ix->set_location(m.deepest, 2, PageLocation{}).ok());  // cannot drop the last copy
+  EXPECT_FALSE(ix->set_location(m.deepest, 3, PageLocation{PageId(1), SlotId()}).ok());
+  // Host eviction: page 2 keeps its device copy; page 1 is host-only but not
+  // the last page, so it stays (no holes).
+  ASSERT_TRUE(ix->evict(10, TierKind::kHost, ev).ok());
+  ASSERT_EQ(ev.freed, 1u);
+  EXPECT_FALSE(ev.pages[0].removed);
+  EXPECT_EQ(ev.pages[0].location, (PageLocation{PageId(30), SlotId(8)}));
+  // Once page 2 is gone from the device, the host-only page 1 is the tail and can go.
+  ASSERT_TRUE(ix->evict(1, TierKind::kDevice, ev).ok());
+  ASSERT_EQ(ev.freed, 1u);
+  EXPECT_TRUE(ev.pages[0].removed);
+  ASSERT_TRUE(ix->evict(1, TierKind::kHost, ev).ok());
+  ASSERT_EQ(ev.freed, 1u);
+  EXPECT_TRUE(ev.pages[0].removed);
+  EXPECT_EQ(ev.pages[0].location, (PageLocation{PageId(), SlotId(7)}));
+  EXPECT_EQ(ix->stats().pages, 1u);
+  ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+}
+
+TEST(PrefixIndex, NamespacesIsolate) {
+  auto ix = make(4);
+  const NsKey a = ns_of("a"), b = ns_of("b"), c = ns_of("c");
+  const auto toks = iota_tokens(16);
+  put(*ix, a, toks, 0);
+  put(*ix, b, iota_tokens(8), 100);
+  put(*ix, c, toks, 200);
+  MatchResult ma, mb, mc;
+  ix->match(a, toks, ma);
+  ix->match(b, toks, mb);
+  ix->match(c, toks, mc);
+  EXPECT_EQ(ma.matched_pages, 4u);
+  EXPECT_EQ(mb.matched_pages, 2u);
+  EXPECT_EQ(mc.matched_pages, 4u);
+  EXPECT_EQ(ma.locations[0].device, PageId(0));
+  EXPECT_EQ(mb.locations[0].device, PageId(100));
+  EXPECT_EQ(mc.locations[0].device, PageId(200));
+  EXPECT_NE(ma.hashes[0], mc.hashes[0]);
+  EXPECT_EQ(ix->stats().nodes, 3u);
+  EXPECT_EQ(ix->stats().namespaces, 3u);
+  EXPECT_EQ(matched(*ix, ns_of("unknown"), toks), 0u);
+}
+
+TEST(PrefixIndex, RepeatedPatternsHashDifferentlyByPosition) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  std::vector<TokenId> toks;
+  for (int i = 0; i < 4; ++i) toks.insert(toks.end(), {5, 6, 7, 8});
+  put(*ix, ns, toks);
+  MatchResult m;
+  ix->match(ns, toks, m);
+  ASSERT_EQ(m.matched_pages, 4u);
+  for (int i = 0; i < 4; ++i)
+    for (int j = i + 1; j < 4; ++j) EXPECT_NE(m.hashes[i], m.hashes[j]);
+  // A prompt that is a shifted copy only matches from its own start.
+  EXPECT_EQ(matched(*ix, ns, std::vector<TokenId>(toks.begin() + 4, toks.end())), 3u);
+}
+
+TEST(PrefixIndex, EventsReportStoredAndRemovedPagesWithMatchingHashes) {
+  auto ix = make(4, /*events=*/true);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(12));
+  std::vector<IndexEvent> ev;
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 3u);
+  std::vector<PageHash> want;
+  hash_pages(HashAlgo::kXXH3_128, ns.seed, iota_tokens(12), 4, want);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ev[i].kind, IndexEventKind::kStored);
+    EXPECT_EQ(ev[i].hash, want[i]);
+    EXPECT_EQ(ev[i].ns, ns);
+  }
+  EvictResult er;
+  ASSERT_TRUE(ix->evict(3, TierKind::kDevice, er).ok());
+  ev.clear();
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ev[i].kind, IndexEventKind::kRemoved);
+    EXPECT_EQ(ev[i].hash, er.pages[i].hash);
+    EXPECT_EQ(ev[i].hash, want[2 - i]);
+  }
+  ix->reset();
+  ev.clear();
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, IndexEventKind::kCleared);
+}
+
+TEST(PrefixIndex, ResetZeroesEveryCount) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  auto r = put(*ix, ns, iota_tokens(16));
+  put(*ix, ns_of("x"), iota_tokens(16));
+  ASSERT_TRUE(ix->lock(r.deepest).ok());
+  ix->reset();
+  const IndexStats s = ix->stats();
+  EXPECT_EQ(s.namespaces, 0u);
+  EXPECT_EQ(s.nodes, 0u);
+  EXPECT_EQ(s.pages, 0u);
+  EXPECT_EQ(s.device_pages, 0u);
+  EXPECT_EQ(s.host_pages, 0u);
+  EXPECT_EQ(s.evictable_pages, 0u);
+  EXPECT_EQ(s.protected_pages, 0u);
+  EXPECT_EQ(s.protected_device_pages, 0u);
+  EXPECT_FALSE(ix->unlock(r.deepest).ok());  // stale handle detected
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(16)), 0u);
+  EXPECT_TRUE(ix->check_invariants().ok());
+  put(*ix, ns, iota_tokens(16));
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(16)), 4u);
+}
+
+TEST(PrefixIndex, PoliciesOrderEviction) {
+  const NsKey ns = ns_of("");
+  auto run = [&](EvictionPolicyKind kind) {
+    auto ix = make(1, false, kind);
+    // Three leaves under distinct first tokens: A inserted first, then B, then C.
+    put(*ix, ns, {1}, 1);
+    put(*ix, ns, {2}, 2);
+    put(*ix, ns, {3}, 3);
+    matched(*ix, ns, {1});  // A: recently used, 2 hits now
+    matched(*ix, ns, {1});
+    matched(*ix, ns, {2});  // B: 2 hits
+    EvictResult ev;
+    EXPECT_TRUE(ix->evict(1, TierKind::kDevice, ev).ok());
+    return ev.pages.at(0).location.device.value();
+  };
+  EXPECT_EQ(run(EvictionPolicyKind::kLru), 3u);   // C is least recent
+  EXPECT_EQ(run(EvictionPolicyKind::kFifo), 1u);  // A is oldest
+  EXPECT_EQ(run(EvictionPolicyKind::kLfu), 3u);   // C has 1 hit
+  EXPECT_EQ(run(EvictionPolicyKind::kSlru), 3u);  // C is still in probation
+  auto ix = make(1, false, EvictionPolicyKind::kPriorityLru);
+  ASSERT_TRUE(ix->insert(ns, std::vector<TokenId>{1}, dev_locs(1, 1), {}, 5).ok());
+  ASSERT_TRUE(ix->insert(ns, std::vector<TokenId>{2}, dev_locs(1, 2), {}, -1).ok());
+  ASSERT_TRUE(ix->insert(ns, std::vector<TokenId>{3}, dev_locs(1, 3), {}, 0).ok());
+  EvictResult ev;
+  ASSERT_TRUE(ix->evict(3, TierKind::kDevice, ev).ok());
+  EXPECT_EQ(ev.pages[0].location.device, PageId(2));
+  EXPECT_EQ(ev.pages[1].location.device, PageId(3));
+  EXPECT_EQ(ev.pages[2].location.device, PageId(1));
+  EXPECT_TRUE(parse_eviction_policy("slru").ok());
+  EXPECT_FALSE(parse_eviction_policy("mru").ok());
+}
+
+TEST(PrefixIndex, MetadataOnlyModeWithoutHashes) {
+  PrefixIndex::Options o;
+  o.page_tokens = 4;
+  o.store_hashes = false;
+  auto ix = std::move(PrefixIndex::create(o)).value();
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(16));
+  MatchResult m;
+  ix->match(ns, iota_tokens(20), m);
+  EXPECT_EQ(m.matched_pages, 4u);
+  EXPECT_TRUE(m.hashes.empty());
+  EXPECT_LT(ix->stats().metadata_bytes, 1u << 22);
+}
+
+}  // namespace
+}  // namespace kvtier
