@@ -22,6 +22,14 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // Y[M][N] = X[M][K] · W[N][K]^T + beta · Y.
 void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
+  // For one or two rows (decode), sgemm would pack the whole weight matrix on
+  // every call; gemv streams it once per row instead.
+  if (m <= 2) {
+    for (uint32_t r = 0; r < m; ++r)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(k), 1.0f, w, int(k), x + size_t(r) * k, 1, beta,
+                  y + size_t(r) * n, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), beta, y,
               int(n));
 }

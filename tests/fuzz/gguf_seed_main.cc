@@ -1,0 +1,21 @@
+// Writes the GGUF fuzzer's seed corpus: gguf_fuzz_seed <dir>.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gguf_corpus.h"
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: gguf_fuzz_seed <corpus-dir>\n");
+    return 2;
+  }
+  using kvtier::engine::GgufType;
+  for (GgufType t : {GgufType::kF32, GgufType::kF16, GgufType::kBF16, GgufType::kQ8_0}) {
+    const auto b = kvtier::engine::fuzzing::valid_image(t);
+    std::ofstream(std::string(argv[1]) + "/seed_" + std::string(kvtier::engine::gguf_type_name(t)) + ".gguf",
+                  std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+  }
+  return 0;
+}
