@@ -205,8 +205,10 @@ TEST(DiskTier, FallsBackToBufferedIoOnTmpfs) {
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 constexpr int kCrashRounds = 20;
+constexpr int kCrashMinUs = 30000, kCrashSpanUs = 120000;  // instrumented children start slowly
 #else
 constexpr int kCrashRounds = 25;
+constexpr int kCrashMinUs = 2000, kCrashSpanUs = 25000;
 #endif
 
 TEST(DiskTier, SurvivesSigkillAtRandomMoments) {
@@ -227,7 +229,7 @@ TEST(DiskTier, SurvivesSigkillAtRandomMoments) {
         if (i % 3 == 0 && !(*t)->flush().ok()) _exit(5);
       }
     }
-    ::usleep(2000 + rng() % 25000);
+    ::usleep(kCrashMinUs + rng() % kCrashSpanUs);
     ::kill(pid, SIGKILL);
     int wstatus = 0;
     ::waitpid(pid, &wstatus, 0);
