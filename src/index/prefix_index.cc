@@ -265,6 +265,8 @@ Result<InsertResult> PrefixIndex::insert(NsKey ns, std::span<const TokenId> toke
   if (!hashes.empty() && hashes.size() != n_whole)
     return Status::InvalidArgument("insert: " + std::to_string(hashes.size()) + " hashes for " +
                                    std::to_string(n_whole) + " whole pages");
+  if (payload_bytes(n_whole) >= (size_t{1} << 32))
+    return Status::InvalidArgument("insert: prompt of " + std::to_string(n_whole) + " pages is too long for one node");
   for (size_t i = 0; i < locations.size(); ++i)
     if (!locations[i].any())
       return Status::InvalidArgument("insert: page " + std::to_string(i) + " has neither a device nor a host id");

@@ -117,11 +117,10 @@ void expand_block(uint64_t hash_id, std::span<TokenId> out) {
   if (out.empty()) return;
   // The first token is a bijection of the id: different ids always differ there.
   out[0] = static_cast<TokenId>(permute31(static_cast<uint32_t>(hash_id & 0x7FFFFFFFu)));
-  uint64_t state = mix64(hash_id + 0x9E3779B97F4A7C15ull);
-  for (size_t j = 1; j < out.size(); ++j) {
-    state = mix64(state + j);
-    out[j] = static_cast<TokenId>(state & 0x7FFFFFFFu);
-  }
+  // The rest are independent hashes of (id, position): no serial dependency, so they pipeline.
+  const uint64_t base = mix64(hash_id + 0x9E3779B97F4A7C15ull);
+  for (size_t j = 1; j < out.size(); ++j)
+    out[j] = static_cast<TokenId>(mix64(base + j * 0xD1B54A32D192ED03ull) & 0x7FFFFFFFu);
 }
 
 Status expand_prompt(const MooncakeTrace& trace, size_t i, uint32_t block_tokens, std::vector<TokenId>& out) {
