@@ -74,7 +74,7 @@ Result<IndexBenchReport> run_index_bench(const IndexBenchOptions& o, const Promp
     // Already-present pages are ignored by insert but must still name a page (the caller's duplicate).
     std::fill(locs.begin(), locs.begin() + m.matched_pages, PageLocation{PageId(0), SlotId()});
     for (size_t p = m.matched_pages; p < n_whole; ++p) locs[p] = PageLocation{PageId(next_page++), SlotId()};
-    KVTIER_ASSIGN_OR_RETURN(InsertResult ins, index->insert(ns, tokens, locs, m.hashes));
+    KVTIER_ASSIGN_OR_RETURN(InsertResult ins, index->insert_matched(ns, tokens, locs, m));
     (void)ins;
     if (capacity_pages != 0 && index->tier_pages(TierKind::kDevice) > capacity_pages) {
       const uint64_t excess = index->tier_pages(TierKind::kDevice) - capacity_pages;

@@ -161,6 +161,8 @@ void PrefixIndex::match(NsKey ns, std::span<const TokenId> tokens, MatchResult& 
   out.deepest = NodeHandle();
   out.locations.clear();
   out.hashes.clear();
+  out.ns = ns;
+  out.epoch = epoch_;
   ++tick_;
   const uint32_t n_whole = out.whole_pages;
   uint32_t pos = 0;
@@ -192,6 +194,7 @@ void PrefixIndex::match(NsKey ns, std::span<const TokenId> tokens, MatchResult& 
 // head and becomes the parent; `id` keeps the tail, so handles to the deepest
 // node (and the locks taken through them) stay right.
 uint32_t PrefixIndex::split(uint32_t id, uint32_t at) {
+  ++epoch_;
   const uint32_t h = alloc_node();  // may reallocate nodes_: take references after
   Node& x = nodes_[id];
   Node& head = nodes_[h];
@@ -255,9 +258,8 @@ uint32_t PrefixIndex::split(uint32_t id, uint32_t at) {
   return h;
 }
 
-Result<InsertResult> PrefixIndex::insert(NsKey ns, std::span<const TokenId> tokens,
-                                         std::span<const PageLocation> locations, std::span<const PageHash> hashes,
-                                         int32_t priority) {
+Status PrefixIndex::check_insert(std::span<const TokenId> tokens, std::span<const PageLocation> locations,
+                                 std::span<const PageHash> hashes) const {
   const uint32_t n_whole = static_cast<uint32_t>(tokens.size() / P_);
   if (locations.size() != n_whole)
     return Status::InvalidArgument("insert: " + std::to_string(locations.size()) + " locations for " +
@@ -270,6 +272,14 @@ Result<InsertResult> PrefixIndex::insert(NsKey ns, std::span<const TokenId> toke
   for (size_t i = 0; i < locations.size(); ++i)
     if (!locations[i].any())
       return Status::InvalidArgument("insert: page " + std::to_string(i) + " has neither a device nor a host id");
+  return Status::Ok();
+}
+
+Result<InsertResult> PrefixIndex::insert(NsKey ns, std::span<const TokenId> tokens,
+                                         std::span<const PageLocation> locations, std::span<const PageHash> hashes,
+                                         int32_t priority) {
+  KVTIER_RETURN_IF_ERROR(check_insert(tokens, locations, hashes));
+  const uint32_t n_whole = static_cast<uint32_t>(tokens.size() / P_);
   InsertResult res;
   if (n_whole == 0) return res;
   ++tick_;
@@ -293,12 +303,49 @@ Result<InsertResult> PrefixIndex::insert(NsKey ns, std::span<const TokenId> toke
     }
     node = c;
   }
+  return finish_insert(node, pos, tokens, locations, hashes, priority);
+}
+
+Result<InsertResult> PrefixIndex::insert_matched(NsKey ns, std::span<const TokenId> tokens,
+                                                 std::span<const PageLocation> locations, const MatchResult& matched,
+                                                 int32_t priority) {
+  const uint32_t n_whole = static_cast<uint32_t>(tokens.size() / P_);
+  std::span<const PageHash> hashes;
+  if (opts_.store_hashes && matched.hashes.size() == n_whole) hashes = matched.hashes;
+  // Resume only from a match of this prompt made since the last structural change.
+  if (matched.epoch != epoch_ || !(matched.ns == ns) || matched.whole_pages != n_whole || matched.matched_pages == 0 ||
+      !live(matched.deepest))
+    return insert(ns, tokens, locations, hashes, priority);
+  KVTIER_RETURN_IF_ERROR(check_insert(tokens, locations, hashes));
+  ++tick_;
+  const uint32_t pos = matched.matched_pages;
+  uint32_t node = matched.deepest.index_;
+  for (uint32_t id = node; !nodes_[id].is_root; id = nodes_[id].parent) touch(nodes_[id], priority);
+  const uint32_t within = pos - nodes_[node].start_page;
+  if (within < nodes_[node].n_pages()) {
+    if (pos == n_whole) {
+      InsertResult res;
+      res.already_present = n_whole;
+      res.deepest = matched.deepest;
+      return res;
+    }
+    node = split(node, within);
+  }
+  return finish_insert(node, pos, tokens, locations, hashes, priority);
+}
+
+// Adds pages [pos, n_whole) as a new leaf under `node` (the first pos pages are present).
+Result<InsertResult> PrefixIndex::finish_insert(uint32_t node, uint32_t pos, std::span<const TokenId> tokens,
+                                                std::span<const PageLocation> locations,
+                                                std::span<const PageHash> hashes, int32_t priority) {
+  const uint32_t n_whole = static_cast<uint32_t>(tokens.size() / P_);
+  InsertResult res;
   res.already_present = pos;
   if (pos == n_whole) {
     res.deepest = NodeHandle(node, nodes_[node].generation);
     return res;
   }
-  // A new leaf under `node` with pages [pos, n_whole).
+  ++epoch_;
   const uint32_t leaf = alloc_node();
   Node& parent = nodes_[node];
   Node& l = nodes_[leaf];
@@ -424,6 +471,7 @@ void PrefixIndex::reset() {
   cand_[kDev].clear();
   cand_[kHost].clear();
   live_nodes_ = pages_ = protected_pages_ = 0;
+  ++epoch_;
   tier_pages_[kDev] = tier_pages_[kHost] = protected_tier_[kDev] = protected_tier_[kHost] = 0;
   if (opts_.record_events) events_.push_back(IndexEvent{IndexEventKind::kCleared, TierKind::kDevice, {}, {}, {}});
 }

@@ -109,6 +109,11 @@ struct MatchResult {
   // then the chained hashes of the unmatched whole pages (so lower tiers can
   // be asked). Empty when store_hashes is off or the remainder was not asked for.
   std::vector<PageHash> hashes;
+  // Where the match was made; the insert overload taking a MatchResult uses
+  // them to resume at the deepest node instead of walking the tree again
+  // (insert_matched).
+  NsKey ns;
+  uint64_t epoch = 0;
 
   size_t matched_tokens(uint32_t page_tokens) const { return size_t(matched_pages) * page_tokens; }
 };
@@ -195,6 +200,14 @@ class PrefixIndex {
   Result<InsertResult> insert(NsKey ns, std::span<const TokenId> tokens, std::span<const PageLocation> locations,
                               std::span<const PageHash> hashes = {}, int32_t priority = 0);
 
+  // The same, resuming from `matched` — the match() of these very tokens in
+  // `ns` — and using its hashes: no second walk or memcmp of the matched
+  // part. When the tree changed structurally since that match (an insert,
+  // evict or reset), it falls back to the full insert above.
+  Result<InsertResult> insert_matched(NsKey ns, std::span<const TokenId> tokens,
+                                      std::span<const PageLocation> locations, const MatchResult& matched,
+                                      int32_t priority = 0);
+
   // Protect / release the whole path from the namespace root to `node`.
   Status lock(NodeHandle node);
   Status unlock(NodeHandle node);
@@ -243,6 +256,11 @@ class PrefixIndex {
   void free_node(uint32_t id);
   uint32_t root_of(NsKey ns, bool create);
   uint32_t split(uint32_t id, uint32_t at);
+  Status check_insert(std::span<const TokenId> tokens, std::span<const PageLocation> locations,
+                      std::span<const PageHash> hashes) const;
+  Result<InsertResult> finish_insert(uint32_t node, uint32_t pos, std::span<const TokenId> tokens,
+                                     std::span<const PageLocation> locations, std::span<const PageHash> hashes,
+                                     int32_t priority);
   void touch(Node& n, int32_t priority);
   size_t payload_bytes(uint32_t pages) const;
   // Gives `n` a fresh block of exactly `count` pages copied from `src` pages [first, first+count).
@@ -277,6 +295,7 @@ class PrefixIndex {
   std::vector<IndexEvent> events_;
   std::vector<PageHash> scratch_hashes_;
   uint64_t tick_ = 0;
+  uint64_t epoch_ = 1;  // bumped by every structural change (resumable matches)
   uint64_t live_nodes_ = 0;  // non-root
   uint64_t pages_ = 0;
   uint64_t tier_pages_[2] = {};

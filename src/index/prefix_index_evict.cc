@@ -77,6 +77,7 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out) {
   while (need > 0 && !cand_[t].empty()) evict_from(cand_[t].begin()->node, t, need, out);
   if (arena_.fragmented()) compact();
   out.freed = n_pages - need;
+  if (out.freed > 0) ++epoch_;  // pages may have been trimmed: matches made before cannot be resumed
   return Status::Ok();
 }
 

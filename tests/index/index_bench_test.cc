@@ -27,6 +27,8 @@ class IndexBenchOnSharedTrace : public ::testing::Test {
     trace_ = nullptr;
   }
   static IndexBenchReport run(uint64_t capacity) {
+    EXPECT_NE(trace_, nullptr) << "the shared trace did not load";
+    if (trace_ == nullptr) return IndexBenchReport{};
     IndexBenchOptions o;
     o.capacity_tokens = capacity;
     PromptSource src;

@@ -106,15 +106,21 @@ class Model {
   }
 
   void do_insert() {
-    const int ns = static_cast<int>(pick(3));
-    const auto t = prompt();
+    // A third of the inserts resume from the last match (possibly made stale
+    // by later structural changes, which must fall back to a full walk).
+    const bool resume = have_last_ && pick(3) == 0;
+    const int ns = resume ? last_ns_ : static_cast<int>(pick(3));
+    const auto t = resume ? last_tokens_ : prompt();
     const size_t n = t.size() / P_;
     std::vector<PageLocation> locs(n);
     for (auto& l : locs) l = random_loc();
     std::vector<PageHash> hashes;
     hash_pages(HashAlgo::kXXH3_128, ns_[ns].seed, t, P_, hashes);
     const bool give_hashes = pick(2) == 0;
-    auto r = ix_->insert(ns_[ns], t, locs, give_hashes ? std::span<const PageHash>(hashes) : std::span<const PageHash>());
+    auto r = resume ? ix_->insert_matched(ns_[ns], t, locs, last_match_)
+                    : ix_->insert(ns_[ns], t, locs,
+                                  give_hashes ? std::span<const PageHash>(hashes) : std::span<const PageHash>());
+    have_last_ = false;
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     uint32_t present = 0;
     bool absent_seen = false;
@@ -136,9 +142,17 @@ class Model {
   void do_match() {
     const int ns = static_cast<int>(pick(3));
     const auto t = prompt();
-    ix_->match(ns_[ns], t, m_);
+    ix_->match(ns_[ns], t, m_, /*hash_remainder=*/pick(4) != 0);
     ASSERT_EQ(m_.matched_pages, oracle_match(ns, t));
     ASSERT_EQ(m_.whole_pages, t.size() / P_);
+    have_last_ = true;
+    last_ns_ = ns;
+    last_tokens_ = t;
+    last_match_ = m_;
+    if (m_.hashes.size() != m_.whole_pages) {
+      ASSERT_EQ(m_.hashes.size(), m_.matched_pages);
+      return;
+    }
     std::vector<PageHash> want;
     hash_pages(HashAlgo::kXXH3_128, ns_[ns].seed, t, P_, want);
     ASSERT_EQ(m_.hashes, want);
@@ -266,6 +280,10 @@ class Model {
   std::vector<std::vector<TokenId>> pool_;
   std::vector<Held> held_;
   MatchResult m_;
+  bool have_last_ = false;
+  int last_ns_ = 0;
+  std::vector<TokenId> last_tokens_;
+  MatchResult last_match_;
   uint32_t next_id_ = 0;
 };
 
