@@ -1,0 +1,379 @@
+#include "cache/kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <limits>
+
+#include "common/page_hash.h"
+
+namespace kvtier {
+
+std::string_view write_policy_name(WritePolicy p) {
+  switch (p) {
+    case WritePolicy::kWriteThrough: return "write_through";
+    case WritePolicy::kWriteBack: return "write_back";
+    case WritePolicy::kSelective: return "selective";
+  }
+  return "unknown";
+}
+
+Result<WritePolicy> parse_write_policy(std::string_view s) {
+  if (s == "write_through" || s == "write-through") return WritePolicy::kWriteThrough;
+  if (s == "write_back" || s == "write-back") return WritePolicy::kWriteBack;
+  if (s == "selective") return WritePolicy::kSelective;
+  return Status::InvalidArgument("unknown write policy '" + std::string(s) +
+                                 "' (expected write_through, write_back or selective)");
+}
+
+Status KVCacheOptions::validate() const {
+  KVTIER_RETURN_IF_ERROR(geometry.validate());
+  if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("KVCache: chunk_pages must be in [1, 1024]");
+  if (BlockPoolOptions::pages_for_bytes(geometry, device_bytes) < 2)
+    return Status::InvalidArgument("KVCache: device capacity must hold at least 2 pages of " +
+                                   std::to_string(geometry.page_bytes()) + " bytes");
+  if (host_bytes != 0 && host_bytes < geometry.page_bytes())
+    return Status::InvalidArgument("KVCache: host capacity must be 0 or hold at least one page");
+  if (!disk_dir.empty() && disk_bytes < 2 * disk_region_bytes)
+    return Status::InvalidArgument("KVCache: disk capacity must hold at least 2 regions of " +
+                                   std::to_string(disk_region_bytes) + " bytes");
+  if (selective_hits == 0) return Status::InvalidArgument("KVCache: selective_hits must be >= 1");
+  if (transfer_workers == 0 || transfer_workers > 64)
+    return Status::InvalidArgument("KVCache: transfer_workers must be in [1, 64]");
+  if (remote && !(remote->geometry().kv == geometry && remote->geometry().chunk_pages == chunk_pages))
+    return Status::InvalidArgument("KVCache: the remote tier's chunk geometry differs from the cache's");
+  KVTIER_RETURN_IF_ERROR(profile.validate());
+  return model_cost.validate();
+}
+
+// ---------------------------------------------------------------- lease ----
+
+CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
+  if (this != &o) {
+    if (cache_) cache_->release(*this);
+    cache_ = std::exchange(o.cache_, nullptr);
+    ns_ = o.ns_;
+    pages_ = std::move(o.pages_);
+    locked_ = std::exchange(o.locked_, NodeHandle());
+    front_ = std::move(o.front_);
+    back_ = std::move(o.back_);
+    scratch_ = std::move(o.scratch_);
+    recompute_begin_ = o.recompute_begin_;
+    recompute_end_ = o.recompute_end_;
+    cached_end_ = o.cached_end_;
+    in_place_prefix_ = o.in_place_prefix_;
+    report_ = o.report_;
+    plan_ = std::move(o.plan_);
+  }
+  return *this;
+}
+
+CacheLease::~CacheLease() {
+  if (cache_) cache_->release(*this);
+}
+
+Status CacheLease::wait_front_layer(LayerIdx l) { return front_.valid() ? front_.wait_layer(l) : Status::Ok(); }
+
+Status CacheLease::wait_layer(LayerIdx l) {
+  if (front_.valid()) KVTIER_RETURN_IF_ERROR(front_.wait_layer(l));
+  return back_.valid() ? back_.wait_layer(l) : Status::Ok();
+}
+
+void CacheLease::wait_all() {
+  if (front_.valid()) (void)front_.wait_all();
+  if (back_.valid()) (void)back_.wait_all();
+}
+
+// ---------------------------------------------------------------- cache ----
+
+KVCache::KVCache(const KVCacheOptions& o) : options_(o) {}
+
+KVCache::~KVCache() {
+  (void)drain();
+  transfer_.reset();  // joins workers before the tiers and pool go away
+}
+
+Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  std::unique_ptr<KVCache> c(new KVCache(o));
+  const ChunkGeometry cg{o.geometry, o.chunk_pages};
+
+  PrefixIndex::Options io;
+  io.page_tokens = o.geometry.page_tokens;
+  io.hash_algo = o.hash;
+  io.policy = o.eviction;
+  KVTIER_ASSIGN_OR_RETURN(c->index_, PrefixIndex::create(io));
+
+  BlockPoolOptions po;
+  po.geometry = o.geometry;
+  po.num_pages = BlockPoolOptions::pages_for_bytes(o.geometry, o.device_bytes);
+  KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(po));
+
+  if (o.host_bytes > 0) {
+    HostTierOptions ho;
+    ho.geometry = cg;
+    ho.capacity_bytes = o.host_bytes;
+    ho.evict_chunks = false;  // slots are owned by the index's eviction
+    KVTIER_ASSIGN_OR_RETURN(c->host_, HostTier::create(ho));
+  }
+  if (!o.disk_dir.empty()) {
+    DiskTierOptions d;
+    d.geometry = cg;
+    d.dir = o.disk_dir;
+    d.capacity_bytes = o.disk_bytes;
+    d.region_bytes = o.disk_region_bytes;
+    d.direct_io = o.disk_direct_io;
+    auto disk = DiskTier::create(d);
+    if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
+    c->disk_ = std::move(disk).value();
+  }
+  c->remote_ = o.remote;
+
+  TransferEngineOptions to;
+  to.workers = o.transfer_workers;
+  to.pool = c->pool_.get();
+  to.host = c->host_.get();
+  to.tiers[static_cast<size_t>(TierKind::kDisk)] = c->disk_.get();
+  to.tiers[static_cast<size_t>(TierKind::kRemote)] = c->remote_.get();
+  KVTIER_ASSIGN_OR_RETURN(c->transfer_, TransferEngine::create(to));
+
+  // Tiers that are absent cannot be loaded from.
+  CostProfile prof = o.profile;
+  prof.link(TierKind::kDevice) = TierLink{0, std::numeric_limits<double>::infinity()};
+  if (!c->host_) prof.link(TierKind::kHost) = {};
+  if (!c->disk_) prof.link(TierKind::kDisk) = {};
+  if (!c->remote_) prof.link(TierKind::kRemote) = {};
+  KVTIER_ASSIGN_OR_RETURN(
+      Planner pl, Planner::create(PlannerOptions{.page_tokens = o.geometry.page_tokens, .layerwise = o.layerwise}, prof,
+                                  o.model_cost));
+  c->planner_ = std::make_unique<Planner>(std::move(pl));
+  return c;
+}
+
+ChunkKey KVCache::chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const {
+  return ChunkKey{ns.seed, hashes[size_t(chunk + 1) * options_.chunk_pages - 1]};
+}
+
+Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId> tokens) {
+  if (tokens.empty()) return Status::InvalidArgument("lookup: empty prompt");
+  poll();
+  const uint32_t P = options_.geometry.page_tokens, C = options_.chunk_pages;
+  CacheLookup L;
+  L.ns = index_->namespace_key(ns);
+  L.prompt_tokens = tokens.size();
+  L.lookup_pages = static_cast<uint32_t>((tokens.size() - 1) / P);
+  index_->match(L.ns, tokens.first(size_t(L.lookup_pages) * P), L.match, /*hash_remainder=*/true);
+  const uint32_t m = L.match.matched_pages;
+  L.index_pages = m;
+
+  // Lower tiers hold whole chunks, asked by the hash of each chunk's last page.
+  const uint32_t total_chunks = L.lookup_pages / C, c0 = m / C;
+  Tier* disk = disk_ && !disk_->degraded() ? disk_.get() : nullptr;
+  Tier* remote = remote_ && !remote_->degraded() ? remote_.get() : nullptr;
+  if (c0 < total_chunks && (disk || remote)) {
+    std::vector<PageHash> keys;
+    for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);
+    const uint32_t dk = disk ? static_cast<uint32_t>(disk->exists_prefix(L.ns.seed, keys)) : 0;
+    const uint32_t rk =
+        remote ? static_cast<uint32_t>(remote->exists_prefix(L.ns.seed, std::span(keys).subspan(dk))) : 0;
+    // The lower tiers extend the match past the index: their first chunk may
+    // start before the index's end, so the index part ends at that chunk.
+    if (dk + rk > 0 && (c0 + dk + rk) * C > m) {
+      L.index_pages = c0 * C;
+      L.disk_pages = dk * C;
+      L.remote_pages = rk * C;
+    }
+  }
+
+  for (uint32_t p = 0; p < L.index_pages; ++p) {
+    const TierKind t = L.match.locations[p].on_device() ? TierKind::kDevice : TierKind::kHost;
+    if (!L.runs.empty() && L.runs.back().tier == t) {
+      ++L.runs.back().pages;
+    } else {
+      L.runs.push_back({t, 1});
+    }
+  }
+  if (L.disk_pages) L.runs.push_back({TierKind::kDisk, L.disk_pages});
+  if (L.remote_pages) L.runs.push_back({TierKind::kRemote, L.remote_pages});
+
+  if (options_.write_policy == WritePolicy::kSelective) {
+    for (uint32_t c = 0; c < L.cached_pages() / C; ++c) ++chunk_hits_[chunk_key(L.ns, L.match.hashes, c).hash];
+    if (chunk_hits_.size() > (size_t(1) << 20)) chunk_hits_.clear();  // bounded memory
+  }
+  ++stats_.lookups;
+  stats_.lookup_tokens += tokens.size();
+  return L;
+}
+
+Plan KVCache::plan(const CacheLookup& L) const { return planner_->plan(L.runs, L.prompt_tokens); }
+
+Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
+  poll();
+  const uint32_t P = options_.geometry.page_tokens, C = options_.chunk_pages;
+  const uint32_t M = L.cached_pages();
+  if (plan.cached_pages != M) return Status::InvalidArgument("apply: the plan does not belong to this lookup");
+  const uint32_t need = static_cast<uint32_t>((L.prompt_tokens + P - 1) / P);
+
+  CacheLease lease;
+  lease.cache_ = this;
+  lease.ns_ = L.ns;
+  lease.plan_ = plan;
+  if (L.index_pages > 0 && L.match.deepest.valid()) {
+    KVTIER_RETURN_IF_ERROR(index_->lock(L.match.deepest));
+    lease.locked_ = L.match.deepest;
+  }
+
+  // Per page: what the plan does with it.
+  std::vector<PlanAction> action(M, PlanAction::kRecompute);
+  std::vector<TierKind> tier(M, TierKind::kDevice);
+  uint32_t b = M, x = M;
+  for (const PlanSegment& s : plan.segments) {
+    for (uint32_t p = s.first_page; p < s.first_page + s.pages && p < M; ++p) {
+      action[p] = s.action;
+      tier[p] = s.tier;
+    }
+    if (s.action == PlanAction::kRecompute) {
+      b = std::min(b, s.first_page);
+      x = s.first_page + s.pages;
+    }
+  }
+  if (b == M) x = M;
+  // Pages inside [b, x) are computed by the engine, so they are never shared.
+  for (uint32_t p = b; p < x; ++p) action[p] = PlanAction::kRecompute;
+
+  // Shared device pages first (a reference each), then every fresh page at once.
+  lease.pages_.assign(need, PageId());
+  uint32_t fresh = need;
+  for (uint32_t p = 0; p < M; ++p) {
+    if (action[p] != PlanAction::kInPlace) continue;
+    lease.pages_[p] = L.match.locations[p].device;
+    pool_->ref(lease.pages_[p]);
+    --fresh;
+  }
+  // Chunks cut by the recompute range still load whole: their recomputed pages land in scratch pages.
+  uint32_t scratch = 0;
+  for (uint32_t c = L.index_pages / C; c < M / C; ++c) {
+    uint32_t lo = c * C, hi = lo + C;
+    bool loads = false, cut = false;
+    for (uint32_t p = lo; p < hi; ++p) (action[p] == PlanAction::kLoad ? loads : cut) = true;
+    if (loads && cut) scratch += std::min(hi, x) - std::max(lo, b);
+  }
+  std::vector<PageId> got;
+  Status st = allocate_pages(fresh + scratch, got);
+  if (!st.ok()) {
+    release(lease);
+    return st;
+  }
+  size_t gi = 0;
+  for (PageId& pg : lease.pages_)
+    if (!pg.valid()) pg = got[gi++];
+  lease.scratch_.assign(got.begin() + gi, got.end());
+
+  // Loads: host pages are page copies; disk/remote pages are whole-chunk loads.
+  TransferBatch front, back;
+  bool host_loads = false;
+  size_t si = 0;
+  for (uint32_t p = 0; p < L.index_pages; ++p) {
+    if (action[p] != PlanAction::kLoad) continue;
+    host_loads = true;
+    (p < b ? front : back).copies.push_back({PageLoc::host(L.match.locations[p].host), PageLoc::pool(lease.pages_[p])});
+  }
+  for (uint32_t c = L.index_pages / C; c < M / C; ++c) {
+    const uint32_t lo = c * C;
+    bool any = false;
+    for (uint32_t p = lo; p < lo + C; ++p) any |= action[p] == PlanAction::kLoad;
+    if (!any) continue;
+    LoadMove mv;
+    mv.from = tier[lo];
+    mv.key = chunk_key(L.ns, L.match.hashes, c);
+    for (uint32_t p = lo; p < lo + C; ++p)
+      mv.dst.push_back(PageLoc::pool(action[p] == PlanAction::kLoad ? lease.pages_[p] : lease.scratch_[si++]));
+    (lo < b ? front : back).loads.push_back(std::move(mv));
+  }
+  if (host_loads) {
+    // A host slot may still be receiving a write-through copy: let it land first.
+    for (auto& pd : pending_)
+      if (pd->host_copies) (void)pd->handle.wait_all();
+  }
+  for (auto [batch, handle] : {std::pair{&front, &lease.front_}, std::pair{&back, &lease.back_}}) {
+    if (batch->copies.empty() && batch->loads.empty()) continue;
+    auto h = transfer_->submit(std::move(*batch));
+    if (!h.ok()) {
+      release(lease);
+      return h.status();
+    }
+    *handle = std::move(h).value();
+  }
+
+  // Where the engine starts: a recompute range that reaches the end of the
+  // cached pages merges with the suffix into one prefill.
+  while (lease.in_place_prefix_ < M && action[lease.in_place_prefix_] == PlanAction::kInPlace) ++lease.in_place_prefix_;
+  if (x == M) {
+    lease.recompute_begin_ = lease.recompute_end_ = 0;
+    lease.cached_end_ = b * P;
+  } else {
+    lease.recompute_begin_ = b * P;
+    lease.recompute_end_ = x * P;
+    lease.cached_end_ = M * P;
+  }
+  for (uint32_t p = 0; p < M; ++p) {
+    const size_t t = static_cast<size_t>(tier[p]);
+    ++stats_.plan_pages[static_cast<size_t>(action[p])];
+    if (action[p] == PlanAction::kRecompute) {
+      lease.report_.recomputed_cached_tokens += P;
+    } else {
+      lease.report_.reused_tokens_by_tier[t] += P;
+      if (action[p] == PlanAction::kLoad) lease.report_.bytes_loaded_by_tier[t] += options_.geometry.page_bytes();
+    }
+  }
+  for (int t = 0; t < kNumTiers; ++t) {
+    stats_.reused_tokens_by_tier[t] += lease.report_.reused_tokens_by_tier[t];
+    stats_.bytes_loaded_by_tier[t] += lease.report_.bytes_loaded_by_tier[t];
+  }
+  stats_.recomputed_cached_tokens += lease.report_.recomputed_cached_tokens;
+  return lease;
+}
+
+Result<CacheLease> KVCache::fresh(const Namespace& ns, size_t tokens) {
+  poll();
+  CacheLease lease;
+  lease.cache_ = this;
+  lease.ns_ = index_->namespace_key(ns);
+  const uint32_t P = options_.geometry.page_tokens;
+  KVTIER_RETURN_IF_ERROR(allocate_pages(static_cast<uint32_t>((tokens + P - 1) / P), lease.pages_));
+  return lease;
+}
+
+uint32_t KVCache::fall_back(CacheLease& lease) {
+  lease.wait_all();
+  ++stats_.load_failures;
+  const uint32_t pos = lease.in_place_prefix_ * options_.geometry.page_tokens;
+  for (int t = 1; t < kNumTiers; ++t) {
+    lease.report_.recomputed_cached_tokens += lease.report_.reused_tokens_by_tier[t];
+    lease.report_.reused_tokens_by_tier[t] = 0;
+  }
+  lease.recompute_begin_ = lease.recompute_end_ = 0;
+  lease.cached_end_ = pos;
+  return pos;
+}
+
+Status KVCache::grow(CacheLease& lease, size_t tokens) {
+  const uint32_t P = options_.geometry.page_tokens;
+  const size_t need = (tokens + P - 1) / P;
+  if (lease.pages_.size() >= need) return Status::Ok();
+  return allocate_pages(static_cast<uint32_t>(need - lease.pages_.size()), lease.pages_);
+}
+
+void KVCache::release(CacheLease& lease) {
+  if (!lease.cache_) return;
+  lease.front_ = TransferHandle();  // waits for (or cancels) loads into our pages
+  lease.back_ = TransferHandle();
+  if (lease.locked_.valid()) (void)index_->unlock(lease.locked_);
+  for (PageId p : lease.pages_) pool_->unref(p);
+  for (PageId p : lease.scratch_) pool_->unref(p);
+  lease.pages_.clear();
+  lease.scratch_.clear();
+  lease.locked_ = NodeHandle();
+  lease.cache_ = nullptr;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,252 @@
+// KVCache: the facade that ties the prefix index, the block pool, the host,
+// disk and remote tiers, the transfer engine and the planner into one cache
+// of KV pages that outlives requests (DESIGN §2).
+//
+// One request goes through it as:
+//   lookup(ns, prompt)   → where every cached page of the prompt lives
+//   plan(lookup)         → the planner's load-or-recompute decision (pure)
+//   apply(lookup, plan)  → a CacheLease: the sequence's page table (shared
+//                          device pages, fresh pages being loaded, fresh pages
+//                          to compute) and per-layer readiness of the loads
+//   ... the engine prefills, waiting on lease.wait_layer(l) before layer l ...
+//   grow(lease, n)       → more pages as decoding goes on
+//   commit(lease, tokens)→ the sequence's full pages enter the index; the write
+//                          policy copies them down (host, disk) in the background;
+//                          the lease's pages and locks are released.
+// Dropping a lease without commit releases it without caching anything.
+//
+// Ownership of pages: the index holds one BlockPool reference on every device
+// page it records and owns the host slots it records; a lease holds one
+// reference on every page of its table. Eviction drops the index's
+// reference, so a page in use by a running sequence is never freed under it.
+// A request never fails because the cache is full: eviction demotes or drops
+// cached pages; only pages held by running sequences are unavailable.
+//
+// Thread safety: owned by one control thread (DESIGN §5); not internally
+// locked. Transfer workers run inside; their completions are applied by the
+// control thread on the next call.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "index/prefix_index.h"
+#include "memory/block_pool.h"
+#include "planner/planner.h"
+#include "tiers/disk_tier.h"
+#include "tiers/host_tier.h"
+#include "transfer/transfer_engine.h"
+
+namespace kvtier {
+
+enum class WritePolicy : uint8_t {
+  kWriteThrough = 0,  // new pages are copied to host and (whole chunks) to disk as soon as committed
+  kWriteBack = 1,     // a page moves down only when it is evicted from the faster tier
+  kSelective = 2,     // like write-through, but a chunk goes to disk only once its prefix was hit N times
+};
+std::string_view write_policy_name(WritePolicy p);
+Result<WritePolicy> parse_write_policy(std::string_view s);  // write_through | write_back | selective
+
+struct KVCacheOptions {
+  KVGeometry geometry;
+  uint32_t chunk_pages = 16;                 // lower-tier I/O unit, in pages
+  size_t device_bytes = size_t(512) << 20;   // BlockPool capacity (hard)
+  size_t host_bytes = size_t(1) << 30;       // HostTier capacity (hard); 0 = no host tier
+  std::string disk_dir;                      // empty = no disk tier
+  size_t disk_bytes = size_t(8) << 30;       // DiskTier capacity (hard)
+  size_t disk_region_bytes = size_t(64) << 20;
+  bool disk_direct_io = true;
+  std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
+  WritePolicy write_policy = WritePolicy::kWriteThrough;
+  uint32_t selective_hits = 2;
+  EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
+  HashAlgo hash = HashAlgo::kXXH3_128;
+  bool layerwise = true;
+  CostProfile profile;                       // link speeds and compute rates for the planner
+  ModelCost model_cost;
+  uint32_t transfer_workers = 2;
+
+  Status validate() const;
+};
+
+// Where the cached pages of one prompt live. Produced by lookup(), consumed by apply().
+struct CacheLookup {
+  NsKey ns;
+  size_t prompt_tokens = 0;
+  uint32_t lookup_pages = 0;        // whole pages considered (the last prompt token is always computed)
+  MatchResult match;                // device/host pages from the index (may be cut to a chunk boundary)
+  uint32_t index_pages = 0;         // leading pages served by the index
+  uint32_t disk_pages = 0;          // following pages present on disk (whole chunks)
+  uint32_t remote_pages = 0;        // following pages present remotely (whole chunks)
+  std::vector<CachedRun> runs;      // the above as runs, in prompt order
+
+  uint32_t cached_pages() const { return index_pages + disk_pages + remote_pages; }
+};
+
+// Counters of one request, for usage reporting.
+struct LeaseReport {
+  uint32_t reused_tokens_by_tier[kNumTiers] = {};  // in place (device) or loaded (others)
+  uint32_t recomputed_cached_tokens = 0;
+  uint64_t bytes_loaded_by_tier[kNumTiers] = {};
+  uint32_t reused_tokens() const {
+    uint32_t n = 0;
+    for (uint32_t t : reused_tokens_by_tier) n += t;
+    return n;
+  }
+};
+
+class KVCache;
+
+// The pages and pending loads of one running sequence. Move-only; owned by
+// the control thread. Destroying it (or KVCache::release) waits for its loads
+// and drops its references.
+class CacheLease {
+ public:
+  CacheLease() = default;
+  CacheLease(CacheLease&& o) noexcept { *this = std::move(o); }
+  CacheLease& operator=(CacheLease&&) noexcept;
+  CacheLease(const CacheLease&) = delete;
+  CacheLease& operator=(const CacheLease&) = delete;
+  ~CacheLease();
+
+  bool valid() const { return cache_ != nullptr; }
+  // Page table: page i holds positions [i*P, (i+1)*P).
+  const std::vector<PageId>& pages() const { return pages_; }
+  // Positions [0, recompute_begin) are in place or loaded before the front
+  // recompute may read them; [recompute_begin, recompute_end) must be
+  // computed first (their KV is not cached or not worth loading); positions
+  // [recompute_end, cached_end) are loaded; the engine computes from cached_end.
+  uint32_t recompute_begin() const { return recompute_begin_; }
+  uint32_t recompute_end() const { return recompute_end_; }
+  uint32_t cached_end() const { return cached_end_; }
+  // Blocks until layer l of the loads that precede recompute_begin is in place.
+  Status wait_front_layer(LayerIdx l);
+  // Blocks until layer l of every load is in place.
+  Status wait_layer(LayerIdx l);
+  // Waits for every load (used before recomputing after a failed load).
+  void wait_all();
+  const LeaseReport& report() const { return report_; }
+  const Plan& plan() const { return plan_; }
+  const NsKey& ns() const { return ns_; }
+
+ private:
+  friend class KVCache;
+  KVCache* cache_ = nullptr;
+  NsKey ns_;
+  std::vector<PageId> pages_;
+  NodeHandle locked_;
+  TransferHandle front_, back_;
+  std::vector<PageId> scratch_;  // pages loaded only to complete a chunk; freed on release
+  uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
+  uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
+  LeaseReport report_;
+  Plan plan_;
+};
+
+struct KVCacheStats {
+  uint64_t lookups = 0;
+  uint64_t lookup_tokens = 0;
+  uint64_t reused_tokens_by_tier[kNumTiers] = {};
+  uint64_t recomputed_cached_tokens = 0;
+  uint64_t bytes_loaded_by_tier[kNumTiers] = {};
+  uint64_t bytes_stored_by_tier[kNumTiers] = {};
+  uint64_t evicted_pages_by_tier[kNumTiers] = {};
+  uint64_t demoted_pages = 0;  // device → host on eviction (write-back)
+  uint64_t load_failures = 0;  // loads that failed (corrupt, I/O); the request recomputed
+  uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
+  uint64_t commits = 0;
+  IndexStats index;
+  BlockPoolStats pool;
+  uint32_t host_slots = 0, host_free_slots = 0;
+  TierStats disk, remote;
+  bool disk_present = false, remote_present = false;
+  bool disk_degraded = false, remote_degraded = false;
+};
+
+class KVCache {
+ public:
+  static Result<std::unique_ptr<KVCache>> create(const KVCacheOptions& options);
+  ~KVCache();
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+
+  // Where the cached prefix of `tokens` lives, across every tier. Read-only
+  // apart from recency bookkeeping. The last token is never cached (it must
+  // be computed to produce logits), so at most (tokens.size()-1)/P pages match.
+  Result<CacheLookup> lookup(const Namespace& ns, std::span<const TokenId> tokens);
+  // The planner's decision for a lookup. Pure.
+  Plan plan(const CacheLookup& lookup) const;
+  // Pins the pages the plan uses, allocates pages for every prompt position,
+  // and submits loads. On failure nothing is held.
+  Result<CacheLease> apply(CacheLookup&& lookup, const Plan& plan);
+  // A lease for a sequence that uses no cache at all (the no-cache baseline).
+  Result<CacheLease> fresh(const Namespace& ns, size_t tokens);
+  // After a failed load: waits for the lease's transfers, counts the failure,
+  // and returns the position from which the engine must recompute (the end of
+  // the pages shared in place); the lease's report is corrected.
+  uint32_t fall_back(CacheLease& lease);
+  // Makes the lease's page table cover at least `tokens` positions.
+  Status grow(CacheLease& lease, size_t tokens);
+  // Caches the whole pages of `tokens` (their KV is in the lease's pages) and releases the lease.
+  Status commit(CacheLease& lease, std::span<const TokenId> tokens);
+  // Releases without caching.
+  void release(CacheLease& lease);
+
+  // Evicts up to `pages` cached pages from the device or host tier, leaves
+  // first in policy order (what the cache does itself under pressure; exposed
+  // for operators and tests).
+  Status evict(TierKind tier, uint32_t pages);
+  // Drops every cached page on the device and host tiers (leases keep their
+  // pages; disk and remote entries stay until their own capacity reclaims them).
+  Status flush();
+  // Applies finished background transfers; called by every entry point too.
+  void poll();
+  // Waits for every background store (tests, shutdown, `flush`).
+  Status drain();
+
+  KVCacheStats stats() const;
+  const KVCacheOptions& options() const { return options_; }
+  const KVGeometry& geometry() const { return options_.geometry; }
+  BlockPool& pool() { return *pool_; }
+  PrefixIndex& index() { return *index_; }
+  DiskTier* disk() { return disk_.get(); }
+  HostTier* host() { return host_.get(); }
+  const Planner& planner() const { return *planner_; }
+
+ private:
+  // A background transfer and the page references that keep its sources alive.
+  struct Pending {
+    TransferHandle handle;
+    std::vector<PageId> refs;  // pool pages read by the batch
+    bool host_copies = false;  // writes host slots (must land before a slot is reused or read)
+    uint64_t bytes[kNumTiers] = {};
+  };
+  explicit KVCache(const KVCacheOptions& o);
+  Status allocate_pages(uint32_t n, std::vector<PageId>& out);
+  Status allocate_slots(uint32_t n, std::vector<SlotId>& out);
+  Status evict_device(uint32_t n);
+  Status evict_host(uint32_t n);
+  void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
+                  uint32_t first_new, bool prefix_was_hit);
+  ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
+
+  KVCacheOptions options_;
+  std::unique_ptr<PrefixIndex> index_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<HostTier> host_;
+  std::unique_ptr<DiskTier> disk_;
+  std::shared_ptr<Tier> remote_;
+  std::unique_ptr<TransferEngine> transfer_;
+  std::unique_ptr<Planner> planner_;
+  std::deque<std::unique_ptr<Pending>> pending_;
+  std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
+  EvictResult evict_scratch_;
+  KVCacheStats stats_;
+};
+
+}  // namespace kvtier

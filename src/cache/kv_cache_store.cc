@@ -1,0 +1,239 @@
+// KVCache: the write side (commit, write policies, eviction and demotion)
+// and background-transfer bookkeeping.
+#include <algorithm>
+
+#include "cache/kv_cache.h"
+#include "common/page_hash.h"
+
+namespace kvtier {
+
+Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
+  if (!lease.cache_) return Status::FailedPrecondition("commit: lease is not active");
+  poll();
+  const uint32_t P = options_.geometry.page_tokens;
+  const uint32_t W = static_cast<uint32_t>(std::min<size_t>(tokens.size() / P, lease.pages_.size()));
+  // The lock is released before the insert (an insert may split the locked node).
+  if (lease.locked_.valid()) (void)index_->unlock(lease.locked_);
+  lease.locked_ = NodeHandle();
+  if (W == 0) {
+    release(lease);
+    return Status::Ok();
+  }
+  std::vector<PageHash> hashes;
+  hashes.reserve(W);
+  hash_pages(options_.hash, lease.ns_.seed, tokens.first(size_t(W) * P), P, hashes);
+  std::vector<PageLocation> locs(W);
+  for (uint32_t i = 0; i < W; ++i) locs[i].device = lease.pages_[i];
+  auto ins = index_->insert(lease.ns_, tokens.first(size_t(W) * P), locs, hashes);
+  if (!ins.ok()) {
+    release(lease);
+    return ins.status();
+  }
+  ++stats_.commits;
+
+  // Pages the index now holds through our reference: the new ones, and
+  // present ones whose device copy had been evicted (promotion).
+  std::vector<bool> taken(W, false);
+  std::vector<uint32_t> need_host;  // pages cached without a host copy
+  for (uint32_t i = 0; i < W; ++i) {
+    if (i >= ins->already_present) {
+      taken[i] = true;
+      need_host.push_back(i);
+      continue;
+    }
+    auto loc = index_->location(ins->deepest, i);
+    if (!loc.ok()) continue;
+    if (!loc->on_device() && index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host}).ok()) taken[i] = true;
+    if (!loc->on_host() && (taken[i] || loc->on_device())) need_host.push_back(i);
+  }
+  const bool prefix_hit = ins->already_present > 0;
+  if (options_.write_policy != WritePolicy::kWriteBack) {
+    // Host copies of pages without one (write-through and selective).
+    if (host_ && !need_host.empty()) {
+      std::vector<SlotId> slots;
+      if (allocate_slots(static_cast<uint32_t>(need_host.size()), slots).ok()) {
+        auto pd = std::make_unique<Pending>();
+        pd->host_copies = true;
+        TransferBatch batch;
+        for (size_t k = 0; k < need_host.size(); ++k) {
+          const uint32_t i = need_host[k];
+          auto loc = index_->location(ins->deepest, i);
+          const PageId dev = loc.ok() && loc->on_device() ? loc->device : lease.pages_[i];
+          if (!index_->set_location(ins->deepest, i, {dev, slots[k]}).ok()) {
+            host_->free_slot(slots[k]);
+            continue;
+          }
+          batch.copies.push_back({PageLoc::pool(dev), PageLoc::host(slots[k])});
+          pool_->ref(dev);
+          pd->refs.push_back(dev);
+        }
+        pd->bytes[static_cast<size_t>(TierKind::kHost)] = batch.copies.size() * options_.geometry.page_bytes();
+        auto h = transfer_->submit(std::move(batch));
+        if (h.ok()) {
+          pd->handle = std::move(h).value();
+          pending_.push_back(std::move(pd));
+        } else {
+          for (PageId p : pd->refs) pool_->unref(p);
+        }
+      }
+    }
+    store_down(lease.ns_, hashes, lease.pages_, ins->already_present, prefix_hit);
+  }
+  for (uint32_t i = 0; i < lease.pages_.size(); ++i)
+    if (i >= W || !taken[i]) pool_->unref(lease.pages_[i]);
+  for (PageId p : lease.scratch_) pool_->unref(p);
+  lease.pages_.clear();
+  lease.scratch_.clear();
+  lease.front_ = TransferHandle();
+  lease.back_ = TransferHandle();
+  lease.cache_ = nullptr;
+  return Status::Ok();
+}
+
+// Whole chunks of the committed pages go to disk and to the remote store
+// (write-behind); chunks already there are skipped.
+void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
+                         uint32_t first_new, bool prefix_was_hit) {
+  (void)first_new;
+  (void)prefix_was_hit;
+  const uint32_t C = options_.chunk_pages;
+  const uint32_t chunks = static_cast<uint32_t>(hashes.size()) / C;
+  for (Tier* tier : {static_cast<Tier*>(disk_.get()), remote_.get()}) {
+    if (!tier || tier->degraded() || chunks == 0) continue;
+    auto pd = std::make_unique<Pending>();
+    TransferBatch batch;
+    for (uint32_t c = 0; c < chunks; ++c) {
+      const ChunkKey key = chunk_key(ns, hashes, c);
+      if (options_.write_policy == WritePolicy::kSelective) {
+        auto it = chunk_hits_.find(key.hash);
+        if (it == chunk_hits_.end() || it->second < options_.selective_hits) continue;
+      }
+      if (tier->exists_prefix(ns.seed, {&key.hash, 1}) == 1) continue;
+      StoreMove mv;
+      mv.to = tier->kind();
+      mv.key = key;
+      mv.page_hashes.assign(hashes.begin() + size_t(c) * C, hashes.begin() + size_t(c + 1) * C);
+      for (uint32_t p = c * C; p < (c + 1) * C; ++p) {
+        mv.src.push_back(PageLoc::pool(pages[p]));
+        pool_->ref(pages[p]);
+        pd->refs.push_back(pages[p]);
+      }
+      batch.stores.push_back(std::move(mv));
+    }
+    if (batch.stores.empty()) continue;
+    pd->bytes[static_cast<size_t>(tier->kind())] = batch.stores.size() * C * options_.geometry.page_bytes();
+    auto h = transfer_->submit(std::move(batch));
+    if (!h.ok()) {
+      for (PageId p : pd->refs) pool_->unref(p);
+      continue;
+    }
+    pd->handle = std::move(h).value();
+    pending_.push_back(std::move(pd));
+  }
+}
+
+Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
+  while (pool_->free_pages() < n) {
+    const uint64_t before = stats_.evicted_pages_by_tier[0];
+    KVTIER_RETURN_IF_ERROR(evict_device(n - pool_->free_pages()));
+    if (stats_.evicted_pages_by_tier[0] == before) {
+      // Pages held by background stores come back once those finish.
+      if (pending_.empty()) break;
+      (void)pending_.front()->handle.wait_all();
+      poll();
+    }
+  }
+  Status st = pool_->allocate(n, out);
+  if (!st.ok())
+    return Status::Busy("device KV pool exhausted by running sequences (" + std::to_string(n) + " pages asked, " +
+                        std::to_string(pool_->free_pages()) + " free of " + std::to_string(pool_->num_pages()) + ")");
+  return st;
+}
+
+// Device eviction. With write-back, a page without a host copy is first
+// copied to a host slot (demotion) so it stays cached one tier down.
+Status KVCache::evict_device(uint32_t n) {
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kDevice, evict_scratch_));
+  for (const EvictedPage& e : evict_scratch_.pages) {
+    pool_->unref(e.location.device);
+    ++stats_.evicted_pages_by_tier[0];
+  }
+  return Status::Ok();
+}
+
+Status KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
+  if (!host_) return Status::Unavailable("no host tier");
+  if (host_->free_slots() < n) KVTIER_RETURN_IF_ERROR(evict_host(n - host_->free_slots()));
+  return host_->allocate_slots(n, out);
+}
+
+Status KVCache::evict_host(uint32_t n) {
+  if (!host_) return Status::Ok();
+  // A slot about to be freed may still be receiving a copy.
+  for (auto& pd : pending_)
+    if (pd->host_copies) (void)pd->handle.wait_all();
+  poll();
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kHost, evict_scratch_));
+  for (const EvictedPage& e : evict_scratch_.pages) {
+    host_->free_slot(e.location.host);
+    ++stats_.evicted_pages_by_tier[1];
+  }
+  return Status::Ok();
+}
+
+Status KVCache::evict(TierKind tier, uint32_t pages) {
+  poll();
+  if (tier == TierKind::kDevice) return evict_device(pages);
+  if (tier == TierKind::kHost) return evict_host(pages);
+  return Status::InvalidArgument("evict: only the device and host tiers are evicted by the cache");
+}
+
+void KVCache::poll() {
+  (void)transfer_->poll_completions();  // results are read through the handles
+  while (!pending_.empty() && pending_.front()->handle.done()) {
+    Pending& pd = *pending_.front();
+    TransferResult r = pd.handle.result();
+    for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
+    for (PageId p : pd.refs) pool_->unref(p);
+    pending_.pop_front();
+  }
+}
+
+Status KVCache::drain() {
+  for (auto& pd : pending_) (void)pd->handle.wait_all();
+  poll();
+  Status st;
+  if (disk_) st = disk_->flush();
+  return st;
+}
+
+Status KVCache::flush() {
+  KVTIER_RETURN_IF_ERROR(drain());
+  KVTIER_RETURN_IF_ERROR(evict_device(std::numeric_limits<uint32_t>::max()));
+  KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max()));
+  chunk_hits_.clear();
+  return Status::Ok();
+}
+
+KVCacheStats KVCache::stats() const {
+  KVCacheStats s = stats_;
+  s.index = index_->stats();
+  s.pool = pool_->stats();
+  if (host_) {
+    s.host_slots = host_->num_slots();
+    s.host_free_slots = host_->free_slots();
+  }
+  if (disk_) {
+    s.disk_present = true;
+    s.disk = disk_->stats();
+    s.disk_degraded = disk_->degraded();
+  }
+  if (remote_) {
+    s.remote_present = true;
+    s.remote = remote_->stats();
+    s.remote_degraded = remote_->degraded();
+  }
+  return s;
+}
+
+}  // namespace kvtier

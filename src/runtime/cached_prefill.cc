@@ -1,0 +1,30 @@
+#include "runtime/cached_prefill.h"
+
+namespace kvtier {
+
+Result<engine::Logits> cached_prefill(engine::Engine& engine, KVCache& cache, CacheLease& lease,
+                                      engine::SequenceKV& kv, std::span<const TokenId> prompt, bool all_logits) {
+  kv.pages = lease.pages();
+  Status st = Status::Ok();
+  if (lease.recompute_end() > lease.recompute_begin()) {
+    kv.num_tokens = lease.recompute_begin();
+    engine::PrefillOptions po;
+    po.layer_hook = [&](LayerIdx l) { return lease.wait_front_layer(l); };
+    st = engine.prefill(kv, prompt.first(lease.recompute_end()), lease.recompute_begin(), po).status();
+  }
+  engine::PrefillOptions po;
+  po.all_logits = all_logits;
+  if (st.ok()) {
+    kv.num_tokens = lease.cached_end();
+    po.layer_hook = [&](LayerIdx l) { return lease.wait_layer(l); };
+    auto r = engine.prefill(kv, prompt, lease.cached_end(), po);
+    if (r.ok() || lease.cached_end() == 0) return r;
+    st = r.status();
+  }
+  // A load failed: recompute everything that was not shared in place.
+  kv.num_tokens = cache.fall_back(lease);
+  po.layer_hook = nullptr;
+  return engine.prefill(kv, prompt, kv.num_tokens, po);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,25 @@
+// cached_prefill: runs the engine over a prompt whose KV is partly provided
+// by a CacheLease (KVCache::apply or KVCache::fresh).
+//
+// It follows the lease's plan: first the front recompute range (layer l
+// waits only for the loads before it), then the rest of the prompt from the
+// end of the cached pages, layer l waiting for layer l of every load — so
+// loading overlaps compute. If a load fails (corrupt or unreadable KV, which
+// the tiers detect and never deliver as valid), it falls back to recomputing
+// everything that was not shared in place: the output is the same either way.
+// Called on the thread that owns the cache and the engine.
+#pragma once
+
+#include <span>
+
+#include "cache/kv_cache.h"
+#include "engine/engine.h"
+
+namespace kvtier {
+
+// `kv` receives the lease's page table; on success kv.num_tokens == prompt.size().
+Result<engine::Logits> cached_prefill(engine::Engine& engine, KVCache& cache, CacheLease& lease,
+                                      engine::SequenceKV& kv, std::span<const TokenId> prompt,
+                                      bool all_logits = false);
+
+}  // namespace kvtier

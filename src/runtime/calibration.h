@@ -1,0 +1,31 @@
+// Calibration: measures the figures the planner's cost model needs on this
+// machine — the engine's dense and attention FLOP rates, host copy bandwidth,
+// and (when a directory is given) the disk tier's read bandwidth — and
+// returns them as a CostProfile. `kvtier calibrate` writes the profile to a
+// file; without one, the runtime runs the quick variant at start-up.
+// Not thread-safe with respect to the engine and pool it borrows.
+#pragma once
+
+#include <string>
+
+#include "engine/engine.h"
+#include "planner/cost_model.h"
+
+namespace kvtier {
+
+struct CalibrationOptions {
+  std::string disk_dir;     // empty: no disk figure
+  bool quick = true;        // start-up variant (well under a second on the small model)
+  double remote_bytes_per_s = 0;  // measured by the caller when a remote store is configured
+  double remote_latency_s = 0;
+
+  Status validate() const;
+};
+
+// The model's cost per token, from its config and KV geometry.
+ModelCost model_cost(const engine::ModelConfig& config, const KVGeometry& geometry);
+
+// Runs prefills on `engine` (borrowing free pages of `pool`) and I/O under disk_dir.
+Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const CalibrationOptions& options);
+
+}  // namespace kvtier

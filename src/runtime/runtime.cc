@@ -1,0 +1,226 @@
+#include "runtime/runtime.h"
+
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+#include <unordered_map>
+
+#include "engine/engine.h"
+#include "engine/gguf.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+#include "runtime/cached_prefill.h"
+#include "runtime/calibration.h"
+#include "runtime/runtime_stats.h"
+
+namespace kvtier {
+
+Status RuntimeOptions::validate() const {
+  if (model.empty()) return Status::InvalidArgument("runtime: model must name a preset or a GGUF file");
+  if (page_tokens == 0 || page_tokens > 1024) return Status::InvalidArgument("runtime: page_tokens must be in [1, 1024]");
+  if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("runtime: chunk_pages must be in [1, 1024]");
+  if (device_bytes == 0) return Status::InvalidArgument("runtime: device capacity must be > 0");
+  if (max_sequences == 0) return Status::InvalidArgument("runtime: max_sequences must be > 0");
+  if (selective_hits == 0) return Status::InvalidArgument("runtime: selective_hits must be >= 1");
+  KVTIER_RETURN_IF_ERROR(parse_eviction_policy(eviction).status());
+  return Status::Ok();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o) {
+  auto preset = engine::model_preset(o.model);
+  if (preset.ok()) return engine::Model::synthetic(*preset, o.model_seed);
+  std::error_code ec;
+  if (std::filesystem::exists(o.model, ec)) return engine::load_gguf(o.model);
+  std::string names;
+  for (const auto& n : engine::model_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
+}
+
+class RuntimeImpl final : public Runtime {
+ public:
+  RuntimeImpl(RuntimeOptions o, std::shared_ptr<const engine::Model> model, engine::ByteTokenizer tok)
+      : o_(std::move(o)), model_(std::move(model)), tok_(std::move(tok)) {
+    info_.name = model_->config().name;
+    info_.vocab_size = model_->config().vocab_size;
+    info_.max_context = model_->config().max_context;
+    info_.eos = tok_.eos();
+    info_.fingerprint = model_->fingerprint();
+  }
+
+  Status init() {
+    const auto& cfg = model_->config();
+    const KVGeometry geo = cfg.kv_geometry(o_.kv_dtype, o_.page_tokens);
+    KVCacheOptions co;
+    co.geometry = geo;
+    co.chunk_pages = o_.chunk_pages;
+    co.device_bytes = o_.device_bytes;
+    co.host_bytes = o_.host_bytes;
+    co.disk_dir = o_.cache_enabled ? o_.disk_dir : std::string();
+    co.disk_bytes = o_.disk_bytes;
+    co.write_policy = o_.write_policy;
+    co.selective_hits = o_.selective_hits;
+    KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o_.eviction));
+    co.hash = o_.hash;
+    co.layerwise = o_.layerwise;
+    co.model_cost = model_cost(cfg, geo);
+    // A placeholder profile so the cache can be built; replaced below.
+    co.profile.gemm_flops_per_s = co.profile.attn_flops_per_s = 1e9;
+    if (!o_.profile_path.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(co.profile, CostProfile::load(o_.profile_path));
+    }
+    KVTIER_ASSIGN_OR_RETURN(cache_, KVCache::create(co));
+    engine::EngineOptions eo;
+    eo.threads = o_.threads;
+    KVTIER_ASSIGN_OR_RETURN(engine_, engine::Engine::create(model_, cache_->pool(), eo));
+    if (o_.profile_path.empty()) {
+      CalibrationOptions cal;
+      cal.disk_dir = co.disk_dir;
+      KVTIER_ASSIGN_OR_RETURN(co.profile, calibrate(*engine_, cache_->pool(), cal));
+      engine_.reset();
+      cache_.reset();
+      KVTIER_ASSIGN_OR_RETURN(cache_, KVCache::create(co));
+      KVTIER_ASSIGN_OR_RETURN(engine_, engine::Engine::create(model_, cache_->pool(), eo));
+    }
+    profile_ = co.profile;
+    return Status::Ok();
+  }
+
+  const ModelInfo& model() const override { return info_; }
+  std::vector<TokenId> tokenize(std::string_view text) const override { return tok_.encode(text, true); }
+  std::string detokenize(std::span<const TokenId> t) const override { return tok_.decode(t); }
+
+  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp,
+                        std::string_view cache_salt) override {
+    const auto t0 = Clock::now();
+    if (prompt.empty()) return Status::InvalidArgument("prompt is empty");
+    for (size_t i = 0; i < prompt.size(); ++i)
+      if (prompt[i] < 0 || uint32_t(prompt[i]) >= info_.vocab_size)
+        return Status::InvalidArgument("token id " + std::to_string(prompt[i]) + " at position " + std::to_string(i) +
+                                       " is outside the vocabulary [0, " + std::to_string(info_.vocab_size) + ")");
+    if (prompt.size() >= info_.max_context)
+      return Status::InvalidArgument("prompt of " + std::to_string(prompt.size()) +
+                                     " tokens does not fit the context of " + std::to_string(info_.max_context));
+    if (seqs_.size() >= o_.max_sequences)
+      return Status::Busy("all " + std::to_string(o_.max_sequences) + " sequence slots are running");
+    KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(engine::SamplerOptions{
+                                              .temperature = sp.temperature, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed}));
+
+    Seq s{std::move(sampler)};
+    s.ns = Namespace{info_.fingerprint, "", std::string(cache_salt)};
+    if (o_.cache_enabled) {
+      KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, prompt));
+      const Plan plan = cache_->plan(look);
+      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->apply(std::move(look), plan));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
+    }
+    CacheLease& lease = s.lease;
+    auto logits = cached_prefill(*engine_, *cache_, lease, s.kv, prompt);
+    if (!logits.ok()) return logits.status();
+    const TokenId first = s.sampler.sample(logits->last());
+    s.tokens.assign(prompt.begin(), prompt.end());
+    s.tokens.push_back(first);
+
+    Started out;
+    out.seq = SeqId(next_seq_++);
+    out.first_token = first;
+    PrefillReport& rep = out.report;
+    rep.prompt_tokens = static_cast<uint32_t>(prompt.size());
+    const LeaseReport& lr = lease.report();
+    for (int t = 0; t < kNumTiers; ++t) {
+      rep.cached_tokens_by_tier[t] = lr.reused_tokens_by_tier[t];
+      rep.bytes_loaded_by_tier[t] = lr.bytes_loaded_by_tier[t];
+      rep.cached_tokens += lr.reused_tokens_by_tier[t];
+    }
+    rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
+    rep.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    counters_.record(rep);
+    seqs_.emplace(out.seq.value(), std::move(s));
+    return out;
+  }
+
+  Result<std::vector<TokenId>> decode(std::span<const SeqId> ids) override {
+    std::vector<engine::SequenceKV*> kvs;
+    std::vector<TokenId> feed;
+    std::vector<Seq*> ss;
+    for (SeqId id : ids) {
+      auto it = seqs_.find(id.value());
+      if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
+      Seq& s = it->second;
+      if (s.kv.num_tokens + 1 >= info_.max_context)
+        return Status::OutOfRange("sequence " + std::to_string(id.value()) + " reached the context limit");
+      KVTIER_RETURN_IF_ERROR(cache_->grow(s.lease, s.kv.num_tokens + 1));
+      if (s.kv.pages.size() != s.lease.pages().size()) s.kv.pages = s.lease.pages();
+      kvs.push_back(&s.kv);
+      feed.push_back(s.tokens.back());
+      ss.push_back(&s);
+    }
+    KVTIER_ASSIGN_OR_RETURN(engine::Logits lg, engine_->decode(kvs, feed));
+    std::vector<TokenId> out(ss.size());
+    for (size_t i = 0; i < ss.size(); ++i) {
+      out[i] = ss[i]->sampler.sample(lg.row(static_cast<uint32_t>(i)));
+      ss[i]->tokens.push_back(out[i]);
+    }
+    counters_.decode_tokens += ss.size();
+    return out;
+  }
+
+  void finish(SeqId id) override {
+    auto it = seqs_.find(id.value());
+    if (it == seqs_.end()) return;
+    Seq& s = it->second;
+    if (o_.cache_enabled) {
+      (void)cache_->commit(s.lease, std::span(s.tokens).first(s.kv.num_tokens));
+    } else {
+      cache_->release(s.lease);
+    }
+    seqs_.erase(it);
+  }
+
+  std::string stats_json() const override {
+    return runtime_stats_json(cache_->stats(), counters_, profile_, o_, seqs_.size());
+  }
+  std::string metrics_text() const override {
+    return runtime_metrics_text(cache_->stats(), counters_, seqs_.size());
+  }
+  Status flush() override { return cache_->flush(); }
+
+  KVCache& cache() { return *cache_; }
+
+ private:
+  struct Seq {
+    engine::Sampler sampler;
+    Namespace ns;
+    CacheLease lease;
+    engine::SequenceKV kv;
+    std::vector<TokenId> tokens;  // prompt + sampled tokens; KV exists for the first kv.num_tokens
+  };
+
+  RuntimeOptions o_;
+  std::shared_ptr<const engine::Model> model_;
+  engine::ByteTokenizer tok_;
+  ModelInfo info_;
+  std::unique_ptr<KVCache> cache_;
+  std::unique_ptr<engine::Engine> engine_;
+  CostProfile profile_;
+  std::unordered_map<uint64_t, Seq> seqs_;
+  uint64_t next_seq_ = 1;
+  RuntimeCounters counters_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  KVTIER_ASSIGN_OR_RETURN(auto model, load_model(options));
+  KVTIER_ASSIGN_OR_RETURN(auto tok, engine::ByteTokenizer::create(model->vocab()));
+  auto rt = std::make_unique<RuntimeImpl>(options, std::move(model), std::move(tok));
+  KVTIER_RETURN_IF_ERROR(rt->init());
+  return std::unique_ptr<Runtime>(std::move(rt));
+}
+
+}  // namespace kvtier

@@ -1,0 +1,112 @@
+// Runtime: one model engine plus one KVCache, driven request by request.
+//
+// This is the serving loop's view of kvtier: add a sequence (its prompt is
+// matched against the cache, the plan loads what is worth loading and the
+// engine prefills only the rest), decode sequences in batches, finish them
+// (their KV is committed to the cache for the next request). `kvtier serve`,
+// `kvtier demo` and `kvtier bench ttft` are all built on it.
+//
+// Thread safety: a Runtime belongs to one thread (the scheduler's). Its
+// worker threads (transfer engine, BLAS) are internal.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "kvtier/namespace.h"
+#include "kvtier/types.h"
+
+namespace kvtier {
+
+struct RuntimeOptions {
+  std::string model = "small";      // engine preset (tiny, small, 1b) or a GGUF path
+  uint64_t model_seed = 1;          // synthetic weights seed
+  DType kv_dtype = DType::kF32;
+  uint32_t page_tokens = 16;
+  uint32_t chunk_pages = 16;        // lower-tier I/O unit (default 256 tokens)
+  size_t device_bytes = size_t(512) << 20;
+  size_t host_bytes = size_t(2) << 30;
+  size_t disk_bytes = size_t(8) << 30;
+  std::string disk_dir;             // empty: no disk tier
+  std::string remote;               // "redis://host:port[,host:port]"; empty: no remote tier
+  WritePolicy write_policy = WritePolicy::kWriteThrough;
+  uint32_t selective_hits = 2;      // for kSelective
+  std::string eviction = "lru";     // lru | lfu | fifo | priority | slru
+  std::string profile_path;         // calibration profile; empty: built-in quick calibration
+  HashAlgo hash = HashAlgo::kXXH3_128;
+  bool cache_enabled = true;        // false: every prompt is fully recomputed (the baseline)
+  bool layerwise = true;            // per-layer overlap of loads and compute
+  uint32_t max_sequences = 64;      // running sequences at once
+  uint32_t threads = 0;             // compute threads; 0 = all cores
+
+  Status validate() const;
+};
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  uint32_t top_k = 0;        // 0 = off
+  uint64_t seed = 0;
+};
+
+// Where the prompt's tokens came from, for usage reporting and metrics.
+struct PrefillReport {
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_tokens = 0;                      // served from cache, any tier
+  uint32_t cached_tokens_by_tier[kNumTiers] = {};  // device, host, disk, remote
+  uint32_t recomputed_cached_tokens = 0;           // cached but recomputed by the planner's choice
+  uint64_t bytes_loaded_by_tier[kNumTiers] = {};
+  double ttft_s = 0;                               // lookup + load + prefill + first sample
+};
+
+struct ModelInfo {
+  std::string name;
+  uint32_t vocab_size = 0;
+  uint32_t max_context = 0;
+  TokenId eos = -1;
+  PageHash fingerprint;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options);
+
+  virtual const ModelInfo& model() const = 0;
+  virtual std::vector<TokenId> tokenize(std::string_view text) const = 0;
+  virtual std::string detokenize(std::span<const TokenId> tokens) const = 0;
+
+  // Starts a sequence and prefills its prompt (cache lookup, plan, loads,
+  // compute of the rest). `cache_salt` isolates tenants. Fails with
+  // InvalidArgument for empty prompts, out-of-vocabulary ids or prompts that
+  // do not fit the context, and with Busy when max_sequences are running.
+  // `first_token` is sampled from the last prompt position.
+  struct Started {
+    SeqId seq;
+    TokenId first_token;
+    PrefillReport report;
+  };
+  virtual Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling,
+                                std::string_view cache_salt = {}) = 0;
+
+  // Appends each sequence's last sampled token and samples the next one, in one batch.
+  virtual Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) = 0;
+
+  // Ends a sequence: its full pages are committed to the cache; its pages are released.
+  virtual void finish(SeqId seq) = 0;
+
+  // Cache statistics as JSON (per tier occupancy, hits, bytes moved, evictions, checksum failures...).
+  virtual std::string stats_json() const = 0;
+  // Prometheus text lines for the cache and engine (no trailing HELP duplication).
+  virtual std::string metrics_text() const = 0;
+  // Drops every cached entry on every local tier (running sequences keep their pages).
+  virtual Status flush() = 0;
+};
+
+}  // namespace kvtier

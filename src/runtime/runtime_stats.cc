@@ -1,0 +1,107 @@
+#include "runtime/runtime_stats.h"
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvtier {
+
+void RuntimeCounters::record(const PrefillReport& r) {
+  ++requests;
+  prompt_tokens += r.prompt_tokens;
+  cached_tokens += r.cached_tokens;
+  for (int t = 0; t < kNumTiers; ++t) cached_tokens_by_tier[t] += r.cached_tokens_by_tier[t];
+  ttft_seconds_sum += r.ttft_s;
+}
+
+namespace {
+
+nlohmann::json tier_json(const TierStats& t, bool degraded) {
+  return {{"capacity_bytes", t.capacity_bytes}, {"bytes", t.bytes},     {"entries", t.entries},
+          {"hits", t.hits},                     {"misses", t.misses},   {"puts", t.puts},
+          {"checksum_failures", t.checksum_failures}, {"evictions", t.evictions}, {"io_errors", t.io_errors},
+          {"degraded", degraded}};
+}
+
+}  // namespace
+
+std::string runtime_stats_json(const KVCacheStats& s, const RuntimeCounters& c, const CostProfile& profile,
+                               const RuntimeOptions& o, size_t running) {
+  nlohmann::json j;
+  j["requests"] = c.requests;
+  j["running_sequences"] = running;
+  j["prompt_tokens"] = c.prompt_tokens;
+  j["cached_tokens"] = c.cached_tokens;
+  j["hit_ratio"] = c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const std::string n(tier_name(TierKind(t)));
+    j["cached_tokens_by_tier"][n] = c.cached_tokens_by_tier[t];
+    j["bytes_loaded_by_tier"][n] = s.bytes_loaded_by_tier[t];
+    j["bytes_stored_by_tier"][n] = s.bytes_stored_by_tier[t];
+    j["evicted_pages_by_tier"][n] = s.evicted_pages_by_tier[t];
+  }
+  j["planner_pages"] = {{"in_place", s.plan_pages[0]}, {"load", s.plan_pages[1]}, {"recompute", s.plan_pages[2]}};
+  j["load_failures"] = s.load_failures;
+  j["device"] = {{"pages", s.pool.total_pages}, {"used_pages", s.pool.used_pages}, {"page_bytes", s.pool.page_bytes},
+                 {"cached_pages", s.index.device_pages}};
+  j["host"] = {{"slots", s.host_slots}, {"free_slots", s.host_free_slots}, {"cached_pages", s.index.host_pages}};
+  j["index"] = {{"nodes", s.index.nodes}, {"pages", s.index.pages}, {"metadata_bytes", s.index.metadata_bytes}};
+  if (s.disk_present) j["disk"] = tier_json(s.disk, s.disk_degraded);
+  if (s.remote_present) j["remote"] = tier_json(s.remote, s.remote_degraded);
+  j["config"] = {{"model", o.model},           {"kv_dtype", dtype_name(o.kv_dtype)},
+                 {"page_tokens", o.page_tokens}, {"chunk_pages", o.chunk_pages},
+                 {"write_policy", write_policy_name(o.write_policy)}, {"eviction", o.eviction},
+                 {"cache_enabled", o.cache_enabled}, {"layerwise", o.layerwise}};
+  j["profile"] = nlohmann::json::parse(profile.to_json());
+  return j.dump();
+}
+
+std::string runtime_metrics_text(const KVCacheStats& s, const RuntimeCounters& c, size_t running) {
+  std::ostringstream m;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    m << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  };
+  auto by_tier = [&](const char* name, const char* type, const char* help, auto value) {
+    metric(name, type, help);
+    for (int t = 0; t < kNumTiers; ++t) m << name << "{tier=\"" << tier_name(TierKind(t)) << "\"} " << value(t) << '\n';
+  };
+  metric("kvtier_prompt_tokens_total", "counter", "Prompt tokens received.");
+  m << "kvtier_prompt_tokens_total " << c.prompt_tokens << '\n';
+  by_tier("kvtier_cached_tokens_total", "counter", "Prompt tokens served from cached KV, by tier.",
+          [&](int t) { return c.cached_tokens_by_tier[t]; });
+  metric("kvtier_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.");
+  m << "kvtier_cache_hit_ratio " << (c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0) << '\n';
+  by_tier("kvtier_bytes_loaded_total", "counter", "KV bytes loaded from each tier into device memory.",
+          [&](int t) { return s.bytes_loaded_by_tier[t]; });
+  by_tier("kvtier_bytes_stored_total", "counter", "KV bytes written down to each tier.",
+          [&](int t) { return s.bytes_stored_by_tier[t]; });
+  by_tier("kvtier_evicted_pages_total", "counter", "Pages evicted from each tier.",
+          [&](int t) { return s.evicted_pages_by_tier[t]; });
+  metric("kvtier_planner_pages_total", "counter", "Cached pages by planner decision.");
+  m << "kvtier_planner_pages_total{decision=\"in_place\"} " << s.plan_pages[0] << '\n'
+    << "kvtier_planner_pages_total{decision=\"load\"} " << s.plan_pages[1] << '\n'
+    << "kvtier_planner_pages_total{decision=\"recompute\"} " << s.plan_pages[2] << '\n';
+  metric("kvtier_checksum_failures_total", "counter", "Cached entries dropped because their bytes did not verify.");
+  m << "kvtier_checksum_failures_total " << (s.disk.checksum_failures + s.remote.checksum_failures) << '\n';
+  metric("kvtier_load_failures_total", "counter", "Loads that failed; the request recomputed.");
+  m << "kvtier_load_failures_total " << s.load_failures << '\n';
+  metric("kvtier_tier_used_bytes", "gauge", "Bytes held by each tier.");
+  m << "kvtier_tier_used_bytes{tier=\"device\"} " << uint64_t(s.pool.used_pages) * s.pool.page_bytes << '\n'
+    << "kvtier_tier_used_bytes{tier=\"host\"} " << uint64_t(s.host_slots - s.host_free_slots) * s.pool.page_bytes << '\n'
+    << "kvtier_tier_used_bytes{tier=\"disk\"} " << s.disk.bytes << '\n'
+    << "kvtier_tier_used_bytes{tier=\"remote\"} " << s.remote.bytes << '\n';
+  metric("kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.");
+  m << "kvtier_tier_capacity_bytes{tier=\"device\"} " << uint64_t(s.pool.total_pages) * s.pool.page_bytes << '\n'
+    << "kvtier_tier_capacity_bytes{tier=\"host\"} " << uint64_t(s.host_slots) * s.pool.page_bytes << '\n'
+    << "kvtier_tier_capacity_bytes{tier=\"disk\"} " << s.disk.capacity_bytes << '\n'
+    << "kvtier_tier_capacity_bytes{tier=\"remote\"} " << s.remote.capacity_bytes << '\n';
+  metric("kvtier_tier_degraded", "gauge", "1 when a tier is degraded (requests recompute instead).");
+  m << "kvtier_tier_degraded{tier=\"disk\"} " << (s.disk_degraded ? 1 : 0) << '\n'
+    << "kvtier_tier_degraded{tier=\"remote\"} " << (s.remote_degraded ? 1 : 0) << '\n';
+  metric("kvtier_running_sequences", "gauge", "Sequences holding KV pages.");
+  m << "kvtier_running_sequences " << running << '\n';
+  metric("kvtier_decode_tokens_total", "counter", "Tokens generated by decode steps.");
+  m << "kvtier_decode_tokens_total " << c.decode_tokens << '\n';
+  return m.str();
+}
+
+}  // namespace kvtier

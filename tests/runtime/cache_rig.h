@@ -1,0 +1,150 @@
+// A KVCache + Engine rig on the tiny model with every local tier, and a
+// request driver that mirrors the runtime: lookup → plan → apply →
+// cached_prefill → greedy decode → commit.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "runtime/cached_prefill.h"
+#include "runtime/calibration.h"
+
+namespace kvtier::testing {
+
+struct RigOptions {
+  DType dtype = DType::kF32;
+  uint32_t device_pages = 256;
+  uint32_t host_pages = 256;
+  uint32_t chunk_pages = 4;
+  bool disk = true;
+  bool fast_links = true;  // planner always prefers loading
+  size_t region_bytes = size_t(1) << 20;
+};
+
+struct Outcome {
+  std::vector<float> logits;    // last prompt position
+  std::vector<TokenId> tokens;  // greedy continuation
+  LeaseReport report;
+  Plan plan;
+};
+
+class CacheRig {
+ public:
+  explicit CacheRig(RigOptions o = {}) : o_(o) {
+    auto cfg = engine::model_preset("tiny");
+    model_ = *engine::Model::synthetic(*cfg, 3);
+    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
+    static int counter = 0;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("kvtier-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(dir_);
+    KVCacheOptions co;
+    co.geometry = g;
+    co.chunk_pages = o.chunk_pages;
+    co.device_bytes = size_t(o.device_pages) * g.page_bytes();
+    co.host_bytes = size_t(o.host_pages) * g.page_bytes();
+    if (o.disk) {
+      co.disk_dir = dir_.string();
+      co.disk_region_bytes = o.region_bytes;
+      co.disk_bytes = size_t(16) << 20;
+    }
+    co.model_cost = model_cost(*cfg, g);
+    co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
+    co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
+    co.profile.link(TierKind::kHost) = {0, 1e12};
+    co.profile.link(TierKind::kDisk) = {0, 1e12};
+    auto c = KVCache::create(co);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    cache = std::move(*c);
+    auto e = engine::Engine::create(model_, cache->pool());
+    EXPECT_TRUE(e.ok()) << e.status().to_string();
+    engine = std::move(*e);
+  }
+  ~CacheRig() {
+    engine.reset();
+    cache.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Full recompute with no cache involved: the reference.
+  Outcome reference(std::span<const TokenId> prompt, int steps) {
+    auto lease = cache->fresh(ns, prompt.size());
+    EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+    return drive(*lease, prompt, steps, /*commit=*/false);
+  }
+
+  // Through the cache; commits the sequence's pages afterwards.
+  Outcome cached(std::span<const TokenId> prompt, int steps, bool commit = true) {
+    auto look = cache->lookup(ns, prompt);
+    EXPECT_TRUE(look.ok()) << look.status().to_string();
+    Plan plan = cache->plan(*look);
+    auto lease = cache->apply(std::move(*look), plan);
+    EXPECT_TRUE(lease.ok()) << lease.status().to_string();
+    Outcome out = drive(*lease, prompt, steps, commit);
+    out.plan = plan;
+    return out;
+  }
+
+  Outcome drive(CacheLease& lease, std::span<const TokenId> prompt, int steps, bool commit) {
+    Outcome out;
+    engine::SequenceKV kv;
+    auto lg = cached_prefill(*engine, *cache, lease, kv, prompt);
+    EXPECT_TRUE(lg.ok()) << lg.status().to_string();
+    if (!lg.ok()) return out;
+    out.report = lease.report();
+    out.logits.assign(lg->last().begin(), lg->last().end());
+    std::vector<TokenId> all(prompt.begin(), prompt.end());
+    TokenId t = engine::argmax(lg->last());
+    for (int i = 0; i < steps; ++i) {
+      out.tokens.push_back(t);
+      all.push_back(t);
+      EXPECT_TRUE(cache->grow(lease, kv.num_tokens + 1).ok());
+      kv.pages = lease.pages();
+      engine::SequenceKV* seqs[] = {&kv};
+      auto d = engine->decode(seqs, std::span(&t, 1));
+      EXPECT_TRUE(d.ok()) << d.status().to_string();
+      t = engine::argmax(d->last());
+    }
+    if (commit) {
+      EXPECT_TRUE(cache->commit(lease, std::span(all).first(kv.num_tokens)).ok());
+    } else {
+      cache->release(lease);
+    }
+    return out;
+  }
+
+  static std::vector<TokenId> random_tokens(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<TokenId> t(n);
+    for (auto& x : t) x = static_cast<TokenId>(rng() % 512);
+    return t;
+  }
+
+  RigOptions o_;
+  std::shared_ptr<const engine::Model> model_;
+  std::filesystem::path dir_;
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<engine::Engine> engine;
+  Namespace ns{PageHash{1, 2}, "", ""};
+};
+
+inline void expect_same(const Outcome& got, const Outcome& ref, double rel) {
+  ASSERT_EQ(got.tokens, ref.tokens);
+  ASSERT_EQ(got.logits.size(), ref.logits.size());
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < ref.logits.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(ref.logits[i])));
+    diff = std::max(diff, double(std::fabs(got.logits[i] - ref.logits[i])));
+  }
+  EXPECT_LE(diff, rel * scale) << "max |Δlogit| " << diff << " vs scale " << scale;
+}
+
+}  // namespace kvtier::testing
