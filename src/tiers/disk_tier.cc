@@ -60,7 +60,7 @@ Status DiskTierOptions::validate() const {
     return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" + std::to_string(lay.entry_bytes) + " bytes)");
   if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
   if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
-  if (write_block_bytes == 0 || write_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: write_block_bytes must be a multiple of 4096");
+  if (io_block_bytes == 0 || io_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: io_block_bytes must be a multiple of 4096");
   return Status::Ok();
 }
 
@@ -218,8 +218,8 @@ Status DiskTier::write_active_locked(uint64_t end) {
   auto q = acquire_queue(st);
   if (!q) return st;
   std::vector<IoOp> ops;
-  for (uint64_t off = flushed_; off < end; off += options_.write_block_bytes) {
-    size_t len = std::min<uint64_t>(options_.write_block_bytes, end - off);
+  for (uint64_t off = flushed_; off < end; off += options_.io_block_bytes) {
+    size_t len = std::min<uint64_t>(options_.io_block_bytes, end - off);
     ops.push_back({IoKind::kWrite, active_->file.get(), off, buffer_.data() + off, len});
   }
   st = q->run(ops);
@@ -344,9 +344,18 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     Loc loc;
     AlignedBuffer bounce;  // used when the target range is not O_DIRECT-aligned
     size_t skip = 0;       // bytes before the wanted range inside `bounce`
+    size_t first_io = 0, num_io = 0;
   };
   std::vector<Pending> pending;
   std::vector<IoOp> io;
+  // Large ranges are split into io_block_bytes ops: many huge reads in flight
+  // overrun the device queue and io_uring falls back to blocking workers.
+  auto add_io = [&](Pending& p, File* f, uint64_t off, std::byte* buf, size_t len) {
+    p.first_io = io.size();
+    for (size_t done = 0; done < len; done += options_.io_block_bytes)
+      io.push_back({IoKind::kRead, f, off + done, buf + done, std::min(options_.io_block_bytes, len - done)});
+    p.num_io = io.size() - p.first_io;
+  };
   {
     std::lock_guard lock(mu_);
     for (GetOp& op : ops) {
@@ -369,15 +378,15 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         ++stats_.hits;
         continue;
       }
-      Pending p{&op, loc, {}, 0};
+      Pending p{&op, loc, {}, 0, 0, 0};
       const bool aligned = off % kIoAlign == 0 && len % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
       if (aligned) {
-        io.push_back({IoKind::kRead, loc.region->file.get(), off, op.out.data(), len});
+        add_io(p, loc.region->file.get(), off, op.out.data(), len);
       } else {
         const uint64_t start = align_down(off);
         p.skip = off - start;
         p.bounce = AlignedBuffer(align_up(off + len) - start);
-        io.push_back({IoKind::kRead, loc.region->file.get(), start, p.bounce.data(), p.bounce.size()});
+        add_io(p, loc.region->file.get(), start, p.bounce.data(), p.bounce.size());
       }
       pending.push_back(std::move(p));
     }
@@ -396,8 +405,8 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   for (size_t i = 0; i < pending.size(); ++i) {
     Pending& p = pending[i];
     GetOp& op = *p.op;
-    if (!io[i].status.ok()) {
-      op.status = io[i].status;
+    for (size_t k = p.first_io; k < p.first_io + p.num_io && op.status.ok(); ++k) op.status = io[k].status;
+    if (!op.status.ok()) {
       outcome[i] = 1;
       continue;
     }

@@ -51,7 +51,7 @@ struct DiskTierOptions {
   EvictionOrder reclaim = EvictionOrder::kFifo;
   bool sync_writes = true;                  // fdatasync after each region write
   bool verify_on_open = true;               // verify every payload checksum when reopening
-  size_t write_block_bytes = size_t(1) << 20;  // one write op; multiple of 4096
+  size_t io_block_bytes = size_t(1) << 20;  // largest single read/write op; multiple of 4096
   FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
 
   Status validate() const;
