@@ -40,11 +40,12 @@
 //
 // Cost: match and insert walk one probe of a flat hash table plus one memcmp
 // per node on the path; per page they copy 24 bytes of results and hash only
-// pages that are not cached yet. Nothing is allocated per token: result
-// vectors are caller-owned and reused. Metadata per cached page is
-// page_tokens*4 (token ids) + 8 (residency) + 16 (hash, optional) bytes plus
-// per-node overhead; metadata-only users (the replay simulator) pass
-// synthetic PageIds and may turn store_hashes off.
+// pages that are not cached yet (insert_matched reuses a match's walk and
+// hashes). Nothing is allocated per token: result vectors are caller-owned
+// and reused; node payloads live in a huge-page arena (payload_arena.h).
+// Metadata per cached page is page_tokens*4 (token ids) + 8 (residency) + 16
+// (hash, optional) bytes plus per-node overhead; metadata-only users (the
+// replay simulator) pass synthetic PageIds and may turn store_hashes off.
 #pragma once
 
 #include <cstdint>
@@ -223,7 +224,8 @@ class PrefixIndex {
   // first in policy order; never touches locked nodes. A page with a copy in
   // the other tier keeps that copy and its node; a page without leaves the
   // tree (tail pages of a leaf are trimmed so exactly n_pages can be freed).
-  // Fewer than n_pages are freed only when nothing else is evictable now.
+  // Fewer than n_pages are freed only when no unlocked page can give up its
+  // residency in `tier` now without leaving a hole (I3).
   Status evict(uint32_t n_pages, TierKind tier, EvictResult& out);
 
   // Drops everything (all namespaces). Outstanding handles become stale.
@@ -233,7 +235,7 @@ class PrefixIndex {
   uint64_t tier_pages(TierKind tier) const {
     return tier == TierKind::kDevice ? tier_pages_[0] : tier == TierKind::kHost ? tier_pages_[1] : 0;
   }
-  IndexStats stats() const;  // O(nodes) for metadata_bytes; the page counts are kept incrementally
+  IndexStats stats() const;  // O(1): every count is kept incrementally
   // Moves queued events (record_events) into `out` (appended).
   void take_events(std::vector<IndexEvent>& out);
   // Full O(size) recount of every invariant above; for tests.

@@ -157,6 +157,32 @@ TEST(PrefixIndex, MatchReturnsHashesOfMatchedAndUnmatchedPages) {
   EXPECT_EQ(m.hashes, want);
 }
 
+TEST(PrefixIndex, InsertMatchedResumesFromTheMatch) {
+  auto ix = make(4);
+  const NsKey ns = ns_of("");
+  put(*ix, ns, iota_tokens(16));
+  auto q = iota_tokens(24);
+  q[9] = -5;  // diverges inside the existing edge: the resume must split it
+  MatchResult m;
+  ix->match(ns, q, m);
+  ASSERT_EQ(m.matched_pages, 2u);
+  auto r = ix->insert_matched(ns, q, dev_locs(6, 100), m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->already_present, 2u);
+  EXPECT_EQ(r->inserted, 4u);
+  EXPECT_TRUE(ix->check_invariants().ok());
+  EXPECT_EQ(matched(*ix, ns, q), 6u);
+  EXPECT_EQ(matched(*ix, ns, iota_tokens(16)), 4u);
+  // A stale match (the tree changed since) falls back to a full walk.
+  auto q2 = iota_tokens(12);
+  ix->match(ns, q2, m);
+  put(*ix, ns, iota_tokens(32));
+  r = ix->insert_matched(ns, q2, dev_locs(3, 200), m);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->already_present, 3u);
+  EXPECT_TRUE(ix->check_invariants().ok());
+}
+
 TEST(PrefixIndex, LockMovesPagesBetweenEvictableAndProtected) {
   auto ix = make(4);
   const NsKey ns = ns_of("");
