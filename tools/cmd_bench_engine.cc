@@ -63,17 +63,18 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
                                 {"prefill_gflops", row.prefill_gflops},
                                 {"prefill_gflops_over_sgemm_peak", row.ratio_to_sgemm},
                                 {"attention_share", row.attention_share},
-                                {"decode_tokens_per_s", row.decode_tokens_per_s}});
+                                {"decode_tokens_per_s", row.decode_tokens_per_s},
+                                {"decode_attention_share", row.decode_attention_share}});
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("model %s, KV %s, %u threads, sgemm peak %.1f GFLOP/s\n", r->model.c_str(), r->kv_dtype.c_str(),
                   r->threads, r->sgemm_peak_gflops);
-      std::printf("%8s %12s %12s %12s %10s %10s %12s\n", "prompt", "prefill_s", "prefill_tok/s", "prefill_GF/s",
-                  "vs_sgemm", "attn_share", "decode_tok/s");
+      std::printf("%8s %12s %12s %12s %10s %10s %12s %12s\n", "prompt", "prefill_s", "prefill_tok/s", "prefill_GF/s",
+                  "vs_sgemm", "attn_share", "decode_tok/s", "dec_attn_sh");
       for (const auto& row : r->rows)
-        std::printf("%8u %12.3f %12.0f %12.1f %10.2f %10.2f %12.1f\n", row.prompt_tokens, row.prefill_seconds,
+        std::printf("%8u %12.3f %12.0f %12.1f %10.2f %10.2f %12.1f %12.2f\n", row.prompt_tokens, row.prefill_seconds,
                     row.prefill_tokens_per_s, row.prefill_gflops, row.ratio_to_sgemm, row.attention_share,
-                    row.decode_tokens_per_s);
+                    row.decode_tokens_per_s, row.decode_attention_share);
     }
     exit_code = 0;
   });

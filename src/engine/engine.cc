@@ -340,6 +340,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   }
   const auto t_start = Clock::now();
   Impl& im = *impl_;
+  im.attention_seconds = 0;
   const uint32_t b = uint32_t(seqs.size()), H = c.hidden_size;
   im.x.resize(size_t(b) * H);
   std::vector<uint32_t> pos(b);
@@ -363,6 +364,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   matmul(normed.data(), b, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
   for (SequenceKV* s : seqs) ++s->num_tokens;
   profile_.decode_seconds += seconds_since(t_start);
+  profile_.decode_attention_seconds += im.attention_seconds;
   profile_.decode_tokens += b;
   return out;
 }

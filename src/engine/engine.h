@@ -66,6 +66,7 @@ struct EngineProfile {
   double prefill_seconds = 0;
   double attention_seconds = 0;  // inside prefill
   double decode_seconds = 0;
+  double decode_attention_seconds = 0;  // inside decode
   uint64_t prefill_tokens = 0;
   uint64_t decode_tokens = 0;
   double prefill_flops = 0;  // model FLOPs done by prefill (matrices + causal attention + logits)

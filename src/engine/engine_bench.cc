@@ -92,7 +92,10 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
       KVTIER_ASSIGN_OR_RETURN(Logits l, engine->decode(std::span(&s, 1), std::span(&next, 1)));
       next = argmax(l.last());
     }
-    if (o.decode_tokens > 0) row.decode_tokens_per_s = o.decode_tokens / engine->profile().decode_seconds;
+    if (o.decode_tokens > 0) {
+      row.decode_tokens_per_s = o.decode_tokens / engine->profile().decode_seconds;
+      row.decode_attention_share = engine->profile().decode_attention_seconds / engine->profile().decode_seconds;
+    }
     rep.rows.push_back(row);
   }
   return rep;

@@ -31,6 +31,7 @@ struct EngineBenchRow {
   double prefill_gflops = 0;
   double attention_share = 0;
   double decode_tokens_per_s = 0;
+  double decode_attention_share = 0;
   double ratio_to_sgemm = 0;  // prefill_gflops / sgemm_peak_gflops
 };
 
