@@ -37,6 +37,8 @@ struct IndexBenchReport {
   double token_hit_ratio = 0;
   double seconds = 0;  // time inside match + insert + evict
   double tokens_per_s = 0;
+  double cpu_seconds = 0;       // thread CPU time of the same work (robust on a busy machine)
+  double tokens_per_cpu_s = 0;
   double match_p50_us = 0;
   double match_p99_us = 0;
   uint64_t evicted_pages = 0;

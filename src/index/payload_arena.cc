@@ -65,7 +65,12 @@ ArenaBlock PayloadArena::allocate(size_t bytes) {
   } else {
     if (current_ == UINT32_MAX || chunks_[current_].size - chunks_[current_].used < bytes) {
       const uint32_t old = current_;
-      current_ = new_chunk(kChunkBytes);
+      if (spare_ != UINT32_MAX) {
+        current_ = spare_;
+        spare_ = UINT32_MAX;
+      } else {
+        current_ = new_chunk(kChunkBytes);
+      }
       if (old != UINT32_MAX && chunks_[old].live == 0) drop_chunk(old);
     }
     id = current_;
@@ -88,11 +93,16 @@ void PayloadArena::release(const ArenaBlock& b) {
     c.used = 0;  // empty current chunk: bump from its start again
     return;
   }
+  if (spare_ == UINT32_MAX && c.size == kChunkBytes) {
+    c.used = 0;
+    spare_ = b.chunk;
+    return;
+  }
   drop_chunk(b.chunk);
 }
 
 bool PayloadArena::sparse(const ArenaBlock& b) const {
-  if (b.ptr == nullptr || b.chunk == current_) return false;
+  if (b.ptr == nullptr || b.chunk == current_ || b.chunk == spare_) return false;
   const Chunk& c = chunks_[b.chunk];
   return c.size == kChunkBytes && c.live * 4 < c.size * 3;
 }
@@ -101,7 +111,7 @@ bool PayloadArena::fragmented() const {
   size_t dead = 0;
   for (uint32_t id = 0; id < chunks_.size(); ++id) {
     const Chunk& c = chunks_[id];
-    if (c.base && c.size == kChunkBytes && id != current_ && c.live * 4 < c.size * 3) dead += c.size - c.live;
+    if (c.base && c.size == kChunkBytes && id != current_ && id != spare_ && c.live * 4 < c.size * 3) dead += c.size - c.live;
   }
   return dead > 2 * kChunkBytes && dead > live_ / 8;
 }
@@ -111,7 +121,7 @@ void PayloadArena::clear() {
     if (chunks_[id].base) munmap(chunks_[id].base, chunks_[id].size);
   chunks_.clear();
   free_ids_.clear();
-  current_ = UINT32_MAX;
+  current_ = spare_ = UINT32_MAX;
   reserved_ = live_ = 0;
 }
 

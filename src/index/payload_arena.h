@@ -4,7 +4,8 @@
 // 2 MiB page faults instead of one 4 KiB fault per 4 KiB of token ids,
 // which dominated insertion time with per-node heap vectors.
 //
-// A chunk is returned to the system once nothing lives in it; fragmentation is measured here and repaired by
+// A chunk is returned to the system once nothing lives in it (one empty
+// chunk is kept for reuse); fragmentation is measured here and repaired by
 // the index, which can move node payloads (only their node points at them).
 // Internal to src/index; not thread-safe (owned by the index).
 #pragma once
@@ -59,6 +60,7 @@ class PayloadArena {
   std::vector<Chunk> chunks_;
   std::vector<uint32_t> free_ids_;
   uint32_t current_ = UINT32_MAX;  // chunk being bump-allocated
+  uint32_t spare_ = UINT32_MAX;    // one empty chunk kept mapped: saves a munmap + huge page fault + zeroing
   size_t reserved_ = 0;
   size_t live_ = 0;
 };
