@@ -89,9 +89,9 @@ Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const Cal
   if (!o.disk_dir.empty()) {
     TierBenchOptions tb;
     tb.dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
-    tb.disk_bytes = size_t(o.quick ? 64 : 512) << 20;
-    tb.memory_bytes = size_t(16) << 20;
-    tb.load_bytes = size_t(16) << 20;
+    tb.disk_bytes = size_t(o.quick ? 16 : 512) << 20;
+    tb.memory_bytes = size_t(o.quick ? 4 : 64) << 20;
+    tb.load_bytes = size_t(o.quick ? 4 : 64) << 20;
     tb.geometry = engine.geometry();
     auto res = run_tier_bench(tb);
     std::error_code ec;

@@ -40,53 +40,67 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
   return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
 }
 
+}  // namespace
+
+ServingStack::~ServingStack() {
+  engine.reset();
+  cache.reset();
+}
+
+Result<ServingStack> build_stack(const RuntimeOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  ServingStack st;
+  KVTIER_ASSIGN_OR_RETURN(st.model, load_model(o));
+  const auto& cfg = st.model->config();
+  const KVGeometry geo = cfg.kv_geometry(o.kv_dtype, o.page_tokens);
+  KVCacheOptions co;
+  co.geometry = geo;
+  co.chunk_pages = o.chunk_pages;
+  co.device_bytes = o.device_bytes;
+  co.host_bytes = o.host_bytes;
+  co.disk_dir = o.cache_enabled ? o.disk_dir : std::string();
+  co.disk_bytes = o.disk_bytes;
+  co.write_policy = o.write_policy;
+  co.selective_hits = o.selective_hits;
+  KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o.eviction));
+  co.hash = o.hash;
+  co.layerwise = o.layerwise;
+  co.model_cost = model_cost(cfg, geo);
+  engine::EngineOptions eo;
+  eo.threads = o.threads;
+  if (!o.profile_path.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(co.profile, CostProfile::load(o.profile_path));
+  } else {
+    // Calibrate on a throwaway cache and engine (the cache needs a profile to exist).
+    KVCacheOptions probe = co;
+    probe.profile.gemm_flops_per_s = probe.profile.attn_flops_per_s = 1e9;
+    probe.disk_dir.clear();
+    KVTIER_ASSIGN_OR_RETURN(auto cache, KVCache::create(probe));
+    KVTIER_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(st.model, cache->pool(), eo));
+    CalibrationOptions cal;
+    cal.disk_dir = co.disk_dir;
+    KVTIER_ASSIGN_OR_RETURN(co.profile, calibrate(*eng, cache->pool(), cal));
+  }
+  auto cache = KVCache::create(co);
+  if (!cache.ok()) return cache.status();
+  st.cache = std::move(cache).value();
+  KVTIER_ASSIGN_OR_RETURN(st.engine, engine::Engine::create(st.model, st.cache->pool(), eo));
+  st.profile = co.profile;
+  return st;
+}
+
+namespace {
+
 class RuntimeImpl final : public Runtime {
  public:
-  RuntimeImpl(RuntimeOptions o, std::shared_ptr<const engine::Model> model, engine::ByteTokenizer tok)
-      : o_(std::move(o)), model_(std::move(model)), tok_(std::move(tok)) {
+  RuntimeImpl(RuntimeOptions o, ServingStack stack, engine::ByteTokenizer tok)
+      : o_(std::move(o)), stack_(std::move(stack)), tok_(std::move(tok)),
+        model_(stack_.model), cache_(stack_.cache.get()), engine_(stack_.engine.get()) {
     info_.name = model_->config().name;
     info_.vocab_size = model_->config().vocab_size;
     info_.max_context = model_->config().max_context;
     info_.eos = tok_.eos();
     info_.fingerprint = model_->fingerprint();
-  }
-
-  Status init() {
-    const auto& cfg = model_->config();
-    const KVGeometry geo = cfg.kv_geometry(o_.kv_dtype, o_.page_tokens);
-    KVCacheOptions co;
-    co.geometry = geo;
-    co.chunk_pages = o_.chunk_pages;
-    co.device_bytes = o_.device_bytes;
-    co.host_bytes = o_.host_bytes;
-    co.disk_dir = o_.cache_enabled ? o_.disk_dir : std::string();
-    co.disk_bytes = o_.disk_bytes;
-    co.write_policy = o_.write_policy;
-    co.selective_hits = o_.selective_hits;
-    KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o_.eviction));
-    co.hash = o_.hash;
-    co.layerwise = o_.layerwise;
-    co.model_cost = model_cost(cfg, geo);
-    // A placeholder profile so the cache can be built; replaced below.
-    co.profile.gemm_flops_per_s = co.profile.attn_flops_per_s = 1e9;
-    if (!o_.profile_path.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(co.profile, CostProfile::load(o_.profile_path));
-    }
-    KVTIER_ASSIGN_OR_RETURN(cache_, KVCache::create(co));
-    engine::EngineOptions eo;
-    eo.threads = o_.threads;
-    KVTIER_ASSIGN_OR_RETURN(engine_, engine::Engine::create(model_, cache_->pool(), eo));
-    if (o_.profile_path.empty()) {
-      CalibrationOptions cal;
-      cal.disk_dir = co.disk_dir;
-      KVTIER_ASSIGN_OR_RETURN(co.profile, calibrate(*engine_, cache_->pool(), cal));
-      engine_.reset();
-      cache_.reset();
-      KVTIER_ASSIGN_OR_RETURN(cache_, KVCache::create(co));
-      KVTIER_ASSIGN_OR_RETURN(engine_, engine::Engine::create(model_, cache_->pool(), eo));
-    }
-    profile_ = co.profile;
-    return Status::Ok();
   }
 
   const ModelInfo& model() const override { return info_; }
@@ -182,14 +196,12 @@ class RuntimeImpl final : public Runtime {
   }
 
   std::string stats_json() const override {
-    return runtime_stats_json(cache_->stats(), counters_, profile_, o_, seqs_.size());
+    return runtime_stats_json(cache_->stats(), counters_, stack_.profile, o_, seqs_.size());
   }
   std::string metrics_text() const override {
     return runtime_metrics_text(cache_->stats(), counters_, seqs_.size());
   }
   Status flush() override { return cache_->flush(); }
-
-  KVCache& cache() { return *cache_; }
 
  private:
   struct Seq {
@@ -201,12 +213,12 @@ class RuntimeImpl final : public Runtime {
   };
 
   RuntimeOptions o_;
-  std::shared_ptr<const engine::Model> model_;
+  ServingStack stack_;
   engine::ByteTokenizer tok_;
+  std::shared_ptr<const engine::Model> model_;
+  KVCache* cache_;
+  engine::Engine* engine_;
   ModelInfo info_;
-  std::unique_ptr<KVCache> cache_;
-  std::unique_ptr<engine::Engine> engine_;
-  CostProfile profile_;
   std::unordered_map<uint64_t, Seq> seqs_;
   uint64_t next_seq_ = 1;
   RuntimeCounters counters_;
@@ -215,12 +227,9 @@ class RuntimeImpl final : public Runtime {
 }  // namespace
 
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
-  KVTIER_RETURN_IF_ERROR(options.validate());
-  KVTIER_ASSIGN_OR_RETURN(auto model, load_model(options));
-  KVTIER_ASSIGN_OR_RETURN(auto tok, engine::ByteTokenizer::create(model->vocab()));
-  auto rt = std::make_unique<RuntimeImpl>(options, std::move(model), std::move(tok));
-  KVTIER_RETURN_IF_ERROR(rt->init());
-  return std::unique_ptr<Runtime>(std::move(rt));
+  KVTIER_ASSIGN_OR_RETURN(ServingStack stack, build_stack(options));
+  KVTIER_ASSIGN_OR_RETURN(auto tok, engine::ByteTokenizer::create(stack.model->vocab()));
+  return std::unique_ptr<Runtime>(new RuntimeImpl(options, std::move(stack), std::move(tok)));
 }
 
 }  // namespace kvtier

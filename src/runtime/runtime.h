@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cache/kv_cache.h"
+#include "engine/engine.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
 
@@ -72,6 +73,23 @@ struct ModelInfo {
   TokenId eos = -1;
   PageHash fingerprint;
 };
+
+// The model, cache and engine a Runtime is made of, built from options:
+// loads the model, builds the KVCache (tiers from the options) and the
+// engine on its pool, and calibrates the cost profile when no profile file
+// is given. Benchmarks that drive the cache directly build one too.
+struct ServingStack {
+  std::shared_ptr<const engine::Model> model;
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<engine::Engine> engine;
+  CostProfile profile;
+
+  ServingStack() = default;
+  ServingStack(ServingStack&&) noexcept = default;
+  ServingStack& operator=(ServingStack&&) noexcept = default;
+  ~ServingStack();  // the engine goes before the cache whose pool it uses
+};
+Result<ServingStack> build_stack(const RuntimeOptions& options);
 
 class Runtime {
  public:

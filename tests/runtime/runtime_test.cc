@@ -1,0 +1,131 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "runtime/runtime.h"
+
+namespace kvtier {
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() : path(std::filesystem::temp_directory_path() / ("kvtier-rt-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+RuntimeOptions tiny(const std::string& dir, bool cache = true) {
+  RuntimeOptions o;
+  o.model = "tiny";
+  o.device_bytes = size_t(4) << 20;
+  o.host_bytes = size_t(4) << 20;
+  o.disk_dir = dir;
+  o.disk_bytes = size_t(256) << 20;
+  o.cache_enabled = cache;
+  o.max_sequences = 4;
+  return o;
+}
+
+std::vector<TokenId> generate(Runtime& rt, std::span<const TokenId> prompt, int n, PrefillReport* rep = nullptr,
+                              std::string_view salt = {}) {
+  auto s = rt.start(prompt, {}, salt);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  if (!s.ok()) return {};
+  if (rep) *rep = s->report;
+  std::vector<TokenId> out{s->first_token};
+  for (int i = 1; i < n; ++i) {
+    auto d = rt.decode(std::span(&s->seq, 1));
+    EXPECT_TRUE(d.ok()) << d.status().to_string();
+    out.push_back((*d)[0]);
+  }
+  rt.finish(s->seq);
+  return out;
+}
+
+TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
+  TempDir dir;
+  auto rt = Runtime::create(tiny(dir.path.string()));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  auto prompt = (*rt)->tokenize(std::string(400, 'a') + " the same long system prompt, then a question?");
+  PrefillReport r1, r2, r3;
+  auto a = generate(**rt, prompt, 16, &r1);
+  auto b = generate(**rt, prompt, 16, &r2);
+  EXPECT_EQ(r1.cached_tokens, 0u);
+  EXPECT_GT(r2.cached_tokens, 400u);
+  EXPECT_EQ(a, b);
+  // Another tenant's salt shares nothing.
+  auto c = generate(**rt, prompt, 16, &r3, "tenant-b");
+  EXPECT_EQ(r3.cached_tokens, 0u);
+  EXPECT_EQ(a, c);
+  auto stats = nlohmann::json::parse((*rt)->stats_json());
+  EXPECT_EQ(stats["requests"], 3);
+  EXPECT_NE((*rt)->metrics_text().find("kvtier_cached_tokens_total{tier=\"device\"}"), std::string::npos);
+}
+
+TEST(Runtime, NoCacheBaselineGivesTheSameOutput) {
+  TempDir dir;
+  auto cached = Runtime::create(tiny(dir.path.string()));
+  auto plain = Runtime::create(tiny("", false));
+  ASSERT_TRUE(cached.ok() && plain.ok());
+  auto prompt = (*plain)->tokenize(std::string(300, 'x'));
+  generate(**cached, prompt, 4);
+  PrefillReport r;
+  auto a = generate(**cached, prompt, 12, &r);
+  EXPECT_GT(r.cached_tokens, 0u);
+  PrefillReport r0;
+  auto b = generate(**plain, prompt, 12, &r0);
+  EXPECT_EQ(r0.cached_tokens, 0u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(Runtime, RejectsBadInputWithClearErrors) {
+  auto rt = Runtime::create(tiny(""));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  std::vector<TokenId> empty;
+  EXPECT_EQ((*rt)->start(empty, {}).status().code(), StatusCode::kInvalidArgument);
+  std::vector<TokenId> bad = {1, 2, 99999};
+  auto r = (*rt)->start(bad, {});
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("99999"), std::string::npos);
+  std::vector<TokenId> neg = {1, -3};
+  EXPECT_EQ((*rt)->start(neg, {}).status().code(), StatusCode::kInvalidArgument);
+  std::vector<TokenId> huge((*rt)->model().max_context, 1);
+  EXPECT_EQ((*rt)->start(huge, {}).status().code(), StatusCode::kInvalidArgument);
+  SeqId ghost(12345);
+  EXPECT_EQ((*rt)->decode(std::span(&ghost, 1)).status().code(), StatusCode::kNotFound);
+  RuntimeOptions o = tiny("");
+  o.model = "no-such-model";
+  EXPECT_EQ(Runtime::create(o).status().code(), StatusCode::kInvalidArgument);
+  o = tiny("");
+  o.eviction = "random";
+  EXPECT_FALSE(Runtime::create(o).ok());
+}
+
+TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
+  auto rt = Runtime::create(tiny(""));
+  ASSERT_TRUE(rt.ok());
+  std::vector<SeqId> seqs;
+  for (int i = 0; i < 4; ++i) {
+    auto p = (*rt)->tokenize("conversation " + std::to_string(i));
+    auto s = (*rt)->start(p, {});
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    seqs.push_back(s->seq);
+  }
+  auto p = (*rt)->tokenize("one too many");
+  EXPECT_EQ((*rt)->start(p, {}).status().code(), StatusCode::kBusy);
+  for (int step = 0; step < 5; ++step) {
+    auto d = (*rt)->decode(seqs);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(d->size(), 4u);
+  }
+  for (SeqId s : seqs) (*rt)->finish(s);
+  EXPECT_TRUE((*rt)->start(p, {}).ok());
+}
+
+}  // namespace
+}  // namespace kvtier
