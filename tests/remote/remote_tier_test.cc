@@ -1,0 +1,455 @@
+// RemoteTier against a real redis-server started by the test: the tier
+// conformance cases (as tests/tiers/tier_conformance_test.cc, minus the
+// capacity cases that belong to Redis's maxmemory), URL parsing, key slots,
+// corrupt and foreign values, TTL, OOM, eviction, and failure handling.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "remote_test_util.h"
+#include "tiers/redis_slots.h"
+
+namespace kvtier {
+namespace {
+
+using namespace testing_util;
+using testing::make_remote;
+using testing::RedisServer;
+using testing::wait_recovered;
+
+// ---------------------------------------------------------- pure parts ----
+
+TEST(RedisSlots, Crc16AndKeySlotsMatchRedis) {
+  EXPECT_EQ(crc16_xmodem("123456789"), 0x31C3);
+  EXPECT_EQ(crc16_xmodem(""), 0);
+  EXPECT_EQ(redis_key_slot("foo"), 12182);
+  EXPECT_EQ(redis_key_slot("bar"), 5061);
+  EXPECT_EQ(redis_key_slot("123456789"), 0x31C3 & 16383);
+  // Hash tags: the first non-empty {...} decides.
+  EXPECT_EQ(redis_key_slot("{user1000}.following"), redis_key_slot("{user1000}.followers"));
+  EXPECT_EQ(redis_key_slot("{user1000}.following"), redis_key_slot("user1000"));
+  EXPECT_EQ(redis_key_slot("foo{}{bar}"), crc16_xmodem("foo{}{bar}") & 16383);  // empty first tag: whole key
+  EXPECT_EQ(redis_key_slot("foo{{bar}}zap"), redis_key_slot("{bar"));
+  EXPECT_EQ(redis_key_slot("foo{bar}{zap}"), redis_key_slot("bar"));
+}
+
+TEST(RemoteUrl, ParsesHostsCredentialsAndOptions) {
+  const ChunkGeometry g = small_geometry();
+  auto o = RemoteTierOptions::from_url(
+      "redis://app:s%40cret@10.0.0.1:7000,10.0.0.2:7001/?timeout_ms=250&connect_timeout_ms=100&ttl_s=3600&pool=8"
+      "&cluster=on&range_reads=0&backoff_ms=10&backoff_max_ms=2000",
+      g);
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  ASSERT_EQ(o->redis.seeds.size(), 2u);
+  EXPECT_EQ(o->redis.seeds[1].to_string(), "10.0.0.2:7001");
+  EXPECT_EQ(o->redis.username, "app");
+  EXPECT_EQ(o->redis.password, "s@cret");
+  EXPECT_EQ(o->redis.command_timeout.count(), 250);
+  EXPECT_EQ(o->redis.connect_timeout.count(), 100);
+  EXPECT_EQ(o->ttl.count(), 3600 * 1000);
+  EXPECT_EQ(o->redis.pool_size, 8u);
+  EXPECT_EQ(o->redis.cluster, RedisClusterMode::kOn);
+  EXPECT_FALSE(o->range_reads);
+  EXPECT_EQ(o->backoff_initial.count(), 10);
+
+  auto p = RemoteTierOptions::from_url("redis://pw@[::1]:6379", g);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->redis.password, "pw");
+  EXPECT_EQ(p->redis.seeds[0].host, "::1");
+  EXPECT_EQ(p->redis.cluster, RedisClusterMode::kAuto);
+
+  for (const char* bad : {"http://h:1", "redis://", "redis://host", "redis://host:0", "redis://host:70000",
+                          "redis://h:1?pool=0", "redis://h:1?ttl_s=x", "redis://h:1?bogus=1", "redis://h:1?cluster=maybe",
+                          "redis://h:1/3", "redis://h:1?timeout_ms=0", "redis://h:1,", "redis://%zz@h:1"})
+    EXPECT_EQ(RemoteTierOptions::from_url(bad, g).status().code(), StatusCode::kInvalidArgument) << bad;
+  EXPECT_EQ(RemoteTierOptions::from_url("rediss://h:1", g).status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(RemoteTierOptions::from_url("redis://h:1?tls=1", g).status().code(), StatusCode::kUnimplemented);
+}
+
+// ------------------------------------------------------- with a server ----
+
+class RemoteTierTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new RedisServer();
+    start_status_ = new Status(server_->start());
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete start_status_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(start_status_->ok()) << start_status_->to_string();
+    ASSERT_TRUE(server_->cmd({"FLUSHALL"}).ok());
+  }
+  std::unique_ptr<RemoteTier> tier(void (*tweak)(RemoteTierOptions&) = nullptr) {
+    return make_remote(server_->url() + "?timeout_ms=2000", g, tweak);
+  }
+  static RedisServer* server_;
+  static Status* start_status_;
+  ChunkGeometry g = small_geometry();
+};
+RedisServer* RemoteTierTest::server_ = nullptr;
+Status* RemoteTierTest::start_status_ = nullptr;
+
+void whole_reads(RemoteTierOptions& o) { o.range_reads = false; }
+
+TEST_F(RemoteTierTest, RoundTripIsBitExactWholeAndLayerRanges) {
+  for (bool ranges : {true, false}) {
+    auto t = ranges ? tier() : tier(whole_reads);
+    ASSERT_TRUE(t);
+    EXPECT_FALSE(t->degraded());
+    std::vector<TestChunk> chunks;
+    for (uint32_t i = 0; i < 6; ++i) chunks.push_back(make_chunk(g, test_ns(1), i, 1 + i % g.chunk_pages));
+    std::vector<PutOp> puts;
+    for (auto& c : chunks) puts.push_back(PutOp{c.key, c.hashes, c.payload, {}});
+    t->put_batch(puts);
+    for (auto& p : puts) ASSERT_TRUE(p.status.ok()) << p.status.to_string();
+    for (auto& c : chunks) {
+      std::vector<std::byte> out(c.payload.size());
+      auto n = t->get(c.key, out);
+      ASSERT_TRUE(n.ok()) << n.status().to_string();
+      EXPECT_EQ(*n, c.hashes.size());
+      EXPECT_EQ(out, c.payload);
+      const size_t lb = g.layer_bytes(*n);
+      for (uint32_t first = 0; first < g.kv.num_layers; ++first) {
+        std::vector<std::byte> part(lb);
+        auto r = t->get_layers(c.key, first, 1, part);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        EXPECT_TRUE(std::equal(part.begin(), part.end(), c.payload.begin() + first * lb)) << first;
+      }
+      std::vector<std::byte> tail(2 * lb);
+      ASSERT_TRUE(t->get_layers(c.key, 2, kAllLayers, tail).ok());
+      EXPECT_TRUE(std::equal(tail.begin(), tail.end(), c.payload.begin() + 2 * lb));
+    }
+    auto missing = make_chunk(g, test_ns(1), 99);
+    std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(g.max_payload_bytes()));
+    std::vector<GetOp> ops{{chunks[0].key, 0, kAllLayers, bufs[0]}, {missing.key, 0, kAllLayers, bufs[1]},
+                           {chunks[5].key, 3, 1, bufs[2]}};
+    t->get_batch(ops);
+    EXPECT_TRUE(ops[0].status.ok());
+    EXPECT_EQ(ops[1].status.code(), StatusCode::kNotFound);
+    EXPECT_TRUE(ops[2].status.ok());
+    EXPECT_EQ(ops[2].num_layers, 1u);
+    auto st = t->stats();
+    EXPECT_GE(st.hits, 8u);
+    EXPECT_GE(st.misses, 1u);
+    EXPECT_EQ(st.puts, 6u);
+    EXPECT_EQ(st.checksum_failures, 0u);
+    EXPECT_FALSE(t->degraded());
+    ASSERT_TRUE(server_->cmd({"FLUSHALL"}).ok());
+  }
+}
+
+TEST_F(RemoteTierTest, KeysFollowTheDocumentedScheme) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(1), 1);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  const std::string key = "kvtier:1:" + c.key.ns.to_hex() + ":" + c.key.hash.to_hex();
+  EXPECT_EQ(t->key_of(c.key), key);
+  EXPECT_EQ(*server_->cmd({"EXISTS", key}), "1");
+  // The value is exactly the packed entry (align=1).
+  EXPECT_EQ(*server_->cmd({"STRLEN", key}), std::to_string(chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes));
+}
+
+TEST_F(RemoteTierTest, ExistsPrefixAndNamespacesDoNotMix) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  std::vector<TestChunk> a;
+  for (uint32_t i = 0; i < 4; ++i) a.push_back(make_chunk(g, test_ns(1), i));
+  for (uint32_t i : {0u, 1u, 3u}) ASSERT_TRUE(t->put(a[i].key, a[i].hashes, a[i].payload).ok());
+  std::vector<PageHash> keys;
+  for (auto& c : a) keys.push_back(c.key.hash);
+  EXPECT_EQ(t->exists_prefix(test_ns(1), keys), 2u);
+  EXPECT_EQ(t->exists_prefix(test_ns(1), {}), 0u);
+  EXPECT_TRUE(t->exists(a[3].key));
+  EXPECT_FALSE(t->exists(a[2].key));
+  EXPECT_EQ(t->exists_prefix(test_ns(2), keys), 0u);
+  std::vector<std::byte> out(a[0].payload.size());
+  EXPECT_EQ(t->get(ChunkKey{test_ns(2), a[0].key.hash}, out).status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(t->erase(a[0].key).ok());
+  ASSERT_TRUE(t->erase(a[0].key).ok());  // absent: still OK
+  EXPECT_EQ(t->exists_prefix(test_ns(1), keys), 0u);
+  // A long prompt: 200 chunks in one round trip.
+  std::vector<PageHash> many;
+  std::vector<PutOp> puts;
+  std::vector<TestChunk> chunks;
+  for (uint32_t i = 0; i < 200; ++i) chunks.push_back(make_chunk(g, test_ns(5), i, 1));
+  for (auto& c : chunks) {
+    puts.push_back(PutOp{c.key, c.hashes, c.payload, {}});
+    many.push_back(c.key.hash);
+  }
+  t->put_batch(std::span(puts).first(150));
+  EXPECT_EQ(t->exists_prefix(test_ns(5), many), 150u);
+}
+
+TEST_F(RemoteTierTest, RejectsMalformedOps) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(1), 1);
+  std::vector<std::byte> short_payload(c.payload.size() - 1);
+  EXPECT_EQ(t->put(c.key, c.hashes, short_payload).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->put(ChunkKey{c.key.ns, c.hashes.front()}, c.hashes, c.payload).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());  // idempotent
+  std::vector<std::byte> small(10);
+  EXPECT_EQ(t->get(c.key, small).status().code(), StatusCode::kInvalidArgument);
+  std::vector<std::byte> out(c.payload.size());
+  EXPECT_EQ(t->get_layers(c.key, 4, 1, out).status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(t->get_layers(c.key, 2, 3, out).status().code(), StatusCode::kOutOfRange);
+  EXPECT_FALSE(t->degraded());
+}
+
+TEST_F(RemoteTierTest, ConcurrentPutsAndGetsStayExact) {
+  auto t = tier([](RemoteTierOptions& o) { o.redis.pool_size = 3; });  // fewer sessions than threads: callers wait
+  ASSERT_TRUE(t);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<std::byte> out(g.max_payload_bytes());
+      for (uint32_t i = 0; i < 20; ++i) {
+        auto c = make_chunk(g, test_ns(10 + k), i);
+        if (!t->put(c.key, c.hashes, c.payload).ok()) ++bad;
+        auto back = make_chunk(g, test_ns(10 + k), i / 2);
+        auto r = t->get(back.key, out);
+        if (!r.ok() || !std::equal(back.payload.begin(), back.payload.end(), out.begin())) ++bad;
+        if (t->exists_prefix(test_ns(10 + k), {&c.key.hash, 1}) != 1) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LE(t->remote_stats().client.connects, 3u);
+}
+
+TEST_F(RemoteTierTest, TtlIsSetAndRefreshedOnHit) {
+  auto t = make_remote(server_->url() + "?ttl_s=600", g);
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(1), 1);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  const std::string key = t->key_of(c.key);
+  auto ttl = std::stoll(*server_->cmd({"PTTL", key}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 600000);
+  ASSERT_TRUE(server_->cmd({"PEXPIRE", key, "100000"}).ok());
+  std::vector<std::byte> out(c.payload.size());
+  ASSERT_TRUE(t->get(c.key, out).ok());
+  EXPECT_GT(std::stoll(*server_->cmd({"PTTL", key})), 100000);  // the hit pushed it back to 600 s
+  auto no_ttl = tier();
+  auto d = make_chunk(g, test_ns(1), 2);
+  ASSERT_TRUE(no_ttl->put(d.key, d.hashes, d.payload).ok());
+  EXPECT_EQ(*server_->cmd({"PTTL", no_ttl->key_of(d.key)}), "-1");
+}
+
+// Every way a value can be wrong is kCorruption, counted, deleted, and never served.
+TEST_F(RemoteTierTest, CorruptOrForeignValuesAreNeverServed) {
+  for (bool ranges : {true, false}) {
+    auto t = ranges ? tier() : tier(whole_reads);
+    ASSERT_TRUE(t);
+    auto c = make_chunk(g, test_ns(7), 1);
+    auto other = make_chunk(g, test_ns(7), 2);
+    const std::string key = t->key_of(c.key);
+    const auto lay = chunk_entry_layout(g, g.chunk_pages, 1);
+    const size_t lb = g.layer_bytes(g.chunk_pages);
+    struct Damage {
+      const char* what;
+      std::function<void()> apply;
+    };
+    std::vector<Damage> damages{
+        {"payload byte of layer 2", [&] { ASSERT_TRUE(server_->cmd({"SETRANGE", key, std::to_string(lay.payload_offset + 2 * lb + 5), "X"}).ok()); }},
+        {"header byte", [&] { ASSERT_TRUE(server_->cmd({"SETRANGE", key, "20", "Z"}).ok()); }},
+        {"layer checksum", [&] { ASSERT_TRUE(server_->cmd({"SETRANGE", key, std::to_string(lay.meta_bytes - 3), "Q"}).ok()); }},
+        {"garbage", [&] { ASSERT_TRUE(server_->cmd({"SET", key, "not a kvtier entry at all"}).ok()); }},
+        {"truncated", [&] { ASSERT_TRUE(server_->cmd({"SET", key, std::string(lay.meta_bytes + 10, 'x')}).ok()); }},
+        {"wrong type", [&] {
+           ASSERT_TRUE(server_->cmd({"DEL", key}).ok());
+           ASSERT_TRUE(server_->cmd({"LPUSH", key, "x"}).ok());
+         }},
+        {"another chunk's entry", [&] {
+           ASSERT_TRUE(t->put(other.key, other.hashes, other.payload).ok());
+           ASSERT_TRUE(server_->cmd({"COPY", t->key_of(other.key), key, "REPLACE"}).ok());
+         }},
+    };
+    uint64_t failures = 0;
+    for (auto& d : damages) {
+      SCOPED_TRACE(std::string(d.what) + (ranges ? " (range reads)" : " (whole reads)"));
+      ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+      d.apply();
+      std::vector<std::byte> out(c.payload.size());
+      // Whole chunk, then (damaged again) layers 2..3 only.
+      auto r = t->get(c.key, out);
+      EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().to_string();
+      EXPECT_EQ(*server_->cmd({"EXISTS", key}), "0") << "a corrupt value must be deleted";
+      EXPECT_EQ(t->stats().checksum_failures, ++failures);
+      ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+      d.apply();
+      std::vector<std::byte> part(2 * lb);
+      auto p = t->get_layers(c.key, 2, 2, part);
+      if (std::string(d.what) == "header byte" || std::string(d.what) == "payload byte of layer 2" ||
+          std::string(d.what) == "layer checksum" || std::string(d.what) == "garbage" ||
+          std::string(d.what) == "wrong type" || std::string(d.what) == "another chunk's entry" || !ranges) {
+        EXPECT_EQ(p.status().code(), StatusCode::kCorruption) << p.status().to_string();
+      } else {
+        EXPECT_FALSE(p.ok());  // truncated: a range read sees the metadata fail or the layers missing
+      }
+      if (!p.ok()) ++failures;
+      EXPECT_FALSE(t->degraded()) << "bad data is not a connectivity failure";
+    }
+    // Intact again: served.
+    ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+    std::vector<std::byte> out(c.payload.size());
+    ASSERT_TRUE(t->get(c.key, out).ok());
+    EXPECT_EQ(out, c.payload);
+    ASSERT_TRUE(server_->cmd({"FLUSHALL"}).ok());
+  }
+}
+
+TEST_F(RemoteTierTest, ServerKilledMidRunFailsWithStatusThenRecovers) {
+  auto t = tier([](RemoteTierOptions& o) {
+    o.backoff_initial = std::chrono::milliseconds(20);
+    o.backoff_max = std::chrono::milliseconds(200);
+    o.redis.command_timeout = std::chrono::milliseconds(500);
+  });
+  ASSERT_TRUE(t);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ok_ops{0}, failed_ops{0}, wrong{0};
+  // A writer/reader that keeps going through the crash: every op either works or returns a Status.
+  std::thread worker([&] {
+    std::vector<std::byte> out(g.max_payload_bytes());
+    for (uint32_t i = 0; !stop.load(); ++i) {
+      auto c = make_chunk(g, test_ns(20), i % 64);
+      Status s = t->put(c.key, c.hashes, c.payload);
+      auto r = t->get(c.key, out);
+      (s.ok() ? ok_ops : failed_ops)++;
+      if (r.ok()) {
+        if (!std::equal(c.payload.begin(), c.payload.end(), out.begin())) ++wrong;
+      } else if (r.status().code() != StatusCode::kUnavailable && r.status().code() != StatusCode::kNotFound) {
+        ++wrong;
+      }
+    }
+  });
+  while (ok_ops.load() < 20) std::this_thread::yield();
+  server_->kill();
+  const uint64_t failed_before = failed_ops.load();
+  while (failed_ops.load() < failed_before + 20) std::this_thread::yield();
+  // Down: every call fails fast with a Status; lookups see nothing.
+  auto c = make_chunk(g, test_ns(21), 1);
+  EXPECT_EQ(t->put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(t->exists_prefix(c.key.ns, {&c.key.hash, 1}), 0u);
+  std::vector<std::byte> out(c.payload.size());
+  EXPECT_EQ(t->get(c.key, out).status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(t->degraded() || t->remote_stats().fast_fails > 0);
+  ASSERT_TRUE(server_->restart().ok());
+  EXPECT_TRUE(wait_recovered(*t, c)) << "the tier did not recover after Redis came back";
+  stop = true;
+  worker.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  ASSERT_TRUE(t->get(c.key, out).ok());
+  EXPECT_EQ(out, c.payload);
+  EXPECT_FALSE(t->degraded());
+  const auto rs = t->remote_stats();
+  EXPECT_GT(t->stats().io_errors, 0u);
+  EXPECT_GE(rs.degraded_episodes, 1u);
+  EXPECT_GT(rs.client.transport_errors + rs.client.connect_failures, 0u);
+  EXPECT_GE(rs.client.connects, 2u);  // it reconnected
+}
+
+TEST_F(RemoteTierTest, HungServerTimesOutAndRecovers) {
+  auto t = tier([](RemoteTierOptions& o) {
+    o.backoff_initial = std::chrono::milliseconds(10);
+    o.backoff_max = std::chrono::milliseconds(50);
+    o.redis.command_timeout = std::chrono::milliseconds(200);
+  });
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(30), 1);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  server_->pause();
+  std::vector<std::byte> out(c.payload.size());
+  auto r = t->get(c.key, out);
+  server_->resume();
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+  EXPECT_GE(t->remote_stats().client.timeouts, 1u);
+  EXPECT_TRUE(wait_recovered(*t, c));
+  ASSERT_TRUE(t->get(c.key, out).ok());
+  EXPECT_EQ(out, c.payload);
+}
+
+TEST(RemoteTierLifecycle, StartsDegradedWithoutServerAndRecoversWhenItAppears) {
+  RedisServer probe;  // reserve a directory and a free port, then stop so nothing listens there
+  ASSERT_TRUE(probe.start().ok());
+  const uint16_t port = probe.port();
+  probe.kill();
+  const ChunkGeometry g = small_geometry();
+  auto t = make_remote("redis://127.0.0.1:" + std::to_string(port) + "?backoff_ms=20&backoff_max_ms=100", g);
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->degraded());
+  auto c = make_chunk(g, test_ns(1), 1);
+  EXPECT_EQ(t->exists_prefix(c.key.ns, {&c.key.hash, 1}), 0u);
+  ASSERT_TRUE(probe.restart().ok());
+  EXPECT_TRUE(wait_recovered(*t, c));
+  EXPECT_TRUE(t->exists(c.key));
+}
+
+TEST(RemoteTierLifecycle, AuthIsSentAndAWrongPasswordDegrades) {
+  RedisServer s;
+  ASSERT_TRUE(s.start({"--requirepass", "hunter2"}).ok());
+  const ChunkGeometry g = small_geometry();
+  auto good = make_remote("redis://hunter2@" + s.address(), g);
+  ASSERT_TRUE(good);
+  auto c = make_chunk(g, test_ns(1), 1);
+  ASSERT_TRUE(good->put(c.key, c.hashes, c.payload).ok());
+  EXPECT_TRUE(good->exists(c.key));
+  auto bad = make_remote("redis://wrong@" + s.address(), g);
+  ASSERT_TRUE(bad);
+  EXPECT_TRUE(bad->degraded());
+  EXPECT_FALSE(bad->exists(c.key));
+}
+
+TEST(RemoteTierLifecycle, OomRepliesAreNoSpaceAndEvictionNeverServesWrongBytes) {
+  const ChunkGeometry g = small_geometry(16);  // 32 KiB entries
+  {
+    RedisServer s;
+    ASSERT_TRUE(s.start({"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}).ok());
+    auto t = make_remote(s.url() + "?backoff_ms=10&backoff_max_ms=20", g);
+    ASSERT_TRUE(t);
+    Status last;
+    for (uint32_t i = 0; i < 200 && last.ok(); ++i) {
+      auto c = make_chunk(g, test_ns(40), i);
+      last = t->put(c.key, c.hashes, c.payload);
+    }
+    EXPECT_EQ(last.code(), StatusCode::kNoSpace) << last.to_string();
+    EXPECT_GE(t->remote_stats().oom_errors, 1u);
+    EXPECT_TRUE(t->degraded() || t->remote_stats().fast_fails == 0);
+  }
+  {
+    RedisServer s;
+    ASSERT_TRUE(s.start({"--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"}).ok());
+    auto t = make_remote(s.url(), g);
+    ASSERT_TRUE(t);
+    std::vector<TestChunk> chunks;
+    for (uint32_t i = 0; i < 250; ++i) {  // ~8 MiB into 4 MiB
+      chunks.push_back(make_chunk(g, test_ns(41), i));
+      ASSERT_TRUE(t->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok()) << i;
+    }
+    size_t present = 0;
+    std::vector<std::byte> out(g.max_payload_bytes());
+    for (auto& c : chunks) {
+      auto r = t->get(c.key, out);
+      if (r.ok()) {
+        ++present;
+        EXPECT_TRUE(std::equal(c.payload.begin(), c.payload.end(), out.begin()));
+      } else {
+        EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+      }
+    }
+    EXPECT_GT(present, 0u);
+    EXPECT_LT(present, chunks.size());  // Redis evicted some: its maxmemory is the capacity
+    EXPECT_FALSE(t->degraded());
+  }
+}
+
+}  // namespace
+}  // namespace kvtier
