@@ -12,6 +12,7 @@
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
 #include "runtime/runtime_stats.h"
+#include "tiers/remote_tier.h"
 
 namespace kvtier {
 
@@ -66,6 +67,12 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   co.hash = o.hash;
   co.layerwise = o.layerwise;
   co.model_cost = model_cost(cfg, geo);
+  std::shared_ptr<RemoteTier> remote;  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md)
+  if (o.cache_enabled && !o.remote.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote, ChunkGeometry{geo, o.chunk_pages}));
+    KVTIER_ASSIGN_OR_RETURN(remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded
+    co.remote = remote;
+  }
   engine::EngineOptions eo;
   eo.threads = o.threads;
   if (!o.profile_path.empty()) {
@@ -75,10 +82,19 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
     KVCacheOptions probe = co;
     probe.profile.gemm_flops_per_s = probe.profile.attn_flops_per_s = 1e9;
     probe.disk_dir.clear();
+    probe.remote.reset();
     KVTIER_ASSIGN_OR_RETURN(auto cache, KVCache::create(probe));
     KVTIER_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(st.model, cache->pool(), eo));
     CalibrationOptions cal;
     cal.disk_dir = co.disk_dir;
+    if (remote && !remote->degraded()) {
+      // One round trip and a few chunk-sized GETs; on failure the profile keeps its default remote link.
+      auto link = remote->measure_link(std::max<size_t>(size_t(1) << 20, ChunkGeometry{geo, o.chunk_pages}.max_payload_bytes()));
+      if (link.ok()) {
+        cal.remote_latency_s = link->latency_s;
+        cal.remote_bytes_per_s = link->bytes_per_s;
+      }
+    }
     KVTIER_ASSIGN_OR_RETURN(co.profile, calibrate(*eng, cache->pool(), cal));
   }
   auto cache = KVCache::create(co);

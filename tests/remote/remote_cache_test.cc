@@ -7,6 +7,7 @@
 #include "redis_fixture.h"
 #include "remote_test_util.h"
 #include "runtime/cache_rig.h"
+#include "runtime/runtime.h"
 
 namespace kvtier::testing {
 namespace {
@@ -120,6 +121,39 @@ TEST_F(RemoteCacheTest, DeadRedisMeansRecomputeAndTheTierRecovers) {
   Outcome hit = b->cached(prompt2, kSteps);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 256u);
   expect_same(hit, ref2, 1e-5);
+}
+
+// RuntimeOptions::remote wires a RemoteTier into the serving stack: two runtimes, one Redis.
+TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
+  RuntimeOptions o;
+  o.model = "tiny";
+  o.chunk_pages = 4;
+  o.device_bytes = size_t(16) << 20;
+  o.host_bytes = size_t(16) << 20;
+  o.threads = 1;
+  o.remote = redis.url() + "?ttl_s=3600";
+  auto r1 = Runtime::create(o);
+  ASSERT_TRUE(r1.ok()) << r1.status().to_string();
+  auto r2 = Runtime::create(o);
+  ASSERT_TRUE(r2.ok()) << r2.status().to_string();
+  auto prompt = CacheRig::random_tokens(300, 21);
+  auto s1 = (*r1)->start(prompt, SamplingParams{});
+  ASSERT_TRUE(s1.ok()) << s1.status().to_string();
+  (*r1)->finish(s1->seq);
+  ASSERT_TRUE((*r1)->flush().ok());
+  // Stores are write-behind: wait (bounded) until the 4 chunks are in Redis.
+  for (int i = 0; i < 500 && *redis.cmd({"DBSIZE"}) != "4"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "4");
+  auto s2 = (*r2)->start(prompt, SamplingParams{});
+  ASSERT_TRUE(s2.ok()) << s2.status().to_string();
+  // The planner may split (recompute the front while loading the back) on the measured link.
+  EXPECT_GT(s2->report.cached_tokens_by_tier[kRemote], 0u);
+  EXPECT_EQ(s2->report.cached_tokens_by_tier[kRemote] + s2->report.recomputed_cached_tokens, 256u);
+  EXPECT_EQ(s2->first_token, s1->first_token);
+  (*r2)->finish(s2->seq);
+  EXPECT_NE((*r2)->stats_json().find("\"remote\""), std::string::npos);
+  o.remote = "redis://nohost";
+  EXPECT_EQ(Runtime::create(o).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
