@@ -1,0 +1,289 @@
+#include "server/api.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace kvtier::server {
+namespace {
+
+using nlohmann::json;
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char* kind(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+  }
+}
+
+ApiError wrong_type(const char* field, const char* expected, const json& got) {
+  return bad_request(std::string("'") + field + "' must be " + expected + ", got " + kind(got), field, "invalid_type");
+}
+
+// Integral JSON numbers only (1.0 is accepted as 1, 1.5 is not).
+std::optional<int64_t> as_integer(const json& v) {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > uint64_t(INT64_MAX)) return std::nullopt;
+    return int64_t(u);
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) return int64_t(d);
+  }
+  return std::nullopt;
+}
+
+// Reads a token-id array; nullopt-with-error when an element is not a valid id.
+std::optional<ApiError> read_token_array(const json& arr, uint32_t vocab, std::vector<TokenId>& out) {
+  out.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    auto id = as_integer(arr[i]);
+    if (!id) return bad_request("'prompt' token " + std::to_string(i) + " must be an integer, got " + kind(arr[i]), "prompt",
+                                "invalid_type");
+    if (*id < 0 || uint64_t(*id) >= vocab)
+      return bad_request("'prompt' token " + std::to_string(i) + " = " + std::to_string(*id) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+                         "prompt", "token_out_of_vocabulary");
+    out.push_back(TokenId(*id));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiError bad_request(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::string error_json(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return dump(json{{"error", err}});
+}
+
+ApiError error_from_status(const Status& s) {
+  ApiError e;
+  e.message = s.message().empty() ? s.to_string() : s.message();
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kOutOfRange:
+      e.http_status = 400, e.type = "invalid_request_error";
+      break;
+    case StatusCode::kBusy:
+      e.http_status = 429, e.type = "rate_limit_error", e.code = "queue_full";
+      break;
+    case StatusCode::kUnavailable:
+      e.http_status = 503, e.type = "service_unavailable", e.code = "unavailable";
+      break;
+    case StatusCode::kCancelled:
+      e.http_status = 499, e.type = "cancelled";
+      break;
+    default:
+      e.http_status = 500, e.type = "server_error";
+      break;
+  }
+  return e;
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
+                                                                   const Tokenizer& tokenize) {
+  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return bad_request("request body is not valid JSON", "", "invalid_json");
+  if (!doc.is_object()) return bad_request("request body must be a JSON object", "", "invalid_json");
+  CompletionRequest r;
+  r.max_tokens = limits.default_max_tokens;
+
+  if (auto it = doc.find("model"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return wrong_type("model", "a string", *it);
+    r.model = it->get<std::string>();
+  }
+
+  // prompt: "text" | [ids] | ["text"] | [[ids]] (a batch of one).
+  auto p = doc.find("prompt");
+  if (p == doc.end() || p->is_null()) return bad_request("'prompt' is required", "prompt", "missing_field");
+  const json* prompt = &*p;
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    prompt = &(*prompt)[0];
+  else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
+  if (prompt->is_string()) {
+    r.prompt_is_text = true;
+    r.prompt = tokenize(prompt->get_ref<const std::string&>());
+  } else if (prompt->is_array()) {
+    if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
+  } else {
+    return wrong_type("prompt", "a string or an array of token ids", *prompt);
+  }
+  if (r.prompt.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
+
+  if (auto it = doc.find("max_tokens"); it != doc.end() && !it->is_null()) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("max_tokens", "an integer", *it);
+    if (*v < 1) return bad_request("'max_tokens' must be at least 1", "max_tokens", "invalid_value");
+    if (uint64_t(*v) > limits.max_tokens)
+      return bad_request("'max_tokens' = " + std::to_string(*v) + " exceeds this server's limit of " +
+                             std::to_string(limits.max_tokens),
+                         "max_tokens", "too_many_tokens");
+    r.max_tokens = uint32_t(*v);
+  }
+  if (auto it = doc.find("temperature"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number()) return wrong_type("temperature", "a number", *it);
+    const double t = it->get<double>();
+    if (!(t >= 0 && t <= 2)) return bad_request("'temperature' must be in [0, 2]", "temperature", "invalid_value");
+    r.sampling.temperature = float(t);
+  }
+  if (auto it = doc.find("top_p"); it != doc.end() && !it->is_null()) {
+    if (!it->is_number()) return wrong_type("top_p", "a number", *it);
+    const double t = it->get<double>();
+    if (!(t > 0 && t <= 1)) return bad_request("'top_p' must be in (0, 1]", "top_p", "invalid_value");
+    r.sampling.top_p = float(t);
+  }
+  if (auto it = doc.find("top_k"); it != doc.end() && !it->is_null()) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("top_k", "an integer", *it);
+    if (*v < -1) return bad_request("'top_k' must be >= -1", "top_k", "invalid_value");
+    r.sampling.top_k = *v <= 0 ? 0 : uint32_t(std::min<int64_t>(*v, UINT32_MAX));
+  }
+  if (auto it = doc.find("seed"); it != doc.end() && !it->is_null()) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("seed", "an integer", *it);
+    r.sampling.seed = uint64_t(*v);
+  }
+  if (auto it = doc.find("n"); it != doc.end() && !it->is_null()) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("n", "an integer", *it);
+    if (*v != 1) return bad_request("only 'n' = 1 is supported", "n", "unsupported");
+  }
+  if (auto it = doc.find("stop"); it != doc.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const json& s : *it) {
+        if (!s.is_string()) return wrong_type("stop", "a string or an array of strings", s);
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return wrong_type("stop", "a string or an array of strings", *it);
+    }
+    if (r.stop.size() > 4) return bad_request("'stop' may hold at most 4 strings", "stop", "invalid_value");
+    for (const auto& s : r.stop)
+      if (s.empty()) return bad_request("'stop' strings must not be empty", "stop", "invalid_value");
+  }
+  if (auto it = doc.find("stream"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return wrong_type("stream", "a boolean", *it);
+    r.stream = it->get<bool>();
+  }
+  if (auto it = doc.find("stream_options"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) return wrong_type("stream_options", "an object", *it);
+    if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) return wrong_type("stream_options.include_usage", "a boolean", *u);
+      r.stream_include_usage = u->get<bool>();
+    }
+  }
+  if (auto it = doc.find("ignore_eos"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return wrong_type("ignore_eos", "a boolean", *it);
+    r.ignore_eos = it->get<bool>();
+  }
+  if (auto it = doc.find("cache_salt"); it != doc.end() && !it->is_null()) {
+    if (!it->is_string()) return wrong_type("cache_salt", "a string", *it);
+    r.cache_salt = it->get<std::string>();
+  }
+
+  const uint64_t max_prompt =
+      limits.max_prompt_tokens == 0 ? limits.max_context : std::min(limits.max_prompt_tokens, limits.max_context);
+  if (r.prompt.size() > max_prompt)
+    return bad_request("prompt has " + std::to_string(r.prompt.size()) + " tokens, more than the limit of " +
+                           std::to_string(max_prompt),
+                       "prompt", "context_length_exceeded");
+  if (r.prompt.size() + r.max_tokens > limits.max_context)
+    return bad_request("prompt (" + std::to_string(r.prompt.size()) + " tokens) plus max_tokens (" +
+                           std::to_string(r.max_tokens) + ") exceeds the model's context of " +
+                           std::to_string(limits.max_context) + " tokens",
+                       "max_tokens", "context_length_exceeded");
+  return r;
+}
+
+std::string usage_json(const CompletionUsage& u) {
+  json by_tier = json::object();
+  for (int t = 0; t < kNumTiers; ++t)
+    by_tier[std::string(tier_name(TierKind(t)))] = u.report.cached_tokens_by_tier[t];
+  json j = {
+      {"prompt_tokens", u.prompt_tokens},
+      {"completion_tokens", u.completion_tokens},
+      {"total_tokens", u.prompt_tokens + u.completion_tokens},
+      {"prompt_tokens_details", {{"cached_tokens", u.report.cached_tokens}}},
+      {"kvtier",
+       {{"cached_tokens_by_tier", by_tier},
+        {"recomputed_cached_tokens", u.report.recomputed_cached_tokens},
+        {"ttft_ms", u.ttft_s * 1e3},
+        {"prefill_ms", u.report.ttft_s * 1e3},
+        {"queue_ms", u.queue_s * 1e3},
+        {"e2e_ms", u.e2e_s * 1e3}}},
+  };
+  return dump(j);
+}
+
+std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
+                            const CompletionUsage& usage) {
+  json j = {{"id", meta.id},
+            {"object", "text_completion"},
+            {"created", meta.created},
+            {"model", meta.model},
+            {"choices", json::array({{{"index", 0},
+                                      {"text", std::string(text)},
+                                      {"logprobs", nullptr},
+                                      {"finish_reason", std::string(finish_reason)}}})},
+            {"usage", json::parse(usage_json(usage))}};
+  return dump(j);
+}
+
+std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_delta,
+                              std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
+                              bool with_choice) {
+  json j = {{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model}};
+  j["choices"] = json::array();
+  if (with_choice) {
+    json choice = {{"index", 0}, {"text", std::string(text_delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (finish_reason) choice["finish_reason"] = std::string(*finish_reason);
+    j["choices"].push_back(std::move(choice));
+  }
+  if (usage != nullptr) j["usage"] = json::parse(usage_json(*usage));
+  return dump(j);
+}
+
+std::string sse_event(std::string_view payload) {
+  std::string out;
+  out.reserve(payload.size() + 8);
+  out += "data: ";
+  out += payload;
+  out += "\n\n";
+  return out;
+}
+
+std::string models_json(std::string_view model_name, const ModelInfo& info, int64_t created) {
+  json m = {{"id", std::string(model_name)},
+            {"object", "model"},
+            {"created", created},
+            {"owned_by", "kvtier"},
+            {"max_model_len", info.max_context},
+            {"kvtier", {{"vocab_size", info.vocab_size}, {"eos_token_id", info.eos}, {"fingerprint", info.fingerprint.to_hex()}}}};
+  return dump(json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+}  // namespace kvtier::server

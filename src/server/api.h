@@ -1,0 +1,96 @@
+// The OpenAI-compatible wire formats of `kvtier serve`.
+//
+// parse_completion_request() turns a POST /v1/completions body into a
+// validated CompletionRequest, or an ApiError carrying the HTTP status and
+// OpenAI's error JSON shape. The *_json() functions build responses:
+// a whole completion, one server-sent-event chunk, /v1/models. `usage`
+// follows OpenAI (prompt_tokens, completion_tokens, total_tokens,
+// prompt_tokens_details.cached_tokens) plus a `kvtier` object with the
+// cached tokens per tier and the TTFT. Pure functions; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kvtier/status.h"
+#include "runtime/runtime.h"
+
+namespace kvtier::server {
+
+struct ApiError {
+  int http_status = 400;
+  std::string type = "invalid_request_error";
+  std::string message;
+  std::string param;  // the offending field, empty if none
+  std::string code;   // short machine-readable code, empty if none
+};
+// {"error":{"message":..,"type":..,"param":..,"code":..}}
+std::string error_json(const ApiError& e);
+ApiError bad_request(std::string message, std::string param = {}, std::string code = {});
+// Maps a Status from the scheduler/runtime onto an HTTP error
+// (InvalidArgument 400, Busy 429, Unavailable 503, Cancelled 499, others 500).
+ApiError error_from_status(const Status& s);
+
+struct CompletionRequest {
+  std::string model;
+  std::vector<TokenId> prompt;        // tokenized prompt
+  bool prompt_is_text = false;
+  uint32_t max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;      // stop strings (at most 4, non-empty)
+  bool stream = false;
+  bool stream_include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;            // vLLM-style extension: generate exactly max_tokens
+  std::string cache_salt;
+};
+
+struct RequestLimits {
+  uint32_t vocab_size = 0;
+  uint32_t max_context = 0;          // prompt + completion must fit
+  uint32_t max_prompt_tokens = 0;    // 0: max_context
+  uint32_t max_tokens = 4096;        // cap on the requested max_tokens
+  uint32_t default_max_tokens = 16;
+};
+
+using Tokenizer = std::function<std::vector<TokenId>(std::string_view)>;
+
+// Returns the request or the 400 describing what is wrong with it.
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
+                                                                   const Tokenizer& tokenize);
+
+// What a finished (or finishing) request reports.
+struct CompletionUsage {
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  PrefillReport report;  // from Runtime::start (report.ttft_s: the prefill itself)
+  double queue_s = 0;    // arrival to the start of prefill
+  double ttft_s = 0;     // arrival to the first token (what the client sees)
+  double e2e_s = 0;      // arrival to the last token
+};
+
+struct CompletionMeta {
+  std::string id;       // "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+std::string usage_json(const CompletionUsage& u);
+// A non-streaming response: one choice with the whole text.
+std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
+                            const CompletionUsage& usage);
+// One SSE event payload (without "data: "): a text delta, the finish reason on
+// the last one, usage when given. `with_choice` false gives OpenAI's trailing
+// usage-only chunk ("choices": []).
+std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_delta,
+                              std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
+                              bool with_choice = true);
+// "data: <payload>\n\n"
+std::string sse_event(std::string_view payload);
+std::string models_json(std::string_view model_name, const ModelInfo& info, int64_t created);
+
+}  // namespace kvtier::server

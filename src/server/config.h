@@ -1,0 +1,60 @@
+// ServerConfig: everything `kvtier serve` needs, from a TOML file and flags.
+//
+// The runtime part is a RuntimeOptions (model, KV dtype, page/chunk size,
+// tier capacities, disk dir, remote, write/eviction policy, profile); the
+// server part is the listen address, the API key and the request limits.
+// Precedence: built-in defaults < config file < command-line flags (see
+// config_flags.h). The TOML layout is documented in docs/SERVER.md; unknown
+// keys are errors so a typo never silently falls back to a default.
+// Plain values; safe to copy between threads.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvtier/status.h"
+#include "runtime/runtime.h"
+
+namespace kvtier::server {
+
+struct ServerLimits {
+  uint32_t max_queue = 256;            // requests waiting for a free sequence slot; more get 429
+  uint32_t max_tokens = 4096;          // the most completion tokens one request may ask for
+  uint32_t default_max_tokens = 16;    // when the request does not say (OpenAI's default)
+  uint32_t max_prompt_tokens = 0;      // 0: the model's context length
+  double request_timeout_s = 600;      // a request still running after this is cancelled
+  double shutdown_grace_s = 10;        // SIGINT/SIGTERM: time in-flight requests get to finish
+  uint32_t http_threads = 64;          // connection threads (one per open stream)
+  size_t max_body_bytes = size_t(16) << 20;
+
+  Status validate() const;
+};
+
+struct ServerConfig {
+  RuntimeOptions runtime;
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                // 0: any free port (the chosen one is printed)
+  std::string api_key;                 // empty: no authentication
+  std::string served_model_name;       // empty: the model option as given
+  ServerLimits limits;
+
+  // Checks the server fields and the runtime fields this module understands
+  // (RuntimeOptions::validate() runs again when the Runtime is created).
+  Status validate() const;
+};
+
+// Applies a TOML document on top of `config`. `origin` names the source in errors.
+Status apply_toml(std::string_view toml_text, std::string_view origin, ServerConfig& config);
+// Reads and applies a TOML file.
+Status apply_toml_file(const std::string& path, ServerConfig& config);
+
+// The write policy names of runtime.h, parsed here so the server builds
+// without the runtime library: write_through | write_back | selective.
+Result<WritePolicy> parse_write_policy_name(std::string_view s);
+std::string_view write_policy_label(WritePolicy p);
+
+// The effective configuration as TOML (what `kvtier serve --print-config` shows).
+std::string to_toml(const ServerConfig& config);
+
+}  // namespace kvtier::server

@@ -1,0 +1,308 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+namespace kvtier::server {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kJson = "application/json";
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(error_json(e), kJson);
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string new_completion_id() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t boot = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "cmpl-%012llx%06llx", static_cast<unsigned long long>(boot & 0xffffffffffffull),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffff));
+  return buf;
+}
+
+// Constant-time comparison: the API key must not leak through timing.
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+std::string endpoint_label(const std::string& path) {
+  static const char* kKnown[] = {"/v1/completions", "/v1/models", "/health", "/metrics", "/v1/cache/stats", "/v1/cache/flush"};
+  for (const char* k : kKnown)
+    if (path == k) return k;
+  return "other";
+}
+
+// cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients (32
+// streams connecting at once) overflows the accept queue and some connections
+// die. listen() on an already listening socket only resizes its backlog, so
+// find our socket by its port and raise it.
+void widen_listen_backlog(uint16_t port) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(int(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    uint16_t p = 0;
+    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    else if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+    if (p == port) ::listen(int(fd), SOMAXCONN);
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
+HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
+    : config_(config), scheduler_(scheduler), http_(std::make_unique<httplib::Server>()) {
+  model_name_ = config.served_model_name.empty() ? config.runtime.model : config.served_model_name;
+  const ModelInfo& m = scheduler->model();
+  limits_.vocab_size = m.vocab_size;
+  limits_.max_context = m.max_context;
+  limits_.max_prompt_tokens = config.limits.max_prompt_tokens;
+  limits_.max_tokens = config.limits.max_tokens;
+  limits_.default_max_tokens = config.limits.default_max_tokens;
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& config, Scheduler* scheduler) {
+  KVTIER_RETURN_IF_ERROR(config.validate());
+  if (scheduler == nullptr) return Status::InvalidArgument("http server: scheduler is null");
+  auto s = std::unique_ptr<HttpServer>(new HttpServer(config, scheduler));
+  s->install_routes();
+  return s;
+}
+
+Result<uint16_t> HttpServer::bind() {
+  if (config_.port == 0) {
+    const int port = http_->bind_to_any_port(config_.host);
+    if (port <= 0) return Status::Unavailable("cannot listen on " + config_.host + " (any port)");
+    widen_listen_backlog(uint16_t(port));
+    return uint16_t(port);
+  }
+  if (!http_->bind_to_port(config_.host, config_.port))
+    return Status::Unavailable("cannot listen on " + config_.host + ":" + std::to_string(config_.port) +
+                               " (address in use or not local?)");
+  widen_listen_backlog(config_.port);
+  return config_.port;
+}
+
+Status HttpServer::serve() {
+  if (!http_->listen_after_bind()) return Status::Unavailable("http server stopped with an error");
+  return {};
+}
+
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+void HttpServer::install_routes() {
+  httplib::Server& s = *http_;
+  const uint32_t threads = config_.limits.http_threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(config_.limits.max_body_bytes);
+  s.set_read_timeout(30, 0);
+  s.set_write_timeout(30, 0);
+  s.set_keep_alive_max_count(1000);
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    metrics_.record_response(endpoint_label(req.path), res.status);
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a route already wrote its JSON error
+    ApiError e;
+    e.http_status = res.status;
+    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
+    e.message = res.status == 404 ? "no route for " + req.method + " " + req.path
+                                  : "request rejected with HTTP " + std::to_string(res.status);
+    res.set_content(error_json(e), kJson);
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+    ApiError e;
+    e.http_status = 500;
+    e.type = "server_error";
+    e.message = "internal error";
+    send_error(res, e);
+  });
+
+  // Authentication for /v1/*: every route below calls this first.
+  auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
+    if (config_.api_key.empty()) return true;
+    std::string given = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    if (given.rfind(kBearer, 0) == 0) given = given.substr(kBearer.size());
+    else given = req.get_header_value("X-Api-Key");
+    if (same_secret(given, config_.api_key)) return true;
+    ApiError e;
+    e.http_status = 401;
+    e.type = "authentication_error";
+    e.code = "invalid_api_key";
+    e.message = given.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key";
+    send_error(res, e);
+    return false;
+  };
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const auto c = scheduler_->counts();
+    const bool draining = scheduler_->draining();
+    res.status = draining ? 503 : 200;
+    res.set_content(json{{"status", draining ? "shutting_down" : "ok"},
+                         {"model", model_name_},
+                         {"waiting", c.waiting},
+                         {"running", c.running}}
+                        .dump(),
+                    kJson);
+  });
+
+  s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    res.set_content(models_json(model_name_, scheduler_->model(), unix_now()), kJson);
+  });
+
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    const auto c = scheduler_->counts();
+    std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
+    auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });
+    if (rt.ok()) {
+      text += *rt;
+      if (!text.empty() && text.back() != '\n') text += '\n';
+    }
+    res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
+  });
+
+  s.Get("/v1/cache/stats", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto rt = scheduler_->call([](Runtime& r) { return r.stats_json(); });
+    if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
+    const auto c = scheduler_->counts();
+    json cache = json::parse(*rt, nullptr, false);
+    if (cache.is_discarded()) cache = *rt;
+    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", cache}}.dump(), kJson);
+  });
+
+  s.Post("/v1/cache/flush", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    auto rt = scheduler_->call([](Runtime& r) {
+      const Status st = r.flush();
+      return st.ok() ? std::string() : st.to_string();
+    });
+    if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
+    if (!rt->empty()) return send_error(res, error_from_status(Status::Internal("flush failed: " + *rt)));
+    res.set_content(json{{"flushed", true}}.dump(), kJson);
+  });
+
+  s.Post("/v1/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (scheduler_->draining())
+      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    // Text prompts are tokenized on the scheduler thread (the Runtime's owner).
+    Tokenizer tokenize = [this](std::string_view text) {
+      std::vector<TokenId> ids;
+      (void)scheduler_->call([&](Runtime& r) {
+        ids = r.tokenize(text);
+        return std::string();
+      });
+      return ids;
+    };
+    auto parsed = parse_completion_request(req.body, limits_, tokenize);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    CompletionRequest creq = std::move(std::get<CompletionRequest>(parsed));
+
+    GenerationRequest g;
+    g.prompt = std::move(creq.prompt);
+    g.sampling = creq.sampling;
+    g.max_tokens = creq.max_tokens;
+    g.stop = creq.stop;
+    g.ignore_eos = creq.ignore_eos;
+    g.cache_salt = creq.cache_salt;
+    auto submitted = scheduler_->submit(std::move(g));
+    if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
+    std::shared_ptr<RequestState> state = std::move(submitted).value();
+    CompletionMeta meta{new_completion_id(), unix_now(), model_name_};
+
+    if (!creq.stream) {
+      RequestState::View v = state->wait_done();
+      metrics_.record_completion(v.usage, v.error.ok());
+      if (!v.error.ok()) return send_error(res, error_from_status(v.error));
+      res.set_content(completion_json(meta, v.delta, v.finish_reason, v.usage), kJson);
+      return;
+    }
+
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    const bool include_usage = creq.stream_include_usage;
+    auto offset = std::make_shared<size_t>(0);
+    auto finished = std::make_shared<bool>(false);
+    auto sent_first = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, state, meta, include_usage, offset, finished, sent_first](size_t, httplib::DataSink& sink) {
+          // Wait for text; send a comment line when idle so a vanished client
+          // is noticed (the write fails) even while the request is queued.
+          RequestState::View v = state->wait(*offset, 1000ms);
+          std::string out;
+          // The first token always gets an event, even when its text is held
+          // back (a possible stop string or half a UTF-8 character): clients
+          // measure TTFT by it.
+          if (!v.done && (!v.delta.empty() || (v.started && !*sent_first))) {
+            out += sse_event(stream_chunk_json(meta, v.delta, std::nullopt, nullptr));
+            *sent_first = true;
+          }
+          if (v.done) {
+            if (!v.error.ok()) {
+              if (!v.delta.empty()) out += sse_event(stream_chunk_json(meta, v.delta, std::nullopt, nullptr));
+              out += sse_event(error_json(error_from_status(v.error)));
+            } else {
+              out += sse_event(stream_chunk_json(meta, v.delta, v.finish_reason, &v.usage));
+              if (include_usage) out += sse_event(stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
+            }
+            out += "data: [DONE]\n\n";
+          }
+          if (out.empty()) out = ": waiting\n\n";
+          if (!sink.write(out.data(), out.size())) {
+            state->cancel();
+            return false;
+          }
+          if (v.done) {
+            *finished = true;
+            metrics_.record_completion(v.usage, v.error.ok());
+            sink.done();
+          }
+          return true;
+        },
+        [this, state, finished](bool success) {
+          // Client gone (or server stopping) before the end: free the sequence.
+          if (!success || !*finished) {
+            state->cancel();
+            if (!*finished) metrics_.record_completion(state->wait_done().usage, false);
+          }
+        });
+  });
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,53 @@
+// HttpServer: the OpenAI-compatible HTTP front end of `kvtier serve`.
+//
+// Endpoints: POST /v1/completions (JSON or server-sent events), GET
+// /v1/models, GET /health, GET /metrics (Prometheus text), GET
+// /v1/cache/stats, POST /v1/cache/flush. Connection threads (cpp-httplib's
+// pool) parse and validate requests, submit them to the Scheduler and stream
+// results back; everything that touches the Runtime goes through
+// Scheduler::call(). When an API key is configured every /v1/* endpoint
+// requires "Authorization: Bearer <key>" (401 otherwise).
+// Thread-safe: bind() and serve() from one thread, stop() from any other.
+// The Scheduler is borrowed and must outlive the HttpServer.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace kvtier::server {
+
+class HttpServer {
+ public:
+  static Result<std::unique_ptr<HttpServer>> create(const ServerConfig& config, Scheduler* scheduler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds config.host:config.port (port 0: any free port); returns the port.
+  Result<uint16_t> bind();
+  // Accepts connections until stop(). Returns an error if listening failed.
+  Status serve();
+  // Stops accepting and closes connections; serve() returns.
+  void stop();
+
+ private:
+  HttpServer(const ServerConfig& config, Scheduler* scheduler);
+  void install_routes();
+
+  ServerConfig config_;
+  Scheduler* scheduler_;
+  std::string model_name_;
+  RequestLimits limits_;
+  ServerMetrics metrics_;
+  std::unique_ptr<httplib::Server> http_;
+};
+
+}  // namespace kvtier::server

@@ -1,0 +1,91 @@
+// Loadgen: a multi-round chat workload against any OpenAI-compatible server
+// (modelled on LMCache's multi-round QA benchmark).
+//
+// `users` conversations run side by side. Every prompt of user u, round r is
+//   system prompt (shared by all users) + u's own history
+//   + (question, answer) of each earlier round + the question of round r,
+// sent as token ids so lengths are exact, streamed, with ignore_eos so each
+// answer is exactly `answer_tokens` long. Answers are appended to the history
+// as fixed synthetic ids (the server's text cannot be turned back into ids
+// in general), so the cacheable prefix of round r is the whole prompt of
+// round r-1. With qps = 0 each user sends its next round as soon as the
+// previous one finished (closed loop); with qps > 0 request k (round-major)
+// is not sent before k/qps seconds. TTFT is the time to the first streamed
+// event that carries a choice. Not thread-safe; run() blocks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvtier/status.h"
+
+namespace kvtier::server {
+
+struct LoadgenOptions {
+  std::string url = "http://127.0.0.1:8000";
+  std::string api_key;
+  std::string model;               // empty: the first model of /v1/models
+  uint32_t users = 8;
+  uint32_t rounds = 6;
+  uint32_t system_prompt_tokens = 1000;
+  uint32_t history_tokens = 2000;  // each user's own context before round 1
+  uint32_t question_tokens = 32;
+  uint32_t answer_tokens = 32;
+  double qps = 0;                  // 0: closed loop
+  double duration_s = 0;           // 0: until every round is done
+  uint64_t seed = 1;
+  uint32_t vocab_size = 0;         // 0: from /v1/models (kvtier.vocab_size), else 256
+  double timeout_s = 600;          // per request
+
+  Status validate() const;
+};
+
+struct LoadgenSample {
+  uint32_t user = 0, round = 0;
+  bool ok = false;
+  int http_status = 0;
+  std::string error;
+  double ttft_s = 0, e2e_s = 0;
+  uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+};
+
+struct LoadgenSummary {
+  size_t requests = 0, errors = 0;
+  double wall_s = 0;
+  double ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;  // seconds
+  double e2e_mean = 0, e2e_p50 = 0, e2e_p90 = 0, e2e_p99 = 0;
+  double requests_per_s = 0, output_tokens_per_s = 0, prompt_tokens_per_s = 0;
+  double cached_share = 0;  // cached prompt tokens / prompt tokens (from usage)
+  std::string first_error;
+};
+
+struct LoadgenResult {
+  std::vector<LoadgenSample> samples;
+  double wall_s = 0;
+};
+
+// `progress(done, total)` is called after each request (from worker threads, serialized).
+Result<LoadgenResult> run_loadgen(const LoadgenOptions& options,
+                                  const std::function<void(size_t done, size_t total)>& progress = {});
+LoadgenSummary summarize(const LoadgenResult& result);
+std::string summary_table(const LoadgenOptions& options, const LoadgenSummary& s);
+std::string summary_json(const LoadgenOptions& options, const LoadgenSummary& s);
+
+// Nearest-rank percentile of unsorted values (p in [0, 100]); 0 for none.
+double percentile(std::vector<double> values, double p);
+
+// Splits a server-sent-event stream: feed() bytes as they arrive; every
+// complete "data: ..." payload is passed to on_event.
+class SseParser {
+ public:
+  explicit SseParser(std::function<void(std::string_view data)> on_event) : on_event_(std::move(on_event)) {}
+  void feed(std::string_view bytes);
+
+ private:
+  std::function<void(std::string_view)> on_event_;
+  std::string buffer_;
+};
+
+}  // namespace kvtier::server

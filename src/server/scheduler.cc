@@ -1,0 +1,347 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <future>
+
+#include "server/text_stream.h"
+
+namespace kvtier::server {
+namespace {
+
+double seconds_between(RequestState::Clock::time_point a, RequestState::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- RequestState
+
+RequestState::View RequestState::wait(size_t& offset, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > offset; });
+  View v;
+  v.delta = text_.substr(std::min(offset, text_.size()));
+  offset = text_.size();
+  v.started = started_;
+  v.done = done_;
+  v.finish_reason = finish_reason_;
+  v.error = error_;
+  v.usage = usage_;
+  return v;
+}
+
+RequestState::View RequestState::wait_done() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return done_; });
+  View v;
+  v.delta = text_;
+  v.started = started_;
+  v.done = true;
+  v.finish_reason = finish_reason_;
+  v.error = error_;
+  v.usage = usage_;
+  return v;
+}
+
+void RequestState::cancel() {
+  std::function<void()> wake;
+  {
+    std::lock_guard lk(mu_);
+    if (cancelled_ || done_) return;
+    cancelled_ = true;
+    wake = wake_scheduler_;
+  }
+  if (wake) wake();
+}
+
+bool RequestState::cancelled() const {
+  std::lock_guard lk(mu_);
+  return cancelled_;
+}
+
+void RequestState::publish(std::string_view delta, bool first_token, const CompletionUsage& usage) {
+  {
+    std::lock_guard lk(mu_);
+    text_ += delta;
+    started_ |= first_token;
+    usage_ = usage;
+  }
+  cv_.notify_all();
+}
+
+void RequestState::complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage) {
+  {
+    std::lock_guard lk(mu_);
+    text_ += delta;
+    done_ = true;
+    finish_reason_ = std::move(finish_reason);
+    error_ = std::move(error);
+    usage_ = usage;
+  }
+  cv_.notify_all();
+}
+
+// ------------------------------------------------------------------- Scheduler
+
+struct Scheduler::Running {
+  GenerationRequest request;
+  std::shared_ptr<RequestState> state;
+  SeqId seq;
+  std::vector<TokenId> tokens;  // completion tokens (EOS excluded)
+  CompletionText text;
+  CompletionUsage usage;
+  RequestState::Clock::time_point deadline;
+  bool ended = false;
+
+  explicit Running(GenerationRequest r) : request(std::move(r)), text(request.stop) {}
+};
+
+Status SchedulerOptions::validate() const {
+  if (max_queue == 0) return Status::InvalidArgument("scheduler: max_queue must be at least 1");
+  if (max_running == 0) return Status::InvalidArgument("scheduler: max_running must be at least 1");
+  if (prefills_per_step == 0) return Status::InvalidArgument("scheduler: prefills_per_step must be at least 1");
+  if (!(request_timeout_s > 0)) return Status::InvalidArgument("scheduler: request_timeout_s must be positive");
+  return {};
+}
+
+Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  if (runtime == nullptr) return Status::InvalidArgument("scheduler: runtime is null");
+  return std::unique_ptr<Scheduler>(new Scheduler(options, std::move(runtime)));
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime)
+    : options_(options), runtime_(std::move(runtime)), model_(runtime_->model()) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lk(mu_);
+    draining_ = true;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Result<std::shared_ptr<RequestState>> Scheduler::submit(GenerationRequest request) {
+  auto state = std::make_shared<RequestState>();
+  state->wake_scheduler_ = [this] {
+    {
+      std::lock_guard lk(mu_);
+      wake_ = true;
+    }
+    cv_.notify_all();
+  };
+  {
+    std::lock_guard lk(mu_);
+    if (draining_) return Status::Unavailable("the server is shutting down");
+    if (waiting_.size() >= options_.max_queue)
+      return Status::Busy("the request queue is full (" + std::to_string(options_.max_queue) + " waiting)");
+    waiting_.push_back({std::move(request), state});
+  }
+  cv_.notify_all();
+  return state;
+}
+
+Result<std::string> Scheduler::call(std::function<std::string(Runtime&)> fn) {
+  auto promise = std::make_shared<std::promise<std::string>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return Status::Unavailable("the scheduler has stopped");
+    calls_.push_back([this, fn = std::move(fn), promise] { promise->set_value(fn(*runtime_)); });
+  }
+  cv_.notify_all();
+  return future.get();
+}
+
+void Scheduler::begin_drain() {
+  {
+    std::lock_guard lk(mu_);
+    draining_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool Scheduler::draining() const {
+  std::lock_guard lk(mu_);
+  return draining_;
+}
+
+size_t Scheduler::drain(std::chrono::milliseconds grace) {
+  begin_drain();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  std::unique_lock lk(mu_);
+  // The loop notifies cv_ after every step, so this sees the counts shrink.
+  cv_.wait_until(lk, deadline, [&] { return waiting_.empty() && running_count_ == 0; });
+  if (waiting_.empty() && running_count_ == 0) return 0;
+  // Out of time: cancel what is left. Waiting requests are cancelled here;
+  // running ones through their states (the loop finishes their sequences).
+  size_t cancelled = waiting_.size() + running_count_;
+  stopping_ = true;
+  lk.unlock();
+  cv_.notify_all();
+  lk.lock();
+  cv_.wait(lk, [&] { return waiting_.empty() && running_count_ == 0; });
+  return cancelled;
+}
+
+Scheduler::Counts Scheduler::counts() const {
+  std::lock_guard lk(mu_);
+  return {waiting_.size(), running_count_, steps_};
+}
+
+void Scheduler::loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] {
+      return stopping_ || wake_ || !calls_.empty() || !waiting_.empty() || !running_.empty();
+    });
+    wake_ = false;
+    const bool stopping = stopping_;
+    auto calls = std::move(calls_);
+    calls_.clear();
+    if (stopping) {
+      // Cancel everything: waiting requests end here, running ones below.
+      while (!waiting_.empty()) {
+        waiting_.front().state->complete({}, {}, Status::Cancelled("the server is shutting down"), {});
+        waiting_.pop_front();
+      }
+    }
+    lk.unlock();
+    for (auto& c : calls) c();
+    if (stopping)
+      for (auto& r : running_) r->state->cancel();
+    step();
+    lk.lock();
+    running_count_ = running_.size();
+    ++steps_;
+    cv_.notify_all();  // drain() watches the counts
+    if (stopping_ && waiting_.empty() && running_.empty()) break;
+  }
+  // Refuse further calls, run the ones that raced in, then release the
+  // Runtime on this thread (its destructor persists what it must).
+  stopped_ = true;
+  auto calls = std::move(calls_);
+  lk.unlock();
+  for (auto& c : calls) c();
+  runtime_.reset();
+}
+
+void Scheduler::step() {
+  const auto now = RequestState::Clock::now();
+  for (auto& r : running_) {
+    if (r->state->cancelled()) end(*r, {}, Status::Cancelled("the request was cancelled"));
+    else if (now > r->deadline) end(*r, {}, Status::Unavailable("the request timed out"));
+  }
+  std::erase_if(running_, [](const auto& r) { return r->ended; });
+  admit();
+  decode_running();
+  std::erase_if(running_, [](const auto& r) { return r->ended; });
+}
+
+void Scheduler::admit() {
+  for (uint32_t n = 0; n < options_.prefills_per_step && running_.size() < options_.max_running;) {
+    Waiting w;
+    {
+      std::lock_guard lk(mu_);
+      if (waiting_.empty()) return;
+      w = std::move(waiting_.front());
+      waiting_.pop_front();
+      ++running_count_;  // so drain() never sees it in neither place
+    }
+    const auto now = RequestState::Clock::now();
+    if (w.state->cancelled()) {
+      w.state->complete({}, {}, Status::Cancelled("the client went away"), {});
+      continue;
+    }
+    const auto deadline = w.state->arrival() + std::chrono::duration_cast<RequestState::Clock::duration>(
+                                                   std::chrono::duration<double>(options_.request_timeout_s));
+    if (now > deadline) {
+      w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {});
+      continue;
+    }
+    auto r = std::make_unique<Running>(std::move(w.request));
+    r->state = std::move(w.state);
+    r->deadline = deadline;
+    r->usage.prompt_tokens = uint32_t(r->request.prompt.size());
+    r->usage.queue_s = seconds_between(r->state->arrival(), now);
+    auto started = runtime_->start(r->request.prompt, r->request.sampling, r->request.cache_salt);
+    if (!started.ok()) {
+      if (started.status().is(StatusCode::kBusy)) {
+        // The runtime is full after all: put it back and retry after a decode step.
+        std::lock_guard lk(mu_);
+        waiting_.push_front({std::move(r->request), std::move(r->state)});
+        return;
+      }
+      r->state->complete({}, {}, started.status(), r->usage);
+      ++n;
+      continue;
+    }
+    ++n;
+    r->seq = started->seq;
+    r->usage.report = started->report;
+    r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
+    Running& ref = *r;
+    running_.push_back(std::move(r));
+    on_token(ref, started->first_token);
+  }
+}
+
+void Scheduler::decode_running() {
+  std::vector<SeqId> seqs;
+  std::vector<Running*> batch;
+  for (auto& r : running_)
+    if (!r->ended) {
+      seqs.push_back(r->seq);
+      batch.push_back(r.get());
+    }
+  if (seqs.empty()) return;
+  auto tokens = runtime_->decode(seqs);
+  if (!tokens.ok() || tokens->size() != seqs.size()) {
+    const Status err = tokens.ok() ? Status::Internal("decode returned a wrong number of tokens") : tokens.status();
+    for (Running* r : batch) end(*r, {}, err);
+    return;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) on_token(*batch[i], (*tokens)[i]);
+}
+
+bool Scheduler::on_token(Running& r, TokenId token) {
+  const bool first = r.tokens.empty();
+  if (token == model_.eos && !r.request.ignore_eos) {
+    end(r, "stop", {});
+    return true;
+  }
+  r.tokens.push_back(token);
+  r.usage.completion_tokens = uint32_t(r.tokens.size());
+  const std::string full = runtime_->detokenize(r.tokens);
+  std::string delta = r.text.advance(full);
+  if (r.text.stopped()) {
+    r.state->publish(delta, first, r.usage);
+    end(r, "stop", {});
+    return true;
+  }
+  const bool at_limit = r.tokens.size() >= r.request.max_tokens ||
+                        r.request.prompt.size() + r.tokens.size() >= model_.max_context;
+  if (at_limit) {
+    r.state->publish(delta, first, r.usage);
+    end(r, "length", {});
+    return true;
+  }
+  r.state->publish(delta, first, r.usage);
+  return false;
+}
+
+void Scheduler::end(Running& r, std::string finish_reason, Status error) {
+  if (r.ended) return;
+  r.ended = true;
+  runtime_->finish(r.seq);
+  std::string rest;
+  if (error.ok() && !r.text.stopped()) rest = r.text.finish(runtime_->detokenize(r.tokens));
+  r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());
+  r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
+}
+
+}  // namespace kvtier::server

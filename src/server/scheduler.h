@@ -1,0 +1,162 @@
+// Scheduler: the one thread that owns the Runtime, with continuous batching.
+//
+// HTTP threads submit() a GenerationRequest and get a RequestState to wait
+// on; they never touch the Runtime. The scheduler thread loops:
+//   1. reap running sequences whose client went away or whose time is up
+//      (Runtime::finish frees their pages);
+//   2. admit at most `prefills_per_step` waiting requests (Runtime::start:
+//      cache lookup + prefill), so prefill of a newcomer is interleaved with
+//      the decode steps of running streams instead of stalling them;
+//   3. decode every running sequence in one Runtime::decode batch.
+// A sequence ends on EOS, a stop string, max_tokens or the context limit;
+// its text is published incrementally (stop strings are cut off).
+// The waiting queue is bounded: submit() fails with Busy (HTTP 429) when it
+// is full, and with Unavailable (503) once draining has begun.
+// Everything public is thread-safe. The Runtime is created by the caller,
+// handed over, and destroyed on the scheduler thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/runtime.h"
+#include "server/api.h"
+
+namespace kvtier::server {
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  uint32_t max_tokens = 16;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string cache_salt;
+};
+
+// The progress of one request, shared by its HTTP thread and the scheduler.
+class RequestState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct View {
+    std::string delta;          // text published since the caller's offset
+    bool started = false;       // the first token exists
+    bool done = false;
+    std::string finish_reason;  // "stop" | "length" when done without error
+    Status error;               // non-OK when the request failed or was cancelled
+    CompletionUsage usage;      // final once done
+  };
+  // Waits until there is text beyond `offset`, the request is done, or `timeout`
+  // passes; advances `offset` past the returned delta.
+  View wait(size_t& offset, std::chrono::milliseconds timeout);
+  // Waits until done (no timeout: the scheduler enforces request_timeout_s).
+  View wait_done();
+
+  // The client went away: the scheduler finishes the sequence at its next step.
+  void cancel();
+  bool cancelled() const;
+
+  // Scheduler side.
+  void publish(std::string_view delta, bool first_token, const CompletionUsage& usage);
+  void complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage);
+  Clock::time_point arrival() const { return arrival_; }
+
+ private:
+  friend class Scheduler;
+  std::function<void()> wake_scheduler_;
+  Clock::time_point arrival_ = Clock::now();
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool started_ = false;
+  bool done_ = false;
+  bool cancelled_ = false;
+  std::string finish_reason_;
+  Status error_;
+  CompletionUsage usage_;
+};
+
+struct SchedulerOptions {
+  uint32_t max_queue = 256;          // waiting (not yet prefilled) requests
+  uint32_t max_running = 64;         // sequences decoded together
+  uint32_t prefills_per_step = 1;    // admissions between two decode steps
+  double request_timeout_s = 600;
+
+  Status validate() const;
+};
+
+class Scheduler {
+ public:
+  static Result<std::unique_ptr<Scheduler>> create(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime);
+  // Cancels everything still queued or running and joins the thread.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // A copy taken at creation; immutable.
+  const ModelInfo& model() const { return model_; }
+
+  // Busy when the waiting queue is full, Unavailable when draining.
+  Result<std::shared_ptr<RequestState>> submit(GenerationRequest request);
+
+  // Runs `fn` on the scheduler thread between two steps and returns its value
+  // (stats, metrics, flush, tokenization: anything that touches the Runtime).
+  // Unavailable once the scheduler has stopped.
+  Result<std::string> call(std::function<std::string(Runtime&)> fn);
+
+  // Stops accepting new requests (submit() -> Unavailable).
+  void begin_drain();
+  bool draining() const;
+  // begin_drain(), waits up to `grace` for in-flight requests, then cancels
+  // the rest and waits for them to be released. Returns how many were cancelled.
+  size_t drain(std::chrono::milliseconds grace);
+
+  struct Counts {
+    size_t waiting = 0;
+    size_t running = 0;
+    uint64_t steps = 0;  // decode steps so far
+  };
+  Counts counts() const;
+
+ private:
+  struct Running;
+  Scheduler(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime);
+  void loop();
+  void step();
+  void admit();
+  void decode_running();
+  // Applies one sampled token; returns true when the sequence has ended.
+  bool on_token(Running& r, TokenId token);
+  void end(Running& r, std::string finish_reason, Status error);
+
+  const SchedulerOptions options_;
+  std::unique_ptr<Runtime> runtime_;
+  const ModelInfo model_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Waiting {
+    GenerationRequest request;
+    std::shared_ptr<RequestState> state;
+  };
+  std::deque<Waiting> waiting_;
+  std::vector<std::function<void()>> calls_;
+  bool draining_ = false;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  size_t running_count_ = 0;  // mirror of running_.size() for counts()
+  uint64_t steps_ = 0;
+  bool wake_ = false;  // a cancel arrived
+
+  std::vector<std::unique_ptr<Running>> running_;  // scheduler thread only
+  std::thread thread_;
+};
+
+}  // namespace kvtier::server

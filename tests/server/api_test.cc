@@ -1,0 +1,179 @@
+#include "server/api.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtier::server {
+namespace {
+
+using nlohmann::json;
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.vocab_size = 100;
+  l.max_context = 64;
+  l.max_tokens = 32;
+  l.default_max_tokens = 8;
+  return l;
+}
+
+std::vector<TokenId> char_tokens(std::string_view s) {
+  std::vector<TokenId> out;
+  for (char c : s) out.push_back(TokenId(static_cast<unsigned char>(c) % 100));
+  return out;
+}
+
+std::variant<CompletionRequest, ApiError> parse(const std::string& body, RequestLimits l = limits()) {
+  return parse_completion_request(body, l, char_tokens);
+}
+
+ApiError error_of(const std::string& body, RequestLimits l = limits()) {
+  auto r = parse(body, l);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(ApiParseTest, TextPromptAndDefaults) {
+  auto r = parse(R"({"model":"m","prompt":"hi"})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const auto& c = std::get<CompletionRequest>(r);
+  EXPECT_EQ(c.prompt, char_tokens("hi"));
+  EXPECT_TRUE(c.prompt_is_text);
+  EXPECT_EQ(c.max_tokens, 8u);
+  EXPECT_FALSE(c.stream);
+  EXPECT_EQ(c.sampling.temperature, 0.0f);
+}
+
+TEST(ApiParseTest, EveryField) {
+  auto r = parse(R"({"prompt":[1,2,3],"max_tokens":5,"temperature":0.7,"top_p":0.9,"seed":42,"stop":["x","yz"],
+                     "stream":true,"stream_options":{"include_usage":true},"cache_salt":"tenant-a","ignore_eos":true,
+                     "user":"ignored","n":1})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const auto& c = std::get<CompletionRequest>(r);
+  EXPECT_EQ(c.prompt, (std::vector<TokenId>{1, 2, 3}));
+  EXPECT_EQ(c.max_tokens, 5u);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.7f);
+  EXPECT_FLOAT_EQ(c.sampling.top_p, 0.9f);
+  EXPECT_EQ(c.sampling.seed, 42u);
+  EXPECT_EQ(c.stop, (std::vector<std::string>{"x", "yz"}));
+  EXPECT_TRUE(c.stream);
+  EXPECT_TRUE(c.stream_include_usage);
+  EXPECT_TRUE(c.ignore_eos);
+  EXPECT_EQ(c.cache_salt, "tenant-a");
+}
+
+TEST(ApiParseTest, StopAsOneStringAndBatchOfOne) {
+  auto r = parse(R"({"prompt":[[4,5]],"stop":"\n"})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<CompletionRequest>(r).prompt, (std::vector<TokenId>{4, 5}));
+  EXPECT_EQ(std::get<CompletionRequest>(r).stop, (std::vector<std::string>{"\n"}));
+}
+
+TEST(ApiParseTest, BadInputsAre400WithAParam) {
+  struct Case {
+    const char* body;
+    const char* param;
+    const char* code;
+  };
+  const Case cases[] = {
+      {"{not json", "", "invalid_json"},
+      {"[1,2]", "", "invalid_json"},
+      {R"({"max_tokens":3})", "prompt", "missing_field"},
+      {R"({"prompt":42})", "prompt", "invalid_type"},
+      {R"({"prompt":""})", "prompt", "empty_prompt"},
+      {R"({"prompt":[]})", "prompt", "empty_prompt"},
+      {R"({"prompt":[1,"a"]})", "prompt", "invalid_type"},
+      {R"({"prompt":[1,2.5]})", "prompt", "invalid_type"},
+      {R"({"prompt":[1,100]})", "prompt", "token_out_of_vocabulary"},
+      {R"({"prompt":[-1]})", "prompt", "token_out_of_vocabulary"},
+      {R"({"prompt":["a","b"]})", "prompt", "unsupported"},
+      {R"({"prompt":"x","max_tokens":"5"})", "max_tokens", "invalid_type"},
+      {R"({"prompt":"x","max_tokens":0})", "max_tokens", "invalid_value"},
+      {R"({"prompt":"x","max_tokens":33})", "max_tokens", "too_many_tokens"},
+      {R"({"prompt":"x","temperature":"hot"})", "temperature", "invalid_type"},
+      {R"({"prompt":"x","temperature":3})", "temperature", "invalid_value"},
+      {R"({"prompt":"x","top_p":0})", "top_p", "invalid_value"},
+      {R"({"prompt":"x","seed":1.5})", "seed", "invalid_type"},
+      {R"({"prompt":"x","stop":5})", "stop", "invalid_type"},
+      {R"({"prompt":"x","stop":["a",1]})", "stop", "invalid_type"},
+      {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop", "invalid_value"},
+      {R"({"prompt":"x","stream":"yes"})", "stream", "invalid_type"},
+      {R"({"prompt":"x","cache_salt":7})", "cache_salt", "invalid_type"},
+      {R"({"prompt":"x","n":2})", "n", "unsupported"},
+      {R"({"prompt":"x","model":1})", "model", "invalid_type"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = error_of(c.body);
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body;
+    const json j = json::parse(error_json(e));
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+}
+
+TEST(ApiParseTest, ContextLimits) {
+  std::string long_prompt(65, 'a');
+  EXPECT_EQ(error_of(R"({"prompt":")" + long_prompt + R"("})").code, "context_length_exceeded");
+  // 60 prompt tokens + 8 default max_tokens > 64.
+  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(60, 'a') + R"("})").param, "max_tokens");
+  RequestLimits l = limits();
+  l.max_prompt_tokens = 10;
+  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(11, 'a') + R"("})", l).code, "context_length_exceeded");
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(10, 'a') + R"("})", l)));
+}
+
+TEST(ApiStatusTest, StatusMapsToHttp) {
+  EXPECT_EQ(error_from_status(Status::Busy("q")).http_status, 429);
+  EXPECT_EQ(error_from_status(Status::Unavailable("s")).http_status, 503);
+  EXPECT_EQ(error_from_status(Status::InvalidArgument("a")).http_status, 400);
+  EXPECT_EQ(error_from_status(Status::Internal("x")).http_status, 500);
+}
+
+TEST(ApiFormatTest, CompletionCarriesUsageAndKvtierExtension) {
+  CompletionUsage u;
+  u.prompt_tokens = 40;
+  u.completion_tokens = 3;
+  u.report.cached_tokens = 32;
+  u.report.cached_tokens_by_tier[int(TierKind::kHost)] = 16;
+  u.report.cached_tokens_by_tier[int(TierKind::kDisk)] = 16;
+  u.ttft_s = 0.0125;
+  const json j = json::parse(completion_json({"cmpl-1", 1700000000, "tiny"}, "abc", "length", u));
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["choices"][0]["text"], "abc");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 40);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["total_tokens"], 43);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+  EXPECT_EQ(j["usage"]["kvtier"]["cached_tokens_by_tier"]["host"], 16);
+  EXPECT_EQ(j["usage"]["kvtier"]["cached_tokens_by_tier"]["disk"], 16);
+  EXPECT_EQ(j["usage"]["kvtier"]["cached_tokens_by_tier"]["device"], 0);
+  EXPECT_DOUBLE_EQ(j["usage"]["kvtier"]["ttft_ms"].get<double>(), 12.5);
+}
+
+TEST(ApiFormatTest, StreamChunks) {
+  const CompletionMeta m{"cmpl-2", 1, "tiny"};
+  json mid = json::parse(stream_chunk_json(m, "ab", std::nullopt, nullptr));
+  EXPECT_EQ(mid["choices"][0]["text"], "ab");
+  EXPECT_TRUE(mid["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(mid.contains("usage"));
+  CompletionUsage u;
+  u.prompt_tokens = 2;
+  json last = json::parse(stream_chunk_json(m, "", "stop", &u));
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(last["usage"]["prompt_tokens"], 2);
+  json usage_only = json::parse(stream_chunk_json(m, "", std::nullopt, &u, false));
+  EXPECT_TRUE(usage_only["choices"].empty());
+  EXPECT_EQ(sse_event("{}"), "data: {}\n\n");
+}
+
+TEST(ApiFormatTest, InvalidUtf8IsReplacedNotThrown) {
+  const json j = json::parse(completion_json({"c", 1, "m"}, "\xff\xfe", "stop", {}));
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+}
+
+}  // namespace
+}  // namespace kvtier::server

@@ -1,0 +1,177 @@
+// FakeRuntime: a small deterministic Runtime for scheduler and HTTP tests.
+//
+// Token t (1..vocab-1) detokenizes to the character kAlphabet[t % 36]; 0 is
+// EOS. The first token after a prompt is prompt.back() % 35 + 1 and each
+// decode step adds one (wrapping within 1..35), unless `eos_after` is set, in
+// which case the n-th generated token is EOS. A prompt's cached tokens are
+// its longest whole-page (4-token) prefix shared with an earlier finished
+// prompt of the same salt, all reported as "host". Every call is logged;
+// `gate_start` blocks start() until opened, so tests can hold the scheduler.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace kvtier::server::testing {
+
+inline constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+struct FakeShared {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> log;           // "start", "decode:N", "finish"
+  std::set<uint64_t> live, finished;
+  size_t max_batch = 0;
+  bool gate_closed = false;
+  bool in_start = false;
+  std::thread::id destroyed_on;
+  bool destroyed = false;
+  uint32_t eos_after = 0;                 // 0: never EOS
+  std::chrono::microseconds decode_delay{0};
+  bool fail_start = false;
+
+  void open_gate() {
+    std::lock_guard lk(mu);
+    gate_closed = false;
+    cv.notify_all();
+  }
+  template <class Pred>
+  bool wait_for(Pred p, std::chrono::milliseconds t = std::chrono::milliseconds(10000)) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, t, [&] { return p(); });
+  }
+};
+
+class FakeRuntime final : public Runtime {
+ public:
+  explicit FakeRuntime(std::shared_ptr<FakeShared> shared, uint32_t vocab = 64, uint32_t context = 4096)
+      : s_(std::move(shared)) {
+    info_.name = "fake";
+    info_.vocab_size = vocab;
+    info_.max_context = context;
+    info_.eos = 0;
+  }
+  ~FakeRuntime() override {
+    std::lock_guard lk(s_->mu);
+    s_->destroyed = true;
+    s_->destroyed_on = std::this_thread::get_id();
+    s_->cv.notify_all();
+  }
+
+  const ModelInfo& model() const override { return info_; }
+  std::vector<TokenId> tokenize(std::string_view text) const override {
+    std::vector<TokenId> out;
+    for (char c : text) {
+      const char* p = std::find(kAlphabet, kAlphabet + 36, c);
+      out.push_back(p == kAlphabet + 36 ? 1 : TokenId(p - kAlphabet) == 0 ? 36 : TokenId(p - kAlphabet));
+    }
+    return out;
+  }
+  std::string detokenize(std::span<const TokenId> tokens) const override {
+    std::string out;
+    for (TokenId t : tokens) out += kAlphabet[t % 36];
+    return out;
+  }
+
+  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams&, std::string_view salt) override {
+    std::unique_lock lk(s_->mu);
+    s_->in_start = true;
+    s_->cv.notify_all();
+    s_->cv.wait(lk, [&] { return !s_->gate_closed; });
+    s_->in_start = false;
+    if (s_->fail_start) return Status::InvalidArgument("fake: start refused");
+    for (TokenId t : prompt)
+      if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("fake: token out of vocabulary");
+    Started st;
+    st.seq = SeqId(next_seq_++);
+    st.report.prompt_tokens = uint32_t(prompt.size());
+    size_t best = 0;
+    for (const auto& old : done_prompts_[std::string(salt)]) {
+      size_t n = 0;
+      while (n < old.size() && n < prompt.size() && old[n] == prompt[n]) ++n;
+      best = std::max(best, n);
+    }
+    best = std::min(best, prompt.size() - 1) / 4 * 4;
+    st.report.cached_tokens = uint32_t(best);
+    st.report.cached_tokens_by_tier[int(TierKind::kHost)] = uint32_t(best);
+    st.report.ttft_s = 0.001;
+    seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), std::string(salt), 0, 0};
+    st.first_token = next_token(seqs_[st.seq.value()], prompt.back());
+    s_->live.insert(st.seq.value());
+    s_->log.push_back("start");
+    s_->cv.notify_all();
+    return st;
+  }
+
+  Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) override {
+    if (s_->decode_delay.count() > 0) std::this_thread::sleep_for(s_->decode_delay);
+    std::lock_guard lk(s_->mu);
+    std::vector<TokenId> out;
+    for (SeqId id : seqs) {
+      auto it = seqs_.find(id.value());
+      if (it == seqs_.end() || !s_->live.count(id.value())) return Status::InvalidArgument("fake: unknown sequence");
+      out.push_back(next_token(it->second, it->second.last));
+    }
+    s_->max_batch = std::max(s_->max_batch, seqs.size());
+    s_->log.push_back("decode:" + std::to_string(seqs.size()));
+    s_->cv.notify_all();
+    return out;
+  }
+
+  void finish(SeqId seq) override {
+    std::lock_guard lk(s_->mu);
+    auto it = seqs_.find(seq.value());
+    if (it != seqs_.end()) {
+      done_prompts_[it->second.salt].push_back(it->second.prompt);
+      seqs_.erase(it);
+    }
+    s_->live.erase(seq.value());
+    s_->finished.insert(seq.value());
+    s_->log.push_back("finish");
+    s_->cv.notify_all();
+  }
+
+  std::string stats_json() const override { return R"({"fake":true,"tiers":{"host":{"pages":1}}})"; }
+  std::string metrics_text() const override {
+    return "# HELP kvtier_fake_pages Pages held by the fake.\n# TYPE kvtier_fake_pages gauge\nkvtier_fake_pages{tier=\"host\"} 1\n";
+  }
+  Status flush() override {
+    std::lock_guard lk(s_->mu);
+    done_prompts_.clear();
+    s_->log.push_back("flush");
+    return {};
+  }
+
+ private:
+  struct Seq {
+    std::vector<TokenId> prompt;
+    std::string salt;
+    TokenId last;
+    uint32_t generated;
+  };
+  TokenId next_token(Seq& s, TokenId prev) {
+    ++s.generated;
+    TokenId t = s.generated == 1 ? TokenId(prev % 35 + 1) : TokenId(prev % 35 + 1);
+    if (s_->eos_after != 0 && s.generated == s_->eos_after) t = 0;
+    s.last = t == 0 ? 1 : t;
+    return t;
+  }
+
+  std::shared_ptr<FakeShared> s_;
+  ModelInfo info_;
+  uint64_t next_seq_ = 1;
+  std::map<uint64_t, Seq> seqs_;
+  std::map<std::string, std::vector<std::vector<TokenId>>> done_prompts_;
+};
+
+}  // namespace kvtier::server::testing

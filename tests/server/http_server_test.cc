@@ -1,0 +1,292 @@
+// The HTTP front end over loopback, with the fake runtime behind the scheduler.
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "e2e/prom_check.h"
+#include "server/fake_runtime.h"
+#include "server/loadgen.h"
+
+namespace kvtier::server {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using testing::FakeRuntime;
+using testing::FakeShared;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void start(std::function<void(ServerConfig&)> tweak = {}, std::function<void(FakeShared&)> fake_setup = {}) {
+    ServerConfig c;
+    c.port = 0;
+    c.runtime.model = "fake-model";
+    c.limits.max_tokens = 64;
+    c.limits.http_threads = 48;
+    if (tweak) tweak(c);
+    if (fake_setup) fake_setup(*fake_);
+    SchedulerOptions so;
+    so.max_queue = c.limits.max_queue;
+    so.max_running = c.runtime.max_sequences;
+    auto s = Scheduler::create(so, std::make_unique<FakeRuntime>(fake_, 64, 256));
+    ASSERT_TRUE(s.ok());
+    sched_ = std::move(s).value();
+    auto h = HttpServer::create(c, sched_.get());
+    ASSERT_TRUE(h.ok()) << h.status().to_string();
+    http_ = std::move(h).value();
+    auto port = http_->bind();
+    ASSERT_TRUE(port.ok());
+    port_ = *port;
+    thread_ = std::thread([this] { (void)http_->serve(); });
+  }
+  void TearDown() override {
+    if (http_) http_->stop();
+    if (thread_.joinable()) thread_.join();
+    http_.reset();
+    sched_.reset();
+  }
+  httplib::Client client() {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(20, 0);
+    return c;
+  }
+  httplib::Result post(const std::string& body, httplib::Headers h = {}) {
+    return client().Post("/v1/completions", h, body, "application/json");
+  }
+
+  std::shared_ptr<FakeShared> fake_ = std::make_shared<FakeShared>();
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+// Streams one request; returns the data payloads. `stop_after` > 0 hangs up after that many events.
+std::vector<std::string> stream_events(int port, const std::string& body, int* status, int stop_after = 0,
+                                       std::string* error = nullptr) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(20, 0);
+  std::vector<std::string> events;
+  SseParser parser([&](std::string_view d) { events.emplace_back(d); });
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  req.response_handler = [&](const httplib::Response& r) {
+    *status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    parser.feed(std::string_view(d, n));
+    return stop_after == 0 || int(events.size()) < stop_after;
+  };
+  auto res = c.send(req);
+  if (!res && error) *error = httplib::to_string(res.error());
+  return events;
+}
+
+TEST_F(HttpServerTest, Completion) {
+  start();
+  auto r = post(R"({"prompt":[1,2,3],"max_tokens":4})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["text"], "efgh");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["model"], "fake-model");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  // Text prompts are tokenized by the runtime; the second request shares a prefix.
+  auto a = post(R"({"prompt":"abcdefghij","max_tokens":2})");
+  auto b = post(R"({"prompt":"abcdefghij","max_tokens":2})");
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(json::parse(b->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(json::parse(b->body)["usage"]["kvtier"]["cached_tokens_by_tier"]["host"], 8);
+}
+
+TEST_F(HttpServerTest, CacheSaltsDoNotShare) {
+  start();
+  ASSERT_TRUE(post(R"({"prompt":"abcdefghij","max_tokens":1,"cache_salt":"a"})"));
+  auto other = post(R"({"prompt":"abcdefghij","max_tokens":1,"cache_salt":"b"})");
+  auto same = post(R"({"prompt":"abcdefghij","max_tokens":1,"cache_salt":"a"})");
+  EXPECT_EQ(json::parse(other->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(json::parse(same->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+}
+
+TEST_F(HttpServerTest, Stream) {
+  start();
+  int status = 0;
+  auto ev = stream_events(port_, R"({"prompt":[1],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}})",
+                          &status);
+  EXPECT_EQ(status, 200);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  bool usage_only = false;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    const json j = json::parse(ev[i]);
+    EXPECT_EQ(j["object"], "text_completion");
+    if (j["choices"].empty()) {
+      usage_only = true;
+      EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+      continue;
+    }
+    text += j["choices"][0]["text"].get<std::string>();
+    if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, "cdefg");
+  EXPECT_EQ(finish, "length");
+  EXPECT_TRUE(usage_only);
+}
+
+TEST_F(HttpServerTest, BadInputs) {
+  start();
+  struct Case {
+    std::string body;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"{oops", 400},
+      {R"({"prompt":5})", 400},
+      {R"({"prompt":[1,64]})", 400},                       // vocab is 64
+      {R"({"prompt":")" + std::string(257, 'a') + R"("})", 400},  // context is 256
+      {R"({"prompt":[1],"max_tokens":65})", 400},          // limit 64
+      {R"({"prompt":[1],"max_tokens":"x"})", 400},
+  };
+  for (const auto& c : cases) {
+    auto r = post(c.body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, c.status) << c.body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << r->body;
+    EXPECT_TRUE(j["error"]["message"].is_string());
+  }
+  auto nf = client().Get("/v1/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_TRUE(json::parse(nf->body)["error"].is_object());
+  // The server still works.
+  auto ok = post(R"({"prompt":[1],"max_tokens":1})");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+TEST_F(HttpServerTest, ApiKey) {
+  start([](ServerConfig& c) { c.api_key = "sekret"; });
+  auto none = post(R"({"prompt":[1]})");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(post(R"({"prompt":[1]})", {{"Authorization", "Bearer wrong"}})->status, 401);
+  EXPECT_EQ(post(R"({"prompt":[1]})", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(client().Post("/v1/cache/flush")->status, 401);
+  EXPECT_EQ(client().Post("/v1/cache/flush", {{"Authorization", "Bearer sekret"}}, "", "application/json")->status, 200);
+  EXPECT_EQ(client().Get("/v1/models")->status, 401);
+  EXPECT_EQ(client().Get("/health")->status, 200);  // probes need no key
+}
+
+TEST_F(HttpServerTest, QueueFullIs429) {
+  start([](ServerConfig& c) { c.limits.max_queue = 1; }, [](FakeShared& s) { s.gate_closed = true; });
+  std::thread a([&] { post(R"({"prompt":[1],"max_tokens":1})"); });
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  std::thread b([&] { post(R"({"prompt":[2],"max_tokens":1})"); });
+  while (sched_->counts().waiting < 1) std::this_thread::sleep_for(1ms);
+  auto r = post(R"({"prompt":[3],"max_tokens":1})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 429);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+  fake_->open_gate();
+  a.join();
+  b.join();
+}
+
+TEST_F(HttpServerTest, DrainingIs503) {
+  start();
+  sched_->begin_drain();
+  auto r = post(R"({"prompt":[1]})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(client().Get("/health")->status, 503);
+}
+
+TEST_F(HttpServerTest, DisconnectMidStreamFreesTheSequence) {
+  start({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  int status = 0;
+  auto ev = stream_events(port_, R"({"prompt":[1],"max_tokens":60,"stream":true,"ignore_eos":true})", &status, 2);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(ev.size(), 2u);
+  EXPECT_TRUE(fake_->wait_for([&] { return fake_->finished.size() == 1 && fake_->live.empty(); }));
+  EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);
+}
+
+TEST_F(HttpServerTest, ConcurrentStreams) {
+  start({}, [](FakeShared& s) { s.decode_delay = 200us; });
+  constexpr int kClients = 32;
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      int status = 0;
+      std::string error;
+      auto ev = stream_events(port_, R"({"prompt":[)" + std::to_string(i % 60 + 1) + R"(],"max_tokens":16,"stream":true})",
+                              &status, 0, &error);
+      if (status == 200 && !ev.empty() && ev.back() == "[DONE]") ++good;
+      else ADD_FAILURE() << "client " << i << ": status " << status << " events " << ev.size() << " error " << error;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(good.load(), kClients);
+  EXPECT_GT(fake_->max_batch, 1u);
+}
+
+TEST_F(HttpServerTest, ModelsHealthStatsMetrics) {
+  start();
+  ASSERT_EQ(post(R"({"prompt":[1,2],"max_tokens":2})")->status, 200);
+  auto models = json::parse(client().Get("/v1/models")->body);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "fake-model");
+  EXPECT_EQ(models["data"][0]["kvtier"]["vocab_size"], 64);
+  auto health = json::parse(client().Get("/health")->body);
+  EXPECT_EQ(health["status"], "ok");
+  auto stats = json::parse(client().Get("/v1/cache/stats")->body);
+  EXPECT_EQ(stats["cache"]["fake"], true);
+  auto m = client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  const auto p = kvtier::testing::parse_prometheus_text(m->body);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_EQ(p.value("kvtier_fake_pages", {{"tier", "host"}}), 1);
+  EXPECT_EQ(p.value("kvtier_prompt_tokens_total"), 2);
+  EXPECT_GE(p.value("kvtier_http_responses_total", {{"endpoint", "/v1/completions"}, {"code", "200"}}), 1);
+  auto flush = client().Post("/v1/cache/flush");
+  EXPECT_EQ(flush->status, 200);
+  EXPECT_TRUE(fake_->wait_for([&] { return std::count(fake_->log.begin(), fake_->log.end(), "flush") == 1; }));
+}
+
+TEST_F(HttpServerTest, LoadgenAgainstTheServer) {
+  start();
+  LoadgenOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(port_);
+  o.users = 3;
+  o.rounds = 3;
+  o.system_prompt_tokens = 40;
+  o.history_tokens = 20;
+  o.question_tokens = 4;
+  o.answer_tokens = 4;
+  auto r = run_loadgen(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  const auto s = summarize(*r);
+  EXPECT_EQ(s.requests, 9u);
+  EXPECT_EQ(s.errors, 0u) << s.first_error;
+  EXPECT_GT(s.cached_share, 0.3);  // later rounds reuse earlier prompts
+  EXPECT_GT(s.ttft_p50, 0);
+  EXPECT_TRUE(json::parse(summary_json(o, s)).is_object());
+}
+
+}  // namespace
+}  // namespace kvtier::server

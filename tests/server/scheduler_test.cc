@@ -1,0 +1,235 @@
+#include "server/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "server/fake_runtime.h"
+
+namespace kvtier::server {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeRuntime;
+using testing::FakeShared;
+
+struct Fixture {
+  std::shared_ptr<FakeShared> fake = std::make_shared<FakeShared>();
+  std::unique_ptr<Scheduler> sched;
+
+  explicit Fixture(SchedulerOptions o = {}, std::function<void(FakeShared&)> setup = {}) {
+    if (setup) setup(*fake);
+    auto s = Scheduler::create(o, std::make_unique<FakeRuntime>(fake));
+    EXPECT_TRUE(s.ok());
+    sched = std::move(s).value();
+  }
+  std::shared_ptr<RequestState> submit(std::vector<TokenId> prompt, uint32_t max_tokens, std::vector<std::string> stop = {}) {
+    GenerationRequest g;
+    g.prompt = std::move(prompt);
+    g.max_tokens = max_tokens;
+    g.stop = std::move(stop);
+    auto r = sched->submit(std::move(g));
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : nullptr;
+  }
+  std::vector<std::string> log() {
+    std::lock_guard lk(fake->mu);
+    return fake->log;
+  }
+};
+
+TEST(SchedulerTest, GeneratesUntilMaxTokens) {
+  Fixture f;
+  auto st = f.submit({1, 2, 3}, 5);
+  auto v = st->wait_done();
+  ASSERT_TRUE(v.error.ok()) << v.error.to_string();
+  EXPECT_EQ(v.finish_reason, "length");
+  // prompt.back() = 3 -> tokens 4,5,6,7,8 -> "efghi".
+  EXPECT_EQ(v.delta, "efghi");
+  EXPECT_EQ(v.usage.completion_tokens, 5u);
+  EXPECT_EQ(v.usage.prompt_tokens, 3u);
+  EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->finished.size() == 1 && f.fake->live.empty(); }));
+}
+
+TEST(SchedulerTest, StopsOnEosAndOnStopStrings) {
+  Fixture f({}, [](FakeShared& s) { s.eos_after = 3; });
+  auto v = f.submit({1}, 10)->wait_done();
+  EXPECT_EQ(v.finish_reason, "stop");
+  EXPECT_EQ(v.delta, "cd");  // two tokens, then EOS
+  EXPECT_EQ(v.usage.completion_tokens, 2u);
+
+  Fixture g;
+  auto w = g.submit({1}, 10, {"ef"})->wait_done();  // c d e f g ...
+  EXPECT_EQ(w.finish_reason, "stop");
+  EXPECT_EQ(w.delta, "cd");
+}
+
+TEST(SchedulerTest, StreamsTextIncrementally) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 2ms; });
+  auto st = f.submit({1}, 20);
+  size_t offset = 0;
+  std::string got;
+  int pieces = 0;
+  for (;;) {
+    auto v = st->wait(offset, 1000ms);
+    if (!v.delta.empty()) ++pieces;
+    got += v.delta;
+    if (v.done) break;
+  }
+  EXPECT_EQ(got.size(), 20u);
+  EXPECT_GT(pieces, 1);
+}
+
+TEST(SchedulerTest, DecodeIsBatchedAcrossRunningSequences) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  std::vector<std::shared_ptr<RequestState>> states;
+  for (int i = 0; i < 6; ++i) states.push_back(f.submit({TokenId(i + 1)}, 30));
+  for (auto& s : states) EXPECT_TRUE(s->wait_done().error.ok());
+  EXPECT_GE(f.fake->max_batch, 4u);
+}
+
+TEST(SchedulerTest, PrefillIsInterleavedWithDecodeSteps) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto first = f.submit({1}, 200);
+  ASSERT_TRUE(f.fake->wait_for([&] { return !f.fake->log.empty(); }));
+  std::vector<std::shared_ptr<RequestState>> more;
+  for (int i = 0; i < 5; ++i) more.push_back(f.submit({TokenId(i + 2)}, 3));
+  for (auto& s : more) EXPECT_TRUE(s->wait_done().error.ok());
+  first->cancel();
+  first->wait_done();
+  // While a stream is running, two prefills never come back to back: a decode
+  // step of the running batch always separates them.
+  const auto log = f.log();
+  for (size_t i = 1; i < log.size(); ++i) EXPECT_FALSE(log[i] == "start" && log[i - 1] == "start") << "at " << i;
+  EXPECT_EQ(std::count(log.begin(), log.end(), "start"), 6);
+}
+
+TEST(SchedulerTest, CancelFreesTheSequence) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto st = f.submit({1}, 4000);
+  size_t offset = 0;
+  while (offset < 3) st->wait(offset, 1000ms);
+  st->cancel();
+  auto v = st->wait_done();
+  EXPECT_TRUE(v.error.is(StatusCode::kCancelled));
+  EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->finished.size() == 1 && f.fake->live.empty(); }));
+  EXPECT_LT(v.usage.completion_tokens, 4000u);
+}
+
+TEST(SchedulerTest, QueueFullIsBusy) {
+  SchedulerOptions o;
+  o.max_queue = 2;
+  Fixture f(o, [](FakeShared& s) { s.gate_closed = true; });
+  auto a = f.submit({1}, 2);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->in_start; }));  // a is held inside start()
+  auto b = f.submit({2}, 2);
+  auto c = f.submit({3}, 2);
+  GenerationRequest d;
+  d.prompt = {4};
+  auto r = f.sched->submit(d);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().is(StatusCode::kBusy));
+  EXPECT_EQ(f.sched->counts().waiting, 2u);
+  f.fake->open_gate();
+  for (auto& s : {a, b, c}) EXPECT_TRUE(s->wait_done().error.ok());
+}
+
+TEST(SchedulerTest, CancelWhileQueuedNeverStarts) {
+  Fixture f({}, [](FakeShared& s) { s.gate_closed = true; });
+  auto a = f.submit({1}, 2);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->in_start; }));
+  auto b = f.submit({2}, 2);
+  b->cancel();
+  f.fake->open_gate();
+  EXPECT_TRUE(a->wait_done().error.ok());
+  EXPECT_TRUE(b->wait_done().error.is(StatusCode::kCancelled));
+  const auto log = f.log();
+  EXPECT_EQ(std::count(log.begin(), log.end(), "start"), 1);
+}
+
+TEST(SchedulerTest, RunningLimitIsRespected) {
+  SchedulerOptions o;
+  o.max_running = 2;
+  Fixture f(o, [](FakeShared& s) { s.decode_delay = 1ms; });
+  std::vector<std::shared_ptr<RequestState>> states;
+  for (int i = 0; i < 5; ++i) states.push_back(f.submit({TokenId(i + 1)}, 10));
+  for (auto& s : states) EXPECT_TRUE(s->wait_done().error.ok());
+  EXPECT_LE(f.fake->max_batch, 2u);
+}
+
+TEST(SchedulerTest, DrainRefusesNewWorkAndCancelsAfterGrace) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto quick = f.submit({1}, 3);
+  EXPECT_TRUE(quick->wait_done().error.ok());
+  auto slow = f.submit({1}, 100000);
+  size_t offset = 0;
+  while (offset == 0) slow->wait(offset, 1000ms);
+  f.sched->begin_drain();
+  GenerationRequest g;
+  g.prompt = {1};
+  auto refused = f.sched->submit(g);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().is(StatusCode::kUnavailable));
+  EXPECT_EQ(f.sched->drain(50ms), 1u);
+  EXPECT_TRUE(slow->wait_done().error.is(StatusCode::kCancelled));
+  EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
+}
+
+TEST(SchedulerTest, DrainWaitsForShortRequests) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto st = f.submit({1}, 20);
+  EXPECT_EQ(f.sched->drain(10000ms), 0u);
+  auto v = st->wait_done();
+  EXPECT_TRUE(v.error.ok());
+  EXPECT_EQ(v.usage.completion_tokens, 20u);
+}
+
+TEST(SchedulerTest, RequestTimeout) {
+  SchedulerOptions o;
+  o.request_timeout_s = 0.05;
+  Fixture f(o, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto v = f.submit({1}, 100000)->wait_done();
+  EXPECT_TRUE(v.error.is(StatusCode::kUnavailable)) << v.error.to_string();
+  EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
+}
+
+TEST(SchedulerTest, StartErrorsReachTheRequest) {
+  Fixture f({}, [](FakeShared& s) { s.fail_start = true; });
+  auto v = f.submit({1}, 3)->wait_done();
+  EXPECT_TRUE(v.error.is(StatusCode::kInvalidArgument));
+}
+
+TEST(SchedulerTest, CallRunsOnTheSchedulerAndRuntimeDiesThere) {
+  auto fake = std::make_shared<FakeShared>();
+  {
+    auto s = Scheduler::create({}, std::make_unique<FakeRuntime>(fake));
+    ASSERT_TRUE(s.ok());
+    std::thread::id seen;
+    auto r = (*s)->call([&](Runtime& rt) {
+      seen = std::this_thread::get_id();
+      return rt.stats_json();
+    });
+    ASSERT_TRUE(r.ok());
+    EXPECT_NE(r->find("fake"), std::string::npos);
+    EXPECT_NE(seen, std::this_thread::get_id());
+  }
+  EXPECT_TRUE(fake->destroyed);
+  EXPECT_NE(fake->destroyed_on, std::this_thread::get_id());
+}
+
+TEST(SchedulerTest, CachedTokensAreReported) {
+  Fixture f;
+  std::vector<TokenId> p(20);
+  for (int i = 0; i < 20; ++i) p[i] = TokenId(i % 30 + 1);
+  EXPECT_EQ(f.submit(p, 2)->wait_done().usage.report.cached_tokens, 0u);
+  auto v = f.submit(p, 2)->wait_done();
+  EXPECT_EQ(v.usage.report.cached_tokens, 16u);
+}
+
+TEST(SchedulerTest, OptionsAreValidated) {
+  SchedulerOptions o;
+  o.max_queue = 0;
+  EXPECT_FALSE(Scheduler::create(o, std::make_unique<FakeRuntime>(std::make_shared<FakeShared>())).ok());
+  EXPECT_FALSE(Scheduler::create({}, nullptr).ok());
+}
+
+}  // namespace
+}  // namespace kvtier::server

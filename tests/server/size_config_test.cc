@@ -1,0 +1,173 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "server/config.h"
+#include "server/config_flags.h"
+#include "server/size.h"
+
+namespace kvtier::server {
+namespace {
+
+TEST(SizeTest, ParsesUnits) {
+  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("512MiB"), 512ull << 20);
+  EXPECT_EQ(*parse_size("8GiB"), 8ull << 30);
+  EXPECT_EQ(*parse_size("8 gib"), 8ull << 30);
+  EXPECT_EQ(*parse_size("1.5GiB"), 3ull << 29);
+  EXPECT_EQ(*parse_size("2GB"), 2000000000ull);
+  EXPECT_EQ(*parse_size("64K"), 64ull << 10);
+  EXPECT_EQ(*parse_size("1TiB"), 1ull << 40);
+  EXPECT_EQ(*parse_size("10B"), 10u);
+}
+
+TEST(SizeTest, RejectsGarbage) {
+  for (const char* bad : {"", "MiB", "-1GiB", "12XB", "1.2.3", "99999999999999999999TiB", "0.3B", "abc"})
+    EXPECT_FALSE(parse_size(bad).ok()) << bad;
+}
+
+TEST(SizeTest, FormatsExactBinaryUnits) {
+  EXPECT_EQ(format_size(512ull << 20), "512MiB");
+  EXPECT_EQ(format_size(1000), "1000B");
+  EXPECT_EQ(format_size(3ull << 30), "3GiB");
+  EXPECT_EQ(format_size(0), "0B");
+}
+
+TEST(ConfigTest, TomlAppliesEverySection) {
+  ServerConfig c;
+  const char* doc = R"(
+[server]
+host = "0.0.0.0"
+port = 9001
+api_key = "k"
+[model]
+name = "tiny"
+seed = 7
+[cache]
+enabled = false
+kv_dtype = "f16"
+page_tokens = 32
+device_capacity = "1GiB"
+host_capacity = 1048576
+disk_dir = "/tmp/x"
+write_policy = "write_back"
+eviction = "lfu"
+hash = "sha256"
+[limits]
+max_queue = 3
+max_tokens = 100
+request_timeout_s = 5
+max_sequences = 8
+)";
+  ASSERT_TRUE(apply_toml(doc, "test.toml", c).ok());
+  EXPECT_EQ(c.host, "0.0.0.0");
+  EXPECT_EQ(c.port, 9001);
+  EXPECT_EQ(c.api_key, "k");
+  EXPECT_EQ(c.runtime.model, "tiny");
+  EXPECT_EQ(c.runtime.model_seed, 7u);
+  EXPECT_FALSE(c.runtime.cache_enabled);
+  EXPECT_EQ(c.runtime.kv_dtype, DType::kF16);
+  EXPECT_EQ(c.runtime.page_tokens, 32u);
+  EXPECT_EQ(c.runtime.device_bytes, size_t(1) << 30);
+  EXPECT_EQ(c.runtime.host_bytes, size_t(1) << 20);
+  EXPECT_EQ(c.runtime.disk_dir, "/tmp/x");
+  EXPECT_EQ(c.runtime.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(c.runtime.eviction, "lfu");
+  EXPECT_EQ(c.runtime.hash, HashAlgo::kSHA256);
+  EXPECT_EQ(c.limits.max_queue, 3u);
+  EXPECT_EQ(c.limits.max_tokens, 100u);
+  EXPECT_DOUBLE_EQ(c.limits.request_timeout_s, 5.0);
+  EXPECT_EQ(c.runtime.max_sequences, 8u);
+  EXPECT_TRUE(c.validate().ok());
+}
+
+TEST(ConfigTest, TomlErrorsNameTheKeyAndLeaveConfigUntouched) {
+  ServerConfig c;
+  auto expect_bad = [&](const char* doc, const char* needle) {
+    const Status s = apply_toml(doc, "f.toml", c);
+    ASSERT_FALSE(s.ok()) << doc;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  expect_bad("[server]\nport = \"x\"\n", "server.port");
+  expect_bad("[server]\nport = 70000\n", "server.port");
+  expect_bad("[server]\nprot = 1\n", "unknown key 'server.prot'");
+  expect_bad("[srever]\n", "unknown section");
+  expect_bad("[cache]\ndevice_capacity = \"12 parsecs\"\n", "cache.device_capacity");
+  expect_bad("[cache]\nwrite_policy = \"sometimes\"\n", "cache.write_policy");
+  expect_bad("[cache]\nkv_dtype = \"f8\"\n", "cache.kv_dtype");
+  expect_bad("[server\n", "f.toml:");
+  expect_bad("[server]\nhost = \"a\"\nport = true\n", "server.port");
+  EXPECT_EQ(c.host, "127.0.0.1");  // the partly applied file above changed nothing
+}
+
+TEST(ConfigTest, FlagsWinOverTheFile) {
+  const auto path = std::filesystem::temp_directory_path() / ("kvtier_cfg_" + std::to_string(::getpid()) + ".toml");
+  {
+    std::ofstream f(path);
+    f << "[server]\nport = 9100\nhost = \"127.0.0.2\"\n[cache]\ndisk_capacity = \"1GiB\"\n[model]\nname = \"tiny\"\n";
+  }
+  CLI::App app;
+  ServeFlags flags;
+  add_serve_flags(app, flags);
+  const std::string p = path.string();
+  std::vector<std::string> args = {"--port", "9200", "--disk-capacity", "512MiB", "--no-cache", "--config", p};
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  app.parse(args);
+  auto c = resolve_config(flags);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->port, 9200);                     // flag
+  EXPECT_EQ(c->host, "127.0.0.2");              // file
+  EXPECT_EQ(c->runtime.model, "tiny");          // file
+  EXPECT_EQ(c->runtime.disk_bytes, size_t(512) << 20);  // flag
+  EXPECT_FALSE(c->runtime.cache_enabled);       // flag
+  EXPECT_EQ(c->runtime.host_bytes, RuntimeOptions{}.host_bytes);  // default
+}
+
+TEST(ConfigTest, BadFlagValuesAreErrors) {
+  for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+           {"--device-capacity", "lots"}, {"--write-policy", "x"}, {"--kv-dtype", "f64"}, {"--eviction", "random"},
+           {"--max-queue", "0"}, {"--config", "/nonexistent/kvtier.toml"}}) {
+    CLI::App app;
+    ServeFlags flags;
+    add_serve_flags(app, flags);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    EXPECT_FALSE(resolve_config(flags).ok()) << args.back();
+  }
+}
+
+TEST(ConfigTest, HelpDocumentsEveryRequiredFlagWithDefaults) {
+  CLI::App app;
+  ServeFlags flags;
+  add_serve_flags(app, flags);
+  const std::string help = app.help();
+  for (const char* f : {"--config", "--model", "--host", "--port", "--disk-dir", "--device-capacity", "--host-capacity",
+                        "--disk-capacity", "--api-key", "--no-cache", "--kv-dtype", "--page-tokens", "--chunk-pages",
+                        "--write-policy", "--eviction", "--profile", "--remote", "--max-queue", "--max-tokens",
+                        "--max-prompt-tokens", "--request-timeout"})
+    EXPECT_NE(help.find(f), std::string::npos) << f;
+  EXPECT_NE(help.find("(default: 8000)"), std::string::npos);
+  EXPECT_NE(help.find("(default: 127.0.0.1)"), std::string::npos);
+  EXPECT_NE(help.find("(default: 512MiB)"), std::string::npos);
+}
+
+TEST(ConfigTest, PrintedConfigReadsBack) {
+  ServerConfig c;
+  c.runtime.model = "tiny";
+  c.runtime.disk_dir = "/var/cache/kv";
+  c.runtime.host_bytes = size_t(3) << 30;
+  c.limits.max_queue = 17;
+  ServerConfig back;
+  const Status s = apply_toml(to_toml(c), "printed", back);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(back.runtime.model, "tiny");
+  EXPECT_EQ(back.runtime.disk_dir, "/var/cache/kv");
+  EXPECT_EQ(back.runtime.host_bytes, size_t(3) << 30);
+  EXPECT_EQ(back.limits.max_queue, 17u);
+}
+
+}  // namespace
+}  // namespace kvtier::server

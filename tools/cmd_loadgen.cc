@@ -1,0 +1,68 @@
+// `kvtier loadgen`: multi-round chat load against an OpenAI-compatible URL.
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+#include "command.h"
+#include "server/loadgen.h"
+
+namespace {
+
+struct LoadgenFlags {
+  kvtier::server::LoadgenOptions options;
+  bool json = false;
+  bool quiet = false;
+};
+
+void draw_progress(size_t done, size_t total) {
+  constexpr int kWidth = 30;
+  const int filled = total ? int(double(done) / double(total) * kWidth) : kWidth;
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "==============================", kWidth - filled, "", done, total);
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, int& exit_code) {
+  auto f = std::make_shared<LoadgenFlags>();
+  auto& o = f->options;
+  CLI::App* cmd = root.add_subcommand("loadgen", "Multi-round chat load against an OpenAI-compatible server; reports TTFT, "
+                                                 "latency, throughput and the cached-token share");
+  cmd->add_option("--url", o.url, "Server base URL")->capture_default_str();
+  cmd->add_option("--api-key", o.api_key, "Bearer token (default: none)");
+  cmd->add_option("--model", o.model, "Model name (default: the first of /v1/models)");
+  cmd->add_option("--users", o.users, "Concurrent conversations")->capture_default_str();
+  cmd->add_option("--rounds", o.rounds, "Rounds per conversation")->capture_default_str();
+  cmd->add_option("--system-prompt-tokens", o.system_prompt_tokens, "System prompt shared by all users")->capture_default_str();
+  cmd->add_option("--history-tokens", o.history_tokens, "Each user's own context before round 1")->capture_default_str();
+  cmd->add_option("--question-tokens", o.question_tokens, "Tokens of each new question")->capture_default_str();
+  cmd->add_option("--answer-tokens", o.answer_tokens, "Tokens generated per round")->capture_default_str();
+  cmd->add_option("--qps", o.qps, "Request rate; 0 = closed loop (next round right after the answer)")->capture_default_str();
+  cmd->add_option("--duration", o.duration_s, "Stop sending after this many seconds; 0 = all rounds")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of the synthetic token ids")->capture_default_str();
+  cmd->add_option("--vocab-size", o.vocab_size, "Token ids are drawn below this; 0 = ask the server (else 256)")
+      ->capture_default_str();
+  cmd->add_option("--timeout", o.timeout_s, "Per-request timeout in seconds")->capture_default_str();
+  cmd->add_flag("--json", f->json, "Print one JSON object instead of the table");
+  cmd->add_flag("--quiet", f->quiet, "No progress bar");
+  cmd->callback([f, &exit_code] {
+    std::mutex mu;
+    const bool show = !f->quiet && isatty(STDERR_FILENO);
+    auto progress = [&](size_t done, size_t total) {
+      if (!show) return;
+      std::lock_guard lk(mu);
+      draw_progress(done, total);
+    };
+    auto result = kvtier::server::run_loadgen(f->options, progress);
+    if (!result.ok()) {
+      exit_code = kvtier::cli::report(result.status());
+      return;
+    }
+    const auto summary = kvtier::server::summarize(*result);
+    if (f->json) std::printf("%s\n", kvtier::server::summary_json(f->options, summary).c_str());
+    else std::fputs(kvtier::server::summary_table(f->options, summary).c_str(), stdout);
+    exit_code = summary.errors == 0 ? 0 : 1;
+  });
+});
+
+}  // namespace
