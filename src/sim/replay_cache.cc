@@ -169,6 +169,14 @@ Status CacheModel::commit(NsKey ns, std::span<const TokenId> seq, CacheModelLook
     }
   }
 
+  // Recency tie-break. When this insert split a node, the node's unused
+  // tail and the new leaf were touched by the same walk and share a tick;
+  // the index would order them by node slot. Walking the request's own
+  // path once more makes it strictly the most recent: deterministic, and
+  // what LRU means. Only for policies whose key ignores hit counts.
+  if (o_.eviction == EvictionPolicyKind::kLru || o_.eviction == EvictionPolicyKind::kPriorityLru)
+    index_->match(ns, seq.first(size_t(W) * U), refresh_, /*hash_remainder=*/false);
+
   const uint64_t dev = index_->tier_pages(TierKind::kDevice);
   if (o_.device_pages != UINT64_MAX && dev > o_.device_pages)
     KVTIER_RETURN_IF_ERROR(evict(TierKind::kDevice, dev - o_.device_pages));

@@ -11,6 +11,10 @@
 //           a host copy and store whole chunks down (selective only chunks
 //           hit selective_hits times); write-back stores nothing down; then
 //           device pages are evicted to capacity (KVCache::commit/evict_*).
+// One deliberate difference: after the insert, LRU and priority re-walk the
+// request's path so that recency ties (a split node's unused tail and the
+// new leaf) go to the request's own pages instead of to the index's node
+// slot order.
 // The index works on "index tokens": the prompt's tokens, or one synthetic
 // token per page when the prompt is made of hash-id blocks (unit == 1).
 // Not thread-safe.
@@ -88,6 +92,7 @@ class CacheModel {
   std::vector<PageLocation> locs_;
   std::vector<uint32_t> need_host_;
   EvictResult evicted_;
+  MatchResult refresh_;
 };
 
 }  // namespace kvtier::sim_detail
