@@ -32,7 +32,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 demo: build
-	./$(BUILD)/tools/kvtier demo
+	./$(BUILD)/tools/kvtier demo --disk-dir $(BUILD)/demo-cache
 
 bench: build
 	./$(BUILD)/tools/kvtier bench index --trace ../shared/traces/mooncake_synthetic_trace.jsonl

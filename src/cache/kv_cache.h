@@ -228,7 +228,8 @@ class KVCache {
   };
   explicit KVCache(const KVCacheOptions& o);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);
-  Status allocate_slots(uint32_t n, std::vector<SlotId>& out);
+  // Up to n host slots (evicting cached host pages as needed); returns how many.
+  uint32_t allocate_slots(uint32_t n, std::vector<SlotId>& out);
   Status evict_device(uint32_t n);
   Status evict_host(uint32_t n);
   void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,

@@ -50,8 +50,11 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   if (options_.write_policy != WritePolicy::kWriteBack) {
     // Host copies of pages without one (write-through and selective).
     if (host_ && !need_host.empty()) {
+      // As many as the host tier can take (the earliest pages first: the prefix is what gets reused).
       std::vector<SlotId> slots;
-      if (allocate_slots(static_cast<uint32_t>(need_host.size()), slots).ok()) {
+      allocate_slots(static_cast<uint32_t>(std::min<size_t>(need_host.size(), host_->num_slots())), slots);
+      need_host.resize(slots.size());
+      if (!slots.empty()) {
         auto pd = std::make_unique<Pending>();
         pd->host_copies = true;
         TransferBatch batch;
@@ -161,10 +164,11 @@ Status KVCache::evict_device(uint32_t n) {
   return Status::Ok();
 }
 
-Status KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
-  if (!host_) return Status::Unavailable("no host tier");
-  if (host_->free_slots() < n) KVTIER_RETURN_IF_ERROR(evict_host(n - host_->free_slots()));
-  return host_->allocate_slots(n, out);
+uint32_t KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
+  if (!host_) return 0;
+  if (host_->free_slots() < n && !evict_host(n - host_->free_slots()).ok()) return 0;
+  const uint32_t k = std::min(n, host_->free_slots());
+  return host_->allocate_slots(k, out).ok() ? k : 0;
 }
 
 Status KVCache::evict_host(uint32_t n) {

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "memory/device_memory.h"
-#include "transfer/tier_bench.h"
+#include "tiers/disk_tier.h"
 
 namespace kvtier {
 
@@ -46,6 +46,52 @@ double memcpy_bytes_per_s(size_t bytes) {
     best = std::max(best, double(bytes) / seconds_since(t0));
   }
   return best;
+}
+
+// Disk tier read figures, through a DiskTier in a scratch folder: chunks are
+// written until earlier regions are sealed on disk, then read back with
+// O_DIRECT — one chunk alone (latency) and all sealed chunks in one batch
+// (bandwidth).
+Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) {
+  const std::string dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  DiskTierOptions d;
+  d.geometry = ChunkGeometry{g, 16};
+  d.dir = dir;
+  const size_t chunk = d.geometry.max_payload_bytes();
+  d.region_bytes = std::max<size_t>(size_t(4) << 20, (chunk + (size_t(64) << 10)) / 4096 * 4096 + 4096);
+  const size_t total = std::max<size_t>(o.quick ? size_t(24) << 20 : size_t(256) << 20, 3 * d.region_bytes);
+  d.capacity_bytes = total + 2 * d.region_bytes;
+  auto tier = DiskTier::create(d);
+  if (!tier.ok()) return Status(tier.status().code(), "calibration of the disk tier under " + dir + ": " + tier.status().message());
+  std::vector<std::byte> payload(chunk, std::byte{0x5A});
+  std::vector<std::vector<PageHash>> hashes;
+  const PageHash ns{7, 7};
+  for (size_t i = 0, n = total / chunk; i < n; ++i) {
+    std::vector<PageHash> h(16);
+    for (uint32_t k = 0; k < 16; ++k) h[k] = PageHash{i + 1, k + 1};
+    Status st = (*tier)->put(ChunkKey{ns, h.back()}, h, payload);
+    if (!st.ok()) return Status(st.code(), "calibration of the disk tier under " + dir + ": " + st.message());
+    hashes.push_back(std::move(h));
+  }
+  KVTIER_RETURN_IF_ERROR((*tier)->flush());
+  // Only chunks of sealed regions are read from the file (the active one is in memory).
+  const size_t sealed = hashes.size() * 2 / 3;
+  std::vector<std::vector<std::byte>> bufs(sealed, std::vector<std::byte>(chunk));
+  auto t0 = std::chrono::steady_clock::now();
+  (void)(*tier)->get(ChunkKey{ns, hashes[0].back()}, bufs[0]);
+  const double latency = seconds_since(t0);
+  std::vector<GetOp> ops;
+  for (size_t i = 1; i < sealed; ++i) ops.push_back(GetOp{ChunkKey{ns, hashes[i].back()}, 0, kAllLayers, bufs[i], {}, 0});
+  t0 = std::chrono::steady_clock::now();
+  (*tier)->get_batch(ops);
+  const double secs = seconds_since(t0);
+  for (const GetOp& op : ops)
+    if (!op.status.ok()) return Status(op.status.code(), "calibration read from " + dir + ": " + op.status.message());
+  tier->reset();
+  std::filesystem::remove_all(dir, ec);
+  return TierLink{latency, double(ops.size() * chunk) / std::max(secs, 1e-6)};
 }
 
 }  // namespace
@@ -87,19 +133,7 @@ Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const Cal
   p.link(TierKind::kDevice) = {0, std::numeric_limits<double>::infinity()};
   p.link(TierKind::kHost) = {10e-6, memcpy_bytes_per_s(size_t(o.quick ? 32 : 256) << 20)};
   if (!o.disk_dir.empty()) {
-    TierBenchOptions tb;
-    tb.dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
-    tb.disk_bytes = size_t(o.quick ? 16 : 512) << 20;
-    tb.memory_bytes = size_t(o.quick ? 4 : 64) << 20;
-    tb.load_bytes = size_t(o.quick ? 4 : 64) << 20;
-    tb.geometry = engine.geometry();
-    auto res = run_tier_bench(tb);
-    std::error_code ec;
-    std::filesystem::remove_all(tb.dir, ec);
-    if (res.ok() && res->disk_read_gbps > 0) {
-      // Latency of one chunk read: the time to first layer of a load is a fair upper bound.
-      p.link(TierKind::kDisk) = {std::max(res->first_layer_ms, 0.05) * 1e-3, res->disk_read_gbps * 1e9};
-    }
+    KVTIER_ASSIGN_OR_RETURN(p.link(TierKind::kDisk), measure_disk(engine.geometry(), o));
   }
   if (o.remote_bytes_per_s > 0) p.link(TierKind::kRemote) = {o.remote_latency_s, o.remote_bytes_per_s};
   std::time_t now = std::time(nullptr);

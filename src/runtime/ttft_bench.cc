@@ -1,0 +1,200 @@
+#include "runtime/ttft_bench.h"
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "engine/sampler.h"
+#include "runtime/cached_prefill.h"
+#include "runtime/runtime.h"
+#include "transfer/tier_bench.h"
+
+namespace kvtier {
+
+Status TtftBenchOptions::validate() const {
+  if (prefixes.empty()) return Status::InvalidArgument("bench ttft: --prefix needs at least one length");
+  for (uint32_t p : prefixes)
+    if (p == 0) return Status::InvalidArgument("bench ttft: prefix lengths must be > 0");
+  if (suffix == 0) return Status::InvalidArgument("bench ttft: suffix must be > 0");
+  if (dir.empty()) return Status::InvalidArgument("bench ttft: a directory is required");
+  return Status::Ok();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+struct Prompt {
+  Namespace ns;
+  std::vector<TokenId> tokens;
+};
+
+// One request through the cache; returns TTFT in ms and what the plan did.
+Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, bool commit, LeaseReport* rep) {
+  const auto t0 = Clock::now();
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(p.ns, p.tokens));
+  const Plan plan = s.cache->plan(look);
+  KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));
+  if (!layerwise) lease.wait_all();  // no overlap: every load lands before compute starts
+  engine::SequenceKV kv;
+  KVTIER_ASSIGN_OR_RETURN(auto logits, cached_prefill(*s.engine, *s.cache, lease, kv, p.tokens));
+  (void)engine::argmax(logits.last());
+  const double ms = ms_since(t0);
+  if (rep) *rep = lease.report();
+  if (commit) {
+    KVTIER_RETURN_IF_ERROR(s.cache->commit(lease, std::span(p.tokens).first(kv.num_tokens)));
+  } else {
+    s.cache->release(lease);
+  }
+  return ms;
+}
+
+}  // namespace
+
+Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* progress) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  std::error_code ec;
+  std::filesystem::remove_all(o.dir, ec);
+  std::filesystem::create_directories(o.dir, ec);
+  const std::string disk_dir = (std::filesystem::path(o.dir) / "disk").string();
+  const std::string profile = (std::filesystem::path(o.dir) / "profile.json").string();
+
+  uint64_t total_tokens = 0;
+  uint32_t max_prompt = 0;
+  for (uint32_t p : o.prefixes) {
+    total_tokens += p + o.suffix;
+    max_prompt = std::max(max_prompt, p + o.suffix);
+  }
+  RuntimeOptions ro;
+  ro.model = o.model;
+  ro.kv_dtype = o.kv_dtype;
+  ro.threads = o.threads;
+  ro.disk_dir = disk_dir;
+  ro.max_sequences = 1;
+  // Sized from the model's KV bytes per token once the model is known; start with a probe.
+  ro.device_bytes = size_t(64) << 20;
+  ro.host_bytes = 0;
+  KVTIER_ASSIGN_OR_RETURN(ServingStack probe, build_stack(ro));
+  const size_t bpt = probe.cache->geometry().bytes_per_token();
+  KVTIER_RETURN_IF_ERROR(probe.profile.save(profile));
+  probe = ServingStack();
+  ro.profile_path = profile;
+  ro.device_bytes = (total_tokens + max_prompt + 1024) * bpt;
+  ro.host_bytes = (total_tokens + 1024) * bpt;
+  ro.disk_bytes = std::max<size_t>(size_t(2) * total_tokens * bpt, size_t(512) << 20);
+  KVTIER_ASSIGN_OR_RETURN(ServingStack s, build_stack(ro));
+
+  TtftBenchResult res;
+  res.model = o.model;
+  {
+    TierBenchOptions tb;
+    tb.dir = (std::filesystem::path(o.dir) / "raw").string();
+    tb.geometry = s.cache->geometry();
+    tb.disk_bytes = size_t(256) << 20;
+    tb.memory_bytes = size_t(64) << 20;
+    tb.load_bytes = size_t(16) << 20;
+    KVTIER_ASSIGN_OR_RETURN(TierBenchResult r, run_tier_bench(tb));
+    res.memcpy_gbps = r.memcpy_gbps;
+    res.raw_read_gbps = r.raw_read_gbps;
+    std::filesystem::remove_all(tb.dir, ec);
+  }
+
+  std::vector<Prompt> prompts;
+  std::vector<double> recompute_ms, device_ms;
+  std::mt19937 rng(17);
+  const uint32_t vocab = s.model->config().vocab_size;
+  for (uint32_t n : o.prefixes) {
+    Prompt p;
+    p.ns = Namespace{s.model->fingerprint(), "", "bench-" + std::to_string(n)};
+    p.tokens.resize(n + o.suffix);
+    for (auto& t : p.tokens) t = static_cast<TokenId>(300 + rng() % (vocab - 300));
+    if (progress) std::fprintf(progress, "bench ttft: recompute %u + %u tokens...\n", n, o.suffix);
+    KVTIER_ASSIGN_OR_RETURN(double ms, timed_request(s, p, true, /*commit=*/true, nullptr));
+    recompute_ms.push_back(ms);
+    prompts.push_back(std::move(p));
+  }
+  KVTIER_RETURN_IF_ERROR(s.cache->drain());
+
+  auto measure = [&](TierKind tier) -> Status {
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      for (bool lw : {true, false}) {
+        LeaseReport rep;
+        KVTIER_ASSIGN_OR_RETURN(double ms, timed_request(s, prompts[i], lw, /*commit=*/false, &rep));
+        TtftRow row;
+        row.tier = tier;
+        row.prefix = o.prefixes[i];
+        row.layerwise = lw;
+        row.ttft_ms = ms;
+        row.recompute_ms = recompute_ms[i];
+        row.recomputed_tokens = rep.recomputed_cached_tokens;
+        row.loaded_tokens = tier == TierKind::kDevice ? 0 : rep.reused_tokens_by_tier[static_cast<size_t>(tier)];
+        if (tier == TierKind::kDevice && lw) device_ms.push_back(ms);
+        const double bw = tier == TierKind::kHost ? res.memcpy_gbps : res.raw_read_gbps;
+        const double load_ms = tier == TierKind::kDevice ? 0 : double(o.prefixes[i]) * bpt / (bw * 1e9) * 1e3;
+        row.floor_ms = std::max(load_ms, device_ms.size() > i ? device_ms[i] : 0.0);
+        res.rows.push_back(row);
+        if (progress)
+          std::fprintf(progress, "bench ttft: %-6s prefix %6u layerwise %-3s ttft %9.1f ms (floor %9.1f, recompute %9.1f)\n",
+                       std::string(tier_name(tier)).c_str(), row.prefix, lw ? "on" : "off", ms, row.floor_ms,
+                       row.recompute_ms);
+      }
+    }
+    return Status::Ok();
+  };
+  KVTIER_RETURN_IF_ERROR(measure(TierKind::kDevice));
+  KVTIER_RETURN_IF_ERROR(s.cache->evict(TierKind::kDevice, UINT32_MAX));
+  KVTIER_RETURN_IF_ERROR(measure(TierKind::kHost));
+  // Reopen: device and host start empty, and every disk chunk is read from its region file.
+  s = ServingStack();
+  ro.host_bytes = size_t(1) << 20;
+  KVTIER_ASSIGN_OR_RETURN(s, build_stack(ro));
+  KVTIER_RETURN_IF_ERROR(measure(TierKind::kDisk));
+  s = ServingStack();
+  std::filesystem::remove_all(o.dir, ec);
+  return res;
+}
+
+std::string TtftBenchResult::to_json() const {
+  nlohmann::json j;
+  j["bench"] = "ttft";
+  j["model"] = model;
+  j["memcpy_gbps"] = memcpy_gbps;
+  j["raw_read_gbps"] = raw_read_gbps;
+  j["results"] = nlohmann::json::array();
+  for (const TtftRow& r : rows)
+    j["results"].push_back({{"tier", tier_name(r.tier)},
+                            {"prefix", r.prefix},
+                            {"layerwise", r.layerwise},
+                            {"ttft_ms", r.ttft_ms},
+                            {"recompute_ms", r.recompute_ms},
+                            {"floor_ms", r.floor_ms},
+                            {"ttft_over_floor", r.floor_ms > 0 ? r.ttft_ms / r.floor_ms : 0.0},
+                            {"speedup_vs_recompute", r.ttft_ms > 0 ? r.recompute_ms / r.ttft_ms : 0.0},
+                            {"loaded_tokens", r.loaded_tokens},
+                            {"recomputed_cached_tokens", r.recomputed_tokens}});
+  return j.dump();
+}
+
+std::string TtftBenchResult::to_table() const {
+  std::ostringstream s;
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "model %s; memcpy %.2f GB/s, raw O_DIRECT read %.2f GB/s (same run)\n", model.c_str(),
+                memcpy_gbps, raw_read_gbps);
+  s << buf;
+  std::snprintf(buf, sizeof(buf), "%-7s %7s %9s %11s %11s %11s %10s %10s\n", "tier", "prefix", "layerwise", "ttft_ms",
+                "floor_ms", "recompute", "ttft/floor", "speed-up");
+  s << buf;
+  for (const TtftRow& r : rows) {
+    std::snprintf(buf, sizeof(buf), "%-7s %7u %9s %11.1f %11.1f %11.1f %10.2f %9.1fx\n",
+                  std::string(tier_name(r.tier)).c_str(), r.prefix, r.layerwise ? "on" : "off", r.ttft_ms, r.floor_ms,
+                  r.recompute_ms, r.floor_ms > 0 ? r.ttft_ms / r.floor_ms : 0.0,
+                  r.ttft_ms > 0 ? r.recompute_ms / r.ttft_ms : 0.0);
+    s << buf;
+  }
+  return s.str();
+}
+
+}  // namespace kvtier

@@ -1,0 +1,54 @@
+// `kvtier bench ttft`: TTFT with the prefix cached on each tier vs recompute and vs the overlap floor.
+#include <cstdio>
+#include <sstream>
+
+#include "command.h"
+#include "runtime/ttft_bench.h"
+
+namespace kvtier::cli {
+namespace {
+
+CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
+  struct Flags {
+    TtftBenchOptions o;
+    std::string prefixes = "1024,4096,16384";
+    std::string kv_dtype = "f16";
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench_group(root).add_subcommand("ttft", "TTFT with a cached prefix per tier vs recompute and the overlap floor");
+  cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
+  cmd->add_option("--prefix", f->prefixes, "comma-separated cached prefix lengths")->capture_default_str();
+  cmd->add_option("--suffix", f->o.suffix, "new tokens after the prefix")->capture_default_str();
+  cmd->add_option("--kv-dtype", f->kv_dtype, "KV dtype: f32, f16, bf16")->capture_default_str();
+  cmd->add_option("--dir", f->o.dir, "scratch directory for the disk tier (removed afterwards)")->capture_default_str();
+  cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->callback([f, &exit_code] {
+    f->o.prefixes.clear();
+    std::stringstream ss(f->prefixes);
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        if (!item.empty()) f->o.prefixes.push_back(static_cast<uint32_t>(std::stoul(item)));
+      } catch (const std::exception&) {
+        exit_code = report(Status::InvalidArgument("--prefix: expected numbers like 1024,4096"));
+        return;
+      }
+    }
+    auto dt = parse_dtype(f->kv_dtype);
+    if (!dt.ok()) {
+      exit_code = report(dt.status());
+      return;
+    }
+    f->o.kv_dtype = *dt;
+    auto r = run_ttft_bench(f->o, stderr);
+    if (!r.ok()) {
+      exit_code = report(r.status());
+      return;
+    }
+    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+  });
+});
+
+}  // namespace
+}  // namespace kvtier::cli
