@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "command.h"
+#include "tiers/redis_bench.h"
 #include "transfer/tier_bench.h"
 
 namespace {
@@ -16,15 +17,28 @@ kvtier::cli::CommandRegistration reg("bench-tiers", [](CLI::App& root, int& exit
   cmd->add_option("--dir", opts->dir, "Directory on the file system to measure")->capture_default_str();
   cmd->add_option("--disk-mib", *disk_mib, "MiB written and read per disk figure")->capture_default_str();
   cmd->add_option("--queue-depth", opts->queue_depth, "io_uring queue depth")->capture_default_str();
+  auto remote = std::make_shared<std::string>();
+  cmd->add_option("--remote", *remote, "Also measure a RemoteTier: redis://host:port (see `kvtier bench remote`)");
   cmd->add_flag("--json", *json, "Print one JSON object");
-  cmd->callback([opts, json, disk_mib, &exit_code] {
+  cmd->callback([opts, json, disk_mib, remote, &exit_code] {
     opts->disk_bytes = *disk_mib << 20;
     auto r = kvtier::run_tier_bench(*opts);
     if (!r.ok()) {
       exit_code = kvtier::cli::report(r.status());
       return;
     }
-    std::cout << (*json ? r->to_json() + "\n" : r->to_table());
+    std::string out = *json ? r->to_json() : r->to_table();
+    if (!remote->empty()) {  // remote figures join the same table / JSON object
+      kvtier::RemoteBenchOptions ro;
+      ro.url = *remote;
+      auto rr = kvtier::run_remote_bench(ro);
+      if (!rr.ok()) {
+        exit_code = kvtier::cli::report(rr.status());
+        return;
+      }
+      out = *json ? out.substr(0, out.rfind('}')) + "," + rr->to_json().substr(1) : out + rr->to_table();
+    }
+    std::cout << out << (*json ? "\n" : "");
     exit_code = 0;
   });
 });

@@ -288,7 +288,9 @@ Status RedisClient::run(std::span<RedisCommand> cmds) {
 }
 
 Result<RedisReplyPtr> RedisClient::command(std::vector<std::string_view> args, uint32_t key_arg) {
-  RedisCommand c{std::move(args), key_arg, nullptr, {}};
+  RedisCommand c;
+  c.args = std::move(args);
+  c.key_arg = key_arg;
   KVTIER_RETURN_IF_ERROR(run({&c, 1}));
   return std::move(c.reply);
 }
@@ -363,6 +365,10 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
           redisAppendCommand(g.c, "ASKING");
           asked[i] = 1;
           ask_to[i] = RedisEndpoint{};
+        }
+        if (!cmds[i].formatted.empty()) {
+          redisAppendFormattedCommand(g.c, cmds[i].formatted.data(), cmds[i].formatted.size());
+          continue;
         }
         argv.clear();
         argl.clear();

@@ -13,8 +13,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string_view as_view(const std::byte* p, size_t n) { return {reinterpret_cast<const char*>(p), n}; }
-
 bool is_oom(const redisReply* r) {
   return r && r->type == REDIS_REPLY_ERROR && r->len >= 3 && std::strncmp(r->str, "OOM", 3) == 0;
 }
@@ -112,22 +110,32 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
       bytes += b;
       ++end;
     }
+    // Each SET is built as RESP bytes with the entry encoded in place
+    // (SET key <entry> [PX ttl]): the value is copied once here and once into hiredis.
     std::vector<std::string> keys;
-    std::vector<std::unique_ptr<std::byte[]>> bufs;
+    std::vector<std::unique_ptr<char[]>> bufs;
     std::vector<RedisCommand> cmds;
+    const bool px = options_.ttl.count() > 0;
+    keys.reserve(end - begin);  // commands hold views into these strings
     for (size_t i = begin; i < end; ++i) {
       PutOp& op = *valid[i];
       const size_t n = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1).entry_bytes;
-      bufs.emplace_back(new std::byte[n]);
-      op.status = encode_chunk_entry(g, op.key, op.page_hashes, op.payload, ++sequence_, 1, {bufs.back().get(), n});
       keys.push_back(key_of(op.key));
-    }
-    for (size_t i = begin, j = 0; i < end; ++i, ++j) {
-      if (!valid[i]->status.ok()) continue;
-      const size_t n = chunk_entry_layout(g, static_cast<uint32_t>(valid[i]->page_hashes.size()), 1).entry_bytes;
+      const std::string& k = keys.back();
+      const std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
+                               "\r\n$" + std::to_string(n) + "\r\n";
+      const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
+      const size_t total = head.size() + n + tail.size();
+      bufs.emplace_back(new char[total]);
+      char* p = bufs.back().get();
+      std::memcpy(p, head.data(), head.size());
+      op.status = encode_chunk_entry(g, op.key, op.page_hashes, op.payload, ++sequence_, 1,
+                                     {reinterpret_cast<std::byte*>(p + head.size()), n});
+      std::memcpy(p + head.size() + n, tail.data(), tail.size());
+      if (!op.status.ok()) continue;
       RedisCommand c;
-      c.args = {"SET", keys[j], as_view(bufs[j].get(), n)};
-      if (options_.ttl.count() > 0) c.args.insert(c.args.end(), {"PX", ttl_ms_});
+      c.args = {"SET", k};
+      c.formatted = std::string_view(p, total);
       cmds.push_back(std::move(c));
     }
     Status transport = client_->run(cmds);

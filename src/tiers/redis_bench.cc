@@ -1,0 +1,182 @@
+#include "tiers/redis_bench.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "tiers/remote_tier.h"
+
+namespace kvtier {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+Status RemoteBenchOptions::validate() const {
+  if (url.empty()) return Status::InvalidArgument("bench remote: a redis:// URL is needed");
+  if (total_bytes == 0) return Status::InvalidArgument("bench remote: total bytes must be > 0");
+  if (batch_chunks == 0) return Status::InvalidArgument("bench remote: batch_chunks must be > 0");
+  if (rounds == 0) return Status::InvalidArgument("bench remote: rounds must be > 0");
+  return ChunkGeometry{geometry, chunk_pages}.validate();
+}
+
+Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  const ChunkGeometry g{o.geometry, o.chunk_pages};
+  KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.url, g));
+  ro.max_batch_bytes = std::max(ro.max_batch_bytes, size_t(o.batch_chunks) * chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes);
+  KVTIER_ASSIGN_OR_RETURN(auto tier, RemoteTier::create(ro));
+  ro.range_reads = false;
+  KVTIER_ASSIGN_OR_RETURN(auto whole_tier, RemoteTier::create(ro));
+  if (tier->degraded()) return Status::Unavailable("bench remote: Redis at " + o.url + " is not reachable");
+
+  RemoteBenchResult res;
+  res.chunk_payload_bytes = g.max_payload_bytes();
+  res.value_bytes = chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes;
+  res.chunks = std::max<size_t>(o.batch_chunks, o.total_bytes / res.chunk_payload_bytes);
+  res.cluster = tier->client().is_cluster();
+  res.nodes = tier->client().nodes().size();
+
+  // One payload shared by every chunk; distinct page hashes under a fresh namespace.
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<std::byte> payload(res.chunk_payload_bytes);
+  for (auto& b : payload) b = static_cast<std::byte>(rng());
+  const PageHash ns{rng(), rng()};
+  std::vector<std::vector<PageHash>> hashes(res.chunks, std::vector<PageHash>(g.chunk_pages));
+  for (auto& h : hashes)
+    for (auto& p : h) p = PageHash{rng(), rng()};
+  std::vector<std::string> raw_keys;
+  for (size_t i = 0; i < res.chunks; ++i) raw_keys.push_back("kvtier:bench:" + ns.to_hex() + ":" + std::to_string(i));
+  std::string raw_value(res.value_bytes, 'r');
+
+  const size_t B = o.batch_chunks;
+  std::vector<std::vector<std::byte>> outs(B, std::vector<std::byte>(res.chunk_payload_bytes));
+  const double payload_total = double(res.chunks) * res.chunk_payload_bytes;
+  const double value_total = double(res.chunks) * res.value_bytes;
+  auto gbps = [](double bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; };
+  std::vector<double> raw_set, raw_get, put, get, layer, layer_whole;
+  Status failed;
+
+  auto raw = [&](const char* verb) -> double {
+    const auto t0 = Clock::now();
+    for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
+      std::vector<RedisCommand> cmds;
+      for (size_t i = b; i < std::min(res.chunks, b + B); ++i) {
+        cmds.push_back(RedisCommand{{verb, raw_keys[i]}});
+        if (verb[0] == 'S') cmds.back().args.push_back(raw_value);
+      }
+      Status st = tier->client().run(cmds);
+      for (auto& c : cmds)
+        if (st.ok() && (c.reply->type == REDIS_REPLY_ERROR || (verb[0] == 'G' && c.reply->len != res.value_bytes)))
+          st = Status::IOError("bench remote: raw " + std::string(verb) + " failed");
+      if (!st.ok()) failed = st;
+    }
+    return seconds_since(t0);
+  };
+  auto reads = [&](RemoteTier& t, bool layerwise, size_t limit) -> double {
+    const auto t0 = Clock::now();
+    const uint32_t L = g.kv.num_layers;
+    for (size_t b = 0; b < limit && failed.ok(); b += B) {
+      const size_t n = std::min(limit, b + B) - b;
+      for (uint32_t l = 0; l < (layerwise ? L : 1u); ++l) {
+        std::vector<GetOp> ops;
+        for (size_t i = 0; i < n; ++i)
+          ops.push_back(GetOp{ChunkKey{ns, hashes[b + i].back()}, layerwise ? l : 0, layerwise ? 1u : kAllLayers, outs[i]});
+        t.get_batch(ops);
+        for (auto& op : ops)
+          if (!op.status.ok()) failed = op.status;
+      }
+    }
+    return seconds_since(t0);
+  };
+
+  for (uint32_t r = 0; r < o.rounds && failed.ok(); ++r) {
+    raw_set.push_back(gbps(value_total, raw("SET")));
+    const auto t0 = Clock::now();
+    for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
+      std::vector<PutOp> ops;
+      for (size_t i = b; i < std::min(res.chunks, b + B); ++i)
+        ops.push_back(PutOp{ChunkKey{ns, hashes[i].back()}, hashes[i], payload});
+      tier->put_batch(ops);
+      for (auto& op : ops)
+        if (!op.status.ok()) failed = op.status;
+    }
+    put.push_back(gbps(payload_total, seconds_since(t0)));
+    // Raw and tier reads alternate so that both see the same server state.
+    raw_get.push_back(gbps(value_total, raw("GET")));
+    get.push_back(gbps(payload_total, reads(*tier, false, res.chunks)));
+    layer.push_back(gbps(payload_total, reads(*tier, true, res.chunks)));
+    // Whole-value GET per layer moves L times the bytes: one batch is enough to show it.
+    layer_whole.push_back(gbps(double(B) * res.chunk_payload_bytes, reads(*whole_tier, true, std::min(res.chunks, B))));
+  }
+  if (failed.ok() && std::memcmp(outs[0].data(), payload.data() + (g.kv.num_layers - 1) * g.layer_bytes(g.chunk_pages),
+                                 g.layer_bytes(g.chunk_pages)) != 0)
+    failed = Status::Internal("bench remote: read back different bytes");
+  // Clean up both key sets (best effort).
+  for (size_t b = 0; b < res.chunks; b += 64) {
+    std::vector<std::string> keys;
+    for (size_t i = b; i < std::min(res.chunks, b + 64); ++i) keys.push_back(tier->key_of(ChunkKey{ns, hashes[i].back()}));
+    std::vector<RedisCommand> cmds;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      cmds.push_back(RedisCommand{{"DEL", keys[i]}});
+      cmds.push_back(RedisCommand{{"DEL", raw_keys[b + i]}});
+    }
+    (void)tier->client().run(cmds);
+  }
+  KVTIER_RETURN_IF_ERROR(failed);
+  res.redis_raw_set_gbps = median(raw_set);
+  res.redis_raw_gbps = median(raw_get);
+  res.remote_write_gbps = median(put);
+  res.remote_read_gbps = median(get);
+  res.remote_layer_read_gbps = median(layer);
+  res.remote_layer_read_whole_gbps = median(layer_whole);
+  return res;
+}
+
+std::string RemoteBenchResult::to_json() const {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
+  char buf[1024];
+  std::snprintf(buf, sizeof buf,
+                "{\"remote_chunk_payload_bytes\":%zu,\"remote_value_bytes\":%zu,\"remote_chunks\":%zu,"
+                "\"remote_cluster\":%s,\"remote_nodes\":%zu,\"redis_raw_gbps\":%.4f,\"redis_raw_set_gbps\":%.4f,"
+                "\"remote_write_gbps\":%.4f,\"remote_read_gbps\":%.4f,\"remote_layer_read_gbps\":%.4f,"
+                "\"remote_layer_read_whole_gbps\":%.4f,\"remote_read_vs_raw\":%.3f,\"remote_write_vs_raw_set\":%.3f}",
+                chunk_payload_bytes, value_bytes, chunks, cluster ? "true" : "false", nodes, redis_raw_gbps,
+                redis_raw_set_gbps, remote_write_gbps, remote_read_gbps, remote_layer_read_gbps,
+                remote_layer_read_whole_gbps, ratio(remote_read_gbps, redis_raw_gbps),
+                ratio(remote_write_gbps, redis_raw_set_gbps));
+  return buf;
+}
+
+std::string RemoteBenchResult::to_table() const {
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
+  char buf[2048];
+  std::snprintf(buf, sizeof buf,
+                "remote tier: %zu chunks of %.2f MiB payload (%zu-byte values), %s, %zu node(s)\n"
+                "  %-34s %8.3f GB/s\n  %-34s %8.3f GB/s\n"
+                "  %-34s %8.3f GB/s  (%.2f x raw SET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n"
+                "  %-34s %8.3f GB/s  (%.2f x raw GET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n",
+                chunks, chunk_payload_bytes / 1048576.0, value_bytes, cluster ? "cluster" : "standalone", nodes,
+                "redis raw pipelined SET", redis_raw_set_gbps, "redis raw pipelined GET", redis_raw_gbps,
+                "RemoteTier write (put_batch)", remote_write_gbps, ratio(remote_write_gbps, redis_raw_set_gbps),
+                "RemoteTier read (whole chunks)", remote_read_gbps, ratio(remote_read_gbps, redis_raw_gbps),
+                "RemoteTier layer-wise read (GETRANGE)", remote_layer_read_gbps, ratio(remote_layer_read_gbps, redis_raw_gbps),
+                "RemoteTier layer-wise read (GET)", remote_layer_read_whole_gbps,
+                ratio(remote_layer_read_whole_gbps, redis_raw_gbps));
+  return buf;
+}
+
+}  // namespace kvtier

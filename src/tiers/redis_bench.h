@@ -1,0 +1,45 @@
+// The remote-tier measurement behind `kvtier bench remote` and
+// `kvtier bench tiers --remote URL`: RemoteTier write and read bandwidth
+// against the limit measured in the same run on the same server — plain
+// pipelined SET/GET of values of the same size, issued by the bench itself
+// through the same client (no entry encoding, no verification, no copy out).
+// Also measures layer-by-layer reads, with GETRANGE and with whole-value GETs.
+// Single-threaded driver; writes fresh keys and deletes them afterwards.
+#pragma once
+
+#include <string>
+
+#include "kvtier/status.h"
+#include "kvtier/types.h"
+
+namespace kvtier {
+
+struct RemoteBenchOptions {
+  std::string url;                        // redis://host:port[,host:port...] (tier URL options allowed)
+  size_t total_bytes = size_t(64) << 20;  // payload bytes per figure
+  uint32_t batch_chunks = 8;              // chunks per put_batch/get_batch call (one pipeline)
+  uint32_t rounds = 3;                    // each figure is the median of this many rounds
+  KVGeometry geometry{.num_layers = 16, .num_kv_heads = 4, .head_dim = 64, .dtype = DType::kF16, .page_tokens = 16};
+  uint32_t chunk_pages = 16;
+
+  Status validate() const;
+};
+
+struct RemoteBenchResult {
+  size_t chunk_payload_bytes = 0, value_bytes = 0, chunks = 0;
+  double redis_raw_gbps = 0;       // pipelined GET of value_bytes values
+  double redis_raw_set_gbps = 0;   // pipelined SET of value_bytes values
+  double remote_write_gbps = 0;    // RemoteTier::put_batch, payload bytes
+  double remote_read_gbps = 0;     // RemoteTier::get_batch of whole chunks, payload bytes, verified
+  double remote_layer_read_gbps = 0;        // one get_batch per layer, GETRANGE
+  double remote_layer_read_whole_gbps = 0;  // one get_batch per layer, whole-value GET each time
+  bool cluster = false;
+  size_t nodes = 0;
+
+  std::string to_json() const;   // one JSON object
+  std::string to_table() const;  // human-readable
+};
+
+Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& options);
+
+}  // namespace kvtier
