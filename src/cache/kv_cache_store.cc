@@ -1,6 +1,7 @@
 // KVCache: the write side (commit, write policies, eviction and demotion)
 // and background-transfer bookkeeping.
 #include <algorithm>
+#include <cstring>
 
 #include "cache/kv_cache.h"
 #include "common/page_hash.h"
@@ -156,7 +157,22 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
 // Device eviction. With write-back, a page without a host copy is first
 // copied to a host slot (demotion) so it stays cached one tier down.
 Status KVCache::evict_device(uint32_t n) {
-  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kDevice, evict_scratch_));
+  PrefixIndex::DemoteFn demote;
+  if (options_.write_policy == WritePolicy::kWriteBack && host_) {
+    // Room first (host eviction cannot run inside the device eviction), then
+    // each dropped device page is copied into a free slot.
+    const uint32_t want = std::min(n, host_->num_slots());
+    if (host_->free_slots() < want) (void)evict_host(want - host_->free_slots());
+    demote = [this](const PageLocation& loc, const PageHash&) {
+      auto slot = host_->allocate_slot();
+      if (!slot.ok()) return SlotId();
+      std::memcpy(host_->slot(*slot), pool_->page(loc.device), options_.geometry.page_bytes());
+      ++stats_.demoted_pages;
+      stats_.bytes_stored_by_tier[static_cast<size_t>(TierKind::kHost)] += options_.geometry.page_bytes();
+      return *slot;
+    };
+  }
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kDevice, evict_scratch_, demote));
   for (const EvictedPage& e : evict_scratch_.pages) {
     pool_->unref(e.location.device);
     ++stats_.evicted_pages_by_tier[0];

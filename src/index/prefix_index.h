@@ -49,6 +49,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <span>
@@ -226,7 +227,13 @@ class PrefixIndex {
   // tree (tail pages of a leaf are trimmed so exactly n_pages can be freed).
   // Fewer than n_pages are freed only when no unlocked page can give up its
   // residency in `tier` now without leaving a hole (I3).
-  Status evict(uint32_t n_pages, TierKind tier, EvictResult& out);
+  //
+  // Demotion (write-back): when evicting from the device, `demote` is asked
+  // for a host slot for each device-only page about to be dropped; a valid
+  // slot (whose bytes the hook has already filled) keeps the page cached on
+  // the host instead. The hook must not call back into the index.
+  using DemoteFn = std::function<SlotId(const PageLocation& location, const PageHash& hash)>;
+  Status evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote = {});
 
   // Drops everything (all namespaces). Outstanding handles become stale.
   void reset();
@@ -281,7 +288,7 @@ class PrefixIndex {
   void tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]);
   void refresh(uint32_t id);
   void rekey(Node& n, uint32_t id);
-  void evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out);
+  void evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote);
   void remove_leaf(uint32_t id);
   void emit(IndexEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
 

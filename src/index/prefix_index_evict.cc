@@ -66,7 +66,7 @@ void PrefixIndex::rekey(Node& n, uint32_t id) {
   n.key = k;
 }
 
-Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out) {
+Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote) {
   out.freed = 0;
   out.pages.clear();
   if (tier != TierKind::kDevice && tier != TierKind::kHost)
@@ -74,7 +74,7 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out) {
                                    std::string(tier_name(tier)));
   const int t = tier == TierKind::kDevice ? kDev : kHost;
   uint32_t need = n_pages;
-  while (need > 0 && !cand_[t].empty()) evict_from(cand_[t].begin()->node, t, need, out);
+  while (need > 0 && !cand_[t].empty()) evict_from(cand_[t].begin()->node, t, need, out, t == kDev ? demote : DemoteFn());
   if (arena_.fragmented()) compact();
   out.freed = n_pages - need;
   if (out.freed > 0) ++epoch_;  // pages may have been trimmed: matches made before cannot be resumed
@@ -86,16 +86,29 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out) {
 // leaves the tree when it is the last page of a childless node, and is
 // otherwise kept (it would leave a hole). Guaranteed to free at least one
 // page, since `id` is a candidate (I5).
-void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out) {
+void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote) {
   Node& n = nodes_[id];
   const uint32_t old_tp[2] = {n.tier_pages[kDev], n.tier_pages[kHost]};
   uint32_t i = std::min(n.scan_end[t], n.n_pages());
   uint32_t kept_end = 0;  // one past the highest t page this pass keeps
   while (i > 0 && need > 0) {
     --i;
-    const PageLocation loc = n.locs[i];
+    PageLocation loc = n.locs[i];
     if (!has_tier(loc, t)) continue;
     const PageHash h = opts_.store_hashes ? n.hashes[i] : PageHash{};
+    if (demote && !has_tier(loc, 1 - t)) {
+      // Write-back: the page moves down to a host slot instead of leaving.
+      const SlotId slot = demote(loc, h);
+      if (slot.valid()) {
+        PageLocation with_host = loc;
+        with_host.host = slot;
+        count_page(n, loc, -1);
+        count_page(n, with_host, +1);
+        n.locs[i] = with_host;
+        loc = with_host;
+        n.scan_end[1 - t] = std::max(n.scan_end[1 - t], i + 1);
+      }
+    }
     if (has_tier(loc, 1 - t)) {
       PageLocation kept = loc;
       if (t == kDev) {

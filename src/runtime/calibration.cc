@@ -60,15 +60,16 @@ Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) 
   d.geometry = ChunkGeometry{g, 16};
   d.dir = dir;
   const size_t chunk = d.geometry.max_payload_bytes();
-  d.region_bytes = std::max<size_t>(size_t(4) << 20, (chunk + (size_t(64) << 10)) / 4096 * 4096 + 4096);
-  const size_t total = std::max<size_t>(o.quick ? size_t(24) << 20 : size_t(256) << 20, 3 * d.region_bytes);
-  d.capacity_bytes = total + 2 * d.region_bytes;
+  const size_t entry = chunk + (size_t(64) << 10);               // payload + metadata, generously
+  d.region_bytes = (4 * entry + 4095) / 4096 * 4096;              // four chunks per region
+  const size_t n_chunks = std::max<size_t>(8, (size_t(o.quick ? 16 : 256) << 20) / chunk);
+  d.capacity_bytes = (n_chunks / 4 + 3) * d.region_bytes;         // nothing is reclaimed
   auto tier = DiskTier::create(d);
   if (!tier.ok()) return Status(tier.status().code(), "calibration of the disk tier under " + dir + ": " + tier.status().message());
   std::vector<std::byte> payload(chunk, std::byte{0x5A});
   std::vector<std::vector<PageHash>> hashes;
   const PageHash ns{7, 7};
-  for (size_t i = 0, n = total / chunk; i < n; ++i) {
+  for (size_t i = 0; i < n_chunks; ++i) {
     std::vector<PageHash> h(16);
     for (uint32_t k = 0; k < 16; ++k) h[k] = PageHash{i + 1, k + 1};
     Status st = (*tier)->put(ChunkKey{ns, h.back()}, h, payload);
@@ -77,7 +78,7 @@ Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) 
   }
   KVTIER_RETURN_IF_ERROR((*tier)->flush());
   // Only chunks of sealed regions are read from the file (the active one is in memory).
-  const size_t sealed = hashes.size() * 2 / 3;
+  const size_t sealed = (n_chunks / 4) * 4 - (n_chunks % 4 == 0 ? 4 : 0);
   std::vector<std::vector<std::byte>> bufs(sealed, std::vector<std::byte>(chunk));
   auto t0 = std::chrono::steady_clock::now();
   (void)(*tier)->get(ChunkKey{ns, hashes[0].back()}, bufs[0]);

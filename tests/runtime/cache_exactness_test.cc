@@ -103,6 +103,39 @@ TEST(CacheExactness, F16FromDiskAndHost) {
   expect_same(disk, ref, 1e-3);
 }
 
+// Write-back: nothing goes down at commit; device eviction demotes to host.
+TEST(CacheExactness, WriteBackDemotesOnEviction) {
+  RigOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 8);
+  Outcome ref = rig.reference(prompt, 16);
+  rig.cached(prompt, 16);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().index.host_pages, 0u);
+  EXPECT_EQ(rig.cache->stats().disk.entries, 0u);
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
+  EXPECT_GT(rig.cache->stats().demoted_pages, 0u);
+  Outcome hit = rig.cached(prompt, 16);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 288u);
+  expect_same(hit, ref, 1e-5);
+}
+
+// Selective: a chunk goes to disk only once its prefix has been hit enough times.
+TEST(CacheExactness, SelectiveWritesHotChunksOnly) {
+  RigOptions o;
+  o.write_policy = WritePolicy::kSelective;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 9);
+  rig.cached(prompt, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().disk.entries, 0u);  // a one-off prompt stays off the disk
+  rig.cached(prompt, 4);
+  rig.cached(prompt, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_GT(rig.cache->stats().disk.entries, 0u);
+}
+
 // Corrupt KV on disk is detected, counted and recomputed: the output is unchanged.
 TEST(CacheExactness, CorruptDiskEntryIsRecomputed) {
   RigOptions o;

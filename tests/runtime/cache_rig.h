@@ -26,6 +26,7 @@ struct RigOptions {
   bool disk = true;
   bool fast_links = true;  // planner always prefers loading
   size_t region_bytes = size_t(1) << 20;
+  WritePolicy write_policy = WritePolicy::kWriteThrough;
 };
 
 struct Outcome {
@@ -56,6 +57,7 @@ class CacheRig {
       co.disk_bytes = size_t(16) << 20;
     }
     co.model_cost = model_cost(*cfg, g);
+    co.write_policy = o.write_policy;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.link(TierKind::kHost) = {0, 1e12};
