@@ -137,9 +137,11 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
         row.floor_ms = std::max(load_ms, device_ms.size() > i ? device_ms[i] : 0.0);
         res.rows.push_back(row);
         if (progress)
-          std::fprintf(progress, "bench ttft: %-6s prefix %6u layerwise %-3s ttft %9.1f ms (floor %9.1f, recompute %9.1f)\n",
+          std::fprintf(progress,
+                       "bench ttft: %-6s prefix %6u layerwise %-3s ttft %9.1f ms (floor %9.1f, recompute %9.1f; "
+                       "loaded %u, recomputed %u cached tokens)\n",
                        std::string(tier_name(tier)).c_str(), row.prefix, lw ? "on" : "off", ms, row.floor_ms,
-                       row.recompute_ms);
+                       row.recompute_ms, row.loaded_tokens, row.recomputed_tokens);
       }
     }
     return Status::Ok();
