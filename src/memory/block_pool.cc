@@ -22,7 +22,7 @@ uint32_t BlockPoolOptions::pages_for_bytes(const KVGeometry& g, size_t bytes) {
 Result<std::unique_ptr<BlockPool>> BlockPool::create(const BlockPoolOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   KVTIER_ASSIGN_OR_RETURN(auto mem, DeviceMemory::allocate(size_t(o.num_pages) * o.geometry.page_bytes(), o.memory));
-  if (!mem->host_accessible()) return Status::Unimplemented("BlockPool: device memory not addressable by the CPU");
+  if (!mem->host_accessible() && !o.allow_device_only) return Status::Unimplemented("BlockPool: device memory not addressable by the CPU");
   return std::unique_ptr<BlockPool>(new BlockPool(o, std::move(mem)));
 }
 

@@ -25,6 +25,9 @@ struct BlockPoolOptions {
   KVGeometry geometry;
   uint32_t num_pages = 0;
   DeviceMemoryOptions memory;
+  // Accept memory the CPU cannot dereference (a GPU pool): page()/k()/v() are
+  // then device addresses, for device kernels and copy engines only.
+  bool allow_device_only = false;
 
   Status validate() const;
   // The number of pages that fit in `bytes` for `geometry` (at least 1 when bytes > 0 fits one page).

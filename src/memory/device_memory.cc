@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <atomic>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -9,10 +11,25 @@
 
 namespace kvtier {
 
+namespace {
+std::atomic<DeviceMemoryFactory> g_device_factory{nullptr};
+std::atomic<DeviceMemoryFactory> g_pinned_factory{nullptr};
+}  // namespace
+
+void register_accelerator_memory(DeviceMemoryFactory device, DeviceMemoryFactory pinned_host) {
+  g_device_factory.store(device);
+  g_pinned_factory.store(pinned_host);
+}
+
 Status DeviceMemoryOptions::validate() const {
   if (alignment < 64 || (alignment & (alignment - 1)) != 0)
     return Status::InvalidArgument("DeviceMemoryOptions: alignment must be a power of two >= 64");
-  if (backend == MemoryBackend::kCuda) return Status::Unimplemented("DeviceMemory: this build has no CUDA backend");
+  if (backend == MemoryBackend::kCuda && !g_device_factory.load())
+    return Status::Unimplemented("DeviceMemory: this build has no CUDA backend");
+  if (backend == MemoryBackend::kCuda && (lock || pinned))
+    return Status::InvalidArgument("DeviceMemoryOptions: lock/pinned apply to host memory only");
+  if (pinned && !g_pinned_factory.load())
+    return Status::Unimplemented("DeviceMemory: pinned host memory needs an accelerator backend (CUDA build)");
   return Status::Ok();
 }
 
@@ -42,6 +59,11 @@ class CpuMemory final : public DeviceMemory {
 Result<std::unique_ptr<DeviceMemory>> DeviceMemory::allocate(size_t bytes, const DeviceMemoryOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   if (bytes == 0) return Status::InvalidArgument("DeviceMemory: zero-byte allocation");
+  if (o.backend == MemoryBackend::kCuda || o.pinned) {
+    const DeviceMemoryFactory f = o.pinned ? g_pinned_factory.load() : g_device_factory.load();
+    if (!f) return Status::Unimplemented("DeviceMemory: no accelerator backend registered");
+    return f(bytes, o);
+  }
   // Huge-page alignment lets the kernel back the range with 2 MiB pages.
   const size_t kHuge = size_t(2) << 20;
   const size_t align = (o.huge_pages && bytes >= kHuge) ? std::max(o.alignment, kHuge) : o.alignment;

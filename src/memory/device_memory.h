@@ -23,6 +23,10 @@ struct DeviceMemoryOptions {
   bool huge_pages = true;   // ask for transparent huge pages (advice; never fails)
   bool lock = false;        // mlock the allocation; failure is an error when set
   size_t alignment = 4096;  // power of two, >= 64; O_DIRECT needs 4096
+  // kCpu only: page-locked host memory registered with the accelerator driver
+  // so device copies DMA straight from it (the HostTier arena on a GPU box).
+  // Needs an accelerator backend (see register_accelerator_memory).
+  bool pinned = false;
 
   Status validate() const;
 };
@@ -46,5 +50,12 @@ class DeviceMemory {
  protected:
   DeviceMemory() = default;
 };
+
+// Optional accelerator backends (src/cuda) plug in here at start-up, so this
+// module never includes a vendor header. `device` serves kCuda allocations,
+// `pinned_host` serves kCpu allocations with `pinned` set. Either may be null.
+// Registration is thread-safe; the last registration wins.
+using DeviceMemoryFactory = Result<std::unique_ptr<DeviceMemory>> (*)(size_t bytes, const DeviceMemoryOptions& options);
+void register_accelerator_memory(DeviceMemoryFactory device, DeviceMemoryFactory pinned_host);
 
 }  // namespace kvtier
