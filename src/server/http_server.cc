@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace kvtier::server {
 namespace {
@@ -114,12 +115,26 @@ Result<uint16_t> HttpServer::bind() {
 }
 
 Status HttpServer::serve() {
-  if (!http_->listen_after_bind()) return Status::Unavailable("http server stopped with an error");
+  serve_entered_ = true;
+  // stop() may have run before we got here (a signal right after startup).
+  if (stop_requested_) {
+    serve_returned_ = true;
+    return {};
+  }
+  const bool ok = http_->listen_after_bind();
+  serve_returned_ = true;
+  if (!ok && !stop_requested_) return Status::Unavailable("http server stopped with an error");
   return {};
 }
 
 void HttpServer::stop() {
-  if (http_) http_->stop();
+  // httplib's stop() does nothing until listen_after_bind() has marked the
+  // server running, so a stop racing with serve()'s start must wait for
+  // that moment (or for serve() to notice stop_requested_ first).
+  stop_requested_ = true;
+  while (serve_entered_ && !serve_returned_ && !http_->is_running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (http_->is_running()) http_->stop();
 }
 
 void HttpServer::install_routes() {
@@ -188,10 +203,7 @@ void HttpServer::install_routes() {
     const auto c = scheduler_->counts();
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
     auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });
-    if (rt.ok()) {
-      text += *rt;
-      if (!text.empty() && text.back() != '\n') text += '\n';
-    }
+    if (rt.ok()) append_prometheus_text(text, *rt);
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
 

@@ -11,6 +11,7 @@
 // The Scheduler is borrowed and must outlive the HttpServer.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -48,6 +49,7 @@ class HttpServer {
   RequestLimits limits_;
   ServerMetrics metrics_;
   std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
 };
 
 }  // namespace kvtier::server

@@ -1,6 +1,7 @@
 #include "server/metrics.h"
 
 #include <cstdio>
+#include <set>
 
 namespace kvtier::server {
 namespace {
@@ -93,41 +94,82 @@ std::string ServerMetrics::render(const Gauges& g) const {
   for (const auto& [key, n] : responses_)
     line(out, "kvtier_http_responses_total", "endpoint=\"" + key.first + "\",code=\"" + std::to_string(key.second) + "\"",
          double(n));
-  header(out, "kvtier_requests_total", "counter", "Generations that ran, by outcome.");
-  line(out, "kvtier_requests_total", "outcome=\"ok\"", double(completions_ok_));
-  line(out, "kvtier_requests_total", "outcome=\"failed\"", double(completions_failed_));
-  header(out, "kvtier_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.");
-  line(out, "kvtier_prompt_tokens_total", "", double(prompt_tokens_));
-  header(out, "kvtier_completion_tokens_total", "counter", "Generated tokens.");
-  line(out, "kvtier_completion_tokens_total", "", double(completion_tokens_));
-  header(out, "kvtier_cached_prompt_tokens_total", "counter", "Prompt tokens served from the cache, by tier.");
+  header(out, "kvtier_server_requests_total", "counter", "Generations that ran, by outcome.");
+  line(out, "kvtier_server_requests_total", "outcome=\"ok\"", double(completions_ok_));
+  line(out, "kvtier_server_requests_total", "outcome=\"failed\"", double(completions_failed_));
+  header(out, "kvtier_server_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.");
+  line(out, "kvtier_server_prompt_tokens_total", "", double(prompt_tokens_));
+  header(out, "kvtier_server_completion_tokens_total", "counter", "Generated tokens.");
+  line(out, "kvtier_server_completion_tokens_total", "", double(completion_tokens_));
+  header(out, "kvtier_server_cached_prompt_tokens_total", "counter", "Prompt tokens served from the cache, by tier.");
   for (int t = 0; t < kNumTiers; ++t)
-    line(out, "kvtier_cached_prompt_tokens_total", "tier=\"" + std::string(tier_name(TierKind(t))) + "\"",
+    line(out, "kvtier_server_cached_prompt_tokens_total", "tier=\"" + std::string(tier_name(TierKind(t))) + "\"",
          double(cached_by_tier_[t]));
-  header(out, "kvtier_recomputed_cached_tokens_total", "counter",
+  header(out, "kvtier_server_recomputed_cached_tokens_total", "counter",
          "Prompt tokens that were cached but recomputed because the planner found that faster.");
-  line(out, "kvtier_recomputed_cached_tokens_total", "", double(recomputed_cached_tokens_));
-  header(out, "kvtier_prompt_bytes_loaded_total", "counter", "KV bytes loaded for prompts, by source tier.");
+  line(out, "kvtier_server_recomputed_cached_tokens_total", "", double(recomputed_cached_tokens_));
+  header(out, "kvtier_server_prompt_bytes_loaded_total", "counter", "KV bytes loaded for prompts, by source tier.");
   for (int t = 0; t < kNumTiers; ++t)
-    line(out, "kvtier_prompt_bytes_loaded_total", "tier=\"" + std::string(tier_name(TierKind(t))) + "\"",
+    line(out, "kvtier_server_prompt_bytes_loaded_total", "tier=\"" + std::string(tier_name(TierKind(t))) + "\"",
          double(bytes_by_tier_[t]));
-  header(out, "kvtier_prompt_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.");
-  line(out, "kvtier_prompt_cache_hit_ratio", "", prompt_tokens_ ? double(cached_tokens_) / double(prompt_tokens_) : 0.0);
-  header(out, "kvtier_ttft_seconds", "histogram", "Time from arrival to the first token.");
-  ttft_.render("kvtier_ttft_seconds", out);
-  header(out, "kvtier_e2e_latency_seconds", "histogram", "Time from arrival to the last token.");
-  e2e_.render("kvtier_e2e_latency_seconds", out);
-  header(out, "kvtier_queue_seconds", "histogram", "Time from arrival to the start of prefill.");
-  queue_.render("kvtier_queue_seconds", out);
-  header(out, "kvtier_prefill_seconds", "histogram", "Cache lookup, loads and prefill compute of one prompt.");
-  prefill_.render("kvtier_prefill_seconds", out);
-  header(out, "kvtier_requests_waiting", "gauge", "Requests waiting for a sequence slot.");
-  line(out, "kvtier_requests_waiting", "", double(g.waiting));
-  header(out, "kvtier_requests_running", "gauge", "Sequences being decoded.");
-  line(out, "kvtier_requests_running", "", double(g.running));
+  header(out, "kvtier_server_prompt_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.");
+  line(out, "kvtier_server_prompt_cache_hit_ratio", "", prompt_tokens_ ? double(cached_tokens_) / double(prompt_tokens_) : 0.0);
+  header(out, "kvtier_server_ttft_seconds", "histogram", "Time from arrival to the first token.");
+  ttft_.render("kvtier_server_ttft_seconds", out);
+  header(out, "kvtier_server_e2e_latency_seconds", "histogram", "Time from arrival to the last token.");
+  e2e_.render("kvtier_server_e2e_latency_seconds", out);
+  header(out, "kvtier_server_queue_seconds", "histogram", "Time from arrival to the start of prefill.");
+  queue_.render("kvtier_server_queue_seconds", out);
+  header(out, "kvtier_server_prefill_seconds", "histogram", "Cache lookup, loads and prefill compute of one prompt.");
+  prefill_.render("kvtier_server_prefill_seconds", out);
+  header(out, "kvtier_server_requests_waiting", "gauge", "Requests waiting for a sequence slot.");
+  line(out, "kvtier_server_requests_waiting", "", double(g.waiting));
+  header(out, "kvtier_server_requests_running", "gauge", "Sequences being decoded.");
+  line(out, "kvtier_server_requests_running", "", double(g.running));
   header(out, "kvtier_server_draining", "gauge", "1 while the server is shutting down.");
   line(out, "kvtier_server_draining", "", g.draining ? 1.0 : 0.0);
   return out;
+}
+
+namespace {
+
+std::string_view family_name(std::string_view sample_or_name) {
+  const size_t end = sample_or_name.find_first_of("{ ");
+  std::string_view n = sample_or_name.substr(0, end);
+  return n;
+}
+
+}  // namespace
+
+void append_prometheus_text(std::string& out, std::string_view extra) {
+  std::set<std::string, std::less<>> declared;
+  size_t pos = 0;
+  while ((pos = out.find("# TYPE ", pos)) != std::string::npos) {
+    pos += 7;
+    declared.emplace(family_name(std::string_view(out).substr(pos)));
+  }
+  auto is_declared = [&](std::string_view name) {
+    if (declared.count(name)) return true;
+    for (std::string_view suf : {"_bucket", "_sum", "_count"})
+      if (name.size() > suf.size() && name.substr(name.size() - suf.size()) == suf &&
+          declared.count(name.substr(0, name.size() - suf.size())))
+        return true;
+    return false;
+  };
+  if (!out.empty() && out.back() != '\n') out += '\n';
+  size_t start = 0;
+  while (start < extra.size()) {
+    size_t nl = extra.find('\n', start);
+    if (nl == std::string_view::npos) nl = extra.size();
+    const std::string_view line = extra.substr(start, nl - start);
+    start = nl + 1;
+    std::string_view name;
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) name = family_name(line.substr(7));
+    else if (!line.empty() && line[0] != '#') name = family_name(line);
+    if (!name.empty() && is_declared(name)) continue;
+    out += line;
+    out += '\n';
+  }
 }
 
 }  // namespace kvtier::server

@@ -62,4 +62,9 @@ class ServerMetrics {
   LatencyHistogram ttft_, e2e_, queue_, prefill_;
 };
 
+// Appends `extra` (another component's Prometheus text) to `out`, dropping
+// any family `out` already declares (by its TYPE line), so the combined text
+// never has a family twice. Ensures a trailing newline.
+void append_prometheus_text(std::string& out, std::string_view extra);
+
 }  // namespace kvtier::server

@@ -300,12 +300,18 @@ void Scheduler::decode_running() {
     }
   if (seqs.empty()) return;
   auto tokens = runtime_->decode(seqs);
-  if (!tokens.ok() || tokens->size() != seqs.size()) {
-    const Status err = tokens.ok() ? Status::Internal("decode returned a wrong number of tokens") : tokens.status();
-    for (Running* r : batch) end(*r, {}, err);
+  if (tokens.ok() && tokens->size() == seqs.size()) {
+    for (size_t i = 0; i < batch.size(); ++i) on_token(*batch[i], (*tokens)[i]);
     return;
   }
-  for (size_t i = 0; i < batch.size(); ++i) on_token(*batch[i], (*tokens)[i]);
+  // The batch failed: decode one by one so a single bad sequence (out of
+  // pages, context full) fails alone instead of taking the others with it.
+  for (Running* r : batch) {
+    const SeqId one[] = {r->seq};
+    auto t = runtime_->decode(one);
+    if (t.ok() && t->size() == 1) on_token(*r, (*t)[0]);
+    else end(*r, {}, t.ok() ? Status::Internal("decode returned a wrong number of tokens") : t.status());
+  }
 }
 
 bool Scheduler::on_token(Running& r, TokenId token) {

@@ -1,7 +1,11 @@
 #include "server/serve_run.h"
 
-#include <pthread.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <chrono>
@@ -14,27 +18,59 @@
 namespace kvtier::server {
 namespace {
 
-// Restores the caller's signal mask when run_server returns.
-class SignalMask {
+// The shutdown signals go through a self-pipe: the handler only write()s the
+// signal number (async-signal-safe), a waiter thread reads it. A handler,
+// not sigwait(), because threads that exist before us (OpenBLAS starts its
+// pool when the library loads) would otherwise take the default action.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_shutdown_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  const int saved = errno;
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &b, 1);
+  errno = saved;
+}
+
+class SignalRoute {
  public:
-  explicit SignalMask(const sigset_t& block) { pthread_sigmask(SIG_BLOCK, &block, &old_); }
-  ~SignalMask() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalRoute() {
+    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_shutdown_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+    ok_ = true;
+  }
+  ~SignalRoute() {
+    if (!ok_) return;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::close(g_signal_pipe[0]);
+    ::close(g_signal_pipe[1]);
+    g_signal_pipe[0] = g_signal_pipe[1] = -1;
+  }
+  bool ok() const { return ok_; }
+  // The next signal number, or 0 after `timeout_ms` without one.
+  int wait(int timeout_ms) const {
+    pollfd p{g_signal_pipe[0], POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return 0;
+    unsigned char b = 0;
+    return ::read(g_signal_pipe[0], &b, 1) == 1 ? int(b) : 0;
+  }
 
  private:
-  sigset_t old_;
+  bool ok_ = false;
+  struct sigaction old_int_ {}, old_term_ {};
 };
 
 }  // namespace
 
 Status run_server(const ServerConfig& config, std::FILE* log) {
   KVTIER_RETURN_IF_ERROR(config.validate());
-  // Block the shutdown signals before any thread exists, so every thread
-  // inherits the mask and only the waiter below ever sees them.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  SignalMask mask(sigs);
+  SignalRoute signals;
+  if (!signals.ok()) return Status::FromErrno(errno, "cannot set up the signal pipe");
   // A client that hangs up must be a failed write, not a dead server.
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -60,9 +96,8 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
 
   std::atomic<bool> serving_done{false};
   std::thread waiter([&] {
-    const timespec tick{0, 100 * 1000 * 1000};
     while (!serving_done.load()) {
-      const int sig = sigtimedwait(&sigs, nullptr, &tick);
+      const int sig = signals.wait(100);
       if (sig != SIGINT && sig != SIGTERM) continue;
       std::fprintf(log, "kvtier serve: %s received, draining (grace %.1fs)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                    config.limits.shutdown_grace_s);

@@ -7,8 +7,8 @@
 // get 503), lets in-flight requests finish for limits.shutdown_grace_s,
 // cancels the rest, stops HTTP and destroys the Runtime on its own thread,
 // which persists the disk tier so a restart is warm. Returns OK on a clean
-// shutdown. Call from the main thread; it blocks SIGINT/SIGTERM in every
-// thread it starts and waits for them itself.
+// shutdown. Call once per process: it installs SIGINT/SIGTERM handlers for
+// its duration (restoring the previous ones on return).
 #pragma once
 
 #include <cstdio>

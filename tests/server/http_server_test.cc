@@ -261,7 +261,7 @@ TEST_F(HttpServerTest, ModelsHealthStatsMetrics) {
   const auto p = kvtier::testing::parse_prometheus_text(m->body);
   ASSERT_TRUE(p.ok()) << p.errors.front();
   EXPECT_EQ(p.value("kvtier_fake_pages", {{"tier", "host"}}), 1);
-  EXPECT_EQ(p.value("kvtier_prompt_tokens_total"), 2);
+  EXPECT_EQ(p.value("kvtier_server_prompt_tokens_total"), 2);
   EXPECT_GE(p.value("kvtier_http_responses_total", {{"endpoint", "/v1/completions"}, {"code", "200"}}), 1);
   auto flush = client().Post("/v1/cache/flush");
   EXPECT_EQ(flush->status, 200);

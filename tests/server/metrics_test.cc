@@ -37,15 +37,25 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   const auto p = kvtier::testing::parse_prometheus_text(text);
   ASSERT_TRUE(p.ok()) << p.errors.front() << "\n" << text;
   EXPECT_EQ(p.value("kvtier_http_responses_total", {{"code", "400"}}), 1);
-  EXPECT_EQ(p.value("kvtier_prompt_tokens_total"), 100);
-  EXPECT_EQ(p.value("kvtier_cached_prompt_tokens_total", {{"tier", "disk"}}), 64);
-  EXPECT_EQ(p.value("kvtier_cached_prompt_tokens_total", {{"tier", "host"}}), 0);
-  EXPECT_DOUBLE_EQ(p.value("kvtier_prompt_cache_hit_ratio"), 0.64);
-  EXPECT_EQ(p.value("kvtier_ttft_seconds_count"), 1);
-  EXPECT_EQ(p.value("kvtier_ttft_seconds_bucket", {{"le", "0.01"}}), 0);
-  EXPECT_EQ(p.value("kvtier_ttft_seconds_bucket", {{"le", "0.025"}}), 1);
-  EXPECT_EQ(p.value("kvtier_requests_waiting"), 3);
-  EXPECT_EQ(p.types.at("kvtier_e2e_latency_seconds"), "histogram");
+  EXPECT_EQ(p.value("kvtier_server_prompt_tokens_total"), 100);
+  EXPECT_EQ(p.value("kvtier_server_cached_prompt_tokens_total", {{"tier", "disk"}}), 64);
+  EXPECT_EQ(p.value("kvtier_server_cached_prompt_tokens_total", {{"tier", "host"}}), 0);
+  EXPECT_DOUBLE_EQ(p.value("kvtier_server_prompt_cache_hit_ratio"), 0.64);
+  EXPECT_EQ(p.value("kvtier_server_ttft_seconds_count"), 1);
+  EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.01"}}), 0);
+  EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.025"}}), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_waiting"), 3);
+  EXPECT_EQ(p.types.at("kvtier_server_e2e_latency_seconds"), "histogram");
+}
+
+TEST(ServerMetricsTest, AppendDropsFamiliesAlreadyDeclared) {
+  std::string out = "# HELP a x\n# TYPE a counter\na 1\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 1\nh_count 1\n";
+  append_prometheus_text(out, "# HELP a dup\n# TYPE a counter\na 2\n# TYPE h histogram\nh_count 5\n# TYPE b gauge\nb 3");
+  const auto p = kvtier::testing::parse_prometheus_text(out);
+  ASSERT_TRUE(p.ok()) << p.errors.front() << "\n" << out;
+  EXPECT_EQ(p.value("a"), 1);
+  EXPECT_EQ(p.value("h_count"), 1);
+  EXPECT_EQ(p.value("b"), 3);
 }
 
 }  // namespace

@@ -1,0 +1,362 @@
+// End-to-end: the real `kvtier serve --model tiny` over loopback HTTP.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "e2e/prom_check.h"
+#include "e2e/server_process.h"
+#include "server/loadgen.h"
+
+namespace kvtier::testing {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = std::filesystem::temp_directory_path() /
+            ("kvtier_e2e_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string str() const { return path_.string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+std::vector<std::string> base_args(const std::string& disk_dir) {
+  return {"--model", "tiny", "--disk-dir", disk_dir, "--device-capacity", "64MiB", "--host-capacity", "128MiB",
+          "--disk-capacity", "256MiB", "--threads", "1", "--max-tokens", "30000", "--shutdown-grace", "30"};
+}
+
+struct Reply {
+  int status = 0;
+  json body;
+};
+
+Reply post(int port, const json& body, httplib::Headers h = {}) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto r = c.Post("/v1/completions", h, body.dump(), "application/json");
+  if (!r) return {};
+  return {r->status, json::parse(r->body, nullptr, false)};
+}
+Reply post_raw(int port, const std::string& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  auto r = c.Post("/v1/completions", body, "application/json");
+  if (!r) return {};
+  return {r->status, json::parse(r->body, nullptr, false)};
+}
+Reply get(int port, const std::string& path) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(60, 0);
+  auto r = c.Get(path);
+  if (!r) return {};
+  return {r->status, json::parse(r->body, nullptr, false)};
+}
+
+struct StreamResult {
+  int status = 0;
+  std::vector<std::string> events;
+  std::string text;
+  json usage;
+  bool done = false;
+};
+// Streams one request. Hangs up after `stop_after` events (0: never) or once `stop` becomes true.
+StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<bool>* stop = nullptr,
+                    std::atomic<int>* events_seen = nullptr) {
+  body["stream"] = true;
+  StreamResult out;
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(120, 0);
+  server::SseParser parser([&](std::string_view d) {
+    out.events.emplace_back(d);
+    if (events_seen) ++*events_seen;
+    if (d == "[DONE]") {
+      out.done = true;
+      return;
+    }
+    const json j = json::parse(d, nullptr, false);
+    if (j.contains("choices") && !j["choices"].empty()) out.text += j["choices"][0]["text"].get<std::string>();
+    if (j.contains("usage")) out.usage = j["usage"];
+  });
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  req.response_handler = [&](const httplib::Response& r) {
+    out.status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    parser.feed(std::string_view(d, n));
+    if (stop != nullptr && stop->load()) return false;
+    return stop_after == 0 || int(out.events.size()) < stop_after;
+  };
+  c.send(req);
+  return out;
+}
+
+std::vector<int> ids(int n, int offset = 0) {
+  std::vector<int> v(n);
+  for (int i = 0; i < n; ++i) v[i] = 3 + (i * 7 + offset) % 500;
+  return v;
+}
+
+bool wait_until(const std::function<bool()>& pred, double timeout_s = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// One server shared by the tests that do not restart or reconfigure it.
+class SharedServer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    server_ = new ServerProcess();
+    ASSERT_FALSE(kvtier_binary().empty()) << "KVTIER_BINARY is not set";
+    ASSERT_TRUE(server_->start(base_args(dir_->str()))) << server_->log();
+  }
+  static void TearDownTestSuite() {
+    server_->signal(SIGTERM);
+    EXPECT_EQ(server_->wait_exit(), 0) << server_->log();
+    delete server_;
+    delete dir_;
+  }
+  static int port() { return server_->port(); }
+  static inline ServerProcess* server_ = nullptr;
+  static inline TempDir* dir_ = nullptr;
+};
+
+TEST_F(SharedServer, CompletionAndStreamAgree) {
+  const json req = {{"prompt", "The tiered cache keeps KV around."}, {"max_tokens", 8}, {"ignore_eos", true}};
+  Reply r = post(port(), req);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["object"], "text_completion");
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 8);
+  EXPECT_GT(r.body["usage"]["prompt_tokens"].get<int>(), 30);
+  EXPECT_TRUE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].is_number());
+  EXPECT_TRUE(r.body["usage"]["kvtier"]["ttft_ms"].is_number());
+
+  StreamResult s = stream(port(), req);
+  EXPECT_EQ(s.status, 200);
+  EXPECT_TRUE(s.done);
+  ASSERT_GE(s.events.size(), 2u);
+  // Greedy decoding: the stream (now partly served from cache) says exactly the same.
+  EXPECT_EQ(s.text, r.body["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(s.usage["completion_tokens"], 8);
+  EXPECT_GT(s.usage["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+}
+
+TEST_F(SharedServer, SharedPrefixReportsCachedTokens) {
+  const auto prefix = ids(200, 11);
+  Reply a = post(port(), {{"prompt", prefix}, {"max_tokens", 4}, {"ignore_eos", true}});
+  ASSERT_EQ(a.status, 200) << a.body.dump();
+  EXPECT_EQ(a.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  auto longer = prefix;
+  for (int t : ids(30, 99)) longer.push_back(t);
+  Reply b = post(port(), {{"prompt", longer}, {"max_tokens", 4}, {"ignore_eos", true}});
+  ASSERT_EQ(b.status, 200);
+  const int cached = b.body["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, 160);
+  EXPECT_LE(cached, 200);
+  int by_tier = 0;
+  for (auto& [tier, n] : b.body["usage"]["kvtier"]["cached_tokens_by_tier"].items()) by_tier += n.get<int>();
+  EXPECT_EQ(by_tier, cached);
+}
+
+TEST_F(SharedServer, CacheSaltsDoNotShare) {
+  const auto p = ids(120, 5);
+  ASSERT_EQ(post(port(), {{"prompt", p}, {"max_tokens", 2}, {"cache_salt", "tenant-a"}}).status, 200);
+  Reply other = post(port(), {{"prompt", p}, {"max_tokens", 2}, {"cache_salt", "tenant-b"}});
+  Reply same = post(port(), {{"prompt", p}, {"max_tokens", 2}, {"cache_salt", "tenant-a"}});
+  ASSERT_EQ(other.status, 200);
+  EXPECT_EQ(other.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_GE(same.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 96);
+}
+
+TEST_F(SharedServer, BadInputs) {
+  const std::vector<std::string> bodies = {
+      "{\"prompt\": [1, 2",                                        // malformed JSON
+      R"({"prompt": {"a": 1}})",                                 // wrong type
+      R"({"prompt": [1, 2], "max_tokens": "ten"})",              // wrong type
+      R"({"prompt": [1, 512]})",                                 // tiny's vocabulary is 512
+      R"({"prompt": [1, -3]})",
+      R"({"prompt": [1], "max_tokens": 30001})",                 // over --max-tokens
+      R"({"prompt": [1], "max_tokens": 0})",
+      R"({"prompt": [1], "temperature": -1})",
+      R"({"prompt": [1], "stop": 3})",
+  };
+  for (const auto& b : bodies) {
+    Reply r = post_raw(port(), b);
+    EXPECT_EQ(r.status, 400) << b;
+    EXPECT_TRUE(r.body.is_object() && r.body["error"]["message"].is_string()) << b;
+  }
+  // Longer than the context (32768), and prompt + max_tokens over it.
+  EXPECT_EQ(post(port(), {{"prompt", ids(32769)}}).status, 400);
+  EXPECT_EQ(post(port(), {{"prompt", ids(32000)}, {"max_tokens", 1000}}).status, 400);
+  // Still healthy.
+  EXPECT_EQ(post(port(), {{"prompt", ids(10)}, {"max_tokens", 2}}).status, 200);
+  EXPECT_EQ(get(port(), "/health").status, 200);
+}
+
+TEST_F(SharedServer, ThirtyTwoConcurrentStreams) {
+  constexpr int kClients = 32;
+  std::vector<std::thread> threads;
+  std::vector<StreamResult> results(kClients);
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      results[i] = stream(port(), {{"prompt", ids(64 + i, i)}, {"max_tokens", 16}, {"ignore_eos", true}});
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(results[i].status, 200) << i;
+    EXPECT_TRUE(results[i].done) << i;
+    EXPECT_EQ(results[i].usage["completion_tokens"], 16) << i;
+  }
+}
+
+TEST_F(SharedServer, DisconnectMidStreamFreesTheSequence) {
+  StreamResult s = stream(port(), {{"prompt", ids(50, 3)}, {"max_tokens", 20000}, {"ignore_eos", true}}, 3);
+  EXPECT_EQ(s.status, 200);
+  EXPECT_FALSE(s.done);
+  EXPECT_TRUE(wait_until([&] {
+    Reply h = get(port(), "/health");
+    return h.status == 200 && h.body["running"] == 0 && h.body["waiting"] == 0;
+  })) << "the abandoned sequence is still running";
+  EXPECT_EQ(post(port(), {{"prompt", ids(10)}, {"max_tokens", 2}}).status, 200);
+}
+
+TEST_F(SharedServer, ModelsStatsAndMetrics) {
+  ASSERT_EQ(post(port(), {{"prompt", ids(40)}, {"max_tokens", 2}}).status, 200);
+  Reply m = get(port(), "/v1/models");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.body["data"][0]["id"], "tiny");
+  Reply st = get(port(), "/v1/cache/stats");
+  EXPECT_EQ(st.status, 200);
+  EXPECT_TRUE(st.body["cache"].is_object());
+  httplib::Client c("127.0.0.1", port());
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  const PromParse p = parse_prometheus_text(r->body);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_GE(p.value("kvtier_server_ttft_seconds_count"), 1);
+  EXPECT_GE(p.value("kvtier_server_prompt_tokens_total"), 40);
+  EXPECT_EQ(p.types.at("kvtier_server_e2e_latency_seconds"), "histogram");
+  EXPECT_GT(p.samples.size(), 40u);
+  auto flush = c.Post("/v1/cache/flush");
+  ASSERT_TRUE(flush);
+  EXPECT_EQ(flush->status, 200);
+}
+
+TEST(ServerE2E, ApiKey) {
+  TempDir dir;
+  ServerProcess s;
+  auto args = base_args(dir.str());
+  args.insert(args.end(), {"--api-key", "sesame"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const json req = {{"prompt", ids(8)}, {"max_tokens", 1}};
+  Reply none = post(s.port(), req);
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.body["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer nope"}}).status, 401);
+  EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer sesame"}}).status, 200);
+  httplib::Client c("127.0.0.1", s.port());
+  EXPECT_EQ(c.Post("/v1/cache/flush")->status, 401);
+  EXPECT_EQ(c.Post("/v1/cache/flush", {{"Authorization", "Bearer sesame"}}, "", "application/json")->status, 200);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+TEST(ServerE2E, QueueFullIs429) {
+  TempDir dir;
+  ServerProcess s;
+  auto args = base_args(dir.str());
+  args.insert(args.end(), {"--max-queue", "1", "--max-sequences", "1"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  std::atomic<bool> stop{false};
+  std::atomic<int> seen{0};
+  std::thread running([&] { stream(s.port(), {{"prompt", ids(20)}, {"max_tokens", 29000}, {"ignore_eos", true}}, 0, &stop, &seen); });
+  ASSERT_TRUE(wait_until([&] { return seen > 0; }));
+  Reply queued;
+  std::thread waiting([&] { queued = post(s.port(), {{"prompt", ids(20, 1)}, {"max_tokens", 2}}); });
+  ASSERT_TRUE(wait_until([&] { return get(s.port(), "/health").body["waiting"] == 1; }));
+  Reply full = post(s.port(), {{"prompt", ids(20, 2)}, {"max_tokens", 2}});
+  EXPECT_EQ(full.status, 429);
+  EXPECT_EQ(full.body["error"]["code"], "queue_full");
+  stop = true;  // hang up the long stream: the queued request gets its turn
+  running.join();
+  waiting.join();
+  EXPECT_EQ(queued.status, 200);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+TEST(ServerE2E, ShutdownRefusesNewWorkWith503AndExitsZero) {
+  TempDir dir;
+  ServerProcess s;
+  ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
+  std::atomic<bool> stop{false};
+  std::atomic<int> seen{0};
+  StreamResult long_stream;
+  std::thread running([&] {
+    long_stream = stream(s.port(), {{"prompt", ids(20)}, {"max_tokens", 29000}, {"ignore_eos", true}}, 0, &stop, &seen);
+  });
+  ASSERT_TRUE(wait_until([&] { return seen > 0; }));
+  s.signal(SIGINT);
+  ASSERT_TRUE(wait_until([&] { return get(s.port(), "/health").status == 503; })) << s.log();
+  Reply refused = post(s.port(), {{"prompt", ids(8)}, {"max_tokens", 1}});
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_TRUE(refused.body["error"]["message"].is_string());
+  stop = true;
+  running.join();
+  EXPECT_EQ(long_stream.status, 200);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+TEST(ServerE2E, RestartServesAPrefixFromDisk) {
+  TempDir dir;
+  const auto prompt = ids(600, 42);
+  {
+    ServerProcess s;
+    ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
+    Reply r = post(s.port(), {{"prompt", prompt}, {"max_tokens", 2}});
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    s.signal(SIGTERM);
+    ASSERT_EQ(s.wait_exit(), 0) << s.log();
+  }
+  ServerProcess s;
+  ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
+  Reply r = post(s.port(), {{"prompt", prompt}, {"max_tokens", 2}});
+  ASSERT_EQ(r.status, 200);
+  // The disk tier held the prefix; the planner may load it all or recompute
+  // a front part while loading the rest (Cake split), but it found it there.
+  const json& k = r.body["usage"]["kvtier"];
+  EXPECT_GT(k["cached_tokens_by_tier"]["disk"].get<int>(), 0) << r.body.dump();
+  EXPECT_GE(k["cached_tokens_by_tier"]["disk"].get<int>() + k["recomputed_cached_tokens"].get<int>(), 256) << r.body.dump();
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+}  // namespace
+}  // namespace kvtier::testing
