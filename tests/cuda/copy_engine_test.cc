@@ -171,6 +171,12 @@ TEST(LayerEventsOrdering, ComputeWaitsOnlyForItsLayer) {
   ASSERT_TRUE(ev.ok());
 
   std::atomic<bool> open{false};
+  // Opens the gate on every exit path, so a failed assertion cannot leave the
+  // load stream blocked (the engine's destructor waits for it).
+  struct Opener {
+    std::atomic<bool>& flag;
+    ~Opener() { flag.store(true); }
+  } opener{open};
   auto gate = [](void* flag) {
     while (!static_cast<std::atomic<bool>*>(flag)->load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
   };
