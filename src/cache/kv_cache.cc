@@ -130,6 +130,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
 
   TransferEngineOptions to;
   to.workers = o.transfer_workers;
+  to.load_mode = o.load_mode;
   to.pool = c->pool_.get();
   to.host = c->host_.get();
   to.tiers[static_cast<size_t>(TierKind::kDisk)] = c->disk_.get();

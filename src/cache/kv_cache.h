@@ -70,6 +70,7 @@ struct KVCacheOptions {
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
   uint32_t transfer_workers = 2;
+  LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
 
   Status validate() const;
 };

@@ -8,6 +8,7 @@
 
 #include "engine/sampler.h"
 #include "runtime/cached_prefill.h"
+#include "runtime/calibration.h"
 #include "runtime/runtime.h"
 #include "transfer/tier_bench.h"
 
@@ -79,7 +80,14 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
   ro.host_bytes = 0;
   KVTIER_ASSIGN_OR_RETURN(ServingStack probe, build_stack(ro));
   const size_t bpt = probe.cache->geometry().bytes_per_token();
-  KVTIER_RETURN_IF_ERROR(probe.profile.save(profile));
+  {
+    // The full calibration (longer disk sample than the start-up one) drives the planner.
+    CalibrationOptions cal;
+    cal.quick = false;
+    cal.disk_dir = disk_dir;
+    KVTIER_ASSIGN_OR_RETURN(CostProfile prof, calibrate(*probe.engine, probe.cache->pool(), cal));
+    KVTIER_RETURN_IF_ERROR(prof.save(profile));
+  }
   probe = ServingStack();
   ro.profile_path = profile;
   ro.device_bytes = (total_tokens + max_prompt + 1024) * bpt;
