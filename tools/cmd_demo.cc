@@ -13,7 +13,7 @@ namespace {
 CommandRegistration reg("demo", [](CLI::App& root, int& exit_code) {
   auto o = std::make_shared<DemoOptions>();
   auto dtype = std::make_shared<std::string>("f16");
-  auto device = std::make_shared<std::string>("10MiB");
+  auto device = std::make_shared<std::string>("14MiB");
   auto host = std::make_shared<std::string>("12MiB");
   CLI::App* cmd = root.add_subcommand("demo", "Multi-turn chat on the built-in model: TTFT with the tiered cache vs none");
   cmd->add_option("--model", o->model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();

@@ -369,7 +369,8 @@ void KVCache::release(CacheLease& lease) {
   lease.front_ = TransferHandle();  // waits for (or cancels) loads into our pages
   lease.back_ = TransferHandle();
   if (lease.locked_.valid()) (void)index_->unlock(lease.locked_);
-  for (PageId p : lease.pages_) pool_->unref(p);
+  for (PageId p : lease.pages_)
+    if (p.valid()) pool_->unref(p);  // a failed apply leaves unfilled slots
   for (PageId p : lease.scratch_) pool_->unref(p);
   lease.pages_.clear();
   lease.scratch_.clear();

@@ -18,13 +18,13 @@ namespace kvtier {
 
 struct DemoOptions {
   std::string model = "small";
-  uint32_t conversations = 6;
-  uint32_t turns = 3;
+  uint32_t conversations = 8;
+  uint32_t turns = 4;
   uint32_t system_tokens = 512;
   uint32_t user_tokens = 192;
   uint32_t answer_tokens = 8;
   DType kv_dtype = DType::kF16;
-  size_t device_bytes = size_t(10) << 20;  // small/f16: 80 pages: the running conversation and a little more
+  size_t device_bytes = size_t(14) << 20;  // small/f16: 112 pages: the longest conversation and a little more
   size_t host_bytes = size_t(12) << 20;    // 96 pages: older conversations fall through to disk
   size_t disk_bytes = size_t(1) << 30;
   std::string disk_dir = "kvtier-demo-cache";  // emptied at start

@@ -106,6 +106,24 @@ TEST(Runtime, RejectsBadInputWithClearErrors) {
   EXPECT_FALSE(Runtime::create(o).ok());
 }
 
+// A prompt that cannot fit the device pool at all is refused cleanly, the
+// cached pages it matched are released, and the runtime keeps serving.
+TEST(Runtime, PromptLargerThanThePoolIsRefusedCleanly) {
+  RuntimeOptions o = tiny("");
+  o.device_bytes = size_t(64) * 8192;  // 64 pages of 16 tokens
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  std::vector<TokenId> small(500, 7), big(2000, 7);
+  PrefillReport rep;
+  auto a = generate(**rt, small, 4, &rep);
+  auto r = (*rt)->start(big, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kBusy) << r.status().to_string();
+  auto b = generate(**rt, small, 4, &rep);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(rep.cached_tokens, 0u);
+}
+
 TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
   auto rt = Runtime::create(tiny(""));
   ASSERT_TRUE(rt.ok());
