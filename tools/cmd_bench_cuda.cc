@@ -15,14 +15,6 @@ namespace kvtier::cli {
 namespace {
 
 #ifdef KVTIER_HAVE_CUDA
-std::vector<uint32_t> parse_list(const std::string& s) {
-  std::vector<uint32_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(uint32_t(std::stoul(item)));
-  return out;
-}
-
 int run(const cuda::CudaBenchOptions& o, bool json) {
   auto r = cuda::run_cuda_bench(o);
   if (!r.ok()) return report(r.status());
@@ -75,12 +67,12 @@ CommandRegistration reg("bench-cuda", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--repeats", f->o.repeats, "runs per figure (median reported)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    try {
-      f->o.prefixes = parse_list(f->prefixes);
-    } catch (const std::exception&) {
-      exit_code = report(Status::InvalidArgument("--prefix: expected numbers like 4096,16384"));
+    auto list = parse_uint_list(f->prefixes, "--prefix");
+    if (!list.ok()) {
+      exit_code = report(list.status());
       return;
     }
+    f->o.prefixes = *list;
     auto dt = parse_dtype(f->kv_dtype);
     if (!dt.ok()) {
       exit_code = report(dt.status());

@@ -10,14 +10,6 @@
 namespace kvtier::cli {
 namespace {
 
-std::vector<uint32_t> parse_list(const std::string& s) {
-  std::vector<uint32_t> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(uint32_t(std::stoul(item)));
-  return out;
-}
-
 CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
   struct Flags {
     engine::EngineBenchOptions o;
@@ -36,12 +28,12 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--seed", f->o.seed, "synthetic weight seed")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    try {
-      f->o.prompts = parse_list(f->prompts);
-    } catch (const std::exception&) {
-      exit_code = report(Status::InvalidArgument("--prompt: expected numbers like 512,2048"));
+    auto list = parse_uint_list(f->prompts, "--prompt");
+    if (!list.ok()) {
+      exit_code = report(list.status());
       return;
     }
+    f->o.prompts = *list;
     auto dt = parse_dtype(f->kv_dtype);
     if (!dt.ok()) {
       exit_code = report(dt.status());

@@ -25,16 +25,12 @@ CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    f->o.prefixes.clear();
-    std::stringstream ss(f->prefixes);
-    for (std::string item; std::getline(ss, item, ',');) {
-      try {
-        if (!item.empty()) f->o.prefixes.push_back(static_cast<uint32_t>(std::stoul(item)));
-      } catch (const std::exception&) {
-        exit_code = report(Status::InvalidArgument("--prefix: expected numbers like 1024,4096"));
-        return;
-      }
+    auto list = parse_uint_list(f->prefixes, "--prefix");
+    if (!list.ok()) {
+      exit_code = report(list.status());
+      return;
     }
+    f->o.prefixes = *list;
     auto dt = parse_dtype(f->kv_dtype);
     if (!dt.ok()) {
       exit_code = report(dt.status());

@@ -1,7 +1,9 @@
 #include "command.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 
 namespace kvtier::cli {
 
@@ -20,6 +22,25 @@ int report(const Status& s) {
   if (s.ok()) return 0;
   std::fprintf(stderr, "kvtier: error: %s\n", s.to_string().c_str());
   return 1;
+}
+
+Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::string_view flag) {
+  std::vector<uint32_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, end - start);
+    if (!item.empty()) {
+      char* rest = nullptr;
+      const unsigned long v = std::strtoul(item.c_str(), &rest, 10);
+      if (*rest != '\0' || v > UINT32_MAX)
+        return Status::InvalidArgument(std::string(flag) + ": expected comma-separated numbers like 512,2048, got '" +
+                                       text + "'");
+      out.push_back(static_cast<uint32_t>(v));
+    }
+    start = end + 1;
+  }
+  return out;
 }
 
 CLI::App& bench_group(CLI::App& root) {

@@ -26,6 +26,9 @@ std::vector<std::pair<std::string, CommandSetup>>& registered_commands();
 // Prints "kvtier: error: <status>" to stderr and returns 1, or 0 for OK.
 int report(const Status& s);
 
+// "512,2048" -> {512, 2048}; a clear InvalidArgument naming `flag` otherwise.
+Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::string_view flag);
+
 // The "bench" parent subcommand shared by every `kvtier bench <what>`.
 CLI::App& bench_group(CLI::App& root);
 
