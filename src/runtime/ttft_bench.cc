@@ -1,6 +1,8 @@
 #include "runtime/ttft_bench.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -38,8 +40,14 @@ Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, b
   const auto t0 = Clock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(p.ns, p.tokens));
   const Plan plan = s.cache->plan(look);
+  const auto t_apply = Clock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));
+  const auto t_submitted = Clock::now();
   if (!layerwise) lease.wait_all();  // no overlap: every load lands before compute starts
+  if (std::getenv("KVTIER_BENCH_TRACE"))
+    std::fprintf(stderr, "  lookup+plan %.1f ms, apply %.1f ms, loads %.1f ms\n",
+                 std::chrono::duration<double, std::milli>(t_apply - t0).count(),
+                 std::chrono::duration<double, std::milli>(t_submitted - t_apply).count(), ms_since(t_submitted));
   engine::SequenceKV kv;
   KVTIER_ASSIGN_OR_RETURN(auto logits, cached_prefill(*s.engine, *s.cache, lease, kv, p.tokens));
   (void)engine::argmax(logits.last());
@@ -129,8 +137,16 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
   auto measure = [&](TierKind tier) -> Status {
     for (size_t i = 0; i < prompts.size(); ++i) {
       for (bool lw : {true, false}) {
+        // Median of three: the first request after a (re)start also pays the
+        // engine's warm-up (scratch buffers, worker threads).
         LeaseReport rep;
-        KVTIER_ASSIGN_OR_RETURN(double ms, timed_request(s, prompts[i], lw, /*commit=*/false, &rep));
+        std::vector<double> runs;
+        for (int k = 0; k < 3; ++k) {
+          KVTIER_ASSIGN_OR_RETURN(double one, timed_request(s, prompts[i], lw, /*commit=*/false, &rep));
+          runs.push_back(one);
+        }
+        std::sort(runs.begin(), runs.end());
+        const double ms = runs[1];
         TtftRow row;
         row.tier = tier;
         row.prefix = o.prefixes[i];
