@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -40,14 +39,8 @@ Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, b
   const auto t0 = Clock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(p.ns, p.tokens));
   const Plan plan = s.cache->plan(look);
-  const auto t_apply = Clock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));
-  const auto t_submitted = Clock::now();
   if (!layerwise) lease.wait_all();  // no overlap: every load lands before compute starts
-  if (std::getenv("KVTIER_BENCH_TRACE"))
-    std::fprintf(stderr, "  lookup+plan %.1f ms, apply %.1f ms, loads %.1f ms\n",
-                 std::chrono::duration<double, std::milli>(t_apply - t0).count(),
-                 std::chrono::duration<double, std::milli>(t_submitted - t_apply).count(), ms_since(t_submitted));
   engine::SequenceKV kv;
   KVTIER_ASSIGN_OR_RETURN(auto logits, cached_prefill(*s.engine, *s.cache, lease, kv, p.tokens));
   (void)engine::argmax(logits.last());
