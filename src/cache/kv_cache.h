@@ -233,8 +233,7 @@ class KVCache {
   uint32_t allocate_slots(uint32_t n, std::vector<SlotId>& out);
   Status evict_device(uint32_t n);
   Status evict_host(uint32_t n);
-  void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
-                  uint32_t first_new, bool prefix_was_hit);
+  void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages);
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 
   KVCacheOptions options_;

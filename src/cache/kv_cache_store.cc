@@ -47,7 +47,6 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
     if (!loc->on_device() && index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host}).ok()) taken[i] = true;
     if (!loc->on_host() && (taken[i] || loc->on_device())) need_host.push_back(i);
   }
-  const bool prefix_hit = ins->already_present > 0;
   if (options_.write_policy != WritePolicy::kWriteBack) {
     // Host copies of pages without one (write-through and selective).
     if (host_ && !need_host.empty()) {
@@ -81,7 +80,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
         }
       }
     }
-    store_down(lease.ns_, hashes, lease.pages_, ins->already_present, prefix_hit);
+    store_down(lease.ns_, hashes, lease.pages_);
   }
   for (uint32_t i = 0; i < lease.pages_.size(); ++i)
     if (i >= W || !taken[i]) pool_->unref(lease.pages_[i]);
@@ -96,10 +95,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
 
 // Whole chunks of the committed pages go to disk and to the remote store
 // (write-behind); chunks already there are skipped.
-void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
-                         uint32_t first_new, bool prefix_was_hit) {
-  (void)first_new;
-  (void)prefix_was_hit;
+void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages) {
   const uint32_t C = options_.chunk_pages;
   const uint32_t chunks = static_cast<uint32_t>(hashes.size()) / C;
   for (Tier* tier : {static_cast<Tier*>(disk_.get()), remote_.get()}) {
@@ -212,7 +208,6 @@ void KVCache::poll() {
   (void)transfer_->poll_completions();  // results are read through the handles
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
-    TransferResult r = pd.handle.result();
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
     for (PageId p : pd.refs) pool_->unref(p);
     pending_.pop_front();
