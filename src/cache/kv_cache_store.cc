@@ -36,7 +36,9 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   // present ones whose device copy had been evicted (promotion).
   std::vector<bool> taken(W, false);
   std::vector<uint32_t> need_host;  // pages cached without a host copy
+  std::vector<PageId> device(W);    // each page's device copy as the index now records it
   for (uint32_t i = 0; i < W; ++i) {
+    device[i] = lease.pages_[i];
     if (i >= ins->already_present) {
       taken[i] = true;
       need_host.push_back(i);
@@ -44,7 +46,11 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
     }
     auto loc = index_->location(ins->deepest, i);
     if (!loc.ok()) continue;
-    if (!loc->on_device() && index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host}).ok()) taken[i] = true;
+    if (loc->on_device()) {
+      device[i] = loc->device;
+    } else if (index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host}).ok()) {
+      taken[i] = true;
+    }
     if (!loc->on_host() && (taken[i] || loc->on_device())) need_host.push_back(i);
   }
   if (options_.write_policy != WritePolicy::kWriteBack) {
@@ -60,8 +66,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
         TransferBatch batch;
         for (size_t k = 0; k < need_host.size(); ++k) {
           const uint32_t i = need_host[k];
-          auto loc = index_->location(ins->deepest, i);
-          const PageId dev = loc.ok() && loc->on_device() ? loc->device : lease.pages_[i];
+          const PageId dev = device[i];
           if (!index_->set_location(ins->deepest, i, {dev, slots[k]}).ok()) {
             host_->free_slot(slots[k]);
             continue;

@@ -1,10 +1,11 @@
 #include "planner/cost_model.h"
 
+#include "common/file_text.h"
+
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace kvtier {
 
@@ -66,11 +67,8 @@ Result<CostProfile> CostProfile::from_json(const std::string& text) {
 }
 
 Result<CostProfile> CostProfile::load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cost profile: cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto r = from_json(ss.str());
+  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "cost profile"));
+  auto r = from_json(text);
   if (!r.ok()) return Status(r.status().code(), path + ": " + r.status().message());
   return r;
 }

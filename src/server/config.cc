@@ -1,6 +1,6 @@
 #include "server/config.h"
+#include "common/file_text.h"
 
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -210,12 +210,8 @@ Status apply_toml(std::string_view toml_text, std::string_view origin, ServerCon
 }
 
 Status apply_toml_file(const std::string& path, ServerConfig& config) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open config file '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IOError("cannot read config file '" + path + "'");
-  return apply_toml(ss.str(), path, config);
+  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "config file"));
+  return apply_toml(text, path, config);
 }
 
 std::string to_toml(const ServerConfig& c) {

@@ -1,9 +1,8 @@
 #include "sim/kvtier_trace.h"
+#include "common/file_text.h"
 
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <unordered_map>
 
 #include "sim/mooncake_trace.h"
@@ -161,12 +160,8 @@ Result<ReplayTrace> parse_replay_trace(std::string_view text, const TraceReadOpt
 }
 
 Result<ReplayTrace> read_replay_trace(const std::string& path, const TraceReadOptions& options) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::NotFound("cannot open trace '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return Status::IOError("reading trace '" + path + "' failed");
-  return parse_replay_trace(ss.str(), options);
+  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "trace"));
+  return parse_replay_trace(text, options);
 }
 
 }  // namespace kvtier

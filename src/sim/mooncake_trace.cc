@@ -1,9 +1,8 @@
 #include "sim/mooncake_trace.h"
+#include "common/file_text.h"
 
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 namespace kvtier {
 
@@ -78,12 +77,8 @@ Result<MooncakeTrace> parse_mooncake_trace(std::string_view text, const Mooncake
 }
 
 Result<MooncakeTrace> read_mooncake_trace(const std::string& path, const MooncakeReadOptions& options) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::NotFound("cannot open mooncake trace '" + path + "'");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return Status::IOError("reading mooncake trace '" + path + "' failed");
-  return parse_mooncake_trace(ss.str(), options);
+  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "mooncake trace"));
+  return parse_mooncake_trace(text, options);
 }
 
 namespace {
