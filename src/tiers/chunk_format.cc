@@ -53,14 +53,14 @@ uint64_t header_checksum_of(std::span<const std::byte> meta) {
 
 }  // namespace
 
-Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
   if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
   if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
   if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
   const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
-  if (out.size() < lay.entry_bytes) return Status::InvalidArgument("entry buffer too small");
+  if (out.size() < lay.payload_offset) return Status::InvalidArgument("entry buffer too small");
 
   ChunkHeader h{};
   h.magic = kChunkMagic;
@@ -100,6 +100,15 @@ Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span
   std::memset(p + lay.meta_bytes, 0, lay.payload_offset - lay.meta_bytes);
   h.header_checksum = header_checksum_of({p, lay.meta_bytes});
   std::memcpy(p + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
+  return Status::Ok();
+}
+
+Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+  const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(page_hashes.size()), align);
+  if (out.size() < lay.entry_bytes) return Status::InvalidArgument("entry buffer too small");
+  KVTIER_RETURN_IF_ERROR(encode_chunk_meta(g, key, page_hashes, payload, sequence, align, out));
+  std::byte* p = out.data();
   std::memcpy(p + lay.payload_offset, payload.data(), payload.size());
   std::memset(p + lay.payload_offset + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
   return Status::Ok();

@@ -105,6 +105,13 @@ uint64_t layer_checksum(const std::byte* data, size_t len, uint32_t layer);
 // last page hash.
 Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                           std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out);
+// The same entry without copying the payload: writes only bytes
+// [0, layout.payload_offset) into `out` (size >= payload_offset). The entry
+// is then `out` followed by `payload` and layout.entry_bytes -
+// payload_offset - payload.size() zero bytes, which lets a writer send it as
+// a gather list (one remote SET) instead of assembling a copy.
+Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out);
 
 // The verified metadata of an entry.
 struct ChunkMeta {

@@ -70,57 +70,66 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   std::vector<double> raw_set, raw_get, put, get, layer, layer_whole;
   Status failed;
 
-  auto raw = [&](const char* verb) -> double {
+  // Each timed step covers one batch [b, b + B); the caller accumulates.
+  auto raw = [&](const char* verb, size_t b) -> double {
     const auto t0 = Clock::now();
-    for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
-      std::vector<RedisCommand> cmds;
-      for (size_t i = b; i < std::min(res.chunks, b + B); ++i) {
-        cmds.push_back(RedisCommand{{verb, raw_keys[i]}});
-        if (verb[0] == 'S') cmds.back().args.push_back(raw_value);
-      }
-      Status st = tier->client().run(cmds);
-      for (auto& c : cmds)
-        if (st.ok() && (c.reply->type == REDIS_REPLY_ERROR || (verb[0] == 'G' && c.reply->len != res.value_bytes)))
-          st = Status::IOError("bench remote: raw " + std::string(verb) + " failed");
-      if (!st.ok()) failed = st;
+    std::vector<RedisCommand> cmds;
+    for (size_t i = b; i < std::min(res.chunks, b + B); ++i) {
+      cmds.push_back(RedisCommand{{verb, raw_keys[i]}});
+      if (verb[0] == 'S') cmds.back().args.push_back(raw_value);
     }
+    Status st = tier->client().run(cmds);
+    for (auto& c : cmds)
+      if (st.ok() && (c.reply->type == REDIS_REPLY_ERROR || (verb[0] == 'G' && c.reply->len != res.value_bytes)))
+        st = Status::IOError("bench remote: raw " + std::string(verb) + " failed");
+    if (!st.ok()) failed = st;
     return seconds_since(t0);
   };
-  auto reads = [&](RemoteTier& t, bool layerwise, size_t limit) -> double {
+  auto write = [&](size_t b) -> double {
+    const auto t0 = Clock::now();
+    std::vector<PutOp> ops;
+    for (size_t i = b; i < std::min(res.chunks, b + B); ++i)
+      ops.push_back(PutOp{ChunkKey{ns, hashes[i].back()}, hashes[i], payload});
+    tier->put_batch(ops);
+    for (auto& op : ops)
+      if (!op.status.ok()) failed = op.status;
+    return seconds_since(t0);
+  };
+  auto read = [&](RemoteTier& t, bool layerwise, size_t b) -> double {
     const auto t0 = Clock::now();
     const uint32_t L = g.kv.num_layers;
-    for (size_t b = 0; b < limit && failed.ok(); b += B) {
-      const size_t n = std::min(limit, b + B) - b;
-      for (uint32_t l = 0; l < (layerwise ? L : 1u); ++l) {
-        std::vector<GetOp> ops;
-        for (size_t i = 0; i < n; ++i)
-          ops.push_back(GetOp{ChunkKey{ns, hashes[b + i].back()}, layerwise ? l : 0, layerwise ? 1u : kAllLayers, outs[i]});
-        t.get_batch(ops);
-        for (auto& op : ops)
-          if (!op.status.ok()) failed = op.status;
-      }
+    const size_t n = std::min(res.chunks, b + B) - b;
+    for (uint32_t l = 0; l < (layerwise ? L : 1u); ++l) {
+      std::vector<GetOp> ops;
+      for (size_t i = 0; i < n; ++i)
+        ops.push_back(GetOp{ChunkKey{ns, hashes[b + i].back()}, layerwise ? l : 0, layerwise ? 1u : kAllLayers, outs[i]});
+      t.get_batch(ops);
+      for (auto& op : ops)
+        if (!op.status.ok()) failed = op.status;
     }
     return seconds_since(t0);
   };
 
+  // Raw and tier steps alternate batch by batch, so both see the same server
+  // state (memory growth, overwrites, background work) and the same noise.
   for (uint32_t r = 0; r < o.rounds && failed.ok(); ++r) {
-    raw_set.push_back(gbps(value_total, raw("SET")));
-    const auto t0 = Clock::now();
+    double t_raw_set = 0, t_put = 0, t_raw_get = 0, t_get = 0, t_layer = 0;
     for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
-      std::vector<PutOp> ops;
-      for (size_t i = b; i < std::min(res.chunks, b + B); ++i)
-        ops.push_back(PutOp{ChunkKey{ns, hashes[i].back()}, hashes[i], payload});
-      tier->put_batch(ops);
-      for (auto& op : ops)
-        if (!op.status.ok()) failed = op.status;
+      t_raw_set += raw("SET", b);
+      t_put += write(b);
     }
-    put.push_back(gbps(payload_total, seconds_since(t0)));
-    // Raw and tier reads alternate so that both see the same server state.
-    raw_get.push_back(gbps(value_total, raw("GET")));
-    get.push_back(gbps(payload_total, reads(*tier, false, res.chunks)));
-    layer.push_back(gbps(payload_total, reads(*tier, true, res.chunks)));
+    for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
+      t_raw_get += raw("GET", b);
+      t_get += read(*tier, false, b);
+      t_layer += read(*tier, true, b);
+    }
+    raw_set.push_back(gbps(value_total, t_raw_set));
+    put.push_back(gbps(payload_total, t_put));
+    raw_get.push_back(gbps(value_total, t_raw_get));
+    get.push_back(gbps(payload_total, t_get));
+    layer.push_back(gbps(payload_total, t_layer));
     // Whole-value GET per layer moves L times the bytes: one batch is enough to show it.
-    layer_whole.push_back(gbps(double(B) * res.chunk_payload_bytes, reads(*whole_tier, true, std::min(res.chunks, B))));
+    layer_whole.push_back(gbps(double(std::min(res.chunks, B)) * res.chunk_payload_bytes, read(*whole_tier, true, 0)));
   }
   if (failed.ok() && std::memcmp(outs[0].data(), payload.data() + (g.kv.num_layers - 1) * g.layer_bytes(g.chunk_pages),
                                  g.layer_bytes(g.chunk_pages)) != 0)

@@ -2,6 +2,11 @@
 
 #include <hiredis/hiredis.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <climits>
+#include <cstdio>
+#include <cstring>
 
 #include <algorithm>
 #include <cerrno>
@@ -70,6 +75,37 @@ std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
   std::string what = c->errstr[0] ? c->errstr : "connection lost";
   if (c->err == REDIS_ERR_EOF) what = "server closed the connection";
   return "redis " + ep.to_string() + ": " + what;
+}
+
+// Sends `pieces` straight to the context's socket (blocking, bounded by its
+// send timeout). On failure the context carries the error, as hiredis does.
+bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
+  std::vector<iovec> iov;
+  iov.reserve(pieces.size());
+  for (auto p : pieces)
+    if (!p.empty()) iov.push_back(iovec{const_cast<char*>(p.data()), p.size()});
+  size_t i = 0;
+  while (i < iov.size()) {
+    msghdr m{};
+    m.msg_iov = iov.data() + i;
+    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
+    ssize_t n = ::sendmsg(c->fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      c->err = REDIS_ERR_IO;
+      std::snprintf(c->errstr, sizeof c->errstr, "%s", std::strerror(errno));
+      return false;
+    }
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      const size_t take = std::min(left, iov[i].iov_len);
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + take;
+      iov[i].iov_len -= take;
+      left -= take;
+      if (iov[i].iov_len == 0) ++i;
+    }
+    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  }
+  return true;
 }
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381".
@@ -352,6 +388,12 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
     }
     // Queue every pipeline, then write them all, then read: nodes work in parallel.
     std::vector<char> asked(cmds.size(), 0);
+    auto flush = [](redisContext* c) {
+      int done = 0;
+      while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+      return true;
+    };
     for (auto& g : groups) {
       auto c = s.get(g.ep);
       if (!c.ok()) {
@@ -367,7 +409,8 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
           ask_to[i] = RedisEndpoint{};
         }
         if (!cmds[i].formatted.empty()) {
-          redisAppendFormattedCommand(g.c, cmds[i].formatted.data(), cmds[i].formatted.size());
+          // Whatever is queued goes first; a failure surfaces in the write loop below.
+          if (!flush(g.c) || !send_pieces(g.c, cmds[i].formatted)) break;
           continue;
         }
         argv.clear();
@@ -386,11 +429,8 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
       s.drop(g.c);
       g.c = nullptr;
     };
-    for (auto& g : groups) {
-      int done = 0;
-      while (g.c && !done)
-        if (redisBufferWrite(g.c, &done) != REDIS_OK) broken(g, 0);
-    }
+    for (auto& g : groups)
+      if (g.c && (g.c->err || !flush(g.c))) broken(g, 0);
     std::vector<size_t> next;
     for (auto& g : groups) {
       for (size_t k = 0; g.c && k < g.idx.size(); ++k) {

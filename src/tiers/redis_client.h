@@ -62,9 +62,11 @@ using RedisReplyPtr = std::unique_ptr<redisReply, RedisReplyDeleter>;
 struct RedisCommand {
   std::vector<std::string_view> args;  // args[key_arg] is the routing key
   uint32_t key_arg = 1;
-  // When set, these RESP bytes are sent instead of `args` (which then only
-  // route): lets a large value be built in place, saving one copy.
-  std::string_view formatted;
+  // When set, these RESP bytes (concatenated in order) are sent instead of
+  // `args`, which then only route. They go straight to the socket as one
+  // gather write, never through the client's buffer: a large value is
+  // sent from where it lies, with no copy.
+  std::vector<std::string_view> formatted;
   RedisReplyPtr reply;  // out: the server's reply (may be an error reply)
   Status status;        // out: transport or routing failure; OK when `reply` is set
 };

@@ -110,32 +110,32 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
       bytes += b;
       ++end;
     }
-    // Each SET is built as RESP bytes with the entry encoded in place
-    // (SET key <entry> [PX ttl]): the value is copied once here and once into hiredis.
-    std::vector<std::string> keys;
-    std::vector<std::unique_ptr<char[]>> bufs;
+    // Each SET (SET key <entry> [PX ttl]) goes out as a gather list: RESP
+    // head and entry metadata from a small buffer, the payload from where the
+    // caller holds it (no copy), then the RESP tail.
+    std::vector<std::string> keys, heads;
     std::vector<RedisCommand> cmds;
     const bool px = options_.ttl.count() > 0;
+    const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
     keys.reserve(end - begin);  // commands hold views into these strings
+    heads.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
       PutOp& op = *valid[i];
-      const size_t n = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1).entry_bytes;
+      const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1);
       keys.push_back(key_of(op.key));
       const std::string& k = keys.back();
-      const std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
-                               "\r\n$" + std::to_string(n) + "\r\n";
-      const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
-      const size_t total = head.size() + n + tail.size();
-      bufs.emplace_back(new char[total]);
-      char* p = bufs.back().get();
-      std::memcpy(p, head.data(), head.size());
-      op.status = encode_chunk_entry(g, op.key, op.page_hashes, op.payload, ++sequence_, 1,
-                                     {reinterpret_cast<std::byte*>(p + head.size()), n});
-      std::memcpy(p + head.size() + n, tail.data(), tail.size());
+      std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
+                         "\r\n$" + std::to_string(lay.entry_bytes) + "\r\n";
+      const size_t meta_at = head.size();
+      head.resize(meta_at + lay.payload_offset);
+      op.status = encode_chunk_meta(g, op.key, op.page_hashes, op.payload, ++sequence_, 1,
+                                    {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset});
       if (!op.status.ok()) continue;
+      heads.push_back(std::move(head));
       RedisCommand c;
       c.args = {"SET", k};
-      c.formatted = std::string_view(p, total);
+      // With align 1 the entry is exactly metadata followed by the payload.
+      c.formatted = {heads.back(), {reinterpret_cast<const char*>(op.payload.data()), op.payload.size()}, tail};
       cmds.push_back(std::move(c));
     }
     Status transport = client_->run(cmds);

@@ -30,6 +30,22 @@ TEST(ChunkFormat, EncodeDecodeRoundTripAndLayout) {
   EXPECT_EQ(packed.entry_bytes, packed.meta_bytes + c.payload.size());
 }
 
+TEST(ChunkFormat, MetaOnlyEncodingIsTheEntryPrefix) {
+  // A gather-list writer sends encode_chunk_meta's bytes, then the payload:
+  // that must be byte for byte the entry encode_chunk_entry builds.
+  auto g = small_geometry();
+  auto c = make_chunk(g, test_ns(2), 9, 2);
+  for (size_t align : {size_t(1), size_t(4096)}) {
+    auto lay = chunk_entry_layout(g, 2, align);
+    std::vector<std::byte> entry(lay.entry_bytes), meta(lay.payload_offset, std::byte{0x5A});
+    ASSERT_TRUE(encode_chunk_entry(g, c.key, c.hashes, c.payload, 5, align, entry).ok());
+    ASSERT_TRUE(encode_chunk_meta(g, c.key, c.hashes, c.payload, 5, align, meta).ok());
+    EXPECT_TRUE(std::equal(meta.begin(), meta.end(), entry.begin())) << "align " << align;
+    std::vector<std::byte> short_meta(lay.payload_offset - 1);
+    EXPECT_FALSE(encode_chunk_meta(g, c.key, c.hashes, c.payload, 5, align, short_meta).ok());
+  }
+}
+
 TEST(ChunkFormat, EveryMetadataByteIsCovered) {
   auto g = small_geometry();
   auto c = make_chunk(g, test_ns(1), 8, 2);
