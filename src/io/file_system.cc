@@ -107,7 +107,15 @@ class UringQueue final : public IoQueue {
   }
   bool init() { return ready_ = (io_uring_queue_init(depth_, &ring_, 0) == 0); }
 
-  Status run(std::span<IoOp> ops) override {
+  Status run(std::span<IoOp> ops) override { return run_impl(ops, nullptr); }
+  Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done) override {
+    return run_impl(ops, &on_done);
+  }
+  uint32_t depth() const override { return depth_; }
+  bool async() const override { return true; }
+
+ private:
+  Status run_impl(std::span<IoOp> ops, const std::function<void(size_t)>* on_done) {
     size_t next = 0, inflight = 0, completed = 0;
     for (IoOp& op : ops) {
       op.status = Status::Ok();
@@ -137,20 +145,19 @@ class UringQueue final : public IoQueue {
       int rc = io_uring_wait_cqe(&ring_, &cqe);
       if (rc == -EINTR) continue;
       if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_wait_cqe"));
-      IoOp& op = ops[io_uring_cqe_get_data64(cqe)];
+      const size_t index = io_uring_cqe_get_data64(cqe);
+      IoOp& op = ops[index];
       int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       --inflight;
       ++completed;
       finish(op, res);
       if (!op.status.ok() && first.ok()) first = op.status;
+      if (on_done) (*on_done)(index);
     }
     return first;
   }
-  uint32_t depth() const override { return depth_; }
-  bool async() const override { return true; }
 
- private:
   static void finish(IoOp& op, int res) {
     if (res < 0) {
       op.status = Status::FromErrno(-res, op.kind == IoKind::kRead ? "io_uring read " + op.file->path()

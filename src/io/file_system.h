@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,6 +85,15 @@ class IoQueue {
   // complete. Returns OK when every op succeeded, else the first failure
   // (each op also carries its own status).
   virtual Status run(std::span<IoOp> ops) = 0;
+  // As run(), and calls `on_done(i)` on the calling thread once ops[i] is
+  // complete (status set) while later ops may still be in flight, so the
+  // caller can consume results (verify, copy) under the I/O of the rest.
+  // The default runs the whole batch first, then reports every op.
+  virtual Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done) {
+    Status st = run(ops);
+    for (size_t i = 0; i < ops.size(); ++i) on_done(i);
+    return st;
+  }
   virtual uint32_t depth() const = 0;
   // True when backed by io_uring (false: synchronous fallback).
   virtual bool async() const = 0;

@@ -49,6 +49,8 @@ struct DiskTier::Region {
   uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
   std::vector<ChunkKey> keys;
   uint64_t last_access = 0;
+  int buffer = -1;       // the region buffer still holding its bytes (-1: on disk only)
+  uint64_t written = 0;  // [0, written) of the file holds the buffer's bytes
 };
 
 Status DiskTierOptions::validate() const {
@@ -61,6 +63,8 @@ Status DiskTierOptions::validate() const {
   if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
   if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
   if (io_block_bytes == 0 || io_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: io_block_bytes must be a multiple of 4096");
+  if (write_stretch_bytes == 0 || write_stretch_bytes % kIoAlign)
+    return Status::InvalidArgument("DiskTier: write_stretch_bytes must be a positive multiple of 4096");
   return Status::Ok();
 }
 
@@ -77,11 +81,17 @@ DiskTier::DiskTier(const DiskTierOptions& o)
       fs_(o.fs ? o.fs : &FileSystem::posix()),
       max_regions_(static_cast<uint32_t>(o.capacity_bytes / o.region_bytes)) {
   stats_.capacity_bytes = uint64_t(max_regions_) * o.region_bytes;
+  writer_ = std::thread([this] { writer_loop(); });
 }
 
 DiskTier::~DiskTier() {
-  std::lock_guard lock(mu_);
-  if (active_ && !degraded()) (void)write_active_locked(cursor_);  // best effort: keep what was accepted
+  {
+    Lock lock(mu_);
+    if (active_ && !degraded()) submit_locked(false, options_.sync_writes);  // best effort: keep what was accepted
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();  // the writer drains its queue before it stops
 }
 
 std::string DiskTier::region_path(RegionId id) const {
@@ -184,10 +194,31 @@ Status DiskTier::scan_region(uint32_t id, const std::string& path) {
 
 // ---- writes ----
 
+// The caller that met `s` returns it; failures of the writer thread are kept
+// in failure_ for the next put or flush.
 void DiskTier::fail_locked(const Status& s) {
+  (void)s;
   ++stats_.io_errors;
   degraded_.store(true, std::memory_order_release);
-  (void)s;
+  drop_unwritten_locked();
+}
+
+// The failure the writer met, once; afterwards a degraded tier says kUnavailable.
+Status DiskTier::take_failure_locked() {
+  if (!failure_.ok()) return std::exchange(failure_, Status::Ok());
+  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
+  return Status::Ok();
+}
+
+// After a failure nothing more is written: entries not (entirely) on disk
+// leave the index so that they are never served.
+void DiskTier::drop_unwritten_locked() {
+  for (auto it = index_.begin(); it != index_.end();) {
+    const Loc& l = it->second;
+    const uint64_t end = l.offset + chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign).entry_bytes;
+    if (l.region->buffer >= 0 && end > l.region->written) it = index_.erase(it);
+    else ++it;
+  }
 }
 
 std::unique_ptr<IoQueue> DiskTier::acquire_queue(Status& st) {
@@ -212,21 +243,91 @@ void DiskTier::release_queue(std::unique_ptr<IoQueue> q) {
   queues_.push_back(std::move(q));
 }
 
-Status DiskTier::write_active_locked(uint64_t end) {
-  if (!active_ || end <= flushed_) return Status::Ok();
-  Status st;
-  auto q = acquire_queue(st);
-  if (!q) return st;
-  std::vector<IoOp> ops;
-  for (uint64_t off = flushed_; off < end; off += options_.io_block_bytes) {
-    size_t len = std::min<uint64_t>(options_.io_block_bytes, end - off);
-    ops.push_back({IoKind::kWrite, active_->file.get(), off, buffer_.data() + off, len});
+// Hands [submitted_, cursor_) of the active region to the writer.
+void DiskTier::submit_locked(bool seal, bool sync) {
+  if (!active_ || (cursor_ == submitted_ && !seal && !sync)) return;
+  jobs_.push_back(WriteJob{active_, submitted_, cursor_, sync, seal, {}});
+  ++jobs_submitted_;
+  submitted_ = cursor_;
+  cv_.notify_all();
+}
+
+Status DiskTier::wait_writes_locked(Lock& lock) {
+  const uint64_t target = jobs_submitted_;
+  cv_.wait(lock, [&] { return jobs_done_ >= target; });
+  return take_failure_locked();
+}
+
+void DiskTier::writer_loop() {
+  std::unique_ptr<IoQueue> q;
+  Lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stop_ and nothing left to write
+    // Everything queued goes out as one io_uring batch (bounded by the two
+    // region buffers), so the queue stays full across stretches.
+    std::vector<WriteJob> batch;
+    while (!jobs_.empty()) {
+      batch.push_back(std::move(jobs_.front()));
+      jobs_.pop_front();
+    }
+    const bool skip = degraded();  // after a failure nothing more is written
+    lock.unlock();
+    if (skip) {
+      for (WriteJob& j : batch) j.status = Status::Unavailable("DiskTier: degraded after a write failure");
+    } else {
+      write_jobs(batch, q);
+    }
+    lock.lock();
+    apply_jobs_locked(batch);
+    jobs_done_ += batch.size();
+    cv_.notify_all();
   }
-  st = q->run(ops);
-  release_queue(std::move(q));
-  if (st.ok() && options_.sync_writes) st = active_->file->sync();
-  if (st.ok()) flushed_ = end;
-  return st;
+}
+
+// Runs outside the lock: the ranges are final (callers only append past them).
+void DiskTier::write_jobs(std::vector<WriteJob>& jobs, std::unique_ptr<IoQueue>& q) {
+  Status st;
+  if (!q) {
+    auto made = fs_->create_queue(options_.queue_depth);
+    if (made.ok()) q = std::move(made).value();
+    else st = made.status();
+  }
+  std::vector<IoOp> ops;
+  std::vector<size_t> first(jobs.size() + 1);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    first[i] = ops.size();
+    WriteJob& j = jobs[i];
+    std::byte* base = buffers_[j.region->buffer].data();
+    for (uint64_t off = j.begin; off < j.end; off += options_.io_block_bytes)
+      ops.push_back({IoKind::kWrite, j.region->file.get(), off, base + off, std::min<uint64_t>(options_.io_block_bytes, j.end - off)});
+  }
+  first[jobs.size()] = ops.size();
+  if (st.ok() && !ops.empty()) (void)q->run(ops);
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    WriteJob& j = jobs[i];
+    j.status = st;
+    for (size_t k = first[i]; k < first[i + 1] && j.status.ok(); ++k) j.status = ops[k].status;
+    if (j.status.ok() && j.sync) j.status = j.region->file->sync();
+  }
+}
+
+void DiskTier::apply_jobs_locked(std::vector<WriteJob>& jobs) {
+  for (WriteJob& j : jobs) {
+    Region& r = *j.region;
+    if (!j.status.ok() || degraded()) {
+      if (!degraded()) {
+        failure_ = j.status;
+        fail_locked(j.status);
+      }
+      continue;
+    }
+    r.written = std::max(r.written, j.end);
+    if (j.seal) {  // every byte is in the file now: its buffer can take the next region
+      buffer_busy_[r.buffer] = false;
+      r.buffer = -1;
+    }
+  }
 }
 
 void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
@@ -243,7 +344,8 @@ void DiskTier::reclaim_one_locked() {
     if (options_.reclaim == EvictionOrder::kFifo) break;  // the map is ordered by id = age
   }
   if (!victim) return;
-  // Entries leave the index before the space can be reused.
+  // Entries leave the index before the space can be reused. A write still in
+  // flight keeps the file open and lands in the unlinked file, harmlessly.
   for (const ChunkKey& k : victim->keys) {
     auto it = index_.find(k);
     if (it != index_.end() && it->second.region == victim) {
@@ -255,17 +357,21 @@ void DiskTier::reclaim_one_locked() {
   (void)fs_->remove(region_path(RegionId(victim->id)));
 }
 
+// Needs a free region buffer.
 Status DiskTier::open_region_locked() {
+  const int b = buffer_busy_[0] ? 1 : 0;
   while (regions_.size() >= max_regions_) reclaim_one_locked();
   const uint32_t id = next_region_++;
   const std::string path = region_path(RegionId(id));
   auto f = fs_->open(path, {.create = true, .truncate = true, .direct = options_.direct_io});
   if (!f.ok()) return f.status();
-  if (buffer_.empty()) buffer_ = AlignedBuffer(options_.region_bytes);
+  if (buffers_[b].empty()) buffers_[b] = AlignedBuffer(options_.region_bytes);
   auto r = std::make_shared<Region>();
   r->id = id;
   r->file = std::move(f).value();
   r->last_access = ++tick_;
+  r->buffer = b;
+  buffer_busy_[b] = true;
   direct_in_effect_ = r->file->direct();
   RegionHeader rh{};
   const KVGeometry& kv = options_.geometry.kv;
@@ -281,58 +387,65 @@ Status DiskTier::open_region_locked() {
   rh.dtype = static_cast<uint8_t>(kv.dtype);
   rh.chunk_pages = options_.geometry.chunk_pages;
   rh.checksum = checksum64(&rh, offsetof(RegionHeader, checksum));
-  std::memset(buffer_.data(), 0, kRegionHeaderBlock);
-  std::memcpy(buffer_.data(), &rh, sizeof rh);
+  std::memset(buffers_[b].data(), 0, kRegionHeaderBlock);
+  std::memcpy(buffers_[b].data(), &rh, sizeof rh);
   cursor_ = kRegionHeaderBlock;
-  flushed_ = 0;
+  submitted_ = 0;
   active_ = r;
   regions_.emplace(id, std::move(r));
   return Status::Ok();
 }
 
-Status DiskTier::seal_locked() {
-  KVTIER_RETURN_IF_ERROR(write_active_locked(cursor_));
+void DiskTier::seal_locked() {
+  submit_locked(true, options_.sync_writes);
   active_->used = cursor_;
   active_.reset();
-  return Status::Ok();
 }
 
-Status DiskTier::put_locked(const PutOp& op) {
+Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   KVTIER_RETURN_IF_ERROR(validate_put(options_.geometry, op));
   ++stats_.puts;
   if (index_.count(op.key)) return Status::Ok();
-  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
+  KVTIER_RETURN_IF_ERROR(take_failure_locked());
   const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
   const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign);
-  Status st;
-  if (active_ && cursor_ + lay.entry_bytes > options_.region_bytes) st = seal_locked();
-  if (st.ok() && !active_) st = open_region_locked();
-  if (!st.ok()) {
-    fail_locked(st);
-    return st;
+  for (;;) {  // other callers may seal or open regions while this one waits for a buffer
+    if (active_ && cursor_ + lay.entry_bytes > options_.region_bytes) seal_locked();
+    if (active_) break;
+    // A free buffer first: when both are busy the writer is a whole region
+    // behind, and the caller waits for the device (bounded memory).
+    cv_.wait(lock, [&] { return degraded() || active_ || !buffer_busy_[0] || !buffer_busy_[1]; });
+    if (degraded()) return take_failure_locked();  // the writer failed while we waited
+    if (active_) continue;
+    Status st = open_region_locked();
+    if (!st.ok()) {
+      fail_locked(st);
+      return st;
+    }
   }
+  std::byte* at = buffers_[active_->buffer].data() + cursor_;
   KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
-                                            {buffer_.data() + cursor_, lay.entry_bytes}));
+                                            {at, lay.entry_bytes}));
   std::vector<uint64_t> sums(options_.geometry.kv.num_layers);
-  std::memcpy(sums.data(), buffer_.data() + cursor_ + sizeof(ChunkHeader) + n * 16, sums.size() * 8);
+  std::memcpy(sums.data(), at + sizeof(ChunkHeader) + n * 16, sums.size() * 8);
   index_.emplace(op.key, Loc{active_, cursor_, n, lay.payload_offset, std::move(sums)});
   active_->keys.push_back(op.key);
   cursor_ += lay.entry_bytes;
   active_->used = cursor_;
+  if (cursor_ - submitted_ >= options_.write_stretch_bytes) submit_locked(false, false);
   return Status::Ok();
 }
 
 void DiskTier::put_batch(std::span<PutOp> ops) {
-  std::lock_guard lock(mu_);
-  for (PutOp& op : ops) op.status = put_locked(op);
+  Lock lock(mu_);
+  for (PutOp& op : ops) op.status = put_locked(op, lock);
 }
 
 Status DiskTier::flush() {
-  std::lock_guard lock(mu_);
-  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
-  Status st = write_active_locked(cursor_);
-  if (!st.ok()) fail_locked(st);
-  return st;
+  Lock lock(mu_);
+  KVTIER_RETURN_IF_ERROR(take_failure_locked());
+  submit_locked(false, options_.sync_writes);
+  return wait_writes_locked(lock);
 }
 
 // ---- reads ----
@@ -373,8 +486,8 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
       const uint64_t off = loc.offset + loc.payload_offset + op.first_layer * lb;
       const size_t len = op.num_layers * lb;
       loc.region->last_access = ++tick_;
-      if (loc.region == active_) {  // still (partly) in memory: the buffer is authoritative
-        std::memcpy(op.out.data(), buffer_.data() + off, len);
+      if (loc.region->buffer >= 0) {  // still in a region buffer (maybe not on disk yet): serve from memory
+        std::memcpy(op.out.data(), buffers_[loc.region->buffer].data() + off, len);
         ++stats_.hits;
         continue;
       }
@@ -392,23 +505,22 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     }
   }
   if (pending.empty()) return;
-  Status qst;
-  auto q = acquire_queue(qst);
-  if (q) {
-    (void)q->run(io);
-    release_queue(std::move(q));
-  } else {
-    for (IoOp& o : io) o.status = qst;
-  }
-  // Verify outside the lock, then account (and drop corrupt entries) under it.
-  std::vector<int> outcome(pending.size());  // 0 ok, 1 io error, 2 corrupt
+  // Each chunk is verified as soon as its last read completes, while the
+  // reads of later chunks are still in flight: checksums cost CPU time that
+  // would otherwise follow the I/O instead of hiding under it.
+  std::vector<int> outcome(pending.size(), -1);  // 0 ok, 1 io error, 2 corrupt; -1 not yet
+  std::vector<uint32_t> left(pending.size()), owner(io.size());
   for (size_t i = 0; i < pending.size(); ++i) {
+    left[i] = static_cast<uint32_t>(pending[i].num_io);
+    for (size_t k = pending[i].first_io; k < pending[i].first_io + pending[i].num_io; ++k) owner[k] = static_cast<uint32_t>(i);
+  }
+  auto settle = [&](size_t i) {
     Pending& p = pending[i];
     GetOp& op = *p.op;
     for (size_t k = p.first_io; k < p.first_io + p.num_io && op.status.ok(); ++k) op.status = io[k].status;
     if (!op.status.ok()) {
       outcome[i] = 1;
-      continue;
+      return;
     }
     const size_t len = op.num_layers * g.layer_bytes(p.loc.num_pages);
     std::span<const std::byte> got = p.bounce.empty() ? std::span<const std::byte>(op.out.data(), len)
@@ -419,10 +531,24 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     op.status = verify_chunk_layers(meta, g, op.first_layer, op.num_layers, got);
     if (!op.status.ok()) {
       outcome[i] = 2;
-      continue;
+      return;
     }
     if (!p.bounce.empty()) std::memcpy(op.out.data(), got.data(), len);
+    outcome[i] = 0;
+  };
+  Status qst;
+  auto q = acquire_queue(qst);
+  if (q) {
+    (void)q->run_notify(io, [&](size_t k) {
+      const uint32_t i = owner[k];
+      if (--left[i] == 0) settle(i);
+    });
+    release_queue(std::move(q));
+  } else {
+    for (IoOp& o : io) o.status = qst;
   }
+  for (size_t i = 0; i < pending.size(); ++i)  // ops the queue gave up on without reporting them
+    if (outcome[i] < 0) settle(i);
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < pending.size(); ++i) {
     if (outcome[i] == 0) ++stats_.hits;

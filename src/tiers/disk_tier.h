@@ -1,12 +1,18 @@
 // DiskTier: chunks on local NVMe as a segment log (CacheLib Navy style).
 //
 // Chunks are encoded (tiers/chunk_format.h, 4096-aligned) and appended to an
-// in-memory region buffer; the buffer is written to its own region file
-// (`region-XXXXXXXX.kvr`, default 64 MiB) with O_DIRECT through io_uring when
-// it fills or on flush(). Reads are batched io_uring reads of exactly the
-// requested layers, verified against per-layer checksums before they are
-// reported OK. An in-memory index maps ChunkKey → (region, offset, pages).
-// Sealed region files are immutable and never rewritten in place.
+// in-memory region buffer that becomes its own region file
+// (`region-XXXXXXXX.kvr`, default 64 MiB). Writes overlap filling: each
+// time `write_stretch_bytes` more of the active buffer are filled, that
+// aligned stretch is handed to the tier's writer thread, which writes it
+// with O_DIRECT through io_uring while callers keep appending. Two region
+// buffers alternate (the next region fills while the last stretches of the
+// previous one are still being written); a put waits only when both are
+// busy, which bounds the writes in flight to two regions' worth. Reads are
+// batched io_uring reads of exactly the requested layers, straight into the
+// caller's buffer when it is 4096-aligned, verified against per-layer
+// checksums before they are reported OK. An in-memory index maps ChunkKey →
+// (region, offset, pages). Sealed region files are immutable.
 //
 // Capacity is a hard limit of whole regions (capacity_bytes / region_bytes,
 // the active one included). When a new region is needed and none is free,
@@ -15,23 +21,32 @@
 // already hold the region keep a valid descriptor to the unlinked file, so
 // a concurrent read never sees reused space.
 //
-// Opening an existing directory rebuilds the index by scanning every region
-// file; entries with a bad checksum or a torn tail are dropped and counted
-// (stats().checksum_failures, open_report()). A write failure (ENOSPC, EIO,
-// short write, unwritable directory) returns a Status and makes the tier
-// degraded: later puts fail fast with kUnavailable, gets keep serving what is
-// durable (and what is still buffered). Degraded is sticky until reopened.
+// Durability: an entry is on disk once the stretch holding it is written;
+// flush() waits for every accepted put (and fdatasyncs when sync_writes, as
+// does the end of every region). Opening an existing directory rebuilds
+// the index by scanning every region file; entries with a bad checksum or a
+// torn tail are dropped and counted (stats().checksum_failures,
+// open_report()). A write failure (ENOSPC, EIO, short write, unwritable
+// directory), in the caller or in the writer thread, makes the tier
+// degraded: every entry whose bytes did not reach the file leaves the index
+// (it is never served), the next put or flush returns the failure, later
+// ones fail fast with kUnavailable, and gets keep serving what is on disk.
+// Degraded is sticky until reopened.
 //
-// Thread safety: all methods are thread-safe; reads of sealed regions run
-// concurrently, outside the tier's lock. Ownership: the tier owns its files
-// and buffers; `fs` (when set) must outlive it.
+// Thread safety: all methods are thread-safe; reads of written regions run
+// concurrently, outside the tier's lock. Ownership: the tier owns its files,
+// buffers and writer thread (joined by the destructor after writing what
+// was accepted); `fs` (when set) must outlive it.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -52,6 +67,10 @@ struct DiskTierOptions {
   bool sync_writes = true;                  // fdatasync after each region write
   bool verify_on_open = true;               // verify every payload checksum when reopening
   size_t io_block_bytes = size_t(1) << 20;  // largest single read/write op; multiple of 4096
+  // The active region is handed to the writer each time this many more bytes
+  // are filled (multiple of 4096): small enough that the device starts early,
+  // large enough to keep io_uring's queue full.
+  size_t write_stretch_bytes = size_t(8) << 20;
   FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
 
   Status validate() const;
@@ -76,7 +95,8 @@ class DiskTier final : public Tier {
   void get_batch(std::span<GetOp> ops) override;
   size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) override;
   Status erase(const ChunkKey& key) override;
-  // Writes the buffered tail of the active region (and syncs when sync_writes).
+  // Writes the buffered tail of the active region, waits until every
+  // accepted put is on disk (and synced when sync_writes).
   Status flush() override;
   TierStats stats() const override;
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
@@ -99,17 +119,32 @@ class DiskTier final : public Tier {
     std::vector<uint64_t> layer_sums;
   };
   using Index = std::unordered_map<ChunkKey, Loc, ChunkKeyHasher>;
+  // One range of a region buffer for the writer thread.
+  struct WriteJob {
+    std::shared_ptr<Region> region;
+    uint64_t begin = 0, end = 0;  // aligned byte range of the region
+    bool sync = false;            // fdatasync once the range is written
+    bool seal = false;            // the region's last write: its buffer is free afterwards
+    Status status;                // filled by the writer
+  };
+  using Lock = std::unique_lock<std::mutex>;
 
   explicit DiskTier(const DiskTierOptions& o);
   Status open_existing();
   Status scan_region(uint32_t id, const std::string& path);
-  Status put_locked(const PutOp& op);
-  Status seal_locked();
+  Status put_locked(const PutOp& op, Lock& lock);
+  void seal_locked();
   Status open_region_locked();
-  Status write_active_locked(uint64_t end);
+  void submit_locked(bool seal, bool sync);
+  Status wait_writes_locked(Lock& lock);
+  void writer_loop();
+  void write_jobs(std::vector<WriteJob>& jobs, std::unique_ptr<IoQueue>& q);
+  void apply_jobs_locked(std::vector<WriteJob>& jobs);
   void reclaim_one_locked();
   void drop_locked(const ChunkKey& key, const Region* expected);
+  void drop_unwritten_locked();
   void fail_locked(const Status& s);
+  Status take_failure_locked();
   std::unique_ptr<IoQueue> acquire_queue(Status& st);
   void release_queue(std::unique_ptr<IoQueue> q);
 
@@ -118,22 +153,30 @@ class DiskTier final : public Tier {
   uint32_t max_regions_;
 
   mutable std::mutex mu_;
+  std::condition_variable cv_;  // writer work, write completions, free buffers
   Index index_;
   std::map<uint32_t, std::shared_ptr<Region>> regions_;  // by id (= age)
   std::shared_ptr<Region> active_;
-  AlignedBuffer buffer_;   // the active region's bytes
-  uint64_t cursor_ = 0;    // bytes of buffer_ in use
-  uint64_t flushed_ = 0;   // bytes of buffer_ already written to the file
+  AlignedBuffer buffers_[2];  // region buffers; Region::buffer names the one a region's bytes are in
+  bool buffer_busy_[2] = {false, false};
+  uint64_t cursor_ = 0;     // bytes of the active buffer in use
+  uint64_t submitted_ = 0;  // bytes of the active buffer handed to the writer
   uint32_t next_region_ = 0;
   uint64_t next_sequence_ = 1;
   uint64_t tick_ = 0;
   TierStats stats_;
   DiskOpenReport open_report_;
   std::atomic<bool> degraded_{false};
+  Status failure_;  // a failure not yet returned to a caller
   bool direct_in_effect_ = false;
+
+  std::deque<WriteJob> jobs_;  // waiting for the writer, in submission order
+  uint64_t jobs_submitted_ = 0, jobs_done_ = 0;
+  bool stop_ = false;
 
   std::mutex qmu_;
   std::vector<std::unique_ptr<IoQueue>> queues_;
+  std::thread writer_;  // last: started once everything above exists
 };
 
 }  // namespace kvtier

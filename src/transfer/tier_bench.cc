@@ -30,33 +30,55 @@ void fill(std::byte* p, size_t n, uint64_t seed) {
   }
 }
 
-// Sequential 1 MiB O_DIRECT blocks through io_uring: the device's floor.
-Result<std::pair<double, double>> raw_io(const std::string& path, size_t bytes, uint32_t depth, bool& direct) {
-  FileSystem& fs = FileSystem::posix();
-  KVTIER_ASSIGN_OR_RETURN(auto f, fs.open(path, {.create = true, .truncate = true, .direct = true}));
-  direct = f->direct();
-  KVTIER_ASSIGN_OR_RETURN(auto q, fs.create_queue(depth));
-  const size_t block = size_t(1) << 20;
-  AlignedBuffer buf(size_t(depth) * block);
-  fill(buf.data(), buf.size(), 1);
-  auto pass = [&](IoKind kind) -> Result<double> {
-    std::vector<IoOp> ops;
-    auto t0 = Clock::now();
-    for (size_t off = 0; off < bytes; off += block) {
-      ops.push_back({kind, f.get(), off, buf.data() + (ops.size() % depth) * block, block});
-      if (ops.size() == size_t(depth) * 8 || off + block >= bytes) {
-        KVTIER_RETURN_IF_ERROR(q->run(ops));
+constexpr size_t kRawBlock = size_t(1) << 20;
+// The disk figures are measured in rounds that alternate raw, DiskTier and
+// per-page I/O on the same bytes, so that drift of a shared virtual disk
+// (its throughput swings by 1.5x within seconds here) hits all of them alike.
+constexpr uint32_t kRounds = 4;
+
+// Sequential 1 MiB O_DIRECT blocks over [begin, end) through io_uring: the
+// device's floor. Writes fdatasync at every multiple of `sync_every` and at
+// the end, as DiskTier (sync_writes) syncs each region and each flush.
+Result<double> raw_pass(File& f, IoQueue& q, IoKind kind, uint64_t begin, uint64_t end, size_t sync_every, AlignedBuffer& buf) {
+  const size_t depth = q.depth();
+  std::vector<IoOp> ops;
+  auto t0 = Clock::now();
+  for (uint64_t off = begin; off < end; off += kRawBlock) {
+    ops.push_back({kind, &f, off, buf.data() + (ops.size() % depth) * kRawBlock, kRawBlock});
+    const bool last = off + kRawBlock >= end;
+    const bool sync_now = kind == IoKind::kWrite && ((off + kRawBlock) % sync_every == 0 || last);
+    if (ops.size() == depth * 8 || last || sync_now) {
+      KVTIER_RETURN_IF_ERROR(q.run(ops));
+      ops.clear();
+    }
+    if (sync_now) KVTIER_RETURN_IF_ERROR(f.sync());
+  }
+  return secs(t0, Clock::now());
+}
+
+// The un-aggregated loader: pages stored page-first ([layer][k|v][P][H][D],
+// one page after another, in order) and loaded layer by layer, so each
+// (page, layer) slice of pages [first, last) is its own read, with the same
+// io_uring queue depth as DiskTier. Slices not 4096-aligned are read as their
+// enclosing aligned range (O_DIRECT), counting only the slice bytes.
+Result<double> per_page_pass(File& f, IoQueue& q, const KVGeometry& g, size_t first, size_t last, AlignedBuffer& buf) {
+  const size_t depth = q.depth();
+  const size_t slice = g.layer_slice_bytes(), page = g.page_bytes();
+  const size_t span = buf.size() / depth;
+  std::vector<IoOp> ops;
+  auto t0 = Clock::now();
+  for (uint32_t l = 0; l < g.num_layers; ++l) {
+    for (size_t p = first; p < last; ++p) {
+      const uint64_t off = p * page + size_t(l) * slice;
+      const uint64_t start = align_down(off);
+      ops.push_back({IoKind::kRead, &f, start, buf.data() + (ops.size() % depth) * span, align_up(off + slice) - start});
+      if (ops.size() == depth * 8 || (l + 1 == g.num_layers && p + 1 == last)) {
+        KVTIER_RETURN_IF_ERROR(q.run(ops));
         ops.clear();
       }
     }
-    if (kind == IoKind::kWrite) KVTIER_RETURN_IF_ERROR(f->sync());
-    return secs(t0, Clock::now());
-  };
-  KVTIER_ASSIGN_OR_RETURN(double w, pass(IoKind::kWrite));
-  KVTIER_ASSIGN_OR_RETURN(double r, pass(IoKind::kRead));
-  f.reset();
-  (void)fs.remove(path);
-  return std::pair{gbps(bytes, w), gbps(bytes, r)};
+  }
+  return secs(t0, Clock::now());
 }
 
 }  // namespace
@@ -64,8 +86,10 @@ Result<std::pair<double, double>> raw_io(const std::string& path, size_t bytes, 
 Status TierBenchOptions::validate() const {
   if (dir.empty()) return Status::InvalidArgument("bench tiers: --dir is required");
   KVTIER_RETURN_IF_ERROR(geometry.validate());
-  if (disk_bytes < (size_t(64) << 20) || memory_bytes < (size_t(16) << 20) || load_bytes < (size_t(16) << 20))
+  if (disk_bytes < kRounds * std::max(region_bytes, geometry.page_bytes() * chunk_pages) || memory_bytes < (size_t(16) << 20) || load_bytes < (size_t(16) << 20))
     return Status::InvalidArgument("bench tiers: sizes too small to measure");
+  if (region_bytes == 0 || region_bytes % (size_t(1) << 20)) return Status::InvalidArgument("bench tiers: region_bytes must be a multiple of 1 MiB");
+  if (read_batch_chunks == 0) return Status::InvalidArgument("bench tiers: read_batch_chunks must be positive");
   return Status::Ok();
 }
 
@@ -115,15 +139,22 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     }
     r.host_gather_gbps = gbps(out.size(), best);
   }
-  // Raw device floor.
-  KVTIER_ASSIGN_OR_RETURN(auto raw, raw_io(dir + "/raw.bin", o.disk_bytes, o.queue_depth, r.direct_io));
-  r.raw_write_gbps = raw.first;
-  r.raw_read_gbps = raw.second;
-
-  // DiskTier write and read of the same volume.
-  const uint32_t nchunks = static_cast<uint32_t>(o.disk_bytes / chunk_bytes);
+  // Disk: raw floor, DiskTier and per-page reads of the same volume, in alternating rounds.
+  // raw.bin doubles as the page-first store of the per-page figure.
+  FileSystem& fs = FileSystem::posix();
+  KVTIER_ASSIGN_OR_RETURN(auto raw_file, fs.open(dir + "/raw.bin", {.create = true, .truncate = true, .direct = true}));
+  r.direct_io = raw_file->direct();
+  KVTIER_ASSIGN_OR_RETURN(auto queue, fs.create_queue(o.queue_depth));
+  AlignedBuffer raw_buf(size_t(o.queue_depth) * kRawBlock);
+  fill(raw_buf.data(), raw_buf.size(), 1);
+  const size_t round_chunks = o.disk_bytes / kRounds / chunk_bytes;
+  const size_t round_bytes = align_down(round_chunks * chunk_bytes, kRawBlock);
+  const size_t round_pages = round_bytes / page;
+  const uint32_t nchunks = static_cast<uint32_t>(round_chunks * kRounds);
+  const size_t sync_every = o.sync_writes ? o.region_bytes : round_bytes;
   DiskTierOptions dopt{.geometry = cg, .dir = dir + "/disk", .region_bytes = o.region_bytes,
-                       .capacity_bytes = o.disk_bytes * 2 + 4 * o.region_bytes, .queue_depth = o.queue_depth};
+                       .capacity_bytes = o.disk_bytes * 2 + 4 * o.region_bytes, .queue_depth = o.queue_depth,
+                       .sync_writes = o.sync_writes};
   std::vector<ChunkKey> keys;
   std::vector<std::vector<PageHash>> hashes;
   const PageHash ns = hash_bytes(HashAlgo::kXXH3_128, "bench", 5);
@@ -138,44 +169,47 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   }
   AlignedBuffer payload(chunk_bytes);
   fill(payload.data(), payload.size(), 5);
+  double t_raw_w = 0, t_disk_w = 0, t_raw_r = 0, t_disk_r = 0, t_page_r = 0;
   {
     KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
-    auto t0 = Clock::now();
-    for (uint32_t c = 0; c < nchunks; ++c) KVTIER_RETURN_IF_ERROR(disk->put(keys[c], hashes[c], payload.span()));
-    KVTIER_RETURN_IF_ERROR(disk->flush());
-    r.disk_write_gbps = gbps(size_t(nchunks) * chunk_bytes, secs(t0, Clock::now()));
+    for (uint32_t k = 0; k < kRounds; ++k) {
+      KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kWrite, k * round_bytes, (k + 1) * round_bytes, sync_every, raw_buf));
+      t_raw_w += t;
+      auto t0 = Clock::now();
+      for (size_t c = k * round_chunks; c < (k + 1) * round_chunks; ++c) KVTIER_RETURN_IF_ERROR(disk->put(keys[c], hashes[c], payload.span()));
+      KVTIER_RETURN_IF_ERROR(disk->flush());  // the round's puts are on disk (and synced) before the clock stops
+      t_disk_w += secs(t0, Clock::now());
+    }
   }
   dopt.verify_on_open = false;  // reopen fast; reads verify every layer anyway
   KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
   {
-    const uint32_t batch = 8;
+    const uint32_t batch = o.read_batch_chunks;
     AlignedBuffer out(size_t(batch) * chunk_bytes);
-    auto t0 = Clock::now();
-    for (uint32_t c = 0; c < nchunks; c += batch) {
-      std::vector<GetOp> ops;
-      for (uint32_t i = c; i < std::min(nchunks, c + batch); ++i)
-        ops.push_back(GetOp{keys[i], 0, kAllLayers, {out.data() + size_t(i - c) * chunk_bytes, chunk_bytes}, {}, 0});
-      disk->get_batch(ops);
-      for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
-    }
-    r.disk_read_gbps = gbps(size_t(nchunks) * chunk_bytes, secs(t0, Clock::now()));
-  }
-  // Un-aggregated: the same bytes, one page-sized synchronous read per page.
-  {
-    AlignedBuffer one(page);
-    size_t total = 0;
-    auto t0 = Clock::now();
-    for (uint32_t c = 0; c < nchunks; ++c) {
-      auto loc = disk->locate(keys[c]);
-      KVTIER_RETURN_IF_ERROR(loc.status());
-      KVTIER_ASSIGN_OR_RETURN(auto f, FileSystem::posix().open(disk->region_path(loc->first), {.read_only = true, .direct = true}));
-      for (uint32_t p = 0; p < o.chunk_pages; ++p) {
-        KVTIER_ASSIGN_OR_RETURN(size_t n, f->read(loc->second + kIoAlign + size_t(p) * page, one.span()));
-        total += n;
+    AlignedBuffer page_buf(size_t(o.queue_depth) * (align_up(o.geometry.layer_slice_bytes()) + kIoAlign));
+    for (uint32_t k = 0; k < kRounds; ++k) {
+      KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kRead, k * round_bytes, (k + 1) * round_bytes, sync_every, raw_buf));
+      t_raw_r += t;
+      auto t0 = Clock::now();
+      for (size_t c = k * round_chunks; c < (k + 1) * round_chunks; c += batch) {
+        std::vector<GetOp> ops;
+        for (size_t i = c; i < std::min((k + 1) * round_chunks, c + batch); ++i)
+          ops.push_back(GetOp{keys[i], 0, kAllLayers, {out.data() + (i - c) * chunk_bytes, chunk_bytes}, {}, 0});
+        disk->get_batch(ops);
+        for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
       }
+      t_disk_r += secs(t0, Clock::now());
+      KVTIER_ASSIGN_OR_RETURN(t, per_page_pass(*raw_file, *queue, o.geometry, k * round_pages, (k + 1) * round_pages, page_buf));
+      t_page_r += t;
     }
-    r.per_page_read_gbps = gbps(total, secs(t0, Clock::now()));
   }
+  r.raw_write_gbps = gbps(kRounds * round_bytes, t_raw_w);
+  r.raw_read_gbps = gbps(kRounds * round_bytes, t_raw_r);
+  r.disk_write_gbps = gbps(size_t(nchunks) * chunk_bytes, t_disk_w);
+  r.disk_read_gbps = gbps(size_t(nchunks) * chunk_bytes, t_disk_r);
+  r.per_page_read_gbps = gbps(kRounds * round_pages * page, t_page_r);
+  raw_file.reset();
+  (void)fs.remove(dir + "/raw.bin");
   // Layer-wise load through the engine, both modes.
   {
     const uint32_t lchunks = std::min<uint32_t>(nchunks, static_cast<uint32_t>(o.load_bytes / chunk_bytes));

@@ -21,6 +21,8 @@ struct TierBenchOptions {
   KVGeometry geometry{.num_layers = 16, .num_kv_heads = 4, .head_dim = 64, .dtype = DType::kF16, .page_tokens = 16};
   uint32_t chunk_pages = 16;
   size_t region_bytes = size_t(64) << 20;
+  uint32_t read_batch_chunks = 8;  // chunks per DiskTier::get_batch in disk_read_gbps
+  bool sync_writes = true;         // DiskTier::sync_writes; raw writes then sync at the same cadence
 
   Status validate() const;
 };
