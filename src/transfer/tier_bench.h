@@ -1,7 +1,9 @@
 // The `kvtier bench tiers` measurement: memory and storage bandwidths of the
 // hierarchy, each with its limit measured in the same run on the same file
-// system (memcpy for gathers, raw O_DIRECT io_uring I/O for DiskTier), plus
-// the layer-wise load latency of the TransferEngine in both load modes.
+// system (memcpy for gathers, raw O_DIRECT io_uring I/O for DiskTier, an
+// un-aggregated page-first loader for chunk aggregation), plus the
+// layer-wise load latency of the TransferEngine in both load modes. Disk
+// figures alternate in rounds so that drift of the device hits all alike.
 // Single-threaded driver; uses files under `dir` and deletes them.
 #pragma once
 
@@ -31,7 +33,9 @@ struct TierBenchResult {
   double memcpy_gbps = 0, host_gather_gbps = 0;
   double raw_write_gbps = 0, raw_read_gbps = 0;
   double disk_write_gbps = 0, disk_read_gbps = 0;
-  double per_page_read_gbps = 0;
+  // The same pages stored page-first and loaded layer by layer without
+  // aggregation: one read per (page, layer slice), at queue_depth / at 1.
+  double per_page_read_gbps = 0, per_page_qd1_read_gbps = 0;
   double first_layer_ms = 0, all_layers_ms = 0;            // the engine's default load mode
   double first_layer_ms_whole = 0, all_layers_ms_whole = 0;  // LoadMode::kWholeChunk
   double first_layer_ms_layer = 0, all_layers_ms_layer = 0;  // LoadMode::kLayerMajor
