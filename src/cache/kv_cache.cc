@@ -293,7 +293,7 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   if (host_loads) {
     // A host slot may still be receiving a write-through copy: let it land first.
     for (auto& pd : pending_)
-      if (pd->host_copies) (void)pd->handle.wait_all();
+      if (pd->writes_host) (void)pd->handle.wait_all();
   }
   for (auto [batch, handle] : {std::pair{&front, &lease.front_}, std::pair{&back, &lease.back_}}) {
     if (batch->copies.empty() && batch->loads.empty()) continue;

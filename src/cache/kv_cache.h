@@ -158,6 +158,7 @@ struct KVCacheStats {
   uint64_t bytes_stored_by_tier[kNumTiers] = {};
   uint64_t evicted_pages_by_tier[kNumTiers] = {};
   uint64_t demoted_pages = 0;  // device → host on eviction (write-back)
+  uint64_t spilled_chunks = 0;  // chunk stores to disk/remote on host eviction (write-back)
   uint64_t load_failures = 0;  // loads that failed (corrupt, I/O); the request recomputed
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
@@ -223,8 +224,10 @@ class KVCache {
   // A background transfer and the page references that keep its sources alive.
   struct Pending {
     TransferHandle handle;
-    std::vector<PageId> refs;  // pool pages read by the batch
-    bool host_copies = false;  // writes host slots (must land before a slot is reused or read)
+    std::vector<PageId> refs;        // pool pages read by the batch
+    std::vector<SlotId> slots;       // host slots freed once the batch is done (spilled pages)
+    bool writes_host = false;        // writes host slots (must land before a slot is reused or read)
+    bool reads_host = false;         // reads host slots (must finish before a slot is freed)
     uint64_t bytes[kNumTiers] = {};
   };
   explicit KVCache(const KVCacheOptions& o);

@@ -2,6 +2,7 @@
 // and background-transfer bookkeeping.
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "cache/kv_cache.h"
 #include "common/page_hash.h"
@@ -62,7 +63,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
       need_host.resize(slots.size());
       if (!slots.empty()) {
         auto pd = std::make_unique<Pending>();
-        pd->host_copies = true;
+        pd->writes_host = true;
         TransferBatch batch;
         for (size_t k = 0; k < need_host.size(); ++k) {
           const uint32_t i = need_host[k];
@@ -163,7 +164,13 @@ Status KVCache::evict_device(uint32_t n) {
     // Room first (host eviction cannot run inside the device eviction), then
     // each dropped device page is copied into a free slot.
     const uint32_t want = std::min(n, host_->num_slots());
-    if (host_->free_slots() < want) (void)evict_host(want - host_->free_slots());
+    if (host_->free_slots() < want) {
+      (void)evict_host(want - host_->free_slots());
+      // Slots that feed a spill come back once it is done.
+      for (auto& pd : pending_)
+        if (pd->reads_host) (void)pd->handle.wait_all();
+      poll();
+    }
     demote = [this](const PageLocation& loc, const PageHash&) {
       auto slot = host_->allocate_slot();
       if (!slot.ok()) return SlotId();
@@ -188,17 +195,68 @@ uint32_t KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
   return host_->allocate_slots(k, out).ok() ? k : 0;
 }
 
+// Host eviction. With write-back, each whole chunk whose last page leaves
+// the index is first stored to disk and the remote store (spilled) from
+// where its pages are; the slots it reads are freed once that store is done.
 Status KVCache::evict_host(uint32_t n) {
   if (!host_) return Status::Ok();
-  // A slot about to be freed may still be receiving a copy.
+  // A slot about to be freed may still be receiving a copy or feeding a spill.
   for (auto& pd : pending_)
-    if (pd->host_copies) (void)pd->handle.wait_all();
+    if (pd->writes_host || pd->reads_host) (void)pd->handle.wait_all();
   poll();
-  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kHost, evict_scratch_));
+  auto spill = std::make_unique<Pending>();
+  spill->reads_host = true;
+  TransferBatch batch;
+  std::vector<Tier*> below;
+  for (Tier* t : {static_cast<Tier*>(disk_.get()), remote_.get()})
+    if (t && !t->degraded()) below.push_back(t);
+  PrefixIndex::SpillHook hook{};
+  if (options_.write_policy == WritePolicy::kWriteBack && !below.empty()) {
+    hook.run_pages = options_.chunk_pages;
+    hook.fn = [&](NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locs) {
+      for (Tier* tier : below) {
+        if (tier->exists_prefix(ns.seed, hashes.last(1)) == 1) continue;
+        StoreMove mv;
+        mv.to = tier->kind();
+        mv.key = ChunkKey{ns.seed, hashes.back()};
+        mv.page_hashes.assign(hashes.begin(), hashes.end());
+        for (const PageLocation& l : locs) {
+          if (l.on_device()) {
+            mv.src.push_back(PageLoc::pool(l.device));
+            pool_->ref(l.device);
+            spill->refs.push_back(l.device);
+          } else {
+            mv.src.push_back(PageLoc::host(l.host));
+          }
+        }
+        spill->bytes[static_cast<size_t>(tier->kind())] += size_t(options_.chunk_pages) * options_.geometry.page_bytes();
+        batch.stores.push_back(std::move(mv));
+      }
+    };
+  }
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kHost, evict_scratch_, {}, hook));
+  // Slots read by the spill batch stay allocated until it is done.
+  std::unordered_set<uint32_t> read_slots;
+  for (const StoreMove& mv : batch.stores)
+    for (const PageLoc& l : mv.src)
+      if (l.tier == TierKind::kHost) read_slots.insert(l.index);
   for (const EvictedPage& e : evict_scratch_.pages) {
-    host_->free_slot(e.location.host);
+    if (read_slots.count(e.location.host.value()))
+      spill->slots.push_back(e.location.host);
+    else
+      host_->free_slot(e.location.host);
     ++stats_.evicted_pages_by_tier[1];
   }
+  if (batch.stores.empty()) return Status::Ok();
+  stats_.spilled_chunks += batch.stores.size();
+  auto h = transfer_->submit(std::move(batch));
+  if (!h.ok()) {  // nothing was queued: release at once
+    for (PageId p : spill->refs) pool_->unref(p);
+    for (SlotId s : spill->slots) host_->free_slot(s);
+    return Status::Ok();
+  }
+  spill->handle = std::move(h).value();
+  pending_.push_back(std::move(spill));
   return Status::Ok();
 }
 
@@ -215,6 +273,7 @@ void KVCache::poll() {
     Pending& pd = *pending_.front();
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
     for (PageId p : pd.refs) pool_->unref(p);
+    for (SlotId s : pd.slots) host_->free_slot(s);
     pending_.pop_front();
   }
 }

@@ -233,7 +233,20 @@ class PrefixIndex {
   // slot (whose bytes the hook has already filled) keeps the page cached on
   // the host instead. The hook must not call back into the index.
   using DemoteFn = std::function<SlotId(const PageLocation& location, const PageHash& hash)>;
-  Status evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote = {});
+  //
+  // Spill (write-back below the host): when evicting from the host, a page
+  // about to leave the index whose path depth (pages from the namespace
+  // root, itself included) is a multiple of `run_pages` is offered to `fn`
+  // with its namespace and the hashes and current locations of the last
+  // run_pages pages of its path, itself last — one whole chunk, all still cached (eviction is
+  // leaf-first and tail-first, so a chunk's last page leaves before the rest
+  // of it). Needs store_hashes. The hook must not call back into the index.
+  struct SpillHook {
+    uint32_t run_pages;  // no initializer: a nested aggregate used as a default argument; value-initialize it
+    std::function<void(NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locations)> fn;
+  };
+  Status evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote = {},
+               const SpillHook& spill = {});
 
   // Drops everything (all namespaces). Outstanding handles become stale.
   void reset();
@@ -288,7 +301,9 @@ class PrefixIndex {
   void tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]);
   void refresh(uint32_t id);
   void rekey(Node& n, uint32_t id);
-  void evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote);
+  void evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote, const SpillHook& spill);
+  // Offers the chunk ending at page i of node id to the spill hook (see evict()).
+  void offer_spill(uint32_t id, uint32_t i, const SpillHook& spill);
   void remove_leaf(uint32_t id);
   void emit(IndexEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
 

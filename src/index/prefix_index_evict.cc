@@ -66,15 +66,20 @@ void PrefixIndex::rekey(Node& n, uint32_t id) {
   n.key = k;
 }
 
-Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote) {
+Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote,
+                          const SpillHook& spill) {
   out.freed = 0;
   out.pages.clear();
   if (tier != TierKind::kDevice && tier != TierKind::kHost)
     return Status::InvalidArgument("evict: the index tracks only the device and host tiers, not " +
                                    std::string(tier_name(tier)));
   const int t = tier == TierKind::kDevice ? kDev : kHost;
+  if (t == kHost && spill.fn && (spill.run_pages == 0 || !opts_.store_hashes))
+    return Status::InvalidArgument("evict: a spill hook needs run_pages > 0 and an index that stores page hashes");
+  const SpillHook no_spill{};
   uint32_t need = n_pages;
-  while (need > 0 && !cand_[t].empty()) evict_from(cand_[t].begin()->node, t, need, out, t == kDev ? demote : DemoteFn());
+  while (need > 0 && !cand_[t].empty())
+    evict_from(cand_[t].begin()->node, t, need, out, t == kDev ? demote : DemoteFn(), t == kHost ? spill : no_spill);
   if (arena_.fragmented()) compact();
   out.freed = n_pages - need;
   if (out.freed > 0) ++epoch_;  // pages may have been trimmed: matches made before cannot be resumed
@@ -86,7 +91,28 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, con
 // leaves the tree when it is the last page of a childless node, and is
 // otherwise kept (it would leave a hole). Guaranteed to free at least one
 // page, since `id` is a candidate (I5).
-void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote) {
+void PrefixIndex::offer_spill(uint32_t id, uint32_t i, const SpillHook& spill) {
+  const Node& n = nodes_[id];
+  const uint32_t R = spill.run_pages;
+  if ((n.start_page + i + 1) % R != 0) return;
+  std::vector<PageHash> hashes(R);
+  std::vector<PageLocation> locs(R);
+  uint32_t node = id, at = i;
+  for (uint32_t k = R; k-- > 0;) {
+    // Walk the path backwards; depth >= R guarantees the pages exist.
+    while (at == UINT32_MAX) {
+      node = nodes_[node].parent;
+      at = nodes_[node].n_pages() - 1;  // UINT32_MAX again for an empty node
+    }
+    hashes[k] = nodes_[node].hashes[at];
+    locs[k] = nodes_[node].locs[at];
+    --at;
+  }
+  spill.fn(NsKey{nodes_[n.root].ns_seed}, hashes, locs);
+}
+
+void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote,
+                             const SpillHook& spill) {
   Node& n = nodes_[id];
   const uint32_t old_tp[2] = {n.tier_pages[kDev], n.tier_pages[kHost]};
   uint32_t i = std::min(n.scan_end[t], n.n_pages());
@@ -121,6 +147,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
       n.locs[i] = kept;
       out.pages.push_back(EvictedPage{h, loc, false});
     } else if (n.n_children == 0 && i + 1 == n.n_pages()) {
+      if (spill.fn) offer_spill(id, i, spill);
       count_page(n, loc, -1);
       --n.n;  // trim the tail page
       --pages_;

@@ -86,10 +86,37 @@ void CacheModel::lookup(NsKey ns, std::span<const TokenId> seq, uint32_t lookup_
   }
 }
 
+// As KVCache does: with write-back, a device page leaving is demoted to a
+// host slot when one is free (room is made first), and a whole chunk whose
+// last page leaves the host is spilled to disk and the remote store.
 Status CacheModel::evict(TierKind tier, uint64_t pages) {
+  const bool write_back = o_.write_policy == WritePolicy::kWriteBack;
+  PrefixIndex::DemoteFn demote;
+  PrefixIndex::SpillHook spill{};
+  uint64_t free_slots = 0;
+  if (write_back && tier == TierKind::kDevice && o_.host_pages > 0) {
+    const uint64_t used = index_->tier_pages(TierKind::kHost);
+    if (used + pages > o_.host_pages) KVTIER_RETURN_IF_ERROR(evict(TierKind::kHost, used + pages - o_.host_pages));
+    free_slots = o_.host_pages - std::min(o_.host_pages, index_->tier_pages(TierKind::kHost));
+    demote = [&](const PageLocation&, const PageHash&) {
+      if (free_slots == 0) return SlotId();
+      --free_slots;
+      ++stats_.stored_pages[static_cast<size_t>(TierKind::kHost)];
+      return SlotId(next_id(next_slot_));
+    };
+  }
+  if (write_back && tier == TierKind::kHost && hashing()) {
+    spill.run_pages = o_.chunk_pages;
+    spill.fn = [&](NsKey, std::span<const PageHash> hashes, std::span<const PageLocation>) {
+      for (ChunkSet* set : {&disk_, &remote_})
+        if (set->present() && set->put(hashes.back()))
+          stats_.stored_pages[static_cast<size_t>(set == &disk_ ? TierKind::kDisk : TierKind::kRemote)] +=
+              o_.chunk_pages;
+    };
+  }
   while (pages > 0) {
     const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(pages, UINT32_MAX));
-    KVTIER_RETURN_IF_ERROR(index_->evict(n, tier, evicted_));
+    KVTIER_RETURN_IF_ERROR(index_->evict(n, tier, evicted_, demote, spill));
     stats_.evictions[static_cast<size_t>(tier)] += evicted_.freed;
     if (evicted_.freed == 0) break;
     pages -= evicted_.freed;

@@ -121,6 +121,53 @@ TEST(CacheExactness, WriteBackDemotesOnEviction) {
   expect_same(hit, ref, 1e-5);
 }
 
+// Write-back all the way down: device eviction demotes to host, host
+// eviction spills whole chunks to disk, and the prompt is then served from
+// disk with the recompute's output. Nothing reaches the disk before that.
+TEST(CacheExactness, WriteBackSpillsHostEvictionsToDisk) {
+  RigOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 10);
+  Outcome ref = rig.reference(prompt, 16);
+  rig.cached(prompt, 16);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().disk.entries, 0u);
+  EXPECT_EQ(rig.cache->stats().index.host_pages, 19u);  // 300 prompt + 16 generated tokens: 19 whole pages, all demoted
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, UINT32_MAX).ok());
+  ASSERT_TRUE(rig.cache->drain().ok());
+  const KVCacheStats st = rig.cache->stats();
+  EXPECT_EQ(st.spilled_chunks, 4u);  // 19 pages = 4 whole chunks of 4; the 3-page tail is dropped
+  EXPECT_EQ(st.disk.entries, 4u);
+  EXPECT_EQ(st.index.pages, 0u);
+  EXPECT_EQ(st.host_free_slots, st.host_slots);  // every slot read by the spill came back
+  Outcome hit = rig.cached(prompt, 16);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 256u);
+  expect_same(hit, ref, 1e-5);
+}
+
+// A partial host eviction spills only the chunks whose last page left; the
+// rest stays cached on the host, and the prompt is served from both tiers.
+TEST(CacheExactness, WriteBackPartialSpillServesHostAndDisk) {
+  RigOptions o;
+  o.write_policy = WritePolicy::kWriteBack;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 16 + 1, 11);  // 16 pages = 4 chunks
+  Outcome ref = rig.reference(prompt, 8);
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 6).ok());  // pages 15..10: chunk 3 whole, chunk 2 half
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().spilled_chunks, 2u);
+  Outcome hit = rig.cached(prompt, 8);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost] + hit.report.reused_tokens_by_tier[kDisk], 256u);
+  EXPECT_GT(hit.report.reused_tokens_by_tier[kDisk], 0u);
+  expect_same(hit, ref, 1e-5);
+}
+
 // Selective: a chunk goes to disk only once its prefix has been hit enough times.
 TEST(CacheExactness, SelectiveWritesHotChunksOnly) {
   RigOptions o;
