@@ -169,6 +169,7 @@ class DiskTier final : public Tier {
   std::atomic<bool> degraded_{false};
   Status failure_;  // a failure not yet returned to a caller
   bool direct_in_effect_ = false;
+  AlignedBuffer scan_buf_;  // region contents while reopening (open_existing only)
 
   std::deque<WriteJob> jobs_;  // waiting for the writer, in submission order
   uint64_t jobs_submitted_ = 0, jobs_done_ = 0;
