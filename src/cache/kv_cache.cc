@@ -173,6 +173,8 @@ Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId
   if (c0 < total_chunks && (disk || remote)) {
     std::vector<PageHash> keys;
     for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);
+    // Chunks already being read ahead: wait for them, they land in the index.
+    if (await_prefetches(L.ns, keys)) return lookup(ns, tokens);
     const uint32_t dk = disk ? static_cast<uint32_t>(disk->exists_prefix(L.ns.seed, keys)) : 0;
     const uint32_t rk =
         remote ? static_cast<uint32_t>(remote->exists_prefix(L.ns.seed, std::span(keys).subspan(dk))) : 0;

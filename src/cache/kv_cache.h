@@ -160,6 +160,9 @@ struct KVCacheStats {
   uint64_t demoted_pages = 0;  // device → host on eviction (write-back)
   uint64_t spilled_chunks = 0;  // chunk stores to disk/remote on host eviction (write-back)
   uint64_t load_failures = 0;  // loads that failed (corrupt, I/O); the request recomputed
+  uint64_t prefetched_pages = 0;       // pages read ahead into the host tier and indexed there
+  uint64_t prefetch_failures = 0;      // prefetched chunks dropped (failed or corrupt load)
+  uint64_t prefetch_waits = 0;         // lookups that waited for a prefetch in flight
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
   IndexStats index;
@@ -181,6 +184,16 @@ class KVCache {
   // apart from recency bookkeeping. The last token is never cached (it must
   // be computed to produce logits), so at most (tokens.size()-1)/P pages match.
   Result<CacheLookup> lookup(const Namespace& ns, std::span<const TokenId> tokens);
+  // Starts reading the disk and remote part of the cached prefix of
+  // `tokens` into host slots in the background (a server calls this when a
+  // request is queued). When the reads land — seen by any later call — those
+  // pages join the index as host pages, so the prompt's own lookup finds
+  // them one tier up; a chunk that fails to load or verify is dropped and
+  // counted, never inserted. A lookup whose chunks are still being
+  // prefetched waits for them instead of reading them again. Uses at most
+  // half of the host tier's slots; does nothing without a host tier.
+  // Returns the number of pages being prefetched.
+  Result<uint32_t> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
   // The planner's decision for a lookup. Pure.
   Plan plan(const CacheLookup& lookup) const;
   // Pins the pages the plan uses, allocates pages for every prompt position,
@@ -230,12 +243,28 @@ class KVCache {
     bool reads_host = false;         // reads host slots (must finish before a slot is freed)
     uint64_t bytes[kNumTiers] = {};
   };
+  // Chunks being read ahead into host slots (prefetch()).
+  struct Prefetch {
+    NsKey ns;
+    std::vector<TokenId> tokens;      // the prompt's whole pages up to the last prefetched one
+    std::vector<PageHash> hashes;     // their chained hashes
+    uint32_t first_page = 0;          // pages before it were indexed when the prefetch began
+    std::vector<SlotId> slots;        // one per page from first_page on
+    std::vector<PageHash> chunk_keys; // what a lookup waits on
+    std::vector<TierKind> chunk_from; // where each chunk is read from
+    TransferHandle handle;
+  };
   explicit KVCache(const KVCacheOptions& o);
+  // Waits for the prefetches reading any of `keys`; true when it waited.
+  bool await_prefetches(const NsKey& ns, std::span<const PageHash> keys);
+  // Indexes what a finished prefetch read (or frees its slots).
+  void finish_prefetch(Prefetch& pf);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);
   // Up to n host slots (evicting cached host pages as needed); returns how many.
   uint32_t allocate_slots(uint32_t n, std::vector<SlotId>& out);
-  Status evict_device(uint32_t n);
-  Status evict_host(uint32_t n);
+  // `move_down`: apply the write policy's demotion/spill (false when flushing).
+  Status evict_device(uint32_t n, bool move_down = true);
+  Status evict_host(uint32_t n, bool move_down = true);
   void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages);
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 
@@ -248,6 +277,7 @@ class KVCache {
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<Planner> planner_;
   std::deque<std::unique_ptr<Pending>> pending_;
+  std::deque<std::unique_ptr<Prefetch>> prefetches_;
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;
   KVCacheStats stats_;

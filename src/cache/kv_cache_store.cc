@@ -158,9 +158,9 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
 
 // Device eviction. With write-back, a page without a host copy is first
 // copied to a host slot (demotion) so it stays cached one tier down.
-Status KVCache::evict_device(uint32_t n) {
+Status KVCache::evict_device(uint32_t n, bool move_down) {
   PrefixIndex::DemoteFn demote;
-  if (options_.write_policy == WritePolicy::kWriteBack && host_) {
+  if (move_down && options_.write_policy == WritePolicy::kWriteBack && host_) {
     // Room first (host eviction cannot run inside the device eviction), then
     // each dropped device page is copied into a free slot.
     const uint32_t want = std::min(n, host_->num_slots());
@@ -198,7 +198,7 @@ uint32_t KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
 // Host eviction. With write-back, each whole chunk whose last page leaves
 // the index is first stored to disk and the remote store (spilled) from
 // where its pages are; the slots it reads are freed once that store is done.
-Status KVCache::evict_host(uint32_t n) {
+Status KVCache::evict_host(uint32_t n, bool move_down) {
   if (!host_) return Status::Ok();
   // A slot about to be freed may still be receiving a copy or feeding a spill.
   for (auto& pd : pending_)
@@ -211,7 +211,7 @@ Status KVCache::evict_host(uint32_t n) {
   for (Tier* t : {static_cast<Tier*>(disk_.get()), remote_.get()})
     if (t && !t->degraded()) below.push_back(t);
   PrefixIndex::SpillHook hook{};
-  if (options_.write_policy == WritePolicy::kWriteBack && !below.empty()) {
+  if (move_down && options_.write_policy == WritePolicy::kWriteBack && !below.empty()) {
     hook.run_pages = options_.chunk_pages;
     hook.fn = [&](NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locs) {
       for (Tier* tier : below) {
@@ -269,6 +269,14 @@ Status KVCache::evict(TierKind tier, uint32_t pages) {
 
 void KVCache::poll() {
   (void)transfer_->poll_completions();  // results are read through the handles
+  for (auto it = prefetches_.begin(); it != prefetches_.end();) {
+    if (!(*it)->handle.done()) {
+      ++it;
+      continue;
+    }
+    finish_prefetch(**it);
+    it = prefetches_.erase(it);
+  }
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
@@ -280,6 +288,7 @@ void KVCache::poll() {
 
 Status KVCache::drain() {
   for (auto& pd : pending_) (void)pd->handle.wait_all();
+  for (auto& pf : prefetches_) (void)pf->handle.wait_all();
   poll();
   Status st;
   if (disk_) st = disk_->flush();
@@ -288,8 +297,8 @@ Status KVCache::drain() {
 
 Status KVCache::flush() {
   KVTIER_RETURN_IF_ERROR(drain());
-  KVTIER_RETURN_IF_ERROR(evict_device(std::numeric_limits<uint32_t>::max()));
-  KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max()));
+  KVTIER_RETURN_IF_ERROR(evict_device(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
+  KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
   chunk_hits_.clear();
   return Status::Ok();
 }

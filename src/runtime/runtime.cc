@@ -173,6 +173,13 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
+  Status prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) override {
+    if (!o_.cache_enabled || prompt.empty()) return Status::Ok();
+    for (TokenId t : prompt)
+      if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
+    return cache_->prefetch(Namespace{info_.fingerprint, "", std::string(cache_salt)}, prompt).status();
+  }
+
   Result<std::vector<TokenId>> decode(std::span<const SeqId> ids) override {
     std::vector<engine::SequenceKV*> kvs;
     std::vector<TokenId> feed;

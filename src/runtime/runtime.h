@@ -123,6 +123,10 @@ class Runtime {
   virtual std::string stats_json() const = 0;
   // Prometheus text lines for the cache and engine (no trailing HELP duplication).
   virtual std::string metrics_text() const = 0;
+  // Starts reading the disk/remote part of the prompt's cached prefix into
+  // host memory ahead of start() (a scheduler calls it for queued
+  // requests). Best effort and bounded; no effect without the cache.
+  virtual Status prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
 };

@@ -41,6 +41,8 @@ std::string runtime_stats_json(const KVCacheStats& s, const RuntimeCounters& c, 
   }
   j["planner_pages"] = {{"in_place", s.plan_pages[0]}, {"load", s.plan_pages[1]}, {"recompute", s.plan_pages[2]}};
   j["load_failures"] = s.load_failures;
+  j["prefetch"] = {{"pages", s.prefetched_pages}, {"failures", s.prefetch_failures}, {"waits", s.prefetch_waits}};
+  j["moved_down"] = {{"demoted_pages", s.demoted_pages}, {"spilled_chunks", s.spilled_chunks}};
   j["device"] = {{"pages", s.pool.total_pages}, {"used_pages", s.pool.used_pages}, {"page_bytes", s.pool.page_bytes},
                  {"cached_pages", s.index.device_pages}};
   j["host"] = {{"slots", s.host_slots}, {"free_slots", s.host_free_slots}, {"cached_pages", s.index.host_pages}};
@@ -84,6 +86,13 @@ std::string runtime_metrics_text(const KVCacheStats& s, const RuntimeCounters& c
   m << "kvtier_checksum_failures_total " << (s.disk.checksum_failures + s.remote.checksum_failures) << '\n';
   metric("kvtier_load_failures_total", "counter", "Loads that failed; the request recomputed.");
   m << "kvtier_load_failures_total " << s.load_failures << '\n';
+  metric("kvtier_prefetched_pages_total", "counter", "Pages read ahead from disk/remote into the host tier for queued requests.");
+  m << "kvtier_prefetched_pages_total " << s.prefetched_pages << '\n';
+  metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
+  m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
+  metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
+  m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
+    << "kvtier_write_back_moves_total{kind=\"spilled_chunks\"} " << s.spilled_chunks << '\n';
   metric("kvtier_tier_used_bytes", "gauge", "Bytes held by each tier.");
   m << "kvtier_tier_used_bytes{tier=\"device\"} " << uint64_t(s.pool.used_pages) * s.pool.page_bytes << '\n'
     << "kvtier_tier_used_bytes{tier=\"host\"} " << uint64_t(s.host_slots - s.host_free_slots) * s.pool.page_bytes << '\n'

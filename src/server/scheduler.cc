@@ -238,8 +238,22 @@ void Scheduler::step() {
   }
   std::erase_if(running_, [](const auto& r) { return r->ended; });
   admit();
+  prefetch_waiting();  // their lower-tier reads overlap the decode below
   decode_running();
   std::erase_if(running_, [](const auto& r) { return r->ended; });
+}
+
+void Scheduler::prefetch_waiting() {
+  std::vector<std::pair<std::vector<TokenId>, std::string>> todo;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& w : waiting_) {
+      if (w.prefetched) continue;
+      w.prefetched = true;
+      todo.emplace_back(w.request.prompt, w.request.cache_salt);
+    }
+  }
+  for (auto& [prompt, salt] : todo) (void)runtime_->prefetch(prompt, salt);  // best effort; start() decides
 }
 
 void Scheduler::admit() {

@@ -131,6 +131,8 @@ class Scheduler {
   void loop();
   void step();
   void admit();
+  // Asks the runtime to read ahead the cached prefixes of requests still queued.
+  void prefetch_waiting();
   void decode_running();
   // Applies one sampled token; returns true when the sequence has ended.
   bool on_token(Running& r, TokenId token);
@@ -145,6 +147,7 @@ class Scheduler {
   struct Waiting {
     GenerationRequest request;
     std::shared_ptr<RequestState> state;
+    bool prefetched = false;  // the runtime was asked to read its cached prefix ahead
   };
   std::deque<Waiting> waiting_;
   std::vector<std::function<void()>> calls_;

@@ -29,7 +29,7 @@ inline constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyz0123456789";
 struct FakeShared {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<std::string> log;           // "start", "decode:N", "finish"
+  std::vector<std::string> log;           // "start", "decode:N", "finish", "prefetch:<first token>"
   std::set<uint64_t> live, finished;
   size_t max_batch = 0;
   bool gate_closed = false;
@@ -111,6 +111,12 @@ class FakeRuntime final : public Runtime {
     s_->log.push_back("start");
     s_->cv.notify_all();
     return st;
+  }
+
+  Status prefetch(std::span<const TokenId> prompt, std::string_view) override {
+    std::lock_guard lk(s_->mu);
+    s_->log.push_back("prefetch:" + std::to_string(prompt.empty() ? -1 : prompt.front()));
+    return Status::Ok();
   }
 
   Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) override {

@@ -155,6 +155,23 @@ TEST(SchedulerTest, RunningLimitIsRespected) {
   EXPECT_LE(f.fake->max_batch, 2u);
 }
 
+// Requests that must wait for a running slot are read ahead once, before they start.
+TEST(SchedulerTest, QueuedRequestsArePrefetchedOnceBeforeTheyStart) {
+  SchedulerOptions o;
+  o.max_running = 1;
+  Fixture f(o, [](FakeShared& s) { s.decode_delay = 1ms; });
+  std::vector<std::shared_ptr<RequestState>> states;
+  for (int i = 0; i < 4; ++i) states.push_back(f.submit({TokenId(i + 1), 5, 6}, 8));
+  for (auto& s : states) EXPECT_TRUE(s->wait_done().error.ok());
+  const auto log = f.log();
+  for (int i = 2; i <= 4; ++i) {
+    const std::string tag = "prefetch:" + std::to_string(i);
+    EXPECT_LE(std::count(log.begin(), log.end(), tag), 1) << tag;
+  }
+  // At least the last request waited behind the others and was read ahead.
+  EXPECT_EQ(std::count(log.begin(), log.end(), "prefetch:4"), 1);
+}
+
 TEST(SchedulerTest, DrainRefusesNewWorkAndCancelsAfterGrace) {
   Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
   auto quick = f.submit({1}, 3);

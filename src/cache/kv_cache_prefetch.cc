@@ -1,0 +1,109 @@
+// KVCache: read-ahead of disk and remote chunks into the host tier.
+#include <algorithm>
+
+#include "cache/kv_cache.h"
+
+namespace kvtier {
+
+Result<uint32_t> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens) {
+  if (!host_) return 0u;
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup L, lookup(ns, tokens));
+  const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
+  const uint32_t lower = L.disk_pages + L.remote_pages;
+  if (lower == 0) return 0u;
+  // Bounded: the slots of chunks in flight never exceed half the host tier,
+  // so read-ahead cannot push out everything that is cached there.
+  uint32_t in_flight = 0;
+  for (const auto& pf : prefetches_) in_flight += static_cast<uint32_t>(pf->slots.size());
+  const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
+  uint32_t pages = std::min(lower, budget / C * C);
+  if (pages == 0) return 0u;
+
+  auto pf = std::make_unique<Prefetch>();
+  allocate_slots(pages, pf->slots);
+  pages = static_cast<uint32_t>(pf->slots.size()) / C * C;
+  for (size_t i = pages; i < pf->slots.size(); ++i) host_->free_slot(pf->slots[i]);
+  pf->slots.resize(pages);
+  if (pages == 0) return 0u;
+
+  pf->ns = L.ns;
+  pf->first_page = L.index_pages;
+  const uint32_t end = L.index_pages + pages;
+  pf->tokens.assign(tokens.begin(), tokens.begin() + size_t(end) * P);
+  pf->hashes.assign(L.match.hashes.begin(), L.match.hashes.begin() + end);
+  TransferBatch batch;
+  for (uint32_t c = 0; c < pages / C; ++c) {
+    const uint32_t chunk = L.index_pages / C + c;
+    LoadMove mv;
+    mv.from = c * C < L.disk_pages ? TierKind::kDisk : TierKind::kRemote;
+    mv.key = chunk_key(L.ns, L.match.hashes, chunk);
+    for (uint32_t p = 0; p < C; ++p) mv.dst.push_back(PageLoc::host(pf->slots[size_t(c) * C + p]));
+    pf->chunk_keys.push_back(mv.key.hash);
+    pf->chunk_from.push_back(mv.from);
+    batch.loads.push_back(std::move(mv));
+  }
+  auto h = transfer_->submit(std::move(batch));
+  if (!h.ok()) {
+    for (SlotId s : pf->slots) host_->free_slot(s);
+    return h.status();
+  }
+  pf->handle = std::move(h).value();
+  prefetches_.push_back(std::move(pf));
+  return pages;
+}
+
+bool KVCache::await_prefetches(const NsKey& ns, std::span<const PageHash> keys) {
+  bool waited = false;
+  for (auto& pf : prefetches_) {
+    if (!(pf->ns == ns) || pf->handle.done()) continue;
+    const bool overlaps = std::any_of(keys.begin(), keys.end(), [&](const PageHash& k) {
+      return std::find(pf->chunk_keys.begin(), pf->chunk_keys.end(), k) != pf->chunk_keys.end();
+    });
+    if (!overlaps) continue;
+    (void)pf->handle.wait_all();
+    waited = true;
+  }
+  if (waited) {
+    ++stats_.prefetch_waits;
+    poll();
+  }
+  return waited;
+}
+
+void KVCache::finish_prefetch(Prefetch& pf) {
+  const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
+  const TransferResult r = pf.handle.result();
+  // Only the leading chunks that loaded and verified can join the index (no holes).
+  uint32_t good = 0;
+  while (good < r.loads.size() && r.loads[good].ok()) ++good;
+  stats_.prefetch_failures += r.loads.size() - good;
+  for (uint32_t c = 0; c < good; ++c)
+    stats_.bytes_loaded_by_tier[static_cast<size_t>(pf.chunk_from[c])] += uint64_t(C) * options_.geometry.page_bytes();
+  uint32_t keep = good * C;  // pages from first_page on
+  // The pages before first_page must still be indexed, or the chunks would
+  // hang off nothing: match what is there now.
+  MatchResult m;
+  index_->match(pf.ns, std::span(pf.tokens).first(size_t(pf.first_page) * P), m, /*hash_remainder=*/false);
+  if (m.matched_pages < pf.first_page) keep = 0;
+  uint32_t taken = 0;
+  if (keep > 0) {
+    const uint32_t end = pf.first_page + keep;
+    std::vector<PageLocation> locs(end);
+    for (uint32_t i = 0; i < end; ++i)  // entries before first_page are present, hence ignored
+      locs[i].host = pf.slots[i < pf.first_page ? 0 : i - pf.first_page];
+    auto ins = index_->insert(pf.ns, std::span(pf.tokens).first(size_t(end) * P), locs,
+                              std::span(pf.hashes).first(end));
+    if (ins.ok()) {
+      // Pages that arrived meanwhile by another route keep their copy; ours are duplicates.
+      taken = end - std::max(pf.first_page, std::min(end, ins->already_present));
+      for (uint32_t i = 0; i < keep; ++i)
+        if (pf.first_page + i < ins->already_present) host_->free_slot(pf.slots[i]);
+      stats_.prefetched_pages += taken;
+    } else {
+      keep = 0;
+    }
+  }
+  for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
+}
+
+}  // namespace kvtier
