@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <chrono>
 #include <limits>
 
 #include "common/page_hash.h"
@@ -71,16 +72,40 @@ CacheLease::~CacheLease() {
   if (cache_) cache_->release(*this);
 }
 
-Status CacheLease::wait_front_layer(LayerIdx l) { return front_.valid() ? front_.wait_layer(l) : Status::Ok(); }
+namespace {
+
+// Runs `wait` and adds the time it blocked to `waited_ns`.
+template <class Fn>
+Status timed_wait(uint64_t& waited_ns, Fn&& wait) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Status st = wait();
+  waited_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  return st;
+}
+
+}  // namespace
+
+Status CacheLease::wait_front_layer(LayerIdx l) {
+  if (!front_.valid()) return Status::Ok();
+  return timed_wait(report_.load_wait_ns, [&] { return front_.wait_layer(l); });
+}
 
 Status CacheLease::wait_layer(LayerIdx l) {
-  if (front_.valid()) KVTIER_RETURN_IF_ERROR(front_.wait_layer(l));
-  return back_.valid() ? back_.wait_layer(l) : Status::Ok();
+  if (!front_.valid() && !back_.valid()) return Status::Ok();
+  return timed_wait(report_.load_wait_ns, [&] {
+    if (front_.valid()) KVTIER_RETURN_IF_ERROR(front_.wait_layer(l));
+    return back_.valid() ? back_.wait_layer(l) : Status::Ok();
+  });
 }
 
 void CacheLease::wait_all() {
-  if (front_.valid()) (void)front_.wait_all();
-  if (back_.valid()) (void)back_.wait_all();
+  if (!front_.valid() && !back_.valid()) return;
+  (void)timed_wait(report_.load_wait_ns, [&] {
+    if (front_.valid()) (void)front_.wait_all();
+    if (back_.valid()) (void)back_.wait_all();
+    return Status::Ok();
+  });
 }
 
 // ---------------------------------------------------------------- cache ----

@@ -94,6 +94,7 @@ struct LeaseReport {
   uint32_t reused_tokens_by_tier[kNumTiers] = {};  // in place (device) or loaded (others)
   uint32_t recomputed_cached_tokens = 0;
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
+  uint64_t load_wait_ns = 0;  // time the caller spent blocked waiting for loads (wait_layer / wait_all)
   uint32_t reused_tokens() const {
     uint32_t n = 0;
     for (uint32_t t : reused_tokens_by_tier) n += t;

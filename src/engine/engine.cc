@@ -20,18 +20,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Y[M][N] = X[M][K] · W[N][K]^T + beta · Y.
-void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
-  // For one or two rows (decode), sgemm would pack the whole weight matrix on
+// Y[M][n0:n1] = X[M][K] · W[n0:n1][K]^T + beta · Y[M][n0:n1] (row stride of Y: ldy).
+void matmul_cols(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n0, uint32_t n1, float* y,
+                 uint32_t ldy, float beta) {
+  const float* wb = w + size_t(n0) * k;
+  // For one or two rows (decode), sgemm would pack the whole weight block on
   // every call; gemv streams it once per row instead.
   if (m <= 2) {
     for (uint32_t r = 0; r < m; ++r)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n), int(k), 1.0f, w, int(k), x + size_t(r) * k, 1, beta,
-                  y + size_t(r) * n, 1);
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(k), 1.0f, wb, int(k), x + size_t(r) * k, 1, beta,
+                  y + size_t(r) * ldy + n0, 1);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), beta, y,
-              int(n));
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n1 - n0), int(k), 1.0f, x, int(k), wb, int(k), beta,
+              y + n0, int(ldy));
 }
 
 void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) {
@@ -107,6 +109,20 @@ struct Engine::Impl {
     if (act.size() < size_t(m) * cfg.ffn_size) act.resize(size_t(m) * cfg.ffn_size);
   }
 
+  // Y[M][N] = X[M][K] · W[N][K]^T + beta · Y. With `split`, the output
+  // columns are cut into one block per worker, each a single-threaded BLAS
+  // call; otherwise one call (OpenBLAS threads it, when configured to).
+  void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
+    const uint32_t T = workers.size();
+    if (!split_gemm || T == 1 || double(m) * n * k < 1e6) return matmul_cols(x, m, k, w, 0, n, y, n, beta);
+    const uint32_t block = (n + T * 16 - 1) / (T * 16) * 16;  // multiples of 16 columns keep rows aligned
+    const size_t tasks = (n + block - 1) / block;
+    workers.run(tasks, [&](size_t t, uint32_t) {
+      const uint32_t n0 = uint32_t(t) * block;
+      matmul_cols(x, m, k, w, n0, std::min(n, n0 + block), y, n, beta);
+    });
+  }
+
   // Parallel loop over rows in blocks (elementwise work).
   template <class F>
   void rows_parallel(uint32_t m, F&& f) {
@@ -124,6 +140,7 @@ struct Engine::Impl {
   ModelConfig cfg;
   AttentionShape shape;
   WorkerPool workers;
+  bool split_gemm = false;  // the engine threads GEMMs itself (OpenBLAS single-threaded)
   std::vector<AttentionScratch> scratch;
   std::vector<float> x, h, qkv, attn, gu, act, rope_cs;
   double attention_seconds = 0;
@@ -135,6 +152,7 @@ Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const Engine
   if (options_.blas_threads == 0) options_.blas_threads = options_.threads;
   openblas_set_num_threads(int(options_.blas_threads));
   impl_ = std::make_unique<Impl>(model_->config(), options_.threads);
+  impl_->split_gemm = options_.blas_threads == 1;
 }
 
 Engine::~Engine() = default;
@@ -204,7 +222,7 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
   float* qkv = im.qkv.data();
 
   im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.attn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
-  matmul(h, m, H, lw.wqkv.data(), W, qkv, 0.0f);
+  im.matmul(h, m, H, lw.wqkv.data(), W, qkv, 0.0f);
   for (const RowSpan& s : spans) {
     im.rows_parallel(s.n, [&](uint32_t i) {
       const uint32_t r = s.row0 + i, pos = s.pos0 + i;
@@ -252,14 +270,14 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
   });
   im.attention_seconds += seconds_since(t0);
 
-  matmul(im.attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
+  im.matmul(im.attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
   im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.ffn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
-  matmul(h, m, H, lw.w_gate_up.data(), 2 * F, im.gu.data(), 0.0f);
+  im.matmul(h, m, H, lw.w_gate_up.data(), 2 * F, im.gu.data(), 0.0f);
   im.rows_parallel(m, [&](uint32_t r) {
     const float* g = im.gu.data() + size_t(r) * 2 * F;
     swiglu(g, g + F, im.act.data() + size_t(r) * F, F);
   });
-  matmul(im.act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
+  im.matmul(im.act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
 }
 
 Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
@@ -313,7 +331,7 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
             c.rms_eps);
   });
   out.data.resize(size_t(out.rows) * c.vocab_size);
-  matmul(normed.data(), out.rows, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  im.matmul(normed.data(), out.rows, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
   seq.num_tokens = n_total;
 
   profile_.prefill_seconds += seconds_since(t_start);
@@ -361,7 +379,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   for (uint32_t r = 0; r < b; ++r)
     rmsnorm(im.x.data() + size_t(r) * H, model_->weights().output_norm.data(), normed.data() + size_t(r) * H, H, c.rms_eps);
   out.data.resize(size_t(b) * c.vocab_size);
-  matmul(normed.data(), b, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  im.matmul(normed.data(), b, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
   for (SequenceKV* s : seqs) ++s->num_tokens;
   profile_.decode_seconds += seconds_since(t_start);
   profile_.decode_attention_seconds += im.attention_seconds;

@@ -54,8 +54,12 @@ struct Logits {
 };
 
 struct EngineOptions {
-  uint32_t threads = 0;           // attention/elementwise workers; 0: hardware concurrency
-  uint32_t blas_threads = 0;      // OpenBLAS threads (process-wide setting); 0: same as threads
+  uint32_t threads = 0;           // workers for GEMMs, attention and elementwise work; 0: hardware concurrency
+  // OpenBLAS's own threads (a process-wide setting). 1 (the default): the
+  // engine splits each GEMM across its workers itself, so no OpenBLAS thread
+  // spin-waits between calls on cores that attention and transfer workers
+  // need. >1: OpenBLAS threads each GEMM instead. 0: same as threads.
+  uint32_t blas_threads = 1;
   uint32_t prefill_chunk = 1024;  // tokens per pass through a layer (bounds scratch memory)
 
   Status validate() const;

@@ -22,7 +22,9 @@ Status EngineBenchOptions::validate() const {
   return Status::Ok();
 }
 
-double measure_sgemm_gflops(uint32_t n) {
+double measure_sgemm_gflops(uint32_t n, uint32_t threads) {
+  const int before = openblas_get_num_threads();
+  openblas_set_num_threads(int(threads ? threads : std::max(1u, std::thread::hardware_concurrency())));
   std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -35,6 +37,7 @@ double measure_sgemm_gflops(uint32_t n) {
                 int(n), 0.0f, c.data(), int(n));
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
+  openblas_set_num_threads(before);
   return 2.0 * double(n) * n * n / best / 1e9;
 }
 
@@ -60,7 +63,7 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   rep.model = o.model;
   rep.kv_dtype = std::string(dtype_name(o.kv_dtype));
   rep.threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  rep.sgemm_peak_gflops = measure_sgemm_gflops();
+  rep.sgemm_peak_gflops = measure_sgemm_gflops(2048, rep.threads);
 
   std::mt19937_64 rng(o.seed);
   SequenceKV seq;

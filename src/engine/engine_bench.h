@@ -46,6 +46,7 @@ struct EngineBenchReport {
 Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& options);
 
 // GFLOP/s of the best of a few M=N=K=`n` cblas_sgemm calls.
-double measure_sgemm_gflops(uint32_t n = 2048);
+// OpenBLAS runs it on `threads` threads (0: all cores); its own setting is restored after.
+double measure_sgemm_gflops(uint32_t n = 2048, uint32_t threads = 0);
 
 }  // namespace kvtier::engine

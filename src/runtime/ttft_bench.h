@@ -30,6 +30,8 @@ struct TtftRow {
   uint32_t prefix = 0;
   bool layerwise = true;
   double ttft_ms = 0, recompute_ms = 0, floor_ms = 0;
+  double load_floor_ms = 0;  // bytes to load / the tier's raw bandwidth (0 on the device)
+  double load_wait_ms = 0;   // of the median run: time compute was blocked waiting for loads
   uint32_t loaded_tokens = 0, recomputed_tokens = 0;  // what the planner chose for the cached prefix
 };
 
