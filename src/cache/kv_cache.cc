@@ -180,6 +180,18 @@ ChunkKey KVCache::chunk_key(const NsKey& ns, std::span<const PageHash> hashes, u
 }
 
 Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId> tokens) {
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));
+  if (options_.write_policy == WritePolicy::kSelective) {
+    const uint32_t C = options_.chunk_pages;
+    for (uint32_t c = 0; c < L.cached_pages() / C; ++c) ++chunk_hits_[chunk_key(L.ns, L.match.hashes, c).hash];
+    if (chunk_hits_.size() > (size_t(1) << 20)) chunk_hits_.clear();  // bounded memory
+  }
+  ++stats_.lookups;
+  stats_.lookup_tokens += tokens.size();
+  return L;
+}
+
+Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> tokens) {
   if (tokens.empty()) return Status::InvalidArgument("lookup: empty prompt");
   poll();
   const uint32_t P = options_.geometry.page_tokens, C = options_.chunk_pages;
@@ -199,7 +211,7 @@ Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId
     std::vector<PageHash> keys;
     for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);
     // Chunks already being read ahead: wait for them, they land in the index.
-    if (await_prefetches(L.ns, keys)) return lookup(ns, tokens);
+    if (await_prefetches(L.ns, keys)) return find(ns, tokens);
     const uint32_t dk = disk ? static_cast<uint32_t>(disk->exists_prefix(L.ns.seed, keys)) : 0;
     const uint32_t rk =
         remote ? static_cast<uint32_t>(remote->exists_prefix(L.ns.seed, std::span(keys).subspan(dk))) : 0;
@@ -222,13 +234,6 @@ Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId
   }
   if (L.disk_pages) L.runs.push_back({TierKind::kDisk, L.disk_pages});
   if (L.remote_pages) L.runs.push_back({TierKind::kRemote, L.remote_pages});
-
-  if (options_.write_policy == WritePolicy::kSelective) {
-    for (uint32_t c = 0; c < L.cached_pages() / C; ++c) ++chunk_hits_[chunk_key(L.ns, L.match.hashes, c).hash];
-    if (chunk_hits_.size() > (size_t(1) << 20)) chunk_hits_.clear();  // bounded memory
-  }
-  ++stats_.lookups;
-  stats_.lookup_tokens += tokens.size();
   return L;
 }
 

@@ -256,6 +256,8 @@ class KVCache {
     TransferHandle handle;
   };
   explicit KVCache(const KVCacheOptions& o);
+  // lookup() without its bookkeeping (lookup counters, selective hit counts).
+  Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);
   // Waits for the prefetches reading any of `keys`; true when it waited.
   bool await_prefetches(const NsKey& ns, std::span<const PageHash> keys);
   // Indexes what a finished prefetch read (or frees its slots).

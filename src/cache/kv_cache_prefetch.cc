@@ -7,7 +7,7 @@ namespace kvtier {
 
 Result<uint32_t> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens) {
   if (!host_) return 0u;
-  KVTIER_ASSIGN_OR_RETURN(CacheLookup L, lookup(ns, tokens));
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
   const uint32_t lower = L.disk_pages + L.remote_pages;
   if (lower == 0) return 0u;
