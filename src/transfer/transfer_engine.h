@@ -11,6 +11,10 @@
 // one I/O, then publishes its layers; kLayerMajor issues one I/O per layer
 // across all chunks of the shard (first layer ready sooner, more I/Os).
 //
+// The moves of a batch (and of different batches) run concurrently on the
+// workers, loads and copies before stores: no move may write a page that
+// another move in flight reads or writes.
+//
 // The engine decides nothing: callers say what moves where. Workers never
 // touch the index; finished batches are reported to the owner through
 // poll_completions() (drained on the owner thread) and through the handle.

@@ -143,7 +143,7 @@ TEST(TransferEngine, ConcurrentSubmitsCancelsAndHandleDestruction) {
   ASSERT_TRUE(rig->disk->flush().ok());
   // Each thread owns a disjoint set of pool pages so destinations never overlap.
   std::vector<std::vector<PageLoc>> pages(4);
-  for (auto& p : pages) p = rig->alloc_pool(2 * g.chunk_pages);
+  for (auto& p : pages) p = rig->alloc_pool(2 * g.chunk_pages + 1);
   std::atomic<int> bad{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -152,11 +152,12 @@ TEST(TransferEngine, ConcurrentSubmitsCancelsAndHandleDestruction) {
       for (int r = 0; r < kRounds; ++r) {
         TransferBatch b;
         std::vector<PageLoc> first(pages[t].begin(), pages[t].begin() + g.chunk_pages);
-        std::vector<PageLoc> second(pages[t].begin() + g.chunk_pages, pages[t].end());
+        std::vector<PageLoc> second(pages[t].begin() + g.chunk_pages, pages[t].begin() + 2 * g.chunk_pages);
         b.loads.push_back({TierKind::kDisk, chunks[rng() % 8].key, first});
         auto sc = make_chunk(g, test_ns(100 + t), r);
         b.stores.push_back({TierKind::kHost, sc.key, sc.hashes, second});
-        b.copies.push_back({second[0], second[1]});
+        // The copy writes a page no move of this batch reads: a batch's moves run concurrently.
+        b.copies.push_back({second[0], pages[t].back()});
         auto h = rig->engine->submit(std::move(b));
         if (!h.ok()) { ++bad; continue; }
         switch (rng() % 3) {
