@@ -19,7 +19,7 @@ namespace kvtier::server {
 namespace {
 
 // The shutdown signals go through a self-pipe: the handler only write()s the
-// signal number (async-signal-safe), a waiter thread reads it. A handler,
+// signal number (async-signal-safe), the main thread reads it. A handler,
 // not sigwait(), because threads that exist before us (OpenBLAS starts its
 // pool when the library loads) would otherwise take the default action.
 int g_signal_pipe[2] = {-1, -1};
@@ -94,25 +94,30 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   std::fprintf(log, "kvtier serve: listening on http://%s:%u\n", config.host.c_str(), unsigned(port));
   std::fflush(log);
 
+  // The accept loop runs on its own thread and this one waits for the
+  // shutdown signals in poll(): the kernel hands a process signal to the main
+  // thread first, and a main thread parked in accept() would leave a
+  // sanitizer build's deferred handler unrun (the signal then seems lost).
+  Status served;
   std::atomic<bool> serving_done{false};
-  std::thread waiter([&] {
-    while (!serving_done.load()) {
-      const int sig = signals.wait(100);
-      if (sig != SIGINT && sig != SIGTERM) continue;
-      std::fprintf(log, "kvtier serve: %s received, draining (grace %.1fs)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                   config.limits.shutdown_grace_s);
-      std::fflush(log);
-      const auto grace = std::chrono::milliseconds(int64_t(config.limits.shutdown_grace_s * 1000));
-      const size_t cancelled = scheduler->drain(grace);
-      std::fprintf(log, "kvtier serve: drained (%zu request(s) cancelled), stopping\n", cancelled);
-      std::fflush(log);
-      http->stop();
-      return;
-    }
+  std::thread acceptor([&] {
+    served = http->serve();
+    serving_done = true;
   });
-  const Status served = http->serve();
-  serving_done = true;
-  waiter.join();
+  while (!serving_done.load()) {
+    const int sig = signals.wait(100);
+    if (sig != SIGINT && sig != SIGTERM) continue;
+    std::fprintf(log, "kvtier serve: %s received, draining (grace %.1fs)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                 config.limits.shutdown_grace_s);
+    std::fflush(log);
+    const auto grace = std::chrono::milliseconds(int64_t(config.limits.shutdown_grace_s * 1000));
+    const size_t cancelled = scheduler->drain(grace);
+    std::fprintf(log, "kvtier serve: drained (%zu request(s) cancelled), stopping\n", cancelled);
+    std::fflush(log);
+    http->stop();
+    break;
+  }
+  acceptor.join();
   http.reset();
   scheduler.reset();  // destroys the Runtime on the scheduler thread (persists the disk tier)
   std::fprintf(log, "kvtier serve: stopped\n");
