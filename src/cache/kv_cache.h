@@ -69,7 +69,7 @@ struct KVCacheOptions {
   bool layerwise = true;
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
-  uint32_t transfer_workers = 2;
+  uint32_t transfer_workers = 4;             // more I/O in flight; measured faster than 2 for long disk loads (docs/PERF.md)
   LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
 
   Status validate() const;
