@@ -12,6 +12,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_memory.h"
 #include "cuda/engine_kernels.h"
+#include "engine/engine_checks.h"
 #include "engine/half.h"
 
 namespace kvtier::cuda {
@@ -71,24 +72,6 @@ void rope_table(const ModelConfig& c, const std::vector<uint32_t>& pos, std::vec
       out[(r * half + i) * 2] = float(std::cos(a));
       out[(r * half + i) * 2 + 1] = float(std::sin(a));
     }
-}
-
-Status check_pages(const BlockPool& pool, const SequenceKV& seq, uint32_t needed, uint32_t P) {
-  if (uint64_t(seq.pages.size()) * P < needed)
-    return Status::FailedPrecondition("page table covers " + std::to_string(seq.pages.size() * P) +
-                                      " positions, the call needs " + std::to_string(needed));
-  for (uint32_t i = 0; i < (needed + P - 1) / P; ++i)
-    if (!pool.contains(seq.pages[i]))
-      return Status::InvalidArgument("page table entry " + std::to_string(i) + " is not a page of the pool");
-  return Status::Ok();
-}
-
-Status check_tokens(std::span<const TokenId> tokens, uint32_t vocab) {
-  for (TokenId t : tokens)
-    if (t < 0 || uint32_t(t) >= vocab)
-      return Status::InvalidArgument("token id " + std::to_string(t) + " outside the vocabulary [0, " +
-                                     std::to_string(vocab) + ")");
-  return Status::Ok();
 }
 
 // Query rows [row0, row0 + n) of one sequence at positions pos0.., page table at tables + table_off.
@@ -315,18 +298,8 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(std::shared_ptr<const Mod
 Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
                                    const PrefillOptions& options) {
   const ModelConfig& c = model_->config();
-  if (start_pos >= tokens.size())
-    return Status::InvalidArgument("prefill: start_pos " + std::to_string(start_pos) + " leaves nothing to compute in " +
-                                   std::to_string(tokens.size()) + " tokens");
-  if (tokens.size() > c.max_context)
-    return Status::OutOfRange("prefill: " + std::to_string(tokens.size()) + " tokens exceed the model context of " +
-                              std::to_string(c.max_context));
-  if (start_pos > seq.num_tokens)
-    return Status::FailedPrecondition("prefill: start_pos " + std::to_string(start_pos) +
-                                      " but the sequence holds KV for " + std::to_string(seq.num_tokens) + " positions");
+  KVTIER_RETURN_IF_ERROR(check_prefill(c, pool_, seq, tokens, start_pos));
   const uint32_t n_total = uint32_t(tokens.size());
-  KVTIER_RETURN_IF_ERROR(check_pages(pool_, seq, n_total, geometry_.page_tokens));
-  KVTIER_RETURN_IF_ERROR(check_tokens(tokens.subspan(start_pos), c.vocab_size));
 
   const auto t_start = Clock::now();
   Impl& im = *impl_;
@@ -368,19 +341,7 @@ Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tok
 
 Result<Logits> CudaEngine::decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) {
   const ModelConfig& c = model_->config();
-  if (seqs.size() != tokens.size() || seqs.empty())
-    return Status::InvalidArgument("decode: " + std::to_string(seqs.size()) + " sequences but " +
-                                   std::to_string(tokens.size()) + " tokens");
-  KVTIER_RETURN_IF_ERROR(check_tokens(tokens, c.vocab_size));
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    if (!seqs[i]) return Status::InvalidArgument("decode: null sequence");
-    for (size_t j = 0; j < i; ++j)
-      if (seqs[j] == seqs[i]) return Status::InvalidArgument("decode: a sequence appears twice in the batch");
-    if (seqs[i]->num_tokens >= c.max_context)
-      return Status::OutOfRange("decode: sequence " + std::to_string(i) + " is at the model context of " +
-                                std::to_string(c.max_context));
-    KVTIER_RETURN_IF_ERROR(check_pages(pool_, *seqs[i], seqs[i]->num_tokens + 1, geometry_.page_tokens));
-  }
+  KVTIER_RETURN_IF_ERROR(check_decode(c, pool_, seqs, tokens));
   const auto t_start = Clock::now();
   Impl& im = *impl_;
   const uint32_t b = uint32_t(seqs.size());

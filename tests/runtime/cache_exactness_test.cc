@@ -1,7 +1,5 @@
 // The heart of the suite: a prompt served from cached KV — from every tier
 // and from mixtures — gives the same output as a full recompute.
-#include <fstream>
-
 #include "cache_rig.h"
 
 namespace kvtier::testing {
@@ -193,16 +191,7 @@ TEST(CacheExactness, CorruptDiskEntryIsRecomputed) {
   rig.cached(prompt, 8);
   ASSERT_TRUE(rig.cache->drain().ok());
   ASSERT_TRUE(rig.cache->flush().ok());
-  // Flip bytes all over every region file's payload area.
-  for (auto& f : std::filesystem::directory_iterator(rig.dir_)) {
-    if (!f.is_regular_file()) continue;
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto size = std::filesystem::file_size(f.path());
-    for (uint64_t off = 8192; off < size; off += 4096) {
-      io.seekp(static_cast<std::streamoff>(off));
-      io.put(char(0x5A));
-    }
-  }
+  corrupt_region_files(rig.dir_);
   Outcome hit = rig.cached(prompt, 8);
   expect_same(hit, ref, 1e-5);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 0u);

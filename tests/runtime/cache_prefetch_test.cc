@@ -1,7 +1,5 @@
 // Read-ahead: disk chunks prefetched into the host tier are served from the
 // host with the recompute's output; corrupt ones are dropped, never indexed.
-#include <fstream>
-
 #include "cache_rig.h"
 
 namespace kvtier::testing {
@@ -56,15 +54,7 @@ TEST(CachePrefetch, CorruptChunksAreDroppedAndCounted) {
   CacheRig rig(o);
   auto prompt = CacheRig::random_tokens(300, 23);
   Outcome ref = only_on_disk(rig, prompt);
-  for (auto& f : std::filesystem::directory_iterator(rig.dir_)) {
-    if (!f.is_regular_file()) continue;
-    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
-    const auto size = std::filesystem::file_size(f.path());
-    for (uint64_t off = 8192; off < size; off += 4096) {
-      io.seekp(static_cast<std::streamoff>(off));
-      io.put(char(0x5A));
-    }
-  }
+  corrupt_region_files(rig.dir_);
   ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());
   ASSERT_TRUE(rig.cache->drain().ok());
   auto st = rig.cache->stats();

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -137,6 +138,20 @@ class CacheRig {
   std::unique_ptr<engine::Engine> engine;
   Namespace ns{PageHash{1, 2}, "", ""};
 };
+
+// Flips one byte in every 4 KiB of each region file's payload area (past
+// the first 8 KiB), so every chunk on disk fails its checksum.
+inline void corrupt_region_files(const std::filesystem::path& dir) {
+  for (auto& f : std::filesystem::directory_iterator(dir)) {
+    if (!f.is_regular_file()) continue;
+    std::fstream io(f.path(), std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = std::filesystem::file_size(f.path());
+    for (uint64_t off = 8192; off < size; off += 4096) {
+      io.seekp(static_cast<std::streamoff>(off));
+      io.put(char(0x5A));
+    }
+  }
+}
 
 inline void expect_same(const Outcome& got, const Outcome& ref, double rel) {
   ASSERT_EQ(got.tokens, ref.tokens);
