@@ -137,23 +137,27 @@ class UringQueue final : public IoQueue {
         ++inflight;
         queued = true;
       }
-      if (queued) {
-        int rc = io_uring_submit(&ring_);
-        if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_submit"));
+      // One system call submits what was queued and waits for a completion
+      // unless one is already there; then every completion present is reaped
+      // before the queue is refilled, so submissions go out in batches.
+      if (queued || io_uring_cq_ready(&ring_) == 0) {
+        int rc = io_uring_submit_and_wait(&ring_, io_uring_cq_ready(&ring_) ? 0 : 1);
+        if (rc == -EINTR) continue;
+        if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_submit_and_wait"));
       }
+      unsigned head, reaped = 0;
       io_uring_cqe* cqe = nullptr;
-      int rc = io_uring_wait_cqe(&ring_, &cqe);
-      if (rc == -EINTR) continue;
-      if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_wait_cqe"));
-      const size_t index = io_uring_cqe_get_data64(cqe);
-      IoOp& op = ops[index];
-      int res = cqe->res;
-      io_uring_cqe_seen(&ring_, cqe);
-      --inflight;
-      ++completed;
-      finish(op, res);
-      if (!op.status.ok() && first.ok()) first = op.status;
-      if (on_done) (*on_done)(index);
+      io_uring_for_each_cqe(&ring_, head, cqe) {
+        const size_t index = io_uring_cqe_get_data64(cqe);
+        IoOp& op = ops[index];
+        ++reaped;
+        --inflight;
+        ++completed;
+        finish(op, cqe->res);
+        if (!op.status.ok() && first.ok()) first = op.status;
+        if (on_done) (*on_done)(index);
+      }
+      io_uring_cq_advance(&ring_, reaped);
     }
     return first;
   }

@@ -456,22 +456,38 @@ Status DiskTier::flush() {
 
 void DiskTier::get_batch(std::span<GetOp> ops) {
   const ChunkGeometry& g = options_.geometry;
+  // A read unit is a run of whole layers of one chunk, read by one or more
+  // I/Os and verified as soon as its last I/O completes, while the bytes
+  // are still in cache and the reads of later units are in flight.
+  struct Unit {
+    uint32_t chunk = 0, first_layer = 0, num_layers = 0;  // layers relative to the op's first_layer
+    uint32_t io_left = 0;
+  };
   struct Pending {
     GetOp* op;
     Loc loc;
     AlignedBuffer bounce;  // used when the target range is not O_DIRECT-aligned
     size_t skip = 0;       // bytes before the wanted range inside `bounce`
-    size_t first_io = 0, num_io = 0;
+    uint32_t units_left = 0;
+    int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
   };
   std::vector<Pending> pending;
+  std::vector<Unit> units;
   std::vector<IoOp> io;
-  // Large ranges are split into io_block_bytes ops: many huge reads in flight
-  // overrun the device queue and io_uring falls back to blocking workers.
-  auto add_io = [&](Pending& p, File* f, uint64_t off, std::byte* buf, size_t len) {
-    p.first_io = io.size();
-    for (size_t done = 0; done < len; done += options_.io_block_bytes)
+  std::vector<uint32_t> io_unit;  // unit of each I/O
+  // Reads of at most io_block_bytes (many huge reads in flight overrun the
+  // device queue and io_uring falls back to blocking workers), cut at layer
+  // boundaries so that each unit can be verified on its own.
+  auto add_unit = [&](uint32_t chunk, uint32_t first_layer, uint32_t num_layers, File* f, uint64_t off, std::byte* buf,
+                      size_t len) {
+    const uint32_t u = static_cast<uint32_t>(units.size());
+    units.push_back({chunk, first_layer, num_layers, 0});
+    for (size_t done = 0; done < len; done += options_.io_block_bytes) {
       io.push_back({IoKind::kRead, f, off + done, buf + done, std::min(options_.io_block_bytes, len - done)});
-    p.num_io = io.size() - p.first_io;
+      io_unit.push_back(u);
+      ++units[u].io_left;
+    }
+    ++pending[chunk].units_left;
   };
   {
     std::lock_guard lock(mu_);
@@ -495,71 +511,75 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         ++stats_.hits;
         continue;
       }
-      Pending p{&op, loc, {}, 0, 0, 0};
-      const bool aligned = off % kIoAlign == 0 && len % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
+      const uint32_t c = static_cast<uint32_t>(pending.size());
+      pending.push_back(Pending{&op, loc, {}, 0, 0, -1});
+      File* f = loc.region->file.get();
+      const bool aligned = off % kIoAlign == 0 && lb % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
       if (aligned) {
-        add_io(p, loc.region->file.get(), off, op.out.data(), len);
-      } else {
+        const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, options_.io_block_bytes / lb));
+        for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
+          const uint32_t n = std::min(per_unit, op.num_layers - l);
+          add_unit(c, l, n, f, off + l * lb, op.out.data() + l * lb, n * lb);
+        }
+      } else {  // one unit through an aligned bounce buffer
+        Pending& p = pending.back();
         const uint64_t start = align_down(off);
         p.skip = off - start;
         p.bounce = AlignedBuffer(align_up(off + len) - start);
-        add_io(p, loc.region->file.get(), start, p.bounce.data(), p.bounce.size());
+        add_unit(c, 0, op.num_layers, f, start, p.bounce.data(), p.bounce.size());
       }
-      pending.push_back(std::move(p));
     }
   }
   if (pending.empty()) return;
-  // Each chunk is verified as soon as its last read completes, while the
-  // reads of later chunks are still in flight: checksums cost CPU time that
-  // would otherwise follow the I/O instead of hiding under it.
-  std::vector<int> outcome(pending.size(), -1);  // 0 ok, 1 io error, 2 corrupt; -1 not yet
-  std::vector<uint32_t> left(pending.size()), owner(io.size());
-  for (size_t i = 0; i < pending.size(); ++i) {
-    left[i] = static_cast<uint32_t>(pending[i].num_io);
-    for (size_t k = pending[i].first_io; k < pending[i].first_io + pending[i].num_io; ++k) owner[k] = static_cast<uint32_t>(i);
-  }
-  auto settle = [&](size_t i) {
-    Pending& p = pending[i];
+  auto settle_unit = [&](const Unit& u) {
+    Pending& p = pending[u.chunk];
     GetOp& op = *p.op;
-    for (size_t k = p.first_io; k < p.first_io + p.num_io && op.status.ok(); ++k) op.status = io[k].status;
-    if (!op.status.ok()) {
-      outcome[i] = 1;
-      return;
+    if (p.outcome < 0) {
+      const size_t lb = g.layer_bytes(p.loc.num_pages);
+      const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
+      for (uint32_t l = u.first_layer; l < u.first_layer + u.num_layers && p.outcome <= 0; ++l)
+        if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
+          op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
+          p.outcome = 2;
+        }
     }
-    const size_t len = op.num_layers * g.layer_bytes(p.loc.num_pages);
-    std::span<const std::byte> got = p.bounce.empty() ? std::span<const std::byte>(op.out.data(), len)
-                                                      : std::span<const std::byte>(p.bounce.data() + p.skip, len);
-    ChunkMeta meta;
-    meta.header.num_pages = p.loc.num_pages;
-    meta.layer_checksums = p.loc.layer_sums;
-    op.status = verify_chunk_layers(meta, g, op.first_layer, op.num_layers, got);
-    if (!op.status.ok()) {
-      outcome[i] = 2;
-      return;
+    if (--p.units_left > 0) return;
+    if (p.outcome < 0) {
+      p.outcome = 0;
+      if (!p.bounce.empty()) std::memcpy(op.out.data(), p.bounce.data() + p.skip, op.num_layers * g.layer_bytes(p.loc.num_pages));
     }
-    if (!p.bounce.empty()) std::memcpy(op.out.data(), got.data(), len);
-    outcome[i] = 0;
+  };
+  std::vector<char> reported(io.size(), 0);
+  auto complete_io = [&](size_t k) {
+    reported[k] = 1;
+    Unit& u = units[io_unit[k]];
+    Pending& p = pending[u.chunk];
+    if (!io[k].status.ok() && p.outcome != 1) {
+      p.op->status = io[k].status;
+      p.outcome = 1;
+    }
+    if (--u.io_left == 0) settle_unit(u);
   };
   Status qst;
   auto q = acquire_queue(qst);
   if (q) {
-    (void)q->run_notify(io, [&](size_t k) {
-      const uint32_t i = owner[k];
-      if (--left[i] == 0) settle(i);
-    });
+    (void)q->run_notify(io, complete_io);
     release_queue(std::move(q));
   } else {
     for (IoOp& o : io) o.status = qst;
   }
-  for (size_t i = 0; i < pending.size(); ++i)  // ops the queue gave up on without reporting them
-    if (outcome[i] < 0) settle(i);
+  for (size_t k = 0; k < io.size(); ++k)  // ops the queue gave up on without reporting them
+    if (!reported[k]) {
+      if (io[k].status.ok()) io[k].status = Status::IOError("DiskTier: read not completed");
+      complete_io(k);
+    }
   std::lock_guard lock(mu_);
-  for (size_t i = 0; i < pending.size(); ++i) {
-    if (outcome[i] == 0) ++stats_.hits;
-    else if (outcome[i] == 1) ++stats_.io_errors;
+  for (Pending& p : pending) {
+    if (p.outcome == 0) ++stats_.hits;
+    else if (p.outcome == 1) ++stats_.io_errors;
     else {
       ++stats_.checksum_failures;
-      drop_locked(pending[i].op->key, pending[i].loc.region.get());
+      drop_locked(p.op->key, p.loc.region.get());
     }
   }
 }

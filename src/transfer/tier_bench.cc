@@ -196,7 +196,8 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   {
     const uint32_t batch = o.read_batch_chunks;
     AlignedBuffer out(size_t(batch) * chunk_bytes);
-    AlignedBuffer page_buf(size_t(o.queue_depth) * (align_up(o.geometry.layer_slice_bytes()) + kIoAlign));
+    // At least one huge page, as the pool pages a real per-page loader reads into (AlignedBuffer).
+    AlignedBuffer page_buf(std::max(kHugePage, size_t(o.queue_depth) * (align_up(o.geometry.layer_slice_bytes()) + kIoAlign)));
     const size_t sub_chunks = round_chunks / kReadSplit, sub_bytes = sub_chunks * chunk_bytes;
     for (uint32_t k = 0; k < kRounds * kReadSplit; ++k) {
       // Each sub-round reads the same number of bytes three ways (raw, DiskTier, per-page).

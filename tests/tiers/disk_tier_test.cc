@@ -117,6 +117,65 @@ TEST(DiskTier, FlippedBytesFailExactlyTheAffectedEntries) {
   for (int i : {0, 2, 4, 5}) expect_exact(*t, chunks[i]);
 }
 
+// Layer slices of whole 4096-byte blocks: reads go straight into the
+// caller's buffer as several I/Os per chunk (one layer each here), and each
+// unit is verified as its own I/O completes.
+TEST(DiskTier, AlignedChunksAreReadAndVerifiedLayerByLayer) {
+  TempDir dir;
+  const ChunkGeometry g{KVGeometry{.num_layers = 4, .num_kv_heads = 2, .head_dim = 64, .dtype = DType::kF32, .page_tokens = 4}, 4};
+  const size_t lb = g.layer_bytes(g.chunk_pages);
+  ASSERT_EQ(lb % 4096, 0u);
+  FaultFileSystem fs(FileSystem::posix());
+  DiskTierOptions o = disk_options(dir.path(), g, &fs);
+  o.io_block_bytes = lb;
+  std::vector<TestChunk> chunks;
+  std::vector<std::pair<RegionId, uint64_t>> where;
+  {
+    auto t = DiskTier::create(o).value();
+    chunks = put_all(*t, g, 5, 4);
+    ASSERT_TRUE(t->flush().ok());
+    for (auto& c : chunks) where.push_back(t->locate(c.key).value());
+  }
+  o.verify_on_open = false;  // the flipped payload byte below is found by the read
+  const auto lay = chunk_entry_layout(g, g.chunk_pages, 4096);
+  {
+    auto t = DiskTier::create(o).value();
+    flip_byte(t->region_path(where[1].first), where[1].second + lay.payload_offset + 2 * lb + 100);
+  }
+  auto t = DiskTier::create(o).value();
+  AlignedBuffer out(g.max_payload_bytes());
+  // Layers 0..1 of the damaged chunk verify on their own.
+  GetOp front{chunks[1].key, 0, 2, out.span(), {}, 0};
+  t->get_batch(std::span(&front, 1));
+  ASSERT_TRUE(front.status.ok()) << front.status.to_string();
+  EXPECT_EQ(std::memcmp(out.data(), chunks[1].payload.data(), 2 * lb), 0);
+  // All layers: exact for the good chunks, Corruption for the damaged one, which is then dropped.
+  std::vector<AlignedBuffer> outs;
+  std::vector<GetOp> ops;
+  for (auto& c : chunks) {
+    outs.emplace_back(g.max_payload_bytes());
+    ops.push_back(GetOp{c.key, 0, kAllLayers, outs.back().span(), {}, 0});
+  }
+  t->get_batch(ops);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i == 1) {
+      EXPECT_EQ(ops[i].status.code(), StatusCode::kCorruption);
+      continue;
+    }
+    ASSERT_TRUE(ops[i].status.ok()) << ops[i].status.to_string();
+    EXPECT_EQ(std::memcmp(outs[i].data(), chunks[i].payload.data(), chunks[i].payload.size()), 0);
+  }
+  EXPECT_EQ(t->stats().checksum_failures, 1u);
+  EXPECT_FALSE(t->exists(chunks[1].key));
+  // A failed read in the middle of a chunk fails that chunk alone.
+  fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kRead, .nth = 3, .times = 1, .path_contains = "region-"});
+  GetOp hit{chunks[2].key, 0, kAllLayers, outs[2].span(), {}, 0};
+  t->get_batch(std::span(&hit, 1));
+  EXPECT_EQ(hit.status.code(), StatusCode::kIOError);
+  fs.clear_rules();
+  for (size_t i : {0, 2, 3}) expect_exact(*t, chunks[i]);
+}
+
 struct DiskFault {
   FaultKind kind;
   FaultOp op;
