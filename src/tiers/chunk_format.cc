@@ -51,16 +51,20 @@ uint64_t header_checksum_of(std::span<const std::byte> meta) {
   return checksum64(meta.data() + sizeof(ChunkHeader), meta.size() - sizeof(ChunkHeader), a);
 }
 
-}  // namespace
-
-Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+Status check_chunk_args(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                        std::span<const std::byte> payload) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
   if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
   if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
   if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
-  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
-  if (out.size() < lay.payload_offset) return Status::InvalidArgument("entry buffer too small");
+  return Status::Ok();
+}
+
+// The entry's metadata (header, page hashes, layer checksums) into `out`,
+// from layer checksums already computed; check_chunk_args has passed.
+void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                      std::span<const uint64_t> layer_sums, uint64_t sequence, const ChunkEntryLayout& lay, std::byte* out) {
+  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
 
   ChunkHeader h{};
   h.magic = kChunkMagic;
@@ -83,34 +87,53 @@ Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<
   h.key_hi = key.hash.hi;
   h.entry_bytes = lay.entry_bytes;
 
-  std::byte* p = out.data();
+  std::byte* p = out;
   std::byte* hashes = p + sizeof(ChunkHeader);
   for (uint32_t i = 0; i < n; ++i) {
     std::memcpy(hashes + i * 16, &page_hashes[i].lo, 8);
     std::memcpy(hashes + i * 16 + 8, &page_hashes[i].hi, 8);
   }
   std::byte* sums = hashes + n * 16;
-  const size_t lb = g.layer_bytes(n);
-  for (uint32_t l = 0; l < g.kv.num_layers; ++l) {
-    uint64_t c = layer_checksum(payload.data() + l * lb, lb, l);
-    std::memcpy(sums + l * 8, &c, 8);
-  }
+  std::memcpy(sums, layer_sums.data(), g.kv.num_layers * 8);
   h.payload_checksum = checksum64(sums, g.kv.num_layers * 8);
   std::memcpy(p, &h, sizeof h);
   std::memset(p + lay.meta_bytes, 0, lay.payload_offset - lay.meta_bytes);
   h.header_checksum = header_checksum_of({p, lay.meta_bytes});
   std::memcpy(p + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
+}
+
+}  // namespace
+
+Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+  KVTIER_RETURN_IF_ERROR(check_chunk_args(g, key, page_hashes, payload));
+  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
+  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
+  if (out.size() < lay.payload_offset) return Status::InvalidArgument("entry buffer too small");
+  const size_t lb = g.layer_bytes(n);
+  std::vector<uint64_t> sums(g.kv.num_layers);
+  for (uint32_t l = 0; l < g.kv.num_layers; ++l) sums[l] = layer_checksum(payload.data() + l * lb, lb, l);
+  write_chunk_meta(g, key, page_hashes, sums, sequence, lay, out.data());
   return Status::Ok();
 }
 
 Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                           std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
-  const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(page_hashes.size()), align);
+  KVTIER_RETURN_IF_ERROR(check_chunk_args(g, key, page_hashes, payload));
+  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
+  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
   if (out.size() < lay.entry_bytes) return Status::InvalidArgument("entry buffer too small");
-  KVTIER_RETURN_IF_ERROR(encode_chunk_meta(g, key, page_hashes, payload, sequence, align, out));
-  std::byte* p = out.data();
-  std::memcpy(p + lay.payload_offset, payload.data(), payload.size());
-  std::memset(p + lay.payload_offset + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
+  // Each layer is copied, then checksummed from the copy while it is still
+  // in cache: one pass over the caller's payload instead of two.
+  std::byte* dst = out.data() + lay.payload_offset;
+  const size_t lb = g.layer_bytes(n);
+  std::vector<uint64_t> sums(g.kv.num_layers);
+  for (uint32_t l = 0; l < g.kv.num_layers; ++l) {
+    std::memcpy(dst + l * lb, payload.data() + l * lb, lb);
+    sums[l] = layer_checksum(dst + l * lb, lb, l);
+  }
+  std::memset(dst + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
+  write_chunk_meta(g, key, page_hashes, sums, sequence, lay, out.data());
   return Status::Ok();
 }
 
