@@ -457,8 +457,9 @@ Status DiskTier::flush() {
 void DiskTier::get_batch(std::span<GetOp> ops) {
   const ChunkGeometry& g = options_.geometry;
   // A read unit is a run of whole layers of one chunk, read by one or more
-  // I/Os and verified as soon as its last I/O completes, while the bytes
-  // are still in cache and the reads of later units are in flight.
+  // I/Os and verified as soon as its last I/O completes, while the reads of
+  // later units are in flight. A chunk's first failure (I/O error or bad
+  // checksum) decides its outcome.
   struct Unit {
     uint32_t chunk = 0, first_layer = 0, num_layers = 0;  // layers relative to the op's first_layer
     uint32_t io_left = 0;
@@ -537,7 +538,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     if (p.outcome < 0) {
       const size_t lb = g.layer_bytes(p.loc.num_pages);
       const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
-      for (uint32_t l = u.first_layer; l < u.first_layer + u.num_layers && p.outcome <= 0; ++l)
+      for (uint32_t l = u.first_layer; l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
         if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
           op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
           p.outcome = 2;
@@ -554,7 +555,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     reported[k] = 1;
     Unit& u = units[io_unit[k]];
     Pending& p = pending[u.chunk];
-    if (!io[k].status.ok() && p.outcome != 1) {
+    if (!io[k].status.ok() && p.outcome < 0) {
       p.op->status = io[k].status;
       p.outcome = 1;
     }
