@@ -19,7 +19,12 @@ namespace {
 constexpr uint32_t kChunk = 64;  // keys per chunk
 constexpr uint32_t kChunkVecs = kChunk / simd::kLanes;
 constexpr uint32_t kRowGroup = 4;  // query rows that share each K/V load
-constexpr uint32_t kTargetRows = 64;
+// Query rows per task. A task converts every key and value it reads from the
+// page dtype to f32 once, for all its rows: with 64 rows that conversion was
+// the larger half of attention over a long cached context; 256 rows (q and
+// o blocks of 64 KiB at head_dim 64, still in L2) made a 64-token suffix
+// over 16384 cached tokens about 1.5x faster (docs/PERF.md, bench ttft).
+constexpr uint32_t kTargetRows = 256;
 
 // Converts `n` elements of the page dtype at `src` to f32.
 inline void to_f32(DType dt, const std::byte* src, float* dst, uint32_t n) {

@@ -47,7 +47,8 @@ class AttentionScratch {
   std::vector<uint32_t> pos_;
 };
 
-// Query tokens per task so that a task has about 64 query rows.
+// Query tokens per task so that a task has about 256 query rows (each task
+// converts the K/V it reads once for all its rows).
 uint32_t attention_block_tokens(const AttentionShape& shape);
 
 // Attention for KV head `kv_head` and tokens [t_begin, t_end) of `job`.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "engine/attention.h"
 #include "engine_fixture.h"
 
 namespace kvtier::engine {
@@ -84,13 +85,12 @@ std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& token
   return logits;
 }
 
-TEST(Oracle, EngineAgreesWithDoublePrecisionReference) {
+void expect_agrees_with_reference(uint32_t n, EngineOptions options) {
   auto model = testing::preset_model("tiny", 21);
-  const uint32_t n = 150;
   const auto tokens = testing::random_tokens(n, model->config().vocab_size, 77);
   const auto ref = oracle_logits(*model, tokens);
-  // Odd page size and a chunk that splits the prompt exercise the paging paths.
-  testing::Rig rig(model, DType::kF32, 40, 5, {.prefill_chunk = 64});
+  // Odd page size exercises the paging paths.
+  testing::Rig rig(model, DType::kF32, n / 5 + 2, 5, options);
   SequenceKV s = rig.sequence(n);
   auto r = rig.engine->prefill(s, tokens, 0, {.all_logits = true});
   ASSERT_TRUE(r.ok());
@@ -102,6 +102,19 @@ TEST(Oracle, EngineAgreesWithDoublePrecisionReference) {
     }
     ASSERT_LT(num / den, 1e-3) << "position " << t;
   }
+}
+
+TEST(Oracle, EngineAgreesWithDoublePrecisionReference) {
+  // A prefill chunk that splits the prompt: later chunks attend to cached pages.
+  expect_agrees_with_reference(150, {.prefill_chunk = 64});
+}
+
+TEST(Oracle, AttentionSplitIntoSeveralQueryBlocksAgrees) {
+  // One prefill call longer than an attention task's query block, so one
+  // sequence's queries are split across tasks.
+  const auto c = testing::preset_model("tiny", 21)->config();
+  const uint32_t block = attention_block_tokens({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f});
+  expect_agrees_with_reference(2 * block + 37, {});
 }
 
 }  // namespace
