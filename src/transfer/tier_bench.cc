@@ -187,7 +187,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   double t_raw_w = 0, t_disk_w = 0, t_raw_r = 0, t_disk_r = 0, t_page_r = 0;
   size_t read_bytes = 0, raw_read_bytes = 0, page1_bytes = 0;
   double t_page1_r = 0;
-  uint64_t sink = 0;  // per-page checksums, kept so they are computed
+  uint64_t sink = 0;  // sum of the per-page checksums: the calls' results have a use
   {
     KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
     for (uint32_t k = 0; k < kRounds; ++k) {
@@ -204,7 +204,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   {
     const uint32_t batch = o.read_batch_chunks;
     AlignedBuffer out(size_t(batch) * chunk_bytes);
-    // At least one huge page, as the pool pages a real per-page loader reads into (AlignedBuffer).
+    // At least kHugePage bytes, so it is huge-page backed like the pool pages a real per-page loader reads into.
     AlignedBuffer page_buf(std::max(kHugePage, size_t(o.queue_depth) * (align_up(o.geometry.layer_slice_bytes()) + kIoAlign)));
     const size_t sub_chunks = round_chunks / kReadSplit, sub_bytes = sub_chunks * chunk_bytes;
     for (uint32_t k = 0; k < kRounds * kReadSplit; ++k) {
