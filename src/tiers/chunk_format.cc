@@ -51,17 +51,8 @@ uint64_t header_checksum_of(std::span<const std::byte> meta) {
   return checksum64(meta.data() + sizeof(ChunkHeader), meta.size() - sizeof(ChunkHeader), a);
 }
 
-Status check_chunk_args(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                        std::span<const std::byte> payload) {
-  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
-  if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
-  if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
-  if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
-  return Status::Ok();
-}
-
 // The entry's metadata (header, page hashes, layer checksums) into `out`,
-// from layer checksums already computed; check_chunk_args has passed.
+// from layer checksums already computed; the arguments were checked.
 void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                       std::span<const uint64_t> layer_sums, uint64_t sequence, const ChunkEntryLayout& lay, std::byte* out) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
@@ -102,39 +93,41 @@ void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<con
   std::memcpy(p + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
 }
 
-}  // namespace
-
-Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
-  KVTIER_RETURN_IF_ERROR(check_chunk_args(g, key, page_hashes, payload));
+// Encodes the entry's metadata, and its payload too when `with_payload`.
+// With the payload, each layer is copied, then checksummed from the copy
+// while it is still in cache: one pass over the caller's payload, not two.
+Status encode_chunk(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                    std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
+                    bool with_payload) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
+  if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
+  if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
+  if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
   const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
-  if (out.size() < lay.payload_offset) return Status::InvalidArgument("entry buffer too small");
-  const size_t lb = g.layer_bytes(n);
-  std::vector<uint64_t> sums(g.kv.num_layers);
-  for (uint32_t l = 0; l < g.kv.num_layers; ++l) sums[l] = layer_checksum(payload.data() + l * lb, lb, l);
-  write_chunk_meta(g, key, page_hashes, sums, sequence, lay, out.data());
-  return Status::Ok();
-}
-
-Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
-  KVTIER_RETURN_IF_ERROR(check_chunk_args(g, key, page_hashes, payload));
-  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
-  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
-  if (out.size() < lay.entry_bytes) return Status::InvalidArgument("entry buffer too small");
-  // Each layer is copied, then checksummed from the copy while it is still
-  // in cache: one pass over the caller's payload instead of two.
+  if (out.size() < (with_payload ? lay.entry_bytes : lay.payload_offset)) return Status::InvalidArgument("entry buffer too small");
   std::byte* dst = out.data() + lay.payload_offset;
   const size_t lb = g.layer_bytes(n);
   std::vector<uint64_t> sums(g.kv.num_layers);
   for (uint32_t l = 0; l < g.kv.num_layers; ++l) {
-    std::memcpy(dst + l * lb, payload.data() + l * lb, lb);
-    sums[l] = layer_checksum(dst + l * lb, lb, l);
+    const std::byte* layer = payload.data() + l * lb;
+    if (with_payload) layer = static_cast<const std::byte*>(std::memcpy(dst + l * lb, layer, lb));
+    sums[l] = layer_checksum(layer, lb, l);
   }
-  std::memset(dst + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
+  if (with_payload) std::memset(dst + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
   write_chunk_meta(g, key, page_hashes, sums, sequence, lay, out.data());
   return Status::Ok();
+}
+
+}  // namespace
+
+Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/false);
+}
+
+Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
+  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/true);
 }
 
 size_t chunk_meta_bytes_from_header(std::span<const std::byte> first) {

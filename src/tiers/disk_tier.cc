@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/page_hash.h"
+#include "tiers/disk_tier_region.h"
 
 namespace kvtier {
 namespace {
@@ -42,16 +43,6 @@ bool parse_region_name(const std::string& name, uint32_t& id) {
 }
 
 }  // namespace
-
-struct DiskTier::Region {
-  uint32_t id = 0;
-  std::shared_ptr<File> file;
-  uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
-  std::vector<ChunkKey> keys;
-  uint64_t last_access = 0;
-  int buffer = -1;       // the region buffer still holding its bytes (-1: on disk only)
-  uint64_t written = 0;  // [0, written) of the file holds the buffer's bytes
-};
 
 Status DiskTierOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
@@ -450,139 +441,6 @@ Status DiskTier::flush() {
   KVTIER_RETURN_IF_ERROR(take_failure_locked());
   submit_locked(false, options_.sync_writes);
   return wait_writes_locked(lock);
-}
-
-// ---- reads ----
-
-void DiskTier::get_batch(std::span<GetOp> ops) {
-  const ChunkGeometry& g = options_.geometry;
-  // A read unit is a run of whole layers of one chunk, read by one or more
-  // I/Os and verified as soon as its last I/O completes, while the reads of
-  // later units are in flight. A chunk's first failure (I/O error or bad
-  // checksum) decides its outcome.
-  struct Unit {
-    uint32_t chunk = 0, first_layer = 0, num_layers = 0;  // layers relative to the op's first_layer
-    uint32_t io_left = 0;
-  };
-  struct Pending {
-    GetOp* op;
-    Loc loc;
-    AlignedBuffer bounce;  // used when the target range is not O_DIRECT-aligned
-    size_t skip = 0;       // bytes before the wanted range inside `bounce`
-    uint32_t units_left = 0;
-    int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
-  };
-  std::vector<Pending> pending;
-  std::vector<Unit> units;
-  std::vector<IoOp> io;
-  std::vector<uint32_t> io_unit;  // unit of each I/O
-  // Reads of at most io_block_bytes (many huge reads in flight overrun the
-  // device queue and io_uring falls back to blocking workers), cut at layer
-  // boundaries so that each unit can be verified on its own.
-  auto add_unit = [&](uint32_t chunk, uint32_t first_layer, uint32_t num_layers, File* f, uint64_t off, std::byte* buf,
-                      size_t len) {
-    const uint32_t u = static_cast<uint32_t>(units.size());
-    units.push_back({chunk, first_layer, num_layers, 0});
-    for (size_t done = 0; done < len; done += options_.io_block_bytes) {
-      io.push_back({IoKind::kRead, f, off + done, buf + done, std::min(options_.io_block_bytes, len - done)});
-      io_unit.push_back(u);
-      ++units[u].io_left;
-    }
-    ++pending[chunk].units_left;
-  };
-  {
-    std::lock_guard lock(mu_);
-    for (GetOp& op : ops) {
-      auto it = index_.find(op.key);
-      if (it == index_.end()) {
-        ++stats_.misses;
-        op.status = Status::NotFound("DiskTier: chunk not present");
-        continue;
-      }
-      const Loc& loc = it->second;
-      op.num_pages = loc.num_pages;
-      op.status = resolve_get_range(g, loc.num_pages, op);
-      if (!op.status.ok()) continue;
-      const size_t lb = g.layer_bytes(loc.num_pages);
-      const uint64_t off = loc.offset + loc.payload_offset + op.first_layer * lb;
-      const size_t len = op.num_layers * lb;
-      loc.region->last_access = ++tick_;
-      if (loc.region->buffer >= 0) {  // still in a region buffer (maybe not on disk yet): serve from memory
-        std::memcpy(op.out.data(), buffers_[loc.region->buffer].data() + off, len);
-        ++stats_.hits;
-        continue;
-      }
-      const uint32_t c = static_cast<uint32_t>(pending.size());
-      pending.push_back(Pending{&op, loc, {}, 0, 0, -1});
-      File* f = loc.region->file.get();
-      const bool aligned = off % kIoAlign == 0 && lb % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
-      if (aligned) {
-        const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, options_.io_block_bytes / lb));
-        for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
-          const uint32_t n = std::min(per_unit, op.num_layers - l);
-          add_unit(c, l, n, f, off + l * lb, op.out.data() + l * lb, n * lb);
-        }
-      } else {  // one unit through an aligned bounce buffer
-        Pending& p = pending.back();
-        const uint64_t start = align_down(off);
-        p.skip = off - start;
-        p.bounce = AlignedBuffer(align_up(off + len) - start);
-        add_unit(c, 0, op.num_layers, f, start, p.bounce.data(), p.bounce.size());
-      }
-    }
-  }
-  if (pending.empty()) return;
-  auto settle_unit = [&](const Unit& u) {
-    Pending& p = pending[u.chunk];
-    GetOp& op = *p.op;
-    if (p.outcome < 0) {
-      const size_t lb = g.layer_bytes(p.loc.num_pages);
-      const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
-      for (uint32_t l = u.first_layer; l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
-        if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
-          op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
-          p.outcome = 2;
-        }
-    }
-    if (--p.units_left > 0) return;
-    if (p.outcome < 0) {
-      p.outcome = 0;
-      if (!p.bounce.empty()) std::memcpy(op.out.data(), p.bounce.data() + p.skip, op.num_layers * g.layer_bytes(p.loc.num_pages));
-    }
-  };
-  std::vector<char> reported(io.size(), 0);
-  auto complete_io = [&](size_t k) {
-    reported[k] = 1;
-    Unit& u = units[io_unit[k]];
-    Pending& p = pending[u.chunk];
-    if (!io[k].status.ok() && p.outcome < 0) {
-      p.op->status = io[k].status;
-      p.outcome = 1;
-    }
-    if (--u.io_left == 0) settle_unit(u);
-  };
-  Status qst;
-  auto q = acquire_queue(qst);
-  if (q) {
-    (void)q->run_notify(io, complete_io);
-    release_queue(std::move(q));
-  } else {
-    for (IoOp& o : io) o.status = qst;
-  }
-  for (size_t k = 0; k < io.size(); ++k)  // ops the queue gave up on without reporting them
-    if (!reported[k]) {
-      if (io[k].status.ok()) io[k].status = Status::IOError("DiskTier: read not completed");
-      complete_io(k);
-    }
-  std::lock_guard lock(mu_);
-  for (Pending& p : pending) {
-    if (p.outcome == 0) ++stats_.hits;
-    else if (p.outcome == 1) ++stats_.io_errors;
-    else {
-      ++stats_.checksum_failures;
-      drop_locked(p.op->key, p.loc.region.get());
-    }
-  }
 }
 
 size_t DiskTier::exists_prefix(const PageHash& ns, std::span<const PageHash> keys) {

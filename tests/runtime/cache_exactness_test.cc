@@ -101,15 +101,25 @@ TEST(CacheExactness, F16FromDiskAndHost) {
   expect_same(disk, ref, 1e-3);
 }
 
-// Write-back: nothing goes down at commit; device eviction demotes to host.
-TEST(CacheExactness, WriteBackDemotesOnEviction) {
+// Write-back: the prompt served once (its recompute reference in `ref`) and
+// the resulting stores drained; nothing has been evicted yet.
+RigOptions write_back_options() {
   RigOptions o;
   o.write_policy = WritePolicy::kWriteBack;
-  CacheRig rig(o);
-  auto prompt = CacheRig::random_tokens(300, 8);
-  Outcome ref = rig.reference(prompt, 16);
-  rig.cached(prompt, 16);
+  return o;
+}
+void serve_once(CacheRig& rig, std::span<const TokenId> prompt, int steps, Outcome& ref) {
+  ref = rig.reference(prompt, steps);
+  rig.cached(prompt, steps);
   ASSERT_TRUE(rig.cache->drain().ok());
+}
+
+// Write-back: nothing goes down at commit; device eviction demotes to host.
+TEST(CacheExactness, WriteBackDemotesOnEviction) {
+  CacheRig rig(write_back_options());
+  auto prompt = CacheRig::random_tokens(300, 8);
+  Outcome ref;
+  ASSERT_NO_FATAL_FAILURE(serve_once(rig, prompt, 16, ref));
   EXPECT_EQ(rig.cache->stats().index.host_pages, 0u);
   EXPECT_EQ(rig.cache->stats().disk.entries, 0u);
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
@@ -123,13 +133,10 @@ TEST(CacheExactness, WriteBackDemotesOnEviction) {
 // eviction spills whole chunks to disk, and the prompt is then served from
 // disk with the recompute's output. Nothing reaches the disk before that.
 TEST(CacheExactness, WriteBackSpillsHostEvictionsToDisk) {
-  RigOptions o;
-  o.write_policy = WritePolicy::kWriteBack;
-  CacheRig rig(o);
+  CacheRig rig(write_back_options());
   auto prompt = CacheRig::random_tokens(300, 10);
-  Outcome ref = rig.reference(prompt, 16);
-  rig.cached(prompt, 16);
-  ASSERT_TRUE(rig.cache->drain().ok());
+  Outcome ref;
+  ASSERT_NO_FATAL_FAILURE(serve_once(rig, prompt, 16, ref));
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
   ASSERT_TRUE(rig.cache->drain().ok());
   EXPECT_EQ(rig.cache->stats().disk.entries, 0u);
@@ -149,13 +156,10 @@ TEST(CacheExactness, WriteBackSpillsHostEvictionsToDisk) {
 // A partial host eviction spills only the chunks whose last page left; the
 // rest stays cached on the host, and the prompt is served from both tiers.
 TEST(CacheExactness, WriteBackPartialSpillServesHostAndDisk) {
-  RigOptions o;
-  o.write_policy = WritePolicy::kWriteBack;
-  CacheRig rig(o);
+  CacheRig rig(write_back_options());
   auto prompt = CacheRig::random_tokens(16 * 16 + 1, 11);  // 16 pages = 4 chunks
-  Outcome ref = rig.reference(prompt, 8);
-  rig.cached(prompt, 8);
-  ASSERT_TRUE(rig.cache->drain().ok());
+  Outcome ref;
+  ASSERT_NO_FATAL_FAILURE(serve_once(rig, prompt, 8, ref));
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
   ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 6).ok());  // pages 15..10: chunk 3 whole, chunk 2 half
   ASSERT_TRUE(rig.cache->drain().ok());

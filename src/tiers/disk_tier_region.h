@@ -1,0 +1,25 @@
+// Internal to DiskTier's sources: one region file and what the tier knows
+// of it. Guarded by DiskTier::mu_ except `file`, which readers use outside
+// the lock (a reclaimed region's file stays valid while they hold it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "io/file_system.h"
+#include "tiers/disk_tier.h"
+
+namespace kvtier {
+
+struct DiskTier::Region {
+  uint32_t id = 0;
+  std::shared_ptr<File> file;
+  uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
+  std::vector<ChunkKey> keys;
+  uint64_t last_access = 0;
+  int buffer = -1;       // the region buffer still holding its bytes (-1: on disk only)
+  uint64_t written = 0;  // [0, written) of the file holds the buffer's bytes
+};
+
+}  // namespace kvtier
