@@ -4,8 +4,9 @@
 // (device → host), so a store never queues behind a load or vice versa.
 //
 // Loads go layer by layer: for layer l, every chunk's layer-l bytes are
-// copied (one DMA each) into a device staging buffer, a scatter kernel puts
-// them into their pages, and LayerEvents records layer l. A compute stream
+// copied into a device staging buffer in one batched DMA submission
+// (cudaMemcpyBatchAsync), a scatter kernel puts them into their pages, and
+// LayerEvents records layer l. A compute stream
 // that waits on event l (LayerEvents::wait_on) runs layer l as soon as that
 // layer has arrived, while later layers are still in flight. Stores gather
 // pages into staging with one kernel, then DMA the packed bytes out.
@@ -102,6 +103,7 @@ class CopyEngine {
   CopyEngine(BlockPool& pool, const CopyEngineOptions& o);
   Status check_pages(std::span<const PageId> pages) const;
   Status scatter_layer(const std::byte* packed, uint32_t layer, std::span<const PageId> pages, cudaStream_t s);
+  Status load_layer(std::span<const ChunkLoad> chunks, uint32_t l);
   Status gather_layers(std::span<const PageId> pages, uint32_t first, uint32_t count, std::byte* packed,
                        size_t layer_stride, cudaStream_t s);
 

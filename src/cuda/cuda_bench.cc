@@ -126,7 +126,7 @@ Status copy_figures(const CudaBenchOptions& o, const KVGeometry& g, CudaBenchRep
   }));
   KVTIER_ASSIGN_OR_RETURN(double gather, median_ms(o.repeats, ls, [&] { return engine->gather_to_device(pages, d, ls); }));
 
-  rep.copies.push_back({"H2D chunk load (layer-wise + scatter)", gbps(bytes, h2d_engine), gbps(bytes, h2d_plain),
+  rep.copies.push_back({"H2D chunk load (layer-wise)", gbps(bytes, h2d_engine), gbps(bytes, h2d_plain),
                         "pinned cudaMemcpy H2D"});
   rep.copies.push_back({"H2D pageable cudaMemcpy (reference)", gbps(bytes, h2d_pageable), gbps(bytes, h2d_plain),
                         "pinned cudaMemcpy H2D"});

@@ -1,10 +1,11 @@
+#include "cuda/copy_engine.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
-#include "cuda/copy_engine.h"
 #include "cuda/copy_kernels.h"
 #include "cuda/cuda_memory.h"
 #include "cuda_test_support.h"
@@ -17,18 +18,18 @@ using testing::random_kv;
 
 struct Rig {
   KVGeometry g;
-  std::unique_ptr<BlockPool> pool;     // device
+  std::unique_ptr<BlockPool> pool;  // device
   std::unique_ptr<CopyEngine> engine;
   std::vector<std::vector<std::byte>> host_pages;  // what each device page should hold
 
-  Rig(KVGeometry geo, uint32_t pages, size_t staging = size_t(64) << 20) : g(geo) {
+  Rig(KVGeometry geo, uint32_t pages, CopyEngineOptions options = {}) : g(geo) {
     DeviceMemoryOptions dm;
     dm.backend = MemoryBackend::kCuda;
     dm.alignment = 256;
     auto p = BlockPool::create({.geometry = g, .num_pages = pages, .memory = dm, .allow_device_only = true});
     EXPECT_TRUE(p.ok()) << p.status().to_string();
     pool = std::move(*p);
-    auto e = CopyEngine::create(*pool, {.staging_bytes = staging});
+    auto e = CopyEngine::create(*pool, options);
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     engine = std::move(*e);
   }
@@ -73,7 +74,11 @@ std::vector<PageId> shuffled_pages(uint32_t n, uint32_t of, uint64_t seed) {
 }
 
 const KVGeometry kF32{.num_layers = 4, .num_kv_heads = 2, .head_dim = 16, .dtype = DType::kF32, .page_tokens = 16};
-const KVGeometry kF16{.num_layers = 3, .num_kv_heads = 1, .head_dim = 18, .dtype = DType::kF16, .page_tokens = 5};  // slice not a multiple of 16
+const KVGeometry kF16{.num_layers = 3,
+                      .num_kv_heads = 1,
+                      .head_dim = 18,
+                      .dtype = DType::kF16,
+                      .page_tokens = 5};  // slice not a multiple of 16
 
 // Runs without a GPU: argument checks come before any device work.
 TEST(CopyEngineArgs, RejectsHostPoolsAndBadOptions) {
@@ -121,36 +126,79 @@ TEST_P(GatherScatter, DeviceScatterMatchesCpuScatter) {
   for (uint32_t i = 0; i < total; ++i) ASSERT_TRUE(rig.read_page(PageId(i)) == rig.host_pages[i]) << "page " << i;
 }
 
-// store() then load() into other pages through pinned chunks: bit-exact, and
-// the stored chunk equals the CPU gather. A small staging buffer forces the
-// split paths (several passes per layer, several layers per pass).
-TEST_P(GatherScatter, StoreThenLoadRoundTripsThroughPinnedChunks) {
+// store() then load() into other pages: bit-exact, and the stored chunk
+// equals the CPU gather, from pinned chunks and from pageable ones. A small
+// staging buffer forces the split paths (several passes per layer, several
+// layers per pass).
+TEST_P(GatherScatter, StoreThenLoadRoundTripsThroughHostChunks) {
   KVTIER_REQUIRE_CUDA_DEVICE();
-  for (size_t staging : {size_t(64) << 20, 3 * GetParam().layer_slice_bytes() + 8}) {
-    const uint32_t total = 96;
-    Rig rig(GetParam(), total, staging);
-    rig.fill(31);
-    const auto src = shuffled_pages(48, total, 7);
-    const std::vector<PageId> a(src.begin(), src.begin() + 16), b(src.begin() + 16, src.end());
-    auto ca = pinned(a.size() * rig.g.page_bytes()), cb = pinned(b.size() * rig.g.page_bytes());
-    const ChunkStore stores[] = {{a, ca->data()}, {b, cb->data()}};
-    ASSERT_TRUE(rig.engine->store(stores).ok());
-    ASSERT_TRUE(rig.engine->synchronize_stores().ok());
-    EXPECT_EQ(std::memcmp(ca->data(), rig.cpu_gather(a).data(), a.size() * rig.g.page_bytes()), 0);
-    EXPECT_EQ(std::memcmp(cb->data(), rig.cpu_gather(b).data(), b.size() * rig.g.page_bytes()), 0);
+  const size_t small = 3 * GetParam().layer_slice_bytes() + 8;
+  for (size_t staging : {size_t(64) << 20, small})
+    for (bool pinned_chunks : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "staging " << staging << " pinned " << pinned_chunks);
+      const uint32_t total = 96;
+      Rig rig(GetParam(), total, {.staging_bytes = staging});
+      rig.fill(31);
+      const auto src = shuffled_pages(48, total, 7);
+      const std::vector<PageId> a(src.begin(), src.begin() + 16), b(src.begin() + 16, src.end());
+      const size_t bytes_a = a.size() * rig.g.page_bytes(), bytes_b = b.size() * rig.g.page_bytes();
+      std::unique_ptr<DeviceMemory> pa, pb;
+      std::vector<std::byte> va, vb;
+      std::byte *ca = nullptr, *cb = nullptr;
+      if (pinned_chunks) {
+        pa = pinned(bytes_a), pb = pinned(bytes_b);
+        ca = pa->data(), cb = pb->data();
+      } else {
+        va.resize(bytes_a), vb.resize(bytes_b);
+        ca = va.data(), cb = vb.data();
+      }
+      const ChunkStore stores[] = {{a, ca}, {b, cb}};
+      ASSERT_TRUE(rig.engine->store(stores).ok());
+      ASSERT_TRUE(rig.engine->synchronize_stores().ok());
+      EXPECT_EQ(std::memcmp(ca, rig.cpu_gather(a).data(), bytes_a), 0);
+      EXPECT_EQ(std::memcmp(cb, rig.cpu_gather(b).data(), bytes_b), 0);
 
-    // Load both chunks into the 48 pages not used above.
-    std::vector<PageId> rest;
-    for (uint32_t i = 0; i < total; ++i)
-      if (std::find(src.begin(), src.end(), PageId(i)) == src.end()) rest.emplace_back(i);
-    const std::vector<PageId> da(rest.begin(), rest.begin() + 16), db(rest.begin() + 16, rest.end());
-    auto ev = LayerEvents::create(rig.g.num_layers);
-    ASSERT_TRUE(ev.ok());
-    const ChunkLoad loads[] = {{ca->data(), da}, {cb->data(), db}};
-    ASSERT_TRUE(rig.engine->load(loads, **ev).ok());
-    ASSERT_TRUE(rig.engine->synchronize_loads().ok());
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(rig.read_page(da[i]) == rig.host_pages[a[i].value()]) << i;
-    for (size_t i = 0; i < b.size(); ++i) ASSERT_TRUE(rig.read_page(db[i]) == rig.host_pages[b[i].value()]) << i;
+      // Load both chunks into the 48 pages not used above.
+      std::vector<PageId> rest;
+      for (uint32_t i = 0; i < total; ++i)
+        if (std::find(src.begin(), src.end(), PageId(i)) == src.end()) rest.emplace_back(i);
+      const std::vector<PageId> da(rest.begin(), rest.begin() + 16), db(rest.begin() + 16, rest.end());
+      auto ev = LayerEvents::create(rig.g.num_layers);
+      ASSERT_TRUE(ev.ok());
+      const ChunkLoad loads[] = {{ca, da}, {cb, db}};
+      ASSERT_TRUE(rig.engine->load(loads, **ev).ok());
+      ASSERT_TRUE(rig.engine->synchronize_loads().ok());
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(rig.read_page(da[i]) == rig.host_pages[a[i].value()]) << i;
+      for (size_t i = 0; i < b.size(); ++i) ASSERT_TRUE(rig.read_page(db[i]) == rig.host_pages[b[i].value()]) << i;
+    }
+}
+
+// A load of many chunks of different lengths, more pages per layer than
+// one scatter launch carries, in one batched submission per layer.
+TEST_P(GatherScatter, LoadOfManyChunksAcrossLaunches) {
+  KVTIER_REQUIRE_CUDA_DEVICE();
+  const uint32_t total = 2 * kMaxPagesPerLaunch + 64;
+  Rig rig(GetParam(), total);
+  const auto pages = shuffled_pages(2 * kMaxPagesPerLaunch + 40, total, 9);
+  const size_t P = rig.g.page_bytes();
+  auto arena = pinned(pages.size() * P);
+  const auto payload = random_kv(pages.size() * P, 77);
+  std::memcpy(arena->data(), payload.data(), payload.size());
+  std::vector<ChunkLoad> loads;
+  for (size_t p0 = 0, len = 1; p0 < pages.size(); p0 += len, len = len % 37 + 5) {
+    len = std::min(len, pages.size() - p0);
+    loads.push_back({arena->data() + p0 * P, std::span<const PageId>(pages).subspan(p0, len)});
+  }
+  auto ev = LayerEvents::create(rig.g.num_layers);
+  ASSERT_TRUE(ev.ok());
+  ASSERT_TRUE(rig.engine->load(loads, **ev).ok());
+  ASSERT_TRUE(rig.engine->synchronize_loads().ok());
+  for (const ChunkLoad& c : loads) {
+    std::vector<std::vector<std::byte>> want(c.pages.size(), std::vector<std::byte>(P));
+    std::vector<std::byte*> ptrs;
+    for (auto& w : want) ptrs.push_back(w.data());
+    scatter_layers(rig.g, c.chunk, 0, rig.g.num_layers, ptrs);
+    for (size_t i = 0; i < c.pages.size(); ++i) ASSERT_TRUE(rig.read_page(c.pages[i]) == want[i]) << i;
   }
 }
 
@@ -182,7 +230,8 @@ TEST(LayerEventsOrdering, ComputeWaitsOnlyForItsLayer) {
   };
   LoadOptions lo;
   lo.after_layer = [&](LayerIdx l) -> Status {
-    if (l.value() == 0) return cuda_status(cudaLaunchHostFunc(rig.engine->load_stream(), gate, &open), "cudaLaunchHostFunc");
+    if (l.value() == 0)
+      return cuda_status(cudaLaunchHostFunc(rig.engine->load_stream(), gate, &open), "cudaLaunchHostFunc");
     return Status::Ok();
   };
   const ChunkLoad loads[] = {{chunk->data(), dst}};
@@ -193,9 +242,10 @@ TEST(LayerEventsOrdering, ComputeWaitsOnlyForItsLayer) {
   ASSERT_TRUE((*ev)->wait_on(LayerIdx(0), compute).ok());
   // "Compute" on layer 0: copy layer 0 of the first page out.
   std::vector<std::byte> layer0(kF32.layer_slice_bytes());
-  ASSERT_EQ(cudaMemcpyAsync(layer0.data(), rig.pool->layer(dst[0], LayerIdx(0)), layer0.size(), cudaMemcpyDeviceToHost, compute),
+  ASSERT_EQ(cudaMemcpyAsync(layer0.data(), rig.pool->layer(dst[0], LayerIdx(0)), layer0.size(), cudaMemcpyDeviceToHost,
+                            compute),
             cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);  // would hang if it waited on later layers
+  ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);                   // would hang if it waited on later layers
   EXPECT_EQ(std::memcmp(layer0.data(), payload.data(), layer0.size()), 0);  // chunk layer 0, page 0
   auto last = (*ev)->ready(LayerIdx(kF32.num_layers - 1));
   ASSERT_TRUE(last.ok());
