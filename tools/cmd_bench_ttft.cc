@@ -18,6 +18,9 @@ CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench_group(root).add_subcommand("ttft", "TTFT with a cached prefix per tier vs recompute and the overlap floor");
   cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
+  cmd->add_option("--device", f->o.device, "where KV pages and compute live: cpu, or cuda (CUDA build, GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--prefix", f->prefixes, "comma-separated cached prefix lengths")->capture_default_str();
   cmd->add_option("--suffix", f->o.suffix, "new tokens after the prefix")->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV dtype: f32, f16, bf16")->capture_default_str();

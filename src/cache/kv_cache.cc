@@ -113,7 +113,7 @@ void CacheLease::wait_all() {
 KVCache::KVCache(const KVCacheOptions& o) : options_(o) {}
 
 KVCache::~KVCache() {
-  (void)drain();
+  if (transfer_) (void)drain();  // no transfer engine: create() failed before any transfer
   transfer_.reset();  // joins workers before the tiers and pool go away
 }
 
@@ -131,6 +131,11 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   BlockPoolOptions po;
   po.geometry = o.geometry;
   po.num_pages = BlockPoolOptions::pages_for_bytes(o.geometry, o.device_bytes);
+  if (o.device != MemoryBackend::kCpu) {
+    po.memory.backend = o.device;
+    po.memory.alignment = 256;
+    po.allow_device_only = true;
+  }
   KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(po));
 
   if (o.host_bytes > 0) {
@@ -138,6 +143,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     ho.geometry = cg;
     ho.capacity_bytes = o.host_bytes;
     ho.evict_chunks = false;  // slots are owned by the index's eviction
+    ho.memory.pinned = o.device != MemoryBackend::kCpu;  // DMA straight from the arena
     KVTIER_ASSIGN_OR_RETURN(c->host_, HostTier::create(ho));
   }
   if (!o.disk_dir.empty()) {

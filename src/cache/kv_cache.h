@@ -56,6 +56,10 @@ struct KVCacheOptions {
   KVGeometry geometry;
   uint32_t chunk_pages = 16;                 // lower-tier I/O unit, in pages
   size_t device_bytes = size_t(512) << 20;   // BlockPool capacity (hard)
+  // Where the pool's pages live: kCpu (host DRAM) or kCuda (GPU memory; needs
+  // a CUDA build and device). With kCuda the host tier is pinned memory and
+  // every move touching the pool goes through DeviceMemory::copy.
+  MemoryBackend device = MemoryBackend::kCpu;
   size_t host_bytes = size_t(1) << 30;       // HostTier capacity (hard); 0 = no host tier
   std::string disk_dir;                      // empty = no disk tier
   size_t disk_bytes = size_t(8) << 30;       // DiskTier capacity (hard)

@@ -174,7 +174,11 @@ Status KVCache::evict_device(uint32_t n, bool move_down) {
     demote = [this](const PageLocation& loc, const PageHash&) {
       auto slot = host_->allocate_slot();
       if (!slot.ok()) return SlotId();
-      std::memcpy(host_->slot(*slot), pool_->page(loc.device), options_.geometry.page_bytes());
+      const ByteCopy c{host_->slot(*slot), pool_->page(loc.device), options_.geometry.page_bytes()};
+      if (!pool_->memory().copy({&c, 1}).ok()) {
+        host_->free_slot(*slot);
+        return SlotId();  // the page is dropped instead of demoted
+      }
       ++stats_.demoted_pages;
       stats_.bytes_stored_by_tier[static_cast<size_t>(TierKind::kHost)] += options_.geometry.page_bytes();
       return *slot;

@@ -373,4 +373,13 @@ Result<Logits> CudaEngine::decode(std::span<SequenceKV* const> seqs, std::span<c
   return out;
 }
 
+void register_cuda_engine() {
+  engine::register_accelerator_engine(
+      [](std::shared_ptr<const engine::Model> model, BlockPool& pool,
+         const engine::EngineOptions&) -> Result<std::unique_ptr<engine::Forward>> {
+        KVTIER_ASSIGN_OR_RETURN(auto e, CudaEngine::create(std::move(model), pool));
+        return std::unique_ptr<engine::Forward>(std::move(e));
+      });
+}
+
 }  // namespace kvtier::cuda

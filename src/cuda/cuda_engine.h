@@ -34,7 +34,7 @@ struct CudaEngineOptions {
   Status validate() const;
 };
 
-class CudaEngine {
+class CudaEngine final : public engine::Forward {
  public:
   // The pool must be in CUDA device memory (MemoryBackend::kCuda) with the
   // model's KV geometry; head_dim must be 16, 32, 64 or 128.
@@ -45,17 +45,15 @@ class CudaEngine {
   CudaEngine& operator=(const CudaEngine&) = delete;
 
   Result<engine::Logits> prefill(engine::SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
-                                 const engine::PrefillOptions& options = {});
-  Result<engine::Logits> decode(std::span<engine::SequenceKV* const> seqs, std::span<const TokenId> tokens);
+                                 const engine::PrefillOptions& options = {}) override;
+  Result<engine::Logits> decode(std::span<engine::SequenceKV* const> seqs, std::span<const TokenId> tokens) override;
 
-  const engine::Model& model() const { return *model_; }
-  const KVGeometry& geometry() const { return geometry_; }
-  uint32_t capacity(const engine::SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry_.page_tokens; }
-  uint32_t pages_for(uint32_t n_tokens) const { return (n_tokens + geometry_.page_tokens - 1) / geometry_.page_tokens; }
+  const engine::Model& model() const override { return *model_; }
+  const KVGeometry& geometry() const override { return geometry_; }
   // The compute stream (non-blocking); every kernel and GEMM of the engine runs on it.
   cudaStream_t stream() const;
-  const engine::EngineProfile& profile() const { return profile_; }
-  void reset_profile() { profile_ = {}; }
+  const engine::EngineProfile& profile() const override { return profile_; }
+  void reset_profile() override { profile_ = {}; }
 
  private:
   struct Impl;
@@ -68,5 +66,8 @@ class CudaEngine {
   engine::EngineProfile profile_;
   std::unique_ptr<Impl> impl_;
 };
+
+// Makes engine::create_forward build a CudaEngine (default options) for pools in CUDA memory.
+void register_cuda_engine();
 
 }  // namespace kvtier::cuda

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_check.h"
 
@@ -11,6 +12,20 @@ namespace kvtier::cuda {
 namespace {
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+// One non-blocking stream per calling thread (transfer workers copy concurrently).
+struct ThreadStream {
+  cudaStream_t s = nullptr;
+  ~ThreadStream() {
+    if (s) (void)cudaStreamDestroy(s);
+  }
+};
+
+Result<cudaStream_t> thread_stream() {
+  thread_local ThreadStream ts;
+  if (!ts.s) KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&ts.s, cudaStreamNonBlocking));
+  return ts.s;
+}
 
 class CudaDeviceMemory final : public DeviceMemory {
  public:
@@ -21,6 +36,29 @@ class CudaDeviceMemory final : public DeviceMemory {
   size_t size() const override { return n_; }
   MemoryBackend backend() const override { return MemoryBackend::kCuda; }
   bool host_accessible() const override { return false; }
+  // One batched submission (unified addressing tells each copy's direction), then a wait.
+  Status copy(std::span<const ByteCopy> copies) override {
+    if (copies.empty()) return Status::Ok();
+    KVTIER_ASSIGN_OR_RETURN(cudaStream_t s, thread_stream());
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
+    for (const ByteCopy& c : copies) {
+      dsts.push_back(c.dst);
+      srcs.push_back(c.src);
+      sizes.push_back(c.bytes);
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_idx = 0;
+    if (cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_idx, 1, s) != cudaSuccess) {
+      (void)cudaGetLastError();  // a driver without batched copies: one at a time
+      for (const ByteCopy& c : copies)
+        KVTIER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDefault, s));
+    }
+    KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return Status::Ok();
+  }
 
  private:
   std::byte* p_;

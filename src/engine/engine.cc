@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -171,6 +172,23 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
   if (c.head_dim % simd::kLanes != 0)
     return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
   return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
+}
+
+namespace {
+std::atomic<ForwardFactory> g_accelerator_engine{nullptr};
+}  // namespace
+
+void register_accelerator_engine(ForwardFactory factory) { g_accelerator_engine.store(factory); }
+
+Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> model, BlockPool& pool,
+                                                const EngineOptions& options) {
+  if (pool.memory().backend() == MemoryBackend::kCpu) {
+    KVTIER_ASSIGN_OR_RETURN(auto e, Engine::create(std::move(model), pool, options));
+    return std::unique_ptr<Forward>(std::move(e));
+  }
+  const ForwardFactory f = g_accelerator_engine.load();
+  if (!f) return Status::Unavailable("no engine for device memory in this build (configure with -DKVTIER_CUDA=ON)");
+  return f(std::move(model), pool, options);
 }
 
 namespace {

@@ -76,7 +76,36 @@ struct EngineProfile {
   double prefill_flops = 0;  // model FLOPs done by prefill (matrices + causal attention + logits)
 };
 
-class Engine {
+// The forward pass as its callers (runtime, calibration, benches) see it:
+// the CPU Engine below, or an accelerator engine (src/cuda) whose factory is
+// registered at start-up. Contracts are Engine's, stated below.
+class Forward {
+ public:
+  virtual ~Forward() = default;
+  virtual Result<Logits> prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
+                                 const PrefillOptions& options = {}) = 0;
+  virtual Result<Logits> decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) = 0;
+  virtual const Model& model() const = 0;
+  virtual const KVGeometry& geometry() const = 0;
+  virtual const EngineProfile& profile() const = 0;
+  virtual void reset_profile() = 0;
+
+  // Positions the page table can hold.
+  uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry().page_tokens; }
+  // Pages needed to hold n positions.
+  uint32_t pages_for(uint32_t n_tokens) const { return (n_tokens + geometry().page_tokens - 1) / geometry().page_tokens; }
+};
+
+// The engine for `pool`'s memory: the CPU Engine for host memory, the
+// registered accelerator engine for device memory (Unavailable when none is
+// linked in). Registration is thread-safe; the last one wins.
+using ForwardFactory = Result<std::unique_ptr<Forward>> (*)(std::shared_ptr<const Model> model, BlockPool& pool,
+                                                             const EngineOptions& options);
+void register_accelerator_engine(ForwardFactory factory);
+Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> model, BlockPool& pool,
+                                                const EngineOptions& options = {});
+
+class Engine final : public Forward {
  public:
   // The pool's geometry must be model.config().kv_geometry(dtype, page_tokens)
   // for some KV dtype and page size; it must outlive the engine.
@@ -93,22 +122,17 @@ class Engine {
   // failure seq.num_tokens = min(seq.num_tokens, start_pos). Returns the last
   // position's logits, or every computed position's with all_logits.
   Result<Logits> prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
-                         const PrefillOptions& options = {});
+                         const PrefillOptions& options = {}) override;
 
   // Feeds tokens[i] at position seqs[i]->num_tokens of each sequence (pages
   // must cover it), returns one row of logits per sequence and advances each
   // num_tokens by one. Sequences must be distinct.
-  Result<Logits> decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens);
+  Result<Logits> decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) override;
 
-  const Model& model() const { return *model_; }
-  const KVGeometry& geometry() const { return geometry_; }
-  // Positions the page table can hold.
-  uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry_.page_tokens; }
-  // Pages needed to hold n positions.
-  uint32_t pages_for(uint32_t n_tokens) const { return (n_tokens + geometry_.page_tokens - 1) / geometry_.page_tokens; }
-
-  const EngineProfile& profile() const { return profile_; }
-  void reset_profile() { profile_ = {}; }
+  const Model& model() const override { return *model_; }
+  const KVGeometry& geometry() const override { return geometry_; }
+  const EngineProfile& profile() const override { return profile_; }
+  void reset_profile() override { profile_ = {}; }
 
  private:
   struct Impl;

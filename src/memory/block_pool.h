@@ -76,6 +76,7 @@ class BlockPool {
   uint32_t free_pages() const { return static_cast<uint32_t>(free_.size()); }
   BlockPoolStats stats() const;
   DeviceMemory& memory() { return *memory_; }
+  const DeviceMemory& memory() const { return *memory_; }
 
  private:
   BlockPool(const BlockPoolOptions& o, std::unique_ptr<DeviceMemory> mem);

@@ -21,6 +21,11 @@ void register_accelerator_memory(DeviceMemoryFactory device, DeviceMemoryFactory
   g_pinned_factory.store(pinned_host);
 }
 
+Status DeviceMemory::copy(std::span<const ByteCopy> copies) {
+  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+  return Status::Ok();
+}
+
 Status DeviceMemoryOptions::validate() const {
   if (alignment < 64 || (alignment & (alignment - 1)) != 0)
     return Status::InvalidArgument("DeviceMemoryOptions: alignment must be a power of two >= 64");

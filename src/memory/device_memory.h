@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 
 #include "kvtier/status.h"
 
@@ -31,6 +32,13 @@ struct DeviceMemoryOptions {
   Status validate() const;
 };
 
+// One copy of `bytes` bytes; see DeviceMemory::copy.
+struct ByteCopy {
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  size_t bytes = 0;
+};
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
@@ -46,6 +54,12 @@ class DeviceMemory {
   virtual MemoryBackend backend() const = 0;
   // True when the CPU may read and write data() directly.
   virtual bool host_accessible() const = 0;
+  // Runs `copies`, each between this allocation and host memory (or within
+  // either), and returns once every byte has landed: how code that is not
+  // the accelerator's reads and writes memory it may not dereference. Host
+  // memory: memcpy. Copies must not overlap one another. Callable from any
+  // thread for disjoint bytes.
+  virtual Status copy(std::span<const ByteCopy> copies);
 
  protected:
   DeviceMemory() = default;

@@ -2,7 +2,7 @@
 
 namespace kvtier {
 
-Result<engine::Logits> cached_prefill(engine::Engine& engine, KVCache& cache, CacheLease& lease,
+Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt, bool all_logits) {
   kv.pages = lease.pages();
   Status st = Status::Ok();

@@ -18,7 +18,7 @@
 namespace kvtier {
 
 // `kv` receives the lease's page table; on success kv.num_tokens == prompt.size().
-Result<engine::Logits> cached_prefill(engine::Engine& engine, KVCache& cache, CacheLease& lease,
+Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                       bool all_logits = false);
 

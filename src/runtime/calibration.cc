@@ -34,20 +34,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Host DRAM → device pool copy rate: one large memcpy (the CPU device is DRAM).
-double memcpy_bytes_per_s(size_t bytes) {
-  auto a = DeviceMemory::allocate(bytes, {});
-  auto b = DeviceMemory::allocate(bytes, {});
+}  // namespace
+
+double host_to_pool_bytes_per_s(const BlockPool& pool, size_t bytes) {
+  // The source is what a host tier would hold: pinned memory beside an accelerator.
+  const bool accel = !pool.memory().host_accessible();
+  DeviceMemoryOptions src_o, dst_o;
+  src_o.pinned = accel;
+  dst_o.backend = pool.memory().backend();
+  if (accel) dst_o.alignment = 256;
+  auto a = DeviceMemory::allocate(bytes, src_o);
+  auto b = DeviceMemory::allocate(bytes, dst_o);
   if (!a.ok() || !b.ok()) return 1e9;
-  std::memcpy((*b)->data(), (*a)->data(), bytes);  // touch
+  const ByteCopy c{(*b)->data(), (*a)->data(), bytes};
+  if (!(*b)->copy({&c, 1}).ok()) return 1e9;  // touch
   double best = 0;
   for (int i = 0; i < 3; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    std::memcpy((*b)->data(), (*a)->data(), bytes);
+    if (!(*b)->copy({&c, 1}).ok()) return 1e9;
     best = std::max(best, double(bytes) / seconds_since(t0));
   }
   return best;
 }
+
+namespace {
 
 // Disk tier read figures, through a DiskTier in a scratch folder: chunks are
 // written until earlier regions are sealed on disk, then read back with
@@ -110,7 +120,7 @@ Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) 
 
 }  // namespace
 
-Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const CalibrationOptions& o) {
+Result<CostProfile> calibrate(engine::Forward& engine, BlockPool& pool, const CalibrationOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   const auto& cfg = engine.model().config();
   const ModelCost mc = model_cost(cfg, engine.geometry());
@@ -145,7 +155,7 @@ Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const Cal
   p.gemm_flops_per_s = mc.dense_flops_per_token * n / dense_s;
   p.attn_flops_per_s = std::max(attn_flops / attn_s, 1e6);
   p.link(TierKind::kDevice) = {0, std::numeric_limits<double>::infinity()};
-  p.link(TierKind::kHost) = {10e-6, memcpy_bytes_per_s(size_t(o.quick ? 32 : 256) << 20)};
+  p.link(TierKind::kHost) = {10e-6, host_to_pool_bytes_per_s(pool, size_t(o.quick ? 32 : 256) << 20)};
   if (!o.disk_dir.empty()) {
     KVTIER_ASSIGN_OR_RETURN(p.link(TierKind::kDisk), measure_disk(engine.geometry(), o));
   }

@@ -25,7 +25,11 @@ struct CalibrationOptions {
 // The model's cost per token, from its config and KV geometry.
 ModelCost model_cost(const engine::ModelConfig& config, const KVGeometry& geometry);
 
+// Host → pool copy rate (bytes/s, best of three of `bytes`): memcpy on the
+// CPU; pinned host → device memory through DeviceMemory::copy beside an accelerator.
+double host_to_pool_bytes_per_s(const BlockPool& pool, size_t bytes);
+
 // Runs prefills on `engine` (borrowing free pages of `pool`) and I/O under disk_dir.
-Result<CostProfile> calibrate(engine::Engine& engine, BlockPool& pool, const CalibrationOptions& options);
+Result<CostProfile> calibrate(engine::Forward& engine, BlockPool& pool, const CalibrationOptions& options);
 
 }  // namespace kvtier

@@ -20,6 +20,7 @@ Status RuntimeOptions::validate() const {
   if (model.empty()) return Status::InvalidArgument("runtime: model must name a preset or a GGUF file");
   if (page_tokens == 0 || page_tokens > 1024) return Status::InvalidArgument("runtime: page_tokens must be in [1, 1024]");
   if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("runtime: chunk_pages must be in [1, 1024]");
+  if (device != "cpu" && device != "cuda") return Status::InvalidArgument("runtime: device must be cpu or cuda, not '" + device + "'");
   if (device_bytes == 0) return Status::InvalidArgument("runtime: device capacity must be > 0");
   if (max_sequences == 0) return Status::InvalidArgument("runtime: max_sequences must be > 0");
   if (selective_hits == 0) return Status::InvalidArgument("runtime: selective_hits must be >= 1");
@@ -57,6 +58,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   KVCacheOptions co;
   co.geometry = geo;
   co.chunk_pages = o.chunk_pages;
+  co.device = o.device == "cuda" ? MemoryBackend::kCuda : MemoryBackend::kCpu;
   co.device_bytes = o.device_bytes;
   co.host_bytes = o.host_bytes;
   co.disk_dir = o.cache_enabled ? o.disk_dir : std::string();
@@ -84,7 +86,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
     probe.disk_dir.clear();
     probe.remote.reset();
     KVTIER_ASSIGN_OR_RETURN(auto cache, KVCache::create(probe));
-    KVTIER_ASSIGN_OR_RETURN(auto eng, engine::Engine::create(st.model, cache->pool(), eo));
+    KVTIER_ASSIGN_OR_RETURN(auto eng, engine::create_forward(st.model, cache->pool(), eo));
     CalibrationOptions cal;
     cal.disk_dir = co.disk_dir;
     if (remote && !remote->degraded()) {
@@ -100,7 +102,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   auto cache = KVCache::create(co);
   if (!cache.ok()) return cache.status();
   st.cache = std::move(cache).value();
-  KVTIER_ASSIGN_OR_RETURN(st.engine, engine::Engine::create(st.model, st.cache->pool(), eo));
+  KVTIER_ASSIGN_OR_RETURN(st.engine, engine::create_forward(st.model, st.cache->pool(), eo));
   st.profile = co.profile;
   return st;
 }
@@ -240,7 +242,7 @@ class RuntimeImpl final : public Runtime {
   engine::ByteTokenizer tok_;
   std::shared_ptr<const engine::Model> model_;
   KVCache* cache_;
-  engine::Engine* engine_;
+  engine::Forward* engine_;
   ModelInfo info_;
   std::unordered_map<uint64_t, Seq> seqs_;
   uint64_t next_seq_ = 1;

@@ -31,6 +31,7 @@ struct RuntimeOptions {
   DType kv_dtype = DType::kF32;
   uint32_t page_tokens = 16;
   uint32_t chunk_pages = 16;        // lower-tier I/O unit (default 256 tokens)
+  std::string device = "cpu";       // where KV pages and compute live: cpu | cuda (a CUDA build with a GPU)
   size_t device_bytes = size_t(512) << 20;
   size_t host_bytes = size_t(2) << 30;
   size_t disk_bytes = size_t(8) << 30;
@@ -81,7 +82,7 @@ struct ModelInfo {
 struct ServingStack {
   std::shared_ptr<const engine::Model> model;
   std::unique_ptr<KVCache> cache;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Forward> engine;
   CostProfile profile;
 
   ServingStack() = default;

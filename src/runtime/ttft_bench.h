@@ -16,6 +16,7 @@ namespace kvtier {
 
 struct TtftBenchOptions {
   std::string model = "small";
+  std::string device = "cpu";  // cpu | cuda: where the pool and the engine live (RuntimeOptions::device)
   std::vector<uint32_t> prefixes = {1024, 4096, 16384};
   uint32_t suffix = 64;
   DType kv_dtype = DType::kF16;
@@ -37,7 +38,10 @@ struct TtftRow {
 
 struct TtftBenchResult {
   std::string model;
-  double memcpy_gbps = 0, raw_read_gbps = 0;  // the bandwidths behind floor_ms
+  std::string device;
+  // The bandwidths behind floor_ms. memcpy_gbps is the host → pool copy: a
+  // memcpy on the CPU, a pinned host → GPU copy with --device cuda.
+  double memcpy_gbps = 0, raw_read_gbps = 0;
   std::vector<TtftRow> rows;
 
   std::string to_json() const;

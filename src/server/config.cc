@@ -72,6 +72,7 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"name", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.model); }},
       {"seed", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, r.model_seed, UINT64_MAX >> 1); }},
       {"threads", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, r.threads, 4096); }},
+      {"device", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.device); }},
   };
   s["cache"] = {
       {"enabled", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.cache_enabled); }},
@@ -220,7 +221,8 @@ std::string to_toml(const ServerConfig& c) {
   std::ostringstream os;
   os << "[server]\nhost = " << quoted(c.host) << "\nport = " << c.port << "\napi_key = "
      << quoted(c.api_key.empty() ? "" : "<set>") << "\nserved_model_name = " << quoted(c.served_model_name) << "\n\n";
-  os << "[model]\nname = " << quoted(r.model) << "\nseed = " << r.model_seed << "\nthreads = " << r.threads << "\n\n";
+  os << "[model]\nname = " << quoted(r.model) << "\nseed = " << r.model_seed << "\nthreads = " << r.threads
+     << "\ndevice = " << quoted(r.device) << "\n\n";
   os << "[cache]\nenabled = " << (r.cache_enabled ? "true" : "false") << "\nkv_dtype = " << quoted(dtype_name(r.kv_dtype))
      << "\npage_tokens = " << r.page_tokens << "\nchunk_pages = " << r.chunk_pages
      << "\ndevice_capacity = " << quoted(format_size(r.device_bytes)) << "\nhost_capacity = " << quoted(format_size(r.host_bytes))

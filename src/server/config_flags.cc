@@ -32,6 +32,8 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->group("Model");
   app.add_option("--model-seed", f.model_seed, "Seed of synthetic weights (presets)" + dflt(r.model_seed))->group("Model");
   app.add_option("--threads", f.threads, "Compute threads; 0 = all cores" + dflt(r.threads))->group("Model");
+  app.add_option("--device", f.device, "Where KV pages and compute live: cpu, cuda (CUDA build with a GPU)" + dflt(r.device))
+      ->group("Model");
   // Listener.
   app.add_option("--host", f.host, "Listen address" + dflt(d.host))->group("Server");
   app.add_option("--port", f.port, "Listen port; 0 picks a free one (printed at startup)" + dflt(d.port))->group("Server");
@@ -102,6 +104,7 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
     if (!d.ok()) return Status::InvalidArgument("--kv-dtype must be f32, f16 or bf16");
     r.kv_dtype = *d;
   }
+  if (f.device) r.device = *f.device;
   if (f.page_tokens) r.page_tokens = *f.page_tokens;
   if (f.chunk_pages) r.chunk_pages = *f.chunk_pages;
   KVTIER_RETURN_IF_ERROR(size_flag(f.device_capacity, "--device-capacity", r.device_bytes));

@@ -15,18 +15,40 @@ Status ChunkGeometry::validate() const {
   return Status::Ok();
 }
 
-void gather_pages(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk) {
+void gather_copies(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk,
+                   std::vector<ByteCopy>& out) {
   const size_t s = g.layer_slice_bytes();
   for (uint32_t l = 0; l < g.num_layers; ++l)
-    for (size_t p = 0; p < pages.size(); ++p) std::memcpy(chunk + (l * pages.size() + p) * s, pages[p] + l * s, s);
+    for (size_t p = 0; p < pages.size(); ++p) out.push_back({chunk + (l * pages.size() + p) * s, pages[p] + l * s, s});
+}
+
+void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
+                    std::span<std::byte* const> pages, std::vector<ByteCopy>& out) {
+  const size_t s = g.layer_slice_bytes();
+  for (uint32_t i = 0; i < count; ++i)
+    for (size_t p = 0; p < pages.size(); ++p)
+      out.push_back({pages[p] + (first + i) * s, layers + (i * pages.size() + p) * s, s});
+}
+
+namespace {
+void run_on_host(const std::vector<ByteCopy>& copies) {
+  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+}
+}  // namespace
+
+void gather_pages(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk) {
+  std::vector<ByteCopy> copies;
+  copies.reserve(size_t(g.num_layers) * pages.size());
+  gather_copies(g, pages, chunk, copies);
+  run_on_host(copies);
 }
 
 void scatter_layers(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
                     std::span<std::byte* const> pages) {
-  const size_t s = g.layer_slice_bytes();
-  for (uint32_t i = 0; i < count; ++i)
-    for (size_t p = 0; p < pages.size(); ++p)
-      std::memcpy(pages[p] + (first + i) * s, layers + (i * pages.size() + p) * s, s);
+  std::vector<ByteCopy> copies;
+  copies.reserve(size_t(count) * pages.size());
+  scatter_copies(g, layers, first, count, pages, copies);
+  run_on_host(copies);
 }
 
 ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align) {

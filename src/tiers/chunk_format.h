@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kvtier/types.h"
+#include "memory/device_memory.h"
 
 namespace kvtier {
 
@@ -57,6 +58,12 @@ void gather_pages(const KVGeometry& g, std::span<const std::byte* const> pages, 
 // those layers, contiguously) → the same layers of each page-first page.
 void scatter_layers(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
                     std::span<std::byte* const> pages);
+// The same two moves as lists of slice copies (appended to `out`), for
+// pages the CPU cannot touch: DeviceMemory::copy runs them.
+void gather_copies(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk,
+                   std::vector<ByteCopy>& out);
+void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
+                    std::span<std::byte* const> pages, std::vector<ByteCopy>& out);
 
 inline constexpr uint64_t kChunkMagic = 0x314B4E484354564Bull;  // bytes "KVTCHNK1" on disk
 inline constexpr uint16_t kChunkFormatVersion = 1;

@@ -148,6 +148,13 @@ Status TransferEngine::check_loc(const PageLoc& loc) const {
   return Status::Ok();
 }
 
+Status TransferEngine::move_bytes(std::span<const ByteCopy> copies) const {
+  // Pool memory the CPU cannot touch (an accelerator's) copies for us.
+  if (options_.pool && !options_.pool->memory().host_accessible()) return options_.pool->memory().copy(copies);
+  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+  return Status::Ok();
+}
+
 std::byte* TransferEngine::page_ptr(const PageLoc& loc) const {
   return loc.tier == TierKind::kDevice ? options_.pool->page(PageId(loc.index)) : options_.host->slot(SlotId(loc.index));
 }
@@ -260,9 +267,11 @@ void TransferEngine::run_fetch(Task& t) {
       st.cv.notify_all();
       return;
     }
-    for (size_t i : t.copies) {  // page-first: a layer range of a page is contiguous
-      std::memcpy(page_ptr(b.copies[i].dst) + l0 * slice, page_ptr(b.copies[i].src) + l0 * slice, (l1 - l0) * slice);
-    }
+    std::vector<ByteCopy> copies;  // page-first: a layer range of a page is contiguous
+    for (size_t i : t.copies)
+      copies.push_back({page_ptr(b.copies[i].dst) + l0 * slice, page_ptr(b.copies[i].src) + l0 * slice, (l1 - l0) * slice});
+    if (Status cs = move_bytes(copies); !cs.ok())
+      for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
     // One batched call per tier kind, so a disk tier turns it into one round of I/O.
     for (size_t k = 0; k < size_t(kNumTiers); ++k) {
       std::vector<GetOp> ops;
@@ -284,7 +293,12 @@ void TransferEngine::run_fetch(Task& t) {
           st.set(st.result.loads, t.loads[j], s, true);
           continue;
         }
-        scatter_layers(geometry_, staging[j].data(), l0, l1 - l0, dst[j]);
+        std::vector<ByteCopy> slices;
+        scatter_copies(geometry_, staging[j].data(), l0, l1 - l0, dst[j], slices);
+        if (Status ms = move_bytes(slices); !ms.ok()) {
+          load_failed[j] = true;
+          st.set(st.result.loads, t.loads[j], ms, true);
+        }
       }
     }
     st.publish(l0, l1);
@@ -307,9 +321,11 @@ void TransferEngine::run_store(Task& t) {
     thread_local AlignedBuffer tl_chunk;  // reused: see run_fetch
     const size_t bytes = chunk_geometry_.payload_bytes(static_cast<uint32_t>(src.size()));
     if (tl_chunk.size() < bytes) tl_chunk = AlignedBuffer(bytes);
-    gather_pages(geometry_, src, tl_chunk.data());  // the aggregation step
+    std::vector<ByteCopy> slices;
+    gather_copies(geometry_, src, tl_chunk.data(), slices);  // the aggregation step
+    Status gs = move_bytes(slices);
     Tier* tier = options_.tiers[static_cast<size_t>(m.to)];
-    st.set(st.result.stores, i, tier->put(m.key, m.page_hashes, {tl_chunk.data(), bytes}), false);
+    st.set(st.result.stores, i, gs.ok() ? tier->put(m.key, m.page_hashes, {tl_chunk.data(), bytes}) : gs, false);
   }
 }
 

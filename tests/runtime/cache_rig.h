@@ -28,6 +28,7 @@ struct RigOptions {
   bool fast_links = true;  // planner always prefers loading
   size_t region_bytes = size_t(1) << 20;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
+  MemoryBackend device = MemoryBackend::kCpu;  // kCuda: pool and engine on the GPU (tests/cuda)
 };
 
 struct Outcome {
@@ -59,6 +60,7 @@ class CacheRig {
     }
     co.model_cost = model_cost(*cfg, g);
     co.write_policy = o.write_policy;
+    co.device = o.device;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.link(TierKind::kHost) = {0, 1e12};
@@ -66,7 +68,7 @@ class CacheRig {
     auto c = KVCache::create(co);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     cache = std::move(*c);
-    auto e = engine::Engine::create(model_, cache->pool());
+    auto e = engine::create_forward(model_, cache->pool());
     EXPECT_TRUE(e.ok()) << e.status().to_string();
     engine = std::move(*e);
   }
@@ -135,7 +137,7 @@ class CacheRig {
   std::shared_ptr<const engine::Model> model_;
   std::filesystem::path dir_;
   std::unique_ptr<KVCache> cache;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<engine::Forward> engine;
   Namespace ns{PageHash{1, 2}, "", ""};
 };
 
