@@ -25,8 +25,13 @@ kvtier::cli::CommandRegistration reg("bench-tiers", [](CLI::App& root, int& exit
   cmd->add_flag("--no-sync", *no_sync, "DiskTier without fdatasync per region; raw writes then never sync either");
   auto remote = std::make_shared<std::string>();
   cmd->add_option("--remote", *remote, "Also measure a RemoteTier: redis://host:port (see `kvtier bench remote`)");
+  auto device = std::make_shared<std::string>("cpu");
+  cmd->add_option("--device", *device, "Where the pool lives: cpu, or cuda (CUDA build with a GPU; copies then cross PCIe)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_flag("--json", *json, "Print one JSON object");
-  cmd->callback([opts, json, disk_mib, remote, no_sync, &exit_code] {
+  cmd->callback([opts, json, disk_mib, remote, no_sync, device, &exit_code] {
+    opts->device = *device == "cuda" ? kvtier::MemoryBackend::kCuda : kvtier::MemoryBackend::kCpu;
     opts->disk_bytes = *disk_mib << 20;
     opts->sync_writes = !*no_sync;
     auto r = kvtier::run_tier_bench(*opts);

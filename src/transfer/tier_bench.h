@@ -11,6 +11,7 @@
 
 #include "kvtier/status.h"
 #include "kvtier/types.h"
+#include "memory/device_memory.h"
 
 namespace kvtier {
 
@@ -25,6 +26,10 @@ struct TierBenchOptions {
   size_t region_bytes = size_t(64) << 20;
   uint32_t read_batch_chunks = 8;  // chunks per DiskTier::get_batch in disk_read_gbps
   bool sync_writes = true;         // DiskTier::sync_writes; raw writes then sync at the same cadence
+  // Where the pool lives. kCuda (a CUDA build with a GPU): memcpy_gbps is
+  // one device → pinned host copy, host_gather_gbps gathers device pages
+  // into pinned chunks, and the layer-wise loads land in device pages.
+  MemoryBackend device = MemoryBackend::kCpu;
 
   Status validate() const;
 };
@@ -40,6 +45,7 @@ struct TierBenchResult {
   double first_layer_ms_whole = 0, all_layers_ms_whole = 0;  // LoadMode::kWholeChunk
   double first_layer_ms_layer = 0, all_layers_ms_layer = 0;  // LoadMode::kLayerMajor
   bool direct_io = false;
+  bool pool_on_device = false;  // --device cuda: "memcpy" is a device → pinned host copy
 
   std::string to_json() const;   // one JSON object (figures + ratios)
   std::string to_table() const;  // human-readable
