@@ -3,7 +3,8 @@
 # here: this script is for machines with a GPU), `kvtier bench cuda` (copy
 # engine vs cudaMemcpy, gather vs D2D, TTFT from pinned host vs GPU recompute
 # on the 1b preset), and the `--device cuda` variants of `bench tiers` /
-# `bench ttft` when those flags exist. Prints a short table last and exits
+# `bench ttft` when those flags exist, and `kvtier serve --device cuda` under
+# `kvtier loadgen`. Prints a short table last and exits
 # non-zero if any step failed. Meant to finish in under 5 minutes on an H100/H200.
 #
 # Three modes, because the Debian build dependencies (OpenBLAS, liburing,
@@ -162,6 +163,19 @@ for b in tiers ttft; do
     note "bench $b --device cuda" skipped 0
   fi
 done
+
+# The server on the GPU: `kvtier serve --device cuda`, driven by loadgen (multi-round chat; cached-token share > 0).
+port=18431 sdir=${TMPDIR:-/tmp}/kvtier-gpu-check-serve
+rm -rf "$sdir"
+"${RUN[@]}" "$KV" serve --model small --device cuda --port "$port" --disk-dir "$sdir" > "$OUT/serve.txt" 2>&1 &
+spid=$!
+for _ in $(seq 1 60); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.5; done
+if step "serve --device cuda" 120 "$OUT/loadgen.txt" . "${RUN[@]}" "$KV" loadgen --url "http://127.0.0.1:$port" --users 4 \
+     --rounds 3 --system-prompt-tokens 1000 --history-tokens 1000 --answer-tokens 16 --quiet; then
+  cat "$OUT/loadgen.txt"; note "serve --device cuda" ok "$LAST_S"
+else tail -20 "$OUT/loadgen.txt" "$OUT/serve.txt"; note "serve --device cuda" FAILED "$LAST_S"; fi
+kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
+rm -rf "$sdir"
 
 echo
 echo "== summary ($(($(date +%s) - t0)) s; outputs in $OUT)"

@@ -198,25 +198,13 @@ Status CopyEngine::load_layer(std::span<const ChunkLoad> chunks, uint32_t l) {
   // separate host buffers, and one cudaMemcpyAsync each left the copy engine
   // idle between runs (0.58-0.72 of cudaMemcpy bandwidth on an H200, against
   // 0.93 batched; docs/PERF.md).
-  std::vector<void*> dsts;
-  std::vector<const void*> srcs;
-  std::vector<size_t> sizes;
+  std::vector<ByteCopy> runs;
   auto flush = [&]() -> Status {
     if (pending.empty()) return Status::Ok();
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    size_t attr_idx = 0;
-    if (cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_idx, 1, load_stream_) !=
-        cudaSuccess) {
-      (void)cudaGetLastError();  // a driver without batched copies: one DMA per run
-      for (size_t i = 0; i < dsts.size(); ++i)
-        KVTIER_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], cudaMemcpyHostToDevice, load_stream_));
-    }
+    KVTIER_RETURN_IF_ERROR(enqueue_copies(runs, load_stream_));
     KVTIER_RETURN_IF_ERROR(scatter_layer(staging, l, pending, load_stream_));
     pending.clear();
-    dsts.clear();
-    srcs.clear();
-    sizes.clear();
+    runs.clear();
     return Status::Ok();
   };
   for (const ChunkLoad& c : chunks) {
@@ -224,9 +212,7 @@ Status CopyEngine::load_layer(std::span<const ChunkLoad> chunks, uint32_t l) {
     const std::byte* src = c.chunk + size_t(l) * n * S;  // layer l of this chunk (chunk_format.h)
     for (size_t p0 = 0; p0 < n;) {
       const size_t k = std::min(n - p0, cap - pending.size());
-      dsts.push_back(staging + pending.size() * S);
-      srcs.push_back(src + p0 * S);
-      sizes.push_back(k * S);
+      runs.push_back({staging + pending.size() * S, src + p0 * S, k * S});
       pending.insert(pending.end(), c.pages.begin() + p0, c.pages.begin() + p0 + k);
       p0 += k;
       if (pending.size() == cap) KVTIER_RETURN_IF_ERROR(flush());

@@ -41,6 +41,33 @@ cudaError_t launch(const SliceCopy& c, const PageList& pages, cudaStream_t strea
   return cudaGetLastError();
 }
 
+// Block (i, part) copies part `part` of `splits` of entry i; each thread
+// keeps kUnroll loads in flight (one side is often host memory over PCIe).
+template <class Word>
+__global__ void copy_list_kernel(CopyList list, uint32_t splits) {
+  constexpr uint32_t kUnroll = 4;
+  const uint32_t i = blockIdx.x;
+  const size_t words = list.bytes[i] / sizeof(Word);
+  const size_t per = (words + splits - 1) / splits;
+  const size_t begin = size_t(blockIdx.y) * per;
+  const size_t end = begin + per < words ? begin + per : words;
+  const Word* __restrict__ src = reinterpret_cast<const Word*>(list.src[i]);
+  Word* __restrict__ dst = reinterpret_cast<Word*>(list.dst[i]);
+  for (size_t base = begin + threadIdx.x; base < end; base += size_t(blockDim.x) * kUnroll) {
+    Word r[kUnroll];
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) {
+      const size_t w = base + size_t(u) * blockDim.x;
+      if (w < end) r[u] = src[w];
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < kUnroll; ++u) {
+      const size_t w = base + size_t(u) * blockDim.x;
+      if (w < end) dst[w] = r[u];
+    }
+  }
+}
+
 __global__ void spin_kernel(long long cycles) {
   const long long t0 = clock64();
   while (clock64() - t0 < cycles) {
@@ -55,6 +82,27 @@ cudaError_t launch_gather(const SliceCopy& c, const PageList& pages, cudaStream_
 cudaError_t launch_scatter(const SliceCopy& c, const PageList& pages, cudaStream_t stream) {
   return launch<false>(c, pages, stream);
 }
+cudaError_t launch_copy_list(const CopyList& list, cudaStream_t stream) {
+  if (list.n == 0) return cudaSuccess;
+  if (list.n > kMaxCopiesPerLaunch) return cudaErrorInvalidValue;
+  uintptr_t bits = 0;  // OR of every address and size: its low bits bound the word size
+  uint32_t largest = 0;
+  for (uint32_t i = 0; i < list.n; ++i) {
+    bits |= reinterpret_cast<uintptr_t>(list.dst[i]) | reinterpret_cast<uintptr_t>(list.src[i]) | list.bytes[i];
+    largest = list.bytes[i] > largest ? list.bytes[i] : largest;
+  }
+  // About 16 KiB per block, at most 64 blocks per entry.
+  const uint32_t splits = largest / 16384 + 1 < 64 ? largest / 16384 + 1 : 64;
+  const dim3 grid(list.n, splits);
+  if (bits % 16 == 0)
+    copy_list_kernel<uint4><<<grid, 256, 0, stream>>>(list, splits);
+  else if (bits % 4 == 0)
+    copy_list_kernel<uint32_t><<<grid, 256, 0, stream>>>(list, splits);
+  else
+    copy_list_kernel<unsigned char><<<grid, 256, 0, stream>>>(list, splits);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_spin(long long cycles, cudaStream_t stream) {
   spin_kernel<<<1, 1, 0, stream>>>(cycles);
   return cudaGetLastError();

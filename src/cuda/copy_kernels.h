@@ -34,6 +34,19 @@ struct SliceCopy {
 cudaError_t launch_gather(const SliceCopy& c, const PageList& pages, cudaStream_t stream);
 cudaError_t launch_scatter(const SliceCopy& c, const PageList& pages, cudaStream_t stream);
 
+// Arbitrary byte copies by a kernel: each entry's addresses are device
+// memory or pinned host memory (mapped under unified addressing), so one
+// launch moves many small pieces across PCIe without a DMA per piece.
+// Entries travel in the kernel parameters; they must not overlap.
+inline constexpr uint32_t kMaxCopiesPerLaunch = 160;
+struct CopyList {
+  uint32_t n = 0;
+  std::byte* dst[kMaxCopiesPerLaunch];
+  const std::byte* src[kMaxCopiesPerLaunch];
+  uint32_t bytes[kMaxCopiesPerLaunch];
+};
+cudaError_t launch_copy_list(const CopyList& list, cudaStream_t stream);
+
 // Spins on the device for about `cycles` clock cycles (tests of stream ordering).
 cudaError_t launch_spin(long long cycles, cudaStream_t stream);
 

@@ -16,11 +16,21 @@
 #include <cstddef>
 #include <memory>
 
+#include <cuda_runtime_api.h>
+
+#include <span>
+
 #include "memory/device_memory.h"
 
 namespace kvtier::cuda {
 
 void register_cuda_memory();
+
+// Enqueues `copies` on `stream` as one batched DMA submission
+// (cudaMemcpyBatchAsync; unified addressing tells each copy's direction),
+// or one cudaMemcpyAsync each where the driver has no batched copies.
+// Returns once enqueued; the caller synchronises.
+Status enqueue_copies(std::span<const ByteCopy> copies, cudaStream_t stream);
 
 // Direct factories (what the registered hooks call).
 Result<std::unique_ptr<DeviceMemory>> allocate_device(size_t bytes, const DeviceMemoryOptions& options);

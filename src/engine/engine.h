@@ -54,7 +54,7 @@ struct Logits {
 };
 
 struct EngineOptions {
-  uint32_t threads = 0;           // workers for GEMMs, attention and elementwise work; 0: hardware concurrency
+  uint32_t threads = 0;  // workers for GEMMs, attention and elementwise work; 0: hardware concurrency
   // OpenBLAS's own threads (a process-wide setting). 1 (the default): the
   // engine splits each GEMM across its workers itself, so no OpenBLAS thread
   // spin-waits between calls on cores that attention and transfer workers
@@ -93,14 +93,16 @@ class Forward {
   // Positions the page table can hold.
   uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry().page_tokens; }
   // Pages needed to hold n positions.
-  uint32_t pages_for(uint32_t n_tokens) const { return (n_tokens + geometry().page_tokens - 1) / geometry().page_tokens; }
+  uint32_t pages_for(uint32_t n_tokens) const {
+    return (n_tokens + geometry().page_tokens - 1) / geometry().page_tokens;
+  }
 };
 
 // The engine for `pool`'s memory: the CPU Engine for host memory, the
 // registered accelerator engine for device memory (Unavailable when none is
 // linked in). Registration is thread-safe; the last one wins.
 using ForwardFactory = Result<std::unique_ptr<Forward>> (*)(std::shared_ptr<const Model> model, BlockPool& pool,
-                                                             const EngineOptions& options);
+                                                            const EngineOptions& options);
 void register_accelerator_engine(ForwardFactory factory);
 Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> model, BlockPool& pool,
                                                 const EngineOptions& options = {});

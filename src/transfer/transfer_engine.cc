@@ -148,9 +148,32 @@ Status TransferEngine::check_loc(const PageLoc& loc) const {
   return Status::Ok();
 }
 
+namespace {
+
+// A worker's reusable buffer: page-aligned for O_DIRECT, and pinned beside
+// an accelerator so that the device's copies reach it directly (falls back
+// to plain memory, which the device copies more slowly, if pinning fails).
+struct Scratch {
+  AlignedBuffer plain;
+  std::unique_ptr<DeviceMemory> pinned;
+  std::byte* get(size_t bytes, bool pin) {
+    if (pin && (!pinned || pinned->size() < bytes)) {
+      auto m = DeviceMemory::allocate(bytes, DeviceMemoryOptions{.alignment = kIoAlign, .pinned = true});
+      if (m.ok()) pinned = std::move(*m);
+    }
+    if (pin && pinned && pinned->size() >= bytes) return pinned->data();
+    if (plain.size() < bytes) plain = AlignedBuffer(bytes);
+    return plain.data();
+  }
+};
+
+}  // namespace
+
+bool TransferEngine::pool_on_device() const { return options_.pool && !options_.pool->memory().host_accessible(); }
+
 Status TransferEngine::move_bytes(std::span<const ByteCopy> copies) const {
   // Pool memory the CPU cannot touch (an accelerator's) copies for us.
-  if (options_.pool && !options_.pool->memory().host_accessible()) return options_.pool->memory().copy(copies);
+  if (pool_on_device()) return options_.pool->memory().copy(copies);
   for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   return Status::Ok();
 }
@@ -241,14 +264,14 @@ void TransferEngine::run_fetch(Task& t) {
   // Staging for one layer group of each load (aligned so disk reads can go
   // straight in). Kept per worker and reused: faulting fresh pages in costs
   // more than the I/O itself (measured: 10x slower whole-chunk loads in a VM).
-  thread_local AlignedBuffer tl_staging;
+  thread_local Scratch tl_staging;
   std::vector<std::span<std::byte>> staging;
   size_t need = 0;
   for (size_t i : t.loads) need += align_up(group * size_t(b.loads[i].dst.size()) * slice);
-  if (tl_staging.size() < need) tl_staging = AlignedBuffer(need);
+  std::byte* const staging_base = tl_staging.get(need, pool_on_device());
   for (size_t i = 0, off = 0; i < t.loads.size(); ++i) {
     const size_t len = group * size_t(b.loads[t.loads[i]].dst.size()) * slice;
-    staging.push_back({tl_staging.data() + off, len});
+    staging.push_back({staging_base + off, len});
     off += align_up(len);
   }
   std::vector<std::vector<std::byte*>> dst(t.loads.size());
@@ -318,14 +341,14 @@ void TransferEngine::run_store(Task& t) {
     const StoreMove& m = b.stores[i];
     std::vector<const std::byte*> src;
     for (const auto& s : m.src) src.push_back(page_ptr(s));
-    thread_local AlignedBuffer tl_chunk;  // reused: see run_fetch
+    thread_local Scratch tl_chunk;  // reused: see run_fetch
     const size_t bytes = chunk_geometry_.payload_bytes(static_cast<uint32_t>(src.size()));
-    if (tl_chunk.size() < bytes) tl_chunk = AlignedBuffer(bytes);
+    std::byte* const chunk = tl_chunk.get(bytes, pool_on_device());
     std::vector<ByteCopy> slices;
-    gather_copies(geometry_, src, tl_chunk.data(), slices);  // the aggregation step
+    gather_copies(geometry_, src, chunk, slices);  // the aggregation step
     Status gs = move_bytes(slices);
     Tier* tier = options_.tiers[static_cast<size_t>(m.to)];
-    st.set(st.result.stores, i, gs.ok() ? tier->put(m.key, m.page_hashes, {tl_chunk.data(), bytes}) : gs, false);
+    st.set(st.result.stores, i, gs.ok() ? tier->put(m.key, m.page_hashes, {chunk, bytes}) : gs, false);
   }
 }
 
