@@ -170,8 +170,11 @@ rm -rf "$sdir"
 "${RUN[@]}" "$KV" serve --model small --device cuda --port "$port" --disk-dir "$sdir" > "$OUT/serve.txt" 2>&1 &
 spid=$!
 for _ in $(seq 1 60); do (exec 3<> "/dev/tcp/127.0.0.1/$port") 2> /dev/null && break; sleep 0.5; done
-if step "serve --device cuda" 120 "$OUT/loadgen.txt" . "${RUN[@]}" "$KV" loadgen --url "http://127.0.0.1:$port" --users 4 \
-     --rounds 3 --system-prompt-tokens 1000 --history-tokens 1000 --answer-tokens 16 --quiet; then
+# One user first (TTFT without queueing, and the warm-up), then four at once.
+if step "serve --device cuda" 120 "$OUT/loadgen.txt" . "${RUN[@]}" "$KV" loadgen --url "http://127.0.0.1:$port" --users 1 \
+     --rounds 3 --system-prompt-tokens 1000 --history-tokens 1000 --answer-tokens 16 --quiet &&
+   "${RUN[@]}" "$KV" loadgen --url "http://127.0.0.1:$port" --users 4 --rounds 3 --system-prompt-tokens 1000 \
+     --history-tokens 1000 --answer-tokens 16 --seed 2 --quiet >> "$OUT/loadgen.txt" 2>&1; then
   cat "$OUT/loadgen.txt"; note "serve --device cuda" ok "$LAST_S"
 else tail -20 "$OUT/loadgen.txt" "$OUT/serve.txt"; note "serve --device cuda" FAILED "$LAST_S"; fi
 kill "$spid" 2> /dev/null; wait "$spid" 2> /dev/null
