@@ -276,7 +276,7 @@ void HttpServer::install_routes() {
         [this, state, meta, include_usage, offset, finished, sent_first](size_t, httplib::DataSink& sink) {
           // Wait for text; send a comment line when idle so a vanished client
           // is noticed (the write fails) even while the request is queued.
-          RequestState::View v = state->wait(*offset, 1000ms);
+          RequestState::View v = state->wait(*offset, *sent_first, 1000ms);
           std::string out;
           // The first token always gets an event, even when its text is held
           // back (a possible stop string or half a UTF-8 character): clients

@@ -16,9 +16,9 @@ double seconds_between(RequestState::Clock::time_point a, RequestState::Clock::t
 
 // ---------------------------------------------------------------- RequestState
 
-RequestState::View RequestState::wait(size_t& offset, std::chrono::milliseconds timeout) {
+RequestState::View RequestState::wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > offset; });
+  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > offset || (started_ && !seen_start); });
   View v;
   v.delta = text_.substr(std::min(offset, text_.size()));
   offset = text_.size();

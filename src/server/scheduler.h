@@ -53,9 +53,11 @@ class RequestState {
     Status error;               // non-OK when the request failed or was cancelled
     CompletionUsage usage;      // final once done
   };
-  // Waits until there is text beyond `offset`, the request is done, or `timeout`
-  // passes; advances `offset` past the returned delta.
-  View wait(size_t& offset, std::chrono::milliseconds timeout);
+  // Waits until there is text beyond `offset`, the first token exists and
+  // the caller has not seen it yet (`seen_start` false; its text may be held
+  // back, but clients time the first event), the request is done, or
+  // `timeout` passes; advances `offset` past the returned delta.
+  View wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout);
   // Waits until done (no timeout: the scheduler enforces request_timeout_s).
   View wait_done();
 

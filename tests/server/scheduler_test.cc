@@ -62,6 +62,25 @@ TEST(SchedulerTest, StopsOnEosAndOnStopStrings) {
   EXPECT_EQ(w.delta, "cd");
 }
 
+// The first token wakes a streaming waiter even when its text is held back
+// (here: a possible start of the stop string), so the first event, by which
+// clients time TTFT, is not delayed to the next token or the end.
+TEST(SchedulerTest, FirstTokenWakesTheStreamWhileItsTextIsHeldBack) {
+  Fixture f({}, [](FakeShared& s) { s.decode_delay = 300ms; });
+  auto st = f.submit({1}, 4, {"cz"});  // first token: "c", a prefix of the stop string
+  size_t offset = 0;
+  auto v = st->wait(offset, /*seen_start=*/false, 5000ms);
+  EXPECT_TRUE(v.started);
+  EXPECT_FALSE(v.done);
+  EXPECT_EQ(v.delta, "");  // "c" held back; without the wake-up this returns "cd" a decode step later
+  std::string got = v.delta;
+  while (!v.done) {
+    v = st->wait(offset, true, 5000ms);
+    got += v.delta;
+  }
+  EXPECT_EQ(got, "cdef");
+}
+
 TEST(SchedulerTest, StreamsTextIncrementally) {
   Fixture f({}, [](FakeShared& s) { s.decode_delay = 2ms; });
   auto st = f.submit({1}, 20);
@@ -69,7 +88,7 @@ TEST(SchedulerTest, StreamsTextIncrementally) {
   std::string got;
   int pieces = 0;
   for (;;) {
-    auto v = st->wait(offset, 1000ms);
+    auto v = st->wait(offset, true, 1000ms);
     if (!v.delta.empty()) ++pieces;
     got += v.delta;
     if (v.done) break;
@@ -106,7 +125,7 @@ TEST(SchedulerTest, CancelFreesTheSequence) {
   Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
   auto st = f.submit({1}, 4000);
   size_t offset = 0;
-  while (offset < 3) st->wait(offset, 1000ms);
+  while (offset < 3) st->wait(offset, true, 1000ms);
   st->cancel();
   auto v = st->wait_done();
   EXPECT_TRUE(v.error.is(StatusCode::kCancelled));
@@ -178,7 +197,7 @@ TEST(SchedulerTest, DrainRefusesNewWorkAndCancelsAfterGrace) {
   EXPECT_TRUE(quick->wait_done().error.ok());
   auto slow = f.submit({1}, 100000);
   size_t offset = 0;
-  while (offset == 0) slow->wait(offset, 1000ms);
+  while (offset == 0) slow->wait(offset, true, 1000ms);
   f.sched->begin_drain();
   GenerationRequest g;
   g.prompt = {1};
