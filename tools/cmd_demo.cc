@@ -17,6 +17,9 @@ CommandRegistration reg("demo", [](CLI::App& root, int& exit_code) {
   auto host = std::make_shared<std::string>("12MiB");
   CLI::App* cmd = root.add_subcommand("demo", "Multi-turn chat on the built-in model: TTFT with the tiered cache vs none");
   cmd->add_option("--model", o->model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
+  cmd->add_option("--device", o->device, "where KV pages and compute live: cpu, or cuda (CUDA build, GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--conversations", o->conversations, "conversations sharing the system prompt")->capture_default_str();
   cmd->add_option("--turns", o->turns, "turns per conversation")->capture_default_str();
   cmd->add_option("--system-tokens", o->system_tokens, "tokens of the shared system prompt")->capture_default_str();

@@ -63,6 +63,7 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
 
   RuntimeOptions ro;
   ro.model = o.model;
+  ro.device = o.device;
   ro.kv_dtype = o.kv_dtype;
   ro.device_bytes = o.device_bytes;
   ro.host_bytes = o.host_bytes;

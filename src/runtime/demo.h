@@ -18,6 +18,7 @@ namespace kvtier {
 
 struct DemoOptions {
   std::string model = "small";
+  std::string device = "cpu";  // RuntimeOptions::device: cpu | cuda
   uint32_t conversations = 8;
   uint32_t turns = 4;
   uint32_t system_tokens = 512;
