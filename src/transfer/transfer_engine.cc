@@ -358,14 +358,21 @@ void TransferEngine::finish_task(Task& t) {
   TransferResult snapshot;
   {
     std::lock_guard lock(st.mu);
-    last = --st.tasks_pending == 0;
+    last = st.tasks_pending == 1;  // the last task keeps the batch pending until its completion is posted
     if (last) snapshot = st.result;
+    else --st.tasks_pending;
   }
   if (last) {
-    std::lock_guard lock(mu_);
-    completions_.push_back(std::move(snapshot));
+    {
+      std::lock_guard lock(mu_);
+      completions_.push_back(std::move(snapshot));
+    }
+    // Only now may waiters see the batch done: whoever returns from
+    // wait_all() finds its completion in poll_completions().
+    std::lock_guard lock(st.mu);
+    --st.tasks_pending;
   }
-  std::lock_guard lock(st.mu);  // wake waiters after the completion is visible to poll_completions
+  std::lock_guard lock(st.mu);
   st.cv.notify_all();
 }
 
