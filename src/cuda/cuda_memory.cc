@@ -82,13 +82,13 @@ class CudaDeviceMemory final : public DeviceMemory {
     if (copies.empty()) return Status::Ok();
     KVTIER_ASSIGN_OR_RETURN(cudaStream_t s, thread_stream());
     size_t total = 0;
-    bool reachable = true;
+    bool out_to_pinned = true;  // every copy leaves the device for memory the device can address
     for (const ByteCopy& c : copies) {
       total += c.bytes;
-      reachable = reachable && c.bytes <= UINT32_MAX && !inside(c.dst, c.bytes) && addressable(c.dst, c.bytes) &&
-                  addressable(c.src, c.bytes);
+      out_to_pinned = out_to_pinned && c.bytes <= UINT32_MAX && !inside(c.dst, c.bytes) &&
+                      addressable(c.dst, c.bytes) && addressable(c.src, c.bytes);
     }
-    if (reachable && total / copies.size() < kKernelBelowBytes) {
+    if (out_to_pinned && total / copies.size() < kKernelBelowBytes) {
       CopyList list;
       for (size_t i = 0; i < copies.size(); ++i) {
         list.dst[list.n] = copies[i].dst;
