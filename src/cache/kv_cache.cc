@@ -128,22 +128,15 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   io.policy = o.eviction;
   KVTIER_ASSIGN_OR_RETURN(c->index_, PrefixIndex::create(io));
 
-  BlockPoolOptions po;
-  po.geometry = o.geometry;
-  po.num_pages = BlockPoolOptions::pages_for_bytes(o.geometry, o.device_bytes);
-  if (o.device != MemoryBackend::kCpu) {
-    po.memory.backend = o.device;
-    po.memory.alignment = 256;
-    po.allow_device_only = true;
-  }
-  KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(po));
+  KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(BlockPoolOptions::on(
+                                        o.device, o.geometry, BlockPoolOptions::pages_for_bytes(o.geometry, o.device_bytes))));
 
   if (o.host_bytes > 0) {
     HostTierOptions ho;
     ho.geometry = cg;
     ho.capacity_bytes = o.host_bytes;
     ho.evict_chunks = false;  // slots are owned by the index's eviction
-    ho.memory.pinned = o.device != MemoryBackend::kCpu;  // DMA straight from the arena
+    ho.memory = host_memory_options(o.device);  // DMA straight from the arena beside a GPU
     KVTIER_ASSIGN_OR_RETURN(c->host_, HostTier::create(ho));
   }
   if (!o.disk_dir.empty()) {

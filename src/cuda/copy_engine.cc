@@ -91,9 +91,7 @@ Result<std::unique_ptr<CopyEngine>> CopyEngine::create(BlockPool& pool, const Co
   // Non-blocking: the copy streams must not serialise with the legacy default stream.
   KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->load_stream_, cudaStreamNonBlocking));
   KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&e->store_stream_, cudaStreamNonBlocking));
-  DeviceMemoryOptions dm;
-  dm.backend = MemoryBackend::kCuda;
-  dm.alignment = 256;
+  const DeviceMemoryOptions dm = pool_memory_options(MemoryBackend::kCuda);
   KVTIER_ASSIGN_OR_RETURN(e->load_staging_, allocate_device(o.staging_bytes, dm));
   KVTIER_ASSIGN_OR_RETURN(e->store_staging_, allocate_device(o.staging_bytes, dm));
   return e;

@@ -62,20 +62,8 @@ Result<double> median_wall_ms(uint32_t reps, const std::function<Status()>& f) {
 
 double gbps(size_t bytes, double ms) { return ms > 0 ? double(bytes) / (ms * 1e6) : 0.0; }
 
-DeviceMemoryOptions device_options() {
-  DeviceMemoryOptions o;
-  o.backend = MemoryBackend::kCuda;
-  o.alignment = 256;
-  return o;
-}
-DeviceMemoryOptions pinned_options() {
-  DeviceMemoryOptions o;
-  o.pinned = true;
-  return o;
-}
-
 Result<std::unique_ptr<BlockPool>> device_pool(const KVGeometry& g, uint32_t pages) {
-  return BlockPool::create({.geometry = g, .num_pages = pages, .memory = device_options(), .allow_device_only = true});
+  return BlockPool::create(BlockPoolOptions::on(MemoryBackend::kCuda, g, pages));
 }
 
 // Consecutive runs of `chunk_pages` pages (the last may be shorter) over `pages`, backed by `host`.
@@ -95,8 +83,8 @@ Status copy_figures(const CudaBenchOptions& o, const KVGeometry& g, CudaBenchRep
   KVTIER_ASSIGN_OR_RETURN(auto pool, device_pool(g, 2 * n));  // pages scattered over twice the bytes
   KVTIER_ASSIGN_OR_RETURN(auto engine, CopyEngine::create(*pool));
   KVTIER_ASSIGN_OR_RETURN(auto events, LayerEvents::create(g.num_layers));
-  KVTIER_ASSIGN_OR_RETURN(auto pinned, DeviceMemory::allocate(bytes, pinned_options()));
-  KVTIER_ASSIGN_OR_RETURN(auto dev, DeviceMemory::allocate(bytes, device_options()));
+  KVTIER_ASSIGN_OR_RETURN(auto pinned, DeviceMemory::allocate(bytes, host_memory_options(MemoryBackend::kCuda)));
+  KVTIER_ASSIGN_OR_RETURN(auto dev, DeviceMemory::allocate(bytes, pool_memory_options(MemoryBackend::kCuda)));
   std::vector<std::byte> pageable(bytes, std::byte{1});
   std::vector<PageId> pages;
   for (uint32_t i = 0; i < 2 * n; ++i) pages.emplace_back(i);
@@ -158,7 +146,7 @@ Status ttft_figures(const CudaBenchOptions& o, const engine::ModelConfig& cfg, c
       return gpu->prefill(a, tokens, 0).status();
     }));
     // The prefix KV, as a host tier would hold it: pinned layer-major chunks.
-    KVTIER_ASSIGN_OR_RETURN(auto host, DeviceMemory::allocate(size_t(np) * g.page_bytes(), pinned_options()));
+    KVTIER_ASSIGN_OR_RETURN(auto host, DeviceMemory::allocate(size_t(np) * g.page_bytes(), host_memory_options(MemoryBackend::kCuda)));
     const auto loads = loads_of(std::span(b.pages).first(np), o.chunk_pages, host->data(), g.page_bytes());
     std::vector<ChunkStore> stores;
     for (size_t i = 0; i < loads.size(); ++i)

@@ -12,6 +12,13 @@ Status BlockPoolOptions::validate() const {
   return memory.validate();
 }
 
+BlockPoolOptions BlockPoolOptions::on(MemoryBackend backend, const KVGeometry& geometry, uint32_t num_pages) {
+  return {.geometry = geometry,
+          .num_pages = num_pages,
+          .memory = pool_memory_options(backend),
+          .allow_device_only = backend != MemoryBackend::kCpu};
+}
+
 uint32_t BlockPoolOptions::pages_for_bytes(const KVGeometry& g, size_t bytes) {
   const size_t pb = g.page_bytes();
   if (pb == 0) return 0;

@@ -32,6 +32,8 @@ struct BlockPoolOptions {
   Status validate() const;
   // The number of pages that fit in `bytes` for `geometry` (at least 1 when bytes > 0 fits one page).
   static uint32_t pages_for_bytes(const KVGeometry& geometry, size_t bytes);
+  // `num_pages` pages of `geometry` in memory on `backend` (device-only when it is an accelerator's).
+  static BlockPoolOptions on(MemoryBackend backend, const KVGeometry& geometry, uint32_t num_pages);
 };
 
 struct BlockPoolStats {

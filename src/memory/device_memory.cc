@@ -21,6 +21,19 @@ void register_accelerator_memory(DeviceMemoryFactory device, DeviceMemoryFactory
   g_pinned_factory.store(pinned_host);
 }
 
+DeviceMemoryOptions pool_memory_options(MemoryBackend backend) {
+  DeviceMemoryOptions o;
+  o.backend = backend;
+  if (backend != MemoryBackend::kCpu) o.alignment = 256;
+  return o;
+}
+
+DeviceMemoryOptions host_memory_options(MemoryBackend backend) {
+  DeviceMemoryOptions o;
+  o.pinned = backend != MemoryBackend::kCpu;
+  return o;
+}
+
 Status DeviceMemory::copy(std::span<const ByteCopy> copies) {
   for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   return Status::Ok();

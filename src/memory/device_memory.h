@@ -39,6 +39,13 @@ struct ByteCopy {
   size_t bytes = 0;
 };
 
+// Options for memory on `backend` that holds KV pages (device allocations
+// ask only the 256-byte alignment cudaMalloc guarantees).
+DeviceMemoryOptions pool_memory_options(MemoryBackend backend);
+// Options for host buffers that exchange bytes with memory on `backend`:
+// pinned beside an accelerator, so its copies reach them directly.
+DeviceMemoryOptions host_memory_options(MemoryBackend backend);
+
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;

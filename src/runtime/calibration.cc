@@ -38,13 +38,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 double host_to_pool_bytes_per_s(const BlockPool& pool, size_t bytes) {
   // The source is what a host tier would hold: pinned memory beside an accelerator.
-  const bool accel = !pool.memory().host_accessible();
-  DeviceMemoryOptions src_o, dst_o;
-  src_o.pinned = accel;
-  dst_o.backend = pool.memory().backend();
-  if (accel) dst_o.alignment = 256;
-  auto a = DeviceMemory::allocate(bytes, src_o);
-  auto b = DeviceMemory::allocate(bytes, dst_o);
+  const MemoryBackend backend = pool.memory().backend();
+  auto a = DeviceMemory::allocate(bytes, host_memory_options(backend));
+  auto b = DeviceMemory::allocate(bytes, pool_memory_options(backend));
   if (!a.ok() || !b.ok()) return 1e9;
   const ByteCopy c{(*b)->data(), (*a)->data(), bytes};
   if (!(*b)->copy({&c, 1}).ok()) return 1e9;  // touch

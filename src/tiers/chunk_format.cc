@@ -15,40 +15,46 @@ Status ChunkGeometry::validate() const {
   return Status::Ok();
 }
 
-void gather_copies(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk,
-                   std::vector<ByteCopy>& out) {
+namespace {
+
+// The slice moves of gather_pages / scatter_layers, one f(dst, src, bytes) each.
+template <class F>
+void each_gather_slice(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk, F&& f) {
   const size_t s = g.layer_slice_bytes();
   for (uint32_t l = 0; l < g.num_layers; ++l)
-    for (size_t p = 0; p < pages.size(); ++p) out.push_back({chunk + (l * pages.size() + p) * s, pages[p] + l * s, s});
+    for (size_t p = 0; p < pages.size(); ++p) f(chunk + (l * pages.size() + p) * s, pages[p] + l * s, s);
 }
 
-void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
-                    std::span<std::byte* const> pages, std::vector<ByteCopy>& out) {
+template <class F>
+void each_scatter_slice(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
+                        std::span<std::byte* const> pages, F&& f) {
   const size_t s = g.layer_slice_bytes();
   for (uint32_t i = 0; i < count; ++i)
-    for (size_t p = 0; p < pages.size(); ++p)
-      out.push_back({pages[p] + (first + i) * s, layers + (i * pages.size() + p) * s, s});
+    for (size_t p = 0; p < pages.size(); ++p) f(pages[p] + (first + i) * s, layers + (i * pages.size() + p) * s, s);
 }
 
-namespace {
-void run_on_host(const std::vector<ByteCopy>& copies) {
-  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
-}
+void host_copy(std::byte* dst, const std::byte* src, size_t n) { std::memcpy(dst, src, n); }
+
 }  // namespace
 
 void gather_pages(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk) {
-  std::vector<ByteCopy> copies;
-  copies.reserve(size_t(g.num_layers) * pages.size());
-  gather_copies(g, pages, chunk, copies);
-  run_on_host(copies);
+  each_gather_slice(g, pages, chunk, host_copy);
 }
 
 void scatter_layers(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
                     std::span<std::byte* const> pages) {
-  std::vector<ByteCopy> copies;
-  copies.reserve(size_t(count) * pages.size());
-  scatter_copies(g, layers, first, count, pages, copies);
-  run_on_host(copies);
+  each_scatter_slice(g, layers, first, count, pages, host_copy);
+}
+
+void gather_copies(const KVGeometry& g, std::span<const std::byte* const> pages, std::byte* chunk,
+                   std::vector<ByteCopy>& out) {
+  each_gather_slice(g, pages, chunk, [&](std::byte* d, const std::byte* s, size_t n) { out.push_back({d, s, n}); });
+}
+
+void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first, uint32_t count,
+                    std::span<std::byte* const> pages, std::vector<ByteCopy>& out) {
+  each_scatter_slice(g, layers, first, count, pages,
+                     [&](std::byte* d, const std::byte* s, size_t n) { out.push_back({d, s, n}); });
 }
 
 ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align) {

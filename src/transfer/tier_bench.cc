@@ -115,22 +115,11 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   const size_t chunk_bytes = cg.max_payload_bytes();
 
   const bool on_device = o.device != MemoryBackend::kCpu;
-  auto make_pool = [&](uint32_t pages) {
-    BlockPoolOptions po{.geometry = o.geometry, .num_pages = pages};
-    if (on_device) {
-      po.memory.backend = o.device;
-      po.memory.alignment = 256;
-      po.allow_device_only = true;
-    }
-    return BlockPool::create(po);
-  };
-  // Host buffers: pinned beside an accelerator, so device copies DMA straight in.
-  auto host_buffer = [&](size_t bytes) { return DeviceMemory::allocate(bytes, {.pinned = on_device}); };
+  auto make_pool = [&](uint32_t pages) { return BlockPool::create(BlockPoolOptions::on(o.device, o.geometry, pages)); };
+  auto host_buffer = [&](size_t bytes) { return DeviceMemory::allocate(bytes, host_memory_options(o.device)); };
   // memcpy: the limit for gathers (pool memory → host memory, one copy).
   {
-    const DeviceMemoryOptions pool_memory =
-        on_device ? DeviceMemoryOptions{.backend = o.device, .alignment = 256} : DeviceMemoryOptions{};
-    KVTIER_ASSIGN_OR_RETURN(auto a, DeviceMemory::allocate(o.memory_bytes, pool_memory));
+    KVTIER_ASSIGN_OR_RETURN(auto a, DeviceMemory::allocate(o.memory_bytes, pool_memory_options(o.device)));
     KVTIER_ASSIGN_OR_RETURN(auto b, host_buffer(o.memory_bytes));
     if (a->host_accessible()) fill(a->data(), a->size(), 2);
     const ByteCopy c{b->data(), a->data(), o.memory_bytes};
@@ -160,14 +149,9 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
       for (uint32_t c = 0; c + o.chunk_pages <= pages; c += o.chunk_pages) {
         std::vector<const std::byte*> src;
         for (uint32_t p = 0; p < o.chunk_pages; ++p) src.push_back(pool->page(PageId(order[c + p])));
-        std::byte* dst = out->data() + size_t(c / o.chunk_pages) * chunk_bytes;
-        if (on_device) {
-          copies.clear();
-          gather_copies(o.geometry, src, dst, copies);  // what the transfer engine does for a device pool
-          KVTIER_RETURN_IF_ERROR(pool->memory().copy(copies));
-        } else {
-          gather_pages(o.geometry, src, dst);
-        }
+        copies.clear();  // what the transfer engine does: slice copies run by the pool's memory
+        gather_copies(o.geometry, src, out->data() + size_t(c / o.chunk_pages) * chunk_bytes, copies);
+        KVTIER_RETURN_IF_ERROR(pool->memory().copy(copies));
       }
       asm volatile("" : : "r"(out->data()) : "memory");
       best = std::min(best, secs(t0, Clock::now()));

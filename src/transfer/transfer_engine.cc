@@ -172,9 +172,8 @@ struct Scratch {
 bool TransferEngine::pool_on_device() const { return options_.pool && !options_.pool->memory().host_accessible(); }
 
 Status TransferEngine::move_bytes(std::span<const ByteCopy> copies) const {
-  // Pool memory the CPU cannot touch (an accelerator's) copies for us.
-  if (pool_on_device()) return options_.pool->memory().copy(copies);
-  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
+  if (options_.pool) return options_.pool->memory().copy(copies);  // memcpy, or an accelerator's copies
+  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);  // host slots only
   return Status::Ok();
 }
 
@@ -278,6 +277,7 @@ void TransferEngine::run_fetch(Task& t) {
   for (size_t j = 0; j < t.loads.size(); ++j)
     for (const auto& d : b.loads[t.loads[j]].dst) dst[j].push_back(page_ptr(d));
 
+  std::vector<ByteCopy> copies;  // reused for every group of moves below
   for (uint32_t l0 = 0; l0 < L; l0 += group) {
     const uint32_t l1 = std::min(L, l0 + group);
     if (st.cancelled.load(std::memory_order_acquire)) {
@@ -290,7 +290,7 @@ void TransferEngine::run_fetch(Task& t) {
       st.cv.notify_all();
       return;
     }
-    std::vector<ByteCopy> copies;  // page-first: a layer range of a page is contiguous
+    copies.clear();  // page-first: a layer range of a page is contiguous
     for (size_t i : t.copies)
       copies.push_back({page_ptr(b.copies[i].dst) + l0 * slice, page_ptr(b.copies[i].src) + l0 * slice, (l1 - l0) * slice});
     if (Status cs = move_bytes(copies); !cs.ok())
@@ -316,9 +316,9 @@ void TransferEngine::run_fetch(Task& t) {
           st.set(st.result.loads, t.loads[j], s, true);
           continue;
         }
-        std::vector<ByteCopy> slices;
-        scatter_copies(geometry_, staging[j].data(), l0, l1 - l0, dst[j], slices);
-        if (Status ms = move_bytes(slices); !ms.ok()) {
+        copies.clear();
+        scatter_copies(geometry_, staging[j].data(), l0, l1 - l0, dst[j], copies);
+        if (Status ms = move_bytes(copies); !ms.ok()) {
           load_failed[j] = true;
           st.set(st.result.loads, t.loads[j], ms, true);
         }
@@ -331,6 +331,8 @@ void TransferEngine::run_fetch(Task& t) {
 void TransferEngine::run_store(Task& t) {
   BatchState& st = *t.state;
   const auto& b = st.batch;
+  std::vector<const std::byte*> src;
+  std::vector<ByteCopy> slices;  // both reused across the task's stores
   for (size_t i : t.stores) {
     if (st.cancelled.load(std::memory_order_acquire)) {
       st.set(st.result.stores, i, Status::Cancelled("transfer cancelled"), false);
@@ -339,12 +341,12 @@ void TransferEngine::run_store(Task& t) {
       continue;
     }
     const StoreMove& m = b.stores[i];
-    std::vector<const std::byte*> src;
+    src.clear();
     for (const auto& s : m.src) src.push_back(page_ptr(s));
     thread_local Scratch tl_chunk;  // reused: see run_fetch
     const size_t bytes = chunk_geometry_.payload_bytes(static_cast<uint32_t>(src.size()));
     std::byte* const chunk = tl_chunk.get(bytes, pool_on_device());
-    std::vector<ByteCopy> slices;
+    slices.clear();
     gather_copies(geometry_, src, chunk, slices);  // the aggregation step
     Status gs = move_bytes(slices);
     Tier* tier = options_.tiers[static_cast<size_t>(m.to)];

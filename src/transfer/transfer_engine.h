@@ -146,7 +146,7 @@ class TransferEngine {
   std::byte* page_ptr(const PageLoc& loc) const;
   // True when the CPU cannot touch the pool's pages (an accelerator's memory).
   bool pool_on_device() const;
-  // Runs slice copies that may touch pool pages (through the pool's memory when the CPU cannot).
+  // Runs slice copies that may touch pool pages, through the pool's memory.
   Status move_bytes(std::span<const ByteCopy> copies) const;
   Status check_loc(const PageLoc& loc) const;
 
