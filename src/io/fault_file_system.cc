@@ -22,7 +22,7 @@ class FaultFile final : public File {
   FaultFile(FaultFileSystem& fs, std::unique_ptr<File> inner) : fs_(fs), inner_(std::move(inner)) {}
 
   Result<size_t> read(uint64_t offset, std::span<std::byte> buf) override {
-    auto d = fs_.decide(FaultOp::kRead, path());
+    auto d = fs_.decide(FaultOp::kRead, path(), offset, buf.size());
     if (d.fire) {
       switch (d.kind) {
         case FaultKind::kError:
@@ -40,7 +40,7 @@ class FaultFile final : public File {
   }
 
   Status write(uint64_t offset, std::span<const std::byte> buf) override {
-    auto d = fs_.decide(FaultOp::kWrite, path());
+    auto d = fs_.decide(FaultOp::kWrite, path(), offset, buf.size());
     if (d.fire) {
       switch (d.kind) {
         case FaultKind::kError:
@@ -94,7 +94,7 @@ class FaultQueue final : public IoQueue {
       auto* ff = static_cast<FaultFile*>(op.file);
       op.done = 0;
       op.status = Status::Ok();
-      auto d = fs_.decide(op.kind == IoKind::kRead ? FaultOp::kRead : FaultOp::kWrite, ff->path());
+      auto d = fs_.decide(op.kind == IoKind::kRead ? FaultOp::kRead : FaultOp::kWrite, ff->path(), op.offset, op.len);
       decisions[i] = d;
       IoOp inner = op;
       inner.file = ff->inner();
@@ -167,9 +167,21 @@ uint64_t FaultFileSystem::calls(FaultOp op) const {
   return n;
 }
 
-FaultFileSystem::Decision FaultFileSystem::decide(FaultOp op, const std::string& path) {
+void FaultFileSystem::record(bool on) {
+  std::lock_guard lock(mu_);
+  recording_ = on;
+  recorded_.clear();
+}
+
+std::vector<FaultFileSystem::IoCall> FaultFileSystem::recorded() const {
+  std::lock_guard lock(mu_);
+  return recorded_;
+}
+
+FaultFileSystem::Decision FaultFileSystem::decide(FaultOp op, const std::string& path, uint64_t offset, size_t len) {
   std::lock_guard lock(mu_);
   ++calls_[static_cast<int>(op)];
+  if (recording_ && len > 0) recorded_.push_back({op, path, offset, len});
   Decision out;
   for (RuleState& rs : rules_) {
     if (!matches(rs.rule.op, op)) continue;

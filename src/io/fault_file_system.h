@@ -7,7 +7,9 @@
 // then an error — a torn write or a truncated read), kFlipBytes (a read
 // succeeds but one byte in the middle of the buffer is inverted), kDelay
 // (the call sleeps, then proceeds). Faults apply to File calls and to the
-// ops of IoQueue batches alike.
+// ops of IoQueue batches alike. While recording is on, every read and write
+// (of at least one byte) is also logged with its byte range, so tests can
+// check the I/O pattern.
 //
 // Thread safety: all methods are thread-safe. Ownership: wraps `inner`
 // (not owned; must outlive this object and every File it opens).
@@ -46,14 +48,24 @@ class FaultFileSystem final : public FileSystem {
   // How many calls of kind `op` went through (kAny: all).
   uint64_t calls(FaultOp op) const;
 
-  // The fault (if any) the next call of kind `op` on `path` suffers. Counts the call.
-  // Public so the wrapped File and IoQueue can ask; tests rarely need it.
+  struct IoCall {
+    FaultOp op;  // kRead or kWrite
+    std::string path;
+    uint64_t offset;
+    size_t len;
+  };
+  void record(bool on);
+  std::vector<IoCall> recorded() const;  // reads and writes since recording was turned on, in call order
+
+  // The fault (if any) the next call of kind `op` on `path` suffers (a read
+  // or write of [offset, offset + len)). Counts the call. Public so the
+  // wrapped File and IoQueue can ask; tests rarely need it.
   struct Decision {
     bool fire = false;
     FaultKind kind = FaultKind::kError;
     std::chrono::microseconds delay{0};
   };
-  Decision decide(FaultOp op, const std::string& path);
+  Decision decide(FaultOp op, const std::string& path, uint64_t offset = 0, size_t len = 0);
 
   Result<std::unique_ptr<File>> open(const std::string& path, const OpenOptions& options) override;
   Status remove(const std::string& path) override;
@@ -73,6 +85,8 @@ class FaultFileSystem final : public FileSystem {
   std::vector<RuleState> rules_;
   uint64_t fired_ = 0;
   uint64_t calls_[5] = {};
+  bool recording_ = false;
+  std::vector<IoCall> recorded_;
 };
 
 }  // namespace kvtier

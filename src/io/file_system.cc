@@ -121,8 +121,8 @@ class UringQueue final : public IoQueue {
       op.status = Status::Ok();
       op.done = 0;
     }
-    Status first;
-    while (completed < ops.size()) {
+    // Queues ops until the ring holds depth_ of them; true if any was queued.
+    auto fill = [&] {
       bool queued = false;
       while (next < ops.size() && inflight < depth_) {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
@@ -137,27 +137,43 @@ class UringQueue final : public IoQueue {
         ++inflight;
         queued = true;
       }
+      return queued;
+    };
+    std::vector<size_t> reaped_ops;
+    Status first;
+    while (completed < ops.size()) {
       // One system call submits what was queued and waits for a completion
       // unless one is already there; then every completion present is reaped
       // before the queue is refilled, so submissions go out in batches.
-      if (queued || io_uring_cq_ready(&ring_) == 0) {
+      if (fill() || io_uring_cq_ready(&ring_) == 0) {
         int rc = io_uring_submit_and_wait(&ring_, io_uring_cq_ready(&ring_) ? 0 : 1);
         if (rc == -EINTR) continue;
-        if (rc < 0) return fail_remaining(ops, completed, next, inflight, Status::FromErrno(-rc, "io_uring_submit_and_wait"));
+        if (rc < 0) return fail_remaining(ops, next, inflight, Status::FromErrno(-rc, "io_uring_submit_and_wait"));
       }
-      unsigned head, reaped = 0;
+      reaped_ops.clear();
+      unsigned head;
       io_uring_cqe* cqe = nullptr;
       io_uring_for_each_cqe(&ring_, head, cqe) {
         const size_t index = io_uring_cqe_get_data64(cqe);
         IoOp& op = ops[index];
-        ++reaped;
         --inflight;
         ++completed;
         finish(op, cqe->res);
         if (!op.status.ok() && first.ok()) first = op.status;
-        if (on_done) (*on_done)(index);
+        reaped_ops.push_back(index);
       }
-      io_uring_cq_advance(&ring_, reaped);
+      io_uring_cq_advance(&ring_, static_cast<unsigned>(reaped_ops.size()));
+      if (!on_done) continue;
+      // The callbacks (e.g. verifying what was read) run while the refilled
+      // queue keeps the device busy, not while it sits drained.
+      if (fill()) {
+        int rc = io_uring_submit(&ring_);
+        if (rc < 0 && rc != -EINTR) {
+          for (size_t index : reaped_ops) (*on_done)(index);
+          return fail_remaining(ops, next, inflight, Status::FromErrno(-rc, "io_uring_submit"));
+        }
+      }
+      for (size_t index : reaped_ops) (*on_done)(index);
     }
     return first;
   }
@@ -185,7 +201,7 @@ class UringQueue final : public IoQueue {
   }
 
   // A ring-level failure: reap what is in flight so no buffer is written after return.
-  Status fail_remaining(std::span<IoOp> ops, size_t completed, size_t next, size_t inflight, Status st) {
+  Status fail_remaining(std::span<IoOp> ops, size_t next, size_t inflight, Status st) {
     while (inflight > 0) {
       io_uring_cqe* cqe = nullptr;
       if (io_uring_wait_cqe(&ring_, &cqe) < 0) break;
@@ -195,7 +211,6 @@ class UringQueue final : public IoQueue {
       --inflight;
       finish(op, res);
     }
-    (void)completed;
     for (size_t i = next; i < ops.size(); ++i) ops[i].status = st;
     return st;
   }
