@@ -21,6 +21,11 @@ kvtier::cli::CommandRegistration reg("bench-tiers", [](CLI::App& root, int& exit
   cmd->add_option("--disk-mib", *disk_mib, "MiB written and read per disk figure")->capture_default_str();
   cmd->add_option("--queue-depth", opts->queue_depth, "io_uring queue depth")->capture_default_str();
   cmd->add_option("--read-batch", opts->read_batch_chunks, "Chunks per DiskTier::get_batch")->capture_default_str();
+  cmd->add_option("--read-threads", opts->read_threads,
+                  "Threads calling DiskTier::get_batch at once (as the TransferEngine's workers), sharing --queue-depth")
+      ->capture_default_str();
+  cmd->add_option("--read-waves", opts->read_waves, "Waves a DiskTier::get_batch issues its reads in (DiskTierOptions::read_waves; 1: all at once)")
+      ->capture_default_str();
   auto no_sync = std::make_shared<bool>(false);
   cmd->add_flag("--no-sync", *no_sync, "DiskTier without fdatasync per region; raw writes then never sync either");
   auto remote = std::make_shared<std::string>();

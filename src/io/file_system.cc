@@ -107,24 +107,24 @@ class UringQueue final : public IoQueue {
   }
   bool init() { return ready_ = (io_uring_queue_init(depth_, &ring_, 0) == 0); }
 
-  Status run(std::span<IoOp> ops) override { return run_impl(ops, nullptr); }
-  Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done) override {
-    return run_impl(ops, &on_done);
+  Status run(std::span<IoOp> ops) override { return run_impl(ops, nullptr, depth_); }
+  Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done, uint32_t max_inflight) override {
+    return run_impl(ops, &on_done, max_inflight ? std::min(max_inflight, depth_) : depth_);
   }
   uint32_t depth() const override { return depth_; }
   bool async() const override { return true; }
 
  private:
-  Status run_impl(std::span<IoOp> ops, const std::function<void(size_t)>* on_done) {
+  Status run_impl(std::span<IoOp> ops, const std::function<void(size_t)>* on_done, uint32_t max_inflight) {
     size_t next = 0, inflight = 0, completed = 0;
     for (IoOp& op : ops) {
       op.status = Status::Ok();
       op.done = 0;
     }
-    // Queues ops until the ring holds depth_ of them; true if any was queued.
+    // Queues ops until max_inflight are in the ring; true if any was queued.
     auto fill = [&] {
       bool queued = false;
-      while (next < ops.size() && inflight < depth_) {
+      while (next < ops.size() && inflight < max_inflight) {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
         if (!sqe) break;
         IoOp& op = ops[next];

@@ -88,8 +88,12 @@ class IoQueue {
   // As run(), and calls `on_done(i)` on the calling thread once ops[i] is
   // complete (status set) while later ops may still be in flight, so the
   // caller can consume results (verify, copy) under the I/O of the rest.
-  // The default runs the whole batch first, then reports every op.
-  virtual Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done) {
+  // At most `max_inflight` ops (0: depth()) are in flight: a device that
+  // completes everything queued at once still has reads to do while the
+  // first results are consumed. The default runs the whole batch first,
+  // then reports every op.
+  virtual Status run_notify(std::span<IoOp> ops, const std::function<void(size_t)>& on_done, uint32_t max_inflight = 0) {
+    (void)max_inflight;
     Status st = run(ops);
     for (size_t i = 0; i < ops.size(); ++i) on_done(i);
     return st;

@@ -54,6 +54,7 @@ Status DiskTierOptions::validate() const {
   if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
   if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
   if (io_block_bytes == 0 || io_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: io_block_bytes must be a multiple of 4096");
+  if (read_waves == 0) return Status::InvalidArgument("DiskTier: read_waves must be positive");
   if (write_stretch_bytes == 0 || write_stretch_bytes % kIoAlign)
     return Status::InvalidArgument("DiskTier: write_stretch_bytes must be a positive multiple of 4096");
   return Status::Ok();

@@ -71,6 +71,13 @@ struct DiskTierOptions {
   // are filled (multiple of 4096): small enough that the device starts early,
   // large enough to keep io_uring's queue full.
   size_t write_stretch_bytes = size_t(8) << 20;
+  // A get_batch issues its reads in about this many waves (at most
+  // ceil(reads / read_waves) in flight, never fewer than 8 nor more than
+  // queue_depth), so that what one wave read is verified while the next is
+  // in flight: devices that complete everything queued at once (seen on the
+  // development VM) otherwise leave the whole checksum pass after the I/O.
+  // 1: everything at once.
+  uint32_t read_waves = 4;
   FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
 
   Status validate() const;

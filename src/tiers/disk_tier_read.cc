@@ -119,7 +119,8 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   Status qst;
   auto q = acquire_queue(qst);
   if (q) {
-    (void)q->run_notify(io, complete_io);
+    const size_t per_wave = (io.size() + options_.read_waves - 1) / options_.read_waves;
+    (void)q->run_notify(io, complete_io, static_cast<uint32_t>(std::min<size_t>(options_.queue_depth, std::max<size_t>(8, per_wave))));
     release_queue(std::move(q));
   } else {
     for (IoOp& o : io) o.status = qst;

@@ -1,5 +1,7 @@
 #include "transfer/tier_bench.h"
 
+#include <thread>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -21,6 +23,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 double gbps(size_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0; }
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+// Median over rounds of a[k] / b[k].
+double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> r;
+  for (size_t k = 0; k < std::min(a.size(), b.size()); ++k)
+    if (b[k] > 0) r.push_back(a[k] / b[k]);
+  return median(std::move(r));
+}
 
 void fill(std::byte* p, size_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -33,9 +48,11 @@ void fill(std::byte* p, size_t n, uint64_t seed) {
 constexpr size_t kRawBlock = size_t(1) << 20;
 // The disk figures are measured in rounds that alternate raw, DiskTier and
 // per-page I/O on the same bytes, so that drift of a shared virtual disk
-// (its throughput swings by 1.5x within seconds here) hits all of them alike.
-// Reads alternate more finely than writes: a write round ends with a flush
-// (an extra fdatasync for DiskTier), a read round costs nothing extra.
+// (its throughput swings by 1.5x within seconds here) hits all of them alike,
+// and each figure is the median of its rounds' bandwidths, so that a stall
+// of the device in one round does not decide it. Reads alternate more
+// finely than writes: a write round ends with a flush (an extra fdatasync
+// for DiskTier), a read round costs nothing extra.
 constexpr uint32_t kRounds = 4;
 constexpr uint32_t kReadSplit = 4;  // read sub-rounds per write round
 
@@ -101,6 +118,7 @@ Status TierBenchOptions::validate() const {
     return Status::InvalidArgument("bench tiers: sizes too small to measure");
   if (region_bytes == 0 || region_bytes % (size_t(1) << 20)) return Status::InvalidArgument("bench tiers: region_bytes must be a multiple of 1 MiB");
   if (read_batch_chunks == 0) return Status::InvalidArgument("bench tiers: read_batch_chunks must be positive");
+  if (read_threads == 0 || read_threads > queue_depth) return Status::InvalidArgument("bench tiers: read_threads must be in 1..queue_depth");
   return Status::Ok();
 }
 
@@ -193,26 +211,39 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   }
   AlignedBuffer payload(chunk_bytes);
   fill(payload.data(), payload.size(), 5);
-  double t_raw_w = 0, t_disk_w = 0, t_raw_r = 0, t_disk_r = 0, t_page_r = 0;
-  size_t read_bytes = 0, raw_read_bytes = 0, page1_bytes = 0;
-  double t_page1_r = 0;
+  std::vector<double> raw_w, disk_w, raw_r, disk_r, page_r, page1_r;  // GB/s of each round
   uint64_t sink = 0;  // sum of the per-page checksums: the calls' results have a use
   {
     KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
     for (uint32_t k = 0; k < kRounds; ++k) {
       KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kWrite, k * round_bytes, (k + 1) * round_bytes, sync_every, raw_buf));
-      t_raw_w += t;
+      raw_w.push_back(gbps(round_bytes, t));
       auto t0 = Clock::now();
       for (size_t c = k * round_chunks; c < (k + 1) * round_chunks; ++c) KVTIER_RETURN_IF_ERROR(disk->put(keys[c], hashes[c], payload.span()));
       KVTIER_RETURN_IF_ERROR(disk->flush());  // the round's puts are on disk (and synced) before the clock stops
-      t_disk_w += secs(t0, Clock::now());
+      disk_w.push_back(gbps(round_chunks * chunk_bytes, secs(t0, Clock::now())));
     }
   }
   dopt.verify_on_open = false;  // reopen fast; reads verify every layer anyway
+  dopt.queue_depth = o.queue_depth / o.read_threads;
+  dopt.read_waves = o.read_waves;
   KVTIER_ASSIGN_OR_RETURN(auto disk, DiskTier::create(dopt));
   {
-    const uint32_t batch = o.read_batch_chunks;
-    AlignedBuffer out(size_t(batch) * chunk_bytes);
+    const uint32_t batch = o.read_batch_chunks, readers = o.read_threads;
+    AlignedBuffer out(size_t(readers) * batch * chunk_bytes);
+    // Reader r reads every readers-th batch of [first, last) into its own part of `out`.
+    auto read_chunks = [&](uint32_t r, size_t first, size_t last) {
+      std::byte* dst = out.data() + size_t(r) * batch * chunk_bytes;
+      std::vector<GetOp> ops;
+      for (size_t c = first + size_t(r) * batch; c < last; c += size_t(readers) * batch) {
+        ops.clear();
+        for (size_t i = c; i < std::min(last, c + batch); ++i)
+          ops.push_back(GetOp{keys[i], 0, kAllLayers, {dst + (i - c) * chunk_bytes, chunk_bytes}, {}, 0});
+        disk->get_batch(ops);
+        for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
+      }
+      return Status::Ok();
+    };
     // At least kHugePage bytes, so it is huge-page backed like the pool pages a real per-page loader reads into.
     AlignedBuffer page_buf(std::max(kHugePage, size_t(o.queue_depth) * (align_up(o.geometry.layer_slice_bytes()) + kIoAlign)));
     const size_t sub_chunks = round_chunks / kReadSplit, sub_bytes = sub_chunks * chunk_bytes;
@@ -220,35 +251,38 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
       // Each sub-round reads the same number of bytes three ways (raw, DiskTier, per-page).
       const uint64_t b0 = align_down(k * sub_bytes, kRawBlock), b1 = align_down((k + 1) * sub_bytes, kRawBlock);
       KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kRead, b0, b1, 0, raw_buf));
-      t_raw_r += t;
+      raw_r.push_back(gbps(b1 - b0, t));
       auto t0 = Clock::now();
-      for (size_t c = k * sub_chunks; c < (k + 1) * sub_chunks; c += batch) {
-        std::vector<GetOp> ops;
-        for (size_t i = c; i < std::min((k + 1) * sub_chunks, c + batch); ++i)
-          ops.push_back(GetOp{keys[i], 0, kAllLayers, {out.data() + (i - c) * chunk_bytes, chunk_bytes}, {}, 0});
-        disk->get_batch(ops);
-        for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
+      std::vector<Status> read_status(readers);
+      {
+        std::vector<std::jthread> helpers;
+        for (uint32_t r = 1; r < readers; ++r)
+          helpers.emplace_back([&, r] { read_status[r] = read_chunks(r, k * sub_chunks, (k + 1) * sub_chunks); });
+        read_status[0] = read_chunks(0, k * sub_chunks, (k + 1) * sub_chunks);
       }
-      t_disk_r += secs(t0, Clock::now());
+      disk_r.push_back(gbps(sub_bytes, secs(t0, Clock::now())));
+      for (const Status& st : read_status) KVTIER_RETURN_IF_ERROR(st);
       // Per-page reads another part of the file than the raw pass just read (no help from any cache below).
       const size_t pk = (k + kRounds * kReadSplit / 2) % (kRounds * kReadSplit);
+      const size_t pages = (pk + 1) * sub_bytes / page - pk * sub_bytes / page;
       KVTIER_ASSIGN_OR_RETURN(t, per_page_pass(*raw_file, *queue, o.geometry, pk * sub_bytes / page, (pk + 1) * sub_bytes / page, page_buf, sink));
-      t_page_r += t;
+      page_r.push_back(gbps(pages * page, t));
       // The same loader with one read in flight (synchronous preads), on an eighth of those pages.
       const size_t p0 = pk * sub_bytes / page, n1 = std::max<size_t>(1, sub_bytes / page / 8);
       KVTIER_ASSIGN_OR_RETURN(t, per_page_pass(*raw_file, *queue1, o.geometry, p0, p0 + n1, page_buf, sink));
-      t_page1_r += t;
-      page1_bytes += n1 * page;
+      page1_r.push_back(gbps(n1 * page, t));
     }
-    read_bytes = kRounds * kReadSplit * sub_bytes;
-    raw_read_bytes = align_down(read_bytes, kRawBlock);
   }
-  r.raw_write_gbps = gbps(kRounds * round_bytes, t_raw_w);
-  r.raw_read_gbps = gbps(raw_read_bytes, t_raw_r);
-  r.disk_write_gbps = gbps(size_t(nchunks) * chunk_bytes, t_disk_w);
-  r.disk_read_gbps = gbps(read_bytes, t_disk_r);
-  r.per_page_read_gbps = gbps(read_bytes / page * page, t_page_r);
-  r.per_page_qd1_read_gbps = gbps(page1_bytes, t_page1_r);
+  r.raw_write_gbps = median(raw_w);
+  r.raw_read_gbps = median(raw_r);
+  r.disk_write_gbps = median(disk_w);
+  r.disk_read_gbps = median(disk_r);
+  r.per_page_read_gbps = median(page_r);
+  r.per_page_qd1_read_gbps = median(page1_r);
+  r.disk_write_vs_raw = paired_ratio(disk_w, raw_w);
+  r.disk_read_vs_raw = paired_ratio(disk_r, raw_r);
+  r.aggregated_vs_per_page = paired_ratio(disk_r, page_r);
+  r.aggregated_vs_per_page_qd1 = paired_ratio(disk_r, page1_r);
   raw_file.reset();
   (void)fs.remove(dir + "/raw.bin");
   // Layer-wise load through the engine, both modes.
@@ -312,10 +346,10 @@ std::string TierBenchResult::to_json() const {
                    {"direct_io", direct_io},
                    {"pool_on_device", pool_on_device},
                    {"gather_vs_memcpy", memcpy_gbps > 0 ? host_gather_gbps / memcpy_gbps : 0},
-                   {"disk_write_vs_raw", raw_write_gbps > 0 ? disk_write_gbps / raw_write_gbps : 0},
-                   {"disk_read_vs_raw", raw_read_gbps > 0 ? disk_read_gbps / raw_read_gbps : 0},
-                   {"aggregated_vs_per_page", per_page_read_gbps > 0 ? disk_read_gbps / per_page_read_gbps : 0},
-                   {"aggregated_vs_per_page_qd1", per_page_qd1_read_gbps > 0 ? disk_read_gbps / per_page_qd1_read_gbps : 0}};
+                   {"disk_write_vs_raw", disk_write_vs_raw},
+                   {"disk_read_vs_raw", disk_read_vs_raw},
+                   {"aggregated_vs_per_page", aggregated_vs_per_page},
+                   {"aggregated_vs_per_page_qd1", aggregated_vs_per_page_qd1}};
   return j.dump();
 }
 
@@ -328,17 +362,17 @@ std::string TierBenchResult::to_table() const {
     if (ratio >= 0) s << "   (" << ratio << "x " << vs << ")";
     s << '\n';
   };
-  s << "kvtier bench tiers (O_DIRECT " << (direct_io ? "on" : "OFF: buffered fallback")
+  s << "kvtier bench tiers (O_DIRECT " << (direct_io ? "on" : "OFF: buffered fallback") << "; disk: medians of rounds, ratios paired per round"
     << (pool_on_device ? "; pool on the GPU: memcpy = one device -> pinned host copy" : "") << ")\n";
   row("memcpy", memcpy_gbps, "GB/s", -1, "");
   row("host_gather", host_gather_gbps, "GB/s", host_gather_gbps / memcpy_gbps, "memcpy, target >= 0.8");
   row("raw_write", raw_write_gbps, "GB/s", -1, "");
   row("raw_read", raw_read_gbps, "GB/s", -1, "");
-  row("disk_write", disk_write_gbps, "GB/s", disk_write_gbps / raw_write_gbps, "raw write, target >= 0.8");
-  row("disk_read", disk_read_gbps, "GB/s", disk_read_gbps / raw_read_gbps, "raw read, target >= 0.8");
-  row("per_page_read", per_page_read_gbps, "GB/s", disk_read_gbps / per_page_read_gbps,
+  row("disk_write", disk_write_gbps, "GB/s", disk_write_vs_raw, "raw write, target >= 0.8");
+  row("disk_read", disk_read_gbps, "GB/s", disk_read_vs_raw, "raw read, target >= 0.8");
+  row("per_page_read", per_page_read_gbps, "GB/s", aggregated_vs_per_page,
       "= disk_read / per-page; one read per (page, layer slice), same queue depth");
-  row("per_page_qd1_read", per_page_qd1_read_gbps, "GB/s", disk_read_gbps / per_page_qd1_read_gbps,
+  row("per_page_qd1_read", per_page_qd1_read_gbps, "GB/s", aggregated_vs_per_page_qd1,
       "= disk_read / per-page; the same, one read in flight");
   row("first_layer", first_layer_ms, "ms", -1, "");
   row("all_layers", all_layers_ms, "ms", -1, "");

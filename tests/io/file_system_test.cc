@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 
@@ -86,6 +87,35 @@ TEST(IoQueue, BatchedWritesAndReadsRoundTrip) {
   IoOp past{IoKind::kRead, f.get(), kOps * kLen - kIoAlign, dst.data(), kLen};
   EXPECT_EQ(q->run({&past, 1}).code(), StatusCode::kIOError);
   EXPECT_FALSE(fs.create_queue(0).ok());
+}
+
+// run_notify reports each op once, after its bytes are in place, and keeps
+// no more than max_inflight ops queued: with one in flight (refilled before
+// the callback runs), the op two places later has not been read yet.
+TEST(IoQueue, RunNotifyReportsEveryOpAndBoundsWhatIsInFlight) {
+  TempDir dir;
+  FileSystem& fs = FileSystem::posix();
+  auto f = fs.open(dir.path() + "/f", {.create = true, .direct = true}).value();
+  auto q = fs.create_queue(8).value();
+  const size_t kOps = 12, kLen = kIoAlign;
+  auto src = pattern(kOps * kLen, 7);
+  std::vector<IoOp> ops(kOps);
+  for (size_t i = 0; i < kOps; ++i) ops[i] = {IoKind::kWrite, f.get(), i * kLen, src.data() + i * kLen, kLen};
+  ASSERT_TRUE(q->run(ops).ok());
+  for (uint32_t max_inflight : {1u, 3u, 0u}) {
+    AlignedBuffer dst(kOps * kLen);  // zeros: pattern() never makes a whole zero block
+    for (size_t i = 0; i < kOps; ++i) ops[i] = {IoKind::kRead, f.get(), i * kLen, dst.data() + i * kLen, kLen};
+    std::vector<int> reported(kOps, 0);
+    ASSERT_TRUE(q->run_notify(ops, [&](size_t i) {
+                   ++reported[i];
+                   EXPECT_EQ(std::memcmp(dst.data() + i * kLen, src.data() + i * kLen, kLen), 0) << i;
+                   if (max_inflight == 1 && i + 2 < kOps) {
+                     const std::byte* later = dst.data() + (i + 2) * kLen;
+                     EXPECT_TRUE(std::all_of(later, later + kLen, [](std::byte b) { return b == std::byte{0}; })) << i;
+                   }
+                 }, max_inflight).ok());
+    EXPECT_EQ(reported, std::vector<int>(kOps, 1)) << max_inflight;
+  }
 }
 
 struct FaultCase {
