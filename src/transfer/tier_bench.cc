@@ -1,7 +1,5 @@
 #include "transfer/tier_bench.h"
 
-#include <thread>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "common/page_hash.h"
 #include "io/aligned_buffer.h"
