@@ -5,6 +5,7 @@
 #include <functional>
 #include <random>
 
+#include "common/stats.h"
 #include "cuda/copy_engine.h"
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_engine.h"
@@ -16,11 +17,6 @@ namespace kvtier::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 // Milliseconds of the work `f` enqueues on `s`, from events recorded around it.
 Result<double> time_stream(cudaStream_t s, const std::function<Status()>& f) {

@@ -34,10 +34,12 @@ DeviceMemoryOptions host_memory_options(MemoryBackend backend) {
   return o;
 }
 
-Status DeviceMemory::copy(std::span<const ByteCopy> copies) {
+Status copy_host(std::span<const ByteCopy> copies) {
   for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   return Status::Ok();
 }
+
+Status DeviceMemory::copy(std::span<const ByteCopy> copies) { return copy_host(copies); }
 
 Status DeviceMemoryOptions::validate() const {
   if (alignment < 64 || (alignment & (alignment - 1)) != 0)

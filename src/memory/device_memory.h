@@ -39,6 +39,10 @@ struct ByteCopy {
   size_t bytes = 0;
 };
 
+// Runs host-to-host copies with memcpy (what DeviceMemory::copy does for
+// host memory).
+Status copy_host(std::span<const ByteCopy> copies);
+
 // Options for memory on `backend` that holds KV pages (device allocations
 // ask only the 256-byte alignment cudaMalloc guarantees).
 DeviceMemoryOptions pool_memory_options(MemoryBackend backend);

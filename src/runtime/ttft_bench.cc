@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/stats.h"
 #include "engine/sampler.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
@@ -28,11 +29,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 struct Prompt {
   Namespace ns;
@@ -168,7 +164,7 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
         row.loaded_tokens = tier == TierKind::kDevice ? 0 : rep.reused_tokens_by_tier[static_cast<size_t>(tier)];
         const double bw = tier == TierKind::kHost ? res.memcpy_gbps : res.raw_read_gbps;
         row.load_floor_ms = tier == TierKind::kDevice ? 0 : double(o.prefixes[i]) * bpt / (bw * 1e9) * 1e3;
-        row.floor_ms = std::max(row.load_floor_ms, median_of(device_runs[i]));  // final once all device runs are in
+        row.floor_ms = std::max(row.load_floor_ms, median(device_runs[i]));  // final once all device runs are in
         res.rows.push_back(row);
         if (progress)
           std::fprintf(progress,
@@ -184,7 +180,7 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
   // The compute term of every floor: the median of all six device-hit runs
   // (layer-wise on and off do the same work there).
   for (size_t r = 0; r < res.rows.size(); ++r)
-    res.rows[r].floor_ms = median_of(device_runs[r / 2]);
+    res.rows[r].floor_ms = median(device_runs[r / 2]);
   KVTIER_RETURN_IF_ERROR(s.cache->evict(TierKind::kDevice, UINT32_MAX));
   KVTIER_RETURN_IF_ERROR(measure(TierKind::kHost));
   // Reopen: device and host start empty, and every disk chunk is read from its region file.

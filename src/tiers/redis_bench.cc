@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "common/stats.h"
 #include "tiers/remote_tier.h"
 
 namespace kvtier {
@@ -17,11 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 

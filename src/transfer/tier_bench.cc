@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/page_hash.h"
+#include "common/stats.h"
 #include "io/aligned_buffer.h"
 #include "io/file_system.h"
 #include "tiers/disk_tier.h"
@@ -22,12 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 double gbps(size_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0; }
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 // Median over rounds of a[k] / b[k].
 double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
   std::vector<double> r;

@@ -1,7 +1,6 @@
 #include "transfer/transfer_engine.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "io/aligned_buffer.h"
 
@@ -173,8 +172,7 @@ bool TransferEngine::pool_on_device() const { return options_.pool && !options_.
 
 Status TransferEngine::move_bytes(std::span<const ByteCopy> copies) const {
   if (options_.pool) return options_.pool->memory().copy(copies);  // memcpy, or an accelerator's copies
-  for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);  // host slots only
-  return Status::Ok();
+  return copy_host(copies);  // host slots only
 }
 
 std::byte* TransferEngine::page_ptr(const PageLoc& loc) const {
@@ -365,16 +363,13 @@ void TransferEngine::finish_task(Task& t) {
     else --st.tasks_pending;
   }
   if (last) {
-    {
-      std::lock_guard lock(mu_);
-      completions_.push_back(std::move(snapshot));
-    }
-    // Only now may waiters see the batch done: whoever returns from
-    // wait_all() finds its completion in poll_completions().
-    std::lock_guard lock(st.mu);
-    --st.tasks_pending;
+    std::lock_guard lock(mu_);
+    completions_.push_back(std::move(snapshot));
   }
   std::lock_guard lock(st.mu);
+  // Only now may waiters see the batch done: whoever returns from
+  // wait_all() finds its completion in poll_completions().
+  if (last) --st.tasks_pending;
   st.cv.notify_all();
 }
 
