@@ -32,6 +32,12 @@ Result<std::shared_ptr<const Model>> load_gguf(const std::string& path);
 // the source in error messages.
 Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what = "gguf");
 
+// Reads only the tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) of
+// a GGUF file of any architecture and tensor types, e.g. a vocab-only file.
+// An unsupported tokenizer model or pre-tokenizer is an error naming it.
+Result<Vocab> load_gguf_vocab(const std::string& path);
+Result<Vocab> parse_gguf_vocab(std::span<const std::byte> bytes, std::string_view what = "gguf");
+
 struct GgufWriteOptions {
   GgufType weight_type = GgufType::kF32;  // matrices; norm vectors are always F32
   std::string name;                       // general.name; defaults to the config name

@@ -171,8 +171,9 @@ class Parser {
 
   Result<std::shared_ptr<const Model>> run() {
     KVTIER_RETURN_IF_ERROR(header());
+    KVTIER_RETURN_IF_ERROR(tensor_table());
     KVTIER_ASSIGN_OR_RETURN(ModelConfig config, hparams());
-    KVTIER_ASSIGN_OR_RETURN(Vocab vocab, vocabulary(config));
+    KVTIER_ASSIGN_OR_RETURN(Vocab vocab, vocabulary());
     KVTIER_ASSIGN_OR_RETURN(ModelWeights weights, tensors(config));
     return Model::from_parts(std::move(config), std::move(weights), std::move(vocab));
   }
@@ -233,6 +234,13 @@ class Parser {
       if (tensors_.count(ti.name)) return bad("duplicate tensor '" + ti.name + "'");
       tensors_.emplace(ti.name, std::move(ti));
     }
+    alignment_ = alignment;
+    return Status::Ok();
+  }
+
+  // Sizes, bounds and overlaps of the tensor table (not needed to read the vocabulary).
+  Status tensor_table() {
+    const uint64_t alignment = alignment_;
     data_start_ = (cur_.offset() + alignment - 1) / alignment * alignment;
     if (data_start_ > bytes_.size()) return bad("truncated file: no tensor data section");
     const uint64_t data_bytes = bytes_.size() - data_start_;
@@ -322,27 +330,73 @@ class Parser {
     return c;
   }
 
-  Result<Vocab> vocabulary(const ModelConfig& c) const {
-    Vocab v;
-    v.tokens = find("tokenizer.ggml.tokens")->strs;
-    v.scores.assign(c.vocab_size, 0.0f);
-    v.types.assign(c.vocab_size, int32_t(TokenType::kNormal));
+  Result<std::string> string_key(const std::string& key, std::string dflt) const {
+    const Value* v = find(key);
+    if (!v) return dflt;
+    if (v->type != ValueType::kString) return bad("metadata '" + key + "' must be a string");
+    return v->str;
+  }
+  Result<bool> bool_key(const std::string& key, bool dflt) const {
+    const Value* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_int) return bad("metadata '" + key + "' must be a bool");
+    return v->i != 0;
+  }
+  Result<TokenId> token_key(const std::string& key, TokenId dflt, size_t vocab_size) const {
+    const Value* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_int) return bad("metadata '" + key + "' must be an integer");
+    if (v->i < 0 || uint64_t(v->i) >= vocab_size)
+      return bad("metadata '" + key + "' = " + std::to_string(v->i) + " is outside the vocabulary of " + std::to_string(vocab_size));
+    return TokenId(v->i);
+  }
+
+ public:
+  // The tokenizer.ggml.* keys and the chat template, with llama.cpp's defaults.
+  Result<Vocab> vocabulary() const {
+    const Value* toks = find("tokenizer.ggml.tokens");
+    if (!toks || toks->type != ValueType::kArray || toks->elem != ValueType::kString)
+      return bad("missing metadata 'tokenizer.ggml.tokens' (an array of strings)");
+    const size_t n = toks->strs.size();
+    KVTIER_ASSIGN_OR_RETURN(std::string model, string_key("tokenizer.ggml.model", ""));
+    if (model.empty()) return bad("missing metadata 'tokenizer.ggml.model'");
+    KVTIER_ASSIGN_OR_RETURN(std::string pre, string_key("tokenizer.ggml.pre", ""));
+    Vocab v = Vocab::defaults_for(model, pre);
+    v.tokens = toks->strs;
+    v.scores.assign(n, 0.0f);
+    v.types.assign(n, int32_t(TokenType::kNormal));
     if (const Value* s = find("tokenizer.ggml.scores")) {
-      if (s->type != ValueType::kArray || s->nums.size() != c.vocab_size) return bad("tokenizer.ggml.scores must have one number per token");
-      for (size_t k = 0; k < c.vocab_size; ++k) v.scores[k] = float(s->nums[k]);
+      if (s->type != ValueType::kArray || s->nums.size() != n) return bad("tokenizer.ggml.scores must have one number per token");
+      for (size_t k = 0; k < n; ++k) v.scores[k] = float(s->nums[k]);
     }
     if (const Value* t = find("tokenizer.ggml.token_type")) {
-      if (t->type != ValueType::kArray || t->nums.size() != c.vocab_size) return bad("tokenizer.ggml.token_type must have one value per token");
-      for (size_t k = 0; k < c.vocab_size; ++k) v.types[k] = int32_t(t->nums[k]);
+      if (t->type != ValueType::kArray || t->nums.size() != n) return bad("tokenizer.ggml.token_type must have one value per token");
+      for (size_t k = 0; k < n; ++k) v.types[k] = int32_t(t->nums[k]);
     }
-    KVTIER_ASSIGN_OR_RETURN(uint32_t bos, u32("tokenizer.ggml.bos_token_id", 1));
-    KVTIER_ASSIGN_OR_RETURN(uint32_t eos, u32("tokenizer.ggml.eos_token_id", 2));
-    KVTIER_ASSIGN_OR_RETURN(uint32_t unk, u32("tokenizer.ggml.unknown_token_id", 0));
-    if (bos >= c.vocab_size || eos >= c.vocab_size || unk >= c.vocab_size) return bad("BOS/EOS/UNK token id out of range");
-    v.bos = TokenId(bos), v.eos = TokenId(eos), v.unk = TokenId(unk);
+    if (const Value* m = find("tokenizer.ggml.merges")) {
+      if (m->type != ValueType::kArray || m->elem != ValueType::kString) return bad("tokenizer.ggml.merges must be an array of strings");
+      v.merges = m->strs;
+    }
+    KVTIER_ASSIGN_OR_RETURN(v.bos, token_key("tokenizer.ggml.bos_token_id", v.bos, n));
+    KVTIER_ASSIGN_OR_RETURN(v.eos, token_key("tokenizer.ggml.eos_token_id", v.eos, n));
+    KVTIER_ASSIGN_OR_RETURN(v.unk, token_key("tokenizer.ggml.unknown_token_id", v.unk, n));
+    KVTIER_ASSIGN_OR_RETURN(v.eot, token_key("tokenizer.ggml.eot_token_id", v.eot, n));
+    KVTIER_ASSIGN_OR_RETURN(v.eom, token_key("tokenizer.ggml.eom_token_id", v.eom, n));
+    KVTIER_ASSIGN_OR_RETURN(v.add_bos, bool_key("tokenizer.ggml.add_bos_token", v.add_bos));
+    KVTIER_ASSIGN_OR_RETURN(v.add_space_prefix, bool_key("tokenizer.ggml.add_space_prefix", v.add_space_prefix));
+    KVTIER_ASSIGN_OR_RETURN(v.chat_template, string_key("tokenizer.chat_template", ""));
+    if (Status st = v.validate(uint32_t(n)); !st.ok())
+      return st.code() == StatusCode::kUnimplemented ? unsupported(st.message()) : bad(st.message());
     return v;
   }
 
+  // Reads only the header and the tokenizer keys (any architecture, any tensor types).
+  Result<Vocab> run_vocab_only() {
+    KVTIER_RETURN_IF_ERROR(header());
+    return vocabulary();
+  }
+
+ private:
   // Dequantises tensor `name` of shape [rows][cols] (ne = [cols, rows]; rows 0: a vector, ne = [cols]) into `dst`.
   Status load(const std::string& name, uint64_t cols, uint64_t rows, float* dst) {
     auto it = tensors_.find(name);
@@ -427,6 +481,7 @@ class Parser {
   std::map<std::string, Value> kv_;
   std::map<std::string, TensorInfo> tensors_;
   std::vector<std::string> used_;
+  uint64_t alignment_ = gguf::kDefaultAlignment;
   uint64_t data_start_ = 0;
 };
 
@@ -436,7 +491,11 @@ Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes
   return Parser(bytes, what).run();
 }
 
-Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
+namespace {
+
+// Maps `path` read-only and runs `parse` over its bytes.
+template <class Parse>
+auto with_mapped_file(const std::string& path, Parse parse) -> decltype(parse(std::span<const std::byte>())) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
   struct stat st {};
@@ -454,9 +513,23 @@ Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
   const int map_err = errno;
   ::close(fd);
   if (map == MAP_FAILED) return Status::FromErrno(map_err, "mmap " + path);
-  auto result = parse_gguf(std::span<const std::byte>(static_cast<const std::byte*>(map), size), path);
+  auto result = parse(std::span<const std::byte>(static_cast<const std::byte*>(map), size));
   ::munmap(map, size);
   return result;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
+  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path); });
+}
+
+Result<Vocab> parse_gguf_vocab(std::span<const std::byte> bytes, std::string_view what) {
+  return Parser(bytes, what).run_vocab_only();
+}
+
+Result<Vocab> load_gguf_vocab(const std::string& path) {
+  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf_vocab(bytes, path); });
 }
 
 }  // namespace kvtier::engine

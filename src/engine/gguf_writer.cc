@@ -155,7 +155,8 @@ Status write_gguf(const Model& model, const std::string& path, const GgufWriteOp
   meta.kv_u32("llama.attention.value_length", c.head_dim);
   meta.kv_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
   meta.kv_f32("llama.rope.freq_base", c.rope_theta);
-  meta.kv_str("tokenizer.ggml.model", "llama");
+  meta.kv_str("tokenizer.ggml.model", vocab.model);
+  if (!vocab.pre.empty()) meta.kv_str("tokenizer.ggml.pre", vocab.pre);
   meta.key("tokenizer.ggml.tokens", ValueType::kArray);
   meta.pod<uint32_t>(uint32_t(ValueType::kString));
   meta.pod<uint64_t>(vocab.tokens.size());
@@ -168,11 +169,21 @@ Status write_gguf(const Model& model, const std::string& path, const GgufWriteOp
   meta.pod<uint32_t>(uint32_t(ValueType::kI32));
   meta.pod<uint64_t>(vocab.types.size());
   for (int32_t t : vocab.types) meta.pod(t);
+  if (!vocab.merges.empty()) {
+    meta.key("tokenizer.ggml.merges", ValueType::kArray);
+    meta.pod<uint32_t>(uint32_t(ValueType::kString));
+    meta.pod<uint64_t>(vocab.merges.size());
+    for (const auto& m : vocab.merges) meta.str(m);
+  }
   meta.kv_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.bos));
   meta.kv_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.eos));
-  meta.kv_u32("tokenizer.ggml.unknown_token_id", uint32_t(vocab.unk));
-  meta.kv_bool("tokenizer.ggml.add_bos_token", true);
+  if (vocab.unk != text::kNoToken) meta.kv_u32("tokenizer.ggml.unknown_token_id", uint32_t(vocab.unk));
+  if (vocab.eot != text::kNoToken) meta.kv_u32("tokenizer.ggml.eot_token_id", uint32_t(vocab.eot));
+  if (vocab.eom != text::kNoToken) meta.kv_u32("tokenizer.ggml.eom_token_id", uint32_t(vocab.eom));
+  meta.kv_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
   meta.kv_bool("tokenizer.ggml.add_eos_token", false);
+  if (vocab.model == "llama") meta.kv_bool("tokenizer.ggml.add_space_prefix", vocab.add_space_prefix);
+  if (!vocab.chat_template.empty()) meta.kv_str("tokenizer.chat_template", vocab.chat_template);
 
   Buffer head;
   head.pod<uint32_t>(gguf::kMagic);

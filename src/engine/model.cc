@@ -48,39 +48,6 @@ Status size_is(const std::vector<float>& v, size_t n, const char* what, int laye
 
 }  // namespace
 
-Result<Vocab> Vocab::synthetic(uint32_t vocab_size) {
-  if (vocab_size < 259)
-    return Status::InvalidArgument("synthetic vocabulary needs vocab_size >= 259 (3 specials + 256 byte tokens), got " +
-                                   std::to_string(vocab_size));
-  Vocab v;
-  v.tokens.reserve(vocab_size);
-  v.tokens = {"<unk>", "<s>", "</s>"};
-  v.types = {int32_t(TokenType::kUnknown), int32_t(TokenType::kControl), int32_t(TokenType::kControl)};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    v.tokens.emplace_back(buf);
-    v.types.push_back(int32_t(TokenType::kByte));
-  }
-  for (uint32_t i = 259; i < vocab_size; ++i) {
-    v.tokens.push_back("<unused" + std::to_string(i - 259) + ">");
-    v.types.push_back(int32_t(TokenType::kUnused));
-  }
-  v.scores.assign(vocab_size, 0.0f);
-  v.bos = 1, v.eos = 2, v.unk = 0;
-  return v;
-}
-
-Status Vocab::validate(uint32_t vocab_size) const {
-  if (tokens.size() != vocab_size || scores.size() != vocab_size || types.size() != vocab_size)
-    return Status::InvalidArgument("vocabulary: " + std::to_string(tokens.size()) + " tokens, " +
-                                   std::to_string(scores.size()) + " scores, " + std::to_string(types.size()) +
-                                   " types; the model has vocab_size " + std::to_string(vocab_size));
-  auto in = [&](TokenId t) { return t >= 0 && uint32_t(t) < vocab_size; };
-  if (!in(bos) || !in(eos) || !in(unk)) return Status::InvalidArgument("vocabulary: BOS/EOS/UNK id out of range");
-  return Status::Ok();
-}
-
 Status ModelWeights::validate(const ModelConfig& c) const {
   const size_t h = c.hidden_size;
   KVTIER_RETURN_IF_ERROR(size_is(token_embd, size_t(c.vocab_size) * h, "token_embd", -1));
@@ -132,6 +99,12 @@ PageHash model_fingerprint(const ModelConfig& c, const ModelWeights& w) {
 Result<std::shared_ptr<const Model>> Model::synthetic(const ModelConfig& c, uint64_t seed) {
   KVTIER_RETURN_IF_ERROR(c.validate());
   KVTIER_ASSIGN_OR_RETURN(Vocab vocab, Vocab::synthetic(c.vocab_size));
+  return synthetic(c, seed, std::move(vocab));
+}
+
+Result<std::shared_ptr<const Model>> Model::synthetic(const ModelConfig& c, uint64_t seed, Vocab vocab) {
+  KVTIER_RETURN_IF_ERROR(c.validate());
+  KVTIER_RETURN_IF_ERROR(vocab.validate(c.vocab_size));
   const size_t h = c.hidden_size;
   const float inv_h = 1.0f / std::sqrt(float(h));
   ModelWeights w;

@@ -15,25 +15,13 @@
 #include <vector>
 
 #include "engine/model_config.h"
+#include "text/vocab.h"
 
 namespace kvtier::engine {
 
-// llama.cpp token types (tokenizer.ggml.token_type).
-enum class TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
-
-struct Vocab {
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;  // TokenType values
-  TokenId bos = 1;
-  TokenId eos = 2;
-  TokenId unk = 0;
-
-  // The vocabulary of synthetic models: <unk>, <s>, </s>, the 256 byte tokens
-  // <0x00>..<0xFF> (ids 3..258), then unused fillers up to vocab_size.
-  static Result<Vocab> synthetic(uint32_t vocab_size);
-  Status validate(uint32_t vocab_size) const;
-};
+// The tokenizer data travels with the model (text/vocab.h).
+using text::TokenType;
+using text::Vocab;
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
@@ -60,6 +48,8 @@ class Model {
   // bytes on every platform. Values are rounded to bf16-representable numbers
   // (and tiny ones flushed to zero) so F16/BF16 GGUF copies are exact.
   static Result<std::shared_ptr<const Model>> synthetic(const ModelConfig& config, uint64_t seed);
+  // The same weights with another vocabulary (config.vocab_size must be its size).
+  static Result<std::shared_ptr<const Model>> synthetic(const ModelConfig& config, uint64_t seed, Vocab vocab);
   // Takes ownership of loaded parts after validating them.
   static Result<std::shared_ptr<const Model>> from_parts(ModelConfig config, ModelWeights weights, Vocab vocab);
 

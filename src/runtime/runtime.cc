@@ -8,7 +8,7 @@
 #include "engine/engine.h"
 #include "engine/gguf.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
 #include "runtime/runtime_stats.h"
@@ -111,18 +111,21 @@ namespace {
 
 class RuntimeImpl final : public Runtime {
  public:
-  RuntimeImpl(RuntimeOptions o, ServingStack stack, engine::ByteTokenizer tok)
+  RuntimeImpl(RuntimeOptions o, ServingStack stack, text::Tokenizer tok)
       : o_(std::move(o)), stack_(std::move(stack)), tok_(std::move(tok)),
         model_(stack_.model), cache_(stack_.cache.get()), engine_(stack_.engine.get()) {
     info_.name = model_->config().name;
     info_.vocab_size = model_->config().vocab_size;
     info_.max_context = model_->config().max_context;
     info_.eos = tok_.eos();
+    info_.end_of_generation = tok_.end_of_generation_ids();
     info_.fingerprint = model_->fingerprint();
   }
 
   const ModelInfo& model() const override { return info_; }
-  std::vector<TokenId> tokenize(std::string_view text) const override { return tok_.encode(text, true); }
+  std::vector<TokenId> tokenize(std::string_view text, bool parse_special) const override {
+    return tok_.encode(text, {.add_bos = true, .parse_special = parse_special});
+  }
   std::string detokenize(std::span<const TokenId> t) const override { return tok_.decode(t); }
 
   Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp,
@@ -239,7 +242,7 @@ class RuntimeImpl final : public Runtime {
 
   RuntimeOptions o_;
   ServingStack stack_;
-  engine::ByteTokenizer tok_;
+  text::Tokenizer tok_;
   std::shared_ptr<const engine::Model> model_;
   KVCache* cache_;
   engine::Forward* engine_;
@@ -253,7 +256,7 @@ class RuntimeImpl final : public Runtime {
 
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(ServingStack stack, build_stack(options));
-  KVTIER_ASSIGN_OR_RETURN(auto tok, engine::ByteTokenizer::create(stack.model->vocab()));
+  KVTIER_ASSIGN_OR_RETURN(auto tok, text::Tokenizer::create(stack.model->vocab()));
   return std::unique_ptr<Runtime>(new RuntimeImpl(options, std::move(stack), std::move(tok)));
 }
 

@@ -10,6 +10,7 @@
 // worker threads (transfer engine, BLAS) are internal.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -72,7 +73,12 @@ struct ModelInfo {
   uint32_t vocab_size = 0;
   uint32_t max_context = 0;
   TokenId eos = -1;
+  std::vector<TokenId> end_of_generation;  // sorted: EOS, EOT, EOM and end-of-turn tokens; generation stops at any
   PageHash fingerprint;
+
+  bool is_end_of_generation(TokenId t) const {
+    return std::binary_search(end_of_generation.begin(), end_of_generation.end(), t);
+  }
 };
 
 // The model, cache and engine a Runtime is made of, built from options:
@@ -98,7 +104,12 @@ class Runtime {
   static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options);
 
   virtual const ModelInfo& model() const = 0;
-  virtual std::vector<TokenId> tokenize(std::string_view text) const = 0;
+  // Text ↔ ids with the model's tokenizer. Unlike the rest of the Runtime
+  // these are safe from any thread (the tokenizer is immutable), so callers
+  // tokenize long prompts without holding up the scheduler. tokenize() adds
+  // BOS when the vocabulary asks for it and matches special tokens unless
+  // `parse_special` is false.
+  virtual std::vector<TokenId> tokenize(std::string_view text, bool parse_special = true) const = 0;
   virtual std::string detokenize(std::span<const TokenId> tokens) const = 0;
 
   // Starts a sequence and prefills its prompt (cache lookup, plan, loads,

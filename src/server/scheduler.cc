@@ -330,7 +330,7 @@ void Scheduler::decode_running() {
 
 bool Scheduler::on_token(Running& r, TokenId token) {
   const bool first = r.tokens.empty();
-  if (token == model_.eos && !r.request.ignore_eos) {
+  if (model_.is_end_of_generation(token) && !r.request.ignore_eos) {
     end(r, "stop", {});
     return true;
   }

@@ -4,7 +4,7 @@
 
 #include "engine/model.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "text/tokenizer.h"
 #include "engine_fixture.h"
 
 namespace kvtier::engine {
@@ -81,20 +81,16 @@ TEST(Model, FromPartsChecksShapes) {
   EXPECT_NE(r.status().message().find("layer 1 wo"), std::string::npos) << r.status().to_string();
 }
 
-TEST(Tokenizer, BytesRoundTrip) {
+TEST(Tokenizer, SyntheticModelsSpellTextWithTheirVocabulary) {
   auto m = testing::preset_model("tiny");
-  auto tok = ByteTokenizer::create(m->vocab());
-  ASSERT_TRUE(tok.ok());
-  const std::string text = "Hello, kvtier! \xC3\xA9\x00\xFF";
-  auto ids = tok->encode(text);
-  ASSERT_EQ(ids.size(), text.size() + 1);
+  auto tok = text::Tokenizer::create(m->vocab());
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  const std::string text = std::string("Hello, kvtier! \xC3\xA9\x00\xFF", 19);
+  auto ids = tok->encode(text, {.add_bos = true});
   EXPECT_EQ(ids[0], m->vocab().bos);
-  EXPECT_EQ(m->vocab().tokens[size_t(ids[1])], "<0x48>");  // 'H'
-  EXPECT_EQ(tok->decode(ids), text);
-  Vocab broken = m->vocab();
-  broken.tokens[3 + 0x41] = "A";
-  broken.types[3 + 0x41] = int32_t(TokenType::kNormal);
-  EXPECT_FALSE(ByteTokenizer::create(broken).ok());
+  EXPECT_EQ(m->vocab().tokens[size_t(ids[1])], "\xE2\x96\x81");  // the leading-space prefix
+  EXPECT_EQ(m->vocab().tokens[size_t(ids[2])], "<0x48>");          // 'H' by byte fallback
+  EXPECT_EQ(tok->decode(ids), " " + text);
 }
 
 TEST(Sampler, GreedyTopKTopPAndSeeds) {

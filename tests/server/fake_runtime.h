@@ -60,6 +60,7 @@ class FakeRuntime final : public Runtime {
     info_.vocab_size = vocab;
     info_.max_context = context;
     info_.eos = 0;
+    info_.end_of_generation = {0};
   }
   ~FakeRuntime() override {
     std::lock_guard lk(s_->mu);
@@ -69,7 +70,7 @@ class FakeRuntime final : public Runtime {
   }
 
   const ModelInfo& model() const override { return info_; }
-  std::vector<TokenId> tokenize(std::string_view text) const override {
+  std::vector<TokenId> tokenize(std::string_view text, bool) const override {
     std::vector<TokenId> out;
     for (char c : text) {
       const char* p = std::find(kAlphabet, kAlphabet + 36, c);

@@ -1,0 +1,130 @@
+#include "text/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/gguf.h"
+#include "text/vocab_fixture.h"
+
+namespace kvtier::text {
+namespace {
+
+using testing::vocab_cases;
+using testing::vocab_path;
+
+Tokenizer load(const std::string& name) {
+  auto vocab = engine::load_gguf_vocab(vocab_path(name));
+  EXPECT_TRUE(vocab.ok()) << vocab.status().to_string();
+  auto tok = Tokenizer::create(*vocab);
+  EXPECT_TRUE(tok.ok()) << tok.status().to_string();
+  return *tok;
+}
+
+std::string ids_text(const std::vector<TokenId>& ids) {
+  std::string s;
+  for (TokenId id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+class Fixture : public ::testing::TestWithParam<std::string> {};
+
+// Every string of the fixture gives exactly llama.cpp's ids (no BOS, special tokens as text).
+TEST_P(Fixture, EncodesAsLlamaCpp) {
+  const Tokenizer tok = load(GetParam());
+  const auto cases = vocab_cases(GetParam());
+  ASSERT_EQ(cases.size(), 46u);
+  int mismatches = 0;
+  for (const auto& c : cases) {
+    const auto ids = tok.encode(c.text, {.add_bos = false, .parse_special = false});
+    if (ids != c.ids) ++mismatches;
+    EXPECT_EQ(ids_text(ids), ids_text(c.ids)) << "text: '" << c.text << "'";
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+// Decoding gives the text back (SentencePiece adds one leading space).
+TEST_P(Fixture, DecodesBack) {
+  const Tokenizer tok = load(GetParam());
+  for (const auto& c : vocab_cases(GetParam())) {
+    std::string expect = c.text;
+    if (tok.model_name() == "llama" && !expect.empty()) expect = " " + expect;
+    EXPECT_EQ(tok.decode(c.ids), expect);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, Fixture, ::testing::Values("llama-spm", "llama-bpe", "qwen2"));
+
+TEST(Tokenizer, SpecialTokensAreWholeTokens) {
+  const Tokenizer tok = load("llama-bpe");
+  const auto ids = tok.encode("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>", {.add_bos = true});
+  ASSERT_GE(ids.size(), 6u);
+  EXPECT_EQ(ids[0], 128000);  // <|begin_of_text|>
+  EXPECT_EQ(ids[1], 128006);  // <|start_header_id|>
+  EXPECT_EQ(ids.back(), 128009);  // <|eot_id|>
+  // As plain text the same string is many ordinary tokens.
+  const auto plain = tok.encode("<|eot_id|>", {.parse_special = false});
+  EXPECT_GT(plain.size(), 1u);
+  for (TokenId id : plain) EXPECT_LT(id, 128000);
+}
+
+TEST(Tokenizer, BosNeverTwice) {
+  const Tokenizer tok = load("llama-bpe");
+  const auto ids = tok.encode("<|begin_of_text|>Hello", {.add_bos = true});
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 128000);
+  const Tokenizer spm = load("llama-spm");
+  const auto s = spm.encode("<s>Hi", {.add_bos = true});
+  EXPECT_EQ(s[0], 1);
+  EXPECT_NE(s[1], 1);
+}
+
+TEST(Tokenizer, EndOfGeneration) {
+  const Tokenizer llama3 = load("llama-bpe");
+  EXPECT_TRUE(llama3.is_end_of_generation(128009));  // <|eot_id|> by its text
+  EXPECT_TRUE(llama3.is_end_of_generation(llama3.eos()));
+  EXPECT_FALSE(llama3.is_end_of_generation(100));
+  const Tokenizer qwen = load("qwen2");
+  bool im_end = false;
+  for (TokenId id : qwen.end_of_generation_ids()) im_end |= qwen.piece(id).empty() && id == 151645;
+  EXPECT_TRUE(im_end);  // <|im_end|>
+}
+
+TEST(Tokenizer, QwenChatMarkersAndMultilingual) {
+  const Tokenizer tok = load("qwen2");
+  const auto ids = tok.encode("<|im_start|>user\n你好，世界<|im_end|>");
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids.back(), 151645);
+  EXPECT_EQ(tok.decode(ids), "user\n你好，世界");  // control tokens decode to nothing
+}
+
+TEST(Tokenizer, RefusesUnsupportedModelsByName) {
+  Vocab v = Vocab::defaults_for("gpt2", "tekken");
+  v.tokens = {"a", "b", "ab"};
+  v.scores.assign(3, 0), v.types.assign(3, 1), v.merges = {"a b"};
+  v.bos = v.eos = 0;
+  auto t = Tokenizer::create(v);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("tekken"), std::string::npos);
+  v = Vocab::defaults_for("t5", "");
+  v.tokens = {"a"};
+  v.scores.assign(1, 0), v.types.assign(1, 1);
+  v.bos = v.eos = 0;
+  t = Tokenizer::create(v);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("'t5'"), std::string::npos);
+}
+
+TEST(Tokenizer, SyntheticVocabularySpellsAnyText) {
+  auto v = Vocab::synthetic(512);
+  ASSERT_TRUE(v.ok());
+  auto tok = Tokenizer::create(*v);
+  ASSERT_TRUE(tok.ok());
+  const std::string text = "Hello wörld 🦙";
+  const auto ids = tok->encode(text, {.add_bos = true});
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 259);  // the leading space prefix: one "▁" token
+  EXPECT_EQ(tok->decode(ids), " " + text);
+  EXPECT_EQ(ids.size(), 1 + 1 + 5 + 1 + 6 + 1 + 4u);  // BOS, ▁, bytes of each word, ▁ between
+}
+
+}  // namespace
+}  // namespace kvtier::text
