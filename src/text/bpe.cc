@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "text/unicode.h"
+#include "text/word_cache.h"
 
 namespace kvtier::text {
 
@@ -73,10 +74,11 @@ int32_t BpeModel::piece(std::string_view text) {
 Result<BpeModel> BpeModel::create(const Vocab& vocab, const TokenIndex& index) {
   BpeModel m;
   m.index_ = &index;
+  m.cache_owner_ = WordCache::new_owner();
   KVTIER_ASSIGN_OR_RETURN(m.pre_, pre_tokenizer_from_name(vocab.pre));
   m.ignore_merges_ = m.pre_ == PreTokenizer::kLlama3;
   m.vocab_size_ = uint32_t(vocab.tokens.size());
-  m.merges_.reserve(vocab.merges.size());
+  m.merges_ = FlatU64Map<Merge>(vocab.merges.size());
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
     const std::string& line = vocab.merges[rank];
     const size_t space = line.find(' ', 1);
@@ -86,7 +88,7 @@ Result<BpeModel> BpeModel::create(const Vocab& vocab, const TokenIndex& index) {
     const std::string_view left = std::string_view(line).substr(0, space), right = std::string_view(line).substr(space + 1);
     const int32_t lp = m.piece(left), rp = m.piece(right);
     const int32_t result = m.piece(std::string(left) + std::string(right));
-    m.merges_.try_emplace(pair_key(lp, rp), Merge{int32_t(rank), result});
+    m.merges_.insert(pair_key(lp, rp), Merge{int32_t(rank), result});
   }
   for (uint32_t b = 0; b < 256; ++b) {
     std::string ch;
@@ -99,7 +101,7 @@ Result<BpeModel> BpeModel::create(const Vocab& vocab, const TokenIndex& index) {
     std::string bytes;
     for (size_t id = 0; id < vocab.tokens.size(); ++id)
       if (gpt2_decode_text(vocab.tokens[id], bytes) && index.find(vocab.tokens[id]) == TokenId(id))
-        m.raw_tokens_[bytes] = TokenId(id);
+        m.raw_tokens_.set(bytes, TokenId(id));
   }
   return m;
 }
@@ -107,7 +109,13 @@ Result<BpeModel> BpeModel::create(const Vocab& vocab, const TokenIndex& index) {
 void BpeModel::encode(std::string_view text, std::vector<TokenId>& out) const {
   Scratch scratch;
   pre_tokenize(pre_, text, scratch.words);
-  for (std::string_view word : scratch.words) encode_word(word, scratch, out);
+  WordCache& cache = WordCache::for_thread(cache_owner_);
+  for (std::string_view word : scratch.words) {
+    if (cache.lookup(word, out)) continue;
+    const size_t before = out.size();
+    encode_word(word, scratch, out);
+    cache.store(word, std::span(out).subspan(before));
+  }
 }
 
 // A symbol that is not a token: each byte of its stand-in text that is a one-byte token (llama.cpp's fallback).
@@ -119,8 +127,8 @@ void BpeModel::emit_fallback(std::string_view word_bytes, std::vector<TokenId>& 
 
 void BpeModel::encode_word(std::string_view word, Scratch& s, std::vector<TokenId>& out) const {
   if (ignore_merges_) {
-    if (auto it = raw_tokens_.find(word); it != raw_tokens_.end()) {
-      out.push_back(it->second);
+    if (const TokenId id = raw_tokens_.find(word, kNoToken); id != kNoToken) {
+      out.push_back(id);
       return;
     }
   }
@@ -133,9 +141,9 @@ void BpeModel::encode_word(std::string_view word, Scratch& s, std::vector<TokenI
     if (left < 0 || right < 0) return;
     const int32_t lp = s.symbols[size_t(left)].piece, rp = s.symbols[size_t(right)].piece;
     if (lp < 0 || rp < 0) return;
-    auto it = merges_.find(pair_key(lp, rp));
-    if (it == merges_.end()) return;
-    s.heap.push_back({it->second.rank, left, right, lp, rp, it->second.result});
+    const Merge* m = merges_.find(pair_key(lp, rp));
+    if (m == nullptr) return;
+    s.heap.push_back({m->rank, left, right, lp, rp, m->result});
     std::push_heap(s.heap.begin(), s.heap.end());
   };
   for (int32_t k = 1; k < int32_t(word.size()); ++k) try_pair(k - 1, k);

@@ -43,13 +43,14 @@ class BpeModel {
   void emit_fallback(std::string_view word_bytes, std::vector<TokenId>& out) const;
 
   const TokenIndex* index_ = nullptr;
+  uint64_t cache_owner_ = 0;  // WordCache key
   PreTokenizer pre_ = PreTokenizer::kDefault;
   bool ignore_merges_ = false;
   uint32_t vocab_size_ = 0;
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> extra_pieces_;  // merge operands that are not tokens: ids from vocab_size_
-  std::unordered_map<uint64_t, Merge> merges_;             // (left piece, right piece) → rank and result
+  FlatU64Map<Merge> merges_;                               // (left piece, right piece) → rank and result
   std::array<int32_t, 256> byte_pieces_{};                 // the piece of each byte's stand-in character
-  std::unordered_map<std::string, TokenId, StringHash, std::equal_to<>> raw_tokens_;    // a token's bytes → id (for ignore_merges)
+  FlatStringMap raw_tokens_;                               // a token's bytes → id (for ignore_merges)
 };
 
 }  // namespace kvtier::text

@@ -7,7 +7,6 @@
 
 #include <array>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "kvtier/status.h"
@@ -24,12 +23,20 @@ class SpmModel {
 
  private:
   SpmModel() = default;
+  struct Scratch;
   TokenId merged(TokenId left, TokenId right) const;
+  bool joinable(uint64_t pair) const { return joinable_.find(pair) != nullptr; }
+  void encode_segment(std::string_view text, Scratch& scratch, std::vector<TokenId>& out) const;
   void emit_bytes(std::string_view text, std::vector<TokenId>& out) const;
 
   const TokenIndex* index_ = nullptr;
+  uint64_t cache_owner_ = 0;  // WordCache key
   std::vector<float> scores_;
-  std::unordered_map<uint64_t, TokenId> pairs_;  // (left id, right id) → the token their texts make
+  FlatU64Map<TokenId> pairs_;     // (left id, right id) → the token their texts make
+  // Pairs of adjacent characters (their bytes packed) found inside some token. Where two
+  // neighbours of the text are not such a pair no merge can ever join them, so the text
+  // is tokenized in independent segments between such places (same result, small heaps).
+  FlatU64Map<uint8_t> joinable_;
   std::array<TokenId, 256> byte_tokens_{};       // <0xXX>
   std::array<TokenId, 128> ascii_tokens_{};      // single ASCII characters
   TokenId unk_ = kNoToken;

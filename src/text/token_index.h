@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/flat_map.h"
+
 #include "kvtier/types.h"
 #include "text/vocab.h"
 
@@ -20,18 +22,13 @@ struct StringHash {
 
 class TokenIndex {
  public:
-  // Keeps views into `tokens`, which must outlive the index.
-  explicit TokenIndex(const std::vector<std::string>& tokens) {
-    map_.reserve(tokens.size());
-    for (size_t id = 0; id < tokens.size(); ++id) map_[tokens[id]] = TokenId(id);
+  explicit TokenIndex(const std::vector<std::string>& tokens) : map_(tokens.size()) {
+    for (size_t id = 0; id < tokens.size(); ++id) map_.set(tokens[id], TokenId(id));
   }
-  TokenId find(std::string_view text) const {
-    auto it = map_.find(text);
-    return it == map_.end() ? kNoToken : it->second;
-  }
+  TokenId find(std::string_view text) const { return map_.find(text, kNoToken); }
 
  private:
-  std::unordered_map<std::string_view, TokenId> map_;
+  FlatStringMap map_;
 };
 
 }  // namespace kvtier::text

@@ -36,6 +36,8 @@ TEST_P(Fixture, EncodesAsLlamaCpp) {
   for (const auto& c : cases) {
     const auto ids = tok.encode(c.text, {.add_bos = false, .parse_special = false});
     if (ids != c.ids) ++mismatches;
+    // Again, now that this thread's word cache holds the words: the same ids.
+    EXPECT_EQ(tok.encode(c.text, {.add_bos = false, .parse_special = false}), ids);
     EXPECT_EQ(ids_text(ids), ids_text(c.ids)) << "text: '" << c.text << "'";
   }
   EXPECT_EQ(mismatches, 0);
@@ -49,6 +51,18 @@ TEST_P(Fixture, DecodesBack) {
     if (tok.model_name() == "llama" && !expect.empty()) expect = " " + expect;
     EXPECT_EQ(tok.decode(c.ids), expect);
   }
+}
+
+// Two tokenizers used in turn on one thread never see each other's cached words.
+TEST(Tokenizer, WordCacheIsPerTokenizer) {
+  const Tokenizer a = load("llama-bpe"), b = load("qwen2");
+  const std::string text = "The quick brown fox jumps over the lazy dog 12345.";
+  const auto ida = a.encode(text), idb = b.encode(text);
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(a.encode(text), ida);
+    EXPECT_EQ(b.encode(text), idb);
+  }
+  EXPECT_NE(ida, idb);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, Fixture, ::testing::Values("llama-spm", "llama-bpe", "qwen2"));
