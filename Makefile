@@ -31,8 +31,13 @@ build: deps $(BUILD)/build.ninja
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# The demo's model: the `small` preset's synthetic weights with a real vocabulary
+# (Llama 2's SentencePiece tokenizer, tests/data/vocab), so its table shows real text.
+DEMO_MODEL := $(BUILD)/demo-small-llama-spm.gguf
+
 demo: build
-	./$(BUILD)/tools/kvtier demo --disk-dir $(BUILD)/demo-cache
+	@test -f $(DEMO_MODEL) || ./$(BUILD)/tools/kvtier model make --preset small --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --out $(DEMO_MODEL)
+	./$(BUILD)/tools/kvtier demo --model $(DEMO_MODEL) --disk-dir $(BUILD)/demo-cache
 
 bench: build
 	./$(BUILD)/tools/kvtier bench index --trace ../shared/traces/mooncake_synthetic_trace.jsonl

@@ -1,8 +1,13 @@
 // `kvtier model make|info`: write a synthetic model as GGUF, or describe a GGUF file.
 #include <cstdio>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include "command.h"
 #include "engine/gguf.h"
+#include "text/tokenizer.h"
 
 namespace kvtier::cli {
 namespace {
@@ -16,33 +21,99 @@ void print_model(const engine::Model& m) {
               static_cast<unsigned long long>(c.num_params()), m.fingerprint().to_hex().c_str());
 }
 
+struct Make {
+  std::string preset = "small", out, dtype = "f32", vocab, chat_template;
+  uint64_t seed = 1;
+};
+
+struct Tokenize {
+  std::string model, text, file;
+  bool no_special = false, bos = false, json = false;
+};
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A preset name gives the synthetic vocabulary of that preset; anything else is a GGUF file.
+Result<text::Vocab> vocab_of(const std::string& model) {
+  if (auto preset = engine::model_preset(model); preset.ok()) return text::Vocab::synthetic(preset->vocab_size);
+  return engine::load_gguf_vocab(model);
+}
+
+Status make_model(const Make& mk) {
+  KVTIER_ASSIGN_OR_RETURN(engine::ModelConfig cfg, engine::model_preset(mk.preset));
+  KVTIER_ASSIGN_OR_RETURN(engine::GgufType type, engine::parse_gguf_type(mk.dtype));
+  std::shared_ptr<const engine::Model> model;
+  if (mk.vocab.empty() && mk.chat_template.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(model, engine::Model::synthetic(cfg, mk.seed));
+  } else {
+    text::Vocab vocab;
+    if (mk.vocab.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(vocab, text::Vocab::synthetic(cfg.vocab_size));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(vocab, engine::load_gguf_vocab(mk.vocab));
+    }
+    if (!mk.chat_template.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(vocab.chat_template, read_text(mk.chat_template));
+    }
+    cfg.vocab_size = uint32_t(vocab.tokens.size());
+    std::fprintf(stderr, "building %s weights for a %u-token vocabulary...\n", mk.preset.c_str(), cfg.vocab_size);
+    KVTIER_ASSIGN_OR_RETURN(model, engine::Model::synthetic(cfg, mk.seed, std::move(vocab)));
+  }
+  KVTIER_RETURN_IF_ERROR(engine::write_gguf(*model, mk.out, {.weight_type = type}));
+  std::printf("wrote %s (%s, %s weights, seed %llu, vocabulary %u tokens (%s), fingerprint %s)\n", mk.out.c_str(),
+              mk.preset.c_str(), mk.dtype.c_str(), static_cast<unsigned long long>(mk.seed), cfg.vocab_size,
+              model->vocab().model.c_str(), model->fingerprint().to_hex().c_str());
+  return Status::Ok();
+}
+
+Status tokenize_text(const Tokenize& tk) {
+  std::string input = tk.text;
+  if (!tk.file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(input, read_text(tk.file));
+  }
+  KVTIER_ASSIGN_OR_RETURN(text::Vocab vocab, vocab_of(tk.model));
+  KVTIER_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::create(vocab));
+  const auto ids = tok.encode(input, {.add_bos = tk.bos, .parse_special = !tk.no_special});
+  if (tk.json) {
+    std::printf("%s\n", nlohmann::json{{"ids", ids}}.dump().c_str());
+  } else {
+    std::string line;
+    for (TokenId id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  }
+  return Status::Ok();
+}
+
 CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand("model", "Make or inspect model files");
   cmd->require_subcommand(1);
 
-  struct Make {
-    std::string preset = "small", out, dtype = "f32";
-    uint64_t seed = 1;
-  };
   auto mk = std::make_shared<Make>();
   CLI::App* make = cmd->add_subcommand("make", "Write a synthetic model as a GGUF file");
   make->add_option("--preset", mk->preset, "tiny, small or 1b")->capture_default_str();
   make->add_option("--out", mk->out, "output .gguf path")->required();
   make->add_option("--seed", mk->seed, "weight seed")->capture_default_str();
   make->add_option("--dtype", mk->dtype, "matrix type: f32, f16, bf16 or q8_0")->capture_default_str();
-  make->callback([mk, &exit_code] {
-    auto cfg = engine::model_preset(mk->preset);
-    if (!cfg.ok()) return void(exit_code = report(cfg.status()));
-    auto type = engine::parse_gguf_type(mk->dtype);
-    if (!type.ok()) return void(exit_code = report(type.status()));
-    auto model = engine::Model::synthetic(*cfg, mk->seed);
-    if (!model.ok()) return void(exit_code = report(model.status()));
-    Status s = engine::write_gguf(**model, mk->out, {.weight_type = *type});
-    if (!s.ok()) return void(exit_code = report(s));
-    std::printf("wrote %s (%s, %s weights, seed %llu, fingerprint %s)\n", mk->out.c_str(), mk->preset.c_str(),
-                mk->dtype.c_str(), static_cast<unsigned long long>(mk->seed), (*model)->fingerprint().to_hex().c_str());
-    exit_code = 0;
-  });
+  make->add_option("--vocab", mk->vocab, "take the tokenizer (and chat template) of this GGUF file; the vocabulary size follows it");
+  make->add_option("--chat-template", mk->chat_template, "a Jinja chat template file to store as tokenizer.chat_template");
+  make->callback([mk, &exit_code] { exit_code = report(make_model(*mk)); });
+
+  auto tk = std::make_shared<Tokenize>();
+  CLI::App* tokenize = cmd->add_subcommand("tokenize", "Print the token ids of a text with a model's tokenizer");
+  tokenize->add_option("--model", tk->model, "a GGUF file (only its tokenizer keys are read) or a preset")->required();
+  auto* text_opt = tokenize->add_option("--text", tk->text, "the text");
+  auto* file_opt = tokenize->add_option("--file", tk->file, "read the text from this file");
+  text_opt->excludes(file_opt);
+  tokenize->add_flag("--no-special", tk->no_special, "treat special-token text (<|im_start|>, <s>...) as plain text");
+  tokenize->add_flag("--bos", tk->bos, "add BOS when the vocabulary asks for it");
+  tokenize->add_flag("--json", tk->json, "print {\"ids\": [...]}");
+  tokenize->callback([tk, &exit_code] { exit_code = report(tokenize_text(*tk)); });
 
   auto path = std::make_shared<std::string>();
   CLI::App* info = cmd->add_subcommand("info", "Load a GGUF file and print its shape and fingerprint");

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <cctype>
 #include <random>
 #include <sstream>
 
@@ -17,11 +18,42 @@ Status DemoOptions::validate() const {
 
 namespace {
 
-std::vector<TokenId> random_tokens(std::mt19937_64& rng, uint32_t n, uint32_t vocab) {
-  std::vector<TokenId> t(n);
-  // Skip the control and byte tokens at the bottom of the vocabulary.
-  for (auto& x : t) x = static_cast<TokenId>(300 + rng() % (vocab - 300));
-  return t;
+constexpr const char* kWords[] = {
+    "the", "cache", "keeps", "every", "prefix", "that", "a", "request", "has", "seen", "and", "loads", "it", "back",
+    "when", "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again",
+    "memory", "disk", "host", "device", "tier", "layer", "token", "answer", "question", "system", "user", "please",
+    "explain", "why", "how", "long", "short", "fast", "slow", "today", "data", "page", "chunk", "write", "read",
+    "conversation", "history", "document", "summary", "agent", "tool", "result", "file", "name", "number", "time",
+};
+
+struct Prose {
+  std::string text;
+  std::vector<TokenId> ids;
+};
+
+// Sentences from kWords of at least `min_tokens` tokens by the model's own tokenizer.
+Prose prose(std::mt19937_64& rng, const TextCodec& codec, uint32_t min_tokens, bool add_bos) {
+  Prose p;
+  size_t words_in_sentence = 0;
+  while (true) {
+    for (int k = 0; k < 8; ++k) {
+      std::string w = kWords[rng() % std::size(kWords)];
+      if (words_in_sentence == 0) w[0] = char(std::toupper(uint8_t(w[0])));
+      p.text += (p.text.empty() ? "" : " ") + w;
+      if (++words_in_sentence >= 6 + rng() % 8) p.text += rng() % 4 == 0 ? "?" : ".", words_in_sentence = 0;
+    }
+    p.ids = codec.tokenize(p.text, {.add_bos = add_bos});
+    if (p.ids.size() >= min_tokens) return p;
+  }
+}
+
+// The first `n` bytes of `s` on one line (whole UTF-8 characters, newlines shown as spaces).
+std::string snippet(std::string_view s, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && out.size() < n; ++i) out += (s[i] == '\n' || s[i] == '\r' || s[i] == '\t') ? ' ' : s[i];
+  while (!out.empty() && (uint8_t(out.back()) & 0xC0) == 0x80) out.pop_back();
+  if (!out.empty() && (uint8_t(out.back()) & 0xC0) == 0xC0) out.pop_back();
+  return out;
 }
 
 struct Answer {
@@ -78,7 +110,7 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
   const size_t max_prompt = o.system_tokens + size_t(o.turns) * (o.user_tokens + o.answer_tokens) + 64;
   base.device_bytes = std::max<size_t>(o.device_bytes, max_prompt * (size_t(64) << 10));  // one sequence always fits (64 KiB/token covers the presets)
   KVTIER_ASSIGN_OR_RETURN(auto plain, Runtime::create(base));
-  const uint32_t vocab = cached->model().vocab_size;
+  const TextCodec& codec = cached->model().text;
 
   if (out) {
     auto cfg = nlohmann::json::parse(cached->stats_json());
@@ -87,21 +119,23 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
                  "  device pool %.0f MiB, host tier %.0f MiB, disk tier %s (cost profile: %s)\n\n",
                  o.conversations, o.turns, o.system_tokens, o.user_tokens, o.answer_tokens, o.device_bytes / 1048576.0,
                  o.host_bytes / 1048576.0, o.disk_dir.c_str(), cfg["profile"].value("source", "").c_str());
-    std::fprintf(out, "%-5s %-4s %7s  %21s  %11s %11s %8s  %s\n", "conv", "turn", "prompt", "cached dev/host/disk",
-                 "TTFT cache", "TTFT none", "speed-up", "same output");
+    std::fprintf(out, "%-5s %-4s %7s  %21s  %11s %11s %8s  %-5s %s\n", "conv", "turn", "prompt", "cached dev/host/disk",
+                 "TTFT cache", "TTFT none", "speed-up", "same", "user says ... -> model answers");
   }
 
   std::mt19937_64 rng(o.seed);
-  const auto system = random_tokens(rng, o.system_tokens, vocab);
-  std::vector<std::vector<TokenId>> history(o.conversations, system);
+  const Prose system = prose(rng, codec, o.system_tokens, true);
+  std::vector<std::vector<TokenId>> history(o.conversations, system.ids);
   DemoResult res;
+  res.text_bytes = system.text.size(), res.text_tokens = system.ids.size();
   const size_t total = size_t(o.conversations) * o.turns;
   draw_progress(progress, 0, total);
   for (uint32_t turn = 0; turn < o.turns; ++turn) {
     for (uint32_t c = 0; c < o.conversations; ++c) {
-      auto user = random_tokens(rng, o.user_tokens, vocab);
+      const Prose user = prose(rng, codec, o.user_tokens, false);
+      res.text_bytes += user.text.size(), res.text_tokens += user.ids.size();
       auto& prompt = history[c];
-      prompt.insert(prompt.end(), user.begin(), user.end());
+      prompt.insert(prompt.end(), user.ids.begin(), user.ids.end());
       KVTIER_ASSIGN_OR_RETURN(Answer none, ask(*plain, prompt, o.answer_tokens));
       KVTIER_ASSIGN_OR_RETURN(Answer hit, ask(*cached, prompt, o.answer_tokens));
       DemoTurn t;
@@ -127,9 +161,10 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
         std::snprintf(cached_s, sizeof(cached_s), "%u/%u/%u", t.cached_by_tier[0], t.cached_by_tier[1],
                       t.cached_by_tier[2]);
         if (progress) std::fputc('\r', progress);
-        std::fprintf(out, "%-5u %-4u %7u  %21s  %8.1f ms %8.1f ms %7.1fx  %s\n", c, turn + 1, t.prompt_tokens,
-                     cached_s, t.ttft_cache_s * 1e3, t.ttft_nocache_s * 1e3,
-                     t.ttft_cache_s > 0 ? t.ttft_nocache_s / t.ttft_cache_s : 0.0, t.same_output ? "yes" : "NO");
+        std::fprintf(out, "%-5u %-4u %7u  %21s  %8.1f ms %8.1f ms %7.1fx  %-5s %s ... -> %s\n", c, turn + 1,
+                     t.prompt_tokens, cached_s, t.ttft_cache_s * 1e3, t.ttft_nocache_s * 1e3,
+                     t.ttft_cache_s > 0 ? t.ttft_nocache_s / t.ttft_cache_s : 0.0, t.same_output ? "yes" : "NO",
+                     snippet(user.text, 24).c_str(), snippet(codec.detokenize(hit.tokens), 24).c_str());
         std::fflush(out);
       }
       draw_progress(progress, res.turns.size(), total);
@@ -150,13 +185,16 @@ std::string demo_summary(const DemoResult& r) {
   std::snprintf(buf, sizeof(buf),
                 "\nprompt tokens %llu, served from cache %llu (%.1f%%): device %llu, host %llu, disk %llu\n"
                 "bytes loaded: host %.1f MiB, disk %.1f MiB\n"
-                "planner decisions (pages): in place %llu, load %llu, recompute %llu\n",
+                "planner decisions (pages): in place %llu, load %llu, recompute %llu\n"
+                "prompt text (system prompt and user turns): %llu bytes -> %llu tokens, %.2f bytes per token\n",
                 (unsigned long long)r.prompt_tokens, (unsigned long long)cached,
                 r.prompt_tokens ? 100.0 * double(cached) / double(r.prompt_tokens) : 0.0,
                 (unsigned long long)r.cached_by_tier[0], (unsigned long long)r.cached_by_tier[1],
                 (unsigned long long)r.cached_by_tier[2], r.bytes_loaded_by_tier[1] / 1048576.0,
                 r.bytes_loaded_by_tier[2] / 1048576.0, (unsigned long long)r.plan_in_place,
-                (unsigned long long)r.plan_load, (unsigned long long)r.plan_recompute);
+                (unsigned long long)r.plan_load, (unsigned long long)r.plan_recompute,
+                (unsigned long long)r.text_bytes, (unsigned long long)r.text_tokens,
+                r.text_tokens ? double(r.text_bytes) / double(r.text_tokens) : 0.0);
   s << buf;
   std::snprintf(buf, sizeof(buf),
                 "kvtier demo: total TTFT %.2f s with the tiered cache vs %.2f s without: %.1fx faster; outputs "

@@ -1,6 +1,7 @@
 // The main job (`kvtier demo`, what `make demo` runs): an in-process
-// multi-turn chat workload on the built-in model. Several conversations share
-// a long system prompt; every turn appends a user message and the model's
+// multi-turn chat workload. Several conversations share a long system prompt
+// (English prose, tokenized by the model's own tokenizer; `make demo` uses a
+// model carrying a real vocabulary); every turn appends a user message and the model's
 // answer to its history. The same prompts run through a Runtime with the
 // tiered cache (device pool and host tier sized so older conversations fall
 // to disk) and through one without any cache; per turn and in total it
@@ -49,6 +50,7 @@ struct DemoResult {
   uint64_t cached_by_tier[kNumTiers] = {};
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
   uint64_t plan_in_place = 0, plan_load = 0, plan_recompute = 0;  // pages
+  uint64_t text_bytes = 0, text_tokens = 0;  // the system prompt and user turns, as text and as tokens
   bool all_same = true;
   double speedup() const { return ttft_cache_s > 0 ? ttft_nocache_s / ttft_cache_s : 0; }
 };

@@ -119,14 +119,14 @@ class RuntimeImpl final : public Runtime {
     info_.max_context = model_->config().max_context;
     info_.eos = tok_.eos();
     info_.end_of_generation = tok_.end_of_generation_ids();
+    info_.text.tokenize = [tok = tok_](std::string_view text, const text::EncodeOptions& options) {
+      return tok.encode(text, options);
+    };
+    info_.text.detokenize = [tok = tok_](std::span<const TokenId> ids) { return tok.decode(ids); };
     info_.fingerprint = model_->fingerprint();
   }
 
   const ModelInfo& model() const override { return info_; }
-  std::vector<TokenId> tokenize(std::string_view text, bool parse_special) const override {
-    return tok_.encode(text, {.add_bos = true, .parse_special = parse_special});
-  }
-  std::string detokenize(std::span<const TokenId> t) const override { return tok_.decode(t); }
 
   Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp,
                         std::string_view cache_salt) override {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,6 +24,7 @@
 #include "engine/engine.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
+#include "text/tokenizer.h"
 
 namespace kvtier {
 
@@ -68,6 +70,15 @@ struct PrefillReport {
   double ttft_s = 0;                               // lookup + load + prefill + first sample
 };
 
+// Text ↔ ids with the model's tokenizer. Immutable and safe from any thread,
+// and independent of the Runtime's lifetime (it shares the tokenizer's
+// tables), so HTTP threads tokenize long prompts without holding up the
+// scheduler.
+struct TextCodec {
+  std::function<std::vector<TokenId>(std::string_view text, const text::EncodeOptions& options)> tokenize;
+  std::function<std::string(std::span<const TokenId> ids)> detokenize;
+};
+
 struct ModelInfo {
   std::string name;
   uint32_t vocab_size = 0;
@@ -75,6 +86,7 @@ struct ModelInfo {
   TokenId eos = -1;
   std::vector<TokenId> end_of_generation;  // sorted: EOS, EOT, EOM and end-of-turn tokens; generation stops at any
   PageHash fingerprint;
+  TextCodec text;
 
   bool is_end_of_generation(TokenId t) const {
     return std::binary_search(end_of_generation.begin(), end_of_generation.end(), t);
@@ -104,13 +116,6 @@ class Runtime {
   static Result<std::unique_ptr<Runtime>> create(const RuntimeOptions& options);
 
   virtual const ModelInfo& model() const = 0;
-  // Text ↔ ids with the model's tokenizer. Unlike the rest of the Runtime
-  // these are safe from any thread (the tokenizer is immutable), so callers
-  // tokenize long prompts without holding up the scheduler. tokenize() adds
-  // BOS when the vocabulary asks for it and matches special tokens unless
-  // `parse_special` is false.
-  virtual std::vector<TokenId> tokenize(std::string_view text, bool parse_special = true) const = 0;
-  virtual std::string detokenize(std::span<const TokenId> tokens) const = 0;
 
   // Starts a sequence and prefills its prompt (cache lookup, plan, loads,
   // compute of the rest). `cache_salt` isolates tenants. Fails with

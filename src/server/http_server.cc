@@ -232,14 +232,10 @@ void HttpServer::install_routes() {
     if (!authorized(req, res)) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
-    // Text prompts are tokenized on the scheduler thread (the Runtime's owner).
+    // Text prompts are tokenized here, on the connection's thread: a long
+    // prompt never holds up the scheduler (the codec is thread-safe).
     Tokenizer tokenize = [this](std::string_view text) {
-      std::vector<TokenId> ids;
-      (void)scheduler_->call([&](Runtime& r) {
-        ids = r.tokenize(text);
-        return std::string();
-      });
-      return ids;
+      return scheduler_->model().text.tokenize(text, {.add_bos = true, .parse_special = true});
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);

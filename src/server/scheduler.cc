@@ -336,7 +336,7 @@ bool Scheduler::on_token(Running& r, TokenId token) {
   }
   r.tokens.push_back(token);
   r.usage.completion_tokens = uint32_t(r.tokens.size());
-  const std::string full = runtime_->detokenize(r.tokens);
+  const std::string full = model_.text.detokenize(r.tokens);
   std::string delta = r.text.advance(full);
   if (r.text.stopped()) {
     r.state->publish(delta, first, r.usage);
@@ -359,7 +359,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   r.ended = true;
   runtime_->finish(r.seq);
   std::string rest;
-  if (error.ok() && !r.text.stopped()) rest = r.text.finish(runtime_->detokenize(r.tokens));
+  if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
   r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());
   r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
 }

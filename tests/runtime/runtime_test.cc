@@ -51,7 +51,7 @@ TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
   TempDir dir;
   auto rt = Runtime::create(tiny(dir.path.string()));
   ASSERT_TRUE(rt.ok()) << rt.status().to_string();
-  auto prompt = (*rt)->tokenize(std::string(400, 'a') + " the same long system prompt, then a question?");
+  auto prompt = (*rt)->model().text.tokenize(std::string(400, 'a') + " the same long system prompt, then a question?", {.add_bos = true});
   PrefillReport r1, r2, r3;
   auto a = generate(**rt, prompt, 16, &r1);
   auto b = generate(**rt, prompt, 16, &r2);
@@ -72,7 +72,7 @@ TEST(Runtime, NoCacheBaselineGivesTheSameOutput) {
   auto cached = Runtime::create(tiny(dir.path.string()));
   auto plain = Runtime::create(tiny("", false));
   ASSERT_TRUE(cached.ok() && plain.ok());
-  auto prompt = (*plain)->tokenize(std::string(300, 'x'));
+  auto prompt = (*plain)->model().text.tokenize(std::string(300, 'x'), {.add_bos = true});
   generate(**cached, prompt, 4);
   PrefillReport r;
   auto a = generate(**cached, prompt, 12, &r);
@@ -129,12 +129,12 @@ TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
   ASSERT_TRUE(rt.ok());
   std::vector<SeqId> seqs;
   for (int i = 0; i < 4; ++i) {
-    auto p = (*rt)->tokenize("conversation " + std::to_string(i));
+    auto p = (*rt)->model().text.tokenize("conversation " + std::to_string(i), {.add_bos = true});
     auto s = (*rt)->start(p, {});
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     seqs.push_back(s->seq);
   }
-  auto p = (*rt)->tokenize("one too many");
+  auto p = (*rt)->model().text.tokenize("one too many", {.add_bos = true});
   EXPECT_EQ((*rt)->start(p, {}).status().code(), StatusCode::kBusy);
   for (int step = 0; step < 5; ++step) {
     auto d = (*rt)->decode(seqs);

@@ -61,6 +61,8 @@ class FakeRuntime final : public Runtime {
     info_.max_context = context;
     info_.eos = 0;
     info_.end_of_generation = {0};
+    info_.text.tokenize = [](std::string_view text, const text::EncodeOptions&) { return tokenize(text); };
+    info_.text.detokenize = [](std::span<const TokenId> tokens) { return detokenize(tokens); };
   }
   ~FakeRuntime() override {
     std::lock_guard lk(s_->mu);
@@ -70,7 +72,7 @@ class FakeRuntime final : public Runtime {
   }
 
   const ModelInfo& model() const override { return info_; }
-  std::vector<TokenId> tokenize(std::string_view text, bool) const override {
+  static std::vector<TokenId> tokenize(std::string_view text) {
     std::vector<TokenId> out;
     for (char c : text) {
       const char* p = std::find(kAlphabet, kAlphabet + 36, c);
@@ -78,7 +80,7 @@ class FakeRuntime final : public Runtime {
     }
     return out;
   }
-  std::string detokenize(std::span<const TokenId> tokens) const override {
+  static std::string detokenize(std::span<const TokenId> tokens) {
     std::string out;
     for (TokenId t : tokens) out += kAlphabet[t % 36];
     return out;
