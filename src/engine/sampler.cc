@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace kvtier::engine {
 
@@ -57,6 +58,24 @@ TokenId Sampler::sample(std::span<const float> logits) {
     if (r < 0.0) return cand_[i].second;
   }
   return cand_[n - 1].second;
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, TokenId token, uint32_t top) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (float x : logits) max = std::max(max, x);
+  double sum = 0;
+  for (float x : logits) sum += std::exp(double(x) - max);
+  const float log_z = float(double(max) + std::log(sum));
+  TokenLogprobs r;
+  r.token = token;
+  r.logprob = token >= 0 && size_t(token) < logits.size() ? logits[size_t(token)] - log_z : 0.0f;
+  top = uint32_t(std::min<size_t>(top, logits.size()));
+  std::vector<TokenId> ids(logits.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = TokenId(i);
+  auto better = [&](TokenId a, TokenId b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + top, ids.end(), better);
+  for (uint32_t k = 0; k < top; ++k) r.top.emplace_back(ids[k], logits[size_t(ids[k])] - log_z);
+  return r;
 }
 
 }  // namespace kvtier::engine

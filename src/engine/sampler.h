@@ -35,6 +35,16 @@ class Sampler {
   std::vector<std::pair<float, TokenId>> cand_;
 };
 
+// The log-probability of `token` under softmax(logits) (the model's own
+// distribution, before temperature or truncation) and the `top` most likely
+// tokens with theirs, most likely first (ties: lower id first).
+struct TokenLogprobs {
+  TokenId token = -1;
+  float logprob = 0;
+  std::vector<std::pair<TokenId, float>> top;
+};
+TokenLogprobs token_logprobs(std::span<const float> logits, TokenId token, uint32_t top);
+
 // Index of the largest logit (lowest index on ties).
 TokenId argmax(std::span<const float> logits);
 

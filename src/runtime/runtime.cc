@@ -146,7 +146,8 @@ class RuntimeImpl final : public Runtime {
 
     Seq s{std::move(sampler)};
     s.ns = Namespace{info_.fingerprint, "", std::string(cache_salt)};
-    if (o_.cache_enabled) {
+    s.logprobs = sp.logprobs;
+    if (o_.cache_enabled && !sp.prompt_logprobs) {
       KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, prompt));
       const Plan plan = cache_->plan(look);
       KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->apply(std::move(look), plan));
@@ -154,13 +155,20 @@ class RuntimeImpl final : public Runtime {
       KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
     }
     CacheLease& lease = s.lease;
-    auto logits = cached_prefill(*engine_, *cache_, lease, s.kv, prompt);
+    auto logits = cached_prefill(*engine_, *cache_, lease, s.kv, prompt, sp.prompt_logprobs);
     if (!logits.ok()) return logits.status();
     const TokenId first = s.sampler.sample(logits->last());
     s.tokens.assign(prompt.begin(), prompt.end());
     s.tokens.push_back(first);
 
     Started out;
+    if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits->last(), first, uint32_t(s.logprobs));
+    if (sp.prompt_logprobs) {
+      const uint32_t top = uint32_t(std::max(0, sp.logprobs));
+      for (uint32_t i = 1; i < prompt.size(); ++i)
+        out.prompt_logprobs.push_back(engine::token_logprobs(logits->row(i - 1), prompt[i], top));
+    }
+    out.report.computed_in_full_for_logprobs = sp.prompt_logprobs && o_.cache_enabled;
     out.seq = SeqId(next_seq_++);
     out.first_token = first;
     PrefillReport& rep = out.report;
@@ -206,9 +214,16 @@ class RuntimeImpl final : public Runtime {
     for (size_t i = 0; i < ss.size(); ++i) {
       out[i] = ss[i]->sampler.sample(lg.row(static_cast<uint32_t>(i)));
       ss[i]->tokens.push_back(out[i]);
+      if (ss[i]->logprobs >= 0)
+        ss[i]->last_logprobs = engine::token_logprobs(lg.row(uint32_t(i)), out[i], uint32_t(ss[i]->logprobs));
     }
     counters_.decode_tokens += ss.size();
     return out;
+  }
+
+  const engine::TokenLogprobs* last_logprobs(SeqId id) const override {
+    auto it = seqs_.find(id.value());
+    return it == seqs_.end() || it->second.logprobs < 0 ? nullptr : &it->second.last_logprobs;
   }
 
   void finish(SeqId id) override {
@@ -238,6 +253,8 @@ class RuntimeImpl final : public Runtime {
     CacheLease lease;
     engine::SequenceKV kv;
     std::vector<TokenId> tokens;  // prompt + sampled tokens; KV exists for the first kv.num_tokens
+    int32_t logprobs = -1;        // SamplingParams::logprobs
+    engine::TokenLogprobs last_logprobs;
   };
 
   RuntimeOptions o_;

@@ -22,6 +22,7 @@
 
 #include "cache/kv_cache.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
 #include "text/tokenizer.h"
@@ -58,6 +59,9 @@ struct SamplingParams {
   float top_p = 1.0f;
   uint32_t top_k = 0;        // 0 = off
   uint64_t seed = 0;
+  int32_t logprobs = -1;         // >= 0: log-probability of each sampled token and the top `logprobs` alternatives
+  bool prompt_logprobs = false;  // also of every prompt token: needs logits at every position, so the prompt
+                                 // is computed in full (no cached KV is used; its KV is still committed)
 };
 
 // Where the prompt's tokens came from, for usage reporting and metrics.
@@ -67,6 +71,7 @@ struct PrefillReport {
   uint32_t cached_tokens_by_tier[kNumTiers] = {};  // device, host, disk, remote
   uint32_t recomputed_cached_tokens = 0;           // cached but recomputed by the planner's choice
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
+  bool computed_in_full_for_logprobs = false;      // prompt logprobs asked: the cache was not used
   double ttft_s = 0;                               // lookup + load + prefill + first sample
 };
 
@@ -122,16 +127,22 @@ class Runtime {
   // InvalidArgument for empty prompts, out-of-vocabulary ids or prompts that
   // do not fit the context, and with Busy when max_sequences are running.
   // `first_token` is sampled from the last prompt position.
+  // With sampling.prompt_logprobs, `prompt_logprobs[i]` is about prompt token i + 1.
   struct Started {
     SeqId seq;
     TokenId first_token;
     PrefillReport report;
+    std::vector<engine::TokenLogprobs> prompt_logprobs;
   };
   virtual Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling,
                                 std::string_view cache_salt = {}) = 0;
 
   // Appends each sequence's last sampled token and samples the next one, in one batch.
   virtual Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) = 0;
+
+  // The log-probabilities of the sequence's last sampled token, when its
+  // sampling asked for them (null otherwise); valid until the next call.
+  virtual const engine::TokenLogprobs* last_logprobs(SeqId) const { return nullptr; }
 
   // Ends a sequence: its full pages are committed to the cache; its pages are released.
   virtual void finish(SeqId seq) = 0;

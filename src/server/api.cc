@@ -122,9 +122,13 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     prompt = &(*prompt)[0];
   else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
     return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
+  if (auto it = doc.find("special"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return wrong_type("special", "a boolean", *it);
+    r.parse_special = it->get<bool>();
+  }
   if (prompt->is_string()) {
     r.prompt_is_text = true;
-    r.prompt = tokenize(prompt->get_ref<const std::string&>());
+    r.prompt = tokenize(prompt->get_ref<const std::string&>(), r.parse_special);
   } else if (prompt->is_array()) {
     if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
   } else {
@@ -132,10 +136,27 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   }
   if (r.prompt.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
 
+  if (auto it = doc.find("echo"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return wrong_type("echo", "a boolean", *it);
+    r.echo = it->get<bool>();
+  }
+  if (auto it = doc.find("logprobs"); it != doc.end() && !it->is_null()) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("logprobs", "an integer", *it);
+    if (*v < 0 || *v > kMaxLogprobs)
+      return bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]", "logprobs", "invalid_value");
+    r.logprobs = int32_t(*v);
+  }
+  if (auto it = doc.find("return_token_ids"); it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) return wrong_type("return_token_ids", "a boolean", *it);
+    r.return_token_ids = it->get<bool>();
+  }
   if (auto it = doc.find("max_tokens"); it != doc.end() && !it->is_null()) {
     auto v = as_integer(*it);
     if (!v) return wrong_type("max_tokens", "an integer", *it);
-    if (*v < 1) return bad_request("'max_tokens' must be at least 1", "max_tokens", "invalid_value");
+    if (*v < (r.echo ? 0 : 1))
+      return bad_request(r.echo ? "'max_tokens' must be at least 0" : "'max_tokens' must be at least 1 (0 only with 'echo')",
+                         "max_tokens", "invalid_value");
     if (uint64_t(*v) > limits.max_tokens)
       return bad_request("'max_tokens' = " + std::to_string(*v) + " exceeds this server's limit of " +
                              std::to_string(limits.max_tokens),
@@ -205,6 +226,12 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     r.cache_salt = it->get<std::string>();
   }
 
+  if (r.stream && (r.echo || r.logprobs >= 0 || r.return_token_ids))
+    return bad_request("'echo', 'logprobs' and 'return_token_ids' are supported only without 'stream'", "stream",
+                       "unsupported");
+  r.sampling.logprobs = r.logprobs;
+  r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
+
   const uint64_t max_prompt =
       limits.max_prompt_tokens == 0 ? limits.max_context : std::min(limits.max_prompt_tokens, limits.max_context);
   if (r.prompt.size() > max_prompt)
@@ -233,22 +260,62 @@ std::string usage_json(const CompletionUsage& u) {
         {"recomputed_cached_tokens", u.report.recomputed_cached_tokens},
         {"ttft_ms", u.ttft_s * 1e3},
         {"prefill_ms", u.report.ttft_s * 1e3},
+        {"computed_in_full_for_logprobs", u.report.computed_in_full_for_logprobs},
         {"queue_ms", u.queue_s * 1e3},
         {"e2e_ms", u.e2e_s * 1e3}}},
   };
   return dump(j);
 }
 
+namespace {
+
+// OpenAI's completions logprobs object over the echoed prompt (when echoed) and the completion.
+json logprobs_json(const CompletionDetail& d) {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  size_t offset = 0;
+  auto add = [&](TokenId id, const engine::TokenLogprobs* lp) {
+    const std::string piece = d.piece(id);
+    tokens.push_back(piece);
+    offsets.push_back(offset);
+    offset += piece.size();
+    if (lp == nullptr) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      return;
+    }
+    token_logprobs.push_back(lp->logprob);
+    json top = json::object();
+    for (const auto& [alt, logprob] : lp->top) top[d.piece(alt)] = logprob;
+    top_logprobs.push_back(std::move(top));
+  };
+  if (d.request->echo) {
+    const auto& prompt = d.request->prompt;
+    const auto& plp = d.tokens->prompt_logprobs;
+    for (size_t i = 0; i < prompt.size(); ++i) add(prompt[i], i >= 1 && i - 1 < plp.size() ? &plp[i - 1] : nullptr);
+  }
+  const auto& ids = d.tokens->ids;
+  for (size_t i = 0; i < ids.size(); ++i) add(ids[i], i < d.tokens->logprobs.size() ? &d.tokens->logprobs[i] : nullptr);
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+}
+
+}  // namespace
+
 std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
-                            const CompletionUsage& usage) {
+                            const CompletionUsage& usage, const CompletionDetail* detail) {
+  json choice = {{"index", 0}, {"text", std::string(text)}, {"logprobs", nullptr}, {"finish_reason", std::string(finish_reason)}};
+  if (detail != nullptr && detail->request != nullptr && detail->tokens != nullptr) {
+    const CompletionRequest& req = *detail->request;
+    if (req.logprobs >= 0) choice["logprobs"] = logprobs_json(*detail);
+    if (req.return_token_ids) {
+      choice["token_ids"] = detail->tokens->ids;
+      if (req.echo) choice["prompt_token_ids"] = req.prompt;
+    }
+  }
   json j = {{"id", meta.id},
             {"object", "text_completion"},
             {"created", meta.created},
             {"model", meta.model},
-            {"choices", json::array({{{"index", 0},
-                                      {"text", std::string(text)},
-                                      {"logprobs", nullptr},
-                                      {"finish_reason", std::string(finish_reason)}}})},
+            {"choices", json::array({std::move(choice)})},
             {"usage", json::parse(usage_json(usage))}};
   return dump(j);
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kvtier/status.h"
+#include "engine/sampler.h"
 #include "runtime/runtime.h"
 
 namespace kvtier::server {
@@ -47,7 +48,13 @@ struct CompletionRequest {
   bool stream_include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;            // vLLM-style extension: generate exactly max_tokens
   std::string cache_salt;
+  int32_t logprobs = -1;          // 0..20: logprobs of each token and this many alternatives; -1: none
+  bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
+  bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
+  bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
 };
+
+inline constexpr int32_t kMaxLogprobs = 20;
 
 struct RequestLimits {
   uint32_t vocab_size = 0;
@@ -57,7 +64,7 @@ struct RequestLimits {
   uint32_t default_max_tokens = 16;
 };
 
-using Tokenizer = std::function<std::vector<TokenId>(std::string_view)>;
+using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool parse_special)>;
 
 // Returns the request or the 400 describing what is wrong with it.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
@@ -73,6 +80,22 @@ struct CompletionUsage {
   double e2e_s = 0;      // arrival to the last token
 };
 
+// The tokens of a finished completion, for logprobs and token ids in the response.
+struct CompletionTokens {
+  std::vector<TokenId> ids;                            // generated tokens (EOS excluded)
+  std::vector<engine::TokenLogprobs> logprobs;         // one per id, when sampling.logprobs >= 0
+  std::vector<engine::TokenLogprobs> prompt_logprobs;  // prompt tokens 1.., when sampling.prompt_logprobs
+};
+
+// What a non-streaming response carries besides its text: the echoed prompt,
+// OpenAI's `logprobs` object (tokens, token_logprobs, top_logprobs,
+// text_offset) and vLLM's token ids.
+struct CompletionDetail {
+  const CompletionRequest* request = nullptr;
+  const CompletionTokens* tokens = nullptr;
+  std::function<std::string(TokenId)> piece;  // the text of one token
+};
+
 struct CompletionMeta {
   std::string id;       // "cmpl-..."
   int64_t created = 0;  // unix seconds
@@ -82,7 +105,7 @@ struct CompletionMeta {
 std::string usage_json(const CompletionUsage& u);
 // A non-streaming response: one choice with the whole text.
 std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
-                            const CompletionUsage& usage);
+                            const CompletionUsage& usage, const CompletionDetail* detail = nullptr);
 // One SSE event payload (without "data: "): a text delta, the finish reason on
 // the last one, usage when given. `with_choice` false gives OpenAI's trailing
 // usage-only chunk ("choices": []).

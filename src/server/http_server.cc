@@ -234,15 +234,15 @@ void HttpServer::install_routes() {
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Text prompts are tokenized here, on the connection's thread: a long
     // prompt never holds up the scheduler (the codec is thread-safe).
-    Tokenizer tokenize = [this](std::string_view text) {
-      return scheduler_->model().text.tokenize(text, {.add_bos = true, .parse_special = true});
+    Tokenizer tokenize = [this](std::string_view text, bool parse_special) {
+      return scheduler_->model().text.tokenize(text, {.add_bos = true, .parse_special = parse_special});
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     CompletionRequest creq = std::move(std::get<CompletionRequest>(parsed));
 
     GenerationRequest g;
-    g.prompt = std::move(creq.prompt);
+    g.prompt = creq.prompt;
     g.sampling = creq.sampling;
     g.max_tokens = creq.max_tokens;
     g.stop = creq.stop;
@@ -257,7 +257,11 @@ void HttpServer::install_routes() {
       RequestState::View v = state->wait_done();
       metrics_.record_completion(v.usage, v.error.ok());
       if (!v.error.ok()) return send_error(res, error_from_status(v.error));
-      res.set_content(completion_json(meta, v.delta, v.finish_reason, v.usage), kJson);
+      const TextCodec& codec = scheduler_->model().text;
+      // echo: the prompt as the model's tokens spell it, then the completion.
+      const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;
+      CompletionDetail detail{&creq, &v.tokens, [&codec](TokenId id) { return codec.detokenize(std::span(&id, 1)); }};
+      res.set_content(completion_json(meta, text, v.finish_reason, v.usage, &detail), kJson);
       return;
     }
 

@@ -40,6 +40,7 @@ RequestState::View RequestState::wait_done() {
   v.finish_reason = finish_reason_;
   v.error = error_;
   v.usage = usage_;
+  v.tokens = tokens_;
   return v;
 }
 
@@ -69,10 +70,12 @@ void RequestState::publish(std::string_view delta, bool first_token, const Compl
   cv_.notify_all();
 }
 
-void RequestState::complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage) {
+void RequestState::complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage,
+                            CompletionTokens tokens) {
   {
     std::lock_guard lk(mu_);
     text_ += delta;
+    tokens_ = std::move(tokens);
     done_ = true;
     finish_reason_ = std::move(finish_reason);
     error_ = std::move(error);
@@ -88,6 +91,7 @@ struct Scheduler::Running {
   std::shared_ptr<RequestState> state;
   SeqId seq;
   std::vector<TokenId> tokens;  // completion tokens (EOS excluded)
+  CompletionTokens detail;      // their logprobs, and the prompt's (ids are filled at the end)
   CompletionText text;
   CompletionUsage usage;
   RequestState::Clock::time_point deadline;
@@ -297,6 +301,7 @@ void Scheduler::admit() {
     ++n;
     r->seq = started->seq;
     r->usage.report = started->report;
+    r->detail.prompt_logprobs = std::move(started->prompt_logprobs);
     r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
     Running& ref = *r;
     running_.push_back(std::move(r));
@@ -330,11 +335,17 @@ void Scheduler::decode_running() {
 
 bool Scheduler::on_token(Running& r, TokenId token) {
   const bool first = r.tokens.empty();
+  if (r.request.max_tokens == 0) {  // echo of the prompt only: the sampled token is not part of the answer
+    r.state->publish({}, first, r.usage);
+    end(r, "length", {});
+    return true;
+  }
   if (model_.is_end_of_generation(token) && !r.request.ignore_eos) {
     end(r, "stop", {});
     return true;
   }
   r.tokens.push_back(token);
+  if (const engine::TokenLogprobs* lp = runtime_->last_logprobs(r.seq)) r.detail.logprobs.push_back(*lp);
   r.usage.completion_tokens = uint32_t(r.tokens.size());
   const std::string full = model_.text.detokenize(r.tokens);
   std::string delta = r.text.advance(full);
@@ -361,7 +372,8 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
   r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());
-  r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
+  r.detail.ids = r.tokens;
+  r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage, std::move(r.detail));
 }
 
 }  // namespace kvtier::server

@@ -33,8 +33,8 @@ namespace kvtier::server {
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;
-  SamplingParams sampling;
-  uint32_t max_tokens = 16;
+  SamplingParams sampling;     // sampling.logprobs / prompt_logprobs fill CompletionTokens
+  uint32_t max_tokens = 16;    // 0: only the prompt is computed (its logprobs, with echo)
   std::vector<std::string> stop;
   bool ignore_eos = false;
   std::string cache_salt;
@@ -52,6 +52,7 @@ class RequestState {
     std::string finish_reason;  // "stop" | "length" when done without error
     Status error;               // non-OK when the request failed or was cancelled
     CompletionUsage usage;      // final once done
+    CompletionTokens tokens;    // set by wait_done()
   };
   // Waits until there is text beyond `offset`, the first token exists and
   // the caller has not seen it yet (`seen_start` false; its text may be held
@@ -67,7 +68,8 @@ class RequestState {
 
   // Scheduler side.
   void publish(std::string_view delta, bool first_token, const CompletionUsage& usage);
-  void complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage);
+  void complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage,
+                CompletionTokens tokens = {});
   Clock::time_point arrival() const { return arrival_; }
 
  private:
@@ -83,6 +85,7 @@ class RequestState {
   std::string finish_reason_;
   Status error_;
   CompletionUsage usage_;
+  CompletionTokens tokens_;
 };
 
 struct SchedulerOptions {

@@ -147,3 +147,61 @@ TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Logprobs of a generation: the same whether its prompt came from the cache or
+// not; prompt logprobs recompute the prompt in full and still give the same tokens.
+TEST(Runtime, LogprobsAreExactAcrossCacheHitsAndPromptLogprobs) {
+  TempDir dir;
+  auto rt = Runtime::create(tiny(dir.path.string()));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  const auto prompt = (*rt)->model().text.tokenize(std::string(200, 'q') + " logprobs please", {.add_bos = true});
+  auto run = [&](bool prompt_logprobs, PrefillReport& rep, std::vector<engine::TokenLogprobs>& prompt_lp) {
+    SamplingParams sp;
+    sp.logprobs = 3;
+    sp.prompt_logprobs = prompt_logprobs;
+    auto s = (*rt)->start(prompt, sp);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    rep = s->report;
+    prompt_lp = s->prompt_logprobs;
+    std::vector<engine::TokenLogprobs> out{*(*rt)->last_logprobs(s->seq)};
+    EXPECT_EQ(out[0].token, s->first_token);
+    for (int i = 0; i < 5; ++i) {
+      auto d = (*rt)->decode(std::span(&s->seq, 1));
+      EXPECT_TRUE(d.ok());
+      out.push_back(*(*rt)->last_logprobs(s->seq));
+      EXPECT_EQ(out.back().token, (*d)[0]);
+    }
+    (*rt)->finish(s->seq);
+    return out;
+  };
+  PrefillReport cold, warm, full;
+  std::vector<engine::TokenLogprobs> none, plp;
+  const auto a = run(false, cold, none);
+  const auto b = run(false, warm, none);
+  const auto c = run(true, full, plp);
+  EXPECT_GT(warm.cached_tokens, 0u);
+  EXPECT_EQ(full.cached_tokens, 0u);
+  EXPECT_TRUE(full.computed_in_full_for_logprobs);
+  ASSERT_EQ(plp.size(), prompt.size() - 1);
+  for (size_t i = 0; i < plp.size(); ++i) {
+    EXPECT_EQ(plp[i].token, prompt[i + 1]);
+    EXPECT_LE(plp[i].logprob, 0.0f);
+    ASSERT_EQ(plp[i].top.size(), 3u);
+    EXPECT_GE(plp[i].top[0].second, plp[i].top[2].second);
+  }
+  for (size_t k = 0; k < a.size(); ++k) {
+    EXPECT_EQ(a[k].token, b[k].token);
+    EXPECT_EQ(a[k].token, c[k].token);
+    EXPECT_FLOAT_EQ(a[k].logprob, b[k].logprob);
+    EXPECT_NEAR(a[k].logprob, c[k].logprob, 1e-4);
+    // Greedy: the sampled token is the most likely one.
+    EXPECT_EQ(a[k].top[0].first, a[k].token);
+    EXPECT_FLOAT_EQ(a[k].top[0].second, a[k].logprob);
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -18,14 +18,15 @@ RequestLimits limits() {
   return l;
 }
 
-std::vector<TokenId> char_tokens(std::string_view s) {
+std::vector<TokenId> char_tokens(std::string_view s, bool parse_special = true) {
   std::vector<TokenId> out;
+  if (!parse_special) out.push_back(99);  // marks that the request asked for plain text
   for (char c : s) out.push_back(TokenId(static_cast<unsigned char>(c) % 100));
   return out;
 }
 
 std::variant<CompletionRequest, ApiError> parse(const std::string& body, RequestLimits l = limits()) {
-  return parse_completion_request(body, l, char_tokens);
+  return parse_completion_request(body, l, [](std::string_view s, bool special) { return char_tokens(s, special); });
 }
 
 ApiError error_of(const std::string& body, RequestLimits l = limits()) {
@@ -173,6 +174,60 @@ TEST(ApiFormatTest, StreamChunks) {
 TEST(ApiFormatTest, InvalidUtf8IsReplacedNotThrown) {
   const json j = json::parse(completion_json({"c", 1, "m"}, "\xff\xfe", "stop", {}));
   EXPECT_TRUE(j["choices"][0]["text"].is_string());
+}
+
+TEST(ApiParseTest, LogprobsEchoAndTokenIds) {
+  auto r = parse(R"({"prompt":"abc","logprobs":5,"echo":true,"max_tokens":0,"return_token_ids":true})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  const auto& c = std::get<CompletionRequest>(r);
+  EXPECT_EQ(c.logprobs, 5);
+  EXPECT_TRUE(c.echo);
+  EXPECT_EQ(c.max_tokens, 0u);
+  EXPECT_TRUE(c.return_token_ids);
+  EXPECT_EQ(c.sampling.logprobs, 5);
+  EXPECT_TRUE(c.sampling.prompt_logprobs);  // echo + logprobs: the prompt's own logprobs
+  EXPECT_EQ(error_of(R"({"prompt":"a","max_tokens":0})").param, "max_tokens");  // 0 only with echo
+  EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":21})").param, "logprobs");
+  EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":-1})").param, "logprobs");
+  EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":true})").code, "invalid_type");
+  EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":1,"stream":true})").code, "unsupported");
+  auto plain = parse(R"({"prompt":"a","logprobs":0})");
+  EXPECT_FALSE(std::get<CompletionRequest>(plain).sampling.prompt_logprobs);
+}
+
+TEST(ApiParseTest, SpecialFalseTokenizesAsPlainText) {
+  auto r = parse(R"({"prompt":"ab","special":false})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<CompletionRequest>(r).prompt.front(), 99);
+  auto d = parse(R"({"prompt":"ab"})");
+  EXPECT_NE(std::get<CompletionRequest>(d).prompt.front(), 99);
+}
+
+TEST(ApiJsonTest, LogprobsObjectWithEcho) {
+  CompletionRequest req;
+  req.prompt = {1, 2};
+  req.echo = true;
+  req.logprobs = 1;
+  req.return_token_ids = true;
+  CompletionTokens t;
+  t.ids = {3};
+  t.logprobs = {{3, -0.5f, {{3, -0.5f}}}};
+  t.prompt_logprobs = {{2, -1.0f, {{4, -0.25f}}}};
+  CompletionDetail d{&req, &t, [](TokenId id) { return std::string(1, char('a' + id)); }};
+  const json j = json::parse(completion_json({"cmpl-1", 0, "m"}, "bcd", "length", {}, &d));
+  const json& lp = j["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"], json({"b", "c", "d"}));
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());  // the first prompt token has no context
+  EXPECT_DOUBLE_EQ(lp["token_logprobs"][1].get<double>(), -1.0);
+  EXPECT_DOUBLE_EQ(lp["token_logprobs"][2].get<double>(), -0.5);
+  EXPECT_DOUBLE_EQ(lp["top_logprobs"][1]["e"].get<double>(), -0.25);
+  EXPECT_EQ(lp["text_offset"], json({0, 1, 2}));
+  EXPECT_EQ(j["choices"][0]["token_ids"], json({3}));
+  EXPECT_EQ(j["choices"][0]["prompt_token_ids"], json({1, 2}));
+  // Without the extras the shape is OpenAI's plain one.
+  const json plain = json::parse(completion_json({"cmpl-1", 0, "m"}, "x", "stop", {}));
+  EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());
+  EXPECT_FALSE(plain["choices"][0].contains("token_ids"));
 }
 
 }  // namespace
