@@ -29,7 +29,9 @@ struct TokenizeBenchReport {
   std::string corpus;            // path of the corpus used
   uint64_t corpus_bytes = 0, documents = 0, tokens = 0;
   std::vector<double> round_mb_per_s;
-  double mb_per_s = 0;           // median of the rounds
+  double mb_per_s = 0;               // median of the rounds
+  double cold_mb_per_s = 0;          // the first round: this thread's word cache starts empty
+  double pretokenize_mb_per_s = 0;   // byte-level BPE only: the pre-tokenizer alone, same corpus (median)
 };
 
 Result<TokenizeBenchReport> run_tokenize_bench(const TokenizeBenchOptions& options);

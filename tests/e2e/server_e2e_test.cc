@@ -360,3 +360,66 @@ TEST(ServerE2E, RestartServesAPrefixFromDisk) {
 
 }  // namespace
 }  // namespace kvtier::testing
+
+#include "engine/gguf.h"
+#include "text/tokenizer.h"
+
+namespace kvtier::testing {
+namespace {
+
+// A model carrying a real vocabulary (Qwen2's, tests/data/vocab), made with
+// `kvtier model make --vocab`: the server tokenizes text as the vocabulary's
+// tokenizer does (special tokens whole, unless "special": false), and answers
+// with logprobs, the echoed prompt and token ids.
+TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
+  TempDir dir;
+  const char* src = std::getenv("KVTIER_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  const std::string vocab_file = std::string(src) + "/tests/data/vocab/ggml-vocab-qwen2.gguf";
+  const std::string model = dir.str() + "/tiny-qwen2.gguf";
+  const std::string make = kvtier_binary() + " model make --preset tiny --vocab " + vocab_file + " --out " + model + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  auto vocab = engine::load_gguf_vocab(vocab_file);
+  ASSERT_TRUE(vocab.ok());
+  auto tok = text::Tokenizer::create(*vocab);
+  ASSERT_TRUE(tok.ok());
+
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/cache");
+  args[1] = model;
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const std::string prompt = "<|im_start|>user\nWie geht's? 你好 🦙<|im_end|>\n<|im_start|>assistant\n";
+  Reply r = post(s.port(), {{"prompt", prompt}, {"max_tokens", 3}, {"ignore_eos", true}, {"logprobs", 2},
+                            {"echo", true}, {"return_token_ids", true}});
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const json& choice = r.body["choices"][0];
+  const auto expected = tok->encode(prompt, {.add_bos = true});
+  EXPECT_EQ(choice["prompt_token_ids"].get<std::vector<TokenId>>(), expected);
+  EXPECT_EQ(expected.front(), 151644);  // <|im_start|> as one token
+  ASSERT_EQ(choice["token_ids"].size(), 3u);
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), expected.size() + 3);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  for (size_t i = 1; i < lp["token_logprobs"].size(); ++i) {
+    EXPECT_LE(lp["token_logprobs"][i].get<double>(), 0.0);
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+  }
+  EXPECT_EQ(r.body["usage"]["kvtier"]["computed_in_full_for_logprobs"], true);
+  const std::string text = choice["text"];
+  EXPECT_EQ(text.rfind("user\nWie geht's? 你好 🦙\nassistant\n", 0), 0u) << text;  // control tokens print nothing
+
+  // As plain text the markers are ordinary tokens.
+  Reply plain = post(s.port(), {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"special", false},
+                                {"return_token_ids", true}});
+  ASSERT_EQ(plain.status, 200) << plain.body.dump();
+  const auto plain_ids = plain.body["choices"][0]["prompt_token_ids"].get<std::vector<TokenId>>();
+  EXPECT_EQ(plain_ids, tok->encode(prompt, {.add_bos = true, .parse_special = false}));
+  for (TokenId id : plain_ids) EXPECT_LT(id, 151643);
+  EXPECT_EQ(plain.body["choices"][0]["token_ids"].size(), 0u);  // max_tokens 0: the prompt only
+  EXPECT_EQ(plain.body["choices"][0]["finish_reason"], "length");
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

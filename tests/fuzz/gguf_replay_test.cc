@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "gguf_corpus.h"
+#include "text/tokenizer.h"
 
 namespace kvtier::engine {
 namespace {
@@ -31,6 +32,11 @@ TEST(GgufReplay, MutatedImagesNeverCrash) {
       } else {
         EXPECT_TRUE((*r)->config().validate().ok());
       }
+      // The vocabulary alone, then a tokenizer over it: refused or usable, never a crash.
+      auto v = parse_gguf_vocab(std::span(reinterpret_cast<const std::byte*>(b.data()), b.size()));
+      if (v.ok())
+        if (auto tok = text::Tokenizer::create(*v); tok.ok())
+          (void)tok->decode(tok->encode("Hello <s> w\xC3\xB6rld 123 \xFF", {.add_bos = true}));
     }
     // Most mutations break the file; the reader must notice.
     EXPECT_GT(refused, kCases / 4) << gguf_type_name(t);
