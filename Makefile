@@ -44,6 +44,7 @@ bench: build
 	./$(BUILD)/tools/kvtier bench tiers --dir $(BUILD)/bench-tiers
 	./$(BUILD)/tools/kvtier bench engine --model small
 	./$(BUILD)/tools/kvtier bench ttft --model small --prefix 1024,4096,16384
+	for v in llama-bpe qwen2 llama-spm; do ./$(BUILD)/tools/kvtier bench tokenize --model tests/data/vocab/ggml-vocab-$$v.gguf; done
 
 test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVTIER_SANITIZE=address
