@@ -39,10 +39,18 @@ struct FakeShared {
   uint32_t eos_after = 0;                 // 0: never EOS
   std::chrono::microseconds decode_delay{0};
   bool fail_start = false;
+  bool tokenize_gate_closed = false;      // text tokenization blocks until opened
+  bool in_tokenize = false;
+  uint32_t end_of_turn = 0;               // 0: none; else another end-of-generation id besides EOS
 
   void open_gate() {
     std::lock_guard lk(mu);
     gate_closed = false;
+    cv.notify_all();
+  }
+  void open_tokenize_gate() {
+    std::lock_guard lk(mu);
+    tokenize_gate_closed = false;
     cv.notify_all();
   }
   template <class Pred>
@@ -61,7 +69,15 @@ class FakeRuntime final : public Runtime {
     info_.max_context = context;
     info_.eos = 0;
     info_.end_of_generation = {0};
-    info_.text.tokenize = [](std::string_view text, const text::EncodeOptions&) { return tokenize(text); };
+    if (s_->end_of_turn != 0) info_.end_of_generation.push_back(TokenId(s_->end_of_turn));
+    info_.text.tokenize = [shared = s_](std::string_view text, const text::EncodeOptions&) {
+      std::unique_lock lk(shared->mu);
+      shared->in_tokenize = true;
+      shared->cv.notify_all();
+      shared->cv.wait(lk, [&] { return !shared->tokenize_gate_closed; });
+      shared->in_tokenize = false;
+      return tokenize(text);
+    };
     info_.text.detokenize = [](std::span<const TokenId> tokens) { return detokenize(tokens); };
   }
   ~FakeRuntime() override {

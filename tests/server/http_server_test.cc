@@ -109,6 +109,40 @@ TEST_F(HttpServerTest, Completion) {
   EXPECT_EQ(json::parse(b->body)["usage"]["kvtier"]["cached_tokens_by_tier"]["host"], 8);
 }
 
+// A text prompt is tokenized on its own connection's thread: while one is
+// stuck in the tokenizer, other requests are admitted, decoded and answered.
+TEST_F(HttpServerTest, TokenizingNeverHoldsUpTheScheduler) {
+  start({}, [](FakeShared& s) { s.tokenize_gate_closed = true; });
+  std::thread slow([&] {
+    auto r = post(R"({"prompt":"abcdefgh","max_tokens":2})");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  });
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_tokenize; }));
+  auto other = post(R"({"prompt":[1,2,3],"max_tokens":4})");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+  EXPECT_EQ(json::parse(other->body)["choices"][0]["text"], "efgh");
+  {
+    std::lock_guard lk(fake_->mu);
+    EXPECT_TRUE(fake_->in_tokenize);  // the slow one is still tokenizing
+  }
+  fake_->open_tokenize_gate();
+  slow.join();
+}
+
+// Any end-of-generation token ends the completion, not only EOS.
+TEST_F(HttpServerTest, StopsAtEveryEndOfGenerationToken) {
+  start({}, [](FakeShared& s) { s.end_of_turn = 7; });  // the fake counts up from prompt.back() % 35 + 1
+  auto r = post(R"({"prompt":[4],"max_tokens":10})");
+  ASSERT_TRUE(r);
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["choices"][0]["text"], "fg");  // 5, 6, then 7 ends the turn
+  auto ignore = post(R"({"prompt":[4],"max_tokens":4,"ignore_eos":true})");
+  EXPECT_EQ(json::parse(ignore->body)["choices"][0]["text"], "fghi");
+}
+
 TEST_F(HttpServerTest, CacheSaltsDoNotShare) {
   start();
   ASSERT_TRUE(post(R"({"prompt":"abcdefghij","max_tokens":1,"cache_salt":"a"})"));
