@@ -226,9 +226,6 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     r.cache_salt = it->get<std::string>();
   }
 
-  if (r.stream && (r.echo || r.logprobs >= 0 || r.return_token_ids))
-    return bad_request("'echo', 'logprobs' and 'return_token_ids' are supported only without 'stream'", "stream",
-                       "unsupported");
   r.sampling.logprobs = r.logprobs;
   r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
 
@@ -272,7 +269,7 @@ namespace {
 // OpenAI's completions logprobs object over the echoed prompt (when echoed) and the completion.
 json logprobs_json(const CompletionDetail& d) {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-  size_t offset = 0;
+  size_t offset = d.text_offset;
   auto add = [&](TokenId id, const engine::TokenLogprobs* lp) {
     const std::string piece = d.piece(id);
     tokens.push_back(piece);
@@ -288,29 +285,36 @@ json logprobs_json(const CompletionDetail& d) {
     for (const auto& [alt, logprob] : lp->top) top[d.piece(alt)] = logprob;
     top_logprobs.push_back(std::move(top));
   };
-  if (d.request->echo) {
-    const auto& prompt = d.request->prompt;
-    const auto& plp = d.tokens->prompt_logprobs;
-    for (size_t i = 0; i < prompt.size(); ++i) add(prompt[i], i >= 1 && i - 1 < plp.size() ? &plp[i - 1] : nullptr);
-  }
+  const auto& plp = d.tokens->prompt_logprobs;
+  for (size_t i = 0; i < d.prompt.size(); ++i) add(d.prompt[i], i >= 1 && i - 1 < plp.size() ? &plp[i - 1] : nullptr);
   const auto& ids = d.tokens->ids;
   for (size_t i = 0; i < ids.size(); ++i) add(ids[i], i < d.tokens->logprobs.size() ? &d.tokens->logprobs[i] : nullptr);
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
+void add_detail(json& choice, const CompletionDetail* d) {
+  if (d == nullptr || d->tokens == nullptr) return;
+  if (d->logprobs >= 0) choice["logprobs"] = logprobs_json(*d);
+  if (d->return_token_ids) {
+    choice["token_ids"] = d->tokens->ids;
+    if (!d->prompt.empty()) choice["prompt_token_ids"] = std::vector<TokenId>(d->prompt.begin(), d->prompt.end());
+  }
+}
+
 }  // namespace
+
+size_t CompletionDetail::text_bytes() const {
+  size_t n = 0;
+  for (TokenId id : prompt) n += piece(id).size();
+  if (tokens != nullptr)
+    for (TokenId id : tokens->ids) n += piece(id).size();
+  return n;
+}
 
 std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
                             const CompletionUsage& usage, const CompletionDetail* detail) {
   json choice = {{"index", 0}, {"text", std::string(text)}, {"logprobs", nullptr}, {"finish_reason", std::string(finish_reason)}};
-  if (detail != nullptr && detail->request != nullptr && detail->tokens != nullptr) {
-    const CompletionRequest& req = *detail->request;
-    if (req.logprobs >= 0) choice["logprobs"] = logprobs_json(*detail);
-    if (req.return_token_ids) {
-      choice["token_ids"] = detail->tokens->ids;
-      if (req.echo) choice["prompt_token_ids"] = req.prompt;
-    }
-  }
+  add_detail(choice, detail);
   json j = {{"id", meta.id},
             {"object", "text_completion"},
             {"created", meta.created},
@@ -322,12 +326,13 @@ std::string completion_json(const CompletionMeta& meta, std::string_view text, s
 
 std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_delta,
                               std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
-                              bool with_choice) {
+                              bool with_choice, const CompletionDetail* detail) {
   json j = {{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model}};
   j["choices"] = json::array();
   if (with_choice) {
     json choice = {{"index", 0}, {"text", std::string(text_delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (finish_reason) choice["finish_reason"] = std::string(*finish_reason);
+    add_detail(choice, detail);
     j["choices"].push_back(std::move(choice));
   }
   if (usage != nullptr) j["usage"] = json::parse(usage_json(*usage));

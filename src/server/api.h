@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -87,13 +88,20 @@ struct CompletionTokens {
   std::vector<engine::TokenLogprobs> prompt_logprobs;  // prompt tokens 1.., when sampling.prompt_logprobs
 };
 
-// What a non-streaming response carries besides its text: the echoed prompt,
-// OpenAI's `logprobs` object (tokens, token_logprobs, top_logprobs,
-// text_offset) and vLLM's token ids.
+// What a response (or one stream chunk) carries besides its text: OpenAI's
+// `logprobs` object (tokens, token_logprobs, top_logprobs, text_offset) over
+// the echoed prompt tokens, if any, then the completion tokens; vLLM's
+// `token_ids` and `prompt_token_ids`.
 struct CompletionDetail {
-  const CompletionRequest* request = nullptr;
-  const CompletionTokens* tokens = nullptr;
+  int32_t logprobs = -1;                    // CompletionRequest::logprobs
+  bool return_token_ids = false;
+  std::span<const TokenId> prompt;          // echoed prompt tokens in this response or chunk (else empty)
+  const CompletionTokens* tokens = nullptr;  // completion tokens in it; prompt_logprobs go with `prompt`
+  size_t text_offset = 0;                   // where this response or chunk starts in the whole text
   std::function<std::string(TokenId)> piece;  // the text of one token
+
+  // The bytes the tokens of this response or chunk span (to advance text_offset).
+  size_t text_bytes() const;
 };
 
 struct CompletionMeta {
@@ -111,7 +119,7 @@ std::string completion_json(const CompletionMeta& meta, std::string_view text, s
 // usage-only chunk ("choices": []).
 std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_delta,
                               std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
-                              bool with_choice = true);
+                              bool with_choice = true, const CompletionDetail* detail = nullptr);
 // "data: <payload>\n\n"
 std::string sse_event(std::string_view payload);
 std::string models_json(std::string_view model_name, const ModelInfo& info, int64_t created);

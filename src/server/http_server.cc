@@ -29,6 +29,11 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The text of one token, for logprobs.
+std::function<std::string(TokenId)> token_text(const TextCodec& codec) {
+  return [&codec](TokenId id) { return codec.detokenize(std::span(&id, 1)); };
+}
+
 std::string new_completion_id() {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t boot = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -260,38 +265,57 @@ void HttpServer::install_routes() {
       const TextCodec& codec = scheduler_->model().text;
       // echo: the prompt as the model's tokens spell it, then the completion.
       const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;
-      CompletionDetail detail{&creq, &v.tokens, [&codec](TokenId id) { return codec.detokenize(std::span(&id, 1)); }};
+      CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
+      if (creq.echo) detail.prompt = creq.prompt;
       res.set_content(completion_json(meta, text, v.finish_reason, v.usage, &detail), kJson);
       return;
     }
 
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    const bool include_usage = creq.stream_include_usage;
-    auto offset = std::make_shared<size_t>(0);
-    auto finished = std::make_shared<bool>(false);
-    auto sent_first = std::make_shared<bool>(false);
+    struct Progress {
+      RequestState::StreamCursor cursor;
+      size_t text_offset = 0;  // bytes of text (echoed prompt included) the sent tokens span
+      bool sent_first = false, echoed = false, finished = false;
+    };
+    auto progress = std::make_shared<Progress>();
+    auto request = std::make_shared<const CompletionRequest>(std::move(creq));
+    const bool with_detail = request->echo || request->logprobs >= 0 || request->return_token_ids;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, state, meta, include_usage, offset, finished, sent_first](size_t, httplib::DataSink& sink) {
+        [this, state, meta, progress, request, with_detail](size_t, httplib::DataSink& sink) {
           // Wait for text; send a comment line when idle so a vanished client
           // is noticed (the write fails) even while the request is queued.
-          RequestState::View v = state->wait(*offset, *sent_first, 1000ms);
+          Progress& p = *progress;
+          RequestState::View v = state->wait(p.cursor, p.sent_first, 1000ms);
+          // One content chunk per wake-up: its text, and the tokens (and the echoed prompt) that came with it.
+          auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage) {
+            std::string text = v.delta;
+            CompletionDetail d{request->logprobs, request->return_token_ids, {}, &v.tokens, p.text_offset,
+                               token_text(scheduler_->model().text)};
+            if (request->echo && !p.echoed) {
+              d.prompt = request->prompt;
+              text = scheduler_->model().text.detokenize(request->prompt) + text;
+              p.echoed = true;
+            }
+            if (with_detail) p.text_offset += d.text_bytes();
+            return sse_event(stream_chunk_json(meta, text, finish, usage, true, with_detail ? &d : nullptr));
+          };
           std::string out;
           // The first token always gets an event, even when its text is held
           // back (a possible stop string or half a UTF-8 character): clients
           // measure TTFT by it.
-          if (!v.done && (!v.delta.empty() || (v.started && !*sent_first))) {
-            out += sse_event(stream_chunk_json(meta, v.delta, std::nullopt, nullptr));
-            *sent_first = true;
+          if (!v.done && (!v.delta.empty() || (v.started && !p.sent_first) || (with_detail && !v.tokens.ids.empty()))) {
+            out += chunk(std::nullopt, nullptr);
+            p.sent_first = true;
           }
           if (v.done) {
             if (!v.error.ok()) {
-              if (!v.delta.empty()) out += sse_event(stream_chunk_json(meta, v.delta, std::nullopt, nullptr));
+              if (!v.delta.empty()) out += chunk(std::nullopt, nullptr);
               out += sse_event(error_json(error_from_status(v.error)));
             } else {
-              out += sse_event(stream_chunk_json(meta, v.delta, v.finish_reason, &v.usage));
-              if (include_usage) out += sse_event(stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
+              out += chunk(v.finish_reason, &v.usage);
+              if (request->stream_include_usage) out += sse_event(stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
             }
             out += "data: [DONE]\n\n";
           }
@@ -301,17 +325,17 @@ void HttpServer::install_routes() {
             return false;
           }
           if (v.done) {
-            *finished = true;
+            p.finished = true;
             metrics_.record_completion(v.usage, v.error.ok());
             sink.done();
           }
           return true;
         },
-        [this, state, finished](bool success) {
+        [this, state, progress](bool success) {
           // Client gone (or server stopping) before the end: free the sequence.
-          if (!success || !*finished) {
+          if (!success || !progress->finished) {
             state->cancel();
-            if (!*finished) metrics_.record_completion(state->wait_done().usage, false);
+            if (!progress->finished) metrics_.record_completion(state->wait_done().usage, false);
           }
         });
   });

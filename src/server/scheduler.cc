@@ -17,11 +17,27 @@ double seconds_between(RequestState::Clock::time_point a, RequestState::Clock::t
 // ---------------------------------------------------------------- RequestState
 
 RequestState::View RequestState::wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout) {
+  StreamCursor cursor{offset, 0, true};
+  View v = wait(cursor, seen_start, timeout);
+  offset = cursor.text;
+  v.tokens = {};
+  return v;
+}
+
+RequestState::View RequestState::wait(StreamCursor& cursor, bool seen_start, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > offset || (started_ && !seen_start); });
+  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > cursor.text || (started_ && !seen_start); });
   View v;
-  v.delta = text_.substr(std::min(offset, text_.size()));
-  offset = text_.size();
+  v.delta = text_.substr(std::min(cursor.text, text_.size()));
+  cursor.text = text_.size();
+  const size_t from = std::min(cursor.tokens, tokens_.ids.size());
+  v.tokens.ids.assign(tokens_.ids.begin() + long(from), tokens_.ids.end());
+  if (from < tokens_.logprobs.size()) v.tokens.logprobs.assign(tokens_.logprobs.begin() + long(from), tokens_.logprobs.end());
+  cursor.tokens = tokens_.ids.size();
+  if (started_ && !cursor.prompt_taken) {
+    v.tokens.prompt_logprobs = tokens_.prompt_logprobs;
+    cursor.prompt_taken = true;
+  }
   v.started = started_;
   v.done = done_;
   v.finish_reason = finish_reason_;
@@ -70,12 +86,25 @@ void RequestState::publish(std::string_view delta, bool first_token, const Compl
   cv_.notify_all();
 }
 
-void RequestState::complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage,
-                            CompletionTokens tokens) {
+void RequestState::publish_token(std::string_view delta, bool first_token, const CompletionUsage& usage, TokenId token,
+                                 const engine::TokenLogprobs* logprobs) {
+  {
+    std::lock_guard lk(mu_);
+    tokens_.ids.push_back(token);
+    if (logprobs != nullptr) tokens_.logprobs.push_back(*logprobs);
+  }
+  publish(delta, first_token, usage);
+}
+
+void RequestState::set_prompt_logprobs(std::vector<engine::TokenLogprobs> logprobs) {
+  std::lock_guard lk(mu_);
+  tokens_.prompt_logprobs = std::move(logprobs);
+}
+
+void RequestState::complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage) {
   {
     std::lock_guard lk(mu_);
     text_ += delta;
-    tokens_ = std::move(tokens);
     done_ = true;
     finish_reason_ = std::move(finish_reason);
     error_ = std::move(error);
@@ -91,7 +120,6 @@ struct Scheduler::Running {
   std::shared_ptr<RequestState> state;
   SeqId seq;
   std::vector<TokenId> tokens;  // completion tokens (EOS excluded)
-  CompletionTokens detail;      // their logprobs, and the prompt's (ids are filled at the end)
   CompletionText text;
   CompletionUsage usage;
   RequestState::Clock::time_point deadline;
@@ -301,7 +329,7 @@ void Scheduler::admit() {
     ++n;
     r->seq = started->seq;
     r->usage.report = started->report;
-    r->detail.prompt_logprobs = std::move(started->prompt_logprobs);
+    r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
     r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
     Running& ref = *r;
     running_.push_back(std::move(r));
@@ -345,23 +373,21 @@ bool Scheduler::on_token(Running& r, TokenId token) {
     return true;
   }
   r.tokens.push_back(token);
-  if (const engine::TokenLogprobs* lp = runtime_->last_logprobs(r.seq)) r.detail.logprobs.push_back(*lp);
+  const engine::TokenLogprobs* logprobs = runtime_->last_logprobs(r.seq);
   r.usage.completion_tokens = uint32_t(r.tokens.size());
   const std::string full = model_.text.detokenize(r.tokens);
   std::string delta = r.text.advance(full);
+  r.state->publish_token(delta, first, r.usage, token, logprobs);
   if (r.text.stopped()) {
-    r.state->publish(delta, first, r.usage);
     end(r, "stop", {});
     return true;
   }
   const bool at_limit = r.tokens.size() >= r.request.max_tokens ||
                         r.request.prompt.size() + r.tokens.size() >= model_.max_context;
   if (at_limit) {
-    r.state->publish(delta, first, r.usage);
     end(r, "length", {});
     return true;
   }
-  r.state->publish(delta, first, r.usage);
   return false;
 }
 
@@ -372,8 +398,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
   r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());
-  r.detail.ids = r.tokens;
-  r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage, std::move(r.detail));
+  r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
 }
 
 }  // namespace kvtier::server

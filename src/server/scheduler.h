@@ -52,13 +52,22 @@ class RequestState {
     std::string finish_reason;  // "stop" | "length" when done without error
     Status error;               // non-OK when the request failed or was cancelled
     CompletionUsage usage;      // final once done
-    CompletionTokens tokens;    // set by wait_done()
+    CompletionTokens tokens;    // wait_done(): all of them; wait(StreamCursor&): those past the cursor
+  };
+  // How far a streaming reader has got: text bytes, tokens, and whether it has the prompt's logprobs.
+  struct StreamCursor {
+    size_t text = 0;
+    size_t tokens = 0;
+    bool prompt_taken = false;
   };
   // Waits until there is text beyond `offset`, the first token exists and
   // the caller has not seen it yet (`seen_start` false; its text may be held
   // back, but clients time the first event), the request is done, or
   // `timeout` passes; advances `offset` past the returned delta.
   View wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout);
+  // The same, also returning the tokens (ids, logprobs) published past `cursor.tokens`
+  // and, once the request has started, the prompt's logprobs the first time.
+  View wait(StreamCursor& cursor, bool seen_start, std::chrono::milliseconds timeout);
   // Waits until done (no timeout: the scheduler enforces request_timeout_s).
   View wait_done();
 
@@ -68,8 +77,11 @@ class RequestState {
 
   // Scheduler side.
   void publish(std::string_view delta, bool first_token, const CompletionUsage& usage);
-  void complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage,
-                CompletionTokens tokens = {});
+  // A generated token (and its logprobs, when asked for), published with its text delta.
+  void publish_token(std::string_view delta, bool first_token, const CompletionUsage& usage, TokenId token,
+                     const engine::TokenLogprobs* logprobs);
+  void set_prompt_logprobs(std::vector<engine::TokenLogprobs> logprobs);
+  void complete(std::string_view delta, std::string finish_reason, Status error, const CompletionUsage& usage);
   Clock::time_point arrival() const { return arrival_; }
 
  private:

@@ -408,6 +408,33 @@ TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
   const std::string text = choice["text"];
   EXPECT_EQ(text.rfind("user\nWie geht's? 你好 🦙\nassistant\n", 0), 0u) << text;  // control tokens print nothing
 
+  // Streamed, the chunks carry the same tokens, logprobs and offsets, in order.
+  json body = {{"prompt", prompt}, {"max_tokens", 3}, {"ignore_eos", true}, {"logprobs", 2}, {"echo", true},
+               {"return_token_ids", true}};
+  StreamResult st = stream(s.port(), body);
+  ASSERT_TRUE(st.done);
+  EXPECT_EQ(st.text, text);
+  json tokens = json::array(), offsets = json::array(), logprobs = json::array(), ids = json::array();
+  for (const std::string& e : st.events) {
+    const json j = json::parse(e, nullptr, false);
+    if (!j.is_object() || j["choices"].empty()) continue;
+    const json& c = j["choices"][0];
+    if (c.contains("prompt_token_ids")) {
+      EXPECT_EQ(c["prompt_token_ids"], choice["prompt_token_ids"]);
+    }
+    for (const auto& id : c.value("token_ids", json::array())) ids.push_back(id);
+    if (c["logprobs"].is_null()) continue;
+    for (const auto& t : c["logprobs"]["tokens"]) tokens.push_back(t);
+    for (const auto& t : c["logprobs"]["text_offset"]) offsets.push_back(t);
+    for (const auto& t : c["logprobs"]["token_logprobs"]) logprobs.push_back(t);
+  }
+  EXPECT_EQ(tokens, lp["tokens"]);
+  EXPECT_EQ(offsets, lp["text_offset"]);
+  EXPECT_EQ(ids, choice["token_ids"]);
+  ASSERT_EQ(logprobs.size(), lp["token_logprobs"].size());
+  for (size_t i = 1; i < logprobs.size(); ++i)
+    EXPECT_NEAR(logprobs[i].get<double>(), lp["token_logprobs"][i].get<double>(), 1e-4);
+
   // As plain text the markers are ordinary tokens.
   Reply plain = post(s.port(), {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"special", false},
                                 {"return_token_ids", true}});

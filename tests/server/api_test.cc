@@ -190,7 +190,7 @@ TEST(ApiParseTest, LogprobsEchoAndTokenIds) {
   EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":21})").param, "logprobs");
   EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":-1})").param, "logprobs");
   EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":true})").code, "invalid_type");
-  EXPECT_EQ(error_of(R"({"prompt":"a","logprobs":1,"stream":true})").code, "unsupported");
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":"a","logprobs":1,"stream":true,"echo":true})")));
   auto plain = parse(R"({"prompt":"a","logprobs":0})");
   EXPECT_FALSE(std::get<CompletionRequest>(plain).sampling.prompt_logprobs);
 }
@@ -213,7 +213,8 @@ TEST(ApiJsonTest, LogprobsObjectWithEcho) {
   t.ids = {3};
   t.logprobs = {{3, -0.5f, {{3, -0.5f}}}};
   t.prompt_logprobs = {{2, -1.0f, {{4, -0.25f}}}};
-  CompletionDetail d{&req, &t, [](TokenId id) { return std::string(1, char('a' + id)); }};
+  CompletionDetail d{req.logprobs, req.return_token_ids, req.prompt, &t, 0, [](TokenId id) { return std::string(1, char('a' + id)); }};
+  EXPECT_EQ(d.text_bytes(), 3u);
   const json j = json::parse(completion_json({"cmpl-1", 0, "m"}, "bcd", "length", {}, &d));
   const json& lp = j["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"b", "c", "d"}));
@@ -224,6 +225,16 @@ TEST(ApiJsonTest, LogprobsObjectWithEcho) {
   EXPECT_EQ(lp["text_offset"], json({0, 1, 2}));
   EXPECT_EQ(j["choices"][0]["token_ids"], json({3}));
   EXPECT_EQ(j["choices"][0]["prompt_token_ids"], json({1, 2}));
+  // A stream chunk carries its own tokens, offsets continuing from where the last chunk ended.
+  CompletionTokens next;
+  next.ids = {4};
+  next.logprobs = {{4, -2.0f, {}}};
+  CompletionDetail later{1, true, {}, &next, 3, d.piece};
+  const json c = json::parse(stream_chunk_json({"cmpl-1", 0, "m"}, "e", std::nullopt, nullptr, true, &later));
+  EXPECT_EQ(c["choices"][0]["logprobs"]["tokens"], json({"e"}));
+  EXPECT_EQ(c["choices"][0]["logprobs"]["text_offset"], json({3}));
+  EXPECT_EQ(c["choices"][0]["token_ids"], json({4}));
+  EXPECT_FALSE(c["choices"][0].contains("prompt_token_ids"));
   // Without the extras the shape is OpenAI's plain one.
   const json plain = json::parse(completion_json({"cmpl-1", 0, "m"}, "x", "stop", {}));
   EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());
