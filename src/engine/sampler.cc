@@ -70,6 +70,7 @@ TokenLogprobs token_logprobs(std::span<const float> logits, TokenId token, uint3
   r.token = token;
   r.logprob = token >= 0 && size_t(token) < logits.size() ? logits[size_t(token)] - log_z : 0.0f;
   top = uint32_t(std::min<size_t>(top, logits.size()));
+  if (top == 0) return r;
   std::vector<TokenId> ids(logits.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = TokenId(i);
   auto better = [&](TokenId a, TokenId b) { return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b); };

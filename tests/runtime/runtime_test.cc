@@ -177,11 +177,11 @@ TEST(Runtime, LogprobsAreExactAcrossCacheHitsAndPromptLogprobs) {
     (*rt)->finish(s->seq);
     return out;
   };
-  PrefillReport cold, warm, full;
+  PrefillReport full, warm, again;
   std::vector<engine::TokenLogprobs> none, plp;
-  const auto a = run(false, cold, none);
-  const auto b = run(false, warm, none);
-  const auto c = run(true, full, plp);
+  const auto c = run(true, full, plp);  // first: its KV, computed in full, is still committed
+  const auto a = run(false, warm, none);
+  const auto b = run(false, again, none);
   EXPECT_GT(warm.cached_tokens, 0u);
   EXPECT_EQ(full.cached_tokens, 0u);
   EXPECT_TRUE(full.computed_in_full_for_logprobs);
