@@ -1,5 +1,6 @@
 #include "text/pretokenizer.h"
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -35,16 +36,27 @@ struct Codepoints {
   std::vector<uint32_t> offsets;  // size() + 1 entries
 
   explicit Codepoints(std::string_view text) {
-    cps.reserve(text.size()), classes.reserve(text.size()), offsets.reserve(text.size() + 1);
-    for (size_t at = 0; at < text.size();) {
+    static const std::array<uint8_t, 128> ascii = [] {
+      std::array<uint8_t, 128> t{};
+      for (uint32_t c = 0; c < 128; ++c) t[c] = codepoint_classes(c);
+      return t;
+    }();
+    cps.resize(text.size()), classes.resize(text.size()), offsets.resize(text.size() + 1);
+    size_t n = 0;
+    for (size_t at = 0; at < text.size(); ++n) {
+      const unsigned char c = uint8_t(text[at]);
+      offsets[n] = uint32_t(at);
+      if (c < 0x80) {  // most text: no decoding, no table miss
+        cps[n] = c, classes[n] = ascii[c];
+        ++at;
+        continue;
+      }
       uint32_t cp = 0;
-      const size_t len = utf8_decode(text.data() + at, text.size() - at, &cp);
-      cps.push_back(cp);
-      classes.push_back(codepoint_classes(cp));
-      offsets.push_back(uint32_t(at));
-      at += len;
+      at += utf8_decode(text.data() + at, text.size() - at, &cp);
+      cps[n] = cp, classes[n] = codepoint_classes(cp);
     }
-    offsets.push_back(uint32_t(text.size()));
+    offsets[n] = uint32_t(text.size());
+    cps.resize(n), classes.resize(n), offsets.resize(n + 1);
   }
 };
 
