@@ -19,6 +19,11 @@ void print_model(const engine::Model& m) {
   std::printf("rope theta %g, rms eps %g, tied embeddings %s, max context %u\nparameters %llu\nfingerprint %s\n",
               double(c.rope_theta), double(c.rms_eps), c.tied_embeddings ? "yes" : "no", c.max_context,
               static_cast<unsigned long long>(c.num_params()), m.fingerprint().to_hex().c_str());
+  const text::Vocab& v = m.vocab();
+  std::printf("tokenizer %s%s%s, %zu tokens, %zu merges, BOS %d (%s), EOS %d, chat template %s\n", v.model.c_str(),
+              v.pre.empty() ? "" : "/", v.pre.c_str(), v.tokens.size(), v.merges.size(), v.bos,
+              v.add_bos ? "added" : "not added", v.eos,
+              v.chat_template.empty() ? "none" : (std::to_string(v.chat_template.size()) + " bytes").c_str());
 }
 
 struct Make {

@@ -56,6 +56,14 @@ Status Vocab::validate(uint32_t vocab_size) const {
     return Status::InvalidArgument("vocabulary: " + std::to_string(tokens.size()) + " tokens, " +
                                    std::to_string(scores.size()) + " scores, " + std::to_string(types.size()) +
                                    " types; the model has vocab_size " + std::to_string(vocab_size));
+  for (size_t id = 0; id < tokens.size(); ++id)
+    if (tokens[id].size() > kMaxTokenBytes)
+      return Status::InvalidArgument("vocabulary: token " + std::to_string(id) + " is " + std::to_string(tokens[id].size()) +
+                                     " bytes long (at most " + std::to_string(kMaxTokenBytes) + ")");
+  for (size_t rank = 0; rank < merges.size(); ++rank)
+    if (merges[rank].size() > 2 * kMaxTokenBytes + 1)
+      return Status::InvalidArgument("vocabulary: merge " + std::to_string(rank) + " is " +
+                                     std::to_string(merges[rank].size()) + " bytes long");
   auto in = [&](TokenId t) { return t >= 0 && uint32_t(t) < vocab_size; };
   auto in_or_none = [&](TokenId t) { return t == kNoToken || in(t); };
   if (!in(bos) || !in(eos)) return Status::InvalidArgument("vocabulary: BOS/EOS id out of range");

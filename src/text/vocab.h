@@ -17,6 +17,9 @@ namespace kvtier::text {
 enum class TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 inline constexpr TokenId kNoToken = -1;
+// Longest token text accepted (real vocabularies stay far below; the tables'
+// build time grows with it, so a hostile file must not choose it).
+inline constexpr size_t kMaxTokenBytes = 1024;
 
 struct Vocab {
   std::string model = "llama";       // tokenizer.ggml.model: "llama" (SentencePiece BPE) or "gpt2" (byte-level BPE)
@@ -41,7 +44,8 @@ struct Vocab {
   // The tokenizer defaults of llama.cpp for a `tokenizer.ggml.model` and `pre`
   // (special ids, add_bos, add_space_prefix) before a file's keys override them.
   static Vocab defaults_for(std::string_view model, std::string_view pre);
-  // Sizes agree with `vocab_size`, special ids are in range, the model and
+  // Sizes agree with `vocab_size`, special ids are in range, token texts and
+  // merges are at most kMaxTokenBytes (merges twice that), the model and
   // pre-tokenizer are supported (the error names them otherwise).
   Status validate(uint32_t vocab_size) const;
 };

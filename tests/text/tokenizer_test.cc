@@ -127,6 +127,16 @@ TEST(Tokenizer, RefusesUnsupportedModelsByName) {
   EXPECT_NE(t.status().message().find("'t5'"), std::string::npos);
 }
 
+// A hostile file cannot make building the tables quadratic in a huge token.
+TEST(Tokenizer, RefusesOverlongTokens) {
+  auto v = Vocab::synthetic(512);
+  ASSERT_TRUE(v.ok());
+  v->tokens[300] = std::string(kMaxTokenBytes + 1, 'a');
+  auto t = Tokenizer::create(*v);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("token 300"), std::string::npos) << t.status().to_string();
+}
+
 TEST(Tokenizer, SyntheticVocabularySpellsAnyText) {
   auto v = Vocab::synthetic(512);
   ASSERT_TRUE(v.ok());
