@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "engine/gguf.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace kvtier::cli {
@@ -95,6 +96,47 @@ Status tokenize_text(const Tokenize& tk) {
   return Status::Ok();
 }
 
+struct ChatTemplateFlags {
+  std::string model, template_file, messages;
+  bool add_generation_prompt = false, tokens = false, json = false;
+};
+
+// Renders an OpenAI-style messages file with the model's (or the given) chat template.
+Status render_chat(const ChatTemplateFlags& f) {
+  KVTIER_ASSIGN_OR_RETURN(text::Vocab vocab, vocab_of(f.model));
+  std::string source = vocab.chat_template;
+  if (!f.template_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(source, read_text(f.template_file));
+  }
+  if (source.empty()) return Status::InvalidArgument(f.model + " has no tokenizer.chat_template; pass --template FILE");
+  KVTIER_ASSIGN_OR_RETURN(text::ChatTemplate tmpl, text::ChatTemplate::parse(source));
+  KVTIER_ASSIGN_OR_RETURN(std::string messages_text, read_text(f.messages));
+  const auto messages = nlohmann::ordered_json::parse(messages_text, nullptr, false);
+  if (!messages.is_array()) return Status::InvalidArgument(f.messages + ": expected a JSON array of messages");
+  const nlohmann::ordered_json context = {{"messages", messages},
+                                          {"add_generation_prompt", f.add_generation_prompt},
+                                          {"bos_token", vocab.tokens[size_t(vocab.bos)]},
+                                          {"eos_token", vocab.tokens[size_t(vocab.eos)]}};
+  KVTIER_ASSIGN_OR_RETURN(std::string prompt, tmpl.render(context));
+  std::vector<TokenId> ids;
+  if (f.tokens) {
+    KVTIER_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::create(vocab));
+    ids = tok.encode(prompt, {.add_bos = true, .parse_special = true});
+  }
+  if (f.json) {
+    nlohmann::json out = {{"prompt", prompt}};
+    if (f.tokens) out["ids"] = ids;
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else if (f.tokens) {
+    std::string line;
+    for (TokenId id : ids) line += (line.empty() ? "" : " ") + std::to_string(id);
+    std::printf("%s\n", line.c_str());
+  } else {
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  }
+  return Status::Ok();
+}
+
 CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand("model", "Make or inspect model files");
   cmd->require_subcommand(1);
@@ -119,6 +161,16 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   tokenize->add_flag("--bos", tk->bos, "add BOS when the vocabulary asks for it");
   tokenize->add_flag("--json", tk->json, "print {\"ids\": [...]}");
   tokenize->callback([tk, &exit_code] { exit_code = report(tokenize_text(*tk)); });
+
+  auto ct = std::make_shared<ChatTemplateFlags>();
+  CLI::App* chat = cmd->add_subcommand("chat-template", "Render a messages file with a model's chat template");
+  chat->add_option("--model", ct->model, "a GGUF file (only its tokenizer keys are read) or a preset")->required();
+  chat->add_option("--template", ct->template_file, "a Jinja template file instead of the model's tokenizer.chat_template");
+  chat->add_option("--messages", ct->messages, "a JSON file: an OpenAI-style messages array")->required();
+  chat->add_flag("--add-generation-prompt", ct->add_generation_prompt, "end with the assistant turn's header");
+  chat->add_flag("--tokens", ct->tokens, "print the prompt's token ids (with --json: both)");
+  chat->add_flag("--json", ct->json, "print {\"prompt\": ...} (and \"ids\" with --tokens)");
+  chat->callback([ct, &exit_code] { exit_code = report(render_chat(*ct)); });
 
   auto path = std::make_shared<std::string>();
   CLI::App* info = cmd->add_subcommand("info", "Load a GGUF file and print its shape and fingerprint");

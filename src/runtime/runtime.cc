@@ -123,6 +123,11 @@ class RuntimeImpl final : public Runtime {
       return tok.encode(text, options);
     };
     info_.text.detokenize = [tok = tok_](std::span<const TokenId> ids) { return tok.decode(ids); };
+    info_.text.detokenize_special = [tok = tok_](std::span<const TokenId> ids) { return tok.decode(ids, true); };
+    const text::Vocab& vocab = model_->vocab();
+    info_.text.chat_template = vocab.chat_template;
+    info_.text.bos_token = vocab.tokens[size_t(vocab.bos)];
+    info_.text.eos_token = vocab.tokens[size_t(vocab.eos)];
     info_.fingerprint = model_->fingerprint();
   }
 

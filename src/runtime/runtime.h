@@ -82,6 +82,9 @@ struct PrefillReport {
 struct TextCodec {
   std::function<std::vector<TokenId>(std::string_view text, const text::EncodeOptions& options)> tokenize;
   std::function<std::string(std::span<const TokenId> ids)> detokenize;
+  std::function<std::string(std::span<const TokenId> ids)> detokenize_special;  // control tokens as their text
+  std::string chat_template;         // tokenizer.chat_template; empty when the model has none
+  std::string bos_token, eos_token;  // their texts, as chat templates use them
 };
 
 struct ModelInfo {

@@ -101,68 +101,44 @@ ApiError error_from_status(const Status& s) {
   return e;
 }
 
-std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
-                                                                   const Tokenizer& tokenize) {
-  const json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad_request("request body is not valid JSON", "", "invalid_json");
-  if (!doc.is_object()) return bad_request("request body must be a JSON object", "", "invalid_json");
-  CompletionRequest r;
-  r.max_tokens = limits.default_max_tokens;
+namespace {
 
-  if (auto it = doc.find("model"); it != doc.end() && !it->is_null()) {
-    if (!it->is_string()) return wrong_type("model", "a string", *it);
-    r.model = it->get<std::string>();
-  }
+const json* find_field(const json& doc, const char* name) {
+  auto it = doc.find(name);
+  return it == doc.end() || it->is_null() ? nullptr : &*it;
+}
 
-  // prompt: "text" | [ids] | ["text"] | [[ids]] (a batch of one).
-  auto p = doc.find("prompt");
-  if (p == doc.end() || p->is_null()) return bad_request("'prompt' is required", "prompt", "missing_field");
-  const json* prompt = &*p;
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    prompt = &(*prompt)[0];
-  else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
-  if (auto it = doc.find("special"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) return wrong_type("special", "a boolean", *it);
-    r.parse_special = it->get<bool>();
-  }
-  if (prompt->is_string()) {
-    r.prompt_is_text = true;
-    r.prompt = tokenize(prompt->get_ref<const std::string&>(), r.parse_special);
-  } else if (prompt->is_array()) {
-    if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
-  } else {
-    return wrong_type("prompt", "a string or an array of token ids", *prompt);
-  }
-  if (r.prompt.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
+std::optional<ApiError> read_bool(const json& doc, const char* name, bool& out) {
+  const json* it = find_field(doc, name);
+  if (it == nullptr) return std::nullopt;
+  if (!it->is_boolean()) return wrong_type(name, "a boolean", *it);
+  out = it->get<bool>();
+  return std::nullopt;
+}
 
-  if (auto it = doc.find("echo"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) return wrong_type("echo", "a boolean", *it);
-    r.echo = it->get<bool>();
-  }
-  if (auto it = doc.find("logprobs"); it != doc.end() && !it->is_null()) {
+// max_tokens (or, for chat, max_completion_tokens), at least `min_tokens`.
+std::optional<ApiError> read_max_tokens(const json& doc, const RequestLimits& limits, uint32_t min_tokens,
+                                        CompletionRequest& r) {
+  for (const char* field : {"max_tokens", "max_completion_tokens"}) {
+    const json* it = find_field(doc, field);
+    if (it == nullptr) continue;
     auto v = as_integer(*it);
-    if (!v) return wrong_type("logprobs", "an integer", *it);
-    if (*v < 0 || *v > kMaxLogprobs)
-      return bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]", "logprobs", "invalid_value");
-    r.logprobs = int32_t(*v);
-  }
-  if (auto it = doc.find("return_token_ids"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) return wrong_type("return_token_ids", "a boolean", *it);
-    r.return_token_ids = it->get<bool>();
-  }
-  if (auto it = doc.find("max_tokens"); it != doc.end() && !it->is_null()) {
-    auto v = as_integer(*it);
-    if (!v) return wrong_type("max_tokens", "an integer", *it);
-    if (*v < (r.echo ? 0 : 1))
-      return bad_request(r.echo ? "'max_tokens' must be at least 0" : "'max_tokens' must be at least 1 (0 only with 'echo')",
-                         "max_tokens", "invalid_value");
+    if (!v) return wrong_type(field, "an integer", *it);
+    if (*v < int64_t(min_tokens))
+      return bad_request(std::string("'") + field + "' must be at least " + std::to_string(min_tokens) +
+                             (min_tokens == 1 ? " (0 only with 'echo')" : ""),
+                         field, "invalid_value");
     if (uint64_t(*v) > limits.max_tokens)
-      return bad_request("'max_tokens' = " + std::to_string(*v) + " exceeds this server's limit of " +
+      return bad_request(std::string("'") + field + "' = " + std::to_string(*v) + " exceeds this server's limit of " +
                              std::to_string(limits.max_tokens),
-                         "max_tokens", "too_many_tokens");
+                         field, "too_many_tokens");
     r.max_tokens = uint32_t(*v);
   }
+  return std::nullopt;
+}
+
+// The fields /v1/completions and /v1/chat/completions share: sampling, stop, stream, salt.
+std::optional<ApiError> read_generation_fields(const json& doc, CompletionRequest& r) {
   if (auto it = doc.find("temperature"); it != doc.end() && !it->is_null()) {
     if (!it->is_number()) return wrong_type("temperature", "a number", *it);
     const double t = it->get<double>();
@@ -206,10 +182,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
     for (const auto& s : r.stop)
       if (s.empty()) return bad_request("'stop' strings must not be empty", "stop", "invalid_value");
   }
-  if (auto it = doc.find("stream"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) return wrong_type("stream", "a boolean", *it);
-    r.stream = it->get<bool>();
-  }
+  if (auto err = read_bool(doc, "stream", r.stream)) return err;
   if (auto it = doc.find("stream_options"); it != doc.end() && !it->is_null()) {
     if (!it->is_object()) return wrong_type("stream_options", "an object", *it);
     if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
@@ -217,18 +190,16 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
       r.stream_include_usage = u->get<bool>();
     }
   }
-  if (auto it = doc.find("ignore_eos"); it != doc.end() && !it->is_null()) {
-    if (!it->is_boolean()) return wrong_type("ignore_eos", "a boolean", *it);
-    r.ignore_eos = it->get<bool>();
-  }
+  if (auto err = read_bool(doc, "ignore_eos", r.ignore_eos)) return err;
   if (auto it = doc.find("cache_salt"); it != doc.end() && !it->is_null()) {
     if (!it->is_string()) return wrong_type("cache_salt", "a string", *it);
     r.cache_salt = it->get<std::string>();
   }
+  return std::nullopt;
+}
 
-  r.sampling.logprobs = r.logprobs;
-  r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
-
+// The prompt and completion must fit the limits and the context.
+std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestLimits& limits) {
   const uint64_t max_prompt =
       limits.max_prompt_tokens == 0 ? limits.max_context : std::min(limits.max_prompt_tokens, limits.max_context);
   if (r.prompt.size() > max_prompt)
@@ -240,6 +211,71 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
                            std::to_string(r.max_tokens) + ") exceeds the model's context of " +
                            std::to_string(limits.max_context) + " tokens",
                        "max_tokens", "context_length_exceeded");
+  return std::nullopt;
+}
+
+}  // namespace
+
+Result<json> parse_json_object(std::string_view body, ApiError& error) {
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) error = bad_request("request body is not valid JSON", "", "invalid_json");
+  else if (!doc.is_object()) error = bad_request("request body must be a JSON object", "", "invalid_json");
+  else return doc;
+  return Status::InvalidArgument(error.message);
+}
+
+std::optional<ApiError> read_common_request(const json& doc, const RequestLimits& limits, uint32_t min_max_tokens,
+                                            CompletionRequest& r) {
+  r.max_tokens = limits.default_max_tokens;
+  if (const json* it = find_field(doc, "model")) {
+    if (!it->is_string()) return wrong_type("model", "a string", *it);
+    r.model = it->get<std::string>();
+  }
+  if (auto err = read_max_tokens(doc, limits, min_max_tokens, r)) return err;
+  return read_generation_fields(doc, r);
+}
+
+std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits) {
+  r.sampling.logprobs = r.logprobs;
+  r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
+  return check_lengths(r, limits);
+}
+
+std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
+                                                                   const Tokenizer& tokenize) {
+  ApiError error;
+  auto doc_or = parse_json_object(body, error);
+  if (!doc_or.ok()) return error;
+  const json& doc = *doc_or;
+  CompletionRequest r;
+  // prompt: "text" | [ids] | ["text"] | [[ids]] (a batch of one).
+  const json* prompt = find_field(doc, "prompt");
+  if (prompt == nullptr) return bad_request("'prompt' is required", "prompt", "missing_field");
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    prompt = &(*prompt)[0];
+  else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
+  if (auto err = read_bool(doc, "special", r.parse_special)) return *err;
+  if (prompt->is_string()) {
+    r.prompt_is_text = true;
+    r.prompt = tokenize(prompt->get_ref<const std::string&>(), r.parse_special);
+  } else if (prompt->is_array()) {
+    if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
+  } else {
+    return wrong_type("prompt", "a string or an array of token ids", *prompt);
+  }
+  if (r.prompt.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
+  if (auto err = read_bool(doc, "echo", r.echo)) return *err;
+  if (const json* it = find_field(doc, "logprobs")) {
+    auto v = as_integer(*it);
+    if (!v) return wrong_type("logprobs", "an integer", *it);
+    if (*v < 0 || *v > kMaxLogprobs)
+      return bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]", "logprobs", "invalid_value");
+    r.logprobs = int32_t(*v);
+  }
+  if (auto err = read_bool(doc, "return_token_ids", r.return_token_ids)) return *err;
+  if (auto err = read_common_request(doc, limits, r.echo ? 0 : 1, r)) return *err;
+  if (auto err = finish_request(r, limits)) return *err;
   return r;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -70,6 +71,15 @@ using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool
 // Returns the request or the 400 describing what is wrong with it.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
                                                                    const Tokenizer& tokenize);
+
+// Pieces of the request parsers, shared by the chat endpoint (chat_api.h).
+// The body as a JSON object, or the 400 in `error`.
+Result<nlohmann::json> parse_json_object(std::string_view body, ApiError& error);
+// model, max_tokens/max_completion_tokens (at least `min_max_tokens`), sampling, stop, stream, ignore_eos, cache_salt.
+std::optional<ApiError> read_common_request(const nlohmann::json& doc, const RequestLimits& limits,
+                                            uint32_t min_max_tokens, CompletionRequest& r);
+// Derives the sampling's logprob fields and checks prompt + max_tokens against the limits.
+std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits);
 
 // What a finished (or finishing) request reports.
 struct CompletionUsage {

@@ -73,6 +73,7 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"seed", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, r.model_seed, UINT64_MAX >> 1); }},
       {"threads", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, r.threads, 4096); }},
       {"device", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.device); }},
+      {"chat_template", [&](auto& n, auto o, auto k) { return read_string(n, o, k, c.chat_template_file); }},
   };
   s["cache"] = {
       {"enabled", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.cache_enabled); }},
@@ -222,7 +223,7 @@ std::string to_toml(const ServerConfig& c) {
   os << "[server]\nhost = " << quoted(c.host) << "\nport = " << c.port << "\napi_key = "
      << quoted(c.api_key.empty() ? "" : "<set>") << "\nserved_model_name = " << quoted(c.served_model_name) << "\n\n";
   os << "[model]\nname = " << quoted(r.model) << "\nseed = " << r.model_seed << "\nthreads = " << r.threads
-     << "\ndevice = " << quoted(r.device) << "\n\n";
+     << "\ndevice = " << quoted(r.device) << "\nchat_template = " << quoted(c.chat_template_file) << "\n\n";
   os << "[cache]\nenabled = " << (r.cache_enabled ? "true" : "false") << "\nkv_dtype = " << quoted(dtype_name(r.kv_dtype))
      << "\npage_tokens = " << r.page_tokens << "\nchunk_pages = " << r.chunk_pages
      << "\ndevice_capacity = " << quoted(format_size(r.device_bytes)) << "\nhost_capacity = " << quoted(format_size(r.host_bytes))

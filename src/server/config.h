@@ -37,6 +37,7 @@ struct ServerConfig {
   uint16_t port = 8000;                // 0: any free port (the chosen one is printed)
   std::string api_key;                 // empty: no authentication
   std::string served_model_name;       // empty: the model option as given
+  std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
   ServerLimits limits;
 
   // Checks the server fields and the runtime fields this module understands

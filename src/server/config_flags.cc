@@ -30,6 +30,9 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--served-model-name", f.served_model_name,
                  "Name reported by /v1/models and in responses" + dflt_str(d.served_model_name, "the --model value"))
       ->group("Model");
+  app.add_option("--chat-template", f.chat_template,
+                 "Jinja chat template file for /v1/chat/completions (default: the model's tokenizer.chat_template)")
+      ->group("Model");
   app.add_option("--model-seed", f.model_seed, "Seed of synthetic weights (presets)" + dflt(r.model_seed))->group("Model");
   app.add_option("--threads", f.threads, "Compute threads; 0 = all cores" + dflt(r.threads))->group("Model");
   app.add_option("--device", f.device, "Where KV pages and compute live: cpu, cuda (CUDA build with a GPU)" + dflt(r.device))
@@ -92,6 +95,7 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
   };
   if (f.model) r.model = *f.model;
   if (f.served_model_name) c.served_model_name = *f.served_model_name;
+  if (f.chat_template) c.chat_template_file = *f.chat_template;
   if (f.model_seed) r.model_seed = *f.model_seed;
   if (f.threads) r.threads = *f.threads;
   if (f.host) c.host = *f.host;

@@ -18,7 +18,7 @@ namespace kvtier::server {
 // Every field is "not given" until CLI11 sets it.
 struct ServeFlags {
   std::optional<std::string> config_path;
-  std::optional<std::string> model, served_model_name, host, api_key, disk_dir, remote, device;
+  std::optional<std::string> model, served_model_name, chat_template, host, api_key, disk_dir, remote, device;
   std::optional<uint16_t> port;
   std::optional<uint64_t> model_seed;
   std::optional<uint32_t> threads;

@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +14,8 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "server/chat_api.h"
 
 namespace kvtier::server {
 namespace {
@@ -51,7 +56,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 }
 
 std::string endpoint_label(const std::string& path) {
-  static const char* kKnown[] = {"/v1/completions", "/v1/models", "/health", "/metrics", "/v1/cache/stats", "/v1/cache/flush"};
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/v1/cache/stats", "/v1/cache/flush"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -97,10 +102,31 @@ HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
 
 HttpServer::~HttpServer() { stop(); }
 
+// The --chat-template file, or the model's own template. A model template we
+// cannot parse leaves /v1/completions working; chat requests then get its error.
+Status HttpServer::load_chat_template() {
+  const TextCodec& codec = scheduler_->model().text;
+  std::string source = codec.chat_template;
+  if (!config_.chat_template_file.empty()) {
+    std::ifstream in(config_.chat_template_file, std::ios::binary);
+    if (!in) return Status::NotFound("cannot read the chat template " + config_.chat_template_file);
+    source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto prompts = ChatPrompts::create(codec, source);
+  if (!prompts.ok() && !config_.chat_template_file.empty()) return prompts.status();
+  if (!prompts.ok()) {
+    chat_template_error_ = prompts.status().message();
+    prompts = ChatPrompts::create(codec, "");
+  }
+  chat_ = std::make_unique<ChatPrompts>(std::move(prompts).value());
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& config, Scheduler* scheduler) {
   KVTIER_RETURN_IF_ERROR(config.validate());
   if (scheduler == nullptr) return Status::InvalidArgument("http server: scheduler is null");
   auto s = std::unique_ptr<HttpServer>(new HttpServer(config, scheduler));
+  KVTIER_RETURN_IF_ERROR(s->load_chat_template());
   s->install_routes();
   return s;
 }
@@ -209,6 +235,9 @@ void HttpServer::install_routes() {
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
     auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });
     if (rt.ok()) append_prometheus_text(text, *rt);
+    text += "# HELP kvtier_chat_reply_ids_reused_total Chat prompts that reuse an earlier reply's own token ids.\n"
+            "# TYPE kvtier_chat_reply_ids_reused_total counter\nkvtier_chat_reply_ids_reused_total " +
+            std::to_string(chat_->spliced()) + "\n";
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
 
@@ -244,101 +273,140 @@ void HttpServer::install_routes() {
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    CompletionRequest creq = std::move(std::get<CompletionRequest>(parsed));
-
-    GenerationRequest g;
-    g.prompt = creq.prompt;
-    g.sampling = creq.sampling;
-    g.max_tokens = creq.max_tokens;
-    g.stop = creq.stop;
-    g.ignore_eos = creq.ignore_eos;
-    g.cache_salt = creq.cache_salt;
-    auto submitted = scheduler_->submit(std::move(g));
-    if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
-    std::shared_ptr<RequestState> state = std::move(submitted).value();
-    CompletionMeta meta{new_completion_id(), unix_now(), model_name_};
-
-    if (!creq.stream) {
-      RequestState::View v = state->wait_done();
-      metrics_.record_completion(v.usage, v.error.ok());
-      if (!v.error.ok()) return send_error(res, error_from_status(v.error));
-      const TextCodec& codec = scheduler_->model().text;
-      // echo: the prompt as the model's tokens spell it, then the completion.
-      const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;
-      CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
-      if (creq.echo) detail.prompt = creq.prompt;
-      res.set_content(completion_json(meta, text, v.finish_reason, v.usage, &detail), kJson);
-      return;
-    }
-
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    struct Progress {
-      RequestState::StreamCursor cursor;
-      size_t text_offset = 0;  // bytes of text (echoed prompt included) the sent tokens span
-      bool sent_first = false, echoed = false, finished = false;
-    };
-    auto progress = std::make_shared<Progress>();
-    auto request = std::make_shared<const CompletionRequest>(std::move(creq));
-    const bool with_detail = request->echo || request->logprobs >= 0 || request->return_token_ids;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, state, meta, progress, request, with_detail](size_t, httplib::DataSink& sink) {
-          // Wait for text; send a comment line when idle so a vanished client
-          // is noticed (the write fails) even while the request is queued.
-          Progress& p = *progress;
-          RequestState::View v = state->wait(p.cursor, p.sent_first, 1000ms);
-          // One content chunk per wake-up: its text, and the tokens (and the echoed prompt) that came with it.
-          auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage) {
-            std::string text = v.delta;
-            CompletionDetail d{request->logprobs, request->return_token_ids, {}, &v.tokens, p.text_offset,
-                               token_text(scheduler_->model().text)};
-            if (request->echo && !p.echoed) {
-              d.prompt = request->prompt;
-              text = scheduler_->model().text.detokenize(request->prompt) + text;
-              p.echoed = true;
-            }
-            if (with_detail) p.text_offset += d.text_bytes();
-            return sse_event(stream_chunk_json(meta, text, finish, usage, true, with_detail ? &d : nullptr));
-          };
-          std::string out;
-          // The first token always gets an event, even when its text is held
-          // back (a possible stop string or half a UTF-8 character): clients
-          // measure TTFT by it.
-          if (!v.done && (!v.delta.empty() || (v.started && !p.sent_first) || (with_detail && !v.tokens.ids.empty()))) {
-            out += chunk(std::nullopt, nullptr);
-            p.sent_first = true;
-          }
-          if (v.done) {
-            if (!v.error.ok()) {
-              if (!v.delta.empty()) out += chunk(std::nullopt, nullptr);
-              out += sse_event(error_json(error_from_status(v.error)));
-            } else {
-              out += chunk(v.finish_reason, &v.usage);
-              if (request->stream_include_usage) out += sse_event(stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
-            }
-            out += "data: [DONE]\n\n";
-          }
-          if (out.empty()) out = ": waiting\n\n";
-          if (!sink.write(out.data(), out.size())) {
-            state->cancel();
-            return false;
-          }
-          if (v.done) {
-            p.finished = true;
-            metrics_.record_completion(v.usage, v.error.ok());
-            sink.done();
-          }
-          return true;
-        },
-        [this, state, progress](bool success) {
-          // Client gone (or server stopping) before the end: free the sequence.
-          if (!success || !progress->finished) {
-            state->cancel();
-            if (!progress->finished) metrics_.record_completion(state->wait_done().usage, false);
-          }
-        });
+    respond(res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
   });
+
+  s.Post("/v1/chat/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (scheduler_->draining())
+      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    // Rendered and tokenized here, on the connection's thread.
+    ChatPromptBuilder build = [this](const nlohmann::ordered_json& messages, std::string& rendered) {
+      if (!chat_template_error_.empty()) return Result<std::vector<TokenId>>(Status::InvalidArgument(chat_template_error_));
+      return chat_->build(messages, rendered);
+    };
+    auto parsed = parse_chat_request(req.body, limits_, build);
+    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    ChatRequest& chat = std::get<ChatRequest>(parsed);
+    respond(res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered)});
+  });
+}
+
+void HttpServer::respond(httplib::Response& res, Generation gen) {
+  const CompletionRequest& creq = gen.request;
+  GenerationRequest g;
+  g.prompt = creq.prompt;
+  g.sampling = creq.sampling;
+  g.max_tokens = creq.max_tokens;
+  g.stop = creq.stop;
+  g.ignore_eos = creq.ignore_eos;
+  g.cache_salt = creq.cache_salt;
+  auto submitted = scheduler_->submit(std::move(g));
+  if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
+  std::shared_ptr<RequestState> state = std::move(submitted).value();
+  const bool chat = gen.endpoint == Endpoint::kChat;
+  CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
+  if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta);
+  RequestState::View v = state->wait_done();
+  metrics_.record_completion(v.usage, v.error.ok());
+  if (!v.error.ok()) return send_error(res, error_from_status(v.error));
+  const TextCodec& codec = scheduler_->model().text;
+  CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
+  if (chat) {
+    remember_reply(gen, v.delta, v.tokens.ids);
+    return res.set_content(chat_completion_json(meta, v.delta, v.finish_reason, v.usage, &detail), kJson);
+  }
+  // echo: the prompt as the model's tokens spell it, then the completion.
+  const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;
+  if (creq.echo) detail.prompt = creq.prompt;
+  res.set_content(completion_json(meta, text, v.finish_reason, v.usage, &detail), kJson);
+}
+
+void HttpServer::remember_reply(const Generation& gen, const std::string& reply, const std::vector<TokenId>& ids) {
+  std::vector<TokenId> all = gen.request.prompt;
+  all.insert(all.end(), ids.begin(), ids.end());
+  chat_->remember(gen.rendered, reply, std::move(all));
+}
+
+void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation> gen,
+                        std::shared_ptr<RequestState> state, const CompletionMeta& meta) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  struct Progress {
+    RequestState::StreamCursor cursor;
+    size_t text_offset = 0;     // bytes of text (echoed prompt included) the sent tokens span
+    std::string text;           // chat: the reply so far, to remember it
+    std::vector<TokenId> ids;   // chat: its tokens
+    bool sent_first = false, echoed = false, finished = false;
+  };
+  auto progress = std::make_shared<Progress>();
+  const CompletionRequest& req = gen->request;
+  const bool chat = gen->endpoint == Endpoint::kChat;
+  const bool with_detail = req.echo || req.logprobs >= 0 || req.return_token_ids;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, state, meta, progress, gen, chat, with_detail](size_t, httplib::DataSink& sink) {
+        const CompletionRequest& request = gen->request;
+        // Wait for text; send a comment line when idle so a vanished client
+        // is noticed (the write fails) even while the request is queued.
+        Progress& p = *progress;
+        RequestState::View v = state->wait(p.cursor, p.sent_first, 1000ms);
+        // One content chunk per wake-up: its text, and the tokens (and the echoed prompt) that came with it.
+        auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage) {
+          std::string text = v.delta;
+          CompletionDetail d{request.logprobs, request.return_token_ids, {}, &v.tokens, p.text_offset,
+                             token_text(scheduler_->model().text)};
+          if (request.echo && !p.echoed) {
+            d.prompt = request.prompt;
+            text = scheduler_->model().text.detokenize(request.prompt) + text;
+            p.echoed = true;
+          }
+          if (with_detail) p.text_offset += d.text_bytes();
+          if (!chat) return sse_event(stream_chunk_json(meta, text, finish, usage, true, with_detail ? &d : nullptr));
+          p.text += v.delta;
+          p.ids.insert(p.ids.end(), v.tokens.ids.begin(), v.tokens.ids.end());
+          return sse_event(chat_chunk_json(meta, text, !p.sent_first, finish, usage, true, with_detail ? &d : nullptr));
+        };
+        std::string out;
+        // The first token always gets an event, even when its text is held
+        // back (a possible stop string or half a UTF-8 character): clients
+        // measure TTFT by it.
+        if (!v.done && (!v.delta.empty() || (v.started && !p.sent_first) || (with_detail && !v.tokens.ids.empty()))) {
+          out += chunk(std::nullopt, nullptr);
+          p.sent_first = true;
+        }
+        if (v.done) {
+          if (!v.error.ok()) {
+            if (!v.delta.empty()) out += chunk(std::nullopt, nullptr);
+            out += sse_event(error_json(error_from_status(v.error)));
+          } else {
+            out += chunk(v.finish_reason, &v.usage);
+            if (request.stream_include_usage)
+              out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
+                                    : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
+            if (chat) remember_reply(*gen, p.text, p.ids);
+          }
+          out += "data: [DONE]\n\n";
+        }
+        if (out.empty()) out = ": waiting\n\n";
+        if (!sink.write(out.data(), out.size())) {
+          state->cancel();
+          return false;
+        }
+        if (v.done) {
+          p.finished = true;
+          metrics_.record_completion(v.usage, v.error.ok());
+          sink.done();
+        }
+        return true;
+      },
+      [this, state, progress](bool success) {
+        // Client gone (or server stopping) before the end: free the sequence.
+        if (!success || !progress->finished) {
+          state->cancel();
+          if (!progress->finished) metrics_.record_completion(state->wait_done().usage, false);
+        }
+      });
 }
 
 }  // namespace kvtier::server

@@ -1,6 +1,6 @@
 // HttpServer: the OpenAI-compatible HTTP front end of `kvtier serve`.
 //
-// Endpoints: POST /v1/completions (JSON or server-sent events), GET
+// Endpoints: POST /v1/completions and /v1/chat/completions (JSON or server-sent events), GET
 // /v1/models, GET /health, GET /metrics (Prometheus text), GET
 // /v1/cache/stats, POST /v1/cache/flush. Connection threads (cpp-httplib's
 // pool) parse and validate requests, submit them to the Scheduler and stream
@@ -15,12 +15,14 @@
 #include <memory>
 #include <string>
 
+#include "server/chat_prompt.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace kvtier::server {
@@ -40,14 +42,29 @@ class HttpServer {
   void stop();
 
  private:
+  enum class Endpoint { kCompletions, kChat };
+  struct Generation {
+    CompletionRequest request;
+    Endpoint endpoint;
+    std::string rendered;  // chat: the prompt's text
+  };
+
   HttpServer(const ServerConfig& config, Scheduler* scheduler);
+  Status load_chat_template();
   void install_routes();
+  // Submits a parsed request and answers it, whole or as server-sent events.
+  void respond(httplib::Response& res, Generation gen);
+  void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
+              const CompletionMeta& meta);
+  void remember_reply(const Generation& gen, const std::string& reply, const std::vector<TokenId>& ids);
 
   ServerConfig config_;
   Scheduler* scheduler_;
   std::string model_name_;
   RequestLimits limits_;
   ServerMetrics metrics_;
+  std::unique_ptr<ChatPrompts> chat_;
+  std::string chat_template_error_;  // the model's template did not parse
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
 };

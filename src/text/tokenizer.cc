@@ -145,9 +145,13 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   return out;
 }
 
-std::string Tokenizer::decode(std::span<const TokenId> ids) const {
+std::string Tokenizer::decode(std::span<const TokenId> ids, bool special) const {
+  const Vocab& v = impl_->vocab;
   std::string out;
-  for (TokenId id : ids) out += piece(id);
+  for (TokenId id : ids) {
+    if (special && id >= 0 && size_t(id) < v.tokens.size() && is_type(v, size_t(id), TokenType::kControl)) out += v.tokens[size_t(id)];
+    else out += piece(id);
+  }
   return out;
 }
 

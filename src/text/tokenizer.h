@@ -41,7 +41,9 @@ class Tokenizer {
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& options = {}) const;
   // The bytes of the tokens, concatenated (out-of-range ids are skipped).
-  std::string decode(std::span<const TokenId> ids) const;
+  // With `special`, control tokens are written as their text (<|im_start|>),
+  // which gives back the text a prompt was tokenized from.
+  std::string decode(std::span<const TokenId> ids, bool special = false) const;
   // The bytes one token stands for ("" for control tokens and out-of-range ids).
   const std::string& piece(TokenId id) const;
 

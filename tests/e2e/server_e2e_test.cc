@@ -450,3 +450,81 @@ TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
 
 }  // namespace
 }  // namespace kvtier::testing
+
+namespace kvtier::testing {
+namespace {
+
+// /v1/chat/completions on a model carrying Qwen2's vocabulary and Qwen2.5's
+// chat template: multi-turn, each turn's prompt is found in the cache for at
+// least 95 % of the previous turn's prompt plus reply; streaming sends the
+// role first, then content, then the finish reason.
+TEST(ServerE2E, ChatTurnsHitTheCache) {
+  TempDir dir;
+  const std::string src = std::getenv("KVTIER_SOURCE_DIR") ? std::getenv("KVTIER_SOURCE_DIR") : ".";
+  const std::string model = dir.str() + "/tiny-qwen-chat.gguf";
+  const std::string make = kvtier_binary() + " model make --preset tiny --vocab " + src +
+                           "/tests/data/vocab/ggml-vocab-qwen2.gguf --chat-template " + src +
+                           "/tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja --out " + model + " > /dev/null 2>&1";
+  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/cache");
+  args[1] = model;
+  ASSERT_TRUE(s.start(args)) << s.log();
+
+  std::string system;
+  for (int i = 0; i < 12; ++i) system += "The cache keeps every prefix a request has seen and loads it back. ";
+  json messages = json::array({{{"role", "system"}, {"content", system}}});
+  uint32_t previous = 0;
+  for (int turn = 0; turn < 4; ++turn) {
+    std::string user = "Turn " + std::to_string(turn) + ":";
+    for (int i = 0; i < 8; ++i) user += " please explain how the tiers work, briefly.";
+    messages.push_back({{"role", "user"}, {"content", user}});
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    auto r = c.Post("/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 24}, {"ignore_eos", true}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["object"], "chat.completion");
+    const json& usage = j["usage"];
+    const uint32_t cached = usage["prompt_tokens_details"]["cached_tokens"];
+    if (previous > 0) {
+      EXPECT_GE(cached, 0.95 * previous) << "turn " << turn << ": " << usage.dump();
+    }
+    previous = usage["prompt_tokens"].get<uint32_t>() + usage["completion_tokens"].get<uint32_t>();
+    messages.push_back({{"role", "assistant"}, {"content", j["choices"][0]["message"]["content"]}});
+  }
+
+  // Replies whose text re-tokenizes differently came back as their own ids.
+  const std::string metrics = httplib::Client("127.0.0.1", s.port()).Get("/metrics")->body;
+  EXPECT_NE(metrics.find("\nkvtier_chat_reply_ids_reused_total "), std::string::npos);
+
+  // Streamed: role, then content deltas, then the finish reason; [DONE] last.
+  messages.push_back({{"role", "user"}, {"content", "And streaming?"}});
+  std::vector<json> chunks;
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(120, 0);
+  server::SseParser parser([&](std::string_view d) {
+    if (d != "[DONE]") chunks.push_back(json::parse(d));
+  });
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = json{{"messages", messages}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true}}.dump();
+  req.set_header("Content-Type", "application/json");
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    parser.feed(std::string_view(d, n));
+    return true;
+  };
+  ASSERT_TRUE(c.send(req));
+  ASSERT_GE(chunks.size(), 2u);
+  EXPECT_EQ(chunks.front()["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "length");
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+}  // namespace
+}  // namespace kvtier::testing

@@ -79,6 +79,7 @@ class FakeRuntime final : public Runtime {
       return tokenize(text);
     };
     info_.text.detokenize = [](std::span<const TokenId> tokens) { return detokenize(tokens); };
+    info_.text.detokenize_special = info_.text.detokenize;
   }
   ~FakeRuntime() override {
     std::lock_guard lk(s_->mu);

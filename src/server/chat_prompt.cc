@@ -1,0 +1,85 @@
+#include "server/chat_prompt.h"
+
+#include <xxhash.h>
+
+namespace kvtier::server {
+namespace {
+
+uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+
+}  // namespace
+
+Result<ChatPrompts> ChatPrompts::create(const TextCodec& codec, const std::string& template_source) {
+  if (template_source.empty()) return ChatPrompts(&codec, std::nullopt);
+  auto tmpl = text::ChatTemplate::parse(template_source);
+  if (!tmpl.ok()) return Status::InvalidArgument("chat template: " + tmpl.status().message());
+  return ChatPrompts(&codec, std::move(tmpl).value());
+}
+
+Result<std::vector<TokenId>> ChatPrompts::build(const nlohmann::ordered_json& messages, std::string& rendered) const {
+  if (!tmpl_)
+    return Status::InvalidArgument("this model has no chat template (tokenizer.chat_template); start the server with "
+                                   "--chat-template FILE");
+  nlohmann::ordered_json context = {{"messages", messages},
+                                    {"add_generation_prompt", true},
+                                    {"bos_token", codec_->bos_token},
+                                    {"eos_token", codec_->eos_token}};
+  KVTIER_ASSIGN_OR_RETURN(rendered, tmpl_->render(context));
+  std::vector<TokenId> plain = codec_->tokenize(rendered, {.add_bos = true, .parse_special = true});
+  auto spliced = splice(messages, rendered);
+  if (!spliced || *spliced == plain || codec_->detokenize_special(*spliced) != codec_->detokenize_special(plain))
+    return plain;
+  std::lock_guard lk(memo_->mu);
+  ++memo_->spliced;
+  return *std::move(spliced);
+}
+
+// The remembered ids of the longest rendering prefix that ends an assistant message, then the rest tokenized.
+std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_json& messages,
+                                                        const std::string& rendered) const {
+  std::optional<std::vector<TokenId>> best;
+  size_t best_end = 0, from = 0;
+  for (const auto& m : messages) {
+    if (m["role"] != "assistant" || !m["content"].is_string()) continue;
+    const std::string& content = m["content"].get_ref<const std::string&>();
+    if (content.empty()) continue;
+    const size_t at = rendered.find(content, from);
+    if (at == std::string::npos) continue;
+    from = at + content.size();
+    std::lock_guard lk(memo_->mu);
+    auto it = memo_->ids.find(text_hash(std::string_view(rendered).substr(0, from)));
+    if (it != memo_->ids.end()) best = it->second, best_end = from;
+  }
+  if (!best) return std::nullopt;
+  const auto rest = codec_->tokenize(std::string_view(rendered).substr(best_end), {.add_bos = false, .parse_special = true});
+  best->insert(best->end(), rest.begin(), rest.end());
+  return best;
+}
+
+void ChatPrompts::remember(const std::string& rendered, const std::string& reply_text, std::vector<TokenId> ids) {
+  if (ids.size() > kMaxTokens) return;
+  const uint64_t key = text_hash(rendered + reply_text);
+  std::lock_guard lk(memo_->mu);
+  Memo& m = *memo_;
+  if (auto it = m.ids.find(key); it != m.ids.end()) {
+    m.tokens -= it->second.size();
+    m.ids.erase(it);
+  }
+  while (!m.order.empty() && m.tokens + ids.size() > kMaxTokens) {
+    if (auto it = m.ids.find(m.order.front()); it != m.ids.end()) {
+      m.tokens -= it->second.size();
+      m.ids.erase(it);
+    }
+    m.order.pop_front();
+  }
+  m.tokens += ids.size();
+  m.order.push_back(key);
+  m.ids.emplace(key, std::move(ids));
+}
+
+uint64_t ChatPrompts::spliced() const {
+  std::lock_guard lk(memo_->mu);
+  return memo_->spliced;
+}
+
+}  // namespace kvtier::server

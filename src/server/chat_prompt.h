@@ -1,0 +1,71 @@
+// ChatPrompts: turns a chat's messages into prompt tokens for
+// /v1/chat/completions, and keeps multi-turn chats on the prefix cache.
+//
+// build() renders the chat template (the --chat-template file, or the
+// model's tokenizer.chat_template) with add_generation_prompt, the model's
+// bos_token/eos_token and the messages, then tokenizes the text.
+//
+// Re-tokenizing a conversation does not always give back the tokens the model
+// generated for an earlier reply (BPE may merge a reply's text differently),
+// and every token after the first difference misses the cache. So finished
+// replies are remembered: remember() stores the ids of "rendered prompt +
+// reply text" under a hash of that text. build() looks, at the end of each
+// assistant message in the new rendering, for a remembered text that is
+// exactly the rendering up to there; the longest one found supplies its ids
+// (the model's own tokens for that text), and only the rest is tokenized.
+// The splice is used only if it decodes, special tokens included, to exactly
+// what the plain tokenization decodes to: the model always reads the
+// conversation's text. Bounded (kMaxTokens ids in all, oldest dropped first).
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/runtime.h"
+#include "text/chat_template.h"
+
+namespace kvtier::server {
+
+class ChatPrompts {
+ public:
+  static constexpr size_t kMaxTokens = size_t(1) << 22;  // remembered ids, all entries together
+
+  // `template_source` empty: chat requests fail with a message saying how to give one.
+  static Result<ChatPrompts> create(const TextCodec& codec, const std::string& template_source);
+
+  bool has_template() const { return tmpl_.has_value(); }
+  // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
+  Result<std::vector<TokenId>> build(const nlohmann::ordered_json& messages, std::string& rendered) const;
+  // A finished reply: `rendered` + `reply_text` is the whole text, `ids` its tokens (prompt and reply).
+  void remember(const std::string& rendered, const std::string& reply_text, std::vector<TokenId> ids);
+
+  // Statistics for tests and metrics: builds that reused remembered ids.
+  uint64_t spliced() const;
+
+ private:
+  struct Memo {
+    std::mutex mu;
+    std::unordered_map<uint64_t, std::vector<TokenId>> ids;  // by XXH3-64 of the text
+    std::deque<uint64_t> order;                              // oldest first
+    size_t tokens = 0;
+    uint64_t spliced = 0;
+  };
+
+  ChatPrompts(const TextCodec* codec, std::optional<text::ChatTemplate> tmpl)
+      : codec_(codec), tmpl_(std::move(tmpl)), memo_(std::make_unique<Memo>()) {}
+  std::optional<std::vector<TokenId>> splice(const nlohmann::ordered_json& messages, const std::string& rendered) const;
+
+  const TextCodec* codec_;
+  std::optional<text::ChatTemplate> tmpl_;
+  std::unique_ptr<Memo> memo_;
+};
+
+}  // namespace kvtier::server

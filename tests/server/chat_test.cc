@@ -1,0 +1,192 @@
+// /v1/chat/completions: request validation, response shapes, and ChatPrompts
+// (template rendering, reuse of a reply's own token ids across turns).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "engine/gguf.h"
+#include "server/chat_api.h"
+#include "server/chat_prompt.h"
+#include "text/tokenizer.h"
+
+namespace kvtier::server {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+std::string source_path(const std::string& rel) {
+  const char* src = std::getenv("KVTIER_SOURCE_DIR");
+  return std::string(src ? src : ".") + "/" + rel;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+RequestLimits limits() {
+  RequestLimits l;
+  l.vocab_size = 1000;
+  l.max_context = 4096;
+  l.max_tokens = 64;
+  l.default_max_tokens = 8;
+  return l;
+}
+
+// Renders as "role:content|" and spells each byte as a token.
+ChatPromptBuilder simple_builder() {
+  return [](const ojson& messages, std::string& rendered) -> Result<std::vector<TokenId>> {
+    rendered.clear();
+    for (const auto& m : messages) rendered += m["role"].get<std::string>() + ":" + m["content"].get<std::string>() + "|";
+    std::vector<TokenId> ids;
+    for (unsigned char c : rendered) ids.push_back(TokenId(c));
+    return ids;
+  };
+}
+
+ApiError chat_error(const std::string& body) {
+  auto r = parse_chat_request(body, limits(), simple_builder());
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(ChatApi, ParsesMessagesAndGenerationFields) {
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+          {"role":"assistant","content":null,"tool_calls":[]}],
+          "max_completion_tokens":5,"temperature":0.5,"logprobs":true,"top_logprobs":3,"stream":true})",
+      limits(), simple_builder());
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& c = std::get<ChatRequest>(r);
+  EXPECT_EQ(c.rendered, "system:s|user:a\nb|assistant:|");  // text parts joined with a newline
+  EXPECT_EQ(c.completion.prompt.size(), c.rendered.size());
+  EXPECT_EQ(c.completion.max_tokens, 5u);
+  EXPECT_EQ(c.completion.logprobs, 3);
+  EXPECT_TRUE(c.completion.stream);
+  EXPECT_FALSE(c.completion.sampling.prompt_logprobs);
+  EXPECT_EQ(c.messages[2].contains("tool_calls"), true);  // other fields reach the template
+}
+
+TEST(ChatApi, MalformedMessagesAreClear400s) {
+  EXPECT_EQ(chat_error(R"({"max_tokens":1})").code, "missing_field");
+  EXPECT_EQ(chat_error(R"({"messages":[]})").param, "messages");
+  EXPECT_EQ(chat_error(R"({"messages":[{"content":"x"}]})").param, "messages[0].role");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"wizard","content":"x"}]})").param, "messages[0].role");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user"}]})").code, "missing_field");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":7}]})").code, "invalid_type");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").code, "unsupported");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})").param, "top_logprobs");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})").param,
+            "top_logprobs");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})").param, "max_tokens");
+  EXPECT_EQ(chat_error("not json").code, "invalid_json");
+  // A template error is the template's message.
+  auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}]})", limits(),
+                              [](const ojson&, std::string&) -> Result<std::vector<TokenId>> {
+                                return Status::FailedPrecondition("Conversation roles must alternate");
+                              });
+  ASSERT_TRUE(std::holds_alternative<ApiError>(r));
+  EXPECT_NE(std::get<ApiError>(r).message.find("Conversation roles must alternate"), std::string::npos);
+}
+
+TEST(ChatApi, ResponseShapes) {
+  CompletionTokens t;
+  t.ids = {65};
+  t.logprobs = {{65, -0.5f, {{65, -0.5f}, {66, -1.5f}}}};
+  CompletionDetail d{2, false, {}, &t, 0, [](TokenId id) { return std::string(1, char(id)); }};
+  const json whole = json::parse(chat_completion_json({"chatcmpl-1", 0, "m"}, "A", "stop", {}, &d));
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "A");
+  const json& lp = whole["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["token"], "A");
+  EXPECT_EQ(lp["bytes"], json({65}));
+  EXPECT_EQ(lp["top_logprobs"][1]["token"], "B");
+  const json first = json::parse(chat_chunk_json({"chatcmpl-1", 0, "m"}, "", true, std::nullopt, nullptr));
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  const json last = json::parse(chat_chunk_json({"chatcmpl-1", 0, "m"}, "", false, "stop", nullptr));
+  EXPECT_EQ(last["choices"][0]["delta"], json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  const CompletionUsage u;
+  const json usage = json::parse(chat_chunk_json({"chatcmpl-1", 0, "m"}, "", false, std::nullopt, &u, false));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_TRUE(usage.contains("usage"));
+}
+
+// Qwen2's vocabulary and Qwen2.5's template: the prompt is the template's
+// rendering; a reply's own ids come back in the next turn even where
+// re-tokenizing its text would merge differently.
+class ChatPromptsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto vocab = engine::load_gguf_vocab(source_path("tests/data/vocab/ggml-vocab-qwen2.gguf"));
+    ASSERT_TRUE(vocab.ok()) << vocab.status().to_string();
+    auto tok = text::Tokenizer::create(*vocab);
+    ASSERT_TRUE(tok.ok());
+    codec_.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
+    codec_.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
+    codec_.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
+    codec_.bos_token = vocab->tokens[size_t(vocab->bos)];
+    codec_.eos_token = vocab->tokens[size_t(vocab->eos)];
+    auto p = ChatPrompts::create(codec_, read(source_path("tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja")));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    prompts_ = std::make_unique<ChatPrompts>(std::move(p).value());
+  }
+  std::vector<TokenId> plain(std::string_view s, bool bos = false) { return codec_.tokenize(s, {.add_bos = bos}); }
+
+  TextCodec codec_;
+  std::unique_ptr<ChatPrompts> prompts_;
+};
+
+TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
+  ojson messages = ojson::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi!"}}});
+  std::string r1;
+  auto p1 = prompts_->build(messages, r1);
+  ASSERT_TRUE(p1.ok());
+  EXPECT_EQ(r1, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*p1, plain(r1, true));
+  // The model "generated" Hello world as Hel + lo + ' world': not how the text re-tokenizes.
+  const std::string reply = "Hello world";
+  std::vector<TokenId> reply_ids = plain("Hel");
+  for (TokenId id : plain("lo world")) reply_ids.push_back(id);
+  ASSERT_NE(reply_ids, plain(reply));
+  std::vector<TokenId> all = *p1;
+  all.insert(all.end(), reply_ids.begin(), reply_ids.end());
+  prompts_->remember(r1, reply, all);
+
+  messages.push_back({{"role", "assistant"}, {"content", reply}});
+  messages.push_back({{"role", "user"}, {"content", "More?"}});
+  std::string r2;
+  auto p2 = prompts_->build(messages, r2);
+  ASSERT_TRUE(p2.ok());
+  ASSERT_GE(p2->size(), all.size());
+  EXPECT_TRUE(std::equal(all.begin(), all.end(), p2->begin())) << "turn 2 starts with turn 1's prompt and reply ids";
+  EXPECT_EQ(codec_.detokenize_special(*p2), r2);
+  EXPECT_EQ(prompts_->spliced(), 1u);
+
+  // A reply that was never generated here is tokenized as text.
+  messages[2]["content"] = "Hello there";
+  std::string r3;
+  auto p3 = prompts_->build(messages, r3);
+  EXPECT_EQ(*p3, plain(r3, true));
+  EXPECT_EQ(prompts_->spliced(), 1u);
+}
+
+TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
+  auto none = ChatPrompts::create(codec_, "");
+  ASSERT_TRUE(none.ok());
+  std::string r;
+  auto ids = none->build(ojson::array({{{"role", "user"}, {"content", "x"}}}), r);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find("--chat-template"), std::string::npos);
+  EXPECT_FALSE(ChatPrompts::create(codec_, "{% for %}").ok());
+}
+
+}  // namespace
+}  // namespace kvtier::server
