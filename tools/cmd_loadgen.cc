@@ -43,6 +43,7 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
   cmd->add_option("--vocab-size", o.vocab_size, "Token ids are drawn below this; 0 = ask the server (else 256)")
       ->capture_default_str();
   cmd->add_option("--timeout", o.timeout_s, "Per-request timeout in seconds")->capture_default_str();
+  cmd->add_flag("--chat", o.chat, "Drive /v1/chat/completions with text conversations (sizes count words)");
   cmd->add_flag("--json", f->json, "Print one JSON object instead of the table");
   cmd->add_flag("--quiet", f->quiet, "No progress bar");
   cmd->callback([f, &exit_code] {

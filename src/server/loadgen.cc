@@ -66,17 +66,36 @@ Result<ServerInfo> query_models(const LoadgenOptions& o) {
   return info;
 }
 
-// One streamed completion.
-LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model,
-                       const std::vector<int32_t>& prompt) {
+constexpr const char* kWords[] = {
+    "the", "cache", "keeps", "every", "prefix", "a", "request", "has", "seen", "and", "loads", "it", "back", "when",
+    "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again", "memory",
+    "disk", "host", "device", "tier", "layer", "token", "answer", "question", "please", "explain", "why", "how",
+    "long", "short", "fast", "slow", "today", "data", "page", "chunk", "write", "read", "history", "document",
+};
+
+// Deterministic prose of `n` words: a stream per (purpose, user, round), as synth_tokens.
+std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
+  std::string out;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i > 0) out += ' ';
+    out += kWords[rng() % std::size(kWords)];
+    if (i % 12 == 11) out += ".";
+  }
+  return out;
+}
+
+// One streamed request (a completion or a chat completion); `text` receives what was generated.
+LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model, json body,
+                       std::string* text = nullptr) {
   LoadgenSample s;
-  s.prompt_tokens = uint32_t(prompt.size());
-  json body = {{"prompt", prompt}, {"max_tokens", o.answer_tokens}, {"temperature", 0}, {"stream", true},
-               {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}};
+  if (body.contains("prompt")) s.prompt_tokens = uint32_t(body["prompt"].size());
+  body.update(json{{"max_tokens", o.answer_tokens}, {"temperature", 0}, {"stream", true},
+                   {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}});
   if (!model.empty()) body["model"] = model;
   httplib::Request req;
   req.method = "POST";
-  req.path = "/v1/completions";
+  req.path = o.chat ? "/v1/chat/completions" : "/v1/completions";
   req.headers = auth_headers(o);
   req.set_header("Content-Type", "application/json");
   req.body = body.dump();
@@ -94,13 +113,19 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
       error = j["error"].value("message", std::string("error event"));
       return;
     }
-    if (!got_first && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
-      got_first = true;
-      s.ttft_s = since(t0);
+    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+      if (!got_first) got_first = true, s.ttft_s = since(t0);
+      const json& c = j["choices"][0];
+      const json* piece = c.contains("delta") ? &c["delta"] : &c;
+      if (text != nullptr && piece->is_object() && piece->contains("content") && (*piece)["content"].is_string())
+        *text += (*piece)["content"].get<std::string>();
+      if (text != nullptr && piece->is_object() && piece->contains("text") && (*piece)["text"].is_string())
+        *text += (*piece)["text"].get<std::string>();
     }
     if (j.contains("usage") && j["usage"].is_object()) {
       const json& u = j["usage"];
       s.completion_tokens = u.value("completion_tokens", 0u);
+      s.prompt_tokens = u.value("prompt_tokens", s.prompt_tokens);
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
         s.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
     }
@@ -197,7 +222,30 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
   size_t done = 0;
   const auto t0 = Clock::now();
 
+  auto chat_loop = [&](uint32_t u) {
+    auto client = make_client(o);
+    json messages = json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}}});
+    const std::string own = synth_text(o.seed, 2, u, 0, o.history_tokens);
+    for (uint32_t r = 0; r < o.rounds; ++r) {
+      const size_t k = size_t(r) * o.users + u;
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(double(k) / o.qps)));
+      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+      const std::string question = synth_text(o.seed, 3, u, r, o.question_tokens);
+      messages.push_back({{"role", "user"}, {"content", r == 0 && !own.empty() ? own + "\n\n" + question : question}});
+      std::string reply;
+      LoadgenSample s = send_one(*client, o, model, json{{"messages", messages}}, &reply);
+      s.user = u, s.round = r;
+      messages.push_back({{"role", "assistant"}, {"content", reply}});  // the server's own reply, as a client would
+      std::lock_guard lk(mu);
+      result.samples[k] = std::move(s);
+      sent[k] = 1;
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
   auto user_loop = [&](uint32_t u) {
+    if (o.chat) return chat_loop(u);
     auto client = make_client(o);
     std::vector<int32_t> prompt = system;
     const auto own = synth_tokens(o.seed, 2, u, 0, o.history_tokens, vocab);
@@ -209,7 +257,7 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
       if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
       const auto question = synth_tokens(o.seed, 3, u, r, o.question_tokens, vocab);
       prompt.insert(prompt.end(), question.begin(), question.end());
-      LoadgenSample s = send_one(*client, o, model, prompt);
+      LoadgenSample s = send_one(*client, o, model, json{{"prompt", prompt}});
       s.user = u;
       s.round = r;
       const auto answer = synth_tokens(o.seed, 4, u, r, o.answer_tokens, vocab);

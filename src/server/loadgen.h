@@ -1,5 +1,6 @@
 // Loadgen: a multi-round chat workload against any OpenAI-compatible server
-// (modelled on LMCache's multi-round QA benchmark).
+// (modelled on LMCache's multi-round QA benchmark). With `chat` it drives
+// /v1/chat/completions with text messages instead (see LoadgenOptions::chat).
 //
 // `users` conversations run side by side. Every prompt of user u, round r is
 //   system prompt (shared by all users) + u's own history
@@ -38,6 +39,9 @@ struct LoadgenOptions {
   uint64_t seed = 1;
   uint32_t vocab_size = 0;         // 0: from /v1/models (kvtier.vocab_size), else 256
   double timeout_s = 600;          // per request
+  bool chat = false;               // /v1/chat/completions with text conversations: the *_tokens sizes
+                                   // count words of synthetic sentences, and each assistant turn is the
+                                   // server's own reply
 
   Status validate() const;
 };

@@ -522,6 +522,19 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   EXPECT_EQ(chunks.front()["object"], "chat.completion.chunk");
   EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
   EXPECT_EQ(chunks.back()["choices"][0]["finish_reason"], "length");
+
+  // `kvtier loadgen --chat`: text conversations whose assistant turns are the server's replies.
+  server::LoadgenOptions lo;
+  lo.url = "http://127.0.0.1:" + std::to_string(s.port());
+  lo.chat = true;
+  lo.users = 2, lo.rounds = 3, lo.system_prompt_tokens = 200, lo.history_tokens = 50, lo.question_tokens = 30;
+  lo.answer_tokens = 8;
+  auto run = server::run_loadgen(lo);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  const auto summary = server::summarize(*run);
+  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
+  EXPECT_EQ(summary.requests, 6u);
+  EXPECT_GT(summary.cached_share, 0.5);
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
