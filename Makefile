@@ -32,11 +32,14 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # The demo's model: the `small` preset's synthetic weights with a real vocabulary
-# (Llama 2's SentencePiece tokenizer, tests/data/vocab), so its table shows real text.
-DEMO_MODEL := $(BUILD)/demo-small-llama-spm.gguf
+# and chat template (Qwen2's tokenizer, Qwen2.5's template; tests/data), so the
+# demo is a chat and its table shows real text.
+DEMO_MODEL := $(BUILD)/demo-small-qwen2-chat.gguf
 
 demo: build
-	@test -f $(DEMO_MODEL) || ./$(BUILD)/tools/kvtier model make --preset small --vocab tests/data/vocab/ggml-vocab-llama-spm.gguf --out $(DEMO_MODEL)
+	@test -f $(DEMO_MODEL) || ./$(BUILD)/tools/kvtier model make --preset small --dtype f16 \
+	  --vocab tests/data/vocab/ggml-vocab-qwen2.gguf \
+	  --chat-template tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja --out $(DEMO_MODEL)
 	./$(BUILD)/tools/kvtier demo --model $(DEMO_MODEL) --disk-dir $(BUILD)/demo-cache
 
 bench: build

@@ -1,5 +1,7 @@
 #include "runtime/demo.h"
 
+#include "runtime/chat_prompt.h"
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <cctype>
@@ -86,13 +88,77 @@ void draw_progress(std::FILE* f, size_t done, size_t total) {
   std::fflush(f);
 }
 
-}  // namespace
+// One conversation's history. With a chat template its messages are rendered
+// by ChatPrompts (which gives answers back as their own ids); without one,
+// the history is the plain concatenation of token ids.
+struct Conversation {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  std::vector<TokenId> ids;
+  std::string rendered;  // chat: the last prompt's text
+};
 
-Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* progress) {
-  KVTIER_RETURN_IF_ERROR(o.validate());
-  std::error_code ec;
-  std::filesystem::remove_all(o.disk_dir, ec);
+Result<std::vector<TokenId>> next_prompt(Conversation& conv, const ChatPrompts* chat, const Prose& user) {
+  if (chat == nullptr) {
+    conv.ids.insert(conv.ids.end(), user.ids.begin(), user.ids.end());
+    return conv.ids;
+  }
+  conv.messages.push_back({{"role", "user"}, {"content", user.text}});
+  return chat->build(conv.messages, conv.rendered);
+}
 
+void add_answer(Conversation& conv, ChatPrompts* chat, const TextCodec& codec, std::span<const TokenId> prompt,
+                const std::vector<TokenId>& answer) {
+  if (chat == nullptr) {
+    conv.ids.insert(conv.ids.end(), answer.begin(), answer.end());
+    return;
+  }
+  const std::string reply = codec.detokenize(answer);
+  std::vector<TokenId> all(prompt.begin(), prompt.end());
+  all.insert(all.end(), answer.begin(), answer.end());
+  chat->remember(conv.rendered, reply, std::move(all));
+  conv.messages.push_back({{"role", "assistant"}, {"content", reply}});
+}
+
+DemoTurn record_turn(uint32_t c, uint32_t turn, size_t prompt_tokens, const Answer& hit, const Answer& none,
+                     DemoResult& res) {
+  DemoTurn t;
+  t.conversation = c;
+  t.turn = turn;
+  t.prompt_tokens = static_cast<uint32_t>(prompt_tokens);
+  for (int k = 0; k < kNumTiers; ++k) {
+    t.cached_by_tier[k] = hit.report.cached_tokens_by_tier[k];
+    res.cached_by_tier[k] += hit.report.cached_tokens_by_tier[k];
+    res.bytes_loaded_by_tier[k] += hit.report.bytes_loaded_by_tier[k];
+  }
+  t.ttft_cache_s = hit.report.ttft_s;
+  t.ttft_nocache_s = none.report.ttft_s;
+  t.same_output = hit.tokens == none.tokens;
+  res.all_same &= t.same_output;
+  res.ttft_cache_s += t.ttft_cache_s;
+  res.ttft_nocache_s += t.ttft_nocache_s;
+  res.prompt_tokens += t.prompt_tokens;
+  res.turns.push_back(t);
+  return t;
+}
+
+void print_turn(std::FILE* out, std::FILE* progress, const DemoTurn& t, const std::string& user, const std::string& answer) {
+  if (!out) return;
+  char cached_s[32];
+  std::snprintf(cached_s, sizeof(cached_s), "%u/%u/%u", t.cached_by_tier[0], t.cached_by_tier[1], t.cached_by_tier[2]);
+  if (progress) std::fputc('\r', progress);
+  std::fprintf(out, "%-5u %-4u %7u  %21s  %8.1f ms %8.1f ms %7.1fx  %-5s %s ... -> %s\n", t.conversation, t.turn + 1,
+               t.prompt_tokens, cached_s, t.ttft_cache_s * 1e3, t.ttft_nocache_s * 1e3,
+               t.ttft_cache_s > 0 ? t.ttft_nocache_s / t.ttft_cache_s : 0.0, t.same_output ? "yes" : "NO",
+               snippet(user, 24).c_str(), snippet(answer, 24).c_str());
+  std::fflush(out);
+}
+
+struct DemoRuntimes {
+  std::unique_ptr<Runtime> cached, plain;
+};
+
+// The runtime with the tiered cache, and one without any cache (the baseline).
+Result<DemoRuntimes> make_runtimes(const DemoOptions& o) {
   RuntimeOptions ro;
   ro.model = o.model;
   ro.device = o.device;
@@ -101,31 +167,50 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
   ro.host_bytes = o.host_bytes;
   ro.disk_bytes = o.disk_bytes;
   ro.disk_dir = o.disk_dir;
-  if (out) std::fprintf(out, "kvtier demo: model %s, starting a runtime with the tiered cache (calibrating)...\n", o.model.c_str());
-  KVTIER_ASSIGN_OR_RETURN(auto cached, Runtime::create(ro));
+  DemoRuntimes r;
+  KVTIER_ASSIGN_OR_RETURN(r.cached, Runtime::create(ro));
   RuntimeOptions base = ro;
   base.cache_enabled = false;
   base.disk_dir.clear();
   base.host_bytes = 0;
-  const size_t max_prompt = o.system_tokens + size_t(o.turns) * (o.user_tokens + o.answer_tokens) + 64;
+  const size_t max_prompt = o.system_tokens + size_t(o.turns) * (o.user_tokens + o.answer_tokens) + 256;
   base.device_bytes = std::max<size_t>(o.device_bytes, max_prompt * (size_t(64) << 10));  // one sequence always fits (64 KiB/token covers the presets)
-  KVTIER_ASSIGN_OR_RETURN(auto plain, Runtime::create(base));
-  const TextCodec& codec = cached->model().text;
+  KVTIER_ASSIGN_OR_RETURN(r.plain, Runtime::create(base));
+  return r;
+}
 
-  if (out) {
-    auto cfg = nlohmann::json::parse(cached->stats_json());
-    std::fprintf(out,
-                 "  %u conversations x %u turns, system prompt %u tokens, user turns %u tokens, answers %u tokens\n"
-                 "  device pool %.0f MiB, host tier %.0f MiB, disk tier %s (cost profile: %s)\n\n",
-                 o.conversations, o.turns, o.system_tokens, o.user_tokens, o.answer_tokens, o.device_bytes / 1048576.0,
-                 o.host_bytes / 1048576.0, o.disk_dir.c_str(), cfg["profile"].value("source", "").c_str());
-    std::fprintf(out, "%-5s %-4s %7s  %21s  %11s %11s %8s  %-5s %s\n", "conv", "turn", "prompt", "cached dev/host/disk",
-                 "TTFT cache", "TTFT none", "speed-up", "same", "user says ... -> model answers");
-  }
+void print_header(std::FILE* out, const DemoOptions& o, Runtime& rt, bool chat) {
+  if (!out) return;
+  auto cfg = nlohmann::json::parse(rt.stats_json());
+  std::fprintf(out,
+               "  %u conversations x %u turns, system prompt %u tokens, user turns %u tokens, answers %u tokens%s\n"
+               "  device pool %.0f MiB, host tier %.0f MiB, disk tier %s (cost profile: %s)\n\n",
+               o.conversations, o.turns, o.system_tokens, o.user_tokens, o.answer_tokens,
+               chat ? ", prompts rendered with the model's chat template" : "", o.device_bytes / 1048576.0,
+               o.host_bytes / 1048576.0, o.disk_dir.c_str(), cfg["profile"].value("source", "").c_str());
+  std::fprintf(out, "%-5s %-4s %7s  %21s  %11s %11s %8s  %-5s %s\n", "conv", "turn", "prompt", "cached dev/host/disk",
+               "TTFT cache", "TTFT none", "speed-up", "same", "user says ... -> model answers");
+}
+
+}  // namespace
+
+Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* progress) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  std::error_code ec;
+  std::filesystem::remove_all(o.disk_dir, ec);
+  if (out) std::fprintf(out, "kvtier demo: model %s, starting a runtime with the tiered cache (calibrating)...\n", o.model.c_str());
+  KVTIER_ASSIGN_OR_RETURN(DemoRuntimes rts, make_runtimes(o));
+  const TextCodec& codec = rts.cached->model().text;
+  KVTIER_ASSIGN_OR_RETURN(ChatPrompts chat_prompts, ChatPrompts::create(codec, codec.chat_template));
+  ChatPrompts* chat = chat_prompts.has_template() ? &chat_prompts : nullptr;
+  print_header(out, o, *rts.cached, chat != nullptr);
 
   std::mt19937_64 rng(o.seed);
   const Prose system = prose(rng, codec, o.system_tokens, true);
-  std::vector<std::vector<TokenId>> history(o.conversations, system.ids);
+  Conversation start;
+  start.ids = system.ids;
+  start.messages.push_back({{"role", "system"}, {"content", system.text}});
+  std::vector<Conversation> conversations(o.conversations, start);
   DemoResult res;
   res.text_bytes = system.text.size(), res.text_tokens = system.ids.size();
   const size_t total = size_t(o.conversations) * o.turns;
@@ -134,43 +219,16 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
     for (uint32_t c = 0; c < o.conversations; ++c) {
       const Prose user = prose(rng, codec, o.user_tokens, false);
       res.text_bytes += user.text.size(), res.text_tokens += user.ids.size();
-      auto& prompt = history[c];
-      prompt.insert(prompt.end(), user.ids.begin(), user.ids.end());
-      KVTIER_ASSIGN_OR_RETURN(Answer none, ask(*plain, prompt, o.answer_tokens));
-      KVTIER_ASSIGN_OR_RETURN(Answer hit, ask(*cached, prompt, o.answer_tokens));
-      DemoTurn t;
-      t.conversation = c;
-      t.turn = turn;
-      t.prompt_tokens = static_cast<uint32_t>(prompt.size());
-      for (int k = 0; k < kNumTiers; ++k) {
-        t.cached_by_tier[k] = hit.report.cached_tokens_by_tier[k];
-        res.cached_by_tier[k] += hit.report.cached_tokens_by_tier[k];
-        res.bytes_loaded_by_tier[k] += hit.report.bytes_loaded_by_tier[k];
-      }
-      t.ttft_cache_s = hit.report.ttft_s;
-      t.ttft_nocache_s = none.report.ttft_s;
-      t.same_output = hit.tokens == none.tokens;
-      res.all_same &= t.same_output;
-      res.ttft_cache_s += t.ttft_cache_s;
-      res.ttft_nocache_s += t.ttft_nocache_s;
-      res.prompt_tokens += t.prompt_tokens;
-      res.turns.push_back(t);
-      prompt.insert(prompt.end(), hit.tokens.begin(), hit.tokens.end());  // the answer joins the history
-      if (out) {
-        char cached_s[32];
-        std::snprintf(cached_s, sizeof(cached_s), "%u/%u/%u", t.cached_by_tier[0], t.cached_by_tier[1],
-                      t.cached_by_tier[2]);
-        if (progress) std::fputc('\r', progress);
-        std::fprintf(out, "%-5u %-4u %7u  %21s  %8.1f ms %8.1f ms %7.1fx  %-5s %s ... -> %s\n", c, turn + 1,
-                     t.prompt_tokens, cached_s, t.ttft_cache_s * 1e3, t.ttft_nocache_s * 1e3,
-                     t.ttft_cache_s > 0 ? t.ttft_nocache_s / t.ttft_cache_s : 0.0, t.same_output ? "yes" : "NO",
-                     snippet(user.text, 24).c_str(), snippet(codec.detokenize(hit.tokens), 24).c_str());
-        std::fflush(out);
-      }
+      KVTIER_ASSIGN_OR_RETURN(const std::vector<TokenId> prompt, next_prompt(conversations[c], chat, user));
+      KVTIER_ASSIGN_OR_RETURN(Answer none, ask(*rts.plain, prompt, o.answer_tokens));
+      KVTIER_ASSIGN_OR_RETURN(Answer hit, ask(*rts.cached, prompt, o.answer_tokens));
+      const DemoTurn t = record_turn(c, turn, prompt.size(), hit, none, res);
+      add_answer(conversations[c], chat, codec, prompt, hit.tokens);  // the answer joins the history
+      print_turn(out, progress, t, user.text, codec.detokenize(hit.tokens));
       draw_progress(progress, res.turns.size(), total);
     }
   }
-  auto stats = nlohmann::json::parse(cached->stats_json());
+  auto stats = nlohmann::json::parse(rts.cached->stats_json());
   res.plan_in_place = stats["planner_pages"]["in_place"];
   res.plan_load = stats["planner_pages"]["load"];
   res.plan_recompute = stats["planner_pages"]["recompute"];

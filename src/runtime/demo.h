@@ -1,7 +1,9 @@
 // The main job (`kvtier demo`, what `make demo` runs): an in-process
 // multi-turn chat workload. Several conversations share a long system prompt
 // (English prose, tokenized by the model's own tokenizer; `make demo` uses a
-// model carrying a real vocabulary); every turn appends a user message and the model's
+// model carrying a real vocabulary and chat template, and then every prompt is
+// the template's rendering of the conversation, through ChatPrompts as the
+// server does); every turn appends a user message and the model's
 // answer to its history. The same prompts run through a Runtime with the
 // tiered cache (device pool and host tier sized so older conversations fall
 // to disk) and through one without any cache; per turn and in total it

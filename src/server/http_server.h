@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "server/chat_prompt.h"
+#include "runtime/chat_prompt.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"

@@ -1,5 +1,6 @@
-// ChatPrompts: turns a chat's messages into prompt tokens for
-// /v1/chat/completions, and keeps multi-turn chats on the prefix cache.
+// ChatPrompts: turns a chat's messages into prompt tokens (for the server's
+// /v1/chat/completions and the demo), and keeps multi-turn chats on the
+// prefix cache.
 //
 // build() renders the chat template (the --chat-template file, or the
 // model's tokenizer.chat_template) with add_generation_prompt, the model's
@@ -32,7 +33,7 @@
 #include "runtime/runtime.h"
 #include "text/chat_template.h"
 
-namespace kvtier::server {
+namespace kvtier {
 
 class ChatPrompts {
  public:
@@ -68,4 +69,4 @@ class ChatPrompts {
   std::unique_ptr<Memo> memo_;
 };
 
-}  // namespace kvtier::server
+}  // namespace kvtier

@@ -1,8 +1,8 @@
-#include "server/chat_prompt.h"
+#include "runtime/chat_prompt.h"
 
 #include <xxhash.h>
 
-namespace kvtier::server {
+namespace kvtier {
 namespace {
 
 uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
@@ -82,4 +82,4 @@ uint64_t ChatPrompts::spliced() const {
   return memo_->spliced;
 }
 
-}  // namespace kvtier::server
+}  // namespace kvtier
