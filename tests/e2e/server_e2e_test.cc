@@ -10,7 +10,9 @@
 
 #include "e2e/prom_check.h"
 #include "e2e/server_process.h"
+#include "engine/gguf.h"
 #include "server/loadgen.h"
+#include "text/tokenizer.h"
 
 namespace kvtier::testing {
 namespace {
@@ -358,14 +360,18 @@ TEST(ServerE2E, RestartServesAPrefixFromDisk) {
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
-}  // namespace
-}  // namespace kvtier::testing
-
-#include "engine/gguf.h"
-#include "text/tokenizer.h"
-
-namespace kvtier::testing {
-namespace {
+// A model file with the tiny preset's weights and the tokenizer (and chat
+// template) of a fixture, made with `kvtier model make --vocab` as a user would.
+std::string make_vocab_model(const TempDir& dir, const std::string& vocab, const std::string& chat_template = "") {
+  const char* env = std::getenv("KVTIER_SOURCE_DIR");
+  const std::string src = env ? env : ".";
+  const std::string model = dir.str() + "/tiny-" + vocab + ".gguf";
+  std::string make = kvtier_binary() + " model make --preset tiny --vocab " + src + "/tests/data/vocab/ggml-vocab-" + vocab +
+                     ".gguf --out " + model;
+  if (!chat_template.empty()) make += " --chat-template " + src + "/tests/data/chat-templates/" + chat_template;
+  EXPECT_EQ(std::system((make + " > /dev/null 2>&1").c_str()), 0) << make;
+  return model;
+}
 
 // A model carrying a real vocabulary (Qwen2's, tests/data/vocab), made with
 // `kvtier model make --vocab`: the server tokenizes text as the vocabulary's
@@ -373,13 +379,10 @@ namespace {
 // with logprobs, the echoed prompt and token ids.
 TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
   TempDir dir;
+  const std::string model = make_vocab_model(dir, "qwen2");
   const char* src = std::getenv("KVTIER_SOURCE_DIR");
   ASSERT_NE(src, nullptr);
-  const std::string vocab_file = std::string(src) + "/tests/data/vocab/ggml-vocab-qwen2.gguf";
-  const std::string model = dir.str() + "/tiny-qwen2.gguf";
-  const std::string make = kvtier_binary() + " model make --preset tiny --vocab " + vocab_file + " --out " + model + " > /dev/null 2>&1";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
-  auto vocab = engine::load_gguf_vocab(vocab_file);
+  auto vocab = engine::load_gguf_vocab(std::string(src) + "/tests/data/vocab/ggml-vocab-qwen2.gguf");
   ASSERT_TRUE(vocab.ok());
   auto tok = text::Tokenizer::create(*vocab);
   ASSERT_TRUE(tok.ok());
@@ -448,24 +451,13 @@ TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
-}  // namespace
-}  // namespace kvtier::testing
-
-namespace kvtier::testing {
-namespace {
-
 // /v1/chat/completions on a model carrying Qwen2's vocabulary and Qwen2.5's
 // chat template: multi-turn, each turn's prompt is found in the cache for at
 // least 95 % of the previous turn's prompt plus reply; streaming sends the
 // role first, then content, then the finish reason.
 TEST(ServerE2E, ChatTurnsHitTheCache) {
   TempDir dir;
-  const std::string src = std::getenv("KVTIER_SOURCE_DIR") ? std::getenv("KVTIER_SOURCE_DIR") : ".";
-  const std::string model = dir.str() + "/tiny-qwen-chat.gguf";
-  const std::string make = kvtier_binary() + " model make --preset tiny --vocab " + src +
-                           "/tests/data/vocab/ggml-vocab-qwen2.gguf --chat-template " + src +
-                           "/tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja --out " + model + " > /dev/null 2>&1";
-  ASSERT_EQ(std::system(make.c_str()), 0) << make;
+  const std::string model = make_vocab_model(dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja");
   ServerProcess s;
   auto args = base_args(dir.str() + "/cache");
   args[1] = model;
