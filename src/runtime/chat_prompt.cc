@@ -56,8 +56,11 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
   return best;
 }
 
-void ChatPrompts::remember(const std::string& rendered, const std::string& reply_text, std::vector<TokenId> ids) {
-  if (ids.size() > kMaxTokens) return;
+void ChatPrompts::remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
+                           std::span<const TokenId> reply) {
+  if (prompt.size() + reply.size() > kMaxTokens) return;
+  std::vector<TokenId> ids(prompt.begin(), prompt.end());
+  ids.insert(ids.end(), reply.begin(), reply.end());
   const uint64_t key = text_hash(rendered + reply_text);
   std::lock_guard lk(memo_->mu);
   Memo& m = *memo_;

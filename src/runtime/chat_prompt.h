@@ -24,6 +24,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -45,8 +46,9 @@ class ChatPrompts {
   bool has_template() const { return tmpl_.has_value(); }
   // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
   Result<std::vector<TokenId>> build(const nlohmann::ordered_json& messages, std::string& rendered) const;
-  // A finished reply: `rendered` + `reply_text` is the whole text, `ids` its tokens (prompt and reply).
-  void remember(const std::string& rendered, const std::string& reply_text, std::vector<TokenId> ids);
+  // A finished reply: `rendered` (its prompt's text, whose tokens are `prompt`) then `reply_text` (`reply`).
+  void remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
+                std::span<const TokenId> reply);
 
   // Statistics for tests and metrics: builds that reused remembered ids.
   uint64_t spliced() const;

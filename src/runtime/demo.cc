@@ -113,9 +113,7 @@ void add_answer(Conversation& conv, ChatPrompts* chat, const TextCodec& codec, s
     return;
   }
   const std::string reply = codec.detokenize(answer);
-  std::vector<TokenId> all(prompt.begin(), prompt.end());
-  all.insert(all.end(), answer.begin(), answer.end());
-  chat->remember(conv.rendered, reply, std::move(all));
+  chat->remember(conv.rendered, reply, prompt, answer);
   conv.messages.push_back({{"role", "assistant"}, {"content", reply}});
 }
 

@@ -313,19 +313,13 @@ void HttpServer::respond(httplib::Response& res, Generation gen) {
   const TextCodec& codec = scheduler_->model().text;
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
   if (chat) {
-    remember_reply(gen, v.delta, v.tokens.ids);
+    chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids);
     return res.set_content(chat_completion_json(meta, v.delta, v.finish_reason, v.usage, &detail), kJson);
   }
   // echo: the prompt as the model's tokens spell it, then the completion.
   const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;
   if (creq.echo) detail.prompt = creq.prompt;
   res.set_content(completion_json(meta, text, v.finish_reason, v.usage, &detail), kJson);
-}
-
-void HttpServer::remember_reply(const Generation& gen, const std::string& reply, const std::vector<TokenId>& ids) {
-  std::vector<TokenId> all = gen.request.prompt;
-  all.insert(all.end(), ids.begin(), ids.end());
-  chat_->remember(gen.rendered, reply, std::move(all));
 }
 
 void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation> gen,
@@ -384,7 +378,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
             if (request.stream_include_usage)
               out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
                                     : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
-            if (chat) remember_reply(*gen, p.text, p.ids);
+            if (chat) chat_->remember(gen->rendered, p.text, gen->request.prompt, p.ids);
           }
           out += "data: [DONE]\n\n";
         }

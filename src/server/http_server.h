@@ -56,7 +56,6 @@ class HttpServer {
   void respond(httplib::Response& res, Generation gen);
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
               const CompletionMeta& meta);
-  void remember_reply(const Generation& gen, const std::string& reply, const std::vector<TokenId>& ids);
 
   ServerConfig config_;
   Scheduler* scheduler_;

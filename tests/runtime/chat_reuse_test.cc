@@ -76,11 +76,9 @@ std::vector<TurnFigure> run_chat(Runtime& rt, ChatPrompts& chat, bool with_syste
     while (reply.size() < 16) reply.push_back((*rt.decode(std::span(&s->seq, 1)))[0]);
     rt.finish(s->seq);
     const std::string reply_text = codec.detokenize(reply);
-    std::vector<TokenId> all = *prompt;
-    all.insert(all.end(), reply.begin(), reply.end());
-    chat.remember(rendered, reply_text, all);
+    chat.remember(rendered, reply_text, *prompt, reply);
     messages.push_back({{"role", "assistant"}, {"content", reply_text}});
-    previous = uint32_t(all.size());
+    previous = uint32_t(prompt->size() + reply.size());
     previous_text = rendered + reply_text;
   }
   return figures;

@@ -156,9 +156,9 @@ TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   std::vector<TokenId> reply_ids = plain("Hel");
   for (TokenId id : plain("lo world")) reply_ids.push_back(id);
   ASSERT_NE(reply_ids, plain(reply));
+  prompts_->remember(r1, reply, *p1, reply_ids);
   std::vector<TokenId> all = *p1;
   all.insert(all.end(), reply_ids.begin(), reply_ids.end());
-  prompts_->remember(r1, reply, all);
 
   messages.push_back({{"role", "assistant"}, {"content", reply}});
   messages.push_back({{"role", "user"}, {"content", "More?"}});
