@@ -10,16 +10,20 @@ uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text
 }  // namespace
 
 Result<ChatPrompts> ChatPrompts::create(const TextCodec& codec, const std::string& template_source) {
-  if (template_source.empty()) return ChatPrompts(&codec, std::nullopt);
+  if (template_source.empty())
+    return unavailable(codec, "this model has no chat template (tokenizer.chat_template); start the server with "
+                              "--chat-template FILE");
   auto tmpl = text::ChatTemplate::parse(template_source);
   if (!tmpl.ok()) return Status::InvalidArgument("chat template: " + tmpl.status().message());
-  return ChatPrompts(&codec, std::move(tmpl).value());
+  return ChatPrompts(&codec, std::move(tmpl).value(), {});
+}
+
+ChatPrompts ChatPrompts::unavailable(const TextCodec& codec, std::string reason) {
+  return ChatPrompts(&codec, std::nullopt, std::move(reason));
 }
 
 Result<std::vector<TokenId>> ChatPrompts::build(const nlohmann::ordered_json& messages, std::string& rendered) const {
-  if (!tmpl_)
-    return Status::InvalidArgument("this model has no chat template (tokenizer.chat_template); start the server with "
-                                   "--chat-template FILE");
+  if (!tmpl_) return Status::InvalidArgument(unavailable_);
   nlohmann::ordered_json context = {{"messages", messages},
                                     {"add_generation_prompt", true},
                                     {"bos_token", codec_->bos_token},
@@ -64,9 +68,10 @@ void ChatPrompts::remember(const std::string& rendered, const std::string& reply
   const uint64_t key = text_hash(rendered + reply_text);
   std::lock_guard lk(memo_->mu);
   Memo& m = *memo_;
-  if (auto it = m.ids.find(key); it != m.ids.end()) {
-    m.tokens -= it->second.size();
-    m.ids.erase(it);
+  if (auto it = m.ids.find(key); it != m.ids.end()) {  // already queued: replace in place
+    m.tokens = m.tokens - it->second.size() + ids.size();
+    it->second = std::move(ids);
+    return;
   }
   while (!m.order.empty() && m.tokens + ids.size() > kMaxTokens) {
     if (auto it = m.ids.find(m.order.front()); it != m.ids.end()) {

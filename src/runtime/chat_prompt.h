@@ -42,6 +42,8 @@ class ChatPrompts {
 
   // `template_source` empty: chat requests fail with a message saying how to give one.
   static Result<ChatPrompts> create(const TextCodec& codec, const std::string& template_source);
+  // Chat requests fail with `reason` (e.g. the model's template did not parse).
+  static ChatPrompts unavailable(const TextCodec& codec, std::string reason);
 
   bool has_template() const { return tmpl_.has_value(); }
   // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
@@ -62,12 +64,13 @@ class ChatPrompts {
     uint64_t spliced = 0;
   };
 
-  ChatPrompts(const TextCodec* codec, std::optional<text::ChatTemplate> tmpl)
-      : codec_(codec), tmpl_(std::move(tmpl)), memo_(std::make_unique<Memo>()) {}
+  ChatPrompts(const TextCodec* codec, std::optional<text::ChatTemplate> tmpl, std::string unavailable)
+      : codec_(codec), tmpl_(std::move(tmpl)), unavailable_(std::move(unavailable)), memo_(std::make_unique<Memo>()) {}
   std::optional<std::vector<TokenId>> splice(const nlohmann::ordered_json& messages, const std::string& rendered) const;
 
   const TextCodec* codec_;
   std::optional<text::ChatTemplate> tmpl_;
+  std::string unavailable_;  // why build() fails when there is no template
   std::unique_ptr<Memo> memo_;
 };
 

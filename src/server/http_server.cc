@@ -114,11 +114,8 @@ Status HttpServer::load_chat_template() {
   }
   auto prompts = ChatPrompts::create(codec, source);
   if (!prompts.ok() && !config_.chat_template_file.empty()) return prompts.status();
-  if (!prompts.ok()) {
-    chat_template_error_ = prompts.status().message();
-    prompts = ChatPrompts::create(codec, "");
-  }
-  chat_ = std::make_unique<ChatPrompts>(std::move(prompts).value());
+  chat_ = std::make_unique<ChatPrompts>(prompts.ok() ? std::move(prompts).value()
+                                                     : ChatPrompts::unavailable(codec, prompts.status().message()));
   return Status::Ok();
 }
 
@@ -282,7 +279,6 @@ void HttpServer::install_routes() {
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Rendered and tokenized here, on the connection's thread.
     ChatPromptBuilder build = [this](const nlohmann::ordered_json& messages, std::string& rendered) {
-      if (!chat_template_error_.empty()) return Result<std::vector<TokenId>>(Status::InvalidArgument(chat_template_error_));
       return chat_->build(messages, rendered);
     };
     auto parsed = parse_chat_request(req.body, limits_, build);

@@ -63,7 +63,6 @@ class HttpServer {
   RequestLimits limits_;
   ServerMetrics metrics_;
   std::unique_ptr<ChatPrompts> chat_;
-  std::string chat_template_error_;  // the model's template did not parse
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
 };

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <future>
 
 #include "server/text_stream.h"
@@ -17,10 +18,9 @@ double seconds_between(RequestState::Clock::time_point a, RequestState::Clock::t
 // ---------------------------------------------------------------- RequestState
 
 RequestState::View RequestState::wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout) {
-  StreamCursor cursor{offset, 0, true};
+  StreamCursor cursor{offset, SIZE_MAX, true};  // text only: no tokens are read
   View v = wait(cursor, seen_start, timeout);
   offset = cursor.text;
-  v.tokens = {};
   return v;
 }
 
