@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "sim/mooncake_trace.h"
+#include "test_data.h"
 
 namespace kvtier {
 namespace {
@@ -16,9 +17,7 @@ namespace {
 class IndexBenchOnSharedTrace : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* dir = std::getenv("KVTIER_SHARED_DIR");
-    ASSERT_NE(dir, nullptr) << "KVTIER_SHARED_DIR is not set";
-    auto t = read_mooncake_trace(std::string(dir) + "/traces/mooncake_synthetic_trace.jsonl");
+    auto t = read_mooncake_trace(testdata::mooncake_trace_path());
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     trace_ = new MooncakeTrace(std::move(t).value());
   }

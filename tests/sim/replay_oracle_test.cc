@@ -33,6 +33,7 @@
 #include <unordered_map>
 
 #include "sim/replay.h"
+#include "test_data.h"
 
 namespace kvtier {
 namespace {
@@ -265,9 +266,7 @@ TEST(ReplayOracle, SingleTierLruEqualsNaiveSimulatorOnGeneratedTraces) {
 }
 
 TEST(ReplayOracle, SingleTierLruEqualsNaiveSimulatorOnSharedTrace) {
-  const char* dir = std::getenv("KVTIER_SHARED_DIR");
-  ASSERT_NE(dir, nullptr) << "KVTIER_SHARED_DIR is not set";
-  auto t = read_replay_trace(std::string(dir) + "/traces/mooncake_synthetic_trace.jsonl", TraceReadOptions{});
+  auto t = read_replay_trace(testdata::mooncake_trace_path(), TraceReadOptions{});
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   ReplayTrace& trace = *t;
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -9,6 +9,7 @@
 
 #include "sim/mooncake_trace.h"
 #include "sim/replay.h"
+#include "test_data.h"
 
 namespace kvtier {
 namespace {
@@ -289,9 +290,7 @@ TEST(TimingModel, PresetsAndQueue) {
 class ReplayOnSharedTrace : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* dir = std::getenv("KVTIER_SHARED_DIR");
-    ASSERT_NE(dir, nullptr) << "KVTIER_SHARED_DIR is not set";
-    auto t = read_replay_trace(std::string(dir) + "/traces/mooncake_synthetic_trace.jsonl", TraceReadOptions{});
+    auto t = read_replay_trace(testdata::mooncake_trace_path(), TraceReadOptions{});
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     trace_ = new ReplayTrace(std::move(t).value());
   }
