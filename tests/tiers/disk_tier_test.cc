@@ -1,6 +1,7 @@
 // DiskTier specifics: restart, corruption, fault injection, crash consistency,
 // and the pool → host → disk → host → pool round trip.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -377,56 +378,84 @@ TEST(DiskTier, FallsBackToBufferedIoOnTmpfs) {
   for (auto& c : chunks) expect_exact(*t, c);
 }
 
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+// The crash test's child writes kCrashChunks chunks of one round, flushing after every third and
+// reporting over a pipe how many are durable; the parent kills it only after a report, so the
+// kill lands between writes on a slow (instrumented, loaded) machine as on a fast one.
 constexpr int kCrashRounds = 20;
-constexpr int kCrashMinUs = 30000, kCrashSpanUs = 120000;  // instrumented children start slowly
-#else
-constexpr int kCrashRounds = 25;
-constexpr int kCrashMinUs = 2000, kCrashSpanUs = 25000;
-#endif
+constexpr uint32_t kCrashChunks = 90;  // 45 regions: a round never reclaims its own regions
+constexpr uint32_t kCrashFlushEvery = 3;
+
+[[noreturn]] void write_until_killed(const std::string& dir, const ChunkGeometry& g, uint32_t base, int report_fd) {
+  auto t = DiskTier::create(disk_options(dir, g));
+  if (!t.ok()) _exit(3);
+  for (uint32_t written = 1; written <= kCrashChunks; ++written) {
+    auto c = make_chunk(g, test_ns(6), base + written - 1);
+    if (!(*t)->put(c.key, c.hashes, c.payload).ok()) _exit(4);
+    if (written % kCrashFlushEvery != 0) continue;
+    if (!(*t)->flush().ok()) _exit(5);
+    if (::write(report_fd, &written, sizeof written) != sizeof written) _exit(6);
+  }
+  for (;;) ::pause();  // done: wait for the kill like a busy child would
+}
+
+// Reads durable-count reports until one reaches `at_least` (or EOF when at_least is 0 and the
+// writer is gone); returns the largest count seen, 0 when the child died before reporting.
+uint32_t read_durable_reports(int fd, uint32_t at_least) {
+  uint32_t durable = 0, report = 0;
+  while (at_least == 0 || durable < at_least) {
+    pollfd pfd{.fd = fd, .events = POLLIN, .revents = 0};
+    if (::poll(&pfd, 1, 600'000) <= 0) break;  // a hung child: the assertions below say so
+    if (::read(fd, &report, sizeof report) != sizeof report) break;
+    durable = std::max(durable, report);
+  }
+  return durable;
+}
 
 TEST(DiskTier, SurvivesSigkillAtRandomMoments) {
   TempDir dir;
   auto g = small_geometry();
   std::mt19937 rng(12345);
-  uint64_t served = 0;
   for (int round = 0; round < kCrashRounds; ++round) {
     const uint32_t base = round * 100000;
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
-    if (pid == 0) {  // child: write and flush chunks until killed
-      auto t = DiskTier::create(disk_options(dir.path(), g));
-      if (!t.ok()) _exit(3);
-      for (uint32_t i = base;; ++i) {
-        auto c = make_chunk(g, test_ns(6), i);
-        if (!(*t)->put(c.key, c.hashes, c.payload).ok()) _exit(4);
-        if (i % 3 == 0 && !(*t)->flush().ok()) _exit(5);
-      }
+    if (pid == 0) {
+      ::close(fds[0]);
+      write_until_killed(dir.path(), g, base, fds[1]);
     }
-    ::usleep(kCrashMinUs + rng() % kCrashSpanUs);
+    ::close(fds[1]);
+    // Kill after a random number of durable flushes, then a random short delay lands it mid-write.
+    const uint32_t target = kCrashFlushEvery * (1 + rng() % (kCrashChunks / kCrashFlushEvery));
+    uint32_t durable = read_durable_reports(fds[0], target);
+    ::usleep(rng() % 2000);
     ::kill(pid, SIGKILL);
     int wstatus = 0;
     ::waitpid(pid, &wstatus, 0);
+    durable = std::max(durable, read_durable_reports(fds[0], 0));  // reports sent before the kill
+    ::close(fds[0]);
     ASSERT_TRUE(WIFSIGNALED(wstatus)) << "child exited early with " << WEXITSTATUS(wstatus);
+    ASSERT_GE(durable, target) << "round " << round << ": the child was killed before its flushes were reported";
     auto t = DiskTier::create(disk_options(dir.path(), g));
     ASSERT_TRUE(t.ok()) << t.status().to_string();
-    // Everything the index serves is bit-exact; durable chunks form a prefix per round.
+    // What is served is bit-exact and a prefix of what was written, holding every reported-durable chunk.
     std::vector<std::byte> out(g.max_payload_bytes());
-    uint32_t misses = 0;
-    for (uint32_t i = base; misses < 8; ++i) {
-      auto c = make_chunk(g, test_ns(6), i);
+    uint32_t served = 0;
+    for (uint32_t i = 0; i < kCrashChunks; ++i) {
+      auto c = make_chunk(g, test_ns(6), base + i);
       auto r = (*t)->get(c.key, out);
       if (!r.ok()) {
         ASSERT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().to_string();
-        ++misses;
         continue;
       }
+      ASSERT_EQ(i, served) << "round " << round << ": chunk " << i << " served after a gap at " << served;
       ASSERT_TRUE(std::equal(c.payload.begin(), c.payload.end(), out.begin())) << "round " << round << " chunk " << i;
       ++served;
     }
+    EXPECT_GE(served, durable) << "round " << round << ": a chunk reported durable was lost";
     EXPECT_EQ((*t)->stats().checksum_failures, (*t)->open_report().dropped_corrupt);
   }
-  EXPECT_GT(served, 0u);
 }
 
 TEST(DiskTier, PoolToHostToDiskToHostToPoolIsBitExact) {
