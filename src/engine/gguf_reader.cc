@@ -11,7 +11,10 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <initializer_list>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/gguf.h"
 #include "engine/gguf_format.h"
@@ -70,6 +73,18 @@ struct TensorInfo {
   uint64_t count = 0;
 };
 
+// The fewest bytes one value of type `t` takes in the file.
+uint64_t min_encoded_bytes(ValueType t) {
+  switch (t) {
+    case ValueType::kU8: case ValueType::kI8: case ValueType::kBool: return 1;
+    case ValueType::kU16: case ValueType::kI16: return 2;
+    case ValueType::kU32: case ValueType::kI32: case ValueType::kF32: return 4;
+    case ValueType::kU64: case ValueType::kI64: case ValueType::kF64: case ValueType::kString: return 8;  // strings: the length
+    case ValueType::kArray: return 12;  // element type and count
+  }
+  return 1;
+}
+
 class Cursor {
  public:
   Cursor(const uint8_t* p, size_t n, std::string_view what) : p_(p), n_(n), what_(what) {}
@@ -126,9 +141,10 @@ class Cursor {
         KVTIER_RETURN_IF_ERROR(pod(count, "array length"));
         if (et > uint32_t(ValueType::kF64)) return corrupt("array of unknown value type " + std::to_string(et));
         v.elem = ValueType(et);
-        // Every element takes at least one byte (strings eight): refuse lengths the file cannot hold.
-        const uint64_t min_bytes = v.elem == ValueType::kString || v.elem == ValueType::kArray ? 8 : 1;
-        if (count > remaining() / min_bytes) return corrupt("truncated file: array of " + std::to_string(count) + " elements past the end");
+        // Refuse lengths the file cannot hold before reserving anything: what
+        // is kept is then bounded by a small multiple of the file size.
+        if (count > remaining() / min_encoded_bytes(v.elem))
+          return corrupt("truncated file: array of " + std::to_string(count) + " elements past the end");
         const bool keep = v.elem != ValueType::kArray;
         if (keep && v.elem == ValueType::kString) v.strs.reserve(size_t(count));
         if (keep && v.elem != ValueType::kString) v.nums.reserve(size_t(count));
@@ -193,8 +209,10 @@ class Parser {
       return unsupported("GGUF version " + std::to_string(version) + " is not supported (only version 3)");
     KVTIER_RETURN_IF_ERROR(cur_.pod(n_tensors, "tensor count"));
     KVTIER_RETURN_IF_ERROR(cur_.pod(n_kv, "metadata count"));
-    // Each entry takes well over 8 bytes: counts the file cannot hold are corrupt.
-    if (n_kv > cur_.remaining() / 8 || n_tensors > cur_.remaining() / 8)
+    // A metadata entry takes at least 13 bytes (key length, type, one byte),
+    // a tensor entry 32 (name length, dims, one dimension, type, offset):
+    // counts the file cannot hold are corrupt.
+    if (n_kv > cur_.remaining() / 13 || n_tensors > cur_.remaining() / 32)
       return bad("truncated file: header claims " + std::to_string(n_tensors) + " tensors and " + std::to_string(n_kv) +
                  " metadata entries, more than the file can hold");
     for (uint64_t k = 0; k < n_kv; ++k) {
@@ -269,6 +287,8 @@ class Parser {
     for (size_t k = 1; k < by_offset.size(); ++k)
       if (by_offset[k - 1]->offset + by_offset[k - 1]->nbytes > by_offset[k]->offset)
         return bad("tensors '" + by_offset[k - 1]->name + "' and '" + by_offset[k]->name + "' overlap");
+    // Disjoint ranges inside the data section: together they fit in it, so the
+    // f32 weights decoded from them take at most 128 / 34 bytes (Q8_0) per byte of file.
     return Status::Ok();
   }
 
@@ -398,19 +418,61 @@ class Parser {
 
  private:
   // Dequantises tensor `name` of shape [rows][cols] (ne = [cols, rows]; rows 0: a vector, ne = [cols]) into `dst`.
-  Status load(const std::string& name, uint64_t cols, uint64_t rows, float* dst) {
-    auto it = tensors_.find(name);
-    if (it == tensors_.end()) return bad("missing tensor '" + name + "'");
-    const TensorInfo& ti = it->second;
-    const bool shape_ok = rows == 0 ? (ti.ne.size() == 1 && ti.ne[0] == cols)
-                                    : (ti.ne.size() == 2 && ti.ne[0] == cols && ti.ne[1] == rows);
-    if (!shape_ok) {
+  // One weight the llama graph reads: [rows][cols] (rows 0: a vector of cols).
+  struct Wanted {
+    std::string name;
+    uint64_t cols = 0, rows = 0;
+  };
+
+  static std::vector<Wanted> wanted_tensors(const ModelConfig& c) {
+    const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
+    std::vector<Wanted> w = {{"token_embd.weight", h, v}, {"output_norm.weight", h, 0}};
+    if (!c.tied_embeddings) w.push_back({"output.weight", h, v});
+    for (uint32_t i = 0; i < c.num_layers; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      for (Wanted t : std::initializer_list<Wanted>{{"attn_norm.weight", h, 0}, {"attn_q.weight", h, q},
+                                                     {"attn_k.weight", h, kv}, {"attn_v.weight", h, kv},
+                                                     {"attn_output.weight", q, h}, {"ffn_norm.weight", h, 0},
+                                                     {"ffn_gate.weight", h, f}, {"ffn_up.weight", h, f},
+                                                     {"ffn_down.weight", f, h}}) {
+        t.name = p + t.name;
+        w.push_back(std::move(t));
+      }
+    }
+    return w;
+  }
+
+  // Every tensor the model reads is present with the shape the
+  // hyper-parameters imply (tensor_table checked its type, size and data
+  // range), and there is no other. Runs before anything is allocated, so the
+  // weights allocated are bounded by the tensor bytes the file holds, however
+  // large the hyper-parameters claim to be.
+  Status check_wanted(const std::vector<Wanted>& wanted, uint32_t num_layers) const {
+    for (const Wanted& t : wanted) {
+      auto it = tensors_.find(t.name);
+      if (it == tensors_.end()) return bad("missing tensor '" + t.name + "'");
+      const TensorInfo& ti = it->second;
+      const bool shape_ok = t.rows == 0 ? (ti.ne.size() == 1 && ti.ne[0] == t.cols)
+                                        : (ti.ne.size() == 2 && ti.ne[0] == t.cols && ti.ne[1] == t.rows);
+      if (shape_ok) continue;
       std::string got;
       for (uint64_t d : ti.ne) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      return bad("tensor '" + name + "' has shape [" + got + "], expected [" + std::to_string(cols) +
-                 (rows == 0 ? "" : ", " + std::to_string(rows)) + "]");
+      return bad("tensor '" + t.name + "' has shape [" + got + "], expected [" + std::to_string(t.cols) +
+                 (t.rows == 0 ? "" : ", " + std::to_string(t.rows)) + "]");
     }
-    used_.push_back(name);
+    if (wanted.size() != tensors_.size()) {  // names are unique on both sides: some tensor is not wanted
+      std::map<std::string, bool> names;
+      for (const Wanted& t : wanted) names[t.name] = true;
+      for (const auto& [name, ti] : tensors_)
+        if (!names.count(name))
+          return unsupported("unexpected tensor '" + name + "' for a llama model with " + std::to_string(num_layers) + " layers");
+    }
+    return Status::Ok();
+  }
+
+  // Dequantises tensor `name` (checked by check_wanted) into `dst`, which holds its element count.
+  Status load(const std::string& name, float* dst) {
+    const TensorInfo& ti = tensors_.at(name);
     const uint8_t* src = reinterpret_cast<const uint8_t*>(bytes_.data()) + data_start_ + ti.offset;
     const size_t n = size_t(ti.count);
     switch (GgufType(ti.type)) {
@@ -440,15 +502,16 @@ class Parser {
 
   Result<ModelWeights> tensors(const ModelConfig& c) {
     if (tensors_.count("rope_freqs.weight")) return unsupported("RoPE frequency factors (rope_freqs.weight) are not supported");
+    KVTIER_RETURN_IF_ERROR(check_wanted(wanted_tensors(c), c.num_layers));
     const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
     ModelWeights w;
     w.token_embd.resize(v * h);
     w.output_norm.resize(h);
-    KVTIER_RETURN_IF_ERROR(load("token_embd.weight", h, v, w.token_embd.data()));
-    KVTIER_RETURN_IF_ERROR(load("output_norm.weight", h, 0, w.output_norm.data()));
+    KVTIER_RETURN_IF_ERROR(load("token_embd.weight", w.token_embd.data()));
+    KVTIER_RETURN_IF_ERROR(load("output_norm.weight", w.output_norm.data()));
     if (!c.tied_embeddings) {
       w.output.resize(v * h);
-      KVTIER_RETURN_IF_ERROR(load("output.weight", h, v, w.output.data()));
+      KVTIER_RETURN_IF_ERROR(load("output.weight", w.output.data()));
     }
     w.layers.resize(c.num_layers);
     for (uint32_t i = 0; i < c.num_layers; ++i) {
@@ -457,20 +520,15 @@ class Parser {
       l.attn_norm.resize(h), l.ffn_norm.resize(h);
       l.wqkv.resize((q + 2 * kv) * h), l.wo.resize(h * q);
       l.w_gate_up.resize(2 * f * h), l.w_down.resize(h * f);
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_norm.weight", h, 0, l.attn_norm.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_q.weight", h, q, l.wqkv.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_k.weight", h, kv, l.wqkv.data() + q * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_v.weight", h, kv, l.wqkv.data() + (q + kv) * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_output.weight", q, h, l.wo.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_norm.weight", h, 0, l.ffn_norm.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_gate.weight", h, f, l.w_gate_up.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_up.weight", h, f, l.w_gate_up.data() + f * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_down.weight", f, h, l.w_down.data()));
-    }
-    if (used_.size() != tensors_.size()) {
-      for (const auto& [name, ti] : tensors_)
-        if (std::find(used_.begin(), used_.end(), name) == used_.end())
-          return unsupported("unexpected tensor '" + name + "' for a llama model with " + std::to_string(c.num_layers) + " layers");
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_norm.weight", l.attn_norm.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_q.weight", l.wqkv.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_k.weight", l.wqkv.data() + q * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_v.weight", l.wqkv.data() + (q + kv) * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "attn_output.weight", l.wo.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_norm.weight", l.ffn_norm.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_gate.weight", l.w_gate_up.data()));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_up.weight", l.w_gate_up.data() + f * h));
+      KVTIER_RETURN_IF_ERROR(load(p + "ffn_down.weight", l.w_down.data()));
     }
     return w;
   }
@@ -480,7 +538,6 @@ class Parser {
   Cursor cur_;
   std::map<std::string, Value> kv_;
   std::map<std::string, TensorInfo> tensors_;
-  std::vector<std::string> used_;
   uint64_t alignment_ = gguf::kDefaultAlignment;
   uint64_t data_start_ = 0;
 };

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "gguf_corpus.h"
+#include "gguf_hostile.h"
 #include "text/tokenizer.h"
 
 namespace kvtier::engine {
@@ -40,6 +41,23 @@ TEST(GgufReplay, MutatedImagesNeverCrash) {
     }
     // Most mutations break the file; the reader must notice.
     EXPECT_GT(refused, kCases / 4) << gguf_type_name(t);
+  }
+}
+
+// Headers that lie about sizes, shapes, offsets and counts: each is refused
+// with a message naming the problem, before anything is allocated for what
+// it claims (the first case would need ~512 GiB of weights).
+TEST(GgufReplay, HostileHeadersGetACleanError) {
+  const auto control = fuzzing::spelled_out_micro_image();
+  auto ok = parse_gguf(std::span(reinterpret_cast<const std::byte*>(control.data()), control.size()));
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  for (const auto& h : fuzzing::hostile_images()) {
+    SCOPED_TRACE(h.name);
+    const std::span bytes(reinterpret_cast<const std::byte*>(h.bytes.data()), h.bytes.size());
+    auto r = parse_gguf(bytes, h.name);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find(h.expect), std::string::npos) << r.status().message();
+    (void)parse_gguf_vocab(bytes, h.name);  // refused or read, never a crash
   }
 }
 

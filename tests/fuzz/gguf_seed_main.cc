@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gguf_corpus.h"
+#include "gguf_hostile.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -17,5 +18,8 @@ int main(int argc, char** argv) {
                   std::ios::binary)
         .write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
   }
+  for (const auto& h : kvtier::engine::fuzzing::hostile_images())
+    std::ofstream(std::string(argv[1]) + "/hostile_" + h.name + ".gguf", std::ios::binary)
+        .write(reinterpret_cast<const char*>(h.bytes.data()), std::streamsize(h.bytes.size()));
   return 0;
 }
