@@ -6,33 +6,11 @@
 #include <cstring>
 
 #include "common/page_hash.h"
+#include "tiers/disk_region_format.h"
 #include "tiers/disk_tier_region.h"
 
 namespace kvtier {
 namespace {
-
-constexpr uint64_t kRegionMagic = 0x314E474552545653ull;  // bytes "SVTREGN1" on disk
-constexpr uint16_t kRegionFormatVersion = 1;
-constexpr size_t kRegionHeaderBlock = kIoAlign;  // the region header occupies the first 4096 bytes
-
-// The head of every region file; all integers little-endian.
-struct RegionHeader {
-  uint64_t magic;         //  0
-  uint16_t version;       //  8
-  uint16_t header_bytes;  // 10: sizeof(RegionHeader)
-  uint32_t region_id;     // 12
-  uint64_t region_bytes;  // 16
-  uint32_t num_layers;    // 24
-  uint32_t num_kv_heads;  // 28
-  uint32_t head_dim;      // 32
-  uint32_t page_tokens;   // 36
-  uint8_t dtype;          // 40
-  uint8_t reserved0[3];   // 41
-  uint32_t chunk_pages;   // 44
-  uint64_t reserved1;     // 48
-  uint64_t checksum;      // 56: checksum64 of bytes [0,56)
-};
-static_assert(sizeof(RegionHeader) == 64, "RegionHeader is part of the on-disk format");
 
 bool parse_region_name(const std::string& name, uint32_t& id) {
   unsigned v = 0;
@@ -104,7 +82,8 @@ Status DiskTier::open_existing() {
   for (const std::string& name : names) {
     uint32_t id;
     if (!parse_region_name(name, id)) continue;
-    KVTIER_RETURN_IF_ERROR(scan_region(id, options_.dir + "/" + name));
+    scan_region(id, options_.dir + "/" + name);
+    // Past every region file, ours or not: a new region never truncates a file it skipped.
     next_region_ = std::max(next_region_, id + 1);
   }
   // A smaller capacity than last time: shed the oldest regions now (one slot stays free for writing).
@@ -117,75 +96,77 @@ Status DiskTier::open_existing() {
   return Status::Ok();
 }
 
-Status DiskTier::scan_region(uint32_t id, const std::string& path) {
-  auto opened = fs_->open(path, {.read_only = true, .direct = options_.direct_io});
-  if (!opened.ok()) return opened.status();
-  std::shared_ptr<File> file = std::move(opened).value();
-  KVTIER_ASSIGN_OR_RETURN(uint64_t size, file->size());
-  // One scan buffer for every region: a fresh 64 MiB buffer per region costs
-  // more in page faults than the reads themselves on some VMs.
-  if (scan_buf_.size() < std::max<size_t>(align_up(size), kIoAlign)) scan_buf_ = AlignedBuffer(std::max<size_t>(align_up(size), kIoAlign));
-  AlignedBuffer& buf = scan_buf_;
-  size_t have = 0;
-  while (have < size) {  // sequential reads; end of file may be unaligned after a crash
-    size_t want = std::min<size_t>(size_t(8) << 20, align_up(size) - have);
-    KVTIER_ASSIGN_OR_RETURN(size_t got, file->read(have, {buf.data() + have, want}));
+// Reads [have, want) of `file` into the scan buffer (sequential reads; the
+// end of file may be unaligned after a crash). Returns the bytes now held.
+Result<size_t> DiskTier::read_for_scan(File& file, size_t have, size_t want) {
+  if (scan_buf_.size() < want) {
+    AlignedBuffer bigger(want);
+    std::memcpy(bigger.data(), scan_buf_.data(), have);
+    scan_buf_ = std::move(bigger);
+  }
+  while (have < want) {
+    const size_t len = std::min<size_t>(size_t(8) << 20, want - have);
+    KVTIER_ASSIGN_OR_RETURN(size_t got, file.read(have, {scan_buf_.data() + have, len}));
     if (got == 0) break;
     have += got;
+    if (got < len) break;  // end of file
   }
-  const ChunkGeometry& g = options_.geometry;
-  RegionHeader rh{};
-  if (have >= sizeof rh) std::memcpy(&rh, buf.data(), sizeof rh);
-  if (have < kRegionHeaderBlock || rh.magic != kRegionMagic || rh.checksum != checksum64(&rh, offsetof(RegionHeader, checksum))) {
-    // Killed before its header reached the disk (or garbage): nothing in it can be trusted.
+  return have;
+}
+
+// Indexes region `id` if it is this tier's; a file that is not (or cannot be
+// read) is skipped and counted, and left alone. Reads stop at the region size.
+void DiskTier::scan_region(uint32_t id, const std::string& path) {
+  auto opened = fs_->open(path, {.read_only = true, .direct = options_.direct_io});
+  auto size = opened.ok() ? (*opened)->size() : Result<uint64_t>(opened.status());
+  if (!size.ok()) {
+    ++open_report_.skipped_regions;
+    return;
+  }
+  std::shared_ptr<File> file = std::move(opened).value();
+  auto head = read_for_scan(*file, 0, kRegionHeaderBlock);
+  if (!head.ok()) {
+    ++open_report_.skipped_regions;
+    return;
+  }
+  const size_t head_bytes = std::min<size_t>(*head, *size);
+  const RegionHeaderCheck check = check_region_header({scan_buf_.data(), head_bytes}, id, options_.geometry, options_.region_bytes);
+  if (check.kind == RegionKind::kForeign) {
+    ++open_report_.skipped_regions;
+    return;
+  }
+  if (check.kind == RegionKind::kTorn) {  // ours, but nothing in it can be trusted
     ++open_report_.dropped_torn;
     file.reset();
     (void)fs_->remove(path);
-    return Status::Ok();
+    return;
   }
-  KVGeometry kv{rh.num_layers, rh.num_kv_heads, rh.head_dim, static_cast<DType>(rh.dtype), rh.page_tokens};
-  if (!(kv == g.kv) || rh.version != kRegionFormatVersion || rh.region_id != id)
-    return Status::FailedPrecondition("DiskTier: " + path + " was written for another geometry or format; use another dir");
+  const size_t limit = std::min<uint64_t>(*size, check.region_bytes);
+  auto have = read_for_scan(*file, head_bytes, align_up(limit));
+  if (!have.ok()) {
+    ++open_report_.skipped_regions;
+    return;
+  }
+  RegionScan scan = scan_region_entries({scan_buf_.data(), std::min<size_t>(*have, limit)}, options_.geometry,
+                                        options_.verify_on_open);
+  index_region(id, std::move(file), scan);
+}
 
+void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan& scan) {
   auto region = std::make_shared<Region>();
   region->id = id;
-  region->file = file;
-  uint64_t off = kRegionHeaderBlock;
-  while (off + sizeof(ChunkHeader) <= have) {
-    std::span<const std::byte> rest(buf.data() + off, have - off);
-    size_t meta = chunk_meta_bytes_from_header(rest);
-    if (meta == 0) {
-      // Zeros mean the clean end of the log; anything else is a torn or corrupt header.
-      bool zeros = std::all_of(rest.begin(), rest.begin() + sizeof(ChunkHeader), [](std::byte b) { return b == std::byte{0}; });
-      if (!zeros) ++open_report_.dropped_corrupt;
-      break;
-    }
-    if (meta > rest.size()) { ++open_report_.dropped_torn; break; }
-    auto m = decode_chunk_meta(rest, g);
-    if (!m.ok()) {  // lengths past a bad header cannot be trusted: stop here
-      ++open_report_.dropped_corrupt;
-      break;
-    }
-    const ChunkHeader& h = m->header;
-    if (h.entry_bytes % kIoAlign || off + h.entry_bytes > have) { ++open_report_.dropped_torn; break; }
-    bool good = true;
-    if (options_.verify_on_open)
-      good = verify_chunk_layers(*m, g, 0, g.kv.num_layers, rest.subspan(h.payload_offset, h.payload_bytes)).ok();
-    if (!good) {
-      ++open_report_.dropped_corrupt;
-    } else {
-      next_sequence_ = std::max(next_sequence_, h.sequence + 1);
-      auto it = index_.find(m->key);
-      if (it != index_.end()) drop_locked(m->key, nullptr);  // a newer copy wins (ids ascend)
-      index_.emplace(m->key, Loc{region, off, h.num_pages, h.payload_offset, m->layer_checksums});
-      region->keys.push_back(m->key);
-    }
-    off += h.entry_bytes;
+  region->file = std::move(file);
+  for (ScannedEntry& e : scan.entries) {
+    next_sequence_ = std::max(next_sequence_, e.sequence + 1);
+    if (index_.count(e.key)) drop_locked(e.key, nullptr);  // a newer copy wins (ids ascend)
+    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, std::move(e.layer_checksums)});
+    region->keys.push_back(e.key);
   }
-  region->used = off;
+  open_report_.dropped_corrupt += scan.dropped_corrupt;
+  open_report_.dropped_torn += scan.dropped_torn;
+  region->used = scan.end;
   region->last_access = ++tick_;
   regions_.emplace(id, std::move(region));
-  return Status::Ok();
 }
 
 // ---- writes ----
@@ -374,20 +355,7 @@ Status DiskTier::open_region_locked() {
   r->buffer = b;
   buffer_busy_[b] = true;
   direct_in_effect_ = r->file->direct();
-  RegionHeader rh{};
-  const KVGeometry& kv = options_.geometry.kv;
-  rh.magic = kRegionMagic;
-  rh.version = kRegionFormatVersion;
-  rh.header_bytes = sizeof(RegionHeader);
-  rh.region_id = id;
-  rh.region_bytes = options_.region_bytes;
-  rh.num_layers = kv.num_layers;
-  rh.num_kv_heads = kv.num_kv_heads;
-  rh.head_dim = kv.head_dim;
-  rh.page_tokens = kv.page_tokens;
-  rh.dtype = static_cast<uint8_t>(kv.dtype);
-  rh.chunk_pages = options_.geometry.chunk_pages;
-  rh.checksum = checksum64(&rh, offsetof(RegionHeader, checksum));
+  const RegionHeader rh = make_region_header(options_.geometry, id, options_.region_bytes);
   std::memset(buffers_[b].data(), 0, kRegionHeaderBlock);
   std::memcpy(buffers_[b].data(), &rh, sizeof rh);
   cursor_ = kRegionHeaderBlock;

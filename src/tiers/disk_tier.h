@@ -26,7 +26,10 @@
 // does the end of every region). Opening an existing directory rebuilds
 // the index by scanning every region file; entries with a bad checksum or a
 // torn tail are dropped and counted (stats().checksum_failures,
-// open_report()). A write failure (ENOSPC, EIO, short write, unwritable
+// open_report()). Each region file is read up to region_bytes at most; one
+// that is not this tier's (another geometry, format version or region size,
+// or not a region at all) is skipped, counted (open_report().skipped_regions)
+// and left alone: the tier still opens and serves its own regions. A write failure (ENOSPC, EIO, short write, unwritable
 // directory), in the caller or in the writer thread, makes the tier
 // degraded: every entry whose bytes did not reach the file leaves the index
 // (it is never served), the next put or flush returns the failure, later
@@ -52,6 +55,7 @@
 
 #include "io/aligned_buffer.h"
 #include "io/file_system.h"
+#include "tiers/disk_region_format.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -89,6 +93,10 @@ struct DiskOpenReport {
   uint64_t entries = 0;
   uint64_t dropped_corrupt = 0;  // bad header or payload checksum
   uint64_t dropped_torn = 0;     // entry or region header cut short
+  // Region files left alone: not this tier's (another geometry, format
+  // version or region size, or not a region file) or unreadable. They are
+  // never served, never removed, and new regions are numbered past them.
+  uint64_t skipped_regions = 0;
 };
 
 class DiskTier final : public Tier {
@@ -138,7 +146,9 @@ class DiskTier final : public Tier {
 
   explicit DiskTier(const DiskTierOptions& o);
   Status open_existing();
-  Status scan_region(uint32_t id, const std::string& path);
+  void scan_region(uint32_t id, const std::string& path);
+  Result<size_t> read_for_scan(File& file, size_t have, size_t want);
+  void index_region(uint32_t id, std::shared_ptr<File> file, RegionScan& scan);
   Status put_locked(const PutOp& op, Lock& lock);
   void seal_locked();
   Status open_region_locked();

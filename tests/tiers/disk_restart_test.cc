@@ -1,0 +1,186 @@
+// DiskTier restart over a directory that holds more than this tier's own
+// regions: foreign files, regions of another geometry, format version or
+// region size, and headers whose sizes lie. The tier opens, serves its own
+// good regions, counts what it skipped, and leaves those files untouched.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+
+#include "common/page_hash.h"
+#include "tier_test_util.h"
+#include "tiers/disk_region_format.h"
+#include "tiers/disk_tier.h"
+
+namespace kvtier {
+namespace {
+
+using namespace testing_util;
+
+DiskTierOptions options_for(const std::string& dir, const ChunkGeometry& g) {
+  const size_t entry = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
+  return DiskTierOptions{.geometry = g, .dir = dir, .region_bytes = 4096 + 2 * entry, .capacity_bytes = 64 * (4096 + 2 * entry),
+                         .queue_depth = 8, .sync_writes = false};
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+std::string region_name(const std::string& dir, uint32_t id) {
+  char name[32];
+  std::snprintf(name, sizeof name, "/region-%08x.kvr", id);
+  return dir + name;
+}
+
+// Writes `count` chunks of namespace `ns` into a tier on `dir` and closes it.
+std::vector<TestChunk> fill(const std::string& dir, const ChunkGeometry& g, uint64_t ns, uint32_t count) {
+  auto t = DiskTier::create(options_for(dir, g));
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<TestChunk> chunks;
+  for (uint32_t i = 0; i < count; ++i) {
+    chunks.push_back(make_chunk(g, test_ns(ns), i));
+    EXPECT_TRUE((*t)->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
+  }
+  EXPECT_TRUE((*t)->flush().ok());
+  return chunks;
+}
+
+void expect_served(DiskTier& t, const std::vector<TestChunk>& chunks) {
+  for (const TestChunk& c : chunks) {
+    std::vector<std::byte> out(c.payload.size());
+    auto r = t.get(c.key, out);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(out, c.payload);
+  }
+}
+
+// A copy of region 0 as region `id`, its header rewritten by `edit` (checksum recomputed).
+template <class Edit>
+void plant_edited_region(const std::string& dir, uint32_t id, Edit edit) {
+  std::string bytes = file_bytes(region_name(dir, 0));
+  ASSERT_GE(bytes.size(), kRegionHeaderBlock);
+  RegionHeader rh;
+  std::memcpy(&rh, bytes.data(), sizeof rh);
+  rh.region_id = id;
+  edit(rh);
+  rh.checksum = checksum64(&rh, offsetof(RegionHeader, checksum));
+  std::memcpy(bytes.data(), &rh, sizeof rh);
+  write_file(region_name(dir, id), bytes);
+}
+
+TEST(DiskRestart, ForeignFileIsSkippedCountedAndLeftAlone) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const auto chunks = fill(dir.path(), g, 1, 7);
+  const std::string foreign = region_name(dir.path(), 0x40);
+  const std::string content = "not a region file, but named like one\n" + std::string(10000, 'x');
+  write_file(foreign, content);
+  {
+    auto t = DiskTier::create(options_for(dir.path(), g));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ((*t)->open_report().skipped_regions, 1u);
+    EXPECT_EQ((*t)->open_report().entries, 7u);
+    expect_served(**t, chunks);
+    // New regions are numbered past the foreign file, never over it.
+    auto more = make_chunk(g, test_ns(1), 100);
+    ASSERT_TRUE((*t)->put(more.key, more.hashes, more.payload).ok());
+    ASSERT_TRUE((*t)->flush().ok());
+    auto where = (*t)->locate(more.key);
+    ASSERT_TRUE(where.ok());
+    EXPECT_GT(where->first.value(), 0x40u);
+  }
+  EXPECT_EQ(file_bytes(foreign), content);
+}
+
+TEST(DiskRestart, RegionsOfAnotherGeometryAreSkippedNotFatal) {
+  TempDir dir;
+  const auto g = small_geometry();
+  auto other = g;
+  other.kv.num_layers = 2;
+  const auto theirs = fill(dir.path(), other, 2, 3);
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) before[e.path().string()] = file_bytes(e.path().string());
+  ASSERT_FALSE(before.empty());
+
+  const auto ours = fill(dir.path(), g, 1, 5);  // opens over the other tier's regions
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().skipped_regions, before.size());
+  EXPECT_EQ((*t)->open_report().entries, 5u);
+  expect_served(**t, ours);
+  for (const TestChunk& c : theirs) EXPECT_EQ((*t)->exists_prefix(c.key.ns, std::span(&c.key.hash, 1)), 0u);
+  t->reset();
+  for (const auto& [path, bytes] : before) EXPECT_EQ(file_bytes(path), bytes) << path;
+
+  // And the other geometry still finds its own chunks next to ours.
+  auto back = DiskTier::create(options_for(dir.path(), other));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ((*back)->open_report().entries, 3u);
+  expect_served(**back, theirs);
+}
+
+TEST(DiskRestart, HeadersWithHugeSizesOrOtherVersionsAreSkipped) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const auto chunks = fill(dir.path(), g, 1, 2);  // one region: 2 entries fill it
+  plant_edited_region(dir.path(), 0x10, [](RegionHeader& rh) { rh.region_bytes = uint64_t(1) << 62; });
+  plant_edited_region(dir.path(), 0x11, [](RegionHeader& rh) { rh.chunk_pages = UINT32_MAX; });
+  plant_edited_region(dir.path(), 0x12, [](RegionHeader& rh) { rh.version = 2; });
+  plant_edited_region(dir.path(), 0x13, [](RegionHeader& rh) { rh.region_bytes = 4097; });
+  plant_edited_region(dir.path(), 0x14, [](RegionHeader& rh) { rh.region_id = 0x99; });
+  std::map<std::string, std::string> planted;
+  for (uint32_t id = 0x10; id <= 0x14; ++id) planted[region_name(dir.path(), id)] = file_bytes(region_name(dir.path(), id));
+
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().skipped_regions, planted.size());
+  EXPECT_EQ((*t)->open_report().regions, 1u);
+  expect_served(**t, chunks);
+  for (const TestChunk& c : chunks) EXPECT_EQ((*t)->locate(c.key)->first.value(), 0u);  // served from region 0 only
+  t->reset();
+  for (const auto& [path, bytes] : planted) EXPECT_EQ(file_bytes(path), bytes) << path;
+}
+
+TEST(DiskRestart, ReadsStopAtTheRegionSize) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const auto chunks = fill(dir.path(), g, 1, 2);
+  // A region of ours grown far past its size (sparse): what lies past
+  // region_bytes is not part of the region and is never read.
+  std::filesystem::resize_file(region_name(dir.path(), 0), uint64_t(64) << 30);
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().entries, 2u);
+  EXPECT_EQ((*t)->open_report().dropped_corrupt + (*t)->open_report().dropped_torn, 0u);
+  expect_served(**t, chunks);
+}
+
+TEST(DiskRestart, OurRegionWithACorruptHeaderIsRemovedAsBefore) {
+  TempDir dir;
+  const auto g = small_geometry();
+  fill(dir.path(), g, 1, 2);
+  const std::string path = region_name(dir.path(), 0);
+  std::string bytes = file_bytes(path);
+  bytes[20] ^= 0x5A;  // inside the checksummed header: ours, but torn
+  write_file(path, bytes);
+  const std::string zeros_path = region_name(dir.path(), 7);
+  write_file(zeros_path, std::string(4096, '\0'));  // created, killed before its header landed
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().dropped_torn, 2u);
+  EXPECT_EQ((*t)->open_report().skipped_regions, 0u);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(zeros_path));
+}
+
+}  // namespace
+}  // namespace kvtier
