@@ -47,7 +47,9 @@ class ChatPrompts {
 
   bool has_template() const { return tmpl_.has_value(); }
   // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
-  Result<std::vector<TokenId>> build(const nlohmann::ordered_json& messages, std::string& rendered) const;
+  // OutOfRange, without tokenizing, when the text is longer than `max_text_bytes`.
+  Result<std::vector<TokenId>> build(const nlohmann::ordered_json& messages, std::string& rendered,
+                                     size_t max_text_bytes = SIZE_MAX) const;
   // A finished reply: `rendered` (its prompt's text, whose tokens are `prompt`) then `reply_text` (`reply`).
   void remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
                 std::span<const TokenId> reply);

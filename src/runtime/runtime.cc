@@ -128,7 +128,11 @@ class RuntimeImpl final : public Runtime {
     info_.text.chat_template = vocab.chat_template;
     info_.text.bos_token = vocab.tokens[size_t(vocab.bos)];
     info_.text.eos_token = vocab.tokens[size_t(vocab.eos)];
+    for (const std::string& token : vocab.tokens)
+      info_.text.max_token_bytes = std::max(info_.text.max_token_bytes, uint32_t(token.size()));
     info_.fingerprint = model_->fingerprint();
+    const uint64_t pool_tokens = uint64_t(cache_->pool().num_pages()) * o_.page_tokens;
+    info_.max_kv_tokens = uint32_t(std::min<uint64_t>(pool_tokens, UINT32_MAX));
   }
 
   const ModelInfo& model() const override { return info_; }
@@ -144,6 +148,11 @@ class RuntimeImpl final : public Runtime {
     if (prompt.size() >= info_.max_context)
       return Status::InvalidArgument("prompt of " + std::to_string(prompt.size()) +
                                      " tokens does not fit the context of " + std::to_string(info_.max_context));
+    if (prompt.size() > info_.max_kv_tokens)
+      return Status::InvalidArgument("prompt of " + std::to_string(prompt.size()) + " tokens can never fit the device KV pool of " +
+                                     std::to_string(info_.max_kv_tokens) + " tokens (" +
+                                     std::to_string(cache_->pool().num_pages()) + " pages of " +
+                                     std::to_string(o_.page_tokens) + ")");
     if (seqs_.size() >= o_.max_sequences)
       return Status::Busy("all " + std::to_string(o_.max_sequences) + " sequence slots are running");
     KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(engine::SamplerOptions{

@@ -85,6 +85,10 @@ struct TextCodec {
   std::function<std::string(std::span<const TokenId> ids)> detokenize_special;  // control tokens as their text
   std::string chat_template;         // tokenizer.chat_template; empty when the model has none
   std::string bos_token, eos_token;  // their texts, as chat templates use them
+  // The longest token's text in bytes (0: unknown). No token covers more
+  // input bytes than this, so a text of B bytes has at least
+  // B / max_token_bytes tokens: servers refuse long texts before tokenizing.
+  uint32_t max_token_bytes = 0;
 };
 
 struct ModelInfo {
@@ -95,6 +99,10 @@ struct ModelInfo {
   std::vector<TokenId> end_of_generation;  // sorted: EOS, EOT, EOM and end-of-turn tokens; generation stops at any
   PageHash fingerprint;
   TextCodec text;
+  // The most tokens one sequence's KV can ever hold: the whole device pool
+  // (0: no limit known). A request whose prompt plus completion exceeds it
+  // can never run, however long it waits.
+  uint32_t max_kv_tokens = 0;
 
   bool is_end_of_generation(TokenId t) const {
     return std::binary_search(end_of_generation.begin(), end_of_generation.end(), t);
@@ -128,7 +136,9 @@ class Runtime {
   // Starts a sequence and prefills its prompt (cache lookup, plan, loads,
   // compute of the rest). `cache_salt` isolates tenants. Fails with
   // InvalidArgument for empty prompts, out-of-vocabulary ids or prompts that
-  // do not fit the context, and with Busy when max_sequences are running.
+  // do not fit the context or the whole device pool (model().max_kv_tokens),
+  // and with Busy when max_sequences are running or running sequences hold
+  // the pages it needs (it may fit once one finishes).
   // `first_token` is sampled from the last prompt position.
   // With sampling.prompt_logprobs, `prompt_logprobs[i]` is about prompt token i + 1.
   struct Started {

@@ -61,6 +61,23 @@ std::optional<ApiError> read_token_array(const json& arr, uint32_t vocab, std::v
 
 }  // namespace
 
+uint32_t max_prompt_tokens(const RequestLimits& limits) {
+  uint32_t limit = limits.max_context;
+  if (limits.max_prompt_tokens != 0) limit = std::min(limit, limits.max_prompt_tokens);
+  if (limits.max_kv_tokens != 0) limit = std::min(limit, limits.max_kv_tokens);
+  return limit;
+}
+
+RequestLimits derive_limits(const RequestLimits& configured, const ModelInfo& model) {
+  RequestLimits limits = configured;
+  limits.vocab_size = model.vocab_size;
+  limits.max_context = model.max_context;
+  limits.max_kv_tokens = model.max_kv_tokens;
+  if (model.text.max_token_bytes != 0)
+    limits.max_prompt_bytes = uint64_t(max_prompt_tokens(limits)) * model.text.max_token_bytes;
+  return limits;
+}
+
 ApiError bad_request(std::string message, std::string param, std::string code) {
   ApiError e;
   e.http_status = 400;
@@ -198,19 +215,34 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
   return std::nullopt;
 }
 
-// The prompt and completion must fit the limits and the context.
+// Why the prompt limit is what it is, for the 400's message.
+std::string prompt_limit_reason(const RequestLimits& limits) {
+  const uint32_t limit = max_prompt_tokens(limits);
+  if (limits.max_kv_tokens != 0 && limit == limits.max_kv_tokens)
+    return "the device KV pool holds " + std::to_string(limits.max_kv_tokens) + " tokens";
+  if (limit == limits.max_context) return "the model's context";
+  return "this server's max_prompt_tokens";
+}
+
+// The prompt and completion must fit the limits, the context and the device pool.
 std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestLimits& limits) {
-  const uint64_t max_prompt =
-      limits.max_prompt_tokens == 0 ? limits.max_context : std::min(limits.max_prompt_tokens, limits.max_context);
+  const uint64_t max_prompt = max_prompt_tokens(limits);
   if (r.prompt.size() > max_prompt)
     return bad_request("prompt has " + std::to_string(r.prompt.size()) + " tokens, more than the limit of " +
-                           std::to_string(max_prompt),
+                           std::to_string(max_prompt) + " (" + prompt_limit_reason(limits) + ")",
                        "prompt", "context_length_exceeded");
-  if (r.prompt.size() + r.max_tokens > limits.max_context)
+  const uint64_t total = r.prompt.size() + uint64_t(r.max_tokens);
+  if (total > limits.max_context)
     return bad_request("prompt (" + std::to_string(r.prompt.size()) + " tokens) plus max_tokens (" +
                            std::to_string(r.max_tokens) + ") exceeds the model's context of " +
                            std::to_string(limits.max_context) + " tokens",
                        "max_tokens", "context_length_exceeded");
+  if (limits.max_kv_tokens != 0 && total > limits.max_kv_tokens)
+    return bad_request("prompt (" + std::to_string(r.prompt.size()) + " tokens) plus max_tokens (" +
+                           std::to_string(r.max_tokens) + ") needs KV for " + std::to_string(total) +
+                           " tokens, more than the device KV pool holds (" + std::to_string(limits.max_kv_tokens) +
+                           " tokens): it could never run; lower max_tokens or shorten the prompt",
+                       "max_tokens", "kv_pool_exceeded");
   return std::nullopt;
 }
 
@@ -233,6 +265,15 @@ std::optional<ApiError> read_common_request(const json& doc, const RequestLimits
   }
   if (auto err = read_max_tokens(doc, limits, min_max_tokens, r)) return err;
   return read_generation_fields(doc, r);
+}
+
+std::optional<ApiError> check_text_bytes(uint64_t bytes, const RequestLimits& limits, const std::string& param) {
+  if (limits.max_prompt_bytes == 0 || bytes <= limits.max_prompt_bytes) return std::nullopt;
+  return bad_request("prompt text of " + std::to_string(bytes) + " bytes is longer than this server accepts (" +
+                         std::to_string(limits.max_prompt_bytes) + " bytes: " +
+                         std::to_string(max_prompt_tokens(limits)) +
+                         " tokens at most, and no token spans more bytes than the model's longest); it was not tokenized",
+                     param, "context_length_exceeded");
 }
 
 std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits) {
@@ -258,7 +299,9 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   if (auto err = read_bool(doc, "special", r.parse_special)) return *err;
   if (prompt->is_string()) {
     r.prompt_is_text = true;
-    r.prompt = tokenize(prompt->get_ref<const std::string&>(), r.parse_special);
+    const std::string& text = prompt->get_ref<const std::string&>();
+    if (auto err = check_text_bytes(text.size(), limits, "prompt")) return *err;
+    r.prompt = tokenize(text, r.parse_special);
   } else if (prompt->is_array()) {
     if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
   } else {
@@ -384,13 +427,20 @@ std::string sse_event(std::string_view payload) {
   return out;
 }
 
-std::string models_json(std::string_view model_name, const ModelInfo& info, int64_t created) {
+std::string models_json(std::string_view model_name, const ModelInfo& info, const RequestLimits& limits,
+                        int64_t created) {
   json m = {{"id", std::string(model_name)},
             {"object", "model"},
             {"created", created},
             {"owned_by", "kvtier"},
             {"max_model_len", info.max_context},
-            {"kvtier", {{"vocab_size", info.vocab_size}, {"eos_token_id", info.eos}, {"fingerprint", info.fingerprint.to_hex()}}}};
+            {"kvtier",
+             {{"vocab_size", info.vocab_size},
+              {"eos_token_id", info.eos},
+              {"fingerprint", info.fingerprint.to_hex()},
+              {"max_prompt_tokens", max_prompt_tokens(limits)},
+              {"max_kv_tokens", limits.max_kv_tokens},
+              {"max_prompt_bytes", limits.max_prompt_bytes}}}};
   return dump(json{{"object", "list"}, {"data", json::array({m})}});
 }
 

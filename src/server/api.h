@@ -58,13 +58,30 @@ struct CompletionRequest {
 
 inline constexpr int32_t kMaxLogprobs = 20;
 
+// What a request may ask for. A request that breaks a limit gets a 400 at
+// admission, before it is queued: it could never run, so it must not wait.
+//   prompt tokens          <= max_prompt_tokens(limits)
+//   prompt + max_tokens    <= max_context
+//   prompt + max_tokens    <= max_kv_tokens (the device pool: every KV page of
+//                             a sequence lives there while it runs, so a
+//                             sequence that could outgrow the empty pool is
+//                             refused instead of failing half-way)
+//   text prompt bytes      <= max_prompt_bytes (checked before tokenizing)
 struct RequestLimits {
   uint32_t vocab_size = 0;
   uint32_t max_context = 0;          // prompt + completion must fit
-  uint32_t max_prompt_tokens = 0;    // 0: max_context
+  uint32_t max_prompt_tokens = 0;    // configured; 0: max_context
   uint32_t max_tokens = 4096;        // cap on the requested max_tokens
   uint32_t default_max_tokens = 16;
+  uint32_t max_kv_tokens = 0;        // ModelInfo::max_kv_tokens; 0: no limit
+  uint64_t max_prompt_bytes = 0;     // longest text prompt or rendered chat; 0: no limit
 };
+// The longest prompt accepted: the configured limit, the context and the device pool, whichever is least.
+uint32_t max_prompt_tokens(const RequestLimits& limits);
+// The limits a server derives from its configuration and its model: the
+// pool's max_kv_tokens, and max_prompt_bytes = max_prompt_tokens × the
+// longest token's bytes (a longer text has more tokens than allowed).
+RequestLimits derive_limits(const RequestLimits& configured, const ModelInfo& model);
 
 using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool parse_special)>;
 
@@ -80,6 +97,8 @@ std::optional<ApiError> read_common_request(const nlohmann::json& doc, const Req
                                             uint32_t min_max_tokens, CompletionRequest& r);
 // Derives the sampling's logprob fields and checks prompt + max_tokens against the limits.
 std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits);
+// The 400 for a prompt text (or rendered chat) longer than limits.max_prompt_bytes, checked before tokenizing.
+std::optional<ApiError> check_text_bytes(uint64_t bytes, const RequestLimits& limits, const std::string& param);
 
 // What a finished (or finishing) request reports.
 struct CompletionUsage {
@@ -132,6 +151,7 @@ std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_
                               bool with_choice = true, const CompletionDetail* detail = nullptr);
 // "data: <payload>\n\n"
 std::string sse_event(std::string_view payload);
-std::string models_json(std::string_view model_name, const ModelInfo& info, int64_t created);
+// /v1/models: one model, with max_model_len and, under "kvtier", the limits a request must respect.
+std::string models_json(std::string_view model_name, const ModelInfo& info, const RequestLimits& limits, int64_t created);
 
 }  // namespace kvtier::server

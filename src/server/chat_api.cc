@@ -111,6 +111,10 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   if (auto err = read_logprobs(*doc, r.completion)) return *err;
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
   auto ids = build(r.messages, r.rendered);
+  if (!ids.ok() && ids.status().is(StatusCode::kOutOfRange)) {  // too long to tokenize
+    if (auto err = check_text_bytes(r.rendered.size(), limits, "messages")) return *err;
+    return bad_request(ids.status().message(), "messages", "context_length_exceeded");
+  }
   if (!ids.ok()) return bad_request("chat template: " + ids.status().message(), "messages", "chat_template_error");
   r.completion.prompt = std::move(ids).value();
   r.completion.prompt_is_text = true;

@@ -31,6 +31,8 @@ struct ChatRequest {
 
 // Renders `messages` with the chat template (add_generation_prompt on) and
 // tokenizes the text; an error Status becomes a 400 carrying its message.
+// A builder refuses a rendered text longer than limits.max_prompt_bytes with
+// OutOfRange before tokenizing it (a 400 "context_length_exceeded").
 using ChatPromptBuilder =
     std::function<Result<std::vector<TokenId>>(const nlohmann::ordered_json& messages, std::string& rendered)>;
 

@@ -10,12 +10,14 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "server/chat_api.h"
+#include "server/client_connection.h"
 
 namespace kvtier::server {
 namespace {
@@ -24,6 +26,8 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr const char* kJson = "application/json";
+// How often a handler waiting for a whole result looks whether its client is still there.
+constexpr auto kClientCheckInterval = 100ms;
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
@@ -92,12 +96,11 @@ void widen_listen_backlog(uint16_t port) {
 HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
     : config_(config), scheduler_(scheduler), http_(std::make_unique<httplib::Server>()) {
   model_name_ = config.served_model_name.empty() ? config.runtime.model : config.served_model_name;
-  const ModelInfo& m = scheduler->model();
-  limits_.vocab_size = m.vocab_size;
-  limits_.max_context = m.max_context;
-  limits_.max_prompt_tokens = config.limits.max_prompt_tokens;
-  limits_.max_tokens = config.limits.max_tokens;
-  limits_.default_max_tokens = config.limits.default_max_tokens;
+  RequestLimits configured;
+  configured.max_prompt_tokens = config.limits.max_prompt_tokens;
+  configured.max_tokens = config.limits.max_tokens;
+  configured.default_max_tokens = config.limits.default_max_tokens;
+  limits_ = derive_limits(configured, scheduler->model());
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -217,14 +220,16 @@ void HttpServer::install_routes() {
     res.set_content(json{{"status", draining ? "shutting_down" : "ok"},
                          {"model", model_name_},
                          {"waiting", c.waiting},
-                         {"running", c.running}}
+                         {"running", c.running},
+                         {"max_prompt_tokens", max_prompt_tokens(limits_)},
+                         {"max_kv_tokens", limits_.max_kv_tokens}}
                         .dump(),
                     kJson);
   });
 
   s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
-    res.set_content(models_json(model_name_, scheduler_->model(), unix_now()), kJson);
+    res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now()), kJson);
   });
 
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -232,6 +237,7 @@ void HttpServer::install_routes() {
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
     auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });
     if (rt.ok()) append_prometheus_text(text, *rt);
+    else text += "# the cache's series are missing: " + rt.status().to_string() + "\n";
     text += "# HELP kvtier_chat_reply_ids_reused_total Chat prompts that reuse an earlier reply's own token ids.\n"
             "# TYPE kvtier_chat_reply_ids_reused_total counter\nkvtier_chat_reply_ids_reused_total " +
             std::to_string(chat_->spliced()) + "\n";
@@ -270,25 +276,37 @@ void HttpServer::install_routes() {
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    respond(res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
+    respond(req, res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
   });
 
   s.Post("/v1/chat/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
-    // Rendered and tokenized here, on the connection's thread.
+    // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
     ChatPromptBuilder build = [this](const nlohmann::ordered_json& messages, std::string& rendered) {
-      return chat_->build(messages, rendered);
+      const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
+      return chat_->build(messages, rendered, max_bytes);
     };
     auto parsed = parse_chat_request(req.body, limits_, build);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     ChatRequest& chat = std::get<ChatRequest>(parsed);
-    respond(res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered)});
+    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered)});
   });
 }
 
-void HttpServer::respond(httplib::Response& res, Generation gen) {
+RequestState::View HttpServer::wait_watching_client(const httplib::Request& req, RequestState& state) {
+  const auto connection = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  for (;;) {
+    if (auto v = state.wait_done(kClientCheckInterval)) return *std::move(v);
+    if (connection && connection->closed()) {
+      if (state.cancel()) metrics_.record_client_disconnect();
+      return state.wait_done();  // the scheduler ends it at its next step
+    }
+  }
+}
+
+void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Generation gen) {
   const CompletionRequest& creq = gen.request;
   GenerationRequest g;
   g.prompt = creq.prompt;
@@ -303,7 +321,7 @@ void HttpServer::respond(httplib::Response& res, Generation gen) {
   const bool chat = gen.endpoint == Endpoint::kChat;
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
   if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta);
-  RequestState::View v = state->wait_done();
+  RequestState::View v = wait_watching_client(req, *state);
   metrics_.record_completion(v.usage, v.error.ok());
   if (!v.error.ok()) return send_error(res, error_from_status(v.error));
   const TextCodec& codec = scheduler_->model().text;
@@ -380,7 +398,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         }
         if (out.empty()) out = ": waiting\n\n";
         if (!sink.write(out.data(), out.size())) {
-          state->cancel();
+          if (state->cancel()) metrics_.record_client_disconnect();
           return false;
         }
         if (v.done) {

@@ -7,6 +7,10 @@
 // results back; everything that touches the Runtime goes through
 // Scheduler::call(). When an API key is configured every /v1/* endpoint
 // requires "Authorization: Bearer <key>" (401 otherwise).
+// Requests that could never run (a prompt or prompt + max_tokens beyond the
+// context or the device KV pool, a text too long to tokenize) get a 400
+// before they are queued (RequestLimits); /v1/models and /health show the
+// limits. A client that hangs up cancels its request, streaming or not.
 // Thread-safe: bind() and serve() from one thread, stop() from any other.
 // The Scheduler is borrowed and must outlive the HttpServer.
 #pragma once
@@ -22,6 +26,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }
 
@@ -53,7 +58,9 @@ class HttpServer {
   Status load_chat_template();
   void install_routes();
   // Submits a parsed request and answers it, whole or as server-sent events.
-  void respond(httplib::Response& res, Generation gen);
+  void respond(const httplib::Request& req, httplib::Response& res, Generation gen);
+  // Waits for a whole (non-streaming) result; cancels the request when its client hangs up meanwhile.
+  RequestState::View wait_watching_client(const httplib::Request& req, RequestState& state);
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
               const CompletionMeta& meta);
 

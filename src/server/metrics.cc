@@ -87,6 +87,11 @@ void ServerMetrics::record_completion(const CompletionUsage& u, bool ok) {
   if (ok) e2e_.observe(u.e2e_s);
 }
 
+void ServerMetrics::record_client_disconnect() {
+  std::lock_guard lk(mu_);
+  ++client_disconnects_;
+}
+
 std::string ServerMetrics::render(const Gauges& g) const {
   std::lock_guard lk(mu_);
   std::string out;
@@ -97,6 +102,9 @@ std::string ServerMetrics::render(const Gauges& g) const {
   header(out, "kvtier_server_requests_total", "counter", "Generations that ran, by outcome.");
   line(out, "kvtier_server_requests_total", "outcome=\"ok\"", double(completions_ok_));
   line(out, "kvtier_server_requests_total", "outcome=\"failed\"", double(completions_failed_));
+  header(out, "kvtier_server_client_disconnects_total", "counter",
+         "Generations cancelled because their client went away before the end.");
+  line(out, "kvtier_server_client_disconnects_total", "", double(client_disconnects_));
   header(out, "kvtier_server_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.");
   line(out, "kvtier_server_prompt_tokens_total", "", double(prompt_tokens_));
   header(out, "kvtier_server_completion_tokens_total", "counter", "Generated tokens.");

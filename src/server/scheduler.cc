@@ -60,15 +60,24 @@ RequestState::View RequestState::wait_done() {
   return v;
 }
 
-void RequestState::cancel() {
+std::optional<RequestState::View> RequestState::wait_done(std::chrono::milliseconds timeout) {
+  {
+    std::unique_lock lk(mu_);
+    if (!cv_.wait_for(lk, timeout, [&] { return done_; })) return std::nullopt;
+  }
+  return wait_done();
+}
+
+bool RequestState::cancel() {
   std::function<void()> wake;
   {
     std::lock_guard lk(mu_);
-    if (cancelled_ || done_) return;
+    if (cancelled_ || done_) return false;
     cancelled_ = true;
     wake = wake_scheduler_;
   }
   if (wake) wake();
+  return true;
 }
 
 bool RequestState::cancelled() const {
@@ -133,6 +142,7 @@ Status SchedulerOptions::validate() const {
   if (max_running == 0) return Status::InvalidArgument("scheduler: max_running must be at least 1");
   if (prefills_per_step == 0) return Status::InvalidArgument("scheduler: prefills_per_step must be at least 1");
   if (!(request_timeout_s > 0)) return Status::InvalidArgument("scheduler: request_timeout_s must be positive");
+  if (retry_idle.count() <= 0) return Status::InvalidArgument("scheduler: retry_idle must be positive");
   return {};
 }
 
@@ -158,11 +168,18 @@ Scheduler::~Scheduler() {
 }
 
 Result<std::shared_ptr<RequestState>> Scheduler::submit(GenerationRequest request) {
+  const uint64_t kv_tokens = request.prompt.size() + uint64_t(request.max_tokens);
+  if (model_.max_kv_tokens != 0 && kv_tokens > model_.max_kv_tokens)
+    return Status::InvalidArgument("prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
+                                   std::to_string(request.max_tokens) + ") needs KV for " + std::to_string(kv_tokens) +
+                                   " tokens, more than the device KV pool holds (" +
+                                   std::to_string(model_.max_kv_tokens) + " tokens): it could never run");
   auto state = std::make_shared<RequestState>();
-  state->wake_scheduler_ = [this] {
+  state->wake_scheduler_ = [this] {  // called once, by the state's cancel()
     {
       std::lock_guard lk(mu_);
       wake_ = true;
+      ++cancels_;
     }
     cv_.notify_all();
   };
@@ -222,15 +239,23 @@ size_t Scheduler::drain(std::chrono::milliseconds grace) {
 
 Scheduler::Counts Scheduler::counts() const {
   std::lock_guard lk(mu_);
-  return {waiting_.size(), running_count_, steps_};
+  return {waiting_.size(), running_count_, steps_, cancels_};
 }
 
 void Scheduler::loop() {
   std::unique_lock lk(mu_);
+  const auto ready = [&] {
+    return stopping_ || wake_ || !calls_.empty() || !running_.empty() || next_admissible_locked().has_value();
+  };
   for (;;) {
-    cv_.wait(lk, [&] {
-      return stopping_ || wake_ || !calls_.empty() || !waiting_.empty() || !running_.empty();
-    });
+    if (waiting_.empty()) {
+      cv_.wait(lk, ready);
+    } else if (!cv_.wait_for(lk, options_.retry_idle, ready)) {
+      // Only requests that found no room wait, and nothing runs whose end
+      // would make room: pages held outside sequences (copies in flight) may
+      // have been freed since, so try them again, at this bounded rate.
+      ++room_epoch_;
+    }
     wake_ = false;
     const bool stopping = stopping_;
     auto calls = std::move(calls_);
@@ -288,53 +313,71 @@ void Scheduler::prefetch_waiting() {
   for (auto& [prompt, salt] : todo) (void)runtime_->prefetch(prompt, salt);  // best effort; start() decides
 }
 
+std::optional<size_t> Scheduler::next_admissible_locked() const {
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    const Waiting& w = waiting_[i];
+    if (!w.blocked || w.blocked_at != room_epoch_ || w.state->cancelled()) return i;
+    if (w.passed >= options_.max_passes) return std::nullopt;  // it has waited long enough: nobody else goes first
+  }
+  return std::nullopt;
+}
+
 void Scheduler::admit() {
   for (uint32_t n = 0; n < options_.prefills_per_step && running_.size() < options_.max_running;) {
     Waiting w;
+    size_t index = 0;
     {
       std::lock_guard lk(mu_);
-      if (waiting_.empty()) return;
-      w = std::move(waiting_.front());
-      waiting_.pop_front();
+      const std::optional<size_t> next = next_admissible_locked();
+      if (!next) return;
+      index = *next;
+      for (size_t i = 0; i < index; ++i) ++waiting_[i].passed;  // those before it wait for room
+      w = std::move(waiting_[index]);
+      waiting_.erase(waiting_.begin() + long(index));
       ++running_count_;  // so drain() never sees it in neither place
     }
-    const auto now = RequestState::Clock::now();
-    if (w.state->cancelled()) {
-      w.state->complete({}, {}, Status::Cancelled("the client went away"), {});
-      continue;
-    }
-    const auto deadline = w.state->arrival() + std::chrono::duration_cast<RequestState::Clock::duration>(
-                                                   std::chrono::duration<double>(options_.request_timeout_s));
-    if (now > deadline) {
-      w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {});
-      continue;
-    }
-    auto r = std::make_unique<Running>(std::move(w.request));
-    r->state = std::move(w.state);
-    r->deadline = deadline;
-    r->usage.prompt_tokens = uint32_t(r->request.prompt.size());
-    r->usage.queue_s = seconds_between(r->state->arrival(), now);
-    auto started = runtime_->start(r->request.prompt, r->request.sampling, r->request.cache_salt);
-    if (!started.ok()) {
-      if (started.status().is(StatusCode::kBusy)) {
-        // The runtime is full after all: put it back and retry after a decode step.
-        std::lock_guard lk(mu_);
-        waiting_.push_front({std::move(r->request), std::move(r->state)});
-        return;
-      }
-      r->state->complete({}, {}, started.status(), r->usage);
-      ++n;
-      continue;
-    }
-    ++n;
-    r->seq = started->seq;
-    r->usage.report = started->report;
-    r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
-    r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
-    Running& ref = *r;
-    running_.push_back(std::move(r));
-    on_token(ref, started->first_token);
+    const Admission admission = start_waiting(w);
+    if (admission == Admission::kPrefilled) ++n;
+    if (admission != Admission::kNoRoom) continue;
+    // No room now: back to its place, skipped until room may have appeared.
+    std::lock_guard lk(mu_);
+    w.blocked = true;
+    w.blocked_at = room_epoch_;
+    waiting_.insert(waiting_.begin() + long(std::min(index, waiting_.size())), std::move(w));
   }
+}
+
+Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
+  const auto now = RequestState::Clock::now();
+  if (w.state->cancelled()) {
+    w.state->complete({}, {}, Status::Cancelled("the client went away"), {});
+    return Admission::kAnswered;
+  }
+  const auto deadline = w.state->arrival() + std::chrono::duration_cast<RequestState::Clock::duration>(
+                                                 std::chrono::duration<double>(options_.request_timeout_s));
+  if (now > deadline) {
+    w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {});
+    return Admission::kAnswered;
+  }
+  auto started = runtime_->start(w.request.prompt, w.request.sampling, w.request.cache_salt);
+  if (!started.ok() && started.status().is(StatusCode::kBusy)) return Admission::kNoRoom;
+  auto r = std::make_unique<Running>(std::move(w.request));
+  r->state = std::move(w.state);
+  r->deadline = deadline;
+  r->usage.prompt_tokens = uint32_t(r->request.prompt.size());
+  r->usage.queue_s = seconds_between(r->state->arrival(), now);
+  if (!started.ok()) {
+    r->state->complete({}, {}, started.status(), r->usage);
+    return Admission::kPrefilled;  // a prefill's worth of work was spent on it
+  }
+  r->seq = started->seq;
+  r->usage.report = started->report;
+  r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
+  r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
+  Running& ref = *r;
+  running_.push_back(std::move(r));
+  on_token(ref, started->first_token);
+  return Admission::kPrefilled;
 }
 
 void Scheduler::decode_running() {
@@ -395,6 +438,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   if (r.ended) return;
   r.ended = true;
   runtime_->finish(r.seq);
+  ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
   r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());

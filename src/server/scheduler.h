@@ -12,6 +12,15 @@
 // its text is published incrementally (stop strings are cut off).
 // The waiting queue is bounded: submit() fails with Busy (HTTP 429) when it
 // is full, and with Unavailable (503) once draining has begun.
+// Admission never stalls the loop. A request that could never run (prompt
+// plus max_tokens beyond the whole device pool, ModelInfo::max_kv_tokens) is
+// refused by submit() with InvalidArgument. One that does not fit now
+// (Runtime::start says Busy: running sequences hold the pages or slots) stays
+// in its place in the queue while later requests that fit start ahead of it;
+// it is tried again, first, only once room may have appeared (a sequence
+// ended, or `retry_idle` passed with nothing running), never in a busy loop.
+// After `max_passes` later requests have started ahead of it, no other
+// request starts until it has, so it cannot starve.
 // Everything public is thread-safe. The Runtime is created by the caller,
 // handed over, and destroyed on the scheduler thread.
 #pragma once
@@ -22,6 +31,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,9 +80,12 @@ class RequestState {
   View wait(StreamCursor& cursor, bool seen_start, std::chrono::milliseconds timeout);
   // Waits until done (no timeout: the scheduler enforces request_timeout_s).
   View wait_done();
+  // The same, giving up after `timeout` (nullopt: not done yet).
+  std::optional<View> wait_done(std::chrono::milliseconds timeout);
 
   // The client went away: the scheduler finishes the sequence at its next step.
-  void cancel();
+  // True when this call cancelled it (not done nor cancelled before).
+  bool cancel();
   bool cancelled() const;
 
   // Scheduler side.
@@ -105,6 +118,8 @@ struct SchedulerOptions {
   uint32_t max_running = 64;         // sequences decoded together
   uint32_t prefills_per_step = 1;    // admissions between two decode steps
   double request_timeout_s = 600;
+  uint32_t max_passes = 64;          // later requests that may start ahead of one waiting for room
+  std::chrono::milliseconds retry_idle{50};  // retry of requests waiting for room when nothing runs
 
   Status validate() const;
 };
@@ -139,6 +154,7 @@ class Scheduler {
     size_t waiting = 0;
     size_t running = 0;
     uint64_t steps = 0;  // decode steps so far
+    uint64_t cancels = 0;  // RequestState::cancel() calls that took effect (a client went away, or shutdown)
   };
   Counts counts() const;
 
@@ -148,6 +164,12 @@ class Scheduler {
   void loop();
   void step();
   void admit();
+  enum class Admission { kPrefilled, kAnswered, kNoRoom };  // kPrefilled: start() ran (counts toward prefills_per_step)
+  struct Waiting;
+  // Runtime::start for one request taken from the queue; kNoRoom leaves `w` intact.
+  Admission start_waiting(Waiting& w);
+  // The index of the next waiting request to try, if any may start. Holds mu_.
+  std::optional<size_t> next_admissible_locked() const;
   // Asks the runtime to read ahead the cached prefixes of requests still queued.
   void prefetch_waiting();
   void decode_running();
@@ -165,6 +187,9 @@ class Scheduler {
     GenerationRequest request;
     std::shared_ptr<RequestState> state;
     bool prefetched = false;  // the runtime was asked to read its cached prefix ahead
+    bool blocked = false;     // start() found no room at `blocked_at`
+    uint64_t blocked_at = 0;  // room_epoch_ then
+    uint32_t passed = 0;      // later requests started ahead of it
   };
   std::deque<Waiting> waiting_;
   std::vector<std::function<void()>> calls_;
@@ -173,7 +198,9 @@ class Scheduler {
   bool stopped_ = false;
   size_t running_count_ = 0;  // mirror of running_.size() for counts()
   uint64_t steps_ = 0;
+  uint64_t cancels_ = 0;
   bool wake_ = false;  // a cancel arrived
+  uint64_t room_epoch_ = 0;  // bumped whenever room may have appeared (a sequence ended, an idle retry); scheduler thread only
 
   std::vector<std::unique_ptr<Running>> running_;  // scheduler thread only
   std::thread thread_;

@@ -106,19 +106,23 @@ TEST(Runtime, RejectsBadInputWithClearErrors) {
   EXPECT_FALSE(Runtime::create(o).ok());
 }
 
-// A prompt that cannot fit the device pool at all is refused cleanly, the
-// cached pages it matched are released, and the runtime keeps serving.
+// A prompt that cannot fit the device pool at all is refused as invalid
+// before the cache is touched (it could never run: waiting would not help,
+// so not Busy); the limit is the model's max_kv_tokens; the runtime keeps
+// serving from its cache.
 TEST(Runtime, PromptLargerThanThePoolIsRefusedCleanly) {
   RuntimeOptions o = tiny("");
   o.device_bytes = size_t(64) * 8192;  // 64 pages of 16 tokens
   auto rt = Runtime::create(o);
   ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  EXPECT_EQ((*rt)->model().max_kv_tokens, 64u * 16u);
   std::vector<TokenId> small(500, 7), big(2000, 7);
   PrefillReport rep;
   auto a = generate(**rt, small, 4, &rep);
   auto r = (*rt)->start(big, {});
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kBusy) << r.status().to_string();
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("device KV pool"), std::string::npos) << r.status().to_string();
   auto b = generate(**rt, small, 4, &rep);
   EXPECT_EQ(a, b);
   EXPECT_GT(rep.cached_tokens, 0u);

@@ -126,6 +126,34 @@ TEST(ApiParseTest, ContextLimits) {
   EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(10, 'a') + R"("})", l)));
 }
 
+// The device pool bounds the prompt and prompt + max_tokens; the limits
+// derive from the model (its pool, its longest token) and the configuration.
+TEST(ApiParseTest, KvPoolLimits) {
+  ModelInfo model;
+  model.vocab_size = 1000;
+  model.max_context = 64;
+  model.max_kv_tokens = 32;
+  model.text.max_token_bytes = 3;
+  RequestLimits configured = limits();
+  configured.max_prompt_tokens = 40;
+  const RequestLimits l = derive_limits(configured, model);
+  EXPECT_EQ(max_prompt_tokens(l), 32u);  // the pool is the least of the three
+  EXPECT_EQ(l.max_prompt_bytes, 32u * 3u);
+  const ApiError too_long = error_of(R"({"prompt":")" + std::string(33, 'a') + R"("})", l);
+  EXPECT_EQ(too_long.code, "context_length_exceeded");
+  EXPECT_NE(too_long.message.find("device KV pool"), std::string::npos) << too_long.message;
+  const ApiError tail = error_of(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":3})", l);
+  EXPECT_EQ(tail.code, "kv_pool_exceeded");
+  EXPECT_EQ(tail.param, "max_tokens");
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":2})", l)));
+  // Over the byte bound: refused before tokenizing.
+  const ApiError bytes = error_of(R"({"prompt":")" + std::string(97, 'a') + R"("})", l);
+  EXPECT_NE(bytes.message.find("not tokenized"), std::string::npos) << bytes.message;
+  const json m = json::parse(models_json("tiny", model, l, 0))["data"][0]["kvtier"];
+  EXPECT_EQ(m["max_prompt_tokens"], 32);
+  EXPECT_EQ(m["max_kv_tokens"], 32);
+}
+
 TEST(ApiStatusTest, StatusMapsToHttp) {
   EXPECT_EQ(error_from_status(Status::Busy("q")).http_status, 429);
   EXPECT_EQ(error_from_status(Status::Unavailable("s")).http_status, 503);

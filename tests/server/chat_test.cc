@@ -178,6 +178,37 @@ TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   EXPECT_EQ(prompts_->spliced(), 1u);
 }
 
+// A rendered conversation longer than the byte limit is refused before the
+// tokenizer sees it, and the chat endpoint answers that with a clear 400.
+TEST_F(ChatPromptsTest, RenderingTooLongIsRefusedBeforeTokenizing) {
+  size_t tokenized = 0;
+  TextCodec counting = codec_;
+  counting.tokenize = [&, inner = codec_.tokenize](std::string_view s, const text::EncodeOptions& o) {
+    ++tokenized;
+    return inner(s, o);
+  };
+  auto p = ChatPrompts::create(counting, read(source_path("tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja")));
+  ASSERT_TRUE(p.ok());
+  const ojson messages = ojson::array({{{"role", "user"}, {"content", std::string(100000, 'a')}}});
+  std::string rendered;
+  auto ids = p->build(messages, rendered, 4096);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_TRUE(ids.status().is(StatusCode::kOutOfRange)) << ids.status().to_string();
+  EXPECT_EQ(tokenized, 0u);
+  EXPECT_TRUE(p->build(messages, rendered).ok());  // no limit: tokenized
+  EXPECT_EQ(tokenized, 1u);
+
+  RequestLimits l = limits();
+  l.max_prompt_bytes = 4096;
+  ChatPromptBuilder build = [&](const ojson& m, std::string& r) { return p->build(m, r, l.max_prompt_bytes); };
+  auto parsed = parse_chat_request(ojson{{"messages", messages}}.dump(), l, build);
+  ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
+  const ApiError& e = std::get<ApiError>(parsed);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.code, "context_length_exceeded");
+  EXPECT_NE(e.message.find("not tokenized"), std::string::npos) << e.message;
+}
+
 TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
   auto none = ChatPrompts::create(codec_, "");
   ASSERT_TRUE(none.ok());

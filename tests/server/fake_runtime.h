@@ -7,6 +7,10 @@
 // its longest whole-page (4-token) prefix shared with an earlier finished
 // prompt of the same salt, all reported as "host". Every call is logged;
 // `gate_start` blocks start() until opened, so tests can hold the scheduler.
+// With `pool_tokens` set, a device pool of that many tokens (4-token pages)
+// is modelled: it is max_kv_tokens, a prompt longer than it is invalid, and
+// start() is Busy when the prompt's pages do not fit beside those of the
+// running prompts and `held_tokens` (pages held outside any sequence).
 #pragma once
 
 #include <algorithm>
@@ -42,6 +46,22 @@ struct FakeShared {
   bool tokenize_gate_closed = false;      // text tokenization blocks until opened
   bool in_tokenize = false;
   uint32_t end_of_turn = 0;               // 0: none; else another end-of-generation id besides EOS
+  uint32_t pool_tokens = 0;               // 0: no pool modelled (set before the runtime is made)
+  uint32_t held_tokens = 0;               // pool tokens held outside sequences
+  std::map<TokenId, int> busy;            // Busy answers by the prompt's first token
+  std::vector<TokenId> started;           // the first token of each started prompt, in order
+  size_t tokenize_calls = 0;
+
+  static uint32_t pages(size_t tokens) { return uint32_t((tokens + 3) / 4); }
+  void set_held_tokens(uint32_t tokens) {
+    std::lock_guard lk(mu);
+    held_tokens = tokens;
+  }
+  int busy_count(TokenId first) {
+    std::lock_guard lk(mu);
+    auto it = busy.find(first);
+    return it == busy.end() ? 0 : it->second;
+  }
 
   void open_gate() {
     std::lock_guard lk(mu);
@@ -70,8 +90,11 @@ class FakeRuntime final : public Runtime {
     info_.eos = 0;
     info_.end_of_generation = {0};
     if (s_->end_of_turn != 0) info_.end_of_generation.push_back(TokenId(s_->end_of_turn));
+    info_.max_kv_tokens = s_->pool_tokens;
+    info_.text.max_token_bytes = 1;  // one token per character
     info_.text.tokenize = [shared = s_](std::string_view text, const text::EncodeOptions&) {
       std::unique_lock lk(shared->mu);
+      ++shared->tokenize_calls;
       shared->in_tokenize = true;
       shared->cv.notify_all();
       shared->cv.wait(lk, [&] { return !shared->tokenize_gate_closed; });
@@ -112,6 +135,16 @@ class FakeRuntime final : public Runtime {
     if (s_->fail_start) return Status::InvalidArgument("fake: start refused");
     for (TokenId t : prompt)
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("fake: token out of vocabulary");
+    if (s_->pool_tokens != 0) {
+      if (prompt.size() > s_->pool_tokens) return Status::InvalidArgument("fake: prompt larger than the pool");
+      uint32_t used = FakeShared::pages(s_->held_tokens);
+      for (const auto& [id, seq] : seqs_) used += FakeShared::pages(seq.prompt.size());
+      if (used + FakeShared::pages(prompt.size()) > FakeShared::pages(s_->pool_tokens)) {
+        ++s_->busy[prompt.front()];
+        s_->cv.notify_all();
+        return Status::Busy("fake: the pool is full");
+      }
+    }
     Started st;
     st.seq = SeqId(next_seq_++);
     st.report.prompt_tokens = uint32_t(prompt.size());
@@ -128,6 +161,7 @@ class FakeRuntime final : public Runtime {
     seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), std::string(salt), 0, 0};
     st.first_token = next_token(seqs_[st.seq.value()], prompt.back());
     s_->live.insert(st.seq.value());
+    s_->started.push_back(prompt.front());
     s_->log.push_back("start");
     s_->cv.notify_all();
     return st;

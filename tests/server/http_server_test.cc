@@ -4,6 +4,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -257,6 +263,119 @@ TEST_F(HttpServerTest, DisconnectMidStreamFreesTheSequence) {
   EXPECT_EQ(ev.size(), 2u);
   EXPECT_TRUE(fake_->wait_for([&] { return fake_->finished.size() == 1 && fake_->live.empty(); }));
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);
+}
+
+// Opens a connection and sends one POST /v1/completions, without reading the answer.
+int send_raw_completion(int port, const std::string& body) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A non-streaming request whose client hangs up is cancelled: the handler
+// watches the socket while it waits. Ordered by events: the request is held
+// in start() until the scheduler has been told of the cancel, so it can only
+// have generated its first token or two of the 64 asked.
+TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":64,"ignore_eos":true})");
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  ::close(fd);
+  const auto give_up = std::chrono::steady_clock::now() + 20s;  // a hang is a failure, not a timing check
+  while (sched_->counts().cancels == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(sched_->counts().cancels, 1u) << "the hang-up was not noticed";
+  fake_->open_gate();
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->finished.size() == 1 && fake_->live.empty(); }));
+  {
+    std::lock_guard lk(fake_->mu);
+    const auto decodes = std::count_if(fake_->log.begin(), fake_->log.end(),
+                                       [](const std::string& e) { return e.rfind("decode:", 0) == 0; });
+    EXPECT_LE(decodes, 2) << "the request ran on after its client left";
+  }
+  // The handler records the cancelled generation once it wakes up.
+  auto metrics = [&] { return kvtier::testing::parse_prometheus_text(client().Get("/metrics")->body); };
+  auto p = metrics();
+  while (p.ok() && p.value("kvtier_server_requests_total", {{"outcome", "failed"}}) == 0 &&
+         std::chrono::steady_clock::now() < give_up)
+    p = metrics();
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_EQ(p.value("kvtier_server_client_disconnects_total"), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "failed"}}), 1);
+  EXPECT_LT(p.value("kvtier_server_completion_tokens_total"), 64);
+  EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);  // the server goes on
+}
+
+// A client that waits for its whole answer is not mistaken for one that left.
+TEST_F(HttpServerTest, WaitingClientIsNotCancelled) {
+  start({}, [](FakeShared& s) { s.decode_delay = 2ms; });
+  auto r = post(R"({"prompt":[1],"max_tokens":60,"ignore_eos":true})");  // > one watch interval
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 60);
+  EXPECT_EQ(sched_->counts().cancels, 0u);
+}
+
+// A text prompt longer than max_prompt_tokens × the longest token's bytes
+// has more tokens than allowed whatever they are: refused before the
+// tokenizer sees it (here a megabyte, for a limit of 256 one-byte tokens).
+TEST_F(HttpServerTest, TextTooLongIsRefusedBeforeTokenizing) {
+  start();
+  auto r = post(R"({"prompt":")" + std::string(size_t(1) << 20, 'a') + R"(","max_tokens":1})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("not tokenized"), std::string::npos) << r->body;
+  {
+    std::lock_guard lk(fake_->mu);
+    EXPECT_EQ(fake_->tokenize_calls, 0u);
+  }
+  auto ok = post(R"({"prompt":")" + std::string(200, 'a') + R"(","max_tokens":1})");  // within the bound: tokenized
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+}
+
+// The device pool bounds prompt + max_tokens: what could never fit is a 400
+// at admission that says why, the limits are published, and while such
+// requests are refused, 8 ordinary ones complete.
+TEST_F(HttpServerTest, RequestsBeyondTheKvPoolAreRefusedAtAdmission) {
+  start({}, [](FakeShared& s) { s.pool_tokens = 128; });
+  auto models = json::parse(client().Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["kvtier"]["max_prompt_tokens"], 128);
+  EXPECT_EQ(models["data"][0]["kvtier"]["max_kv_tokens"], 128);
+  auto health = json::parse(client().Get("/health")->body);
+  EXPECT_EQ(health["max_prompt_tokens"], 128);
+  json giant = {{"prompt", std::vector<int>(200, 5)}, {"max_tokens", 1}};
+  json long_tail = {{"prompt", std::vector<int>(100, 5)}, {"max_tokens", 40}};
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0}, refused{0};
+  for (int i = 0; i < 8; ++i)
+    clients.emplace_back([&, i] {
+      auto g = post(giant.dump());
+      auto t = post(long_tail.dump());
+      if (g && g->status == 400 && json::parse(g->body)["error"]["message"].get<std::string>().find("device KV pool") !=
+                                       std::string::npos)
+        ++refused;
+      if (t && t->status == 400 && json::parse(t->body)["error"]["code"] == "kv_pool_exceeded") ++refused;
+      auto r = post(json{{"prompt", {i + 1, 2, 3}}, {"max_tokens", 4}}.dump());
+      if (r && r->status == 200) ++ok;
+    });
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(refused.load(), 16);
+  EXPECT_EQ(ok.load(), 8);
+  std::lock_guard lk(fake_->mu);
+  EXPECT_TRUE(fake_->busy.empty());  // never queued nor tried
 }
 
 TEST_F(HttpServerTest, ConcurrentStreams) {

@@ -260,9 +260,107 @@ TEST(SchedulerTest, CachedTokensAreReported) {
   EXPECT_EQ(v.usage.report.cached_tokens, 16u);
 }
 
+// A request whose prompt plus completion could never fit the device pool,
+// however long it waited, is refused at submit (it is never queued nor tried),
+// and ordinary requests go on.
+TEST(SchedulerTest, RequestThatCouldNeverFitThePoolIsRefusedAtSubmit) {
+  Fixture f({}, [](FakeShared& s) { s.pool_tokens = 64; });
+  EXPECT_EQ(f.sched->model().max_kv_tokens, 64u);
+  GenerationRequest giant;
+  giant.prompt.assign(100, 50);
+  giant.max_tokens = 4;
+  GenerationRequest long_tail;  // its prompt fits, its completion could not
+  long_tail.prompt.assign(60, 50);
+  long_tail.max_tokens = 8;
+  std::vector<std::shared_ptr<RequestState>> ordinary;
+  for (int i = 0; i < 8; ++i) {
+    for (const GenerationRequest& g : {giant, long_tail}) {
+      auto r = f.sched->submit(g);
+      ASSERT_FALSE(r.ok());
+      EXPECT_TRUE(r.status().is(StatusCode::kInvalidArgument)) << r.status().to_string();
+      EXPECT_NE(r.status().message().find("device KV pool"), std::string::npos) << r.status().to_string();
+    }
+    ordinary.push_back(f.submit({TokenId(i + 1), 2, 3}, 2));
+  }
+  for (auto& st : ordinary) {
+    auto v = st->wait_done(30s);
+    ASSERT_TRUE(v.has_value()) << "an ordinary request never finished";
+    EXPECT_TRUE(v->error.ok()) << v->error.to_string();
+  }
+  EXPECT_EQ(f.fake->busy_count(50), 0);
+  EXPECT_EQ(f.sched->counts().waiting, 0u);
+}
+
+// A request that fits the pool but not beside what holds it now waits in
+// place while requests that fit now pass it (no head-of-line blocking), and
+// it is tried again only when room may have appeared (a sequence ended), not
+// in a loop: counted by the runtime's Busy answers, not by time.
+TEST(SchedulerTest, RequestWaitingForRoomLetsOthersPassWithoutSpinning) {
+  SchedulerOptions o;
+  o.retry_idle = std::chrono::hours(1);  // only ends retry it here, so the count below is exact
+  Fixture f(o, [](FakeShared& s) {
+    s.pool_tokens = 64;  // 16 pages
+    s.held_tokens = 32;  // 8 of them held outside any sequence
+  });
+  auto big = f.submit(std::vector<TokenId>(40, 50), 2);  // 10 pages: fits the pool, not the 8 free
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->busy.count(50) > 0; }));
+  std::vector<std::shared_ptr<RequestState>> ordinary;
+  for (int i = 0; i < 8; ++i) ordinary.push_back(f.submit({TokenId(i + 1), 2, 3}, 2));
+  for (auto& st : ordinary) {
+    auto v = st->wait_done(30s);
+    ASSERT_TRUE(v.has_value()) << "an ordinary request waited behind the one that does not fit";
+    EXPECT_TRUE(v->error.ok()) << v->error.to_string();
+  }
+  EXPECT_FALSE(big->wait_done(0ms).has_value());  // its pages are still held
+  // Once on arrival, then at most once after each of the 8 ends.
+  EXPECT_LE(f.fake->busy_count(50), 9);
+  // Room appears; the next end retries the waiting request, first.
+  f.fake->set_held_tokens(0);
+  ASSERT_TRUE(f.submit({9, 2, 3}, 2)->wait_done(30s).has_value());
+  auto v = big->wait_done(30s);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->error.ok()) << v->error.to_string();
+  EXPECT_EQ(v->usage.completion_tokens, 2u);
+}
+
+// A request waiting for room is passed at most max_passes times; after that
+// the others wait for it, so it cannot starve. With nothing running it is
+// retried every retry_idle (room may come from outside any sequence).
+TEST(SchedulerTest, RequestWaitingForRoomIsPassedAtMostMaxPassesTimes) {
+  SchedulerOptions o;
+  o.max_passes = 2;
+  o.retry_idle = 5ms;
+  Fixture f(o, [](FakeShared& s) {
+    s.pool_tokens = 64;
+    s.held_tokens = 32;
+  });
+  auto big = f.submit(std::vector<TokenId>(40, 50), 2);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->busy.count(50) > 0; }));
+  for (TokenId first : {1, 2}) {
+    auto v = f.submit({first, 2, 3}, 2)->wait_done(30s);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_TRUE(v->error.ok());
+  }
+  auto third = f.submit({3, 2, 3}, 2);
+  // Two more retries of the big one (the idle ones): the third had every chance to pass it.
+  const int tried = f.fake->busy_count(50);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->busy[50] >= tried + 2; }));
+  EXPECT_FALSE(third->wait_done(0ms).has_value());
+  f.fake->set_held_tokens(0);
+  auto v = third->wait_done(30s);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->error.ok());
+  ASSERT_TRUE(big->wait_done(30s).has_value());
+  std::lock_guard lk(f.fake->mu);
+  EXPECT_EQ(f.fake->started, (std::vector<TokenId>{1, 2, 50, 3}));
+}
+
 TEST(SchedulerTest, OptionsAreValidated) {
   SchedulerOptions o;
   o.max_queue = 0;
+  EXPECT_FALSE(Scheduler::create(o, std::make_unique<FakeRuntime>(std::make_shared<FakeShared>())).ok());
+  o = {};
+  o.retry_idle = 0ms;
   EXPECT_FALSE(Scheduler::create(o, std::make_unique<FakeRuntime>(std::make_shared<FakeShared>())).ok());
   EXPECT_FALSE(Scheduler::create({}, nullptr).ok());
 }

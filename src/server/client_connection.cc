@@ -1,0 +1,70 @@
+#include "server/client_connection.h"
+
+#include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
+namespace kvtier::server {
+namespace {
+
+// An address as httplib prints it (numeric host, as getnameinfo gives it) and its port.
+bool address_is(const sockaddr_storage& addr, socklen_t len, std::string_view host, int port) {
+  char text[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0)
+    return false;
+  int actual = -1;
+  if (addr.ss_family == AF_INET) actual = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  else if (addr.ss_family == AF_INET6) actual = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  return actual == port && host == text;
+}
+
+bool connects(int fd, std::string_view local_addr, int local_port, std::string_view remote_addr, int remote_port) {
+  sockaddr_storage local{}, remote{};
+  socklen_t local_len = sizeof local, remote_len = sizeof remote;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;  // not a socket
+  if (local.ss_family != AF_INET && local.ss_family != AF_INET6) return false;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0) return false;  // not connected
+  return address_is(local, local_len, local_addr, local_port) && address_is(remote, remote_len, remote_addr, remote_port);
+}
+
+}  // namespace
+
+std::optional<ClientConnection> ClientConnection::find(std::string_view local_addr, int local_port,
+                                                       std::string_view remote_addr, int remote_port) {
+  thread_local int last_found = -1;
+  if (last_found >= 0 && connects(last_found, local_addr, local_port, remote_addr, remote_port))
+    return ClientConnection(last_found);
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return std::nullopt;
+  std::optional<ClientConnection> found;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    if (!connects(int(fd), local_addr, local_port, remote_addr, remote_port)) continue;
+    found = ClientConnection(int(fd));
+    last_found = int(fd);
+    break;
+  }
+  closedir(dir);
+  return found;
+}
+
+bool ClientConnection::closed() const {
+  pollfd watched{fd_, POLLIN | POLLRDHUP, 0};
+  if (poll(&watched, 1, 0) <= 0) return false;
+  if ((watched.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) != 0) return true;
+  if ((watched.revents & POLLIN) == 0) return false;
+  // Readable: more bytes (a pipelined request) or the end of the stream.
+  char byte;
+  const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+}  // namespace kvtier::server
