@@ -146,6 +146,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     d.capacity_bytes = o.disk_bytes;
     d.region_bytes = o.disk_region_bytes;
     d.direct_io = o.disk_direct_io;
+    d.fs = o.disk_fs;
     auto disk = DiskTier::create(d);
     if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
     c->disk_ = std::move(disk).value();
@@ -379,9 +380,19 @@ uint32_t KVCache::fall_back(CacheLease& lease) {
   lease.wait_all();
   ++stats_.load_failures;
   const uint32_t pos = lease.in_place_prefix_ * options_.geometry.page_tokens;
-  for (int t = 1; t < kNumTiers; ++t) {
-    lease.report_.recomputed_cached_tokens += lease.report_.reused_tokens_by_tier[t];
-    lease.report_.reused_tokens_by_tier[t] = 0;
+  // Only the pages shared in place are still reused; what apply() counted as
+  // reused or loaded beyond them is recomputed now, in the lease's report and
+  // in the cache-wide counters alike.
+  LeaseReport& rep = lease.report_;
+  for (int t = 0; t < kNumTiers; ++t) {
+    const uint32_t kept = t == static_cast<int>(TierKind::kDevice) ? std::min(rep.reused_tokens_by_tier[t], pos) : 0;
+    const uint32_t recomputed = rep.reused_tokens_by_tier[t] - kept;
+    rep.reused_tokens_by_tier[t] = kept;
+    rep.recomputed_cached_tokens += recomputed;
+    stats_.reused_tokens_by_tier[t] -= recomputed;
+    stats_.recomputed_cached_tokens += recomputed;
+    stats_.bytes_loaded_by_tier[t] -= rep.bytes_loaded_by_tier[t];
+    rep.bytes_loaded_by_tier[t] = 0;
   }
   lease.recompute_begin_ = lease.recompute_end_ = 0;
   lease.cached_end_ = pos;

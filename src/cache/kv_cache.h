@@ -65,6 +65,7 @@ struct KVCacheOptions {
   size_t disk_bytes = size_t(8) << 30;       // DiskTier capacity (hard)
   size_t disk_region_bytes = size_t(64) << 20;
   bool disk_direct_io = true;
+  FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
   std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
@@ -208,7 +209,9 @@ class KVCache {
   Result<CacheLease> fresh(const Namespace& ns, size_t tokens);
   // After a failed load: waits for the lease's transfers, counts the failure,
   // and returns the position from which the engine must recompute (the end of
-  // the pages shared in place); the lease's report is corrected.
+  // the pages shared in place). The lease's report and the cache's counters
+  // are corrected: tokens past that position count as recomputed, not
+  // reused, and no bytes count as loaded for the lease.
   uint32_t fall_back(CacheLease& lease);
   // Makes the lease's page table cover at least `tokens` positions.
   Status grow(CacheLease& lease, size_t tokens);

@@ -1,6 +1,8 @@
 // The heart of the suite: a prompt served from cached KV — from every tier
 // and from mixtures — gives the same output as a full recompute.
 #include "cache_rig.h"
+#include "io/fault_file_system.h"
+#include "runtime/runtime_stats.h"
 
 namespace kvtier::testing {
 namespace {
@@ -185,6 +187,27 @@ TEST(CacheExactness, SelectiveWritesHotChunksOnly) {
   EXPECT_GT(rig.cache->stats().disk.entries, 0u);
 }
 
+// After a failed load, what users read (the lease's report, the cache's
+// counters, the Prometheus series) counts the prompt's cached tokens as
+// recomputed: nothing as reused beyond the pages shared in place, no bytes as loaded.
+void expect_counted_as_recomputed(KVCache& cache, const Outcome& hit, const KVCacheStats& before) {
+  const KVCacheStats after = cache.stats();
+  EXPECT_GT(hit.report.recomputed_cached_tokens, 0u);
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (t != int(kDevice)) {
+      EXPECT_EQ(hit.report.reused_tokens_by_tier[t], 0u) << tier_name(TierKind(t));
+    }
+    EXPECT_EQ(hit.report.bytes_loaded_by_tier[t], 0u) << tier_name(TierKind(t));
+    EXPECT_EQ(after.reused_tokens_by_tier[t] - before.reused_tokens_by_tier[t], hit.report.reused_tokens_by_tier[t])
+        << tier_name(TierKind(t));
+    EXPECT_EQ(after.bytes_loaded_by_tier[t], before.bytes_loaded_by_tier[t]) << tier_name(TierKind(t));
+  }
+  EXPECT_EQ(after.recomputed_cached_tokens - before.recomputed_cached_tokens, hit.report.recomputed_cached_tokens);
+  const std::string metrics = runtime_metrics_text(after, RuntimeCounters{}, 0);
+  const std::string disk_line = "kvtier_bytes_loaded_total{tier=\"disk\"} " + std::to_string(before.bytes_loaded_by_tier[kDisk]) + "\n";
+  EXPECT_NE(metrics.find(disk_line), std::string::npos) << metrics;
+}
+
 // Corrupt KV on disk is detected, counted and recomputed: the output is unchanged.
 TEST(CacheExactness, CorruptDiskEntryIsRecomputed) {
   RigOptions o;
@@ -196,11 +219,33 @@ TEST(CacheExactness, CorruptDiskEntryIsRecomputed) {
   ASSERT_TRUE(rig.cache->drain().ok());
   ASSERT_TRUE(rig.cache->flush().ok());
   corrupt_region_files(rig.dir_);
+  const KVCacheStats before = rig.cache->stats();
   Outcome hit = rig.cached(prompt, 8);
   expect_same(hit, ref, 1e-5);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 0u);
   auto st = rig.cache->stats();
   EXPECT_GE(st.load_failures + st.disk.checksum_failures, 1u);
+  expect_counted_as_recomputed(*rig.cache, hit, before);
+}
+
+// A disk read that fails (EIO) is recomputed and counted like a corrupt one.
+TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
+  FaultFileSystem faults(FileSystem::posix());
+  RigOptions o;
+  o.region_bytes = 64 << 10;
+  o.disk_fs = &faults;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 8);
+  Outcome ref = rig.reference(prompt, 8);
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  faults.add_rule(FaultRule{.kind = FaultKind::kError, .op = FaultOp::kRead, .nth = 1, .times = 0});
+  const KVCacheStats before = rig.cache->stats();
+  Outcome hit = rig.cached(prompt, 8);
+  expect_same(hit, ref, 1e-5);
+  EXPECT_GT(faults.fired(), 0u);
+  EXPECT_EQ(rig.cache->stats().load_failures, before.load_failures + 1);
+  expect_counted_as_recomputed(*rig.cache, hit, before);
 }
 
 // Many sequences, interleaved, sharing prefixes, under eviction pressure (pool

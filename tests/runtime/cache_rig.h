@@ -29,6 +29,9 @@ struct RigOptions {
   size_t region_bytes = size_t(1) << 20;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   MemoryBackend device = MemoryBackend::kCpu;  // kCuda: pool and engine on the GPU (tests/cuda)
+  FileSystem* disk_fs = nullptr;               // fault injection under the disk tier
+  std::shared_ptr<Tier> remote;                // a remote chunk store (same geometry)
+  bool layerwise = true;
 };
 
 struct Outcome {
@@ -60,11 +63,15 @@ class CacheRig {
     }
     co.model_cost = model_cost(*cfg, g);
     co.write_policy = o.write_policy;
+    co.disk_fs = o.disk_fs;
+    co.remote = o.remote;
+    co.layerwise = o.layerwise;
     co.device = o.device;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.link(TierKind::kHost) = {0, 1e12};
     co.profile.link(TierKind::kDisk) = {0, 1e12};
+    co.profile.link(TierKind::kRemote) = {0, 1e12};
     auto c = KVCache::create(co);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
     cache = std::move(*c);
