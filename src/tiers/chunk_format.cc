@@ -202,11 +202,19 @@ Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const Chun
   return m;
 }
 
+Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const ChunkGeometry& expect) {
+  KVTIER_ASSIGN_OR_RETURN(ChunkMeta m, decode_chunk_meta(value, expect));
+  // decode_chunk_meta bounds payload_bytes by the geometry: the sum cannot overflow.
+  if (value.size() < uint64_t(m.header.payload_offset) + m.header.payload_bytes)
+    return Status::Corruption("chunk value truncated inside its payload");
+  return m;
+}
+
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
                            std::span<const std::byte> layers) {
   const uint32_t n = meta.header.num_pages;
   const size_t lb = g.layer_bytes(n);
-  if (first + count > meta.layer_checksums.size() || layers.size() < count * lb)
+  if (first > meta.layer_checksums.size() || count > meta.layer_checksums.size() - first || layers.size() < count * lb)
     return Status::InvalidArgument("layer range outside the chunk");
   for (uint32_t i = 0; i < count; ++i)
     if (layer_checksum(layers.data() + i * lb, lb, first + i) != meta.layer_checksums[first + i])

@@ -134,6 +134,12 @@ size_t chunk_meta_bytes_from_header(std::span<const std::byte> first_128);
 // `expect`) the metadata at the start of `entry`. kCorruption when anything
 // is off; kInvalidArgument when the geometry is valid but differs.
 Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const ChunkGeometry& expect);
+// Decodes an entry held whole in one buffer (a remote value, packed or
+// aligned): the metadata as decode_chunk_meta, and the buffer must hold the
+// whole payload (kCorruption when it ends before). The layers are then
+// verified with verify_chunk_layers over
+// value.subspan(header.payload_offset, header.payload_bytes).
+Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const ChunkGeometry& expect);
 // Verifies layers [first, first+count) held contiguously in `layers`.
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
                            std::span<const std::byte> layers);

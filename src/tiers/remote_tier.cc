@@ -238,11 +238,9 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
       continue;
     }
     const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(r->str), r->len);
-    auto meta = decode_chunk_meta(entry, g);
+    auto meta = decode_chunk_value(entry, g);
     Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
     if (st.ok() && !(meta->key == op.key)) st = Status::Corruption("remote: value holds another chunk's entry");
-    if (st.ok() && entry.size() < meta->header.payload_offset + meta->header.payload_bytes)
-      st = Status::Corruption("remote: value truncated");
     if (!st.ok()) {
       op.status = st;
       drop_corrupt(op.key);

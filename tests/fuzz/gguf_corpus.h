@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <random>
 #include <vector>
 
+#include "byte_mutator.h"
 #include "engine/gguf.h"
 
 namespace kvtier::engine::fuzzing {
@@ -13,8 +13,6 @@ namespace kvtier::engine::fuzzing {
 // A micro llama model (1 layer, hidden 16) written as GGUF with `type` matrices.
 std::vector<uint8_t> valid_image(GgufType type);
 
-// Mutation `k` of `base`: byte flips, 32/64-bit field smashes, truncation,
-// insertion, duplication of a region. Deterministic in (base, k).
-std::vector<uint8_t> mutate(const std::vector<uint8_t>& base, uint64_t k);
+using kvtier::fuzzing::mutate;
 
 }  // namespace kvtier::engine::fuzzing

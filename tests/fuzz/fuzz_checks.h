@@ -1,0 +1,38 @@
+// One fuzz input through one parser, shared by each libFuzzer target
+// (fuzz_entry.cc) and its corpus-replay test, so that `make test` checks
+// exactly what the fuzzer checks. Each returns "" when the parser accepted
+// the input consistently or refused it with a message, and otherwise says
+// which invariant broke (the fuzzer aborts on it). A crash, a hang or an
+// allocation without bound is a failure too (ASan / libFuzzer's -rss_limit_mb).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvtier::fuzzing {
+
+using Input = std::span<const uint8_t>;
+
+// A disk region file (tiers/disk_region_format.h): header verdict, then the entry scan.
+std::string check_disk_region(Input data);
+// A remote value (tiers/chunk_format.h decode_chunk_value), its layers, and a scatter/gather round trip.
+std::string check_chunk_value(Input data);
+// A POST /v1/completions body (server/api.h parse_completion_request).
+std::string check_completion_request(Input data);
+// A Mooncake JSON-lines trace (sim/mooncake_trace.h), every prompt expanded.
+std::string check_mooncake_trace(Input data);
+// A kvtier JSON-lines trace (sim/kvtier_trace.h), strict and with skip_bad_lines.
+std::string check_kvtier_trace(Input data);
+
+// Valid inputs built by code, for the binary formats (the text formats' seeds
+// are files under tests/fuzz/corpus/<target>/).
+std::vector<std::vector<uint8_t>> disk_region_seeds();
+std::vector<std::vector<uint8_t>> chunk_value_seeds();
+// What the fuzzed readers make of an input (the replay tests check that the
+// seeds are accepted, so that the mutations start from something valid).
+size_t disk_region_entries(Input data);
+bool chunk_value_verifies(Input data);
+
+}  // namespace kvtier::fuzzing
