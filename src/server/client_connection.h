@@ -23,7 +23,9 @@ class ClientConnection {
   static std::optional<ClientConnection> find(std::string_view local_addr, int local_port,
                                               std::string_view remote_addr, int remote_port);
 
-  // True once the client has closed or reset its side of the connection.
+  // True once the client has closed or reset its side of the connection. A
+  // client that half-closes (shutdown for writing) after sending its request
+  // counts as gone too: it cannot be told apart from one that closed.
   bool closed() const;
 
  private:
