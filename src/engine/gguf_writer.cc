@@ -19,8 +19,10 @@ Status GgufWriteOptions::validate() const {
     case GgufType::kF16:
     case GgufType::kBF16:
     case GgufType::kQ8_0: return Status::Ok();
+    default: break;
   }
-  return Status::InvalidArgument("GgufWriteOptions: unsupported weight type");
+  return Status::InvalidArgument("GgufWriteOptions: cannot write weight type " + std::string(gguf_type_name(weight_type)) +
+                                 " (f32, f16, bf16 or q8_0)");
 }
 
 namespace {
@@ -72,8 +74,8 @@ uint64_t tensor_bytes(const Tensor& t) {
     case GgufType::kF16:
     case GgufType::kBF16: return n * 2;
     case GgufType::kQ8_0: return n / gguf::kQ8Block * gguf::kQ8BlockBytes;
+    default: return 0;  // refused by GgufWriteOptions::validate
   }
-  return 0;
 }
 
 void encode(const Tensor& t, std::vector<char>& out) {
@@ -96,6 +98,7 @@ void encode(const Tensor& t, std::vector<char>& out) {
         for (uint32_t k = 0; k < gguf::kQ8Block; ++k) blk[2 + k] = char(int8_t(std::lround(x[k] * id)));
       }
       break;
+    default: break;  // refused by GgufWriteOptions::validate
   }
 }
 

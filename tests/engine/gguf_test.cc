@@ -145,9 +145,9 @@ TEST_F(GgufBroken, WrongArchitecture) {
 TEST_F(GgufBroken, UnsupportedTensorType) {
   auto b = good_;
   const size_t at = after_name(b, "blk.0.attn_q.weight") + 4 + 16;  // n_dims, ne[2], then the type
-  const uint32_t q4k = 12;
-  std::memcpy(&b[at], &q4k, 4);
-  expect_error(b, StatusCode::kUnimplemented, "Q4_K");
+  const uint32_t q8k = 15;  // Q8_K: ggml's dot-product intermediate, never a weight type we read
+  std::memcpy(&b[at], &q8k, 4);
+  expect_error(b, StatusCode::kUnimplemented, "Q8_K");
 }
 
 TEST_F(GgufBroken, InconsistentShapeAndOffsets) {

@@ -1,0 +1,52 @@
+// Tensor element types of GGUF files (ggml_type values) and their
+// dequantisation to f32, block by block, as ggml defines the block layouts:
+// the legacy 32-element blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and the
+// 256-element K-quant super-blocks (Q2_K .. Q6_K) that Q4_K_M-style files mix.
+//
+// Contract: a row of `n` elements of type T takes n / block_elems(T) blocks of
+// block_bytes(T) bytes; n must be a multiple of block_elems(T). Dequantisation
+// is arithmetic in f32 without fused multiply-adds (this file is compiled with
+// -ffp-contract=off), so it reproduces ggml's reference values bit for bit.
+// Stateless free functions; safe to call from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "kvtier/status.h"
+
+namespace kvtier::engine {
+
+// The tensor types the engine reads (values are ggml_type codes).
+enum class GgufType : uint32_t {
+  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
+  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+};
+
+namespace quant {
+
+struct TypeInfo {
+  GgufType type;
+  std::string_view name;  // ggml's spelling: "F32", "Q4_K", ...
+  uint32_t block_elems;   // elements per block (1 for the float types)
+  uint32_t block_bytes;   // bytes per block
+};
+
+// Every type above, in ggml_type order.
+std::span<const TypeInfo> all_types();
+// The entry of ggml type code `code`, or nullptr when the engine does not read it.
+const TypeInfo* find_type(uint32_t code);
+const TypeInfo& info(GgufType type);
+
+// Bytes of a row of `n` elements; n must be a multiple of the block size.
+inline uint64_t row_bytes(const TypeInfo& t, uint64_t n) { return n / t.block_elems * t.block_bytes; }
+
+// Decodes `n` elements (a multiple of the block size) from `bytes` (at least
+// row_bytes(type, n) of them) into `out`. InvalidArgument when the sizes do
+// not hold; the values themselves are not checked (a NaN scale gives NaNs).
+Status dequantize_row(GgufType type, std::span<const std::byte> bytes, size_t n, float* out);
+
+}  // namespace quant
+}  // namespace kvtier::engine
