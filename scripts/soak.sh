@@ -54,24 +54,29 @@ END=$((SECONDS + SECONDS_TOTAL))
     "$BIN" loadgen --url "$URL" --users 8 --rounds 6 --history-tokens 1500 --answer-tokens 16 --seed $seed \
       --duration $((END - SECONDS > 0 ? END - SECONDS : 1)) --timeout 120 --quiet >/dev/null 2>&1 || true
     seed=$((seed + 1)); done ) &
+LOAD_PIDS=($!)
 # Clients that hang up: streaming and non-streaming requests cut off after 50 ms.
 ( while [ $SECONDS -lt $END ]; do
     prompt=$(seq -s, 3 $((3 + RANDOM % 400)))
     curl -s -m 0.05 "$URL/v1/completions" -d "{\"prompt\":[${prompt}],\"max_tokens\":200,\"ignore_eos\":true,\"stream\":true}" >/dev/null 2>&1 || true
     curl -s -m 0.05 "$URL/v1/completions" -d "{\"prompt\":[${prompt}],\"max_tokens\":200,\"ignore_eos\":true}" >/dev/null 2>&1 || true
     sleep 0.2; done ) &
+LOAD_PIDS+=($!)
 # A cache flush every 30 s.
-( while [ $SECONDS -lt $END ]; do sleep 30; curl -s -X POST "$URL/v1/cache/flush" >/dev/null || true; done ) &
+( while [ $SECONDS -lt $END ]; do sleep 30; curl -s -X POST "$URL/v1/cache/flush" -H 'Content-Type: application/json' -d '{}' >/dev/null || true; done ) &
+LOAD_PIDS+=($!)
 
 while [ $SECONDS -lt $END ]; do
   sleep 60
   read -r RSS FDS < <(resources)
   echo "soak: $((SECONDS_TOTAL - (END - SECONDS))) s  rss=${RSS} KiB  fds=${FDS}"
 done
-wait
+wait "${LOAD_PIDS[@]}"
 sleep 2  # let cancelled requests finish
 read -r RSS1 FDS1 < <(resources)
-DISCONNECTS=$(curl -s "$URL/metrics" | awk '/^kvtier_server_client_disconnects_total/ {print $2}')
-REQUESTS=$(curl -s "$URL/metrics" | awk '/^kvtier_server_requests_total/ {s += $2} END {print s}')
-echo "soak: end    rss=${RSS1} KiB  fds=${FDS1}  requests=${REQUESTS}  client disconnects=${DISCONNECTS:-n/a}"
+METRICS=$(curl -s "$URL/metrics")
+outcome() { awk -v o="outcome=\"$1\"" 'index($0, "kvtier_server_requests_total{" o "}") == 1 {print $2}' <<<"$METRICS"; }
+FLUSHES=$(awk '/^kvtier_http_responses_total\{endpoint="\/v1\/cache\/flush",code="200"\}/ {print $2}' <<<"$METRICS")
+echo "soak: end    rss=${RSS1} KiB  fds=${FDS1}  requests ok=$(outcome ok) cancelled=$(outcome cancelled)" \
+  "failed=$(outcome failed)  flushes=${FLUSHES:-0}"
 echo "soak: rss growth $((RSS1 - RSS0)) KiB, fd growth $((FDS1 - FDS0))"

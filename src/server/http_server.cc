@@ -322,7 +322,7 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
   if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta);
   RequestState::View v = wait_watching_client(req, *state);
-  metrics_.record_completion(v.usage, v.error.ok());
+  metrics_.record_completion(v.usage, v.error);
   if (!v.error.ok()) return send_error(res, error_from_status(v.error));
   const TextCodec& codec = scheduler_->model().text;
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
@@ -403,7 +403,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         }
         if (v.done) {
           p.finished = true;
-          metrics_.record_completion(v.usage, v.error.ok());
+          metrics_.record_completion(v.usage, v.error);
           sink.done();
         }
         return true;
@@ -412,7 +412,10 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         // Client gone (or server stopping) before the end: free the sequence.
         if (!success || !progress->finished) {
           state->cancel();
-          if (!progress->finished) metrics_.record_completion(state->wait_done().usage, false);
+          if (!progress->finished) {
+            const RequestState::View end = state->wait_done();
+            metrics_.record_completion(end.usage, end.error.ok() ? Status::Cancelled("the stream ended early") : end.error);
+          }
         }
       });
 }

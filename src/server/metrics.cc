@@ -68,9 +68,10 @@ void ServerMetrics::record_response(const std::string& endpoint, int status) {
   ++responses_[{endpoint, status}];
 }
 
-void ServerMetrics::record_completion(const CompletionUsage& u, bool ok) {
+void ServerMetrics::record_completion(const CompletionUsage& u, const Status& outcome) {
   std::lock_guard lk(mu_);
-  ++(ok ? completions_ok_ : completions_failed_);
+  const bool ok = outcome.ok();
+  ++(ok ? completions_ok_ : outcome.code() == StatusCode::kCancelled ? completions_cancelled_ : completions_failed_);
   prompt_tokens_ += u.prompt_tokens;
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.report.cached_tokens;
@@ -101,6 +102,7 @@ std::string ServerMetrics::render(const Gauges& g) const {
          double(n));
   header(out, "kvtier_server_requests_total", "counter", "Generations that ran, by outcome.");
   line(out, "kvtier_server_requests_total", "outcome=\"ok\"", double(completions_ok_));
+  line(out, "kvtier_server_requests_total", "outcome=\"cancelled\"", double(completions_cancelled_));
   line(out, "kvtier_server_requests_total", "outcome=\"failed\"", double(completions_failed_));
   header(out, "kvtier_server_client_disconnects_total", "counter",
          "Generations cancelled because their client went away before the end.");

@@ -42,8 +42,9 @@ class ServerMetrics {
 
   // One HTTP response, by endpoint ("/v1/completions") and status code.
   void record_response(const std::string& endpoint, int status);
-  // One finished generation (successful or cut short after it started).
-  void record_completion(const CompletionUsage& usage, bool ok);
+  // One finished generation, by how it ended: `outcome` ok, cancelled (the
+  // client went away, the deadline passed, the server stopped) or failed.
+  void record_completion(const CompletionUsage& usage, const Status& outcome);
   // A generation cancelled because its client went away.
   void record_client_disconnect();
 
@@ -57,7 +58,7 @@ class ServerMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> responses_;
-  uint64_t completions_ok_ = 0, completions_failed_ = 0, client_disconnects_ = 0;
+  uint64_t completions_ok_ = 0, completions_cancelled_ = 0, completions_failed_ = 0, client_disconnects_ = 0;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, recomputed_cached_tokens_ = 0;
   std::array<uint64_t, kNumTiers> cached_by_tier_{};
   std::array<uint64_t, kNumTiers> bytes_by_tier_{};

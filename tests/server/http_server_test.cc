@@ -306,12 +306,12 @@ TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
   // The handler records the cancelled generation once it wakes up.
   auto metrics = [&] { return kvtier::testing::parse_prometheus_text(client().Get("/metrics")->body); };
   auto p = metrics();
-  while (p.ok() && p.value("kvtier_server_requests_total", {{"outcome", "failed"}}) == 0 &&
+  while (p.ok() && p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}) == 0 &&
          std::chrono::steady_clock::now() < give_up)
     p = metrics();
   ASSERT_TRUE(p.ok()) << p.errors.front();
   EXPECT_EQ(p.value("kvtier_server_client_disconnects_total"), 1);
-  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "failed"}}), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 1);
   EXPECT_LT(p.value("kvtier_server_completion_tokens_total"), 64);
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);  // the server goes on
 }

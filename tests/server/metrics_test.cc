@@ -32,7 +32,9 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   u.report.bytes_loaded_by_tier[int(TierKind::kDisk)] = 4096;
   u.ttft_s = 0.02;
   u.e2e_s = 0.5;
-  m.record_completion(u, true);
+  m.record_completion(u, Status::Ok());
+  m.record_completion(CompletionUsage{}, Status::Cancelled("the client went away"));
+  m.record_completion(CompletionUsage{}, Status::Internal("the engine failed"));
   const std::string text = m.render({3, 2, false});
   const auto p = kvtier::testing::parse_prometheus_text(text);
   ASSERT_TRUE(p.ok()) << p.errors.front() << "\n" << text;
@@ -45,6 +47,10 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.01"}}), 0);
   EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.025"}}), 1);
   EXPECT_EQ(p.value("kvtier_server_requests_waiting"), 3);
+  // A client that hangs up is not a failure of the server.
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "ok"}}), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "failed"}}), 1);
   EXPECT_EQ(p.types.at("kvtier_server_e2e_latency_seconds"), "histogram");
 }
 
