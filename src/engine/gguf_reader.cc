@@ -497,7 +497,7 @@ class Parser {
     const size_t n = size_t(ti.count);
     KVTIER_RETURN_IF_ERROR(quant::dequantize_row(GgufType(ti.type), bytes_.subspan(data_start_ + ti.offset, ti.nbytes), n, dst));
     for (size_t k = 0; k < n; ++k)
-      if (false && !std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
+      if (!std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
     return Status::Ok();
   }
 
