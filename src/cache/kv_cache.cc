@@ -62,6 +62,7 @@ CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
     recompute_end_ = o.recompute_end_;
     cached_end_ = o.cached_end_;
     in_place_prefix_ = o.in_place_prefix_;
+    layerwise_ = o.layerwise_;
     report_ = o.report_;
     plan_ = std::move(o.plan_);
   }
@@ -84,20 +85,28 @@ Status timed_wait(uint64_t& waited_ns, Fn&& wait) {
   return st;
 }
 
+// Layer l of one handle, or all of it when layers are not published one by one.
+Status wait_loads(TransferHandle& h, LayerIdx l, bool layerwise) {
+  if (!h.valid()) return Status::Ok();
+  return layerwise ? h.wait_layer(l) : h.wait_all();
+}
+
 }  // namespace
 
 Status CacheLease::wait_front_layer(LayerIdx l) {
   if (!front_.valid()) return Status::Ok();
-  return timed_wait(report_.load_wait_ns, [&] { return front_.wait_layer(l); });
+  return timed_wait(report_.load_wait_ns, [&] { return wait_loads(front_, l, layerwise_); });
 }
 
 Status CacheLease::wait_layer(LayerIdx l) {
   if (!front_.valid() && !back_.valid()) return Status::Ok();
   return timed_wait(report_.load_wait_ns, [&] {
-    if (front_.valid()) KVTIER_RETURN_IF_ERROR(front_.wait_layer(l));
-    return back_.valid() ? back_.wait_layer(l) : Status::Ok();
+    KVTIER_RETURN_IF_ERROR(wait_loads(front_, l, layerwise_));
+    return wait_loads(back_, l, layerwise_);
   });
 }
+
+bool CacheLease::loads_done() const { return front_.done() && back_.done(); }
 
 void CacheLease::wait_all() {
   if (!front_.valid() && !back_.valid()) return;
@@ -248,6 +257,7 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
 
   CacheLease lease;
   lease.cache_ = this;
+  lease.layerwise_ = options_.layerwise;
   lease.ns_ = L.ns;
   lease.plan_ = plan;
   if (L.index_pages > 0 && L.match.deepest.valid()) {

@@ -71,7 +71,7 @@ struct KVCacheOptions {
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   HashAlgo hash = HashAlgo::kXXH3_128;
-  bool layerwise = true;
+  bool layerwise = true;                     // false: a lease waits for every layer before compute starts
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
   uint32_t transfer_workers = 4;             // more I/O in flight; measured faster than 2 for long disk loads (docs/PERF.md)
@@ -132,9 +132,14 @@ class CacheLease {
   uint32_t recompute_end() const { return recompute_end_; }
   uint32_t cached_end() const { return cached_end_; }
   // Blocks until layer l of the loads that precede recompute_begin is in place.
+  // Without layer-wise loading (KVCacheOptions::layerwise = false) both waits
+  // block until every layer of those loads is in place, so prefill computes
+  // nothing before the loads have finished.
   Status wait_front_layer(LayerIdx l);
   // Blocks until layer l of every load is in place.
   Status wait_layer(LayerIdx l);
+  // True when every load (and copy) of the lease has finished; does not block.
+  bool loads_done() const;
   // Waits for every load (used before recomputing after a failed load).
   void wait_all();
   const LeaseReport& report() const { return report_; }
@@ -151,6 +156,7 @@ class CacheLease {
   std::vector<PageId> scratch_;  // pages loaded only to complete a chunk; freed on release
   uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
   uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
+  bool layerwise_ = true;         // KVCacheOptions::layerwise
   LeaseReport report_;
   Plan plan_;
 };

@@ -26,6 +26,7 @@ struct RigOptions {
   uint32_t chunk_pages = 4;
   bool disk = true;
   bool fast_links = true;  // planner always prefers loading
+  double disk_bytes_per_s = 1e12;  // the planner's disk link
   size_t region_bytes = size_t(1) << 20;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   MemoryBackend device = MemoryBackend::kCpu;  // kCuda: pool and engine on the GPU (tests/cuda)
@@ -70,7 +71,7 @@ class CacheRig {
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.link(TierKind::kHost) = {0, 1e12};
-    co.profile.link(TierKind::kDisk) = {0, 1e12};
+    co.profile.link(TierKind::kDisk) = {0, o.disk_bytes_per_s};
     co.profile.link(TierKind::kRemote) = {0, 1e12};
     auto c = KVCache::create(co);
     EXPECT_TRUE(c.ok()) << c.status().to_string();
