@@ -286,6 +286,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     // The modes alternate within each repetition so drift of the device hits both alike.
     std::unique_ptr<TransferEngine> engines[2];
     double first[2] = {1e9, 1e9}, all[2] = {1e9, 1e9};
+    uint32_t early[2] = {0, 0};
     for (int m = 0; m < 2; ++m) {
       TransferEngineOptions eo{.workers = 2, .load_mode = m == 0 ? LoadMode::kWholeChunk : LoadMode::kLayerMajor, .pool = pool.get()};
       eo.tiers[size_t(TierKind::kDisk)] = disk.get();
@@ -303,6 +304,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
         KVTIER_ASSIGN_OR_RETURN(auto h, engines[m]->submit(std::move(b)));
         KVTIER_RETURN_IF_ERROR(h.wait_layer(LayerIdx(0)));
         auto t1 = Clock::now();
+        early[m] += h.done() ? 0 : 1;
         KVTIER_RETURN_IF_ERROR(h.wait_all());
         auto t2 = Clock::now();
         first[m] = std::min(first[m], secs(t0, t1) * 1e3);
@@ -313,6 +315,8 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     r.all_layers_ms_whole = all[0];
     r.first_layer_ms_layer = first[1];
     r.all_layers_ms_layer = all[1];
+    r.first_layer_early_whole = early[0];
+    r.first_layer_early_layer = early[1];
     const bool layer_default = TransferEngineOptions{}.load_mode == LoadMode::kLayerMajor;
     r.first_layer_ms = layer_default ? r.first_layer_ms_layer : r.first_layer_ms_whole;
     r.all_layers_ms = layer_default ? r.all_layers_ms_layer : r.all_layers_ms_whole;
@@ -337,6 +341,8 @@ std::string TierBenchResult::to_json() const {
                    {"all_layers_ms_whole_chunk", all_layers_ms_whole},
                    {"first_layer_ms_layer_major", first_layer_ms_layer},
                    {"all_layers_ms_layer_major", all_layers_ms_layer},
+                   {"first_layer_early_whole_chunk", first_layer_early_whole},
+                   {"first_layer_early_layer_major", first_layer_early_layer},
                    {"direct_io", direct_io},
                    {"pool_on_device", pool_on_device},
                    {"gather_vs_memcpy", memcpy_gbps > 0 ? host_gather_gbps / memcpy_gbps : 0},

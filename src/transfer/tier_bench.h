@@ -58,6 +58,9 @@ struct TierBenchResult {
   double first_layer_ms = 0, all_layers_ms = 0;            // the engine's default load mode
   double first_layer_ms_whole = 0, all_layers_ms_whole = 0;  // LoadMode::kWholeChunk
   double first_layer_ms_layer = 0, all_layers_ms_layer = 0;  // LoadMode::kLayerMajor
+  // Repetitions (of 3) in which layer 0 was in place while the rest of the
+  // load was still in flight, by mode: what "first layer" is meant to show.
+  uint32_t first_layer_early_whole = 0, first_layer_early_layer = 0;
   bool direct_io = false;
   bool pool_on_device = false;  // --device cuda: "memcpy" is a device → pinned host copy
 

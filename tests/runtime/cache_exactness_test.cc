@@ -69,11 +69,19 @@ TEST(CacheExactness, MixtureOfTiers) {
 }
 
 TEST(CacheExactness, SplitRecomputeAndLoad) {
-  // Compute as fast as the disk: the planner recomputes the front and loads the back.
+  // Loading the prefix from disk takes as long as recomputing it: the planner
+  // recomputes the front while the back loads (neither alone is as fast).
   RigOptions o;
   o.fast_links = false;
+  {
+    auto cfg = engine::model_preset("tiny");
+    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
+    CostProfile compute;
+    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;  // as the rig's slow-links profile
+    const size_t tokens = 16 * 64;
+    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
+  }
   CacheRig rig(o);
-  CostProfile p = rig.cache->planner().profile();
   auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
   Outcome ref = rig.reference(prompt, 8);
   rig.cached(prompt, 8);
@@ -81,7 +89,15 @@ TEST(CacheExactness, SplitRecomputeAndLoad) {
   ASSERT_TRUE(rig.cache->flush().ok());
   Outcome hit = rig.cached(prompt, 8);
   expect_same(hit, ref, 1e-5);
-  (void)p;
+  // The plan split: a recomputed front, then the rest loaded; the lease and the report follow it.
+  ASSERT_GE(hit.plan.segments.size(), 2u);
+  EXPECT_EQ(hit.plan.segments.front().action, PlanAction::kRecompute);
+  EXPECT_EQ(hit.plan.segments.back().action, PlanAction::kLoad);
+  EXPECT_GT(hit.plan.recompute_pages, 0u);
+  EXPECT_GT(hit.plan.load_pages, 0u);
+  EXPECT_EQ(hit.plan.recompute_pages + hit.plan.load_pages, hit.plan.cached_pages);
+  EXPECT_EQ(hit.report.recomputed_cached_tokens, hit.plan.recompute_pages * 16);
+  EXPECT_EQ(hit.report.reused_tokens(), hit.plan.load_pages * 16);
 }
 
 TEST(CacheExactness, F16FromDiskAndHost) {

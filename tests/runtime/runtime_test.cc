@@ -128,23 +128,35 @@ TEST(Runtime, PromptLargerThanThePoolIsRefusedCleanly) {
   EXPECT_GT(rep.cached_tokens, 0u);
 }
 
+// Four sequences decoded in one batch: each gets exactly the tokens it gets when decoded alone.
 TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
+  constexpr int kTokens = 6;
   auto rt = Runtime::create(tiny(""));
   ASSERT_TRUE(rt.ok());
+  auto solo = Runtime::create(tiny("", /*cache=*/false));
+  ASSERT_TRUE(solo.ok());
   std::vector<SeqId> seqs;
+  std::vector<std::vector<TokenId>> batched, alone;
   for (int i = 0; i < 4; ++i) {
-    auto p = (*rt)->model().text.tokenize("conversation " + std::to_string(i), {.add_bos = true});
+    auto p = (*rt)->model().text.tokenize("conversation " + std::to_string(i) + std::string(size_t(i) * 7, 'x'),
+                                          {.add_bos = true});
+    alone.push_back(generate(**solo, p, kTokens));
     auto s = (*rt)->start(p, {});
     ASSERT_TRUE(s.ok()) << s.status().to_string();
     seqs.push_back(s->seq);
+    batched.push_back({s->first_token});
   }
+  // Distinct references, so results handed to the wrong sequence would show.
+  for (int i = 1; i < 4; ++i) ASSERT_NE(alone[i], alone[0]) << "conversation " << i;
   auto p = (*rt)->model().text.tokenize("one too many", {.add_bos = true});
   EXPECT_EQ((*rt)->start(p, {}).status().code(), StatusCode::kBusy);
-  for (int step = 0; step < 5; ++step) {
+  for (int step = 1; step < kTokens; ++step) {
     auto d = (*rt)->decode(seqs);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
-    EXPECT_EQ(d->size(), 4u);
+    ASSERT_EQ(d->size(), 4u);
+    for (size_t i = 0; i < seqs.size(); ++i) batched[i].push_back((*d)[i]);
   }
+  for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << "conversation " << i;
   for (SeqId s : seqs) (*rt)->finish(s);
   EXPECT_TRUE((*rt)->start(p, {}).ok());
 }
