@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -25,6 +26,24 @@ void print_model(const engine::Model& m) {
               v.pre.empty() ? "" : "/", v.pre.c_str(), v.tokens.size(), v.merges.size(), v.bos,
               v.add_bos ? "added" : "not added", v.eos,
               v.chat_template.empty() ? "none" : (std::to_string(v.chat_template.size()) + " bytes").c_str());
+}
+
+// "tensor types 45 Q4_K, 5 Q6_K, ... (N MiB in the file, M MiB as f32)": what the file holds before dequantisation.
+void print_tensor_types(const std::vector<engine::GgufTensor>& tensors) {
+  std::map<engine::GgufType, size_t> counts;
+  uint64_t file_bytes = 0, f32_bytes = 0;
+  for (const engine::GgufTensor& t : tensors) {
+    ++counts[t.type];
+    file_bytes += t.bytes;
+    uint64_t n = 1;
+    for (uint64_t d : t.shape) n *= d;
+    f32_bytes += n * sizeof(float);
+  }
+  std::string line;
+  for (const auto& [type, n] : counts)
+    line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(engine::quant::info(type).name);
+  std::printf("tensor types %s (%.1f MiB in the file, %.1f MiB as f32 once loaded)\n", line.c_str(),
+              double(file_bytes) / (1 << 20), double(f32_bytes) / (1 << 20));
 }
 
 struct Make {
@@ -179,6 +198,9 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
     auto model = engine::load_gguf(*path);
     if (!model.ok()) return void(exit_code = report(model.status()));
     print_model(**model);
+    auto tensors = engine::load_gguf_tensors(*path, /*dequantize=*/false);
+    if (!tensors.ok()) return void(exit_code = report(tensors.status()));
+    print_tensor_types(*tensors);
     exit_code = 0;
   });
 });

@@ -46,11 +46,22 @@ Result<std::vector<GgufTensor>> load_gguf_tensors(const std::string& path, bool 
 Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize,
                                                    std::string_view what = "gguf");
 
+struct GgufLoadOptions {
+  // The most bytes the f32 weights may take; 0: the memory the system has
+  // available now (MemAvailable). Checked before any weight is allocated, so
+  // an 8B Q4_K_M file (~32 GB as f32) is refused with a message, not killed.
+  uint64_t memory_limit_bytes = 0;
+};
+
 // Loads a GGUF file through mmap.
-Result<std::shared_ptr<const Model>> load_gguf(const std::string& path);
+Result<std::shared_ptr<const Model>> load_gguf(const std::string& path, const GgufLoadOptions& options = {});
 // Parses a GGUF image held in memory (the fuzzer's entry point). `what` names
 // the source in error messages.
-Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what = "gguf");
+Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what = "gguf",
+                                                const GgufLoadOptions& options = {});
+// The memory available to a new allocation now (MemAvailable of /proc/meminfo;
+// physical memory when that cannot be read).
+uint64_t available_memory_bytes();
 
 // Reads only the tokenizer keys (tokenizer.ggml.*, tokenizer.chat_template) of
 // a GGUF file of any architecture and tensor types, e.g. a vocab-only file.

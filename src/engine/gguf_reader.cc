@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <initializer_list>
@@ -59,6 +60,12 @@ std::string ggml_type_label(uint32_t t) {
       {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}};
   auto it = names.find(t);
   return (it != names.end() ? std::string(it->second) : std::string("type")) + " (" + std::to_string(t) + ")";
+}
+
+// "12.3 GiB", rounded down.
+std::string gib(uint64_t bytes) {
+  const uint64_t tenths = bytes * 10 / (uint64_t(1) << 30);
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " GiB";
 }
 
 // One metadata value. Arrays keep strings or numbers; nested arrays are walked but not kept.
@@ -191,8 +198,9 @@ class Cursor {
 
 class Parser {
  public:
-  Parser(std::span<const std::byte> bytes, std::string_view what)
-      : bytes_(bytes), what_(what), cur_(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), what) {}
+  Parser(std::span<const std::byte> bytes, std::string_view what, GgufLoadOptions options = {})
+      : bytes_(bytes), what_(what), cur_(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), what),
+        options_(options) {}
 
   Result<std::shared_ptr<const Model>> run() {
     KVTIER_RETURN_IF_ERROR(header());
@@ -501,9 +509,30 @@ class Parser {
     return Status::Ok();
   }
 
+  // The f32 weights `wanted` dequantise to fit in the memory limit (checked by check_wanted).
+  Status check_memory(const std::vector<Wanted>& wanted) const {
+    uint64_t needed = 0, file_bytes = 0;
+    std::map<std::string_view, bool> types;
+    for (const Wanted& t : wanted) {
+      const TensorInfo& ti = tensors_.at(t.name);
+      needed += ti.count * sizeof(float), file_bytes += ti.nbytes;
+      types[quant::find_type(ti.type)->name] = true;
+    }
+    const uint64_t limit = options_.memory_limit_bytes ? options_.memory_limit_bytes : available_memory_bytes();
+    if (needed <= limit) return Status::Ok();
+    std::string names;
+    for (const auto& [name, unused] : types) names += (names.empty() ? "" : ", ") + std::string(name);
+    return Status::NoSpace(what_ + ": the weights take " + gib(file_bytes) + " in the file (" + names + ") and " +
+                           gib(needed) + " as f32 once dequantised, more than the " + gib(limit) +
+                           (options_.memory_limit_bytes ? " allowed" : " of memory available") +
+                           "; the engine keeps weights as f32: use a smaller model");
+  }
+
   Result<ModelWeights> tensors(const ModelConfig& c) {
     if (tensors_.count("rope_freqs.weight")) return unsupported("RoPE frequency factors (rope_freqs.weight) are not supported");
-    KVTIER_RETURN_IF_ERROR(check_wanted(wanted_tensors(c), c.num_layers));
+    const std::vector<Wanted> wanted = wanted_tensors(c);
+    KVTIER_RETURN_IF_ERROR(check_wanted(wanted, c.num_layers));
+    KVTIER_RETURN_IF_ERROR(check_memory(wanted));
     const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
     ModelWeights w;
     w.token_embd.resize(v * h);
@@ -541,12 +570,26 @@ class Parser {
   std::map<std::string, TensorInfo> tensors_;
   uint64_t alignment_ = gguf::kDefaultAlignment;
   uint64_t data_start_ = 0;
+  GgufLoadOptions options_;
 };
 
 }  // namespace
 
-Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what) {
-  return Parser(bytes, what).run();
+Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what,
+                                                const GgufLoadOptions& options) {
+  return Parser(bytes, what, options).run();
+}
+
+uint64_t available_memory_bytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    if (found) return uint64_t(kib) * 1024;
+  }
+  return uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
 }
 
 namespace {
@@ -578,8 +621,8 @@ auto with_mapped_file(const std::string& path, Parse parse) -> decltype(parse(st
 
 }  // namespace
 
-Result<std::shared_ptr<const Model>> load_gguf(const std::string& path) {
-  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path); });
+Result<std::shared_ptr<const Model>> load_gguf(const std::string& path, const GgufLoadOptions& options) {
+  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path, options); });
 }
 
 Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize, std::string_view what) {
