@@ -55,9 +55,11 @@ Result<GgufType> parse_gguf_type(std::string_view n) {
 namespace {
 
 std::string ggml_type_label(uint32_t t) {
+  // ggml types the engine does not read (quant::find_type has the others).
   static const std::map<uint32_t, const char*> names = {
-      {2, "Q4_0"}, {3, "Q4_1"}, {6, "Q5_0"}, {7, "Q5_1"}, {9, "Q8_1"}, {10, "Q2_K"}, {11, "Q3_K"}, {12, "Q4_K"},
-      {13, "Q5_K"}, {14, "Q6_K"}, {15, "Q8_K"}, {24, "I8"}, {25, "I16"}, {26, "I32"}, {27, "I64"}, {28, "F64"}};
+      {9, "Q8_1"},     {15, "Q8_K"},   {16, "IQ2_XXS"}, {17, "IQ2_XS"}, {18, "IQ3_XXS"}, {19, "IQ1_S"},
+      {20, "IQ4_NL"},  {21, "IQ3_S"},  {22, "IQ2_S"},   {23, "IQ4_XS"}, {24, "I8"},      {25, "I16"},
+      {26, "I32"},     {27, "I64"},    {28, "F64"},     {29, "IQ1_M"},  {34, "TQ1_0"},   {35, "TQ2_0"}};
   auto it = names.find(t);
   return (it != names.end() ? std::string(it->second) : std::string("type")) + " (" + std::to_string(t) + ")";
 }
