@@ -35,13 +35,15 @@ struct GgufTensor {
   std::string name;
   std::vector<uint64_t> shape;  // ggml ne: shape[0] is the row length
   GgufType type = GgufType::kF32;
+  uint64_t file_offset = 0;     // where its data starts, from the start of the file
   uint64_t bytes = 0;           // size of its data in the file
   std::vector<float> values;    // dequantised, when asked for
 };
 // The tensor table of a GGUF file, sorted by name, checked as the model loader
 // checks it (types, row lengths against the block size, bounds, overlaps);
-// with `dequantize` each tensor's values too. A type the engine does not read
-// is an Unimplemented error naming it.
+// with `dequantize` each tensor's values too (NoSpace when they would not fit
+// in the memory available; Corruption for a NaN or infinite value). A type
+// the engine does not read is an Unimplemented error naming it.
 Result<std::vector<GgufTensor>> load_gguf_tensors(const std::string& path, bool dequantize);
 Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize,
                                                    std::string_view what = "gguf");

@@ -435,9 +435,13 @@ class Parser {
   Result<std::vector<GgufTensor>> run_tensors(bool dequantize) {
     KVTIER_RETURN_IF_ERROR(header());
     KVTIER_RETURN_IF_ERROR(tensor_table());
+    std::vector<std::string> names;
+    for (const auto& [name, ti] : tensors_) names.push_back(name);
+    if (dequantize) KVTIER_RETURN_IF_ERROR(check_memory(names));
     std::vector<GgufTensor> out;
     for (const auto& [name, ti] : tensors_) {
-      GgufTensor t{.name = name, .shape = ti.ne, .type = GgufType(ti.type), .bytes = ti.nbytes};
+      GgufTensor t{.name = name, .shape = ti.ne, .type = GgufType(ti.type), .file_offset = data_start_ + ti.offset,
+                   .bytes = ti.nbytes};
       if (dequantize) {
         t.values.resize(size_t(ti.count));
         KVTIER_RETURN_IF_ERROR(load(name, t.values.data()));
@@ -511,12 +515,12 @@ class Parser {
     return Status::Ok();
   }
 
-  // The f32 weights `wanted` dequantise to fit in the memory limit (checked by check_wanted).
-  Status check_memory(const std::vector<Wanted>& wanted) const {
+  // The f32 values of tensors `tensor_names` (checked by tensor_table) fit in the memory limit.
+  Status check_memory(const std::vector<std::string>& tensor_names) const {
     uint64_t needed = 0, file_bytes = 0;
     std::map<std::string_view, bool> types;
-    for (const Wanted& t : wanted) {
-      const TensorInfo& ti = tensors_.at(t.name);
+    for (const std::string& name : tensor_names) {
+      const TensorInfo& ti = tensors_.at(name);
       needed += ti.count * sizeof(float), file_bytes += ti.nbytes;
       types[quant::find_type(ti.type)->name] = true;
     }
@@ -534,7 +538,9 @@ class Parser {
     if (tensors_.count("rope_freqs.weight")) return unsupported("RoPE frequency factors (rope_freqs.weight) are not supported");
     const std::vector<Wanted> wanted = wanted_tensors(c);
     KVTIER_RETURN_IF_ERROR(check_wanted(wanted, c.num_layers));
-    KVTIER_RETURN_IF_ERROR(check_memory(wanted));
+    std::vector<std::string> names;
+    for (const Wanted& t : wanted) names.push_back(t.name);
+    KVTIER_RETURN_IF_ERROR(check_memory(names));
     const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
     ModelWeights w;
     w.token_embd.resize(v * h);

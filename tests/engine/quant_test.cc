@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -85,6 +86,36 @@ TEST(Quant, RowContract) {
   EXPECT_FALSE(quant::dequantize_row(GgufType::kQ4_K, std::span(block).first(143), 256, out.data()).ok());
   EXPECT_TRUE(quant::dequantize_row(GgufType::kQ6_K, block, 256, out.data()).ok());  // zeros decode to zeros
   for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+// A block whose f16 scale is NaN or infinite decodes to non-finite values:
+// the reader refuses the file instead of handing them on.
+TEST(Quant, NonFiniteScaleRefusesTheFile) {
+  const std::string path = fixture("quant/quant-blocks.gguf");
+  auto table = load_gguf_tensors(path, /*dequantize=*/false);
+  ASSERT_TRUE(table.ok()) << table.status().to_string();
+  std::vector<std::byte> image;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    image.resize(200000);
+    image.resize(std::fread(image.data(), 1, image.size(), f));
+    std::fclose(f);
+  }
+  ASSERT_TRUE(parse_gguf_tensors(image, /*dequantize=*/true).ok());
+  for (const GgufTensor& t : *table) {
+    if (t.name != "Q4_K.q" && t.name != "Q6_K.q" && t.name != "Q4_0.q") continue;
+    // The scale d is the first field of Q4_0/Q4_K blocks and the last of Q6_K's.
+    const size_t at = t.file_offset + (t.type == GgufType::kQ6_K ? 208 : 0);
+    for (uint16_t bad : {uint16_t(0x7e00), uint16_t(0xfc00)}) {  // NaN, -inf
+      auto edited = image;
+      std::memcpy(&edited[at], &bad, 2);
+      auto r = parse_gguf_tensors(edited, /*dequantize=*/true, "edited");
+      ASSERT_FALSE(r.ok()) << t.name;
+      EXPECT_NE(r.status().message().find("NaN or infinite"), std::string::npos) << r.status().message();
+      EXPECT_TRUE(parse_gguf_tensors(edited, /*dequantize=*/false).ok()) << "the table alone stays readable";
+    }
+  }
 }
 
 }  // namespace
