@@ -336,26 +336,41 @@ TEST(ServerE2E, ShutdownRefusesNewWorkWith503AndExitsZero) {
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
+// What a restarted server serves from its disk tier is what it answered before the restart.
 TEST(ServerE2E, RestartServesAPrefixFromDisk) {
   TempDir dir;
   const auto prompt = ids(600, 42);
+  const json request = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+                        {"logprobs", 1}, {"return_token_ids", true}};
+  json before;
   {
     ServerProcess s;
     ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
-    Reply r = post(s.port(), {{"prompt", prompt}, {"max_tokens", 2}});
+    Reply r = post(s.port(), request);
     ASSERT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_EQ(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << r.body.dump();
+    before = r.body["choices"][0];
     s.signal(SIGTERM);
     ASSERT_EQ(s.wait_exit(), 0) << s.log();
   }
   ServerProcess s;
   ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
-  Reply r = post(s.port(), {{"prompt", prompt}, {"max_tokens", 2}});
+  Reply r = post(s.port(), request);
   ASSERT_EQ(r.status, 200);
   // The disk tier held the prefix; the planner may load it all or recompute
   // a front part while loading the rest (Cake split), but it found it there.
   const json& k = r.body["usage"]["kvtier"];
   EXPECT_GT(k["cached_tokens_by_tier"]["disk"].get<int>(), 0) << r.body.dump();
   EXPECT_GE(k["cached_tokens_by_tier"]["disk"].get<int>() + k["recomputed_cached_tokens"].get<int>(), 256) << r.body.dump();
+  // The same tokens with the same log-probabilities as before the restart (the suffix is
+  // computed in a different batch shape, so the logprobs agree to float rounding).
+  const json& after = r.body["choices"][0];
+  ASSERT_EQ(after["token_ids"], before["token_ids"]) << r.body.dump();
+  EXPECT_EQ(after["text"], before["text"]);
+  const auto lp_before = before["logprobs"]["token_logprobs"].get<std::vector<double>>();
+  const auto lp_after = after["logprobs"]["token_logprobs"].get<std::vector<double>>();
+  ASSERT_EQ(lp_after.size(), lp_before.size());
+  for (size_t i = 0; i < lp_before.size(); ++i) EXPECT_NEAR(lp_after[i], lp_before[i], 1e-3) << "token " << i;
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
