@@ -3,6 +3,8 @@
 // against the limit measured in the same run on the same server — plain
 // pipelined SET/GET of values of the same size, issued by the bench itself
 // through the same client (no entry encoding, no verification, no copy out).
+// Raw SETs are gather writes like the tier's (head, value in place, tail);
+// SETs copied through hiredis's output buffer are reported beside them.
 // Also measures layer-by-layer reads, with GETRANGE and with whole-value GETs.
 // Single-threaded driver; writes fresh keys and deletes them afterwards.
 #pragma once
@@ -28,7 +30,8 @@ struct RemoteBenchOptions {
 struct RemoteBenchResult {
   size_t chunk_payload_bytes = 0, value_bytes = 0, chunks = 0;
   double redis_raw_gbps = 0;       // pipelined GET of value_bytes values
-  double redis_raw_set_gbps = 0;   // pipelined SET of value_bytes values
+  double redis_raw_set_gbps = 0;   // pipelined SET of value_bytes values, one gather write each (the baseline)
+  double redis_raw_set_buffered_gbps = 0;  // the same SETs copied through hiredis's output buffer
   double remote_write_gbps = 0;    // RemoteTier::put_batch, payload bytes
   double remote_read_gbps = 0;     // RemoteTier::get_batch of whole chunks, payload bytes, verified
   double remote_layer_read_gbps = 0;        // one get_batch per layer, GETRANGE
