@@ -5,8 +5,9 @@
 //
 // Contract: a row of `n` elements of type T takes n / block_elems(T) blocks of
 // block_bytes(T) bytes; n must be a multiple of block_elems(T). Dequantisation
-// is arithmetic in f32 without fused multiply-adds (this file is compiled with
-// -ffp-contract=off), so it reproduces ggml's reference values bit for bit.
+// is ggml's f32 arithmetic in ggml's order (products of an f16 scale and small
+// integers are exact; quant.cc is compiled with -ffp-contract=off so no add is
+// fused either), so it reproduces ggml's reference values bit for bit.
 // Stateless free functions; safe to call from any thread.
 #pragma once
 
