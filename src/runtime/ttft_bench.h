@@ -1,6 +1,7 @@
 // `kvtier bench ttft`: time to first token for a prompt whose prefix is
 // cached on one tier (device, host, disk) plus a short new suffix, with
-// layer-wise overlap on and off, against a full recompute and against the
+// layer-wise overlap on and off, against a full recompute (each figure the
+// median of three requests on the same warm engine) and against the
 // floor under perfect overlap: max(bytes to load / that tier's raw bandwidth,
 // the suffix's compute time with the prefix in place), all measured in the
 // same run. Single-threaded driver; uses files under `dir` and removes them.
