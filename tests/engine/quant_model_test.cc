@@ -6,23 +6,20 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <tuple>
 
 #include "engine/gguf.h"
 #include "engine_fixture.h"
+#include "test_data.h"
 
 namespace kvtier::engine {
 namespace {
 
 using testing::Rig;
 
-std::string q4_k_m_path() {
-  const char* src = std::getenv("KVTIER_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/data/models/small-seed2-Q4_K_M.gguf";
-}
+std::string q4_k_m_path() { return testdata::test_data_path("models/small-seed2-Q4_K_M.gguf"); }
 
 // How far a quantised model's next-token distributions are from the f32 model's.
 struct Divergence {

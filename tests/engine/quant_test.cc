@@ -5,21 +5,18 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
 
 #include "engine/gguf.h"
 #include "engine/quant.h"
+#include "test_data.h"
 
 namespace kvtier::engine {
 namespace {
 
-std::string fixture(const std::string& relative) {
-  const char* src = std::getenv("KVTIER_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/data/" + relative;
-}
+std::string fixture(std::string_view relative) { return testdata::test_data_path(relative); }
 
 std::map<std::string, GgufTensor> quant_blocks() {
   auto tensors = load_gguf_tensors(fixture("quant/quant-blocks.gguf"), /*dequantize=*/true);
