@@ -39,6 +39,7 @@ struct TypeInfo {
 std::span<const TypeInfo> all_types();
 // The entry of ggml type code `code`, or nullptr when the engine does not read it.
 const TypeInfo* find_type(uint32_t code);
+// The entry of `type`, which must be one of the enumerators above.
 const TypeInfo& info(GgufType type);
 
 // Bytes of a row of `n` elements; n must be a multiple of the block size.
