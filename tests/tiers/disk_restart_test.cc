@@ -164,6 +164,32 @@ TEST(DiskRestart, ReadsStopAtTheRegionSize) {
   expect_served(**t, chunks);
 }
 
+// An entry header rewritten with a consistent checksum (what a crafted file
+// can do) whose entry_bytes wraps the scan's offset around 2^64 back onto
+// the first entry: the scan used to accept it and loop between the two forever.
+TEST(DiskRestart, ForgedEntryLengthEndsTheScanInsteadOfLooping) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const auto chunks = fill(dir.path(), g, 1, 2);
+  const std::string path = region_name(dir.path(), 0);
+  std::string bytes = file_bytes(path);
+  const uint64_t second = kRegionHeaderBlock + chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
+  ChunkHeader h;
+  std::memcpy(&h, bytes.data() + second, sizeof h);
+  h.entry_bytes = uint64_t(0) - (second - kRegionHeaderBlock);  // second + entry_bytes wraps to the first entry
+  std::memcpy(bytes.data() + second, &h, sizeof h);
+  const uint64_t head = checksum64(bytes.data() + second, offsetof(ChunkHeader, header_checksum));
+  h.header_checksum = checksum64(bytes.data() + second + sizeof h, h.meta_bytes - sizeof h, head);
+  std::memcpy(bytes.data() + second + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
+  write_file(path, bytes);
+
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().entries, 1u);
+  EXPECT_EQ((*t)->open_report().dropped_corrupt, 1u);
+  expect_served(**t, {chunks[0]});
+}
+
 TEST(DiskRestart, OurRegionWithACorruptHeaderIsRemovedAsBefore) {
   TempDir dir;
   const auto g = small_geometry();
