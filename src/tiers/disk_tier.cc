@@ -441,6 +441,7 @@ TierStats DiskTier::stats() const {
   std::lock_guard lock(mu_);
   TierStats s = stats_;
   s.entries = index_.size();
+  s.skipped_files = open_report_.skipped_regions;
   s.bytes = 0;
   for (const auto& [id, r] : regions_) s.bytes += r->used;
   return s;

@@ -58,6 +58,7 @@ struct TierStats {
   uint64_t checksum_failures = 0;  // entries dropped because their bytes did not verify
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
+  uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
 };
 
 enum class EvictionOrder : uint8_t { kFifo = 0, kLru = 1 };

@@ -7,7 +7,7 @@ namespace kvtier::engine::fuzzing {
 namespace {
 
 // ggml / GGUF codes used below (see src/engine/gguf_format.h).
-constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeQ4_K = 12;
+constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeIQ2_XXS = 16;
 constexpr uint32_t kValU32 = 4, kValString = 8, kValArray = 9, kValU64 = 10;
 
 // Little-endian fields appended to a byte string.
@@ -172,7 +172,9 @@ std::vector<HostileGguf> hostile_images() {
     tensor(s, "output_norm.weight").offset = tensor(s, "token_embd.weight").offset + 32;
   }));
   out.push_back(edited("misaligned_data", "not aligned", [](ImageSpec& s) { tensor(s, "output_norm.weight").offset += 4; }));
-  out.push_back(edited("unsupported_type_q4_k", "Q4_K", [](ImageSpec& s) { tensor(s, "output_norm.weight").type = kTypeQ4_K; }));
+  out.push_back(edited("unsupported_type_iq2_xxs", "IQ2_XXS",
+                       [](ImageSpec& s) { tensor(s, "output_norm.weight").type = kTypeIQ2_XXS; }));
+  out.push_back(edited("q4_k_row_not_multiple_of_256", "Q4_K", [](ImageSpec& s) { tensor(s, "output_norm.weight").type = kTypeQ4_K; }));
   out.push_back(edited("unknown_type", "type (4096)", [](ImageSpec& s) { tensor(s, "output_norm.weight").type = 4096; }));
   out.push_back(edited("q8_row_not_multiple_of_32", "not a multiple of 32", [](ImageSpec& s) {
     TensorSpec& t = tensor(s, "output_norm.weight");

@@ -88,6 +88,7 @@ TEST(DiskRestart, ForeignFileIsSkippedCountedAndLeftAlone) {
     auto t = DiskTier::create(options_for(dir.path(), g));
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     EXPECT_EQ((*t)->open_report().skipped_regions, 1u);
+    EXPECT_EQ((*t)->stats().skipped_files, 1u);  // what /v1/cache/stats and /metrics show
     EXPECT_EQ((*t)->open_report().entries, 7u);
     expect_served(**t, chunks);
     // New regions are numbered past the foreign file, never over it.
