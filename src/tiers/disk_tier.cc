@@ -101,7 +101,7 @@ Status DiskTier::open_existing() {
 Result<size_t> DiskTier::read_for_scan(File& file, size_t have, size_t want) {
   if (scan_buf_.size() < want) {
     AlignedBuffer bigger(want);
-    std::memcpy(bigger.data(), scan_buf_.data(), have);
+    if (have > 0) std::memcpy(bigger.data(), scan_buf_.data(), have);
     scan_buf_ = std::move(bigger);
   }
   while (have < want) {
