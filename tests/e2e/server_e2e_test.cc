@@ -8,10 +8,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "e2e/e2e_util.h"
 #include "e2e/prom_check.h"
 #include "e2e/server_process.h"
 #include "engine/gguf.h"
 #include "server/loadgen.h"
+#include "test_data.h"
 #include "text/tokenizer.h"
 
 namespace kvtier::testing {
@@ -20,55 +22,18 @@ namespace {
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("kvtier_e2e_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string str() const { return path_.string(); }
-
- private:
-  static inline int counter_ = 0;
-  std::filesystem::path path_;
-};
-
 std::vector<std::string> base_args(const std::string& disk_dir) {
   return {"--model", "tiny", "--disk-dir", disk_dir, "--device-capacity", "64MiB", "--host-capacity", "128MiB",
           "--disk-capacity", "256MiB", "--threads", "1", "--max-tokens", "30000", "--shutdown-grace", "30"};
 }
 
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-Reply post(int port, const json& body, httplib::Headers h = {}) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
-  auto r = c.Post("/v1/completions", h, body.dump(), "application/json");
-  if (!r) return {};
-  return {r->status, json::parse(r->body, nullptr, false)};
-}
+Reply post(int port, const json& body, httplib::Headers h = {}) { return post_json(port, "/v1/completions", body, h); }
 Reply post_raw(int port, const std::string& body) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120, 0);
-  auto r = c.Post("/v1/completions", body, "application/json");
-  if (!r) return {};
-  return {r->status, json::parse(r->body, nullptr, false)};
+  return to_reply(c.Post("/v1/completions", body, "application/json"));
 }
-Reply get(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
-  auto r = c.Get(path);
-  if (!r) return {};
-  return {r->status, json::parse(r->body, nullptr, false)};
-}
+Reply get(int port, const std::string& path) { return get_json(port, path); }
 
 struct StreamResult {
   int status = 0;
@@ -378,12 +343,10 @@ TEST(ServerE2E, RestartServesAPrefixFromDisk) {
 // A model file with the tiny preset's weights and the tokenizer (and chat
 // template) of a fixture, made with `kvtier model make --vocab` as a user would.
 std::string make_vocab_model(const TempDir& dir, const std::string& vocab, const std::string& chat_template = "") {
-  const char* env = std::getenv("KVTIER_SOURCE_DIR");
-  const std::string src = env ? env : ".";
   const std::string model = dir.str() + "/tiny-" + vocab + ".gguf";
-  std::string make = kvtier_binary() + " model make --preset tiny --vocab " + src + "/tests/data/vocab/ggml-vocab-" + vocab +
-                     ".gguf --out " + model;
-  if (!chat_template.empty()) make += " --chat-template " + src + "/tests/data/chat-templates/" + chat_template;
+  std::string make = kvtier_binary() + " model make --preset tiny --vocab " +
+                     testdata::test_data_path("vocab/ggml-vocab-" + vocab + ".gguf") + " --out " + model;
+  if (!chat_template.empty()) make += " --chat-template " + testdata::test_data_path("chat-templates/" + chat_template);
   EXPECT_EQ(std::system((make + " > /dev/null 2>&1").c_str()), 0) << make;
   return model;
 }
@@ -395,9 +358,7 @@ std::string make_vocab_model(const TempDir& dir, const std::string& vocab, const
 TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
   TempDir dir;
   const std::string model = make_vocab_model(dir, "qwen2");
-  const char* src = std::getenv("KVTIER_SOURCE_DIR");
-  ASSERT_NE(src, nullptr);
-  auto vocab = engine::load_gguf_vocab(std::string(src) + "/tests/data/vocab/ggml-vocab-qwen2.gguf");
+  auto vocab = engine::load_gguf_vocab(testdata::test_data_path("vocab/ggml-vocab-qwen2.gguf"));
   ASSERT_TRUE(vocab.ok());
   auto tok = text::Tokenizer::create(*vocab);
   ASSERT_TRUE(tok.ok());
