@@ -179,7 +179,7 @@ bool chunk_value_verifies(Input data) {
 std::vector<std::vector<uint8_t>> disk_region_seeds() {
   std::vector<std::vector<uint8_t>> out = {region_image(0, 1), region_image(1, 1), region_image(2, 2), region_image(4, 2)};
   auto torn = region_image(3, 2);
-  torn.resize(torn.size() - 5000);  // the last entry cut short
+  torn.erase(torn.end() - std::min<std::ptrdiff_t>(5000, std::ssize(torn)), torn.end());  // the last entry cut short
   out.push_back(torn);
   return out;
 }
