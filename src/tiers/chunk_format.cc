@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "common/page_hash.h"
 
@@ -57,9 +58,11 @@ void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first
                      [&](std::byte* d, const std::byte* s, size_t n) { out.push_back({d, s, n}); });
 }
 
-ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align) {
+ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align, bool authenticated) {
   ChunkEntryLayout out;
-  out.meta_bytes = static_cast<uint32_t>(sizeof(ChunkHeader) + n_pages * 16 + g.kv.num_layers * 8);
+  const size_t checks = authenticated ? g.kv.num_layers * kChunkLayerTagBytes + kChunkNonceBytes + kChunkEntryTagBytes
+                                      : g.kv.num_layers * 8;
+  out.meta_bytes = static_cast<uint32_t>(sizeof(ChunkHeader) + n_pages * 16 + checks);
   out.payload_offset = static_cast<uint32_t>((out.meta_bytes + align - 1) / align * align);
   out.payload_bytes = g.payload_bytes(n_pages);
   out.entry_bytes = (out.payload_offset + out.payload_bytes + align - 1) / align * align;
@@ -74,22 +77,26 @@ uint64_t layer_checksum(const std::byte* data, size_t len, uint32_t layer) {
 namespace {
 
 uint64_t header_checksum_of(std::span<const std::byte> meta) {
-  // Bytes [0,120) then everything after the header (hashes, layer checksums).
+  // Bytes [0,120) then everything after the header (hashes, layer checks, nonce, entry tag).
   uint64_t a = checksum64(meta.data(), offsetof(ChunkHeader, header_checksum));
   return checksum64(meta.data() + sizeof(ChunkHeader), meta.size() - sizeof(ChunkHeader), a);
 }
 
-// The entry's metadata (header, page hashes, layer checksums) into `out`,
-// from layer checksums already computed; the arguments were checked.
-void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                      std::span<const uint64_t> layer_sums, uint64_t sequence, const ChunkEntryLayout& lay, std::byte* out) {
-  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
+// The entry tag covers the metadata but its own bytes and header_checksum.
+EntryTag entry_tag_of(const ChunkAuth& auth, std::span<const std::byte> meta) {
+  const std::span<const std::byte> parts[] = {
+      meta.first(offsetof(ChunkHeader, header_checksum)),
+      meta.subspan(sizeof(ChunkHeader), meta.size() - sizeof(ChunkHeader) - kChunkEntryTagBytes)};
+  return auth.entry_tag(parts);
+}
 
+ChunkHeader make_header(const ChunkGeometry& g, const ChunkKey& key, uint32_t n, uint64_t sequence,
+                        const ChunkEntryLayout& lay, bool authenticated) {
   ChunkHeader h{};
   h.magic = kChunkMagic;
   h.version = kChunkFormatVersion;
   h.header_bytes = sizeof(ChunkHeader);
-  h.flags = kChunkFlagLayerMajor;
+  h.flags = kChunkFlagLayerMajor | (authenticated ? kChunkFlagAuthenticated : 0u);
   h.num_pages = n;
   h.num_layers = g.kv.num_layers;
   h.num_kv_heads = g.kv.num_kv_heads;
@@ -105,57 +112,96 @@ void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<con
   h.key_lo = key.hash.lo;
   h.key_hi = key.hash.hi;
   h.entry_bytes = lay.entry_bytes;
+  return h;
+}
 
-  std::byte* p = out;
-  std::byte* hashes = p + sizeof(ChunkHeader);
+// The entry's metadata into `out`, from the layer checks already computed
+// (8-byte checksums, or 16-byte tags when `auth`); the arguments were checked.
+void write_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
+                      std::span<const std::byte> checks, uint64_t sequence, const ChunkEntryLayout& lay, std::byte* out,
+                      const ChunkAuth* auth, const ChunkNonce& nonce) {
+  const uint32_t n = static_cast<uint32_t>(page_hashes.size());
+  ChunkHeader h = make_header(g, key, n, sequence, lay, auth != nullptr);
+  std::byte* hashes = out + sizeof(ChunkHeader);
   for (uint32_t i = 0; i < n; ++i) {
     std::memcpy(hashes + i * 16, &page_hashes[i].lo, 8);
     std::memcpy(hashes + i * 16 + 8, &page_hashes[i].hi, 8);
   }
   std::byte* sums = hashes + n * 16;
-  std::memcpy(sums, layer_sums.data(), g.kv.num_layers * 8);
-  h.payload_checksum = checksum64(sums, g.kv.num_layers * 8);
-  std::memcpy(p, &h, sizeof h);
-  std::memset(p + lay.meta_bytes, 0, lay.payload_offset - lay.meta_bytes);
-  h.header_checksum = header_checksum_of({p, lay.meta_bytes});
-  std::memcpy(p + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
+  std::memcpy(sums, checks.data(), checks.size());
+  h.payload_checksum = checksum64(sums, checks.size());
+  std::memcpy(out, &h, sizeof h);
+  std::memset(out + lay.meta_bytes, 0, lay.payload_offset - lay.meta_bytes);
+  const std::span<std::byte> meta(out, lay.meta_bytes);
+  if (auth) {
+    std::memcpy(sums + checks.size(), nonce.data(), nonce.size());
+    const EntryTag tag = entry_tag_of(*auth, meta);
+    std::memcpy(out + lay.meta_bytes - tag.size(), tag.data(), tag.size());
+  }
+  h.header_checksum = header_checksum_of(meta);
+  std::memcpy(out + offsetof(ChunkHeader, header_checksum), &h.header_checksum, 8);
+}
+
+// Appends layer `l`'s check (checksum, or tag under `tagger`) to `checks`.
+Status append_layer_check(const std::byte* layer, size_t len, uint32_t l, ChunkAuth::LayerTagger* tagger,
+                          std::vector<std::byte>& checks) {
+  if (!tagger) {
+    const uint64_t sum = layer_checksum(layer, len, l);
+    const auto* b = reinterpret_cast<const std::byte*>(&sum);
+    checks.insert(checks.end(), b, b + sizeof sum);
+    return Status::Ok();
+  }
+  KVTIER_ASSIGN_OR_RETURN(LayerTag t, tagger->tag(l, {layer, len}));
+  const auto* b = reinterpret_cast<const std::byte*>(t.data());
+  checks.insert(checks.end(), b, b + t.size());
+  return Status::Ok();
 }
 
 // Encodes the entry's metadata, and its payload too when `with_payload`.
-// With the payload, each layer is copied, then checksummed from the copy
-// while it is still in cache: one pass over the caller's payload, not two.
+// With the payload, each layer is copied, then checksummed (or tagged) from
+// the copy while it is still in cache: one pass over the caller's payload, not two.
 Status encode_chunk(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                     std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
-                    bool with_payload) {
+                    bool with_payload, const ChunkAuth* auth) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
   if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
   if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
   if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
-  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align);
+  const ChunkEntryLayout lay = chunk_entry_layout(g, n, align, auth != nullptr);
   if (out.size() < (with_payload ? lay.entry_bytes : lay.payload_offset)) return Status::InvalidArgument("entry buffer too small");
+  ChunkNonce nonce{};
+  std::optional<ChunkAuth::LayerTagger> tagger;
+  if (auth) {
+    KVTIER_ASSIGN_OR_RETURN(nonce, ChunkAuth::new_nonce());
+    KVTIER_ASSIGN_OR_RETURN(auto t, auth->layer_tagger(key.ns, key.hash, nonce));
+    tagger.emplace(std::move(t));
+  }
   std::byte* dst = out.data() + lay.payload_offset;
   const size_t lb = g.layer_bytes(n);
-  std::vector<uint64_t> sums(g.kv.num_layers);
+  std::vector<std::byte> checks;
+  checks.reserve(g.kv.num_layers * kChunkLayerTagBytes);
   for (uint32_t l = 0; l < g.kv.num_layers; ++l) {
     const std::byte* layer = payload.data() + l * lb;
     if (with_payload) layer = static_cast<const std::byte*>(std::memcpy(dst + l * lb, layer, lb));
-    sums[l] = layer_checksum(layer, lb, l);
+    KVTIER_RETURN_IF_ERROR(append_layer_check(layer, lb, l, tagger ? &*tagger : nullptr, checks));
   }
   if (with_payload) std::memset(dst + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
-  write_chunk_meta(g, key, page_hashes, sums, sequence, lay, out.data());
+  write_chunk_meta(g, key, page_hashes, checks, sequence, lay, out.data(), auth, nonce);
   return Status::Ok();
 }
 
 }  // namespace
 
 Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
-  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/false);
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
+                         const ChunkAuth* auth) {
+  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/false, auth);
 }
 
 Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out) {
-  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/true);
+                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
+                          const ChunkAuth* auth) {
+  return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/true, auth);
 }
 
 size_t chunk_meta_bytes_from_header(std::span<const std::byte> first) {
@@ -176,7 +222,10 @@ Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const Chun
   if (h.header_bytes != sizeof(ChunkHeader) || h.num_pages == 0 || h.num_pages > 4096 || h.num_layers == 0 ||
       h.num_layers > 4096)
     return Status::Corruption("chunk header sizes out of range");
-  const size_t meta = sizeof(ChunkHeader) + size_t(h.num_pages) * 16 + size_t(h.num_layers) * 8;
+  const bool authenticated = (h.flags & kChunkFlagAuthenticated) != 0;
+  const size_t checks = authenticated ? size_t(h.num_layers) * kChunkLayerTagBytes : size_t(h.num_layers) * 8;
+  const size_t meta = sizeof(ChunkHeader) + size_t(h.num_pages) * 16 + checks +
+                      (authenticated ? kChunkNonceBytes + kChunkEntryTagBytes : 0);
   if (h.meta_bytes != meta) return Status::Corruption("chunk meta size mismatch");
   if (entry.size() < meta) return Status::Corruption("chunk entry truncated inside its metadata");
   if (header_checksum_of(entry.first(meta)) != h.header_checksum) return Status::Corruption("chunk header checksum mismatch");
@@ -195,11 +244,30 @@ Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const Chun
     std::memcpy(&m.page_hashes[i].hi, hp + i * 16 + 8, 8);
   }
   if (m.page_hashes.back() != m.key.hash) return Status::Corruption("chunk key is not its last page hash");
-  m.layer_checksums.resize(h.num_layers);
   const std::byte* sp = hp + h.num_pages * 16;
-  std::memcpy(m.layer_checksums.data(), sp, h.num_layers * 8);
-  if (checksum64(sp, h.num_layers * 8) != h.payload_checksum) return Status::Corruption("chunk payload checksum mismatch");
+  if (checksum64(sp, checks) != h.payload_checksum) return Status::Corruption("chunk payload checksum mismatch");
+  if (!authenticated) {
+    m.layer_checksums.resize(h.num_layers);
+    std::memcpy(m.layer_checksums.data(), sp, checks);
+    return m;
+  }
+  m.layer_tags.resize(h.num_layers);
+  std::memcpy(m.layer_tags.data(), sp, checks);
+  std::memcpy(m.nonce.data(), sp + checks, kChunkNonceBytes);
+  std::memcpy(m.entry_tag.data(), sp + checks + kChunkNonceBytes, kChunkEntryTagBytes);
   return m;
+}
+
+Status authenticate_chunk_meta(const ChunkMeta& meta, std::span<const std::byte> meta_bytes, const ChunkAuth* auth) {
+  if (!auth)
+    return meta.authenticated() ? Status::Corruption("chunk entry is authenticated with a tier secret this reader does not hold")
+                                : Status::Ok();
+  if (!meta.authenticated()) return Status::Corruption("chunk entry is not authenticated (written without the tier secret)");
+  if (meta_bytes.size() < meta.header.meta_bytes) return Status::InvalidArgument("authenticate: metadata bytes missing");
+  const EntryTag want = entry_tag_of(*auth, meta_bytes.first(meta.header.meta_bytes));
+  if (!tags_equal(want, meta.entry_tag))
+    return Status::Corruption("chunk entry tag mismatch (forged, or written under another tier secret)");
+  return Status::Ok();
 }
 
 Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const ChunkGeometry& expect) {
@@ -211,11 +279,22 @@ Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const Chu
 }
 
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
-                           std::span<const std::byte> layers) {
+                           std::span<const std::byte> layers, const ChunkAuth* auth) {
   const uint32_t n = meta.header.num_pages;
   const size_t lb = g.layer_bytes(n);
-  if (first > meta.layer_checksums.size() || count > meta.layer_checksums.size() - first || layers.size() < count * lb)
-    return Status::InvalidArgument("layer range outside the chunk");
+  const size_t L = meta.authenticated() ? meta.layer_tags.size() : meta.layer_checksums.size();
+  if (first > L || count > L - first || layers.size() < count * lb) return Status::InvalidArgument("layer range outside the chunk");
+  if (auth && !meta.authenticated()) return Status::Corruption("chunk entry is not authenticated (written without the tier secret)");
+  if (meta.authenticated()) {
+    if (!auth) return Status::Corruption("chunk entry is authenticated with a tier secret this reader does not hold");
+    KVTIER_ASSIGN_OR_RETURN(auto tagger, auth->layer_tagger(meta.key.ns, meta.key.hash, meta.nonce));
+    for (uint32_t i = 0; i < count; ++i) {
+      KVTIER_ASSIGN_OR_RETURN(LayerTag t, tagger.tag(first + i, layers.subspan(i * lb, lb)));
+      if (!tags_equal(t, meta.layer_tags[first + i]))
+        return Status::Corruption("chunk layer " + std::to_string(first + i) + " tag mismatch (forged or corrupt)");
+    }
+    return Status::Ok();
+  }
   for (uint32_t i = 0; i < count; ++i)
     if (layer_checksum(layers.data() + i * lb, lb, first + i) != meta.layer_checksums[first + i])
       return Status::Corruption("chunk layer " + std::to_string(first + i) + " checksum mismatch");

@@ -15,6 +15,14 @@
 // entry_bytes. docs/FORMATS.md gives every byte. Layer checksums let a
 // reader verify one layer without reading the rest: corrupt KV is never
 // served. All functions are pure and thread-safe.
+//
+// Authenticated entries (kChunkFlagAuthenticated; written with a ChunkAuth,
+// tiers/chunk_auth.h) carry keyed tags instead of the layer checksums:
+// ChunkHeader | page hashes | layer tags (16 B each) | nonce (16 B) | entry
+// tag (32 B) | padding | payload. A reader holding the secret checks the
+// entry tag (authenticate_chunk_meta) and then each layer's tag as it
+// lands (verify_chunk_layers); a reader with a secret refuses entries
+// without one, and the reverse.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +32,7 @@
 
 #include "kvtier/types.h"
 #include "memory/device_memory.h"
+#include "tiers/chunk_auth.h"
 
 namespace kvtier {
 
@@ -68,13 +77,14 @@ void scatter_copies(const KVGeometry& g, const std::byte* layers, uint32_t first
 inline constexpr uint64_t kChunkMagic = 0x314B4E484354564Bull;  // bytes "KVTCHNK1" on disk
 inline constexpr uint16_t kChunkFormatVersion = 1;
 inline constexpr uint32_t kChunkFlagLayerMajor = 1u;
+inline constexpr uint32_t kChunkFlagAuthenticated = 2u;  // layer tags + nonce + entry tag instead of layer checksums
 
 // The fixed head of every entry; all integers little-endian.
 struct ChunkHeader {
   uint64_t magic;            //   0
   uint16_t version;          //   8
   uint16_t header_bytes;     //  10: sizeof(ChunkHeader)
-  uint32_t flags;            //  12: kChunkFlagLayerMajor
+  uint32_t flags;            //  12: kChunkFlagLayerMajor [| kChunkFlagAuthenticated]
   uint32_t num_pages;        //  16
   uint32_t num_layers;       //  20
   uint32_t num_kv_heads;     //  24
@@ -82,16 +92,16 @@ struct ChunkHeader {
   uint32_t page_tokens;      //  32
   uint8_t dtype;             //  36: DType
   uint8_t reserved0[3];      //  37: zero
-  uint32_t meta_bytes;       //  40: header + page hashes + layer checksums
+  uint32_t meta_bytes;       //  40: header + page hashes + layer checks (+ nonce + entry tag)
   uint32_t payload_offset;   //  44: from the start of the entry
   uint64_t payload_bytes;    //  48
   uint64_t sequence;         //  56: writer's monotonically increasing sequence number
   uint64_t ns_lo, ns_hi;     //  64: namespace seed
   uint64_t key_lo, key_hi;   //  80: hash of the last page (== last page hash below)
-  uint64_t payload_checksum; //  96: checksum64 of the layer-checksum array
+  uint64_t payload_checksum; //  96: checksum64 of the layer-check array (checksums or tags)
   uint64_t entry_bytes;      // 104: payload_offset + payload_bytes, rounded up to the writer's alignment
   uint64_t reserved1;        // 112: zero
-  uint64_t header_checksum;  // 120: checksum64 of bytes [0,120) ‖ page hashes ‖ layer checksums
+  uint64_t header_checksum;  // 120: checksum64 of bytes [0,120) ‖ everything up to meta_bytes
 };
 static_assert(sizeof(ChunkHeader) == 128, "ChunkHeader is part of the on-disk format");
 
@@ -103,45 +113,63 @@ struct ChunkEntryLayout {
 };
 // Where things go in an entry of n pages; payload_offset and entry_bytes are
 // multiples of `align` (4096 on disk so payload and layers can be read with O_DIRECT; 1 for packed values).
-ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align);
+// `authenticated`: the layout of an entry written with a ChunkAuth.
+ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align, bool authenticated = false);
 
 uint64_t layer_checksum(const std::byte* data, size_t len, uint32_t layer);
 
 // Writes a complete entry into `out` (size >= layout.entry_bytes). The
 // payload is layer-major with page_hashes.size() pages; the key must be the
-// last page hash.
+// last page hash. With `auth` the entry is authenticated (its layout is
+// chunk_entry_layout(..., true)).
 Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out);
+                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
+                          const ChunkAuth* auth = nullptr);
 // The same entry without copying the payload: writes only bytes
 // [0, layout.payload_offset) into `out` (size >= payload_offset). The entry
 // is then `out` followed by `payload` and layout.entry_bytes -
 // payload_offset - payload.size() zero bytes, which lets a writer send it as
 // a gather list (one remote SET) instead of assembling a copy.
 Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
-                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out);
+                         std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
+                         const ChunkAuth* auth = nullptr);
 
 // The verified metadata of an entry.
 struct ChunkMeta {
   ChunkHeader header{};
   ChunkKey key;
   std::vector<PageHash> page_hashes;
-  std::vector<uint64_t> layer_checksums;
+  std::vector<uint64_t> layer_checksums;  // unauthenticated entries
+  std::vector<LayerTag> layer_tags;       // authenticated entries
+  ChunkNonce nonce{};
+  EntryTag entry_tag{};
+
+  bool authenticated() const { return (header.flags & kChunkFlagAuthenticated) != 0; }
+  uint32_t num_layers() const { return header.num_layers; }
 };
 
 // Bytes to read before decode_chunk_meta can succeed, from the fixed header alone (0 when it is not an entry).
 size_t chunk_meta_bytes_from_header(std::span<const std::byte> first_128);
 // Parses and verifies (magic, version, sizes, header checksum, geometry ==
 // `expect`) the metadata at the start of `entry`. kCorruption when anything
-// is off; kInvalidArgument when the geometry is valid but differs.
+// is off; kInvalidArgument when the geometry is valid but differs. This is
+// integrity, not authenticity: authenticate_chunk_meta comes next.
 Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const ChunkGeometry& expect);
+// With `auth`: OK only for an authenticated entry whose entry tag verifies
+// over `meta_bytes` (the first header.meta_bytes bytes of the entry).
+// Without: OK only for an unauthenticated entry. Else kCorruption — a
+// forged entry, or one written under another secret (or none).
+Status authenticate_chunk_meta(const ChunkMeta& meta, std::span<const std::byte> meta_bytes, const ChunkAuth* auth);
 // Decodes an entry held whole in one buffer (a remote value, packed or
 // aligned): the metadata as decode_chunk_meta, and the buffer must hold the
 // whole payload (kCorruption when it ends before). The layers are then
 // verified with verify_chunk_layers over
 // value.subspan(header.payload_offset, header.payload_bytes).
 Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const ChunkGeometry& expect);
-// Verifies layers [first, first+count) held contiguously in `layers`.
+// Verifies layers [first, first+count) held contiguously in `layers`: their
+// checksums, or for an authenticated entry their tags under `auth`
+// (kCorruption without it).
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
-                           std::span<const std::byte> layers);
+                           std::span<const std::byte> layers, const ChunkAuth* auth = nullptr);
 
 }  // namespace kvtier

@@ -29,7 +29,7 @@ Status RemoteTierOptions::validate() const {
   if (ttl.count() < 0) return Status::InvalidArgument("remote: ttl must be >= 0");
   if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
     return Status::InvalidArgument("remote: backoff must satisfy 0 < initial <= max");
-  const size_t entry = chunk_entry_layout(geometry, geometry.chunk_pages, 1).entry_bytes;
+  const size_t entry = chunk_entry_layout(geometry, geometry.chunk_pages, 1, auth != nullptr).entry_bytes;
   if (max_batch_bytes < entry)
     return Status::InvalidArgument("remote: max_batch_bytes must hold one chunk entry (" + std::to_string(entry) + " bytes)");
   if (entry > (size_t(512) << 20)) return Status::InvalidArgument("remote: a chunk entry exceeds Redis's 512 MiB value limit");
@@ -56,6 +56,7 @@ std::string RemoteTier::key_of(const ChunkKey& key) const {
   std::string k = "kvtier:";
   k += std::to_string(kChunkFormatVersion);
   k += ':';
+  if (options_.auth) return k + "a:" + options_.auth->key_name(key.ns, key.hash);
   k += key.ns.to_hex();
   k += ':';
   k += key.hash.to_hex();
@@ -105,7 +106,7 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     // One pipeline per max_batch_bytes of entries.
     size_t end = begin, bytes = 0;
     while (end < valid.size()) {
-      const size_t b = chunk_entry_layout(g, static_cast<uint32_t>(valid[end]->page_hashes.size()), 1).entry_bytes;
+      const size_t b = chunk_entry_layout(g, static_cast<uint32_t>(valid[end]->page_hashes.size()), 1, options_.auth != nullptr).entry_bytes;
       if (end > begin && bytes + b > options_.max_batch_bytes) break;
       bytes += b;
       ++end;
@@ -121,7 +122,7 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     heads.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
       PutOp& op = *valid[i];
-      const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1);
+      const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1, options_.auth != nullptr);
       keys.push_back(key_of(op.key));
       const std::string& k = keys.back();
       std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
@@ -129,7 +130,8 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
       const size_t meta_at = head.size();
       head.resize(meta_at + lay.payload_offset);
       op.status = encode_chunk_meta(g, op.key, op.page_hashes, op.payload, ++sequence_, 1,
-                                    {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset});
+                                    {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset},
+                                    options_.auth.get());
       if (!op.status.ok()) continue;
       heads.push_back(std::move(head));
       RedisCommand c;
@@ -169,8 +171,8 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
 
 // ----------------------------------------------------------------- gets ----
 
-void RemoteTier::drop_corrupt(const ChunkKey& key) {
-  ++counters_.checksum_failures;
+void RemoteTier::drop_corrupt(const ChunkKey& key, bool forged) {
+  ++(forged ? counters_.forged : counters_.checksum_failures);
   const std::string k = key_of(key);
   (void)client_->command({"DEL", k});  // best effort: a later put rewrites it anyway
 }
@@ -195,7 +197,8 @@ void RemoteTier::get_batch(std::span<GetOp> ops) {
   }
   // Pipelines of at most max_batch_bytes of values each.
   auto in_batches = [&](std::vector<GetOp*>& list, auto&& fn) {
-    const size_t per = std::max<size_t>(1, options_.max_batch_bytes / chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes);
+    const size_t per = std::max<size_t>(
+        1, options_.max_batch_bytes / chunk_entry_layout(g, g.chunk_pages, 1, options_.auth != nullptr).entry_bytes);
     for (size_t b = 0; b < list.size(); b += per) fn(std::span(list).subspan(b, std::min(per, list.size() - b)));
   };
   in_batches(whole, [&](std::span<GetOp*> s) { get_whole(s); });
@@ -209,6 +212,30 @@ Status RemoteTier::check_reply_for_get(GetOp& op, const redisReply* r, bool& mis
   if (r->type != REDIS_REPLY_STRING) return Status::Corruption("remote: value is not a string: " + reply_error(r));
   (void)op;
   return Status::Ok();
+}
+
+Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole) {
+  const ChunkGeometry& g = options_.geometry;
+  auto meta = whole ? decode_chunk_value(entry, g) : decode_chunk_meta(entry, g);
+  Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
+  if (st.ok() && !(meta->key == key)) st = Status::Corruption("remote: value holds another chunk's entry");
+  if (!st.ok()) {
+    drop_corrupt(key);
+    return st;
+  }
+  st = authenticate_chunk_meta(*meta, entry, options_.auth.get());
+  if (!st.ok()) {
+    drop_corrupt(key, /*forged=*/true);
+    return Status::Corruption("remote: " + st.message());
+  }
+  return meta;
+}
+
+Status RemoteTier::check_layers(GetOp& op, const ChunkMeta& meta, size_t len) {
+  Status st = verify_chunk_layers(meta, options_.geometry, op.first_layer, op.num_layers, op.out.first(len), options_.auth.get());
+  // With a secret every layer check is a keyed tag: a mismatch is a failed authentication.
+  if (!st.ok()) drop_corrupt(op.key, /*forged=*/meta.authenticated());
+  return st;
 }
 
 void RemoteTier::get_whole(std::span<GetOp*> ops) {
@@ -238,12 +265,9 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
       continue;
     }
     const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(r->str), r->len);
-    auto meta = decode_chunk_value(entry, g);
-    Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
-    if (st.ok() && !(meta->key == op.key)) st = Status::Corruption("remote: value holds another chunk's entry");
-    if (!st.ok()) {
-      op.status = st;
-      drop_corrupt(op.key);
+    auto meta = check_entry(op.key, entry, /*whole=*/true);
+    if (!meta.ok()) {
+      op.status = meta.status();
       continue;
     }
     const uint32_t n = meta->header.num_pages;
@@ -251,11 +275,8 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
     if (!op.status.ok()) continue;
     const size_t len = op.num_layers * g.layer_bytes(n);
     std::memcpy(op.out.data(), entry.data() + meta->header.payload_offset + g.layer_offset(n, op.first_layer), len);
-    op.status = verify_chunk_layers(*meta, g, op.first_layer, op.num_layers, op.out.first(len));
-    if (!op.status.ok()) {
-      drop_corrupt(op.key);
-      continue;
-    }
+    op.status = check_layers(op, *meta, len);
+    if (!op.status.ok()) continue;
     op.num_pages = n;
     ++counters_.hits;
   }
@@ -265,7 +286,7 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
 void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   const ChunkGeometry& g = options_.geometry;
   const uint32_t C = g.chunk_pages;
-  const ChunkEntryLayout full = chunk_entry_layout(g, C, 1);
+  const ChunkEntryLayout full = chunk_entry_layout(g, C, 1, options_.auth != nullptr);
   // Round 1 assumes full chunks (what KVCache stores); others take a second round.
   std::vector<std::string> keys, meta_end, r_begin, r_end;
   for (auto* op : ops) {
@@ -303,12 +324,9 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
       continue;
     }
     const redisReply* m = mc.reply.get();
-    auto meta = decode_chunk_meta({reinterpret_cast<const std::byte*>(m->str), m->len}, g);
-    Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
-    if (st.ok() && !(meta->key == op.key)) st = Status::Corruption("remote: value holds another chunk's entry");
-    if (!st.ok()) {
-      op.status = st;
-      drop_corrupt(op.key);
+    auto meta = check_entry(op.key, {reinterpret_cast<const std::byte*>(m->str), m->len}, /*whole=*/false);
+    if (!meta.ok()) {
+      op.status = meta.status();
       continue;
     }
     const uint32_t n = meta->header.num_pages;
@@ -326,11 +344,8 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
       continue;
     }
     std::memcpy(op.out.data(), l->str, len);
-    op.status = verify_chunk_layers(*meta, g, op.first_layer, op.num_layers, op.out.first(len));
-    if (!op.status.ok()) {
-      drop_corrupt(op.key);
-      continue;
-    }
+    op.status = check_layers(op, *meta, len);
+    if (!op.status.ok()) continue;
     op.num_pages = n;
     ++counters_.hits;
   }
@@ -379,6 +394,7 @@ TierStats RemoteTier::stats() const {
   s.misses = counters_.misses.load();
   s.puts = counters_.puts.load();
   s.checksum_failures = counters_.checksum_failures.load();
+  s.forged_entries = counters_.forged.load();
   s.io_errors = counters_.io_errors.load();
   return s;
 }

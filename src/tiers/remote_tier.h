@@ -7,6 +7,10 @@
 // that is corrupt, truncated, foreign (another key's entry, another
 // geometry) or not ours at all fails verification: the get is kCorruption,
 // the key is deleted and counted, and nothing wrong is ever served.
+// With a tier secret (options.auth) keys are `kvtier:<version>:a:<keyed
+// name>` (ChunkAuth::key_name: they do not reveal the prompt) and every
+// entry is authenticated: one that fails (forged, unauthenticated, another
+// secret's) is deleted and counted in forged_entries, never served.
 // Every batched call is one pipelined round trip per node: exists_prefix
 // sends one EXISTS per chunk of the prompt at once; get_batch/put_batch send
 // all GETs/SETs at once (SET ... PX ttl when a TTL is set). Layer-range gets
@@ -44,6 +48,7 @@ struct RemoteTierOptions {
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
   size_t max_batch_bytes = size_t(64) << 20;  // a batch bigger than this goes in several pipelines
+  std::shared_ptr<const ChunkAuth> auth;      // tier secret: authenticated entries, keyed names; null: none
 
   Status validate() const;
 
@@ -104,7 +109,11 @@ class RemoteTier final : public Tier {
   void get_whole(std::span<GetOp*> ops);
   void get_ranges(std::span<GetOp*> ops);
   Status check_reply_for_get(GetOp& op, const struct redisReply* r, bool& missing);
-  void drop_corrupt(const ChunkKey& key);
+  // Decodes and authenticates the entry (whole value or its metadata) of op.key; drops and counts a bad one.
+  Result<ChunkMeta> check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole);
+  // Verifies layers landed in op.out; drops and counts a bad entry.
+  Status check_layers(GetOp& op, const ChunkMeta& meta, size_t len);
+  void drop_corrupt(const ChunkKey& key, bool forged = false);
 
   RemoteTierOptions options_;
   std::unique_ptr<RedisClient> client_;
@@ -117,7 +126,7 @@ class RemoteTier final : public Tier {
 
   struct Counters {
     std::atomic<uint64_t> hits{0}, misses{0}, puts{0}, bytes_put{0}, checksum_failures{0}, io_errors{0},
-        fast_fails{0}, episodes{0}, oom{0}, reply_errors{0};
+        fast_fails{0}, episodes{0}, oom{0}, reply_errors{0}, forged{0};
   };
   mutable Counters counters_;
 };

@@ -56,6 +56,7 @@ struct TierStats {
   uint64_t misses = 0;
   uint64_t puts = 0;
   uint64_t checksum_failures = 0;  // entries dropped because their bytes did not verify
+  uint64_t forged_entries = 0;     // entries dropped because they failed authentication (tier secret)
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
