@@ -18,6 +18,12 @@ void print_model(const engine::Model& m) {
   const auto& c = m.config();
   std::printf("name %s\nvocab %u, hidden %u, layers %u, heads %u, kv heads %u, head dim %u, ffn %u\n", c.name.c_str(),
               c.vocab_size, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.ffn_size);
+  std::string scaling = "none";
+  if (!c.rope_freq_factors.empty()) scaling = "per-pair factors (rope_freqs.weight)";
+  if (c.rope_freq_scale != 1.0f) scaling += ", linear x" + std::to_string(1.0f / c.rope_freq_scale);
+  std::printf("architecture %s (%s RoPE%s), rope scaling %s\n", std::string(engine::arch_name(c.arch)).c_str(),
+              c.rope_style() == engine::RopeStyle::kRotateHalf ? "rotate-half" : "adjacent-pair",
+              c.has_qkv_bias() ? ", QKV biases" : "", scaling.c_str());
   std::printf("rope theta %g, rms eps %g, tied embeddings %s, max context %u\nparameters %llu\nfingerprint %s\n",
               double(c.rope_theta), double(c.rms_eps), c.tied_embeddings ? "yes" : "no", c.max_context,
               static_cast<unsigned long long>(c.num_params()), m.fingerprint().to_hex().c_str());
@@ -47,7 +53,7 @@ void print_tensor_types(const std::vector<engine::GgufTensor>& tensors) {
 }
 
 struct Make {
-  std::string preset = "small", out, dtype = "f32", vocab, chat_template;
+  std::string preset = "small", out, dtype = "f32", vocab, chat_template, arch = "llama", rope_scaling = "none";
   uint64_t seed = 1;
 };
 
@@ -70,8 +76,20 @@ Result<text::Vocab> vocab_of(const std::string& model) {
   return engine::load_gguf_vocab(model);
 }
 
-Status make_model(const Make& mk) {
+// The preset's shape with the architecture and RoPE scaling asked for.
+Result<engine::ModelConfig> make_config(const Make& mk) {
   KVTIER_ASSIGN_OR_RETURN(engine::ModelConfig cfg, engine::model_preset(mk.preset));
+  KVTIER_ASSIGN_OR_RETURN(cfg.arch, engine::parse_arch(mk.arch));
+  if (mk.rope_scaling == "llama3") {
+    KVTIER_RETURN_IF_ERROR(cfg.apply_llama3_rope_scaling({}));
+  } else if (mk.rope_scaling != "none") {
+    return Status::InvalidArgument("--rope-scaling must be none or llama3, not '" + mk.rope_scaling + "'");
+  }
+  return cfg;
+}
+
+Status make_model(const Make& mk) {
+  KVTIER_ASSIGN_OR_RETURN(engine::ModelConfig cfg, make_config(mk));
   KVTIER_ASSIGN_OR_RETURN(engine::GgufType type, engine::parse_gguf_type(mk.dtype));
   std::shared_ptr<const engine::Model> model;
   if (mk.vocab.empty() && mk.chat_template.empty()) {
@@ -91,8 +109,9 @@ Status make_model(const Make& mk) {
     KVTIER_ASSIGN_OR_RETURN(model, engine::Model::synthetic(cfg, mk.seed, std::move(vocab)));
   }
   KVTIER_RETURN_IF_ERROR(engine::write_gguf(*model, mk.out, {.weight_type = type}));
-  std::printf("wrote %s (%s, %s weights, seed %llu, vocabulary %u tokens (%s), fingerprint %s)\n", mk.out.c_str(),
-              mk.preset.c_str(), mk.dtype.c_str(), static_cast<unsigned long long>(mk.seed), cfg.vocab_size,
+  std::printf("wrote %s (%s %s, RoPE scaling %s, %s weights, seed %llu, vocabulary %u tokens (%s), fingerprint %s)\n",
+              mk.out.c_str(), mk.arch.c_str(), mk.preset.c_str(), mk.rope_scaling.c_str(), mk.dtype.c_str(),
+              static_cast<unsigned long long>(mk.seed), cfg.vocab_size,
               model->vocab().model.c_str(), model->fingerprint().to_hex().c_str());
   return Status::Ok();
 }
@@ -165,6 +184,10 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   make->add_option("--preset", mk->preset, "tiny, small or 1b")->capture_default_str();
   make->add_option("--out", mk->out, "output .gguf path")->required();
   make->add_option("--seed", mk->seed, "weight seed")->capture_default_str();
+  make->add_option("--arch", mk->arch, "llama or qwen2 (rotate-half RoPE, QKV biases)")->capture_default_str();
+  make->add_option("--rope-scaling", mk->rope_scaling,
+                   "none or llama3 (Llama 3.1's factors: 8, low 1, high 4, original context 8192; "
+                   "stored as rope_freqs.weight)")->capture_default_str();
   make->add_option("--dtype", mk->dtype, "matrix type: f32, f16, bf16 or q8_0")->capture_default_str();
   make->add_option("--vocab", mk->vocab, "take the tokenizer (and chat template) of this GGUF file; the vocabulary size follows it");
   make->add_option("--chat-template", mk->chat_template, "a Jinja chat template file to store as tokenizer.chat_template");

@@ -20,6 +20,9 @@ namespace kvtier::cuda {
 using engine::Logits;
 using engine::Model;
 using engine::ModelConfig;
+using engine::RopeStyle;
+using engine::arch_name;
+using engine::rope_cos_sin;
 using engine::PrefillOptions;
 using engine::SequenceKV;
 
@@ -58,20 +61,6 @@ Result<DevBuf> upload(const void* src, size_t bytes) {
   KVTIER_RETURN_IF_ERROR(b.reserve(bytes));
   KVTIER_CUDA_RETURN_IF_ERROR(cudaMemcpy(b.mem->data(), src, bytes, cudaMemcpyHostToDevice));
   return b;
-}
-
-// (cos, sin) per rotated pair for each position; double-precision angles as in the CPU engine.
-void rope_table(const ModelConfig& c, const std::vector<uint32_t>& pos, std::vector<float>& out) {
-  const uint32_t half = c.head_dim / 2;
-  out.resize(pos.size() * half * 2);
-  std::vector<double> theta(half);
-  for (uint32_t i = 0; i < half; ++i) theta[i] = std::pow(double(c.rope_theta), -2.0 * i / double(c.head_dim));
-  for (size_t r = 0; r < pos.size(); ++r)
-    for (uint32_t i = 0; i < half; ++i) {
-      const double a = double(pos[r]) * theta[i];
-      out[(r * half + i) * 2] = float(std::cos(a));
-      out[(r * half + i) * 2 + 1] = float(std::sin(a));
-    }
 }
 
 // Query rows [row0, row0 + n) of one sequence at positions pos0.., page table at tables + table_off.
@@ -255,6 +244,11 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(std::shared_ptr<const Mod
   KVTIER_RETURN_IF_ERROR(options.validate());
   register_cuda_memory();
   if (!model) return Status::InvalidArgument("CudaEngine: no model");
+  // What the kernels implement is checked first, so it is refused the same way with or without a GPU.
+  if (model->config().rope_style() != RopeStyle::kAdjacentPairs || model->config().has_qkv_bias())
+    return Status::Unimplemented("CudaEngine: the '" + std::string(arch_name(model->config().arch)) +
+                                 "' architecture (rotate-half RoPE, QKV biases) is not implemented on the GPU; "
+                                 "serve it with the CPU engine (--device cpu)");
   if (pool.memory().backend() != MemoryBackend::kCuda)
     return Status::InvalidArgument("CudaEngine: the block pool must live in CUDA device memory");
   const ModelConfig& c = model->config();
@@ -309,7 +303,7 @@ Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tok
   for (uint32_t i = 0; i < n; ++i) pos[i] = start_pos + i;
   for (size_t i = 0; i < table.size(); ++i) table[i] = seq.pages[i].value();
   std::vector<float> cs;
-  rope_table(c, pos, cs);
+  rope_cos_sin(c, pos.data(), pos.size(), cs);
   std::vector<int32_t> tok(tokens.begin() + start_pos, tokens.end());
   KVTIER_RETURN_IF_ERROR(im.put(im.tokens, tok));
   KVTIER_RETURN_IF_ERROR(im.put(im.pos, pos));
@@ -354,7 +348,7 @@ Result<Logits> CudaEngine::decode(std::span<SequenceKV* const> seqs, std::span<c
     spans[i] = Span{i, 1, pos[i], table_off[i]};
   }
   std::vector<float> cs;
-  rope_table(c, pos, cs);
+  rope_cos_sin(c, pos.data(), pos.size(), cs);
   std::vector<int32_t> tok(tokens.begin(), tokens.end());
   KVTIER_RETURN_IF_ERROR(im.put(im.tokens, tok));
   KVTIER_RETURN_IF_ERROR(im.put(im.pos, pos));

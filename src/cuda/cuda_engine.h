@@ -37,7 +37,9 @@ struct CudaEngineOptions {
 class CudaEngine final : public engine::Forward {
  public:
   // The pool must be in CUDA device memory (MemoryBackend::kCuda) with the
-  // model's KV geometry; head_dim must be 16, 32, 64 or 128.
+  // model's KV geometry; head_dim must be 16, 32, 64 or 128. Architectures:
+  // llama, with any RoPE scaling (the RoPE table is the CPU engine's); qwen2
+  // is Unimplemented (the CPU engine is the reference for it).
   static Result<std::unique_ptr<CudaEngine>> create(std::shared_ptr<const engine::Model> model, BlockPool& pool,
                                                     const CudaEngineOptions& options = {});
   ~CudaEngine();

@@ -45,17 +45,28 @@ void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) 
   for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
-// Adjacent-pair RoPE (DESIGN §11) on `heads` heads of `dim`; cs holds (cos, sin) per pair.
-void rope(float* x, uint32_t heads, uint32_t dim, const float* cs) {
+// RoPE on `heads` heads of `dim` (ModelConfig's RopeStyle says which
+// coordinates pair up); cs holds (cos, sin) per pair.
+void rope(float* x, uint32_t heads, uint32_t dim, const float* cs, RopeStyle style) {
+  const uint32_t half = dim / 2;
+  // Pair i is (v[first * i], v[first * i + second]).
+  const uint32_t first = style == RopeStyle::kAdjacentPairs ? 2 : 1;
+  const uint32_t second = style == RopeStyle::kAdjacentPairs ? 1 : half;
   for (uint32_t h = 0; h < heads; ++h) {
     float* v = x + size_t(h) * dim;
-    for (uint32_t i = 0; i < dim / 2; ++i) {
+    for (uint32_t i = 0; i < half; ++i) {
       const float c = cs[2 * i], s = cs[2 * i + 1];
-      const float a = v[2 * i], b = v[2 * i + 1];
-      v[2 * i] = a * c - b * s;
-      v[2 * i + 1] = a * s + b * c;
+      float& a = v[first * i];
+      float& b = v[first * i + second];
+      const float a0 = a, b0 = b;
+      a = a0 * c - b0 * s;
+      b = a0 * s + b0 * c;
     }
   }
+}
+
+void add_bias(float* row, const std::vector<float>& bias) {
+  for (size_t i = 0; i < bias.size(); ++i) row[i] += bias[i];
 }
 
 void store_kv(DType dt, const float* src, std::byte* dst, uint32_t n) {
@@ -191,24 +202,6 @@ Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> mod
   return f(std::move(model), pool, options);
 }
 
-namespace {
-
-// (cos, sin) of each rotated pair for `n` positions from pos0 (double precision angles).
-void rope_table(const ModelConfig& c, const uint32_t* pos, uint32_t n, std::vector<float>& out) {
-  const uint32_t half = c.head_dim / 2;
-  out.resize(size_t(n) * half * 2);
-  std::vector<double> theta(half);
-  for (uint32_t i = 0; i < half; ++i) theta[i] = std::pow(double(c.rope_theta), -2.0 * i / double(c.head_dim));
-  for (uint32_t r = 0; r < n; ++r)
-    for (uint32_t i = 0; i < half; ++i) {
-      const double a = double(pos[r]) * theta[i];
-      out[(size_t(r) * half + i) * 2] = float(std::cos(a));
-      out[(size_t(r) * half + i) * 2 + 1] = float(std::sin(a));
-    }
-}
-
-}  // namespace
-
 // One layer for the rows of x described by `spans` (x, rope tables and scratch rows share indices).
 void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs,
                               uint32_t m, std::span<const RowSpan> spans) {
@@ -229,8 +222,9 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
       const uint32_t r = s.row0 + i, pos = s.pos0 + i;
       float* row = qkv + size_t(r) * W;
       const float* cs = rope_cs + size_t(r) * c.head_dim;
-      rope(row, c.num_heads, c.head_dim, cs);
-      rope(row + Q, c.num_kv_heads, c.head_dim, cs);
+      add_bias(row, lw.bqkv);
+      rope(row, c.num_heads, c.head_dim, cs, c.rope_style());
+      rope(row + Q, c.num_kv_heads, c.head_dim, cs, c.rope_style());
       const PageId page = s.seq->pages[pos / P];
       const size_t off = size_t(pos % P) * tok_bytes;
       store_kv(geo.dtype, row + Q, pool.k(page, layer) + off, KV);
@@ -298,7 +292,7 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
                 H * sizeof(float));
   std::vector<uint32_t> pos(n);
   for (uint32_t i = 0; i < n; ++i) pos[i] = start_pos + i;
-  rope_table(c, pos.data(), n, im.rope_cs);
+  rope_cos_sin(c, pos.data(), n, im.rope_cs);
 
   const uint32_t chunk = options_.prefill_chunk;
   for (uint32_t l = 0; l < c.num_layers; ++l) {
@@ -347,7 +341,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
     pos[i] = seqs[i]->num_tokens;
     spans[i] = RowSpan{seqs[i], i, 1, pos[i]};
   }
-  rope_table(c, pos.data(), b, im.rope_cs);
+  rope_cos_sin(c, pos.data(), b, im.rope_cs);
   for (uint32_t l = 0; l < c.num_layers; ++l)
     im.layer_pass(pool_, model_->weights().layers[l], LayerIdx(l), im.x.data(), im.rope_cs.data(), b, spans);
 

@@ -1,7 +1,9 @@
-// GGUF (version 3) files of the `llama` architecture: reading into a Model
+// GGUF (version 3) files of the `llama` and `qwen2` architectures: reading into a Model
 // and writing a Model out (DESIGN §11 conventions: tensors `ne = [in, out]`
-// are row-major [out][in]; adjacent-pair RoPE; llama.cpp tokenizer metadata
-// with byte-fallback tokens).
+// are row-major [out][in]; RoPE pairs as ModelConfig::rope_style says, i.e.
+// llama.cpp's "normal" rope for llama, "neox" for qwen2; Llama 3.1 scaling as
+// rope_freqs.weight, linear scaling as rope.scaling.*; qwen2's Q/K/V biases as
+// blk.N.attn_{q,k,v}.bias; llama.cpp tokenizer metadata).
 //
 // The reader maps the file read-only, checks everything it relies on (magic,
 // version, bounds, alignment, shapes, types, the hyper-parameters) and

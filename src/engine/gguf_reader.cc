@@ -1,5 +1,5 @@
 // GGUF v3 reader: a bounds-checked cursor over the mapped bytes, then
-// validation of the llama hyper-parameters and tensor table, then
+// validation of the llama/qwen2 hyper-parameters and tensor table, then
 // dequantisation into Model weights.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -216,39 +216,57 @@ class Parser {
   Result<ModelConfig> hparams() const {
     const Value* arch = find("general.architecture");
     if (!arch || arch->type != ValueType::kString) return bad("missing metadata 'general.architecture'");
-    if (arch->str != "llama") return unsupported("architecture '" + arch->str + "' is not supported (only 'llama')");
     ModelConfig c;
+    if (Result<Arch> a = parse_arch(arch->str); a.ok()) {
+      c.arch = *a;
+    } else {
+      return unsupported(a.status().message());
+    }
+    const std::string p = std::string(arch_name(c.arch)) + ".";
     if (const Value* n = find("general.name"); n && n->type == ValueType::kString) c.name = n->str;
-    KVTIER_ASSIGN_OR_RETURN(c.hidden_size, u32("llama.embedding_length"));
-    KVTIER_ASSIGN_OR_RETURN(c.num_layers, u32("llama.block_count"));
-    KVTIER_ASSIGN_OR_RETURN(c.num_heads, u32("llama.attention.head_count"));
-    KVTIER_ASSIGN_OR_RETURN(c.num_kv_heads, u32("llama.attention.head_count_kv", c.num_heads));
-    KVTIER_ASSIGN_OR_RETURN(c.ffn_size, u32("llama.feed_forward_length"));
-    KVTIER_ASSIGN_OR_RETURN(c.max_context, u32("llama.context_length"));
-    KVTIER_ASSIGN_OR_RETURN(c.rope_theta, f32("llama.rope.freq_base", 10000.0f));
-    KVTIER_ASSIGN_OR_RETURN(c.rms_eps, f32("llama.attention.layer_norm_rms_epsilon", 1e-5f));
+    KVTIER_ASSIGN_OR_RETURN(c.hidden_size, u32(p + "embedding_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_layers, u32(p + "block_count"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_heads, u32(p + "attention.head_count"));
+    KVTIER_ASSIGN_OR_RETURN(c.num_kv_heads, u32(p + "attention.head_count_kv", c.num_heads));
+    KVTIER_ASSIGN_OR_RETURN(c.ffn_size, u32(p + "feed_forward_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.max_context, u32(p + "context_length"));
+    KVTIER_ASSIGN_OR_RETURN(c.rope_theta, f32(p + "rope.freq_base", 10000.0f));
+    KVTIER_ASSIGN_OR_RETURN(c.rms_eps, f32(p + "attention.layer_norm_rms_epsilon", 1e-5f));
     if (c.num_heads == 0 || c.hidden_size % c.num_heads != 0)
-      if (!find("llama.attention.key_length")) return bad("embedding_length is not a multiple of head_count");
-    KVTIER_ASSIGN_OR_RETURN(c.head_dim, u32("llama.attention.key_length", c.num_heads ? c.hidden_size / c.num_heads : 0));
-    KVTIER_ASSIGN_OR_RETURN(uint32_t vdim, u32("llama.attention.value_length", c.head_dim));
+      if (!find(p + "attention.key_length")) return bad("embedding_length is not a multiple of head_count");
+    KVTIER_ASSIGN_OR_RETURN(c.head_dim, u32(p + "attention.key_length", c.num_heads ? c.hidden_size / c.num_heads : 0));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t vdim, u32(p + "attention.value_length", c.head_dim));
     if (vdim != c.head_dim) return unsupported("value_length != key_length is not supported");
-    KVTIER_ASSIGN_OR_RETURN(uint32_t rot, u32("llama.rope.dimension_count", c.head_dim));
+    KVTIER_ASSIGN_OR_RETURN(uint32_t rot, u32(p + "rope.dimension_count", c.head_dim));
     if (rot != c.head_dim) return unsupported("partial RoPE (rope.dimension_count " + std::to_string(rot) + " < head_dim " + std::to_string(c.head_dim) + ") is not supported");
-    KVTIER_ASSIGN_OR_RETURN(uint32_t experts, u32("llama.expert_count", 0));
-    if (experts > 0) return unsupported("mixture-of-experts llama models are not supported");
-    if (const Value* s = find("llama.rope.scaling.type"); s && !(s->type == ValueType::kString && s->str == "none"))
-      return unsupported("RoPE scaling ('" + s->str + "') is not supported");
-    if (const Value* s = find("llama.rope.scaling.factor"); s && s->f != 0.0 && s->f != 1.0)
-      return unsupported("RoPE scaling factor " + std::to_string(s->f) + " is not supported");
+    KVTIER_ASSIGN_OR_RETURN(uint32_t experts, u32(p + "expert_count", 0));
+    if (experts > 0) return unsupported("mixture-of-experts models are not supported");
+    KVTIER_ASSIGN_OR_RETURN(c.rope_freq_scale, rope_scaling(p));
     const Value* toks = find("tokenizer.ggml.tokens");
     if (!toks || toks->type != ValueType::kArray || toks->elem != ValueType::kString)
       return bad("missing metadata 'tokenizer.ggml.tokens' (an array of strings)");
     c.vocab_size = uint32_t(std::min<size_t>(toks->strs.size(), UINT32_MAX));
-    KVTIER_ASSIGN_OR_RETURN(uint32_t vs, u32("llama.vocab_size", c.vocab_size));
-    if (vs != c.vocab_size) return bad("llama.vocab_size " + std::to_string(vs) + " disagrees with " + std::to_string(c.vocab_size) + " tokens");
+    KVTIER_ASSIGN_OR_RETURN(uint32_t vs, u32(p + "vocab_size", c.vocab_size));
+    if (vs != c.vocab_size) return bad(p + "vocab_size " + std::to_string(vs) + " disagrees with " + std::to_string(c.vocab_size) + " tokens");
     c.tied_embeddings = tensors_.count("output.weight") == 0;
     if (Status st = c.validate(); !st.ok()) return bad("hyper-parameters: " + st.message());
     return c;
+  }
+
+  // The position multiplier of the rope.scaling.* keys under prefix `p`, as
+  // llama.cpp reads them: none, or linear (1 / factor; also the older
+  // rope.scale_linear key). Llama 3.1's scaling arrives as rope_freqs.weight
+  // instead; YaRN and LongRoPE are refused by name.
+  Result<float> rope_scaling(const std::string& p) const {
+    KVTIER_ASSIGN_OR_RETURN(std::string type, string_key(p + "rope.scaling.type", ""));
+    KVTIER_ASSIGN_OR_RETURN(float factor, f32(p + "rope.scaling.factor", 0.0f));
+    if (factor == 0.0f) {
+      KVTIER_ASSIGN_OR_RETURN(factor, f32(p + "rope.scale_linear", 0.0f));
+    }
+    if (type == "none" || factor == 0.0f || factor == 1.0f) return 1.0f;  // 0: unset, as in llama.cpp
+    if (!type.empty() && type != "linear") return unsupported("RoPE scaling type '" + type + "' is not supported (none, linear, or llama3's rope_freqs.weight)");
+    if (!(factor > 0.0f) || !std::isfinite(factor)) return bad("metadata '" + p + "rope.scaling.factor' must be a finite number > 0");
+    return 1.0f / factor;
   }
 
   Result<std::string> string_key(const std::string& key, std::string dflt) const {
@@ -345,10 +363,12 @@ class Parser {
     uint64_t cols = 0, rows = 0;
   };
 
-  static std::vector<Wanted> wanted_tensors(const ModelConfig& c) {
+  // `rope_freqs`: the file has Llama 3.1's rope_freqs.weight (llama only, as in llama.cpp).
+  static std::vector<Wanted> wanted_tensors(const ModelConfig& c, bool rope_freqs) {
     const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
     std::vector<Wanted> w = {{"token_embd.weight", h, v}, {"output_norm.weight", h, 0}};
     if (!c.tied_embeddings) w.push_back({"output.weight", h, v});
+    if (rope_freqs && c.arch == Arch::kLlama) w.push_back({"rope_freqs.weight", c.head_dim / 2, 0});
     for (uint32_t i = 0; i < c.num_layers; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       for (Wanted t : std::initializer_list<Wanted>{{"attn_norm.weight", h, 0}, {"attn_q.weight", h, q},
@@ -359,6 +379,11 @@ class Parser {
         t.name = p + t.name;
         w.push_back(std::move(t));
       }
+      if (c.has_qkv_bias())
+        for (Wanted t : std::initializer_list<Wanted>{{"attn_q.bias", q, 0}, {"attn_k.bias", kv, 0}, {"attn_v.bias", kv, 0}}) {
+          t.name = p + t.name;
+          w.push_back(std::move(t));
+        }
     }
     return w;
   }
@@ -368,7 +393,7 @@ class Parser {
   // range), and there is no other. Runs before anything is allocated, so the
   // weights allocated are bounded by the tensor bytes the file holds, however
   // large the hyper-parameters claim to be.
-  Status check_wanted(const std::vector<Wanted>& wanted, uint32_t num_layers) const {
+  Status check_wanted(const std::vector<Wanted>& wanted, Arch arch, uint32_t num_layers) const {
     for (const Wanted& t : wanted) {
       auto it = tensors_.find(t.name);
       if (it == tensors_.end()) return bad("missing tensor '" + t.name + "'");
@@ -386,7 +411,8 @@ class Parser {
       for (const Wanted& t : wanted) names[t.name] = true;
       for (const auto& [name, ti] : tensors_)
         if (!names.count(name))
-          return unsupported("unexpected tensor '" + name + "' for a llama model with " + std::to_string(num_layers) + " layers");
+          return unsupported("unexpected tensor '" + name + "' for a " + std::string(arch_name(arch)) + " model with " +
+                             std::to_string(num_layers) + " layers");
     }
     return Status::Ok();
   }
@@ -420,10 +446,10 @@ class Parser {
                            "; the engine keeps weights as f32: use a smaller model");
   }
 
-  Result<ModelWeights> tensors(const ModelConfig& c) {
-    if (tensors_.count("rope_freqs.weight")) return unsupported("RoPE frequency factors (rope_freqs.weight) are not supported");
-    const std::vector<Wanted> wanted = wanted_tensors(c);
-    KVTIER_RETURN_IF_ERROR(check_wanted(wanted, c.num_layers));
+  // The weights, and the config's rope_freq_factors when the file has them.
+  Result<ModelWeights> tensors(ModelConfig& c) {
+    const std::vector<Wanted> wanted = wanted_tensors(c, tensors_.count("rope_freqs.weight") > 0);
+    KVTIER_RETURN_IF_ERROR(check_wanted(wanted, c.arch, c.num_layers));
     std::vector<std::string> names;
     for (const Wanted& t : wanted) names.push_back(t.name);
     KVTIER_RETURN_IF_ERROR(check_memory(names));
@@ -437,10 +463,20 @@ class Parser {
       w.output.resize(v * h);
       KVTIER_RETURN_IF_ERROR(load("output.weight", w.output.data()));
     }
+    if (tensors_.count("rope_freqs.weight")) {
+      c.rope_freq_factors.resize(c.head_dim / 2);
+      KVTIER_RETURN_IF_ERROR(load("rope_freqs.weight", c.rope_freq_factors.data()));
+    }
     w.layers.resize(c.num_layers);
     for (uint32_t i = 0; i < c.num_layers; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       LayerWeights& l = w.layers[i];
+      if (c.has_qkv_bias()) {
+        l.bqkv.resize(q + 2 * kv);
+        KVTIER_RETURN_IF_ERROR(load(p + "attn_q.bias", l.bqkv.data()));
+        KVTIER_RETURN_IF_ERROR(load(p + "attn_k.bias", l.bqkv.data() + q));
+        KVTIER_RETURN_IF_ERROR(load(p + "attn_v.bias", l.bqkv.data() + q + kv));
+      }
       l.attn_norm.resize(h), l.ffn_norm.resize(h);
       l.wqkv.resize((q + 2 * kv) * h), l.wo.resize(h * q);
       l.w_gate_up.resize(2 * f * h), l.w_down.resize(h * f);

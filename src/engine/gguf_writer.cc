@@ -1,5 +1,5 @@
-// GGUF v3 writer: metadata llama.cpp needs to load a llama model, then the
-// tensors, each aligned to 32 bytes.
+// GGUF v3 writer: metadata llama.cpp needs to load a llama or qwen2 model,
+// then the tensors, each aligned to 32 bytes.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -102,16 +102,11 @@ void encode(const Tensor& t, std::vector<char>& out) {
   }
 }
 
-}  // namespace
-
-Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options) {
-  KVTIER_RETURN_IF_ERROR(options.validate());
+// The tensors llama.cpp reads for the model's architecture; matrices of `mt`, vectors F32.
+std::vector<Tensor> model_tensors(const Model& model, GgufType mt) {
   const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
-  const Vocab& vocab = model.vocab();
-  const GgufType mt = options.weight_type;
   const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
-
   std::vector<Tensor> tensors;
   auto add = [&](std::string name, const float* data, uint64_t cols, uint64_t rows) {
     tensors.push_back({std::move(name), data, cols, rows, rows == 0 ? GgufType::kF32 : mt});
@@ -119,6 +114,7 @@ Status write_gguf(const Model& model, const std::string& path, const GgufWriteOp
   add("token_embd.weight", w.token_embd.data(), h, v);
   add("output_norm.weight", w.output_norm.data(), h, 0);
   if (!c.tied_embeddings) add("output.weight", w.output.data(), h, v);
+  if (!c.rope_freq_factors.empty()) add("rope_freqs.weight", c.rope_freq_factors.data(), c.head_dim / 2, 0);
   for (uint32_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const LayerWeights& l = w.layers[i];
@@ -126,38 +122,54 @@ Status write_gguf(const Model& model, const std::string& path, const GgufWriteOp
     add(p + "attn_q.weight", l.wqkv.data(), h, q);
     add(p + "attn_k.weight", l.wqkv.data() + q * h, h, kv);
     add(p + "attn_v.weight", l.wqkv.data() + (q + kv) * h, h, kv);
+    if (c.has_qkv_bias()) {
+      add(p + "attn_q.bias", l.bqkv.data(), q, 0);
+      add(p + "attn_k.bias", l.bqkv.data() + q, kv, 0);
+      add(p + "attn_v.bias", l.bqkv.data() + q + kv, kv, 0);
+    }
     add(p + "attn_output.weight", l.wo.data(), q, h);
     add(p + "ffn_norm.weight", l.ffn_norm.data(), h, 0);
     add(p + "ffn_gate.weight", l.w_gate_up.data(), h, f);
     add(p + "ffn_up.weight", l.w_gate_up.data() + f * h, h, f);
     add(p + "ffn_down.weight", l.w_down.data(), f, h);
   }
-  for (const Tensor& t : tensors)
-    if (t.type == GgufType::kQ8_0 && t.cols % gguf::kQ8Block != 0)
-      return Status::InvalidArgument("q8_0 needs rows whose length is a multiple of 32; tensor '" + t.name + "' has " +
-                                     std::to_string(t.cols));
+  return tensors;
+}
 
-  Buffer meta;
+// general.* and the architecture's hyper-parameter keys.
+void put_hparams(const Model& model, const GgufWriteOptions& options, Buffer& meta) {
+  const ModelConfig& c = model.config();
+  const GgufType mt = options.weight_type;
   uint32_t file_type = gguf::kFileTypeF32;
   if (mt == GgufType::kF16) file_type = gguf::kFileTypeF16;
   if (mt == GgufType::kBF16) file_type = gguf::kFileTypeBF16;
   if (mt == GgufType::kQ8_0) file_type = gguf::kFileTypeQ8_0;
-  meta.kv_str("general.architecture", "llama");
+  const std::string arch(arch_name(c.arch));
+  const std::string p = arch + ".";
+  meta.kv_str("general.architecture", arch);
   meta.kv_str("general.name", options.name.empty() ? (c.name.empty() ? "kvtier" : c.name) : options.name);
   meta.kv_u32("general.file_type", file_type);
   meta.kv_u32("general.alignment", gguf::kDefaultAlignment);
-  meta.kv_u32("llama.vocab_size", c.vocab_size);
-  meta.kv_u32("llama.context_length", c.max_context);
-  meta.kv_u32("llama.embedding_length", c.hidden_size);
-  meta.kv_u32("llama.block_count", c.num_layers);
-  meta.kv_u32("llama.feed_forward_length", c.ffn_size);
-  meta.kv_u32("llama.rope.dimension_count", c.head_dim);
-  meta.kv_u32("llama.attention.head_count", c.num_heads);
-  meta.kv_u32("llama.attention.head_count_kv", c.num_kv_heads);
-  meta.kv_u32("llama.attention.key_length", c.head_dim);
-  meta.kv_u32("llama.attention.value_length", c.head_dim);
-  meta.kv_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  meta.kv_f32("llama.rope.freq_base", c.rope_theta);
+  meta.kv_u32(p + "vocab_size", c.vocab_size);
+  meta.kv_u32(p + "context_length", c.max_context);
+  meta.kv_u32(p + "embedding_length", c.hidden_size);
+  meta.kv_u32(p + "block_count", c.num_layers);
+  meta.kv_u32(p + "feed_forward_length", c.ffn_size);
+  meta.kv_u32(p + "rope.dimension_count", c.head_dim);
+  meta.kv_u32(p + "attention.head_count", c.num_heads);
+  meta.kv_u32(p + "attention.head_count_kv", c.num_kv_heads);
+  meta.kv_u32(p + "attention.key_length", c.head_dim);
+  meta.kv_u32(p + "attention.value_length", c.head_dim);
+  meta.kv_f32(p + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  meta.kv_f32(p + "rope.freq_base", c.rope_theta);
+  if (c.rope_freq_scale != 1.0f) {
+    meta.kv_str(p + "rope.scaling.type", "linear");
+    meta.kv_f32(p + "rope.scaling.factor", 1.0f / c.rope_freq_scale);
+  }
+}
+
+// tokenizer.ggml.* and the chat template.
+void put_vocab(const Vocab& vocab, Buffer& meta) {
   meta.kv_str("tokenizer.ggml.model", vocab.model);
   if (!vocab.pre.empty()) meta.kv_str("tokenizer.ggml.pre", vocab.pre);
   meta.key("tokenizer.ggml.tokens", ValueType::kArray);
@@ -187,6 +199,20 @@ Status write_gguf(const Model& model, const std::string& path, const GgufWriteOp
   meta.kv_bool("tokenizer.ggml.add_eos_token", false);
   if (vocab.model == "llama") meta.kv_bool("tokenizer.ggml.add_space_prefix", vocab.add_space_prefix);
   if (!vocab.chat_template.empty()) meta.kv_str("tokenizer.chat_template", vocab.chat_template);
+}
+
+}  // namespace
+
+Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  std::vector<Tensor> tensors = model_tensors(model, options.weight_type);
+  for (const Tensor& t : tensors)
+    if (t.type == GgufType::kQ8_0 && t.cols % gguf::kQ8Block != 0)
+      return Status::InvalidArgument("q8_0 needs rows whose length is a multiple of 32; tensor '" + t.name + "' has " +
+                                     std::to_string(t.cols));
+  Buffer meta;
+  put_hparams(model, options, meta);
+  put_vocab(model.vocab(), meta);
 
   Buffer head;
   head.pod<uint32_t>(gguf::kMagic);

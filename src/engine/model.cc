@@ -61,6 +61,7 @@ Status ModelWeights::validate(const ModelConfig& c) const {
     const int li = int(i);
     KVTIER_RETURN_IF_ERROR(size_is(l.attn_norm, h, "attn_norm", li));
     KVTIER_RETURN_IF_ERROR(size_is(l.wqkv, (size_t(c.q_dim()) + 2 * c.kv_dim()) * h, "wqkv", li));
+    KVTIER_RETURN_IF_ERROR(size_is(l.bqkv, c.has_qkv_bias() ? size_t(c.q_dim()) + 2 * c.kv_dim() : 0, "bqkv", li));
     KVTIER_RETURN_IF_ERROR(size_is(l.wo, h * c.q_dim(), "wo", li));
     KVTIER_RETURN_IF_ERROR(size_is(l.ffn_norm, h, "ffn_norm", li));
     KVTIER_RETURN_IF_ERROR(size_is(l.w_gate_up, 2 * size_t(c.ffn_size) * h, "w_gate_up", li));
@@ -93,6 +94,17 @@ PageHash model_fingerprint(const ModelConfig& c, const ModelWeights& w) {
   for (const auto& l : w.layers) {
     for (const auto* t : {&l.attn_norm, &l.wqkv, &l.wo, &l.ffn_norm, &l.w_gate_up, &l.w_down}) tensor(*t);
   }
+  // Added after v1's fields only when they differ from a plain llama model,
+  // so the fingerprints of those (and the caches keyed by them) are unchanged.
+  if (c.arch != Arch::kLlama || c.rope_freq_scale != 1.0f || !c.rope_freq_factors.empty()) {
+    const char ext[] = "arch-rope-v1";
+    put(ext, sizeof ext);
+    const uint32_t arch = uint32_t(c.arch);
+    put(&arch, 4);
+    put(&c.rope_freq_scale, 4);
+    tensor(c.rope_freq_factors);
+    for (const auto& l : w.layers) tensor(l.bqkv);
+  }
   return hash_bytes(HashAlgo::kXXH3_128, buf.data(), buf.size());
 }
 
@@ -124,6 +136,11 @@ Result<std::shared_ptr<const Model>> Model::synthetic(const ModelConfig& c, uint
     fill(l.w_gate_up, 2 * size_t(c.ffn_size) * h, seed, id++, 0.0f, inv_h);
     fill(l.w_down, h * c.ffn_size, seed, id++, 0.0f, 1.0f / std::sqrt(float(c.ffn_size)));
   }
+  // Biases draw ids after every other tensor, so a llama model's weights do
+  // not depend on whether the architecture has them. Qwen2's K biases are
+  // large; these are as large as the projections' outputs, so they matter.
+  if (c.has_qkv_bias())
+    for (auto& l : w.layers) fill(l.bqkv, size_t(c.q_dim()) + 2 * c.kv_dim(), seed, id++, 0.0f, 1.0f);
   return from_parts(c, std::move(w), std::move(vocab));
 }
 

@@ -1,4 +1,4 @@
-// Model: a Llama-family model held in memory as f32 weights, plus its
+// Model: a Llama-family model (engine/model_config.h: llama or qwen2) held in memory as f32 weights, plus its
 // vocabulary and fingerprint. Built from deterministic synthetic weights (a
 // preset and a seed) or loaded from a GGUF file (engine/gguf.h); weights of
 // other precisions are dequantised at load.
@@ -26,6 +26,7 @@ using text::Vocab;
 struct LayerWeights {
   std::vector<float> attn_norm;  // [hidden]
   std::vector<float> wqkv;       // [q_dim + 2 kv_dim][hidden]: the Q rows, then K, then V
+  std::vector<float> bqkv;       // [q_dim + 2 kv_dim] added to the Q, K, V rows; empty unless has_qkv_bias()
   std::vector<float> wo;         // [hidden][q_dim]
   std::vector<float> ffn_norm;   // [hidden]
   std::vector<float> w_gate_up;  // [2 ffn][hidden]: the gate rows, then the up rows

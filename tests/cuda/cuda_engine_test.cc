@@ -3,6 +3,7 @@
 #include "cuda/copy_engine.h"
 #include "cuda/cuda_engine.h"
 #include "cuda_test_support.h"
+#include "model_variants.h"
 #include "engine/engine_fixture.h"
 #include "engine/sampler.h"
 #include "tiers/chunk_format.h"
@@ -65,6 +66,21 @@ TEST(CudaEngineArgs, RejectsHostPool) {
   engine::testing::Rig cpu(preset_model("tiny"), DType::kF32, 4);
   EXPECT_EQ(CudaEngine::create(cpu.model, *cpu.pool).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(CudaEngine::create(cpu.model, *cpu.pool, {.prefill_chunk = 0}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Runs without a GPU: what the kernels do not implement is refused by name;
+// Llama 3.1 scaling only changes the shared RoPE table, so it passes that check.
+TEST(CudaEngineArgs, RefusesQwen2ByName) {
+  for (const char* variant : {"qwen2", "llama3-scaled"}) {
+    engine::testing::Rig cpu(*kvtier::testing::model_variant(variant, 3), DType::kF32, 4);
+    const Status st = CudaEngine::create(cpu.model, *cpu.pool).status();
+    if (std::string(variant) == "qwen2") {
+      EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.to_string();
+      EXPECT_NE(st.message().find("'qwen2'"), std::string::npos) << st.to_string();
+    } else {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();  // the host pool, as above
+    }
+  }
 }
 
 struct Case {

@@ -8,6 +8,7 @@
 
 #include "engine/gguf.h"
 #include "engine_fixture.h"
+#include "model_variants.h"
 
 namespace kvtier::engine {
 namespace {
@@ -96,6 +97,47 @@ TEST(Gguf, TiedEmbeddingsOmitOutputTensor) {
   EXPECT_EQ((*loaded)->fingerprint(), model->fingerprint());
 }
 
+class GgufVariant : public ::testing::TestWithParam<std::string> {};
+
+// Each architecture variant survives a round trip through a GGUF file written
+// with the keys and tensors llama.cpp uses for it: same config (architecture,
+// scaling, factors), fingerprint and logits.
+TEST_P(GgufVariant, RoundTripsWithLlamaCppKeys) {
+  auto model = kvtier::testing::model_variant(GetParam(), 5);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const std::string path = temp_path("variant-" + GetParam());
+  ASSERT_TRUE(write_gguf(**model, path).ok());
+  const auto bytes = read_all(path);
+  fs::remove(path);
+  const std::string text(bytes.begin(), bytes.end());
+  const ModelConfig& c = (*model)->config();
+  EXPECT_NE(text.find(std::string(arch_name(c.arch)) + ".embedding_length"), std::string::npos);
+  EXPECT_EQ(text.find("blk.0.attn_k.bias") != std::string::npos, c.arch == Arch::kQwen2);
+  EXPECT_EQ(text.find("rope_freqs.weight") != std::string::npos, GetParam() == "llama3-scaled");
+  EXPECT_EQ(text.find(".rope.scaling.type") != std::string::npos, GetParam() == "linear-scaled");
+  auto loaded = parse(bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ((*loaded)->config(), c);
+  EXPECT_EQ((*loaded)->fingerprint(), (*model)->fingerprint());
+  const auto tokens = testing::random_tokens(40, c.vocab_size, 1);
+  EXPECT_EQ(logits_of(*loaded, tokens).data, logits_of(*model, tokens).data);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gguf, GgufVariant, ::testing::ValuesIn(kvtier::testing::model_variant_names()));
+
+// The fingerprint (the cache namespace) tells the variants apart, so their KV
+// is never shared; plain llama fingerprints are what they were before variants.
+TEST(Gguf, VariantsHaveDistinctFingerprints) {
+  std::vector<PageHash> seen;
+  for (const std::string& v : kvtier::testing::model_variant_names()) {
+    auto m = kvtier::testing::model_variant(v, 5);
+    ASSERT_TRUE(m.ok());
+    for (const PageHash& other : seen) EXPECT_NE((*m)->fingerprint(), other) << v;
+    seen.push_back((*m)->fingerprint());
+  }
+  EXPECT_EQ(seen.front(), testing::preset_model("tiny", 5)->fingerprint());
+}
+
 class GgufBroken : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -142,6 +184,27 @@ TEST_F(GgufBroken, WrongArchitecture) {
   ASSERT_NE(at, std::string::npos);
   std::memcpy(&b[at], "mamba", 5);
   expect_error(b, StatusCode::kUnimplemented, "architecture 'mamba'");
+}
+
+// A qwen2 file without a layer's bias, and a RoPE scaling type the engine
+// does not implement, are refused by name.
+TEST_F(GgufBroken, MissingBiasAndUnknownRopeScaling) {
+  for (const char* variant : {"qwen2", "linear-scaled"}) {
+    const std::string path = temp_path(variant);
+    ASSERT_TRUE(write_gguf(**kvtier::testing::model_variant(variant, 5), path).ok());
+    auto b = read_all(path);
+    fs::remove(path);
+    std::string s(b.begin(), b.end());
+    if (std::string(variant) == "qwen2") {
+      std::memcpy(&b[after_name(b, "blk.1.attn_v.bias") - 4], "bia2", 4);
+      expect_error(b, StatusCode::kCorruption, "missing tensor 'blk.1.attn_v.bias'");
+    } else {
+      const size_t at = s.find("linear", s.find("rope.scaling.type"));
+      ASSERT_NE(at, std::string::npos);
+      std::memcpy(&b[at], "yarn  ", 6);
+      expect_error(b, StatusCode::kUnimplemented, "RoPE scaling type 'yarn");
+    }
+  }
 }
 
 TEST_F(GgufBroken, UnsupportedTensorType) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "engine/model.h"
@@ -49,6 +50,51 @@ TEST(ModelConfig, ValidateRejectsBadShapes) {
   c = *model_preset("tiny");
   c.rms_eps = 0;
   EXPECT_FALSE(c.validate().ok());
+}
+
+// Llama 3.1 8B's RoPE (base 500000, head_dim 128) under its scaling (factor 8,
+// low 1, high 4, original context 8192). Worked by hand: pair i turns once
+// every 2π·500000^(i/64) positions; that is under 8192/4 = 2048 up to pair 28
+// (kept), over 8192 from pair 35 (slowed 8x), and pair 30's 2949.5 positions
+// blend: s = (8192/2949.5 − 1)/3 = 0.5925, factor 1/((1 − s)/8 + s) = 1.554.
+TEST(ModelConfig, Llama3RopeScalingFactors) {
+  ModelConfig c = *model_preset("1b");
+  c.head_dim = 128;
+  c.rope_theta = 500000.0f;
+  ASSERT_TRUE(c.apply_llama3_rope_scaling({}).ok());
+  ASSERT_EQ(c.rope_freq_factors.size(), 64u);
+  EXPECT_EQ(c.rope_freq_factors[0], 1.0f);
+  EXPECT_EQ(c.rope_freq_factors[28], 1.0f);
+  EXPECT_GT(c.rope_freq_factors[29], 1.0f);
+  EXPECT_NEAR(c.rope_freq_factors[30], 1.554f, 2e-3);
+  EXPECT_LT(c.rope_freq_factors[34], 8.0f);
+  EXPECT_EQ(c.rope_freq_factors[35], 8.0f);
+  EXPECT_EQ(c.rope_freq_factors[63], 8.0f);
+  for (size_t i = 1; i < 64; ++i) EXPECT_GE(c.rope_freq_factors[i], c.rope_freq_factors[i - 1]) << i;
+  // The rate divides by the factor.
+  EXPECT_DOUBLE_EQ(c.rope_rate(40), std::pow(500000.0, -80.0 / 128.0) / 8.0);
+  EXPECT_TRUE(c.validate().ok());
+  // Only llama reads rope_freqs (as in llama.cpp); bad scaling parameters are refused.
+  c.arch = Arch::kQwen2;
+  EXPECT_FALSE(c.validate().ok());
+  c.arch = Arch::kLlama;
+  EXPECT_FALSE(c.apply_llama3_rope_scaling({.low_freq_factor = 4.0f, .high_freq_factor = 1.0f}).ok());
+  c.rope_freq_factors[3] = 0.0f;
+  EXPECT_FALSE(c.validate().ok());
+}
+
+TEST(ModelConfig, ArchitecturesByName) {
+  EXPECT_EQ(*parse_arch("llama"), Arch::kLlama);
+  EXPECT_EQ(*parse_arch("qwen2"), Arch::kQwen2);
+  EXPECT_EQ(arch_name(Arch::kQwen2), "qwen2");
+  auto bad = parse_arch("gemma2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'gemma2'"), std::string::npos);
+  ModelConfig q = *model_preset("tiny");
+  q.arch = Arch::kQwen2;
+  EXPECT_EQ(q.rope_style(), RopeStyle::kRotateHalf);
+  EXPECT_TRUE(q.has_qkv_bias());
+  EXPECT_EQ(q.num_params(), model_preset("tiny")->num_params() + 2 * (64 + 2 * 32));
 }
 
 TEST(Model, SyntheticIsDeterministicAndFingerprinted) {

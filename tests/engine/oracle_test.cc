@@ -6,6 +6,7 @@
 
 #include "engine/attention.h"
 #include "engine_fixture.h"
+#include "model_variants.h"
 
 namespace kvtier::engine {
 namespace {
@@ -28,13 +29,24 @@ Vec rmsnorm(const Vec& x, const std::vector<float>& w, double eps) {
   return y;
 }
 
-void rope(double* v, size_t dim, size_t pos, double base) {
+// RoPE written from the definitions, not from the engine's code: pair i of
+// a head is (x[2i], x[2i+1]) for llama and (x[i], x[i + D/2]) for qwen2 (the
+// Hugging Face rotate_half), turning by pos * scale * base^(-2i/D) / factor_i.
+void rope(double* v, const ModelConfig& c, size_t pos) {
+  const size_t dim = c.head_dim;
   for (size_t i = 0; i < dim / 2; ++i) {
-    const double a = double(pos) * std::pow(base, -2.0 * double(i) / double(dim));
-    const double x0 = v[2 * i], x1 = v[2 * i + 1];
-    v[2 * i] = x0 * std::cos(a) - x1 * std::sin(a);
-    v[2 * i + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+    double rate = double(c.rope_freq_scale) * std::pow(double(c.rope_theta), -2.0 * double(i) / double(dim));
+    if (!c.rope_freq_factors.empty()) rate /= double(c.rope_freq_factors[i]);
+    const double a = double(pos) * rate;
+    double& x0 = c.arch == Arch::kQwen2 ? v[i] : v[2 * i];
+    double& x1 = c.arch == Arch::kQwen2 ? v[i + dim / 2] : v[2 * i + 1];
+    const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x0 * std::sin(a) + x1 * std::cos(a);
+    x0 = y0, x1 = y1;
   }
+}
+
+void add(Vec& x, const float* bias) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] += double(bias[i]);
 }
 
 std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& tokens) {
@@ -49,8 +61,9 @@ std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& token
       q[t] = matvec(lw.wqkv.data(), Q, H, h);
       k[t] = matvec(lw.wqkv.data() + Q * H, KV, H, h);
       v[t] = matvec(lw.wqkv.data() + (Q + KV) * H, KV, H, h);
-      for (size_t hd = 0; hd < c.num_heads; ++hd) rope(&q[t][hd * D], D, t, c.rope_theta);
-      for (size_t hd = 0; hd < c.num_kv_heads; ++hd) rope(&k[t][hd * D], D, t, c.rope_theta);
+      if (c.arch == Arch::kQwen2) add(q[t], lw.bqkv.data()), add(k[t], lw.bqkv.data() + Q), add(v[t], lw.bqkv.data() + Q + KV);
+      for (size_t hd = 0; hd < c.num_heads; ++hd) rope(&q[t][hd * D], c, t);
+      for (size_t hd = 0; hd < c.num_kv_heads; ++hd) rope(&k[t][hd * D], c, t);
     }
     for (size_t t = 0; t < n; ++t) {
       Vec o(Q, 0.0);
@@ -85,23 +98,44 @@ std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& token
   return logits;
 }
 
-void expect_agrees_with_reference(uint32_t n, EngineOptions options) {
-  auto model = testing::preset_model("tiny", 21);
-  const auto tokens = testing::random_tokens(n, model->config().vocab_size, 77);
-  const auto ref = oracle_logits(*model, tokens);
+// Largest |a - b| over all logits, relative to the largest |b|.
+double relative_difference(const Logits& a, const std::vector<Vec>& b) {
+  double num = 0, den = 0;
+  for (uint32_t t = 0; t < a.rows; ++t)
+    for (uint32_t i = 0; i < a.vocab; ++i) {
+      num = std::max(num, std::fabs(double(a.row(t)[i]) - b[t][i]));
+      den = std::max(den, std::fabs(b[t][i]));
+    }
+  return num / den;
+}
+
+Logits engine_logits(std::shared_ptr<const Model> model, const std::vector<TokenId>& tokens, EngineOptions options) {
+  const uint32_t n = uint32_t(tokens.size());
   // Odd page size exercises the paging paths.
-  testing::Rig rig(model, DType::kF32, n / 5 + 2, 5, options);
+  testing::Rig rig(std::move(model), DType::kF32, n / 5 + 2, 5, options);
   SequenceKV s = rig.sequence(n);
   auto r = rig.engine->prefill(s, tokens, 0, {.all_logits = true});
-  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(*r) : Logits{};
+}
+
+void expect_agrees_with_reference(std::shared_ptr<const Model> model, uint32_t n, EngineOptions options) {
+  const auto tokens = testing::random_tokens(n, model->config().vocab_size, 77);
+  const auto ref = oracle_logits(*model, tokens);
+  const Logits r = engine_logits(model, tokens, options);
+  ASSERT_EQ(r.rows, n);
   for (uint32_t t = 0; t < n; ++t) {
     double num = 0, den = 0;
-    for (uint32_t i = 0; i < r->vocab; ++i) {
-      num = std::max(num, std::fabs(double(r->row(t)[i]) - ref[t][i]));
+    for (uint32_t i = 0; i < r.vocab; ++i) {
+      num = std::max(num, std::fabs(double(r.row(t)[i]) - ref[t][i]));
       den = std::max(den, std::fabs(ref[t][i]));
     }
     ASSERT_LT(num / den, 1e-3) << "position " << t;
   }
+}
+
+void expect_agrees_with_reference(uint32_t n, EngineOptions options) {
+  expect_agrees_with_reference(testing::preset_model("tiny", 21), n, options);
 }
 
 TEST(Oracle, EngineAgreesWithDoublePrecisionReference) {
@@ -116,6 +150,23 @@ TEST(Oracle, AttentionSplitIntoSeveralQueryBlocksAgrees) {
   const uint32_t block = attention_block_tokens({c.num_heads, c.num_kv_heads, c.head_dim, 1.0f});
   expect_agrees_with_reference(2 * block + 37, {});
 }
+
+class OracleVariant : public ::testing::TestWithParam<std::string> {};
+
+// Each architecture variant against the reference, split into prefill chunks.
+// The variant must matter: the reference of the plain llama model with the
+// same weights is far from it (else an engine ignoring the variant would pass).
+TEST_P(OracleVariant, AgreesWithDoublePrecisionReference) {
+  auto model = kvtier::testing::model_variant(GetParam(), 21);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  expect_agrees_with_reference(*model, 150, {.prefill_chunk = 64});
+  if (GetParam() == "llama") return;
+  const auto tokens = testing::random_tokens(150, (*model)->config().vocab_size, 77);
+  const Logits plain = engine_logits(testing::preset_model("tiny", 21), tokens, {});
+  EXPECT_GT(relative_difference(plain, oracle_logits(**model, tokens)), 1e-2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Oracle, OracleVariant, ::testing::ValuesIn(kvtier::testing::model_variant_names()));
 
 }  // namespace
 }  // namespace kvtier::engine

@@ -2,6 +2,7 @@
 // and from mixtures — gives the same output as a full recompute.
 #include "cache_rig.h"
 #include "io/fault_file_system.h"
+#include "model_variants.h"
 #include "runtime/runtime_stats.h"
 
 namespace kvtier::testing {
@@ -118,6 +119,43 @@ TEST(CacheExactness, F16FromDiskAndHost) {
   EXPECT_GT(disk.report.reused_tokens_by_tier[kDisk], 0u);
   expect_same(disk, ref, 1e-3);
 }
+
+class CacheExactnessVariant : public ::testing::TestWithParam<std::string> {};
+
+// Every architecture variant served from each local tier, and from all three
+// at once, gives the recompute's output (RoPE variants and biases change what
+// the cached K holds; a tier path that assumed one layout would differ here).
+TEST_P(CacheExactnessVariant, FromEveryTier) {
+  RigOptions o;
+  auto model = model_variant(GetParam(), 3);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  o.model = *model;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 40 + 5, 12);
+  Outcome ref = rig.reference(prompt, kSteps);
+  rig.cached(prompt, kSteps);
+  Outcome device = rig.cached(prompt, kSteps);
+  EXPECT_EQ(device.report.reused_tokens_by_tier[kDevice], 16u * 40);
+  expect_same(device, ref, 1e-5);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, UINT32_MAX).ok());
+  Outcome host = rig.cached(prompt, kSteps);
+  EXPECT_EQ(host.report.reused_tokens_by_tier[kHost], 16u * 40);
+  expect_same(host, ref, 1e-5);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  Outcome disk = rig.cached(prompt, kSteps);
+  EXPECT_EQ(disk.report.reused_tokens_by_tier[kDisk], 16u * 40);
+  expect_same(disk, ref, 1e-5);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 30).ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 12).ok());
+  Outcome mixed = rig.cached(prompt, kSteps);
+  for (uint32_t t : {kDevice, kHost, kDisk}) EXPECT_GT(mixed.report.reused_tokens_by_tier[t], 0u) << "tier " << t;
+  expect_same(mixed, ref, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CacheExactnessVariant, ::testing::ValuesIn(model_variant_names()));
 
 // Write-back: the prompt served once (its recompute reference in `ref`) and
 // the resulting stores drained; nothing has been evicted yet.

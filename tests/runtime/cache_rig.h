@@ -33,6 +33,7 @@ struct RigOptions {
   FileSystem* disk_fs = nullptr;               // fault injection under the disk tier
   std::shared_ptr<Tier> remote;                // a remote chunk store (same geometry)
   bool layerwise = true;
+  std::shared_ptr<const engine::Model> model;  // null: the tiny preset, seed 3
 };
 
 struct Outcome {
@@ -45,8 +46,8 @@ struct Outcome {
 class CacheRig {
  public:
   explicit CacheRig(RigOptions o = {}) : o_(o) {
-    auto cfg = engine::model_preset("tiny");
-    model_ = *engine::Model::synthetic(*cfg, 3);
+    model_ = o.model ? o.model : *engine::Model::synthetic(*engine::model_preset("tiny"), 3);
+    const engine::ModelConfig* cfg = &model_->config();
     const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
     static int counter = 0;
     dir_ = std::filesystem::temp_directory_path() /
