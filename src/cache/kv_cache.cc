@@ -29,9 +29,11 @@ Result<WritePolicy> parse_write_policy(std::string_view s) {
 Status KVCacheOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("KVCache: chunk_pages must be in [1, 1024]");
-  if (BlockPoolOptions::pages_for_bytes(geometry, device_bytes) < 2)
+  if (BlockPoolOptions::pages_for_bytes(geometry, pool_memory.empty() ? device_bytes : pool_memory.size()) < 2)
     return Status::InvalidArgument("KVCache: device capacity must hold at least 2 pages of " +
                                    std::to_string(geometry.page_bytes()) + " bytes");
+  if (!pool_memory.empty() && device != MemoryBackend::kCpu)
+    return Status::InvalidArgument("KVCache: pool_memory (caller-owned host memory) needs the cpu device");
   if (host_bytes != 0 && host_bytes < geometry.page_bytes())
     return Status::InvalidArgument("KVCache: host capacity must be 0 or hold at least one page");
   if (!disk_dir.empty() && disk_bytes < 2 * disk_region_bytes)
@@ -137,8 +139,10 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   io.policy = o.eviction;
   KVTIER_ASSIGN_OR_RETURN(c->index_, PrefixIndex::create(io));
 
-  KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(BlockPoolOptions::on(
-                                        o.device, o.geometry, BlockPoolOptions::pages_for_bytes(o.geometry, o.device_bytes))));
+  const size_t pool_bytes = o.pool_memory.empty() ? o.device_bytes : o.pool_memory.size();
+  BlockPoolOptions po = BlockPoolOptions::on(o.device, o.geometry, BlockPoolOptions::pages_for_bytes(o.geometry, pool_bytes));
+  po.external = o.pool_memory;
+  KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(po));
 
   if (o.host_bytes > 0) {
     HostTierOptions ho;
@@ -156,6 +160,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     d.region_bytes = o.disk_region_bytes;
     d.direct_io = o.disk_direct_io;
     d.fs = o.disk_fs;
+    d.auth = o.disk_auth;
     auto disk = DiskTier::create(d);
     if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
     c->disk_ = std::move(disk).value();
@@ -186,6 +191,17 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
 
 ChunkKey KVCache::chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const {
   return ChunkKey{ns.seed, hashes[size_t(chunk + 1) * options_.chunk_pages - 1]};
+}
+
+std::vector<ChunkKey> KVCache::chunk_keys(const Namespace& ns, std::span<const TokenId> tokens) const {
+  const uint32_t P = options_.geometry.page_tokens;
+  const size_t pages = tokens.empty() ? 0 : (tokens.size() - 1) / P;
+  const NsKey key = index_->namespace_key(ns);
+  std::vector<PageHash> hashes;
+  hash_pages(options_.hash, key.seed, tokens.first(pages * P), P, hashes);
+  std::vector<ChunkKey> keys;
+  for (uint32_t c = 0; c < pages / options_.chunk_pages; ++c) keys.push_back(chunk_key(key, hashes, c));
+  return keys;
 }
 
 Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId> tokens) {

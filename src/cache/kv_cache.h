@@ -60,12 +60,17 @@ struct KVCacheOptions {
   // a CUDA build and device). With kCuda the host tier is pinned memory and
   // every move touching the pool goes through DeviceMemory::copy.
   MemoryBackend device = MemoryBackend::kCpu;
+  // Caller-owned host memory for the pool (kCpu only; memory/external_memory.h):
+  // the pool holds as many pages as fit in it and device_bytes is ignored.
+  // Not owned; must outlive the cache. Empty: the pool allocates its own.
+  std::span<std::byte> pool_memory;
   size_t host_bytes = size_t(1) << 30;       // HostTier capacity (hard); 0 = no host tier
   std::string disk_dir;                      // empty = no disk tier
   size_t disk_bytes = size_t(8) << 30;       // DiskTier capacity (hard)
   size_t disk_region_bytes = size_t(64) << 20;
   bool disk_direct_io = true;
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
+  std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
   std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
@@ -206,6 +211,10 @@ class KVCache {
   // half of the host tier's slots; does nothing without a host tier.
   // Returns the number of pages being prefetched.
   Result<uint32_t> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
+  // The content-addressed keys of the whole chunks of `tokens` under `ns`,
+  // in prompt order: the keys the disk and remote tiers store them under.
+  // Pure; at most (tokens.size()-1)/P pages count, as in lookup().
+  std::vector<ChunkKey> chunk_keys(const Namespace& ns, std::span<const TokenId> tokens) const;
   // The planner's decision for a lookup. Pure.
   Plan plan(const CacheLookup& lookup) const;
   // Pins the pages the plan uses, allocates pages for every prompt position,

@@ -12,6 +12,7 @@
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
 #include "runtime/runtime_stats.h"
+#include "common/secrets.h"
 #include "tiers/remote_tier.h"
 
 namespace kvtier {
@@ -25,6 +26,8 @@ Status RuntimeOptions::validate() const {
   if (max_sequences == 0) return Status::InvalidArgument("runtime: max_sequences must be > 0");
   if (selective_hits == 0) return Status::InvalidArgument("runtime: selective_hits must be >= 1");
   KVTIER_RETURN_IF_ERROR(parse_eviction_policy(eviction).status());
+  if (disk_authenticate && tier_secret_file.empty())
+    return Status::InvalidArgument("runtime: disk_authenticate needs a tier secret file");
   return Status::Ok();
 }
 
@@ -40,6 +43,19 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
   std::string names;
   for (const auto& n : engine::model_preset_names()) names += (names.empty() ? "" : ", ") + n;
   return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
+}
+
+// The remote tier of `o` (null when none), with its password file and the tier secret applied.
+Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, const ChunkGeometry& g,
+                                                      std::shared_ptr<const ChunkAuth> auth) {
+  if (!o.cache_enabled || o.remote.empty()) return std::shared_ptr<RemoteTier>();
+  KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote, g));
+  if (!o.remote_password_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(ro.redis.password, read_secret_file(o.remote_password_file, "remote password file", 1));
+  }
+  ro.auth = std::move(auth);
+  KVTIER_ASSIGN_OR_RETURN(auto remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded
+  return std::shared_ptr<RemoteTier>(std::move(remote));
 }
 
 }  // namespace
@@ -69,12 +85,15 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   co.hash = o.hash;
   co.layerwise = o.layerwise;
   co.model_cost = model_cost(cfg, geo);
-  std::shared_ptr<RemoteTier> remote;  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md)
-  if (o.cache_enabled && !o.remote.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote, ChunkGeometry{geo, o.chunk_pages}));
-    KVTIER_ASSIGN_OR_RETURN(remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded
-    co.remote = remote;
+  std::shared_ptr<const ChunkAuth> auth;  // --tier-secret-file: authenticated entries (docs/SECURITY.md)
+  if (!o.tier_secret_file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string secret, read_tier_secret_file(o.tier_secret_file));
+    KVTIER_ASSIGN_OR_RETURN(auth, ChunkAuth::create(secret));
   }
+  if (o.disk_authenticate) co.disk_auth = auth;
+  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md)
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote, make_remote_tier(o, ChunkGeometry{geo, o.chunk_pages}, auth));
+  co.remote = remote;
   engine::EngineOptions eo;
   eo.threads = o.threads;
   if (!o.profile_path.empty()) {

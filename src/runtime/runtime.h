@@ -41,6 +41,9 @@ struct RuntimeOptions {
   size_t disk_bytes = size_t(8) << 30;
   std::string disk_dir;             // empty: no disk tier
   std::string remote;               // "redis://host:port[,host:port]"; empty: no remote tier
+  std::string remote_password_file; // Redis password read from this file (overrides the URL's); empty: the URL's
+  std::string tier_secret_file;     // shared secret: remote entries authenticated, keys keyed (docs/SECURITY.md)
+  bool disk_authenticate = false;   // with tier_secret_file: disk entries are authenticated too
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;      // for kSelective
   std::string eviction = "lru";     // lru | lfu | fifo | priority | slru

@@ -19,7 +19,7 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
   return {{"capacity_bytes", t.capacity_bytes}, {"bytes", t.bytes},     {"entries", t.entries},
           {"hits", t.hits},                     {"misses", t.misses},   {"puts", t.puts},
           {"checksum_failures", t.checksum_failures}, {"evictions", t.evictions}, {"io_errors", t.io_errors},
-          {"skipped_files", t.skipped_files}, {"degraded", degraded}};
+          {"forged_entries", t.forged_entries}, {"skipped_files", t.skipped_files}, {"degraded", degraded}};
 }
 
 }  // namespace
@@ -84,6 +84,9 @@ std::string runtime_metrics_text(const KVCacheStats& s, const RuntimeCounters& c
     << "kvtier_planner_pages_total{decision=\"recompute\"} " << s.plan_pages[2] << '\n';
   metric("kvtier_checksum_failures_total", "counter", "Cached entries dropped because their bytes did not verify.");
   m << "kvtier_checksum_failures_total " << (s.disk.checksum_failures + s.remote.checksum_failures) << '\n';
+  metric("kvtier_forged_entries_total", "counter",
+         "Cached entries dropped because they failed authentication with the tier secret (forged or foreign).");
+  m << "kvtier_forged_entries_total " << (s.disk.forged_entries + s.remote.forged_entries) << '\n';
   metric("kvtier_disk_skipped_files", "gauge",
          "Files in the disk directory left alone at open: not this cache's regions (other geometry, version, foreign).");
   m << "kvtier_disk_skipped_files " << s.disk.skipped_files << '\n';

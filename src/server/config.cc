@@ -1,5 +1,6 @@
 #include "server/config.h"
 #include "common/file_text.h"
+#include "common/secrets.h"
 
 #include <functional>
 #include <map>
@@ -66,6 +67,7 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"host", [&](auto& n, auto o, auto k) { return read_string(n, o, k, c.host); }},
       {"port", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, c.port, 65535); }},
       {"api_key", [&](auto& n, auto o, auto k) { return read_string(n, o, k, c.api_key); }},
+      {"metrics_public", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, c.metrics_public); }},
       {"served_model_name", [&](auto& n, auto o, auto k) { return read_string(n, o, k, c.served_model_name); }},
   };
   s["model"] = {
@@ -93,6 +95,9 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"disk_capacity", [&](auto& n, auto o, auto k) { return read_size(n, o, k, r.disk_bytes); }},
       {"disk_dir", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.disk_dir); }},
       {"remote", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.remote); }},
+      {"remote_password_file", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.remote_password_file); }},
+      {"tier_secret_file", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.tier_secret_file); }},
+      {"disk_authenticate", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.disk_authenticate); }},
       {"write_policy",
        [&](auto& n, auto o, auto k) {
          std::string v;
@@ -221,14 +226,17 @@ std::string to_toml(const ServerConfig& c) {
   const ServerLimits& l = c.limits;
   std::ostringstream os;
   os << "[server]\nhost = " << quoted(c.host) << "\nport = " << c.port << "\napi_key = "
-     << quoted(c.api_key.empty() ? "" : "<set>") << "\nserved_model_name = " << quoted(c.served_model_name) << "\n\n";
+     << quoted(c.api_key.empty() ? "" : "<set>") << "\nmetrics_public = " << (c.metrics_public ? "true" : "false")
+     << "\nserved_model_name = " << quoted(c.served_model_name) << "\n\n";
   os << "[model]\nname = " << quoted(r.model) << "\nseed = " << r.model_seed << "\nthreads = " << r.threads
      << "\ndevice = " << quoted(r.device) << "\nchat_template = " << quoted(c.chat_template_file) << "\n\n";
   os << "[cache]\nenabled = " << (r.cache_enabled ? "true" : "false") << "\nkv_dtype = " << quoted(dtype_name(r.kv_dtype))
      << "\npage_tokens = " << r.page_tokens << "\nchunk_pages = " << r.chunk_pages
      << "\ndevice_capacity = " << quoted(format_size(r.device_bytes)) << "\nhost_capacity = " << quoted(format_size(r.host_bytes))
      << "\ndisk_capacity = " << quoted(format_size(r.disk_bytes)) << "\ndisk_dir = " << quoted(r.disk_dir)
-     << "\nremote = " << quoted(r.remote) << "\nwrite_policy = " << quoted(write_policy_label(r.write_policy))
+     << "\nremote = " << quoted(redact_url_credentials(r.remote))
+     << "\nremote_password_file = " << quoted(r.remote_password_file) << "\ntier_secret_file = " << quoted(r.tier_secret_file)
+     << "\ndisk_authenticate = " << (r.disk_authenticate ? "true" : "false") << "\nwrite_policy = " << quoted(write_policy_label(r.write_policy))
      << "\nselective_hits = " << r.selective_hits << "\neviction = " << quoted(r.eviction)
      << "\nprofile = " << quoted(r.profile_path) << "\nhash = " << quoted(hash_algo_name(r.hash))
      << "\nlayerwise = " << (r.layerwise ? "true" : "false") << "\n\n";

@@ -36,6 +36,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                // 0: any free port (the chosen one is printed)
   std::string api_key;                 // empty: no authentication
+  bool metrics_public = false;         // /metrics without the API key (when one is set)
   std::string served_model_name;       // empty: the model option as given
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
   ServerLimits limits;

@@ -43,6 +43,8 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--api-key", f.api_key,
                  "Require 'Authorization: Bearer <key>' on /v1/* (default: none, no authentication)")
       ->group("Server");
+  app.add_flag("--metrics-public", f.metrics_public, "Serve /metrics without the API key (default: it needs the key when one is set)")
+      ->group("Server");
   // Cache.
   app.add_flag("--no-cache", f.no_cache, "Disable the KV cache: every prompt is fully recomputed (the baseline)")->group("Cache");
   app.add_option("--kv-dtype", f.kv_dtype, "KV cache dtype: f32, f16, bf16" + dflt(dtype_name(r.kv_dtype)))->group("Cache");
@@ -54,6 +56,12 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
   app.add_option("--disk-capacity", f.disk_capacity, "Disk tier size" + dflt(format_size(r.disk_bytes)))->group("Cache");
   app.add_option("--disk-dir", f.disk_dir, "Disk tier directory" + dflt_str(r.disk_dir, "none, no disk tier"))->group("Cache");
   app.add_option("--remote", f.remote, "Remote tier, redis://host:port[,host:port]" + dflt_str(r.remote, "none"))->group("Cache");
+  app.add_option("--remote-password-file", f.remote_password_file,
+                 "Redis password read from this file instead of the URL (default: the URL's, if any)")->group("Cache");
+  app.add_option("--tier-secret-file", f.tier_secret_file,
+                 "Shared secret (>= 16 bytes) that authenticates remote entries and keys their names (docs/SECURITY.md)"
+                 " (default: none)")->group("Cache");
+  app.add_flag("--disk-authenticate", f.disk_authenticate, "Authenticate disk entries with the tier secret too")->group("Cache");
   app.add_option("--write-policy", f.write_policy,
                  "Lower-tier writes: write_through, write_back, selective" + dflt(write_policy_label(r.write_policy)))
       ->group("Cache");
@@ -117,6 +125,10 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
   KVTIER_RETURN_IF_ERROR(size_flag(f.max_body, "--max-body", l.max_body_bytes));
   if (f.disk_dir) r.disk_dir = *f.disk_dir;
   if (f.remote) r.remote = *f.remote;
+  if (f.remote_password_file) r.remote_password_file = *f.remote_password_file;
+  if (f.tier_secret_file) r.tier_secret_file = *f.tier_secret_file;
+  if (f.disk_authenticate) r.disk_authenticate = true;
+  if (f.metrics_public) c.metrics_public = true;
   if (f.write_policy) {
     KVTIER_ASSIGN_OR_RETURN(r.write_policy, parse_write_policy_name(*f.write_policy));
   }

@@ -27,6 +27,9 @@ struct ServeFlags {
   std::optional<uint32_t> page_tokens, chunk_pages, selective_hits;
   bool no_cache = false;
   bool no_layerwise = false;
+  std::optional<std::string> remote_password_file, tier_secret_file;
+  bool disk_authenticate = false;
+  bool metrics_public = false;
   std::optional<uint32_t> max_queue, max_tokens, default_max_tokens, max_prompt_tokens, max_sequences, http_threads;
   std::optional<double> request_timeout_s, shutdown_grace_s;
   bool print_config = false;

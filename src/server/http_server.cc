@@ -232,7 +232,9 @@ void HttpServer::install_routes() {
     res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now()), kJson);
   });
 
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  // /metrics needs the API key like /v1/* unless the operator made it public (--metrics-public).
+  s.Get("/metrics", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!config_.metrics_public && !authorized(req, res)) return;
     const auto c = scheduler_->counts();
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
     auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });

@@ -8,8 +8,8 @@
 
 #include <climits>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+
+#include "common/secrets.h"
 
 namespace kvtier {
 
@@ -61,15 +61,7 @@ struct ChunkAuth::Keys {
 };
 
 Result<std::string> read_tier_secret_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return Status::InvalidArgument("tier secret file " + path + ": cannot be opened");
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  if (!s.empty() && s.back() == '\r') s.pop_back();
-  if (s.size() < kMinTierSecretBytes)
-    return Status::InvalidArgument("tier secret file " + path + ": needs at least " + std::to_string(kMinTierSecretBytes) +
-                                   " bytes (e.g. `head -c 32 /dev/urandom | base64 > FILE`)");
-  return s;
+  return read_secret_file(path, "tier secret file", kMinTierSecretBytes);
 }
 
 ChunkAuth::ChunkAuth(std::unique_ptr<Keys> k) : keys_(std::move(k)) {}

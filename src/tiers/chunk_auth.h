@@ -46,9 +46,8 @@ using ChunkNonce = std::array<uint8_t, kChunkNonceBytes>;
 using LayerTag = std::array<uint8_t, kChunkLayerTagBytes>;
 using EntryTag = std::array<uint8_t, kChunkEntryTagBytes>;
 
-// Reads a secret file: its bytes, less one trailing newline (CR LF too).
-// kInvalidArgument when it is shorter than kMinTierSecretBytes; the error
-// names the path, never the contents.
+// Reads a tier secret file (read_secret_file, common/secrets.h): at least
+// kMinTierSecretBytes bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`.
 Result<std::string> read_tier_secret_file(const std::string& path);
 
 class ChunkAuth {

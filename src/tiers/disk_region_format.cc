@@ -67,7 +67,8 @@ RegionHeaderCheck check_region_header(std::span<const std::byte> head, uint32_t 
   return check_fields(rh, id, g, tier_region_bytes);
 }
 
-RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeometry& g, bool verify_payloads) {
+RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeometry& g, bool verify_payloads,
+                               const ChunkAuth* auth) {
   RegionScan scan;
   uint64_t off = kRegionHeaderBlock;
   while (off <= region.size() && region.size() - off >= sizeof(ChunkHeader)) {
@@ -88,7 +89,7 @@ RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeo
       break;
     }
     const ChunkHeader& h = m->header;
-    const ChunkEntryLayout lay = chunk_entry_layout(g, h.num_pages, kRegionHeaderBlock);
+    const ChunkEntryLayout lay = chunk_entry_layout(g, h.num_pages, kRegionHeaderBlock, m->authenticated());
     if (h.payload_offset != lay.payload_offset || h.entry_bytes != lay.entry_bytes) {  // not what the writer makes
       ++scan.dropped_corrupt;
       break;
@@ -97,12 +98,18 @@ RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeo
       ++scan.dropped_torn;
       break;
     }
-    if (verify_payloads && !verify_chunk_layers(*m, g, 0, g.kv.num_layers, rest.subspan(h.payload_offset, h.payload_bytes)).ok()) {
-      ++scan.dropped_corrupt;
+    const uint64_t entry_bytes = h.entry_bytes;
+    if (!authenticate_chunk_meta(*m, rest, auth).ok()) {
+      ++scan.dropped_forged;  // its lengths verified: the scan goes on past it
+    } else if (verify_payloads &&
+               !verify_chunk_layers(*m, g, 0, g.kv.num_layers, rest.subspan(h.payload_offset, h.payload_bytes), auth).ok()) {
+      ++(m->authenticated() ? scan.dropped_forged : scan.dropped_corrupt);
     } else {
-      scan.entries.push_back({off, m->key, h.num_pages, h.payload_offset, h.sequence, std::move(m->layer_checksums)});
+      ScannedEntry e{off, m->key, h.num_pages, h.payload_offset, h.sequence, std::move(m->layer_checksums), nullptr};
+      if (m->authenticated()) e.auth_meta = std::make_shared<const ChunkMeta>(std::move(*m));
+      scan.entries.push_back(std::move(e));
     }
-    off += h.entry_bytes;
+    off += entry_bytes;
   }
   scan.end = off;
   return scan;

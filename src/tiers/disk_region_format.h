@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -79,6 +80,7 @@ struct ScannedEntry {
   uint32_t payload_offset = 0;
   uint64_t sequence = 0;
   std::vector<uint64_t> layer_checksums;
+  std::shared_ptr<const ChunkMeta> auth_meta;  // an authenticated entry's tags and nonce; null when unauthenticated
 };
 
 struct RegionScan {
@@ -86,6 +88,7 @@ struct RegionScan {
   uint64_t end = kRegionHeaderBlock;  // where the log stops (the next append would go here)
   uint64_t dropped_corrupt = 0;       // entries whose header or payload did not verify
   uint64_t dropped_torn = 0;          // entries cut short by the end of the bytes
+  uint64_t dropped_forged = 0;        // entries that failed authentication (authenticate_chunk_meta, layer tags)
 };
 
 // Scans the entry log of `region` (the region's bytes from offset 0, header
@@ -94,7 +97,10 @@ struct RegionScan {
 // gives `g`, up to the first all-zero header, the first entry whose header
 // does not verify (its length cannot be trusted) or the end of the bytes.
 // With `verify_payloads`, every layer checksum is checked too and a bad
-// entry is dropped while the scan continues.
-RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeometry& g, bool verify_payloads);
+// entry is dropped while the scan continues. Each entry must authenticate
+// as authenticate_chunk_meta says under `auth` (the tier secret, or none);
+// one that does not is dropped (dropped_forged) and the scan continues.
+RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeometry& g, bool verify_payloads,
+                               const ChunkAuth* auth = nullptr);
 
 }  // namespace kvtier

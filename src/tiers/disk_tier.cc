@@ -26,7 +26,7 @@ Status DiskTierOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   if (dir.empty()) return Status::InvalidArgument("DiskTier: dir is empty");
   if (region_bytes == 0 || region_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: region_bytes must be a positive multiple of 4096");
-  const auto lay = chunk_entry_layout(geometry, geometry.chunk_pages, kIoAlign);
+  const auto lay = chunk_entry_layout(geometry, geometry.chunk_pages, kIoAlign, auth != nullptr);
   if (kRegionHeaderBlock + lay.entry_bytes > region_bytes)
     return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" + std::to_string(lay.entry_bytes) + " bytes)");
   if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
@@ -92,6 +92,7 @@ Status DiskTier::open_existing() {
   open_report_.regions = static_cast<uint32_t>(regions_.size());
   open_report_.entries = index_.size();
   stats_.checksum_failures += open_report_.dropped_corrupt;
+  stats_.forged_entries += open_report_.dropped_forged;
   stats_.evictions = 0;  // reclaiming at open is not an eviction of this run
   return Status::Ok();
 }
@@ -148,7 +149,7 @@ void DiskTier::scan_region(uint32_t id, const std::string& path) {
     return;
   }
   RegionScan scan = scan_region_entries({scan_buf_.data(), std::min<size_t>(*have, limit)}, options_.geometry,
-                                        options_.verify_on_open);
+                                        options_.verify_on_open, options_.auth.get());
   index_region(id, std::move(file), scan);
 }
 
@@ -159,10 +160,11 @@ void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan&
   for (ScannedEntry& e : scan.entries) {
     next_sequence_ = std::max(next_sequence_, e.sequence + 1);
     if (index_.count(e.key)) drop_locked(e.key, nullptr);  // a newer copy wins (ids ascend)
-    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, std::move(e.layer_checksums)});
+    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, std::move(e.layer_checksums), std::move(e.auth_meta)});
     region->keys.push_back(e.key);
   }
   open_report_.dropped_corrupt += scan.dropped_corrupt;
+  open_report_.dropped_forged += scan.dropped_forged;
   open_report_.dropped_torn += scan.dropped_torn;
   region->used = scan.end;
   region->last_access = ++tick_;
@@ -192,7 +194,7 @@ Status DiskTier::take_failure_locked() {
 void DiskTier::drop_unwritten_locked() {
   for (auto it = index_.begin(); it != index_.end();) {
     const Loc& l = it->second;
-    const uint64_t end = l.offset + chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign).entry_bytes;
+    const uint64_t end = l.offset + chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
     if (l.region->buffer >= 0 && end > l.region->written) it = index_.erase(it);
     else ++it;
   }
@@ -377,7 +379,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   if (index_.count(op.key)) return Status::Ok();
   KVTIER_RETURN_IF_ERROR(take_failure_locked());
   const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
-  const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign);
+  const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign, options_.auth != nullptr);
   for (;;) {  // other callers may seal or open regions while this one waits for a buffer
     if (active_ && cursor_ + lay.entry_bytes > options_.region_bytes) seal_locked();
     if (active_) break;
@@ -394,10 +396,16 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   }
   std::byte* at = buffers_[active_->buffer].data() + cursor_;
   KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
-                                            {at, lay.entry_bytes}));
-  std::vector<uint64_t> sums(options_.geometry.kv.num_layers);
-  std::memcpy(sums.data(), at + sizeof(ChunkHeader) + n * 16, sums.size() * 8);
-  index_.emplace(op.key, Loc{active_, cursor_, n, lay.payload_offset, std::move(sums)});
+                                            {at, lay.entry_bytes}, options_.auth.get()));
+  Loc loc{active_, cursor_, n, lay.payload_offset, {}, nullptr};
+  if (options_.auth) {
+    KVTIER_ASSIGN_OR_RETURN(ChunkMeta m, decode_chunk_meta({at, lay.meta_bytes}, options_.geometry));
+    loc.auth_meta = std::make_shared<const ChunkMeta>(std::move(m));
+  } else {
+    loc.layer_sums.resize(options_.geometry.kv.num_layers);
+    std::memcpy(loc.layer_sums.data(), at + sizeof(ChunkHeader) + n * 16, loc.layer_sums.size() * 8);
+  }
+  index_.emplace(op.key, std::move(loc));
   active_->keys.push_back(op.key);
   cursor_ += lay.entry_bytes;
   active_->used = cursor_;

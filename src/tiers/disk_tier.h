@@ -83,6 +83,10 @@ struct DiskTierOptions {
   // 1: everything at once.
   uint32_t read_waves = 4;
   FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
+  // Tier secret: entries are written authenticated and only authenticated
+  // entries that verify under it are served (restart drops the rest, counted
+  // in forged_entries); null: plain checksummed entries.
+  std::shared_ptr<const ChunkAuth> auth;
 
   Status validate() const;
 };
@@ -92,6 +96,7 @@ struct DiskOpenReport {
   uint32_t regions = 0;
   uint64_t entries = 0;
   uint64_t dropped_corrupt = 0;  // bad header or payload checksum
+  uint64_t dropped_forged = 0;   // failed authentication under the tier secret (or authenticated without one)
   uint64_t dropped_torn = 0;     // entry or region header cut short
   // Region files left alone: not this tier's (another geometry, format
   // version or region size, or not a region file) or unreadable. They are
@@ -131,7 +136,8 @@ class DiskTier final : public Tier {
     uint64_t offset = 0;  // of the entry inside the region file
     uint32_t num_pages = 0;
     uint32_t payload_offset = 0;
-    std::vector<uint64_t> layer_sums;
+    std::vector<uint64_t> layer_sums;            // unauthenticated entries
+    std::shared_ptr<const ChunkMeta> auth_meta;  // authenticated entries: layer tags and nonce
   };
   using Index = std::unordered_map<ChunkKey, Loc, ChunkKeyHasher>;
   // One range of a region buffer for the writer thread.

@@ -93,7 +93,12 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     if (p.outcome < 0) {
       const size_t lb = g.layer_bytes(p.loc.num_pages);
       const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
-      for (uint32_t l = u.first_layer; l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
+      if (p.loc.auth_meta) {  // keyed layer tags (tier secret)
+        op.status = verify_chunk_layers(*p.loc.auth_meta, g, op.first_layer + u.first_layer, u.num_layers,
+                                        {base + u.first_layer * lb, u.num_layers * lb}, options_.auth.get());
+        if (!op.status.ok()) p.outcome = 2;
+      }
+      for (uint32_t l = u.first_layer; !p.loc.auth_meta && l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
         if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
           op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
           p.outcome = 2;
@@ -135,7 +140,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     if (p.outcome == 0) ++stats_.hits;
     else if (p.outcome == 1) ++stats_.io_errors;
     else {
-      ++stats_.checksum_failures;
+      ++(p.loc.auth_meta ? stats_.forged_entries : stats_.checksum_failures);
       drop_locked(p.op->key, p.loc.region.get());
     }
   }

@@ -1,6 +1,7 @@
 // RemoteTierOptions::from_url: the `--remote redis://...` syntax (docs/REMOTE.md).
 #include <charconv>
 
+#include "common/secrets.h"
 #include "tiers/remote_tier.h"
 
 namespace kvtier {
@@ -48,7 +49,7 @@ Result<RemoteTierOptions> RemoteTierOptions::from_url(std::string_view url, cons
   if (url.substr(0, 9) == "rediss://")
     return Status::Unimplemented("remote URL: TLS (rediss://) is not supported; use redis:// on a trusted network");
   if (url.substr(0, kScheme.size()) != kScheme)
-    return Status::InvalidArgument("remote URL '" + std::string(url) + "' must start with redis://");
+    return Status::InvalidArgument("remote URL '" + redact_url_credentials(url) + "' must start with redis://");
   std::string_view rest = url.substr(kScheme.size());
   std::string_view query;
   if (size_t q = rest.find('?'); q != std::string_view::npos) {

@@ -229,6 +229,21 @@ TEST_F(HttpServerTest, ApiKey) {
   EXPECT_EQ(client().Post("/v1/cache/flush", {{"Authorization", "Bearer sekret"}}, "", "application/json")->status, 200);
   EXPECT_EQ(client().Get("/v1/models")->status, 401);
   EXPECT_EQ(client().Get("/health")->status, 200);  // probes need no key
+  // /metrics tells who uses the cache and how much: it needs the key too (Prometheus sends a bearer token).
+  EXPECT_EQ(client().Get("/metrics")->status, 401);
+  auto m = client().Get("/metrics", {{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  EXPECT_NE(m->body.find("kvtier_fake_pages"), std::string::npos);
+}
+
+TEST_F(HttpServerTest, MetricsPublicServesMetricsWithoutTheKey) {
+  start([](ServerConfig& c) {
+    c.api_key = "sekret";
+    c.metrics_public = true;
+  });
+  EXPECT_EQ(client().Get("/metrics")->status, 200);
+  EXPECT_EQ(client().Get("/v1/models")->status, 401);  // only /metrics is opened
 }
 
 TEST_F(HttpServerTest, QueueFullIs429) {

@@ -7,6 +7,7 @@
 #include "server/config.h"
 #include "server/config_flags.h"
 #include "server/size.h"
+#include "common/secrets.h"
 
 namespace kvtier::server {
 namespace {
@@ -167,6 +168,34 @@ TEST(ConfigTest, PrintedConfigReadsBack) {
   EXPECT_EQ(back.runtime.disk_dir, "/var/cache/kv");
   EXPECT_EQ(back.runtime.host_bytes, size_t(3) << 30);
   EXPECT_EQ(back.limits.max_queue, 17u);
+}
+
+TEST(ConfigTest, PrintedConfigNeverShowsTheRedisPassword) {
+  // From a flag and from a config file alike; the file names of secrets are shown, never their contents.
+  CLI::App app;
+  ServeFlags flags;
+  add_serve_flags(app, flags);
+  std::vector<std::string> args = {"--tier-secret-file", "/run/secrets/tier", "--remote-password-file", "/run/secrets/redis",
+                                   "--metrics-public", "--disk-authenticate",
+                                   "--remote", "redis://app:hunter2@10.0.0.1:6379?timeout_ms=100"};
+  std::reverse(args.begin(), args.end());  // CLI11 parses a reversed vector
+  ASSERT_NO_THROW(app.parse(args));
+  auto c = resolve_config(flags);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  const std::string printed = to_toml(*c);
+  EXPECT_EQ(printed.find("hunter2"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("redis://app:<redacted>@10.0.0.1:6379?timeout_ms=100"), std::string::npos) << printed;
+  ServerConfig back;
+  ASSERT_TRUE(apply_toml(printed, "printed", back).ok());
+  EXPECT_EQ(back.runtime.tier_secret_file, "/run/secrets/tier");
+  EXPECT_EQ(back.runtime.remote_password_file, "/run/secrets/redis");
+  EXPECT_TRUE(back.runtime.disk_authenticate);
+  EXPECT_TRUE(back.metrics_public);
+  ServerConfig from_file;
+  ASSERT_TRUE(apply_toml("[cache]\nremote = \"redis://s3cr3t-pw@h:1\"\n", "file", from_file).ok());
+  EXPECT_EQ(to_toml(from_file).find("s3cr3t-pw"), std::string::npos);
+  EXPECT_EQ(redact_url_credentials("redis://h:1,h2:2/?pool=2"), "redis://h:1,h2:2/?pool=2");
+  EXPECT_EQ(redact_url_credentials("redis://:pw@h:1"), "redis://:<redacted>@h:1");
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+// Secrets kept out of sight: reading a secret from a file (tier secret,
+// Redis password) and hiding the password of a URL before it is printed,
+// logged or put in an error message. Stateless and thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// The file's bytes less one trailing newline (LF or CR LF). kInvalidArgument
+// when it cannot be read or holds fewer than `min_bytes`; messages name
+// `what` and the path, never the contents.
+Result<std::string> read_secret_file(const std::string& path, std::string_view what, size_t min_bytes);
+
+// `scheme://user:password@host...` → `scheme://user:<redacted>@host...`
+// (and `scheme://password@host` → `scheme://<redacted>@host`); any other
+// string comes back unchanged.
+std::string redact_url_credentials(std::string_view url);
+
+}  // namespace kvtier
