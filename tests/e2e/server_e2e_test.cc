@@ -4,7 +4,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -253,6 +255,44 @@ TEST(ServerE2E, ApiKey) {
   EXPECT_EQ(c.Post("/v1/cache/flush", {{"Authorization", "Bearer sesame"}}, "", "application/json")->status, 200);
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
+// The Redis password in the URL never reaches --print-config, the log of a
+// run whose Redis fails, /metrics or /v1/cache/stats.
+TEST(ServerE2E, RedisPasswordNeverShows) {
+  TempDir dir;
+  const std::string secret_file = dir.str() + "/tier.secret";
+  std::ofstream(secret_file) << "0123456789abcdef-e2e-tier-secret\n";
+  const std::string url = "redis://app:hunter2-e2e@127.0.0.1:1?connect_timeout_ms=50&timeout_ms=100&backoff_ms=10";
+  const std::string cmd = kvtier_binary() + " serve --model tiny --remote '" + url + "' --tier-secret-file " + secret_file +
+                          " --print-config 2>&1";
+  std::string printed;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) printed.append(buf, n);
+    EXPECT_EQ(::pclose(p), 0) << printed;
+  }
+  EXPECT_NE(printed.find("redis://app:<redacted>@127.0.0.1:1"), std::string::npos) << printed;
+  EXPECT_EQ(printed.find("hunter2"), std::string::npos) << printed;
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/disk");
+  args.insert(args.end(), {"--remote", url, "--tier-secret-file", secret_file, "--api-key", "sesame"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const json req = {{"prompt", ids(300)}, {"max_tokens", 2}};
+  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(post(s.port(), req, key).status, 200);  // Redis refuses: recomputed
+  httplib::Client c("127.0.0.1", s.port());
+  auto metrics = c.Get("/metrics", key);
+  auto stats = c.Get("/v1/cache/stats", key);
+  ASSERT_TRUE(metrics && stats);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_EQ(c.Get("/metrics")->status, 401);  // the API key guards /metrics too
+  EXPECT_NE(metrics->body.find("kvtier_forged_entries_total 0"), std::string::npos);
+  EXPECT_EQ(metrics->body.find("hunter2"), std::string::npos);
+  EXPECT_EQ(stats->body.find("hunter2"), std::string::npos);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+  EXPECT_EQ(s.log().find("hunter2"), std::string::npos) << s.log();
 }
 
 TEST(ServerE2E, QueueFullIs429) {
