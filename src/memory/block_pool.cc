@@ -1,5 +1,7 @@
 #include "memory/block_pool.h"
 
+#include "memory/external_memory.h"
+
 #include <cassert>
 #include <string>
 
@@ -9,6 +11,11 @@ Status BlockPoolOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   if (num_pages == 0) return Status::InvalidArgument("BlockPoolOptions: num_pages must be > 0");
   if (num_pages == PageId::kInvalid) return Status::InvalidArgument("BlockPoolOptions: too many pages");
+  if (!external.empty()) {
+    KVTIER_RETURN_IF_ERROR(validate_external_memory(external));
+    if (external.size() < size_t(num_pages) * geometry.page_bytes())
+      return Status::InvalidArgument("BlockPoolOptions: external memory holds fewer than num_pages pages");
+  }
   return memory.validate();
 }
 
@@ -28,7 +35,9 @@ uint32_t BlockPoolOptions::pages_for_bytes(const KVGeometry& g, size_t bytes) {
 
 Result<std::unique_ptr<BlockPool>> BlockPool::create(const BlockPoolOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  KVTIER_ASSIGN_OR_RETURN(auto mem, DeviceMemory::allocate(size_t(o.num_pages) * o.geometry.page_bytes(), o.memory));
+  const size_t bytes = size_t(o.num_pages) * o.geometry.page_bytes();
+  KVTIER_ASSIGN_OR_RETURN(auto mem, o.external.empty() ? DeviceMemory::allocate(bytes, o.memory)
+                                                       : adopt_host_memory(o.external.first(bytes)));
   if (!mem->host_accessible() && !o.allow_device_only) return Status::Unimplemented("BlockPool: device memory not addressable by the CPU");
   return std::unique_ptr<BlockPool>(new BlockPool(o, std::move(mem)));
 }

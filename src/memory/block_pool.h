@@ -28,6 +28,10 @@ struct BlockPoolOptions {
   // Accept memory the CPU cannot dereference (a GPU pool): page()/k()/v() are
   // then device addresses, for device kernels and copy engines only.
   bool allow_device_only = false;
+  // Caller-owned host memory for the pages (memory/external_memory.h); empty:
+  // the pool allocates its own per `memory`. Must hold num_pages pages and
+  // outlive the pool.
+  std::span<std::byte> external;
 
   Status validate() const;
   // The number of pages that fit in `bytes` for `geometry` (at least 1 when bytes > 0 fits one page).
