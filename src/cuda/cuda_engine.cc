@@ -293,6 +293,7 @@ Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tok
                                    const PrefillOptions& options) {
   const ModelConfig& c = model_->config();
   KVTIER_RETURN_IF_ERROR(check_prefill(c, pool_, seq, tokens, start_pos));
+  if (options.blend) return Status::Unimplemented("CudaEngine: selective recompute (blending) is not implemented; the planner prefills in full");
   const uint32_t n_total = uint32_t(tokens.size());
 
   const auto t_start = Clock::now();

@@ -11,7 +11,9 @@
 
 #include "engine/attention.h"
 #include "engine/engine_checks.h"
+#include "engine/engine_impl.h"
 #include "engine/half.h"
+#include "engine/kv_rows.h"
 #include "engine/simd.h"
 #include "engine/worker_pool.h"
 
@@ -45,36 +47,8 @@ void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) 
   for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * inv * w[i];
 }
 
-// RoPE on `heads` heads of `dim` (ModelConfig's RopeStyle says which
-// coordinates pair up); cs holds (cos, sin) per pair.
-void rope(float* x, uint32_t heads, uint32_t dim, const float* cs, RopeStyle style) {
-  const uint32_t half = dim / 2;
-  // Pair i is (v[first * i], v[first * i + second]).
-  const uint32_t first = style == RopeStyle::kAdjacentPairs ? 2 : 1;
-  const uint32_t second = style == RopeStyle::kAdjacentPairs ? 1 : half;
-  for (uint32_t h = 0; h < heads; ++h) {
-    float* v = x + size_t(h) * dim;
-    for (uint32_t i = 0; i < half; ++i) {
-      const float c = cs[2 * i], s = cs[2 * i + 1];
-      float& a = v[first * i];
-      float& b = v[first * i + second];
-      const float a0 = a, b0 = b;
-      a = a0 * c - b0 * s;
-      b = a0 * s + b0 * c;
-    }
-  }
-}
-
 void add_bias(float* row, const std::vector<float>& bias) {
   for (size_t i = 0; i < bias.size(); ++i) row[i] += bias[i];
-}
-
-void store_kv(DType dt, const float* src, std::byte* dst, uint32_t n) {
-  switch (dt) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
-    case DType::kF16: f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), n); break;
-    case DType::kBF16: f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n); break;
-  }
 }
 
 // act[i] = silu(gate[i]) * up[i]
@@ -87,14 +61,6 @@ void swiglu(const float* gate, const float* up, float* act, uint32_t n) {
   for (; i < n; ++i) act[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-// Consecutive rows [row0, row0 + n) of one sequence at positions pos0.. .
-struct RowSpan {
-  SequenceKV* seq;
-  uint32_t row0;
-  uint32_t n;
-  uint32_t pos0;
-};
-
 }  // namespace
 
 Status EngineOptions::validate() const {
@@ -104,60 +70,31 @@ Status EngineOptions::validate() const {
   return Status::Ok();
 }
 
-struct Engine::Impl {
-  Impl(const ModelConfig& c, uint32_t threads)
-      : cfg(c),
-        shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))},
-        workers(threads) {
-    const uint32_t rows = attention_block_tokens(shape) * c.group_size();
-    for (uint32_t w = 0; w < workers.size(); ++w) scratch.emplace_back(shape, rows);
-  }
+Engine::Impl::Impl(const ModelConfig& c, uint32_t threads)
+    : cfg(c), shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))}, workers(threads) {
+  const uint32_t rows = attention_block_tokens(shape) * c.group_size();
+  for (uint32_t w = 0; w < workers.size(); ++w) scratch.emplace_back(shape, rows);
+}
 
-  void reserve(uint32_t m) {
-    const size_t qkv_w = size_t(cfg.q_dim()) + 2 * cfg.kv_dim();
-    if (h.size() < size_t(m) * cfg.hidden_size) h.resize(size_t(m) * cfg.hidden_size);
-    if (qkv.size() < size_t(m) * qkv_w) qkv.resize(size_t(m) * qkv_w);
-    if (attn.size() < size_t(m) * cfg.q_dim()) attn.resize(size_t(m) * cfg.q_dim());
-    if (gu.size() < size_t(m) * 2 * cfg.ffn_size) gu.resize(size_t(m) * 2 * cfg.ffn_size);
-    if (act.size() < size_t(m) * cfg.ffn_size) act.resize(size_t(m) * cfg.ffn_size);
-  }
+void Engine::Impl::reserve(uint32_t m) {
+  const size_t qkv_w = size_t(cfg.q_dim()) + 2 * cfg.kv_dim();
+  if (h.size() < size_t(m) * cfg.hidden_size) h.resize(size_t(m) * cfg.hidden_size);
+  if (qkv.size() < size_t(m) * qkv_w) qkv.resize(size_t(m) * qkv_w);
+  if (attn.size() < size_t(m) * cfg.q_dim()) attn.resize(size_t(m) * cfg.q_dim());
+  if (gu.size() < size_t(m) * 2 * cfg.ffn_size) gu.resize(size_t(m) * 2 * cfg.ffn_size);
+  if (act.size() < size_t(m) * cfg.ffn_size) act.resize(size_t(m) * cfg.ffn_size);
+}
 
-  // Y[M][N] = X[M][K] · W[N][K]^T + beta · Y. With `split`, the output
-  // columns are cut into one block per worker, each a single-threaded BLAS
-  // call; otherwise one call (OpenBLAS threads it, when configured to).
-  void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
-    const uint32_t T = workers.size();
-    if (!split_gemm || T == 1 || double(m) * n * k < 1e6) return matmul_cols(x, m, k, w, 0, n, y, n, beta);
-    const uint32_t block = (n + T * 16 - 1) / (T * 16) * 16;  // multiples of 16 columns keep rows aligned
-    const size_t tasks = (n + block - 1) / block;
-    workers.run(tasks, [&](size_t t, uint32_t) {
-      const uint32_t n0 = uint32_t(t) * block;
-      matmul_cols(x, m, k, w, n0, std::min(n, n0 + block), y, n, beta);
-    });
-  }
-
-  // Parallel loop over rows in blocks (elementwise work).
-  template <class F>
-  void rows_parallel(uint32_t m, F&& f) {
-    const uint32_t block = 32;
-    const size_t tasks = (m + block - 1) / block;
-    workers.run(tasks, [&](size_t t, uint32_t) {
-      const uint32_t r1 = std::min<uint32_t>(m, uint32_t(t + 1) * block);
-      for (uint32_t r = uint32_t(t) * block; r < r1; ++r) f(r);
-    });
-  }
-
-  void layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs, uint32_t m,
-                  std::span<const RowSpan> spans);
-
-  ModelConfig cfg;
-  AttentionShape shape;
-  WorkerPool workers;
-  bool split_gemm = false;  // the engine threads GEMMs itself (OpenBLAS single-threaded)
-  std::vector<AttentionScratch> scratch;
-  std::vector<float> x, h, qkv, attn, gu, act, rope_cs;
-  double attention_seconds = 0;
-};
+void Engine::Impl::matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
+  const uint32_t T = workers.size();
+  if (!split_gemm || T == 1 || double(m) * n * k < 1e6) return matmul_cols(x, m, k, w, 0, n, y, n, beta);
+  const uint32_t block = (n + T * 16 - 1) / (T * 16) * 16;  // multiples of 16 columns keep rows aligned
+  const size_t tasks = (n + block - 1) / block;
+  workers.run(tasks, [&](size_t t, uint32_t) {
+    const uint32_t n0 = uint32_t(t) * block;
+    matmul_cols(x, m, k, w, n0, std::min(n, n0 + block), y, n, beta);
+  });
+}
 
 Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const EngineOptions& options)
     : model_(std::move(model)), pool_(pool), geometry_(pool.geometry()), options_(options) {
@@ -202,36 +139,40 @@ Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> mod
   return f(std::move(model), pool, options);
 }
 
-// One layer for the rows of x described by `spans` (x, rope tables and scratch rows share indices).
-void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs,
-                              uint32_t m, std::span<const RowSpan> spans) {
-  Impl& im = *this;
-  const ModelConfig& c = im.cfg;
-  const uint32_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size, W = Q + 2 * KV;
-  const KVGeometry& geo = pool.geometry();
-  const uint32_t P = geo.page_tokens;
-  const size_t tok_bytes = geo.token_kv_half_bytes();
-  im.reserve(m);
-  float* h = im.h.data();
-  float* qkv = im.qkv.data();
+void Engine::Impl::qkv_rows(const LayerWeights& lw, const float* x, const float* rope_cs, uint32_t m) {
+  const ModelConfig& c = cfg;
+  const uint32_t H = c.hidden_size, Q = c.q_dim(), W = Q + 2 * c.kv_dim();
+  rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.attn_norm.data(), h.data() + size_t(r) * H, H, c.rms_eps); });
+  matmul(h.data(), m, H, lw.wqkv.data(), W, qkv.data(), 0.0f);
+  rows_parallel(m, [&](uint32_t r) {
+    float* row = qkv.data() + size_t(r) * W;
+    const float* cs = rope_cs + size_t(r) * c.head_dim;
+    add_bias(row, lw.bqkv);
+    apply_rope(row, c.num_heads, c.head_dim, cs, c.rope_style());
+    apply_rope(row + Q, c.num_kv_heads, c.head_dim, cs, c.rope_style());
+  });
+}
 
-  im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.attn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
-  im.matmul(h, m, H, lw.wqkv.data(), W, qkv, 0.0f);
+void Engine::Impl::store_rows(BlockPool& pool, LayerIdx layer, std::span<const RowSpan> spans) {
+  const uint32_t Q = cfg.q_dim(), KV = cfg.kv_dim(), W = Q + 2 * KV;
+  const KVGeometry& geo = pool.geometry();
+  const size_t tok_bytes = geo.token_kv_half_bytes();
   for (const RowSpan& s : spans) {
-    im.rows_parallel(s.n, [&](uint32_t i) {
-      const uint32_t r = s.row0 + i, pos = s.pos0 + i;
-      float* row = qkv + size_t(r) * W;
-      const float* cs = rope_cs + size_t(r) * c.head_dim;
-      add_bias(row, lw.bqkv);
-      rope(row, c.num_heads, c.head_dim, cs, c.rope_style());
-      rope(row + Q, c.num_kv_heads, c.head_dim, cs, c.rope_style());
-      const PageId page = s.seq->pages[pos / P];
-      const size_t off = size_t(pos % P) * tok_bytes;
-      store_kv(geo.dtype, row + Q, pool.k(page, layer) + off, KV);
-      store_kv(geo.dtype, row + Q + KV, pool.v(page, layer) + off, KV);
+    rows_parallel(s.n, [&](uint32_t i) {
+      const uint32_t pos = s.pos0 + i;
+      const float* row = qkv.data() + size_t(s.row0 + i) * W;
+      const PageId page = s.seq->pages[pos / geo.page_tokens];
+      const size_t off = size_t(pos % geo.page_tokens) * tok_bytes;
+      store_kv_row(geo.dtype, row + Q, pool.k(page, layer) + off, KV);
+      store_kv_row(geo.dtype, row + Q + KV, pool.v(page, layer) + off, KV);
     });
   }
+}
 
+void Engine::Impl::attend_and_mlp(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, uint32_t m,
+                                  std::span<const RowSpan> spans) {
+  const ModelConfig& c = cfg;
+  const uint32_t H = c.hidden_size, Q = c.q_dim(), F = c.ffn_size, W = Q + 2 * c.kv_dim();
   // Attention: one task per (span, KV head, block of query tokens), costliest first.
   const auto t0 = Clock::now();
   struct Task {
@@ -240,15 +181,15 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
   };
   std::vector<Task> tasks;
   std::vector<AttentionJob> jobs;
-  const uint32_t bt = attention_block_tokens(im.shape);
+  const uint32_t bt = attention_block_tokens(shape);
   for (uint32_t si = 0; si < spans.size(); ++si) {
     const RowSpan& s = spans[si];
     jobs.push_back(AttentionJob{.pool = &pool,
                                 .pages = s.seq->pages,
                                 .layer = layer,
-                                .q = qkv + size_t(s.row0) * W,
+                                .q = qkv.data() + size_t(s.row0) * W,
                                 .q_stride = W,
-                                .out = im.attn.data() + size_t(s.row0) * Q,
+                                .out = attn.data() + size_t(s.row0) * Q,
                                 .out_stride = Q,
                                 .n_tokens = s.n,
                                 .pos0 = s.pos0});
@@ -259,64 +200,83 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
       }
   }
   std::sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) { return a.cost > b.cost; });
-  im.workers.run(tasks.size(), [&](size_t i, uint32_t w) {
+  workers.run(tasks.size(), [&](size_t i, uint32_t w) {
     const Task& t = tasks[i];
-    attend(im.shape, jobs[t.span], t.kvh, t.t0, t.t1, im.scratch[w]);
+    attend(shape, jobs[t.span], t.kvh, t.t0, t.t1, scratch[w]);
   });
-  im.attention_seconds += seconds_since(t0);
+  attention_seconds += seconds_since(t0);
 
-  im.matmul(im.attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
-  im.rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.ffn_norm.data(), h + size_t(r) * H, H, c.rms_eps); });
-  im.matmul(h, m, H, lw.w_gate_up.data(), 2 * F, im.gu.data(), 0.0f);
-  im.rows_parallel(m, [&](uint32_t r) {
-    const float* g = im.gu.data() + size_t(r) * 2 * F;
-    swiglu(g, g + F, im.act.data() + size_t(r) * F, F);
+  matmul(attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
+  rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.ffn_norm.data(), h.data() + size_t(r) * H, H, c.rms_eps); });
+  matmul(h.data(), m, H, lw.w_gate_up.data(), 2 * F, gu.data(), 0.0f);
+  rows_parallel(m, [&](uint32_t r) {
+    const float* g = gu.data() + size_t(r) * 2 * F;
+    swiglu(g, g + F, act.data() + size_t(r) * F, F);
   });
-  im.matmul(im.act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
+  matmul(act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
+}
+
+void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs,
+                              uint32_t m, std::span<const RowSpan> spans) {
+  reserve(m);
+  qkv_rows(lw, x, rope_cs, m);
+  store_rows(pool, layer, spans);
+  attend_and_mlp(pool, lw, layer, x, m, spans);
+}
+
+void Engine::Impl::embed(const Model& model, std::span<const TokenId> tokens, uint32_t first_pos) {
+  const uint32_t n = uint32_t(tokens.size()), H = cfg.hidden_size;
+  x.resize(size_t(n) * H);
+  for (uint32_t i = 0; i < n; ++i)
+    std::memcpy(x.data() + size_t(i) * H, model.weights().token_embd.data() + size_t(tokens[i]) * H, H * sizeof(float));
+  std::vector<uint32_t> pos(n);
+  for (uint32_t i = 0; i < n; ++i) pos[i] = first_pos + i;
+  rope_cos_sin(cfg, pos.data(), n, rope_cs);
+}
+
+void Engine::Impl::contiguous_layer(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, SequenceKV& seq,
+                                    uint32_t pos0, uint32_t n, uint32_t chunk) {
+  for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
+    const uint32_t m = std::min(chunk, n - c0);
+    const RowSpan span{&seq, 0, m, pos0 + c0};
+    layer_pass(pool, lw, layer, x.data() + size_t(c0) * cfg.hidden_size, rope_cs.data() + size_t(c0) * cfg.head_dim,
+               m, std::span(&span, 1));
+  }
+}
+
+Logits Engine::Impl::project_logits(const Model& model, const float* rows_x, uint32_t rows) {
+  const uint32_t H = cfg.hidden_size;
+  Logits out;
+  out.vocab = cfg.vocab_size;
+  out.rows = rows;
+  std::vector<float> normed(size_t(rows) * H);
+  rows_parallel(rows, [&](uint32_t r) {
+    rmsnorm(rows_x + size_t(r) * H, model.weights().output_norm.data(), normed.data() + size_t(r) * H, H, cfg.rms_eps);
+  });
+  out.data.resize(size_t(rows) * cfg.vocab_size);
+  matmul(normed.data(), rows, H, model.output_matrix(), cfg.vocab_size, out.data.data(), 0.0f);
+  return out;
 }
 
 Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
                                const PrefillOptions& options) {
   const ModelConfig& c = model_->config();
   KVTIER_RETURN_IF_ERROR(check_prefill(c, pool_, seq, tokens, start_pos));
+  if (options.blend) return prefill_blend(seq, tokens, start_pos, options);
   const uint32_t n_total = uint32_t(tokens.size());  // <= max_context
 
   const auto t_start = Clock::now();
   Impl& im = *impl_;
   im.attention_seconds = 0;
   seq.num_tokens = start_pos;  // KV past start_pos is rewritten from here on
-  const uint32_t n = n_total - start_pos, H = c.hidden_size;
-  im.x.resize(size_t(n) * H);
-  for (uint32_t i = 0; i < n; ++i)
-    std::memcpy(im.x.data() + size_t(i) * H, model_->weights().token_embd.data() + size_t(tokens[start_pos + i]) * H,
-                H * sizeof(float));
-  std::vector<uint32_t> pos(n);
-  for (uint32_t i = 0; i < n; ++i) pos[i] = start_pos + i;
-  rope_cos_sin(c, pos.data(), n, im.rope_cs);
-
-  const uint32_t chunk = options_.prefill_chunk;
+  const uint32_t n = n_total - start_pos;
+  im.embed(*model_, tokens.subspan(start_pos), start_pos);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     if (options.layer_hook) KVTIER_RETURN_IF_ERROR(options.layer_hook(LayerIdx(l)));
-    for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
-      const uint32_t m = std::min(chunk, n - c0);
-      const RowSpan span{&seq, 0, m, start_pos + c0};
-      im.layer_pass(pool_, model_->weights().layers[l], LayerIdx(l), im.x.data() + size_t(c0) * H,
-                 im.rope_cs.data() + size_t(c0) * c.head_dim, m, std::span(&span, 1));
-    }
+    im.contiguous_layer(pool_, model_->weights().layers[l], LayerIdx(l), seq, start_pos, n, options_.prefill_chunk);
   }
-
-  Logits out;
-  out.vocab = c.vocab_size;
-  out.rows = options.all_logits ? n : 1;
-  const uint32_t first = n - out.rows;
-  im.reserve(out.rows);
-  std::vector<float> normed(size_t(out.rows) * H);
-  im.rows_parallel(out.rows, [&](uint32_t r) {
-    rmsnorm(im.x.data() + size_t(first + r) * H, model_->weights().output_norm.data(), normed.data() + size_t(r) * H, H,
-            c.rms_eps);
-  });
-  out.data.resize(size_t(out.rows) * c.vocab_size);
-  im.matmul(normed.data(), out.rows, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  const uint32_t rows = options.all_logits ? n : 1;
+  Logits out = im.project_logits(*model_, im.x.data() + size_t(n - rows) * c.hidden_size, rows);
   seq.num_tokens = n_total;
 
   profile_.prefill_seconds += seconds_since(t_start);
@@ -345,14 +305,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   for (uint32_t l = 0; l < c.num_layers; ++l)
     im.layer_pass(pool_, model_->weights().layers[l], LayerIdx(l), im.x.data(), im.rope_cs.data(), b, spans);
 
-  Logits out;
-  out.vocab = c.vocab_size;
-  out.rows = b;
-  std::vector<float> normed(size_t(b) * H);
-  for (uint32_t r = 0; r < b; ++r)
-    rmsnorm(im.x.data() + size_t(r) * H, model_->weights().output_norm.data(), normed.data() + size_t(r) * H, H, c.rms_eps);
-  out.data.resize(size_t(b) * c.vocab_size);
-  im.matmul(normed.data(), b, H, model_->output_matrix(), c.vocab_size, out.data.data(), 0.0f);
+  Logits out = im.project_logits(*model_, im.x.data(), b);
   for (SequenceKV* s : seqs) ++s->num_tokens;
   profile_.decode_seconds += seconds_since(t_start);
   profile_.decode_attention_seconds += im.attention_seconds;

@@ -38,9 +38,33 @@ struct SequenceKV {
 // Called before layer l is computed; a non-OK status aborts the call.
 using LayerHook = std::function<Status(LayerIdx)>;
 
+// Selective recompute over reused KV (CacheBlend, EuroSys'25). The caller
+// has put, in the pages, KV for some positions past start_pos that was
+// computed in another context (a document segment cached on its own, moved
+// to its position here with move_kv). Layers below check_layer are computed
+// for every position. At check_layer, K and V are computed for every
+// position and compared with the reused KV; the reused positions whose KV
+// deviates most (recompute_ratio of them), and every position not reused,
+// are computed through the remaining layers and their fresh KV replaces the
+// reused rows; the other reused rows keep the reused KV. recompute_ratio = 1
+// computes exactly what a plain prefill computes. The result is approximate
+// (lossy) below 1: callers must label it and must not cache it as exact KV.
+struct BlendOptions {
+  // One flag per position in [start_pos, tokens.size()): 1 when the pages
+  // hold reused KV for it (read from check_layer on; layer_hook(l) must have
+  // put layer l in place). The last position must be 0 (it yields logits).
+  std::span<const uint8_t> reused;
+  uint32_t check_layer = 1;       // < the model's layers
+  float recompute_ratio = 0.15f;  // in [0, 1]
+  uint32_t recomputed = 0;        // out: reused positions recomputed from check_layer on
+
+  Status validate(uint32_t num_layers, size_t positions) const;
+};
+
 struct PrefillOptions {
   bool all_logits = false;  // logits of every computed position, not only the last
   LayerHook layer_hook;
+  BlendOptions* blend = nullptr;  // selective recompute (CPU engine; not with all_logits)
 };
 
 // Rows of logits, row-major [rows][vocab].
@@ -107,6 +131,14 @@ void register_accelerator_engine(ForwardFactory factory);
 Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> model, BlockPool& pool,
                                                 const EngineOptions& options = {});
 
+// Copies the K and V of positions [src_pos, src_pos + n) at `layer` from the
+// `src` page table to positions [dst_pos, dst_pos + n) of the `dst` table,
+// turning each key by (dst_pos - src_pos) with the model's RoPE (rotations
+// compose, so K(p) turned by d equals K(p + d) up to rounding); values are
+// copied unchanged. Source and destination pages must not overlap. Any thread.
+Status move_kv(const ModelConfig& config, BlockPool& pool, LayerIdx layer, std::span<const PageId> src,
+               uint32_t src_pos, std::span<const PageId> dst, uint32_t dst_pos, uint32_t n);
+
 class Engine final : public Forward {
  public:
   // The pool's geometry must be model.config().kv_geometry(dtype, page_tokens)
@@ -123,6 +155,7 @@ class Engine final : public Forward {
   // tokens.size() positions. On success seq.num_tokens = tokens.size(); on
   // failure seq.num_tokens = min(seq.num_tokens, start_pos). Returns the last
   // position's logits, or every computed position's with all_logits.
+  // With options.blend, positions past start_pos are computed selectively (BlendOptions).
   Result<Logits> prefill(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
                          const PrefillOptions& options = {}) override;
 
@@ -139,6 +172,9 @@ class Engine final : public Forward {
  private:
   struct Impl;
   Engine(std::shared_ptr<const Model> model, BlockPool& pool, const EngineOptions& options);
+  Result<Logits> prefill_blend(SequenceKV& seq, std::span<const TokenId> tokens, uint32_t start_pos,
+                               const PrefillOptions& options);
+  std::vector<double> check_deviation(SequenceKV& seq, const BlendOptions& blend, uint32_t start_pos);
 
   std::shared_ptr<const Model> model_;
   BlockPool& pool_;
