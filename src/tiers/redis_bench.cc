@@ -35,6 +35,10 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.url, g));
   ro.max_batch_bytes = std::max(ro.max_batch_bytes, size_t(o.batch_chunks) * chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes);
   KVTIER_ASSIGN_OR_RETURN(auto tier, RemoteTier::create(ro));
+  ro.auth = ChunkAuth::create(PageHash{std::random_device{}(), std::random_device{}()}.to_hex()).value();
+  ro.max_batch_bytes = std::max(ro.max_batch_bytes, size_t(o.batch_chunks) * chunk_entry_layout(g, g.chunk_pages, 1, true).entry_bytes);
+  KVTIER_ASSIGN_OR_RETURN(auto mac_tier, RemoteTier::create(ro));
+  ro.auth.reset();
   ro.range_reads = false;
   KVTIER_ASSIGN_OR_RETURN(auto whole_tier, RemoteTier::create(ro));
   if (tier->degraded()) return Status::Unavailable("bench remote: Redis at " + o.url + " is not reachable");
@@ -70,7 +74,7 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   const double payload_total = double(res.chunks) * res.chunk_payload_bytes;
   const double value_total = double(res.chunks) * res.value_bytes;
   auto gbps = [](double bytes, double s) { return s > 0 ? bytes / s / 1e9 : 0; };
-  std::vector<double> raw_set, raw_set_buffered, raw_get, put, get, layer, layer_whole;
+  std::vector<double> raw_set, raw_set_buffered, raw_get, put, get, layer, layer_whole, put_mac, get_mac, layer_mac;
   Status failed;
 
   // Each timed step covers one batch [b, b + B); the caller accumulates.
@@ -94,12 +98,12 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
     if (!st.ok()) failed = st;
     return seconds_since(t0);
   };
-  auto write = [&](size_t b) -> double {
+  auto write = [&](RemoteTier& t, size_t b) -> double {
     const auto t0 = Clock::now();
     std::vector<PutOp> ops;
     for (size_t i = b; i < std::min(res.chunks, b + B); ++i)
       ops.push_back(PutOp{ChunkKey{ns, hashes[i].back()}, hashes[i], payload});
-    tier->put_batch(ops);
+    t.put_batch(ops);
     for (auto& op : ops)
       if (!op.status.ok()) failed = op.status;
     return seconds_since(t0);
@@ -123,16 +127,23 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   // state (memory growth, overwrites, background work) and the same noise.
   for (uint32_t r = 0; r < o.rounds && failed.ok(); ++r) {
     double t_raw_set = 0, t_raw_set_buffered = 0, t_put = 0, t_raw_get = 0, t_get = 0, t_layer = 0;
+    double t_put_mac = 0, t_get_mac = 0, t_layer_mac = 0;
     for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
       t_raw_set += raw("SET", b);
-      t_put += write(b);
+      t_put += write(*tier, b);
+      t_put_mac += write(*mac_tier, b);
       t_raw_set_buffered += raw("SET", b, /*buffered=*/true);
     }
     for (size_t b = 0; b < res.chunks && failed.ok(); b += B) {
       t_raw_get += raw("GET", b);
       t_get += read(*tier, false, b);
+      t_get_mac += read(*mac_tier, false, b);
       t_layer += read(*tier, true, b);
+      t_layer_mac += read(*mac_tier, true, b);
     }
+    put_mac.push_back(gbps(payload_total, t_put_mac));
+    get_mac.push_back(gbps(payload_total, t_get_mac));
+    layer_mac.push_back(gbps(payload_total, t_layer_mac));
     raw_set.push_back(gbps(value_total, t_raw_set));
     raw_set_buffered.push_back(gbps(value_total, t_raw_set_buffered));
     put.push_back(gbps(payload_total, t_put));
@@ -154,6 +165,9 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
       cmds.push_back(RedisCommand{{"DEL", keys[i]}});
       cmds.push_back(RedisCommand{{"DEL", raw_keys[b + i]}});
     }
+    std::vector<std::string> mac_keys;
+    for (size_t i = b; i < std::min(res.chunks, b + 64); ++i) mac_keys.push_back(mac_tier->key_of(ChunkKey{ns, hashes[i].back()}));
+    for (const std::string& k : mac_keys) cmds.push_back(RedisCommand{{"DEL", k}});
     (void)tier->client().run(cmds);
   }
   KVTIER_RETURN_IF_ERROR(failed);
@@ -164,33 +178,44 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   res.remote_read_gbps = median(get);
   res.remote_layer_read_gbps = median(layer);
   res.remote_layer_read_whole_gbps = median(layer_whole);
+  res.remote_write_mac_gbps = median(put_mac);
+  res.remote_read_mac_gbps = median(get_mac);
+  res.remote_layer_read_mac_gbps = median(layer_mac);
   return res;
 }
 
 std::string RemoteBenchResult::to_json() const {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
-  char buf[1024];
+  char buf[2048];
   std::snprintf(buf, sizeof buf,
                 "{\"remote_chunk_payload_bytes\":%zu,\"remote_value_bytes\":%zu,\"remote_chunks\":%zu,"
                 "\"remote_cluster\":%s,\"remote_nodes\":%zu,\"redis_raw_gbps\":%.4f,\"redis_raw_set_gbps\":%.4f,"
                 "\"redis_raw_set_buffered_gbps\":%.4f,"
                 "\"remote_write_gbps\":%.4f,\"remote_read_gbps\":%.4f,\"remote_layer_read_gbps\":%.4f,"
-                "\"remote_layer_read_whole_gbps\":%.4f,\"remote_read_vs_raw\":%.3f,\"remote_write_vs_raw_set\":%.3f}",
+                "\"remote_layer_read_whole_gbps\":%.4f,\"remote_read_vs_raw\":%.3f,\"remote_write_vs_raw_set\":%.3f,"
+                "\"remote_write_mac_gbps\":%.4f,\"remote_read_mac_gbps\":%.4f,\"remote_layer_read_mac_gbps\":%.4f,"
+                "\"remote_read_mac_vs_raw\":%.3f,\"remote_write_mac_vs_raw_set\":%.3f,\"remote_layer_read_mac_vs_raw\":%.3f,"
+                "\"remote_layer_read_vs_raw\":%.3f}",
                 chunk_payload_bytes, value_bytes, chunks, cluster ? "true" : "false", nodes, redis_raw_gbps,
                 redis_raw_set_gbps, redis_raw_set_buffered_gbps, remote_write_gbps, remote_read_gbps, remote_layer_read_gbps,
                 remote_layer_read_whole_gbps, ratio(remote_read_gbps, redis_raw_gbps),
-                ratio(remote_write_gbps, redis_raw_set_gbps));
+                ratio(remote_write_gbps, redis_raw_set_gbps), remote_write_mac_gbps, remote_read_mac_gbps,
+                remote_layer_read_mac_gbps, ratio(remote_read_mac_gbps, redis_raw_gbps),
+                ratio(remote_write_mac_gbps, redis_raw_set_gbps), ratio(remote_layer_read_mac_gbps, redis_raw_gbps),
+                ratio(remote_layer_read_gbps, redis_raw_gbps));
   return buf;
 }
 
 std::string RemoteBenchResult::to_table() const {
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
-  char buf[2048];
+  char buf[4096];
   std::snprintf(buf, sizeof buf,
                 "remote tier: %zu chunks of %.2f MiB payload (%zu-byte values), %s, %zu node(s)\n"
                 "  %-34s %8.3f GB/s\n  %-34s %8.3f GB/s\n  %-34s %8.3f GB/s\n"
                 "  %-34s %8.3f GB/s  (%.2f x raw SET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n"
-                "  %-34s %8.3f GB/s  (%.2f x raw GET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n",
+                "  %-34s %8.3f GB/s  (%.2f x raw GET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n"
+                "  %-34s %8.3f GB/s  (%.2f x raw SET)\n  %-34s %8.3f GB/s  (%.2f x raw GET)\n"
+                "  %-34s %8.3f GB/s  (%.2f x raw GET)\n",
                 chunks, chunk_payload_bytes / 1048576.0, value_bytes, cluster ? "cluster" : "standalone", nodes,
                 "redis raw pipelined SET (gather)", redis_raw_set_gbps, "redis raw pipelined SET (buffered)",
                 redis_raw_set_buffered_gbps, "redis raw pipelined GET", redis_raw_gbps,
@@ -198,7 +223,11 @@ std::string RemoteBenchResult::to_table() const {
                 "RemoteTier read (whole chunks)", remote_read_gbps, ratio(remote_read_gbps, redis_raw_gbps),
                 "RemoteTier layer-wise read (GETRANGE)", remote_layer_read_gbps, ratio(remote_layer_read_gbps, redis_raw_gbps),
                 "RemoteTier layer-wise read (GET)", remote_layer_read_whole_gbps,
-                ratio(remote_layer_read_whole_gbps, redis_raw_gbps));
+                ratio(remote_layer_read_whole_gbps, redis_raw_gbps), "with tier secret: write", remote_write_mac_gbps,
+                ratio(remote_write_mac_gbps, redis_raw_set_gbps), "with tier secret: read (whole chunks)",
+                remote_read_mac_gbps, ratio(remote_read_mac_gbps, redis_raw_gbps),
+                "with tier secret: layer-wise (GETRANGE)", remote_layer_read_mac_gbps,
+                ratio(remote_layer_read_mac_gbps, redis_raw_gbps));
   return buf;
 }
 

@@ -6,6 +6,8 @@
 // Raw SETs are gather writes like the tier's (head, value in place, tail);
 // SETs copied through hiredis's output buffer are reported beside them.
 // Also measures layer-by-layer reads, with GETRANGE and with whole-value GETs.
+// The tier is measured twice in the same run, plain and with a tier secret
+// (authenticated entries, tiers/chunk_auth.h), batches alternating.
 // Single-threaded driver; writes fresh keys and deletes them afterwards.
 #pragma once
 
@@ -36,6 +38,8 @@ struct RemoteBenchResult {
   double remote_read_gbps = 0;     // RemoteTier::get_batch of whole chunks, payload bytes, verified
   double remote_layer_read_gbps = 0;        // one get_batch per layer, GETRANGE
   double remote_layer_read_whole_gbps = 0;  // one get_batch per layer, whole-value GET each time
+  // The same three with a tier secret (authenticated entries: HMAC entry tag, GMAC layer tags).
+  double remote_write_mac_gbps = 0, remote_read_mac_gbps = 0, remote_layer_read_mac_gbps = 0;
   bool cluster = false;
   size_t nodes = 0;
 
