@@ -130,7 +130,8 @@ std::string check_chunk_value_once(Input data) {
   if (!m.ok()) return m.status().message().empty() ? "a value refused without a message" : "";
   const ChunkHeader& h = m->header;
   if (h.num_pages == 0 || h.num_pages > g.chunk_pages || m->page_hashes.size() != h.num_pages ||
-      m->layer_checksums.size() != g.kv.num_layers || !(m->page_hashes.back() == m->key.hash))
+      (m->authenticated() ? m->layer_tags.size() : m->layer_checksums.size()) != g.kv.num_layers ||
+      !(m->page_hashes.back() == m->key.hash))
     return "decoded metadata inconsistent";
   if (uint64_t(h.payload_offset) + h.payload_bytes > value.size() || h.payload_bytes != g.payload_bytes(h.num_pages))
     return "decoded payload range outside the value";
