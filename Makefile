@@ -7,9 +7,10 @@ CMAKE_FLAGS ?=
 
 DEB_PACKAGES := cmake ninja-build g++ pkg-config liburing-dev libxxhash-dev libssl-dev \
   libhiredis-dev redis-server redis-tools nlohmann-json3-dev libcli11-dev libspdlog-dev \
-  libfmt-dev libcpp-httplib-dev libtomlplusplus-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev python3-jinja2
+  libfmt-dev libcpp-httplib-dev libtomlplusplus-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev python3-jinja2 \
+  python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 
-.PHONY: deps build test demo bench test-asan test-tsan format clean
+.PHONY: deps build python test demo bench test-asan test-tsan format clean
 
 # Installs only what is missing; runs `apt-get update` only when something must be installed.
 deps:
@@ -27,6 +28,10 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The Python package, built in place: python/kvtier/_kvtier*.so (docs/PYTHON.md).
+python: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target _kvtier
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 900

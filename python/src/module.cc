@@ -1,0 +1,106 @@
+// The _kvtier extension module: errors, token and id conversions, KVGeometry.
+#include <cstring>
+
+#include "bindings.h"
+#include "common/page_hash.h"
+
+namespace kvtier::python {
+
+std::vector<TokenId> to_tokens(const py::handle& tokens) {
+  if (py::isinstance<py::array>(tokens)) {
+    auto a = py::array_t<TokenId, py::array::c_style | py::array::forcecast>::ensure(tokens);
+    if (!a || a.ndim() != 1) throw py::type_error("tokens: expected a 1-D array of token ids");
+    return std::vector<TokenId>(a.data(), a.data() + a.size());
+  }
+  if (py::hasattr(tokens, "tolist") && !py::isinstance<py::list>(tokens))  // torch tensors
+    return to_tokens(tokens.attr("tolist")());
+  return py::cast<std::vector<TokenId>>(tokens);
+}
+
+namespace {
+
+bool parse_hex64(const std::string& s, size_t off, uint64_t& out) {
+  out = 0;
+  for (size_t i = off; i < off + 16; ++i) {
+    const char c = s[i];
+    const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (d < 0) return false;
+    out = out << 4 | uint64_t(d);
+  }
+  return true;
+}
+
+}  // namespace
+
+PageHash to_model_id(const py::handle& id) {
+  if (py::isinstance<py::bytes>(id)) {
+    const std::string b = py::cast<std::string>(id);
+    if (b.size() != 16) throw py::value_error("model_id: bytes must be 16 long (a 128-bit fingerprint)");
+    PageHash h;
+    std::memcpy(&h.lo, b.data(), 8);
+    std::memcpy(&h.hi, b.data() + 8, 8);
+    return h;
+  }
+  if (!py::isinstance<py::str>(id)) throw py::type_error("model_id: expected str or bytes");
+  const std::string s = py::cast<std::string>(id);
+  PageHash h;
+  if (s.size() == 32 && parse_hex64(s, 0, h.hi) && parse_hex64(s, 16, h.lo)) return h;  // PageHash::to_hex
+  return hash_bytes(HashAlgo::kXXH3_128, s.data(), s.size());
+}
+
+void register_errors(py::module_& m) {
+  static py::handle error = PyErr_NewExceptionWithDoc(
+      "kvtier.Error",
+      "A kvtier operation failed. `code` is kvtier's status code name (e.g. 'InvalidArgument', "
+      "'NoSpace', 'Corruption'), `message` its message.",
+      PyExc_RuntimeError, nullptr);
+  m.attr("Error") = error;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(error)(e.what());
+      exc.attr("code") = std::string(status_code_name(e.status().code()));
+      exc.attr("message") = e.status().message();
+      PyErr_SetObject(error.ptr(), exc.ptr());
+    }
+  });
+}
+
+void register_geometry(py::module_& m) {
+  py::class_<KVGeometry>(m, "Geometry",
+                         "KV geometry: layers, KV heads, head dim, dtype ('f32'|'f16'|'bf16'), tokens per page.\n"
+                         "A page is one contiguous blob [layer][k|v][page_tokens][kv_heads][head_dim].")
+      .def(py::init([](uint32_t num_layers, uint32_t num_kv_heads, uint32_t head_dim, const std::string& dtype,
+                       uint32_t page_tokens) {
+             KVGeometry g{num_layers, num_kv_heads, head_dim, value_or_throw(parse_dtype(dtype)), page_tokens};
+             throw_if_error(g.validate());
+             return g;
+           }),
+           py::arg("num_layers"), py::arg("num_kv_heads"), py::arg("head_dim"), py::arg("dtype") = "f32",
+           py::arg("page_tokens") = 16)
+      .def_readonly("num_layers", &KVGeometry::num_layers)
+      .def_readonly("num_kv_heads", &KVGeometry::num_kv_heads)
+      .def_readonly("head_dim", &KVGeometry::head_dim)
+      .def_readonly("page_tokens", &KVGeometry::page_tokens)
+      .def_property_readonly("dtype", [](const KVGeometry& g) { return std::string(dtype_name(g.dtype)); })
+      .def_property_readonly("page_bytes", &KVGeometry::page_bytes)
+      .def_property_readonly("bytes_per_token", &KVGeometry::bytes_per_token)
+      .def("__repr__", [](const KVGeometry& g) {
+        return "Geometry(num_layers=" + std::to_string(g.num_layers) + ", num_kv_heads=" + std::to_string(g.num_kv_heads) +
+               ", head_dim=" + std::to_string(g.head_dim) + ", dtype='" + std::string(dtype_name(g.dtype)) +
+               "', page_tokens=" + std::to_string(g.page_tokens) + ")";
+      });
+}
+
+}  // namespace kvtier::python
+
+PYBIND11_MODULE(_kvtier, m) {
+  m.doc() = "kvtier's C++ API (see the kvtier package and docs/PYTHON.md).";
+  using namespace kvtier::python;
+  register_errors(m);
+  register_geometry(m);
+  register_cache(m);
+  register_model(m);
+  register_bench(m);
+}
