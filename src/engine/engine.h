@@ -113,6 +113,8 @@ class Forward {
   virtual const KVGeometry& geometry() const = 0;
   virtual const EngineProfile& profile() const = 0;
   virtual void reset_profile() = 0;
+  // Whether prefill implements PrefillOptions::blend (selective recompute).
+  virtual bool supports_blend() const { return false; }
 
   // Positions the page table can hold.
   uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry().page_tokens; }
@@ -168,6 +170,7 @@ class Engine final : public Forward {
   const KVGeometry& geometry() const override { return geometry_; }
   const EngineProfile& profile() const override { return profile_; }
   void reset_profile() override { profile_ = {}; }
+  bool supports_blend() const override { return true; }
 
  private:
   struct Impl;

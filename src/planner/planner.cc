@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 
 namespace kvtier {
@@ -146,18 +147,51 @@ Plan Planner::plan(std::span<const CachedRun> runs, size_t prompt_tokens) const 
     }
   }
 
+  return finish(std::move(best), M, prompt_tokens);
+}
+
+Plan Planner::finish(std::vector<PlanSegment> segments, uint32_t cached_pages, size_t prompt_tokens) const {
   Plan plan;
-  plan.segments = std::move(best);
-  plan.cached_pages = M;
+  plan.segments = std::move(segments);
+  plan.cached_pages = cached_pages;
   for (const PlanSegment& s : plan.segments) {
     if (s.action == PlanAction::kLoad) plan.load_pages += s.pages;
     if (s.action == PlanAction::kRecompute) plan.recompute_pages += s.pages;
   }
-  const size_t cached_tokens = size_t(M) * options_.page_tokens;
+  const size_t cached_tokens = size_t(cached_pages) * options_.page_tokens;
   plan.suffix_tokens = prompt_tokens > cached_tokens ? prompt_tokens - cached_tokens : 0;
   plan.predicted_s = evaluate(plan.segments, prompt_tokens, &plan.predicted_load_s, &plan.predicted_compute_s);
   plan.recompute_all_s = recompute_seconds(profile_, model_, prompt_tokens, 0);
   return plan;
+}
+
+Plan Planner::use_all(std::span<const CachedRun> runs, size_t prompt_tokens) const {
+  std::vector<PlanSegment> segments;
+  uint32_t cached = 0;
+  for (const CachedRun& r : runs) {
+    if (r.pages == 0) continue;
+    PlanAction a = r.tier == TierKind::kDevice ? PlanAction::kInPlace : PlanAction::kLoad;
+    if (a == PlanAction::kLoad && !profile_.link(r.tier).present()) a = PlanAction::kRecompute;
+    segments.push_back(PlanSegment{cached, r.pages, r.tier, a});
+    cached += r.pages;
+  }
+  return finish(std::move(segments), cached, prompt_tokens);
+}
+
+BlendEstimate Planner::estimate_blend(const BlendShape& b) const {
+  BlendEstimate e;
+  const size_t computed = b.prompt_tokens - b.exact_tokens;
+  e.full_s = recompute_seconds(profile_, model_, computed, b.exact_tokens);
+  const double layers = double(model_.num_layers);
+  const size_t selected = computed - b.reused_tokens + size_t(std::ceil(double(b.ratio) * double(b.reused_tokens)));
+  const double below = std::min(1.0, double(b.check_layer + 1) / layers);
+  const double compute_s = below * e.full_s +
+                           (1.0 - below) * recompute_seconds(profile_, model_, selected, b.exact_tokens + computed - selected);
+  double load_s = 0;
+  for (const CachedRun& r : b.segment_runs)
+    if (r.tier != TierKind::kDevice) load_s += load_seconds(profile_, model_, r.tier, size_t(r.pages) * options_.page_tokens);
+  e.blend_s = std::max(compute_s, load_s);
+  return e;
 }
 
 }  // namespace kvtier

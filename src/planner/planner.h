@@ -56,6 +56,27 @@ struct Plan {
   uint32_t reused_pages() const { return cached_pages - recompute_pages; }
 };
 
+// A prompt whose positions [exact_tokens, prompt_tokens) are to be computed,
+// reused_tokens of them with KV from cached segments (segment_runs: where
+// those pages live), blended from check_layer on with recompute ratio `ratio`.
+struct BlendShape {
+  size_t exact_tokens = 0;
+  size_t prompt_tokens = 0;
+  size_t reused_tokens = 0;
+  std::vector<CachedRun> segment_runs;
+  uint32_t check_layer = 1;
+  float ratio = 0.15f;
+};
+
+// Predicted prefill times of the computed part: in full, and blended (the
+// layers up to check_layer for every position, the rest for the selected
+// ones, overlapped with loading the segments' pages).
+struct BlendEstimate {
+  double full_s = 0;
+  double blend_s = 0;
+  bool blend() const { return blend_s < full_s; }
+};
+
 class Planner {
  public:
   static Result<Planner> create(const PlannerOptions& options, const CostProfile& profile, const ModelCost& model);
@@ -64,6 +85,12 @@ class Planner {
   // prompt length (>= cached tokens). Pure.
   Plan plan(std::span<const CachedRun> runs, size_t prompt_tokens) const;
 
+  // The plan that uses every cached page (in place on the device, loaded
+  // from the other tiers) and recomputes none: for KV wanted whatever the
+  // cost (a segment to blend). Pure.
+  Plan use_all(std::span<const CachedRun> runs, size_t prompt_tokens) const;
+  // Blending or full prefill for a prompt with cached segments. Pure.
+  BlendEstimate estimate_blend(const BlendShape& shape) const;
   // Predicted TTFT of a given plan layout (used by plan() and by tests).
   double evaluate(std::span<const PlanSegment> segments, size_t prompt_tokens, double* load_s = nullptr,
                   double* compute_s = nullptr) const;
@@ -74,6 +101,8 @@ class Planner {
 
  private:
   Planner(const PlannerOptions& o, const CostProfile& p, const ModelCost& m) : options_(o), profile_(p), model_(m) {}
+  // A plan of `segments` covering `cached_pages`, with its counts and predictions.
+  Plan finish(std::vector<PlanSegment> segments, uint32_t cached_pages, size_t prompt_tokens) const;
   PlannerOptions options_;
   CostProfile profile_;
   ModelCost model_;

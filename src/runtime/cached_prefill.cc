@@ -2,16 +2,18 @@
 
 namespace kvtier {
 
+Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt) {
+  kv.pages = lease.pages();
+  if (lease.recompute_end() <= lease.recompute_begin()) return Status::Ok();
+  kv.num_tokens = lease.recompute_begin();
+  engine::PrefillOptions po;
+  po.layer_hook = [&](LayerIdx l) { return lease.wait_front_layer(l); };
+  return engine.prefill(kv, prompt.first(lease.recompute_end()), lease.recompute_begin(), po).status();
+}
+
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt, bool all_logits) {
-  kv.pages = lease.pages();
-  Status st = Status::Ok();
-  if (lease.recompute_end() > lease.recompute_begin()) {
-    kv.num_tokens = lease.recompute_begin();
-    engine::PrefillOptions po;
-    po.layer_hook = [&](LayerIdx l) { return lease.wait_front_layer(l); };
-    st = engine.prefill(kv, prompt.first(lease.recompute_end()), lease.recompute_begin(), po).status();
-  }
+  Status st = prefill_front(engine, lease, kv, prompt);
   engine::PrefillOptions po;
   po.all_logits = all_logits;
   if (st.ok()) {

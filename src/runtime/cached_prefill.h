@@ -17,6 +17,11 @@
 
 namespace kvtier {
 
+// The front recompute range of the lease's plan (nothing when it has none):
+// positions [recompute_begin, recompute_end), layer l waiting for the loads
+// before it. `kv` receives the lease's page table.
+Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt);
+
 // `kv` receives the lease's page table; on success kv.num_tokens == prompt.size().
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,
