@@ -68,10 +68,13 @@ def bench_load(args, geometry):
         for tier in ("host", "disk"):
             to_tier(cache, tier)
             py, cpp = [], []
-            for r in range(args.reps + 1):  # the first round warms up
+            for r in range(args.reps + 1):  # the first round warms up; the order alternates
+                if r % 2:
+                    c = _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens))
                 s, match = python_load(cache, tokens, geometry.num_layers)
                 assert match.tiers and set(match.tiers) == {tier}, match.tiers
-                c = _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens))
+                if r % 2 == 0:
+                    c = _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens))
                 if r:
                     py.append(s)
                     cpp.append(c)
@@ -131,7 +134,7 @@ def main() -> int:
     p.add_argument("--kvtier", default=os.environ.get("KVTIER_BINARY", "kvtier"))
     p.add_argument("--dir", default="/tmp/kvtier-pybench", help="disk tier and model files")
     p.add_argument("--prefix", type=int, default=16384, help="tokens of the loaded prefix")
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=9)
     p.add_argument("--kv-dtype", default="f16")
     p.add_argument("--ttft-model", default="small")
     p.add_argument("--ttft-prefix", type=int, default=4096)

@@ -87,8 +87,8 @@ class TorchLlama:
             q = self.rope(qkv[:, : self.q_dim].reshape(-1, H, D), cs)
             k = self.rope(qkv[:, self.q_dim : self.q_dim + self.kv_dim].reshape(-1, Hkv, D), cs)
             v = qkv[:, self.q_dim + self.kv_dim :].reshape(-1, Hkv, D)
-            pool[new_page, l, 0, new_off] = k  # the new KV goes straight into the lease's pages
-            pool[new_page, l, 1, new_off] = v
+            pool[new_page, l, 0, new_off] = k.to(pool.dtype)  # the new KV goes straight into the lease's pages
+            pool[new_page, l, 1, new_off] = v.to(pool.dtype)
             K = pool[all_page, l, 0, all_off].float().repeat_interleave(H // Hkv, dim=1)  # [n][H][D]: head h reads kv head h/group
             V = pool[all_page, l, 1, all_off].float().repeat_interleave(H // Hkv, dim=1)
             a = torch.cat([self.attend(q[b : b + 1024], K, V, mask[b : b + 1024]) for b in range(0, len(q), 1024)])

@@ -23,7 +23,7 @@ import numpy as np
 from . import _kvtier
 from ._kvtier import Error, Geometry, Lease, Match, Model, ReferenceEngine
 
-__all__ = ["Cache", "Error", "Geometry", "Lease", "Match", "Model", "ReferenceEngine", "empty_pool", "pool_shape"]
+__all__ = ["Cache", "Error", "Geometry", "Lease", "Match", "Model", "ReferenceEngine", "Store", "empty_pool", "pool_shape"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}  # NumPy has no bfloat16: raw bits
 
@@ -154,6 +154,74 @@ class Cache:
         self._impl.close()
 
     def __enter__(self) -> "Cache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Store:
+    """kvtier's host, disk and remote tiers as a batch key-value store of KV chunks (src/cache/chunk_store.h).
+
+    For an engine that keeps its own device cache and prefix index: `exists`
+    (how many leading keys are stored), `get` into the caller's host buffers,
+    `set` from them — the shape of SGLang's HiCache storage backends and
+    LMCache's storage backends (docs/PYTHON.md maps their calls).
+
+    Args:
+      geometry: the KV geometry (Model.kv_geometry, kvtier.Geometry).
+      model_id: the namespace of keys that are not kvtier chunk keys (see Cache).
+      chunk_pages: pages per chunk (a payload holds 1..chunk_pages pages).
+      **options: host_capacity, disk_dir, disk_capacity, disk_region_bytes,
+        disk_direct_io, remote — as for Cache.
+
+    Keys: kvtier chunk keys ('<namespace>-<hash>', Cache.chunk_keys) stand for
+    themselves, so a Store reads what a Cache's disk or remote tier wrote; any
+    other string is hashed (XXH3-128) under model_id's namespace. A payload is
+    one layer-major chunk, payload_shape(pages) =
+    (layers, pages, 2 (k, v), page_tokens, kv_heads, head_dim), in a
+    C-contiguous NumPy array or torch CPU tensor. Reads are verified
+    (checksums); calls release the GIL and may come from any thread.
+    """
+
+    def __init__(self, geometry: Geometry, model_id, chunk_pages: int = 16, **options):
+        self.geometry, self.chunk_pages = geometry, chunk_pages
+        self._impl = _kvtier.Store(geometry, model_id, chunk_pages, options)
+
+    def payload_shape(self, pages: int | None = None) -> tuple:
+        g = self.geometry
+        return (g.num_layers, pages or self.chunk_pages, 2, g.page_tokens, g.num_kv_heads, g.head_dim)
+
+    def empty_payload(self, pages: int | None = None) -> np.ndarray:
+        return np.zeros(self.payload_shape(pages), dtype=_NUMPY_DTYPES[self.geometry.dtype])
+
+    def exists(self, keys) -> int:
+        """The number of leading `keys` some tier holds (a prefix query: one round trip per tier)."""
+        return self._impl.exists(list(keys))
+
+    def get(self, keys, buffers) -> list[bool]:
+        """Reads each key's chunk into its buffer (fastest tier first); True where it was found."""
+        return self._impl.get(list(keys), [_as_buffer(b) for b in buffers])
+
+    def set(self, keys, payloads) -> list[bool]:
+        """Stores each payload under its key in every tier (write-through); True where some tier holds it."""
+        return self._impl.set(list(keys), [_as_buffer(p) for p in payloads])
+
+    def flush(self) -> None:
+        """Makes accepted sets durable (disk)."""
+        self._impl.flush()
+
+    def stats(self) -> dict:
+        return self._impl.stats()
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    def close(self) -> None:
+        self._impl.close()
+
+    def __enter__(self) -> "Store":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -13,6 +13,7 @@
 
 #include <exception>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvtier/status.h"
@@ -49,11 +50,14 @@ std::vector<TokenId> to_tokens(const py::handle& tokens);
 // A PageHash from its 32-digit hex form (PageHash::to_hex), 16 raw bytes, or
 // any other string (hashed with XXH3-128, so a model name is a usable id).
 PageHash to_model_id(const py::handle& id);
+// PageHash::to_hex's form back (32 hex digits, hi then lo); false when malformed.
+bool parse_hash_hex(std::string_view s, PageHash& out);
 
 void register_errors(py::module_& m);
 void register_geometry(py::module_& m);
 void register_cache(py::module_& m);
 void register_model(py::module_& m);
 void register_bench(py::module_& m);
+void register_store(py::module_& m);
 
 }  // namespace kvtier::python

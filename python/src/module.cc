@@ -19,10 +19,9 @@ std::vector<TokenId> to_tokens(const py::handle& tokens) {
 
 namespace {
 
-bool parse_hex64(const std::string& s, size_t off, uint64_t& out) {
+bool parse_hex64(std::string_view s, uint64_t& out) {
   out = 0;
-  for (size_t i = off; i < off + 16; ++i) {
-    const char c = s[i];
+  for (const char c : s) {
     const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
     if (d < 0) return false;
     out = out << 4 | uint64_t(d);
@@ -31,6 +30,10 @@ bool parse_hex64(const std::string& s, size_t off, uint64_t& out) {
 }
 
 }  // namespace
+
+bool parse_hash_hex(std::string_view s, PageHash& out) {
+  return s.size() == 32 && parse_hex64(s.substr(0, 16), out.hi) && parse_hex64(s.substr(16), out.lo);
+}
 
 PageHash to_model_id(const py::handle& id) {
   if (py::isinstance<py::bytes>(id)) {
@@ -44,7 +47,7 @@ PageHash to_model_id(const py::handle& id) {
   if (!py::isinstance<py::str>(id)) throw py::type_error("model_id: expected str or bytes");
   const std::string s = py::cast<std::string>(id);
   PageHash h;
-  if (s.size() == 32 && parse_hex64(s, 0, h.hi) && parse_hex64(s, 16, h.lo)) return h;  // PageHash::to_hex
+  if (parse_hash_hex(s, h)) return h;  // PageHash::to_hex
   return hash_bytes(HashAlgo::kXXH3_128, s.data(), s.size());
 }
 
@@ -103,4 +106,5 @@ PYBIND11_MODULE(_kvtier, m) {
   register_cache(m);
   register_model(m);
   register_bench(m);
+  register_store(m);
 }
