@@ -103,9 +103,11 @@ class Cache:
     def pool_tensor(self):
         """The pool as a torch tensor sharing its memory (torch.from_numpy; bf16 viewed as torch.bfloat16)."""
         import torch
-        t = self._owner if type(self._owner).__module__.startswith("torch") else torch.from_numpy(self._pool)
-        t = t.reshape(-1)[: self._pool.size].reshape(self._pool.shape)
-        return t.view(torch.bfloat16) if self.geometry.dtype == "bf16" and t.dtype != torch.bfloat16 else t
+        if type(self._owner).__module__.startswith("torch"):
+            return self._owner.reshape(-1)[: self._pool.size].reshape(self._pool.shape)
+        if self.geometry.dtype == "bf16":  # torch has no uint16: the same bits as int16, viewed as bfloat16
+            return torch.from_numpy(self._pool.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(self._pool)
 
     # -- the request path --------------------------------------------------------
     def lookup(self, tokens, salt: str | None = None) -> Match:

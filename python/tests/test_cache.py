@@ -175,3 +175,16 @@ def test_gil_released_during_loads(tmp_path):
         seconds, pause = longest_python_pause(lambda: _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens)))
         assert cache.stats()["reused_tokens"]["disk"] == 16 * 256
         assert pause < max(0.5 * seconds, 0.02), (seconds, pause)
+
+
+@pytest.mark.parametrize("dtype,torch_dtype", [("f16", torch.float16), ("bf16", torch.bfloat16)])
+def test_half_precision_pools_share_memory(tmp_path, dtype, torch_dtype):
+    g = kvtier.Geometry(num_layers=2, num_kv_heads=2, head_dim=8, dtype=dtype, page_tokens=4)
+    for pool in (None, torch.zeros(kvtier.pool_shape(g, 16), dtype=torch_dtype)):
+        with open_cache(g, tmp_path / f"{dtype}-{pool is None}", pool=pool, device_capacity=16 * g.page_bytes) as cache:
+            t = cache.pool_tensor()
+            assert t.dtype == torch_dtype and t.shape == kvtier.pool_shape(g, 16)
+            t[3, 1, 0, 2] = 1.5
+            assert cache.pool[3, 1, 0, 2, 0, 0] != 0  # NumPy sees the write (bf16: its bits as uint16)
+            if pool is not None:
+                assert t.data_ptr() == pool.data_ptr() and pool[3, 1, 0, 2, 0, 0].item() == 1.5

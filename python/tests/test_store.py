@@ -67,3 +67,22 @@ def test_store_reads_a_caches_disk_chunks(geometry, tmp_path):
         # chunk 1 = positions [8, 16): payload [layer][page][k|v][token][head][dim] vs kv [pos][layer][k|v][head][dim]
         expect = kv[8:16].reshape(2, 4, geometry.num_layers, 2, geometry.num_kv_heads, geometry.head_dim)
         assert np.array_equal(out, expect.transpose(2, 0, 3, 1, 4, 5))
+
+
+def test_corrupt_chunks_are_misses_not_bytes(geometry, tmp_path):
+    """A chunk whose bytes fail their checksum on disk is reported missing (and dropped), never returned."""
+    disk = tmp_path / "d"
+    with kvtier.Store(geometry, "m", chunk_pages=2, host_capacity=0, disk_dir=str(disk), disk_region_bytes=1 << 20,
+                      disk_capacity=4 << 20) as store:
+        assert store.set(["a", "b"], payloads(store, 2, 3)) == [True, True]
+        store.flush()
+    for f in disk.iterdir():  # flip one byte in every 4 KiB past the first 8 KiB of each region file
+        data = bytearray(f.read_bytes())
+        for off in range(8192, len(data), 4096):
+            data[off] ^= 0x5A
+        f.write_bytes(bytes(data))
+    with kvtier.Store(geometry, "m", chunk_pages=2, host_capacity=0, disk_dir=str(disk), disk_region_bytes=1 << 20,
+                      disk_capacity=4 << 20) as store:
+        outs = [store.empty_payload() for _ in range(2)]
+        assert store.get(["a", "b"], outs) == [False, False]
+        assert store.exists(["a", "b"]) == 0
