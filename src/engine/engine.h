@@ -56,6 +56,7 @@ struct BlendOptions {
   std::span<const uint8_t> reused;
   uint32_t check_layer = 1;       // < the model's layers
   float recompute_ratio = 0.15f;  // in [0, 1]
+  uint64_t random_seed = 0;       // benchmarks: choose the recomputed positions at random (0: by deviation)
   uint32_t recomputed = 0;        // out: reused positions recomputed from check_layer on
 
   Status validate(uint32_t num_layers, size_t positions) const;

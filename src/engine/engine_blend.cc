@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "engine/engine.h"
 #include "engine/engine_impl.h"
@@ -139,6 +140,11 @@ std::vector<double> Engine::check_deviation(SequenceKV& seq, const BlendOptions&
   const uint32_t n = uint32_t(blend.reused.size()), Q = c.q_dim(), KV = c.kv_dim(), W = Q + 2 * KV;
   const LayerIdx layer(blend.check_layer);
   std::vector<double> deviation(n, 0.0);
+  if (blend.random_seed != 0) {  // the baseline selection: no KV is compared
+    std::mt19937_64 rng(blend.random_seed);
+    for (double& d : deviation) d = double(rng() >> 11);
+    return deviation;
+  }
   std::vector<std::vector<float>> scratch(im.workers.size());
   for (uint32_t c0 = 0; c0 < n; c0 += options_.prefill_chunk) {
     const uint32_t m = std::min(options_.prefill_chunk, n - c0);

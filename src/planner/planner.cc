@@ -184,9 +184,12 @@ BlendEstimate Planner::estimate_blend(const BlendShape& b) const {
   e.full_s = recompute_seconds(profile_, model_, computed, b.exact_tokens);
   const double layers = double(model_.num_layers);
   const size_t selected = computed - b.reused_tokens + size_t(std::ceil(double(b.ratio) * double(b.reused_tokens)));
-  const double below = std::min(1.0, double(b.check_layer + 1) / layers);
-  const double compute_s = below * e.full_s +
-                           (1.0 - below) * recompute_seconds(profile_, model_, selected, b.exact_tokens + computed - selected);
+  // Layers below the check layer for every position; from it on, the
+  // selected positions; plus the check layer's K/V for the others (its QKV
+  // projection: a third of a layer at most, taken as a third).
+  const double below = std::min(1.0, double(b.check_layer) / layers);
+  const double selected_s = recompute_seconds(profile_, model_, selected, b.exact_tokens + computed - selected);
+  const double compute_s = below * e.full_s + (1.0 - below) * selected_s + (e.full_s - selected_s) / (3.0 * layers);
   double load_s = 0;
   for (const CachedRun& r : b.segment_runs)
     if (r.tier != TierKind::kDevice) load_s += load_seconds(profile_, model_, r.tier, size_t(r.pages) * options_.page_tokens);

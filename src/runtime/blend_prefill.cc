@@ -148,7 +148,7 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   std::vector<uint8_t> reused(prompt.size() - exact, 0);
   for (const HeldSegment& h : held) std::fill_n(reused.begin() + (h.at.begin - exact), h.reused, uint8_t(1));
   engine::BlendOptions blend{.reused = reused, .check_layer = options.check_layer,
-                             .recompute_ratio = options.recompute_ratio};
+                             .recompute_ratio = options.recompute_ratio, .random_seed = options.random_seed};
   bool lease_failed = false;
   engine::PrefillOptions po;
   po.blend = &blend;

@@ -40,6 +40,7 @@ struct BlendPrefillOptions {
   uint32_t check_layer = 1;
   float recompute_ratio = 0.15f;
   bool force = false;            // blend whenever segments are cached (benchmarks); else the planner decides
+  uint64_t random_seed = 0;      // benchmarks: recompute positions chosen at random (BlendOptions)
 
   Status validate() const;
 };
