@@ -165,16 +165,16 @@ def longest_python_pause(fn):
 def test_gil_released_during_loads(tmp_path):
     """A Python thread keeps running while a long disk load runs in C++ (lookup, load, waits: GIL released)."""
     g = kvtier.Geometry(num_layers=8, num_kv_heads=4, head_dim=64, dtype="f32", page_tokens=16)
-    with open_cache(g, tmp_path, host_capacity=0, device_capacity=600 * g.page_bytes, chunk_pages=16,
+    with open_cache(g, tmp_path, host_capacity=0, device_capacity=1100 * g.page_bytes, chunk_pages=16,
                     disk_capacity=1 << 30, disk_region_bytes=64 << 20) as cache:
-        tokens = list(range(16 * 256 + 1))
+        tokens = list(range(16 * 512 + 1))  # 128 MiB: a load of tens of milliseconds
         lease = cache.load(cache.lookup(tokens))
         cache.commit(lease, tokens)
         cache.drain()
         cache.flush()
         seconds, pause = longest_python_pause(lambda: _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens)))
-        assert cache.stats()["reused_tokens"]["disk"] == 16 * 256
-        assert pause < max(0.5 * seconds, 0.02), (seconds, pause)
+        assert cache.stats()["reused_tokens"]["disk"] == 16 * 512
+        assert pause < max(0.75 * seconds, 0.02), (seconds, pause)  # held GIL: one pause as long as the call
 
 
 @pytest.mark.parametrize("dtype,torch_dtype", [("f16", torch.float16), ("bf16", torch.bfloat16)])

@@ -38,7 +38,7 @@ def test_reference_engine_releases_the_gil(tiny_gguf):
     seconds, pause = longest_python_pause(lambda: out.update(r=ref.generate(prompt, 2)))
     logits, tokens = out["r"]
     assert logits.shape == (kvtier.Model.load(tiny_gguf).config["vocab_size"],) and len(tokens) == 2
-    assert pause < max(0.5 * seconds, 0.02), (seconds, pause)
+    assert pause < max(0.75 * seconds, 0.02), (seconds, pause)  # held GIL: one pause as long as the call
 
 
 def test_torch_llama_example_is_exact(tiny_gguf):
