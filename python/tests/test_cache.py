@@ -188,3 +188,12 @@ def test_half_precision_pools_share_memory(tmp_path, dtype, torch_dtype):
             assert cache.pool[3, 1, 0, 2, 0, 0] != 0  # NumPy sees the write (bf16: its bits as uint16)
             if pool is not None:
                 assert t.data_ptr() == pool.data_ptr() and pool[3, 1, 0, 2, 0, 0].item() == 1.5
+
+
+def test_pool_is_shared_through_dlpack(geometry, tmp_path):
+    """DLPack consumers (torch.from_dlpack) see the pool's own memory: a write through either side shows in the other."""
+    with open_cache(geometry, tmp_path) as cache:
+        t = torch.from_dlpack(cache.pool)
+        assert t.data_ptr() == cache.pool.ctypes.data and tuple(t.shape) == cache.pool.shape
+        t[1, 0, 1, 2, 1, 3] = 7.0
+        assert cache.pool[1, 0, 1, 2, 1, 3] == 7.0
