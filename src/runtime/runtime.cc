@@ -26,6 +26,7 @@ Status RuntimeOptions::validate() const {
   if (max_sequences == 0) return Status::InvalidArgument("runtime: max_sequences must be > 0");
   if (selective_hits == 0) return Status::InvalidArgument("runtime: selective_hits must be >= 1");
   KVTIER_RETURN_IF_ERROR(parse_eviction_policy(eviction).status());
+  KVTIER_RETURN_IF_ERROR(blend.validate());
   if (disk_authenticate && tier_secret_file.empty())
     return Status::InvalidArgument("runtime: disk_authenticate needs a tier secret file");
   return Status::Ok();
@@ -156,8 +157,8 @@ class RuntimeImpl final : public Runtime {
 
   const ModelInfo& model() const override { return info_; }
 
-  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp,
-                        std::string_view cache_salt) override {
+  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp, std::string_view cache_salt,
+                        std::span<const PromptSegment> segments) override {
     const auto t0 = Clock::now();
     if (prompt.empty()) return Status::InvalidArgument("prompt is empty");
     for (size_t i = 0; i < prompt.size(); ++i)
@@ -188,13 +189,16 @@ class RuntimeImpl final : public Runtime {
       KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
     }
     CacheLease& lease = s.lease;
-    auto logits = cached_prefill(*engine_, *cache_, lease, s.kv, prompt, sp.prompt_logprobs);
+    Started out;
+    auto logits = sp.prompt_logprobs || !o_.cache_enabled
+                      ? cached_prefill(*engine_, *cache_, lease, s.kv, prompt, sp.prompt_logprobs)
+                      : blend_prefill(*engine_, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
     if (!logits.ok()) return logits.status();
+    s.exact_tokens = out.report.blend.blended ? out.report.blend.exact_tokens : UINT32_MAX;
     const TokenId first = s.sampler.sample(logits->last());
     s.tokens.assign(prompt.begin(), prompt.end());
     s.tokens.push_back(first);
 
-    Started out;
     if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits->last(), first, uint32_t(s.logprobs));
     if (sp.prompt_logprobs) {
       const uint32_t top = uint32_t(std::max(0, sp.logprobs));
@@ -264,7 +268,8 @@ class RuntimeImpl final : public Runtime {
     if (it == seqs_.end()) return;
     Seq& s = it->second;
     if (o_.cache_enabled) {
-      (void)cache_->commit(s.lease, std::span(s.tokens).first(s.kv.num_tokens));
+      // Blended KV is approximate: only the exact front is cached.
+      (void)cache_->commit(s.lease, std::span(s.tokens).first(std::min(s.kv.num_tokens, s.exact_tokens)));
     } else {
       cache_->release(s.lease);
     }
@@ -288,6 +293,7 @@ class RuntimeImpl final : public Runtime {
     std::vector<TokenId> tokens;  // prompt + sampled tokens; KV exists for the first kv.num_tokens
     int32_t logprobs = -1;        // SamplingParams::logprobs
     engine::TokenLogprobs last_logprobs;
+    uint32_t exact_tokens = UINT32_MAX;  // KV past this position was blended: never committed
   };
 
   RuntimeOptions o_;

@@ -23,6 +23,7 @@
 #include "cache/kv_cache.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "runtime/blend_prefill.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
 #include "text/tokenizer.h"
@@ -51,6 +52,7 @@ struct RuntimeOptions {
   HashAlgo hash = HashAlgo::kXXH3_128;
   bool cache_enabled = true;        // false: every prompt is fully recomputed (the baseline)
   bool layerwise = true;            // per-layer overlap of loads and compute
+  BlendPrefillOptions blend;        // non-prefix reuse of marked segments (runtime/blend_prefill.h)
   uint32_t max_sequences = 64;      // running sequences at once
   uint32_t threads = 0;             // compute threads; 0 = all cores
 
@@ -75,6 +77,7 @@ struct PrefillReport {
   uint32_t recomputed_cached_tokens = 0;           // cached but recomputed by the planner's choice
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
   bool computed_in_full_for_logprobs = false;      // prompt logprobs asked: the cache was not used
+  BlendReport blend;                               // segments' non-prefix reuse (approximate when blend.blended)
   double ttft_s = 0;                               // lookup + load + prefill + first sample
 };
 
@@ -150,8 +153,11 @@ class Runtime {
     PrefillReport report;
     std::vector<engine::TokenLogprobs> prompt_logprobs;
   };
+  // `segments` mark reusable pieces of the prompt (blend_prefill.h): when the
+  // planner blends them, the output is approximate, only the KV before the
+  // first blended position is cached at finish(), and report.blend says so.
   virtual Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling,
-                                std::string_view cache_salt = {}) = 0;
+                                std::string_view cache_salt = {}, std::span<const PromptSegment> segments = {}) = 0;
 
   // Appends each sequence's last sampled token and samples the next one, in one batch.
   virtual Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) = 0;

@@ -17,6 +17,12 @@ struct RuntimeCounters {
   uint64_t cached_tokens_by_tier[kNumTiers] = {};
   uint64_t decode_tokens = 0;
   double ttft_seconds_sum = 0;
+  // Non-prefix reuse (BlendReport), apart from exact cache hits.
+  uint64_t blended_requests = 0;
+  uint64_t blended_tokens = 0;          // segment KV kept (approximate)
+  uint64_t blend_recomputed_tokens = 0; // segment positions recomputed by the selection
+  uint64_t blend_stored_tokens = 0;     // computed to store first-seen segments
+  uint64_t blend_failed_segments = 0;   // segment loads that failed verification (never used)
 
   void record(const PrefillReport& r);
 };

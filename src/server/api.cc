@@ -282,6 +282,71 @@ std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits
   return check_lengths(r, limits);
 }
 
+namespace {
+
+// "segments": [{"text": "..."} | {"tokens": [ids]}, optional "reuse" (default true)], the prompt's pieces in order.
+// Text pieces are tokenized one by one (BOS only before the first).
+std::optional<ApiError> read_segments(const json& pieces, const RequestLimits& limits, const Tokenizer& tokenize,
+                                      CompletionRequest& r) {
+  if (!pieces.is_array() || pieces.empty() || pieces.size() > kMaxSegments)
+    return bad_request("'segments' must be an array of 1 to " + std::to_string(kMaxSegments) + " pieces", "segments",
+                       "invalid_value");
+  uint64_t text_bytes = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const json& piece = pieces[i];
+    const std::string where = "'segments' piece " + std::to_string(i);
+    if (!piece.is_object()) return bad_request(where + " must be an object", "segments", "invalid_type");
+    const json* text = find_field(piece, "text");
+    const json* tokens = find_field(piece, "tokens");
+    if ((text == nullptr) == (tokens == nullptr))
+      return bad_request(where + " needs exactly one of 'text' and 'tokens'", "segments", "invalid_value");
+    bool reuse = true;
+    if (auto err = read_bool(piece, "reuse", reuse)) return *err;
+    std::vector<TokenId> ids;
+    if (text != nullptr) {
+      if (!text->is_string()) return bad_request(where + " 'text' must be a string", "segments", "invalid_type");
+      text_bytes += text->get_ref<const std::string&>().size();
+      if (auto err = check_text_bytes(text_bytes, limits, "segments")) return *err;
+      ids = tokenize(text->get_ref<const std::string&>(), r.parse_special, /*add_bos=*/r.prompt.empty());
+      r.prompt_is_text = true;
+    } else {
+      if (!tokens->is_array()) return bad_request(where + " 'tokens' must be an array of ids", "segments", "invalid_type");
+      if (auto err = read_token_array(*tokens, limits.vocab_size, ids)) return *err;
+    }
+    if (reuse && !ids.empty()) r.segments.push_back({uint32_t(r.prompt.size()), uint32_t(r.prompt.size() + ids.size())});
+    r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+  }
+  return std::nullopt;
+}
+
+// prompt: "text" | [ids] | ["text"] | [[ids]] (a batch of one).
+std::optional<ApiError> read_prompt(const json& doc, const RequestLimits& limits, const Tokenizer& tokenize,
+                                    CompletionRequest& r) {
+  const json* prompt = find_field(doc, "prompt");
+  if (const json* pieces = find_field(doc, "segments")) {
+    if (prompt != nullptr) return bad_request("send either 'prompt' or 'segments', not both", "segments", "invalid_value");
+    return read_segments(*pieces, limits, tokenize, r);
+  }
+  if (prompt == nullptr) return bad_request("'prompt' is required", "prompt", "missing_field");
+  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    prompt = &(*prompt)[0];
+  else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+    return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
+  if (prompt->is_string()) {
+    r.prompt_is_text = true;
+    const std::string& text = prompt->get_ref<const std::string&>();
+    if (auto err = check_text_bytes(text.size(), limits, "prompt")) return *err;
+    r.prompt = tokenize(text, r.parse_special, /*add_bos=*/true);
+  } else if (prompt->is_array()) {
+    if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
+  } else {
+    return wrong_type("prompt", "a string or an array of token ids", *prompt);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,
                                                                    const Tokenizer& tokenize) {
   ApiError error;
@@ -289,24 +354,8 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   if (!doc_or.ok()) return error;
   const json& doc = *doc_or;
   CompletionRequest r;
-  // prompt: "text" | [ids] | ["text"] | [[ids]] (a batch of one).
-  const json* prompt = find_field(doc, "prompt");
-  if (prompt == nullptr) return bad_request("'prompt' is required", "prompt", "missing_field");
-  if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    prompt = &(*prompt)[0];
-  else if (prompt->is_array() && !prompt->empty() && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-    return bad_request("batched prompts are not supported: send one prompt per request", "prompt", "unsupported");
   if (auto err = read_bool(doc, "special", r.parse_special)) return *err;
-  if (prompt->is_string()) {
-    r.prompt_is_text = true;
-    const std::string& text = prompt->get_ref<const std::string&>();
-    if (auto err = check_text_bytes(text.size(), limits, "prompt")) return *err;
-    r.prompt = tokenize(text, r.parse_special);
-  } else if (prompt->is_array()) {
-    if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
-  } else {
-    return wrong_type("prompt", "a string or an array of token ids", *prompt);
-  }
+  if (auto err = read_prompt(doc, limits, tokenize, r)) return *err;
   if (r.prompt.empty()) return bad_request("'prompt' must not be empty", "prompt", "empty_prompt");
   if (auto err = read_bool(doc, "echo", r.echo)) return *err;
   if (const json* it = find_field(doc, "logprobs")) {
@@ -337,6 +386,12 @@ std::string usage_json(const CompletionUsage& u) {
         {"ttft_ms", u.ttft_s * 1e3},
         {"prefill_ms", u.report.ttft_s * 1e3},
         {"computed_in_full_for_logprobs", u.report.computed_in_full_for_logprobs},
+        {"blend",
+         {{"blended", u.report.blend.blended},
+          {"reused_tokens", u.report.blend.blended_tokens},
+          {"recomputed_tokens", u.report.blend.recomputed_tokens},
+          {"stored_segment_tokens", u.report.blend.stored_segment_tokens},
+          {"failed_segments", u.report.blend.failed_segments}}},
         {"queue_ms", u.queue_s * 1e3},
         {"e2e_ms", u.e2e_s * 1e3}}},
   };

@@ -21,6 +21,7 @@
 
 #include "kvtier/status.h"
 #include "engine/sampler.h"
+#include "runtime/blend_prefill.h"
 #include "runtime/runtime.h"
 
 namespace kvtier::server {
@@ -54,7 +55,13 @@ struct CompletionRequest {
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
   bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
+  // "segments" (kvtier extension, instead of "prompt"): the prompt as pieces
+  // in order; the pieces marked reusable (documents) may be blended from
+  // cached KV wherever they sit (runtime/blend_prefill.h). Positions in `prompt`.
+  std::vector<PromptSegment> segments;
 };
+
+inline constexpr size_t kMaxSegments = 256;
 
 inline constexpr int32_t kMaxLogprobs = 20;
 
@@ -83,7 +90,8 @@ uint32_t max_prompt_tokens(const RequestLimits& limits);
 // longest token's bytes (a longer text has more tokens than allowed).
 RequestLimits derive_limits(const RequestLimits& configured, const ModelInfo& model);
 
-using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool parse_special)>;
+// Text to ids; `add_bos`: as the model does at the start of a prompt.
+using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool parse_special, bool add_bos)>;
 
 // Returns the request or the 400 describing what is wrong with it.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,

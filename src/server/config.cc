@@ -121,6 +121,18 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
        }},
       {"layerwise", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.layerwise); }},
   };
+  s["blend"] = {
+      {"enabled", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.blend.enabled); }},
+      {"recompute_ratio",
+       [&](auto& n, auto o, auto k) {
+         double v = r.blend.recompute_ratio;
+         KVTIER_RETURN_IF_ERROR(read_double(n, o, k, v));
+         r.blend.recompute_ratio = float(v);
+         return Status();
+       }},
+      {"check_layer", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, r.blend.check_layer, 1u << 16); }},
+      {"separator", [&](auto& n, auto o, auto k) { return read_string(n, o, k, c.blend_separator); }},
+  };
   s["limits"] = {
       {"max_queue", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, l.max_queue, 1u << 24); }},
       {"max_tokens", [&](auto& n, auto o, auto k) { return read_uint(n, o, k, l.max_tokens, 1u << 24); }},
@@ -240,6 +252,8 @@ std::string to_toml(const ServerConfig& c) {
      << "\nselective_hits = " << r.selective_hits << "\neviction = " << quoted(r.eviction)
      << "\nprofile = " << quoted(r.profile_path) << "\nhash = " << quoted(hash_algo_name(r.hash))
      << "\nlayerwise = " << (r.layerwise ? "true" : "false") << "\n\n";
+  os << "[blend]\nenabled = " << (r.blend.enabled ? "true" : "false") << "\nrecompute_ratio = " << r.blend.recompute_ratio
+     << "\ncheck_layer = " << r.blend.check_layer << "\nseparator = " << quoted(c.blend_separator) << "\n\n";
   os << "[limits]\nmax_queue = " << l.max_queue << "\nmax_tokens = " << l.max_tokens
      << "\ndefault_max_tokens = " << l.default_max_tokens << "\nmax_prompt_tokens = " << l.max_prompt_tokens
      << "\nmax_sequences = " << r.max_sequences << "\nrequest_timeout_s = " << l.request_timeout_s

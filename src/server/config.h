@@ -39,6 +39,7 @@ struct ServerConfig {
   bool metrics_public = false;         // /metrics without the API key (when one is set)
   std::string served_model_name;       // empty: the model option as given
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
+  std::string blend_separator;         // splits plain prompts into reusable segments; empty: only "segments" requests
   ServerLimits limits;
 
   // Checks the server fields and the runtime fields this module understands

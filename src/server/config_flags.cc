@@ -72,6 +72,16 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
       ->group("Cache");
   app.add_option("--hash", f.hash, "Page hash: xxh3, sha256" + dflt(hash_algo_name(r.hash)))->group("Cache");
   app.add_flag("--no-layerwise", f.no_layerwise, "Load all layers before prefill instead of overlapping per layer")->group("Cache");
+  app.add_flag("--no-blend", f.no_blend, "Never blend marked segments (non-prefix reuse); default: the planner may")->group("Blend");
+  app.add_option("--blend-ratio", f.blend_ratio,
+                 "Share of a blended segment's tokens recomputed, by KV deviation" + dflt(r.blend.recompute_ratio))
+      ->group("Blend");
+  app.add_option("--blend-check-layer", f.blend_check_layer,
+                 "Layers below it are computed for every token of a blended prompt" + dflt(r.blend.check_layer))
+      ->group("Blend");
+  app.add_option("--blend-separator", f.blend_separator,
+                 "Text that splits a plain prompt into reusable segments (its tokens are computed, not reused)"
+                 " (default: none)")->group("Blend");
   // Limits.
   app.add_option("--max-queue", f.max_queue, "Waiting requests before 429" + dflt(l.max_queue))->group("Limits");
   app.add_option("--max-tokens", f.max_tokens, "Largest max_tokens a request may ask for" + dflt(l.max_tokens))->group("Limits");
@@ -111,6 +121,10 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
   if (f.api_key) c.api_key = *f.api_key;
   if (f.no_cache) r.cache_enabled = false;
   if (f.no_layerwise) r.layerwise = false;
+  if (f.no_blend) r.blend.enabled = false;
+  if (f.blend_ratio) r.blend.recompute_ratio = *f.blend_ratio;
+  if (f.blend_check_layer) r.blend.check_layer = *f.blend_check_layer;
+  if (f.blend_separator) c.blend_separator = *f.blend_separator;
   if (f.kv_dtype) {
     auto d = parse_dtype(*f.kv_dtype);
     if (!d.ok()) return Status::InvalidArgument("--kv-dtype must be f32, f16 or bf16");

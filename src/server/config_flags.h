@@ -27,6 +27,10 @@ struct ServeFlags {
   std::optional<uint32_t> page_tokens, chunk_pages, selective_hits;
   bool no_cache = false;
   bool no_layerwise = false;
+  bool no_blend = false;
+  std::optional<float> blend_ratio;
+  std::optional<uint32_t> blend_check_layer;
+  std::optional<std::string> blend_separator;
   std::optional<std::string> remote_password_file, tier_secret_file;
   bool disk_authenticate = false;
   bool metrics_public = false;

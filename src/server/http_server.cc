@@ -101,6 +101,8 @@ HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
   configured.max_tokens = config.limits.max_tokens;
   configured.default_max_tokens = config.limits.default_max_tokens;
   limits_ = derive_limits(configured, scheduler->model());
+  if (!config.blend_separator.empty())
+    blend_separator_ = scheduler->model().text.tokenize(config.blend_separator, {.add_bos = false, .parse_special = true});
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -273,8 +275,8 @@ void HttpServer::install_routes() {
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Text prompts are tokenized here, on the connection's thread: a long
     // prompt never holds up the scheduler (the codec is thread-safe).
-    Tokenizer tokenize = [this](std::string_view text, bool parse_special) {
-      return scheduler_->model().text.tokenize(text, {.add_bos = true, .parse_special = parse_special});
+    Tokenizer tokenize = [this](std::string_view text, bool parse_special, bool add_bos) {
+      return scheduler_->model().text.tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
@@ -317,6 +319,8 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   g.stop = creq.stop;
   g.ignore_eos = creq.ignore_eos;
   g.cache_salt = creq.cache_salt;
+  g.segments = creq.segments;
+  if (g.segments.empty() && !blend_separator_.empty()) g.segments = segments_between(g.prompt, blend_separator_);
   auto submitted = scheduler_->submit(std::move(g));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   std::shared_ptr<RequestState> state = std::move(submitted).value();

@@ -68,6 +68,7 @@ class HttpServer {
   Scheduler* scheduler_;
   std::string model_name_;
   RequestLimits limits_;
+  std::vector<TokenId> blend_separator_;  // --blend-separator's tokens (no BOS); empty: none
   ServerMetrics metrics_;
   std::unique_ptr<ChatPrompts> chat_;
   std::unique_ptr<httplib::Server> http_;

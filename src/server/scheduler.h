@@ -48,6 +48,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   std::string cache_salt;
+  std::vector<PromptSegment> segments;  // reusable pieces of the prompt (Runtime::start)
 };
 
 // The progress of one request, shared by its HTTP thread and the scheduler.

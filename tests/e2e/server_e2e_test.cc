@@ -1,5 +1,7 @@
 // End-to-end: the real `kvtier serve --model tiny` over loopback HTTP.
 #include <gtest/gtest.h>
+
+#include <cstring>
 #include <httplib.h>
 #include <signal.h>
 
@@ -236,6 +238,72 @@ TEST_F(SharedServer, ModelsStatsAndMetrics) {
   auto flush = c.Post("/v1/cache/flush");
   ASSERT_TRUE(flush);
   EXPECT_EQ(flush->status, 200);
+}
+
+// A RAG prompt as "segments": [system | document | document | question].
+json rag_body(int system_offset, std::initializer_list<int> doc_offsets, int question_offset) {
+  json pieces = json::array({{{"tokens", ids(21, system_offset)}, {"reuse", false}}});
+  for (int d : doc_offsets) pieces.push_back({{"tokens", ids(128, d)}});
+  pieces.push_back({{"tokens", ids(9, question_offset)}, {"reuse", false}});
+  return {{"segments", pieces}, {"max_tokens", 3}, {"ignore_eos", true}};
+}
+
+// Documents marked as segments are cached on their own the first time, then
+// blended wherever they sit; the usage says so, and /metrics counts it apart
+// from exact cache hits.
+TEST_F(SharedServer, SegmentsAreBlendedAndLabelled) {
+  Reply first = post(port(), rag_body(1010, {2001, 3002}, 4020));
+  ASSERT_EQ(first.status, 200) << first.body.dump();
+  const json b1 = first.body["usage"]["kvtier"]["blend"];
+  EXPECT_EQ(b1["stored_segment_tokens"], 256);
+  Reply second = post(port(), rag_body(1110, {3002, 2001}, 4120));  // other system prompt, documents swapped
+  ASSERT_EQ(second.status, 200) << second.body.dump();
+  const json b2 = second.body["usage"]["kvtier"]["blend"];
+  EXPECT_TRUE(b2["blended"].get<bool>()) << b2.dump();
+  EXPECT_EQ(b2["stored_segment_tokens"], 0);
+  EXPECT_EQ(b2["reused_tokens"].get<int>() + b2["recomputed_tokens"].get<int>(), 256);
+  EXPECT_GT(b2["reused_tokens"].get<int>(), 200);
+  EXPECT_EQ(second.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // no exact hit: blended ones are apart
+  httplib::Client c("127.0.0.1", port());
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  const PromParse p = parse_prometheus_text(r->body);
+  ASSERT_TRUE(p.ok()) << p.errors.front();
+  EXPECT_GE(p.value("kvtier_blend_tokens_total", {{"kind", "reused"}}), b2["reused_tokens"].get<double>());
+  EXPECT_GE(p.value("kvtier_blend_requests_total"), 1);
+}
+
+// --no-blend: segments are ordinary prompt text; --blend-separator: a plain
+// prompt is split into segments on the separator's tokens.
+TEST(ServerE2E, NoBlendAndSeparator) {
+  TempDir dir;
+  for (bool separator : {false, true}) {
+    ServerProcess s;
+    auto args = base_args(dir.str() + (separator ? "/sep" : "/off"));
+    if (separator) {
+      args.insert(args.end(), {"--blend-separator", "##"});
+    } else {
+      args.push_back("--no-blend");
+    }
+    ASSERT_TRUE(s.start(args)) << s.log();
+    json second;
+    for (const char* prompt : {"system text##first document, long enough to fill a page or two of tokens "
+                               "in the tiny vocabulary##second document, also long enough to fill pages##question",
+                               "other system##second document, also long enough to fill pages##first document, long "
+                               "enough to fill a page or two of tokens in the tiny vocabulary##question"}) {
+      json body = separator ? json{{"prompt", prompt}, {"max_tokens", 2}}
+                            : rag_body(500 + int(std::strlen(prompt)), {2001, 3002}, 4020);
+      Reply r = post(s.port(), body);
+      ASSERT_EQ(r.status, 200) << r.body.dump();
+      second = r.body["usage"]["kvtier"]["blend"];
+    }
+    EXPECT_EQ(second["blended"].get<bool>(), separator) << second.dump();
+    if (separator) {
+      EXPECT_GT(second["reused_tokens"].get<int>(), 0) << second.dump();
+    }
+    s.signal(SIGTERM);
+    EXPECT_EQ(s.wait_exit(), 0) << s.log();
+  }
 }
 
 TEST(ServerE2E, ApiKey) {

@@ -16,7 +16,7 @@ std::string check_completion_request(Input data) {
   limits.max_tokens = 64;
   limits.default_max_tokens = 16;
   // A byte tokenizer: every byte is one token below 256.
-  const server::Tokenizer tokenize = [](std::string_view text, bool) {
+  const server::Tokenizer tokenize = [](std::string_view text, bool, bool) {
     return std::vector<TokenId>(text.begin(), text.end());
   };
   const std::string_view body(reinterpret_cast<const char*>(data.data()), data.size());

@@ -26,7 +26,7 @@ std::vector<TokenId> char_tokens(std::string_view s, bool parse_special = true) 
 }
 
 std::variant<CompletionRequest, ApiError> parse(const std::string& body, RequestLimits l = limits()) {
-  return parse_completion_request(body, l, [](std::string_view s, bool special) { return char_tokens(s, special); });
+  return parse_completion_request(body, l, [](std::string_view s, bool special, bool) { return char_tokens(s, special); });
 }
 
 ApiError error_of(const std::string& body, RequestLimits l = limits()) {
@@ -112,6 +112,33 @@ TEST(ApiParseTest, BadInputsAre400WithAParam) {
     const json j = json::parse(error_json(e));
     EXPECT_TRUE(j["error"]["message"].is_string());
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+}
+
+// "segments": the prompt as pieces; reusable ones (the default) are marked by
+// position; text pieces are tokenized one by one, BOS only before the first.
+TEST(ApiParseTest, SegmentsMarkReusablePieces) {
+  const Tokenizer bos_marking = [](std::string_view s, bool special, bool add_bos) {
+    auto ids = char_tokens(s, special);
+    if (add_bos) ids.insert(ids.begin(), 98);
+    return ids;
+  };
+  auto r = parse_completion_request(
+      R"({"segments": [{"text": "ab", "reuse": false}, {"tokens": [5, 6, 7]}, {"text": "cd"}, {"text": "e", "reuse": false}]})",
+      limits(), bos_marking);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  const CompletionRequest& c = std::get<CompletionRequest>(r);
+  EXPECT_EQ(c.prompt, (std::vector<TokenId>{98, 97, 98, 5, 6, 7, 99, 0, 1}));
+  ASSERT_EQ(c.segments.size(), 2u);
+  EXPECT_EQ(c.segments[0].begin, 3u);
+  EXPECT_EQ(c.segments[0].end, 6u);
+  EXPECT_EQ(c.segments[1].begin, 6u);
+  EXPECT_EQ(c.segments[1].end, 8u);
+  for (const char* body : {R"({"prompt": "x", "segments": [{"text": "a"}]})", R"({"segments": []})",
+                           R"({"segments": [{"text": "a", "tokens": [1]}]})", R"({"segments": [{"tokens": [100000]}]})",
+                           R"({"segments": ["a"]})", R"({"segments": [{"text": "a", "reuse": 3}]})"}) {
+    const ApiError e = error_of(body);
+    EXPECT_FALSE(e.message.empty()) << body;
   }
 }
 

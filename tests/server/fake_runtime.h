@@ -126,7 +126,8 @@ class FakeRuntime final : public Runtime {
     return out;
   }
 
-  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams&, std::string_view salt) override {
+  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams&, std::string_view salt,
+                        std::span<const PromptSegment>) override {
     std::unique_lock lk(s_->mu);
     s_->in_start = true;
     s_->cv.notify_all();
