@@ -224,6 +224,7 @@ void register_cache_class(py::module_& m) {
            py::arg("tokens"), py::arg("salt") = py::none())
       .def("commit",
            [](CacheHandle& h, LeaseHandle& l, const py::handle& tokens) {
+             if (l.owner.get() != &h) throw StatusError(Status::InvalidArgument("Cache.commit: the Lease is another cache's"));
              auto t = to_tokens(tokens);
              on_lease(l, [&](KVCache& c, CacheLease& x) {
                h.leases.erase(&l);

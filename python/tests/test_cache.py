@@ -197,3 +197,16 @@ def test_pool_is_shared_through_dlpack(geometry, tmp_path):
         assert t.data_ptr() == cache.pool.ctypes.data and tuple(t.shape) == cache.pool.shape
         t[1, 0, 1, 2, 1, 3] = 7.0
         assert cache.pool[1, 0, 1, 2, 1, 3] == 7.0
+
+
+def test_leases_belong_to_their_cache(geometry, tmp_path):
+    with open_cache(geometry, tmp_path / "a") as a, open_cache(geometry, tmp_path / "b") as b:
+        tokens = list(range(9))
+        lease = a.load(a.lookup(tokens))
+        with pytest.raises(kvtier.Error) as e:
+            b.commit(lease, tokens)
+        assert e.value.code == "InvalidArgument"
+        with pytest.raises(kvtier.Error):
+            b.load(a.lookup(tokens))
+        a.commit(lease, tokens)
+        assert not lease.valid
