@@ -19,3 +19,31 @@ def tiny_gguf(tmp_path_factory):
     subprocess.run([binary, "model", "make", "--preset", "tiny", "--out", str(path)], check=True,
                    stdout=subprocess.DEVNULL)
     return str(path)
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A private redis-server on a free port (skipped where redis-server is not installed)."""
+    import shutil
+    import socket
+    import time
+
+    server = shutil.which("redis-server", path="/usr/bin:" + os.environ.get("PATH", ""))
+    if not server:
+        pytest.skip("redis-server not installed (make deps)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait()

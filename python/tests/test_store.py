@@ -86,3 +86,27 @@ def test_corrupt_chunks_are_misses_not_bytes(geometry, tmp_path):
         outs = [store.empty_payload() for _ in range(2)]
         assert store.get(["a", "b"], outs) == [False, False]
         assert store.exists(["a", "b"]) == 0
+
+
+def test_remote_tier_shared_by_a_cache_and_a_store(geometry, tmp_path, redis_url):
+    """remote='redis://...': one Cache's chunks are another Cache's remote hits (bit-exact) and a Store's keys."""
+    tokens = list(range(700, 700 + 4 * 9 + 1))
+    with open_cache(geometry, tmp_path / "a", remote=redis_url) as a:
+        kv = commit_prompt(a, tokens, seed=11)
+        assert a.stats()["remote_present"] and not a.stats()["remote_degraded"]
+        keys = a.chunk_keys(tokens)
+    with open_cache(geometry, tmp_path / "b", remote=redis_url) as b:  # empty host and disk
+        match = b.lookup(tokens)
+        assert match.cached_tokens == 32 and set(match.tiers) == {"remote"}
+        lease = b.load(match)
+        for layer in range(geometry.num_layers):
+            lease.wait_layer(layer)
+        pos = np.arange(32)
+        got = b.pool[lease.pages[pos // geometry.page_tokens], :, :, pos % geometry.page_tokens]
+        assert np.array_equal(got, kv[:32])
+        lease.release()
+    with kvtier.Store(geometry, "test-model", chunk_pages=2, host_capacity=0, remote=redis_url) as store:
+        assert store.exists(keys) == 4
+        out = store.empty_payload()
+        assert store.get(keys[:1], [out]) == [True]
+        assert store.stats()["get_hits"]["remote"] == 1
