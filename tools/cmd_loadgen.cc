@@ -44,6 +44,12 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
       ->capture_default_str();
   cmd->add_option("--timeout", o.timeout_s, "Per-request timeout in seconds")->capture_default_str();
   cmd->add_flag("--chat", o.chat, "Drive /v1/chat/completions with text conversations (sizes count words)");
+  cmd->add_flag("--rag", o.rag,
+                "RAG requests: system prompt + documents from a pool in random order (reusable segments) + question, "
+                "through /v1/completions \"segments\" (docs/BLEND.md)");
+  cmd->add_option("--docs-pool", o.docs_pool, "With --rag: documents in the pool")->capture_default_str();
+  cmd->add_option("--docs-per-request", o.docs_per_request, "With --rag: documents per request")->capture_default_str();
+  cmd->add_option("--doc-tokens", o.doc_tokens, "With --rag: tokens per document")->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object instead of the table");
   cmd->add_flag("--quiet", f->quiet, "No progress bar");
   cmd->callback([f, &exit_code] {

@@ -128,6 +128,8 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
       s.prompt_tokens = u.value("prompt_tokens", s.prompt_tokens);
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
         s.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
+      if (u.contains("kvtier") && u["kvtier"].is_object() && u["kvtier"].contains("blend") && u["kvtier"]["blend"].is_object())
+        s.blended_tokens = u["kvtier"]["blend"].value("reused_tokens", 0u);
     }
   });
   std::string error_body;
@@ -158,6 +160,19 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   return s;
 }
 
+// A RAG request: the system prompt, documents of the pool in random order (reusable segments), a question.
+json rag_body(const LoadgenOptions& o, const std::vector<int32_t>& system, std::mt19937_64& rng, uint32_t user,
+              uint32_t round, uint32_t vocab) {
+  std::vector<uint32_t> order(o.docs_pool);
+  for (uint32_t i = 0; i < o.docs_pool; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  json pieces = json::array({{{"tokens", system}, {"reuse", false}}});
+  for (uint32_t d = 0; d < o.docs_per_request; ++d)
+    pieces.push_back({{"tokens", synth_tokens(o.seed, 5, order[d], 0, o.doc_tokens, vocab)}});
+  pieces.push_back({{"tokens", synth_tokens(o.seed, 3, user, round, o.question_tokens, vocab)}, {"reuse", false}});
+  return {{"segments", pieces}};
+}
+
 }  // namespace
 
 Status LoadgenOptions::validate() const {
@@ -168,6 +183,9 @@ Status LoadgenOptions::validate() const {
   if (qps < 0 || duration_s < 0) return Status::InvalidArgument("loadgen: --qps and --duration must be >= 0");
   if (vocab_size == 1) return Status::InvalidArgument("loadgen: --vocab-size must be at least 2");
   if (!(timeout_s > 0)) return Status::InvalidArgument("loadgen: --timeout must be positive");
+  if (rag && (docs_per_request == 0 || docs_per_request > docs_pool || doc_tokens == 0))
+    return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");
+  if (rag && chat) return Status::InvalidArgument("loadgen: --rag and --chat are exclusive");
   if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
     return Status::InvalidArgument("loadgen: --url must start with http:// or https://");
   return {};
@@ -244,8 +262,26 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
       if (progress) progress(done, total);
     }
   };
+  auto rag_loop = [&](uint32_t u) {
+    auto client = make_client(o);
+    std::mt19937_64 rng(o.seed * 31 + u);
+    for (uint32_t r = 0; r < o.rounds; ++r) {
+      const size_t k = size_t(r) * o.users + u;
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(double(k) / o.qps)));
+      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+      LoadgenSample s = send_one(*client, o, model, rag_body(o, system, rng, u, r, vocab));
+      s.user = u, s.round = r;
+      std::lock_guard lk(mu);
+      result.samples[k] = std::move(s);
+      sent[k] = 1;
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
   auto user_loop = [&](uint32_t u) {
     if (o.chat) return chat_loop(u);
+    if (o.rag) return rag_loop(u);
     auto client = make_client(o);
     std::vector<int32_t> prompt = system;
     const auto own = synth_tokens(o.seed, 2, u, 0, o.history_tokens, vocab);
@@ -286,7 +322,7 @@ LoadgenSummary summarize(const LoadgenResult& r) {
   LoadgenSummary s;
   s.wall_s = r.wall_s;
   std::vector<double> ttft, e2e;
-  uint64_t prompt = 0, cached = 0, output = 0;
+  uint64_t prompt = 0, cached = 0, blended = 0, output = 0;
   for (const auto& x : r.samples) {
     ++s.requests;
     if (!x.ok) {
@@ -298,6 +334,7 @@ LoadgenSummary summarize(const LoadgenResult& r) {
     e2e.push_back(x.e2e_s);
     prompt += x.prompt_tokens;
     cached += x.cached_tokens;
+    blended += x.blended_tokens;
     output += x.completion_tokens;
   }
   auto mean = [](const std::vector<double>& v) {
@@ -314,6 +351,8 @@ LoadgenSummary summarize(const LoadgenResult& r) {
     s.prompt_tokens_per_s = double(prompt) / r.wall_s;
   }
   s.cached_share = prompt ? double(cached) / double(prompt) : 0;
+  s.blended_share = prompt ? double(blended) / double(prompt) : 0;
+  s.computed_share = prompt ? 1.0 - s.cached_share - s.blended_share : 0;
   return s;
 }
 
@@ -325,12 +364,13 @@ std::string summary_table(const LoadgenOptions& o, const LoadgenSummary& s) {
                 "  TTFT (ms)        mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n"
                 "  e2e latency (ms) mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n"
                 "  throughput       %.2f req/s  %.1f output tok/s  %.1f prompt tok/s\n"
-                "  cached share     %.1f%% of prompt tokens\n",
+                "  prompt tokens    %.1f%% exactly cached, %.1f%% blended (approximate), %.1f%% computed\n",
                 o.url.c_str(), o.users, o.rounds, o.system_prompt_tokens, o.history_tokens, o.question_tokens,
                 o.answer_tokens, o.qps > 0 ? (", qps " + std::to_string(o.qps)).c_str() : ", closed loop", s.requests,
                 s.errors, s.wall_s, s.ttft_mean * 1e3, s.ttft_p50 * 1e3, s.ttft_p90 * 1e3, s.ttft_p99 * 1e3,
                 s.e2e_mean * 1e3, s.e2e_p50 * 1e3, s.e2e_p90 * 1e3, s.e2e_p99 * 1e3, s.requests_per_s,
-                s.output_tokens_per_s, s.prompt_tokens_per_s, s.cached_share * 100);
+                s.output_tokens_per_s, s.prompt_tokens_per_s, s.cached_share * 100, s.blended_share * 100,
+                s.computed_share * 100);
   std::string out = buf;
   if (!s.first_error.empty()) out += "  first error      " + s.first_error + "\n";
   return out;
@@ -354,7 +394,11 @@ std::string summary_json(const LoadgenOptions& o, const LoadgenSummary& s) {
             {"requests_per_s", s.requests_per_s},
             {"output_tokens_per_s", s.output_tokens_per_s},
             {"prompt_tokens_per_s", s.prompt_tokens_per_s},
-            {"cached_share", s.cached_share}};
+            {"cached_share", s.cached_share},
+            {"blended_share", s.blended_share},
+            {"computed_share", s.computed_share}};
+  if (o.rag)
+    j["rag"] = {{"docs_pool", o.docs_pool}, {"docs_per_request", o.docs_per_request}, {"doc_tokens", o.doc_tokens}};
   if (!s.first_error.empty()) j["first_error"] = s.first_error;
   return j.dump();
 }

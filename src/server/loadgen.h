@@ -42,6 +42,14 @@ struct LoadgenOptions {
   bool chat = false;               // /v1/chat/completions with text conversations: the *_tokens sizes
                                    // count words of synthetic sentences, and each assistant turn is the
                                    // server's own reply
+  // RAG (`rag`): each request is the system prompt, `docs_per_request`
+  // documents drawn from a pool in random order (marked as reusable
+  // segments) and a question, through /v1/completions "segments"; `rounds`
+  // requests per user, no history.
+  bool rag = false;
+  uint32_t docs_pool = 50;
+  uint32_t docs_per_request = 6;
+  uint32_t doc_tokens = 512;
 
   Status validate() const;
 };
@@ -53,6 +61,7 @@ struct LoadgenSample {
   std::string error;
   double ttft_s = 0, e2e_s = 0;
   uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  uint32_t blended_tokens = 0;  // segment tokens reused from cached KV by blending (usage.kvtier.blend)
 };
 
 struct LoadgenSummary {
@@ -61,7 +70,9 @@ struct LoadgenSummary {
   double ttft_mean = 0, ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;  // seconds
   double e2e_mean = 0, e2e_p50 = 0, e2e_p90 = 0, e2e_p99 = 0;
   double requests_per_s = 0, output_tokens_per_s = 0, prompt_tokens_per_s = 0;
-  double cached_share = 0;  // cached prompt tokens / prompt tokens (from usage)
+  double cached_share = 0;   // exactly cached prompt tokens / prompt tokens (from usage)
+  double blended_share = 0;  // blended (approximate) prompt tokens / prompt tokens
+  double computed_share = 0; // the rest: computed
   std::string first_error;
 };
 

@@ -273,6 +273,25 @@ TEST_F(SharedServer, SegmentsAreBlendedAndLabelled) {
   EXPECT_GE(p.value("kvtier_blend_requests_total"), 1);
 }
 
+// `kvtier loadgen --rag`: documents from a small pool in random order; after
+// the first requests store them, later ones are blended, and the summary splits
+// prompt tokens into exactly cached, blended and computed.
+TEST_F(SharedServer, LoadgenRagReportsBlendedShare) {
+  server::LoadgenOptions lo;
+  lo.url = "http://127.0.0.1:" + std::to_string(port());
+  lo.rag = true;
+  lo.users = 2, lo.rounds = 3, lo.docs_pool = 4, lo.docs_per_request = 3, lo.doc_tokens = 64;
+  lo.system_prompt_tokens = 40, lo.question_tokens = 10, lo.answer_tokens = 2;
+  lo.seed = 7;
+  auto run = server::run_loadgen(lo);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  const auto summary = server::summarize(*run);
+  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
+  EXPECT_EQ(summary.requests, 6u);
+  EXPECT_GT(summary.blended_share, 0.2);
+  EXPECT_NEAR(summary.cached_share + summary.blended_share + summary.computed_share, 1.0, 1e-9);
+}
+
 // --no-blend: segments are ordinary prompt text; --blend-separator: a plain
 // prompt is split into segments on the separator's tokens.
 TEST(ServerE2E, NoBlendAndSeparator) {
