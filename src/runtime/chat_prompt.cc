@@ -42,6 +42,27 @@ Result<std::vector<TokenId>> ChatPrompts::build(const nlohmann::ordered_json& me
   return *std::move(spliced);
 }
 
+std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& rendered,
+                                                             std::span<const std::string> segment_texts) const {
+  Segmented out;
+  size_t from = 0;
+  auto append = [&](std::string_view piece) {
+    const auto ids = codec_->tokenize(piece, {.add_bos = out.tokens.empty(), .parse_special = true});
+    out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
+  };
+  for (const std::string& text : segment_texts) {
+    const size_t at = rendered.find(text, from);
+    if (at == std::string::npos) return std::nullopt;
+    append(std::string_view(rendered).substr(from, at - from));
+    const uint32_t begin = uint32_t(out.tokens.size());
+    append(text);
+    out.segments.push_back({begin, uint32_t(out.tokens.size())});
+    from = at + text.size();
+  }
+  append(std::string_view(rendered).substr(from));
+  return out;
+}
+
 // The remembered ids of the longest rendering prefix that ends an assistant message, then the rest tokenized.
 std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_json& messages,
                                                         const std::string& rendered) const {

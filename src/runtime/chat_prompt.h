@@ -54,6 +54,17 @@ class ChatPrompts {
   void remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
                 std::span<const TokenId> reply);
 
+  // The rendered text tokenized in pieces so that each of `segment_texts`,
+  // found in order in `rendered`, is tokenized on its own (BOS only before
+  // the first piece) and reported as a reusable segment; nullopt when one is
+  // not found (then the plain tokens stand). A document thus gives the same
+  // tokens wherever it sits (the price: BPE does not merge across its edges).
+  struct Segmented {
+    std::vector<TokenId> tokens;
+    std::vector<PromptSegment> segments;
+  };
+  std::optional<Segmented> segmented(const std::string& rendered, std::span<const std::string> segment_texts) const;
+
   // Statistics for tests and metrics: builds that reused remembered ids.
   uint64_t spliced() const;
 

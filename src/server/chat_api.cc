@@ -13,7 +13,7 @@ bool known_role(const std::string& role) {
 }
 
 // content: a string, text parts (joined with "\n"), or null (an assistant turn with tool calls).
-std::optional<ApiError> read_content(ojson& message, size_t index) {
+std::optional<ApiError> read_content(ojson& message, size_t index, std::vector<std::string>& cacheable) {
   const std::string where = "messages[" + std::to_string(index) + "].content";
   auto it = message.find("content");
   if (it == message.end() || it->is_null()) {
@@ -33,12 +33,17 @@ std::optional<ApiError> read_content(ojson& message, size_t index) {
                          where, "unsupported");
     if (k > 0) text += '\n';
     text += part["text"].get_ref<const std::string&>();
+    if (auto c = part.find("cacheable"); c != part.end() && !c->is_null()) {
+      if (!c->is_boolean()) return bad_request("'" + where + "[" + std::to_string(k) + "].cacheable' must be a boolean", where, "invalid_type");
+      if (c->get<bool>() && !part["text"].get_ref<const std::string&>().empty())
+        cacheable.push_back(part["text"].get<std::string>());
+    }
   }
   message["content"] = std::move(text);
   return std::nullopt;
 }
 
-std::optional<ApiError> read_messages(const ojson& doc, ojson& out) {
+std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<std::string>& cacheable) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages", "missing_field");
   if (!it->is_array() || it->empty()) return bad_request("'messages' must be a non-empty array", "messages", "invalid_value");
@@ -53,7 +58,7 @@ std::optional<ApiError> read_messages(const ojson& doc, ojson& out) {
       return bad_request("'" + where + ".role' = '" + m["role"].get<std::string>() +
                              "' is not one of system, developer, user, assistant, tool",
                          where + ".role", "invalid_value");
-    if (auto err = read_content(m, i)) return err;
+    if (auto err = read_content(m, i, cacheable)) return err;
   }
   return std::nullopt;
 }
@@ -107,7 +112,7 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   if (!doc.ok()) return error;
   ChatRequest r;
   const ojson ordered = ojson::parse(body, nullptr, false);  // key order matters to templates
-  if (auto err = read_messages(ordered, r.messages)) return *err;
+  if (auto err = read_messages(ordered, r.messages, r.segment_texts)) return *err;
   if (auto err = read_logprobs(*doc, r.completion)) return *err;
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
   auto ids = build(r.messages, r.rendered);

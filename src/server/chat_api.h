@@ -2,7 +2,8 @@
 //
 // parse_chat_request() validates `messages` (roles system, developer, user,
 // assistant, tool; `content` a string, an array of text parts — joined with
-// "\n" — or null for an assistant turn with tool calls) and the generation
+// "\n"; a part with "cacheable": true is a reusable segment — or null for an
+// assistant turn with tool calls) and the generation
 // fields shared with /v1/completions (max_tokens or max_completion_tokens,
 // temperature, top_p, seed, stop, stream, stream_options, cache_salt,
 // logprobs + top_logprobs), then asks `build` for the prompt tokens (the
@@ -27,6 +28,10 @@ struct ChatRequest {
   CompletionRequest completion;      // prompt = the rendered conversation's tokens
   nlohmann::ordered_json messages;   // validated, content as a string (key order kept for the template)
   std::string rendered;              // the prompt as text
+  // Texts of the content parts marked "cacheable": true (kvtier extension), in
+  // order: reusable segments (docs/BLEND.md); ChatPrompts::segmented() finds
+  // them in the rendered text.
+  std::vector<std::string> segment_texts;
 };
 
 // Renders `messages` with the chat template (add_generation_prompt on) and

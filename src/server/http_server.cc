@@ -295,6 +295,13 @@ void HttpServer::install_routes() {
     auto parsed = parse_chat_request(req.body, limits_, build);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     ChatRequest& chat = std::get<ChatRequest>(parsed);
+    if (!chat.segment_texts.empty()) {
+      if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
+        chat.completion.prompt = std::move(seg->tokens);
+        chat.completion.segments = std::move(seg->segments);
+        if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
+      }
+    }
     respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered)});
   });
 }

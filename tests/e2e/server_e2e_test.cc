@@ -595,6 +595,28 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   const std::string metrics = httplib::Client("127.0.0.1", s.port()).Get("/metrics")->body;
   EXPECT_NE(metrics.find("\nkvtier_chat_reply_ids_reused_total "), std::string::npos);
 
+  // Content parts marked cacheable are segments: the documents, swapped, are blended the second time.
+  std::string doc_a, doc_b;
+  for (int i = 0; i < 10; ++i) doc_a += "Disk regions hold whole chunks of pages and are verified on every read. ";
+  for (int i = 0; i < 10; ++i) doc_b += "The planner loads what is cheaper to load than to compute again. ";
+  json blend_usage;
+  for (bool swapped : {false, true}) {
+    const json parts = json::array({{{"type", "text"}, {"text", "Read these."}},
+                                    {{"type", "text"}, {"text", swapped ? doc_b : doc_a}, {"cacheable", true}},
+                                    {{"type", "text"}, {"text", swapped ? doc_a : doc_b}, {"cacheable", true}},
+                                    {{"type", "text"}, {"text", swapped ? "Which is verified?" : "What is loaded?"}}});
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    auto r = c.Post("/v1/chat/completions",
+                    json{{"messages", json::array({{{"role", "user"}, {"content", parts}}})}, {"max_tokens", 2}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    blend_usage = json::parse(r->body)["usage"]["kvtier"]["blend"];
+  }
+  EXPECT_TRUE(blend_usage["blended"].get<bool>()) << blend_usage.dump();
+  EXPECT_GT(blend_usage["reused_tokens"].get<int>(), 100) << blend_usage.dump();
+
   // Streamed: role, then content deltas, then the finish reason; [DONE] last.
   messages.push_back({{"role", "user"}, {"content", "And streaming?"}});
   std::vector<json> chunks;

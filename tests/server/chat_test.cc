@@ -209,6 +209,40 @@ TEST_F(ChatPromptsTest, RenderingTooLongIsRefusedBeforeTokenizing) {
   EXPECT_NE(e.message.find("not tokenized"), std::string::npos) << e.message;
 }
 
+// Content parts marked cacheable become segments: each document is tokenized
+// on its own, so it has the same tokens wherever the conversation puts it.
+TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
+  const std::string doc_a = "Paris is the capital of France.", doc_b = "The Loire is France's longest river.";
+  auto request = [&](const std::string& first, const std::string& second) {
+    const ojson parts = ojson::array({{{"type", "text"}, {"text", "Documents:"}},
+                                      {{"type", "text"}, {"text", first}, {"cacheable", true}},
+                                      {{"type", "text"}, {"text", second}, {"cacheable", true}},
+                                      {{"type", "text"}, {"text", "Which river is longest?"}}});
+    const ojson body = {{"messages", ojson::array({{{"role", "user"}, {"content", parts}}})}};
+    ChatPromptBuilder build = [&](const ojson& m, std::string& r) { return prompts_->build(m, r); };
+    auto parsed = parse_chat_request(body.dump(), limits(), build);
+    EXPECT_TRUE(std::holds_alternative<ChatRequest>(parsed));
+    return std::get<ChatRequest>(parsed);
+  };
+  const ChatRequest ab = request(doc_a, doc_b), ba = request(doc_b, doc_a);
+  ASSERT_EQ(ab.segment_texts, (std::vector<std::string>{doc_a, doc_b}));
+  auto sa = prompts_->segmented(ab.rendered, ab.segment_texts), sb = prompts_->segmented(ba.rendered, ba.segment_texts);
+  ASSERT_TRUE(sa && sb);
+  ASSERT_EQ(sa->segments.size(), 2u);
+  auto tokens_of = [](const ChatPrompts::Segmented& s, size_t i) {
+    return std::vector<TokenId>(s.tokens.begin() + s.segments[i].begin, s.tokens.begin() + s.segments[i].end);
+  };
+  EXPECT_EQ(tokens_of(*sa, 0), plain(doc_a));
+  EXPECT_EQ(tokens_of(*sa, 0), tokens_of(*sb, 1));
+  EXPECT_EQ(tokens_of(*sa, 1), tokens_of(*sb, 0));
+  EXPECT_EQ(codec_.detokenize_special(sa->tokens), ab.rendered);  // the model still reads the whole conversation
+  EXPECT_FALSE(prompts_->segmented(ab.rendered, std::vector<std::string>{"not in the text"}));
+  const auto bad = parse_chat_request(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","cacheable":"yes"}]}]})", limits(),
+      [&](const ojson& m, std::string& r) { return prompts_->build(m, r); });
+  EXPECT_TRUE(std::holds_alternative<ApiError>(bad));
+}
+
 TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
   auto none = ChatPrompts::create(codec_, "");
   ASSERT_TRUE(none.ok());
