@@ -58,16 +58,16 @@ Result<HeldSegment> hold_segment(KVCache& cache, const Namespace& ns, std::span<
 }
 
 // Stores first-seen segments past `exact`, then holds each one's cached KV.
-// A segment that cannot be held (the pool is full) is simply not reused.
-Result<std::vector<HeldSegment>> gather_segments(engine::Forward& engine, KVCache& cache, const Namespace& ns,
-                                                 std::span<const TokenId> prompt,
-                                                 std::span<const PromptSegment> segments, uint32_t exact,
-                                                 BlendReport& report) {
+// A segment that cannot be stored or held (the pool is full, a load failed)
+// is simply not reused: the request computes it.
+std::vector<HeldSegment> gather_segments(engine::Forward& engine, KVCache& cache, const Namespace& ns,
+                                         std::span<const TokenId> prompt, std::span<const PromptSegment> segments,
+                                         uint32_t exact, BlendReport& report) {
   std::vector<HeldSegment> held;
   for (const PromptSegment& s : segments) {
     if (s.begin < exact || s.end <= s.begin) continue;
-    KVTIER_ASSIGN_OR_RETURN(uint32_t computed, store_segment(engine, cache, ns, prompt.subspan(s.begin, s.end - s.begin)));
-    report.stored_segment_tokens += computed;
+    auto computed = store_segment(engine, cache, ns, prompt.subspan(s.begin, s.end - s.begin));
+    if (computed.ok()) report.stored_segment_tokens += *computed;
   }
   for (const PromptSegment& s : segments) {
     if (s.begin < exact || s.end <= s.begin) continue;
@@ -127,8 +127,7 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   const uint32_t exact = lease.cached_end();
   if (!front.ok()) return cached_prefill(engine, cache, lease, kv, prompt);  // its fallback recomputes
 
-  KVTIER_ASSIGN_OR_RETURN(std::vector<HeldSegment> held,
-                          gather_segments(engine, cache, ns, prompt, segments, exact, report));
+  std::vector<HeldSegment> held = gather_segments(engine, cache, ns, prompt, segments, exact, report);
   kv.pages = lease.pages();
   BlendShape shape{.exact_tokens = exact, .prompt_tokens = prompt.size(), .check_layer = options.check_layer,
                    .ratio = options.recompute_ratio};
