@@ -123,7 +123,7 @@ def bench_ttft(args):
                     lease.release()
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"PyTorch TTFT, {args.ttft_model} preset, {args.ttft_prefix}-token cached prefix + {args.ttft_new} new "
-          f"tokens, kv {args.kv_dtype}, medians of {args.reps}:")
+          f"tokens, kv {args.kv_dtype}, {torch.get_num_threads()} threads, medians of {args.reps}:")
     for k in ("none", "host", "disk"):
         speed = f"   {med['none'] / med[k]:.1f}x faster than no cache" if k != "none" else ""
         print(f"  {'no cache' if k == 'none' else 'from ' + k:10s} {med[k] * 1e3:9.1f} ms{speed}")
@@ -140,7 +140,10 @@ def main() -> int:
     p.add_argument("--ttft-prefix", type=int, default=4096)
     p.add_argument("--ttft-new", type=int, default=64)
     p.add_argument("--skip-ttft", action="store_true")
+    p.add_argument("--threads", type=int, default=os.cpu_count(),
+                   help="PyTorch's threads (its OpenMP default here is 1)")
     args = p.parse_args()
+    torch.set_num_threads(args.threads)
     os.makedirs(args.dir, exist_ok=True)
     # The `small` preset's KV geometry (8 layers, 4 KV heads, head dim 64).
     bench_load(args, kvtier.Geometry(num_layers=8, num_kv_heads=4, head_dim=64, dtype=args.kv_dtype, page_tokens=16))
