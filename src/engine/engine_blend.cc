@@ -125,10 +125,13 @@ Result<Logits> Engine::prefill_blend(SequenceKV& seq, std::span<const TokenId> t
   profile_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t_start).count();
   profile_.attention_seconds += im.attention_seconds;
   profile_.prefill_tokens += n;
+  // Matrix FLOPs: every row below the check layer, the selected rows from it
+  // on, and the check layer's QKV projection for the others (attention left out).
   const double per_layer = c.layer_flops_per_token() / c.num_layers;
-  profile_.prefill_flops += per_layer * (double(n) * (blend.check_layer + 1) +
+  const double qkv = 2.0 * c.hidden_size * (double(c.q_dim()) + 2.0 * c.kv_dim());
+  profile_.prefill_flops += per_layer * (double(n) * blend.check_layer +
                                          double(selected.size()) * (c.num_layers - blend.check_layer)) +
-                            c.head_flops();
+                            qkv * double(n - selected.size()) + c.head_flops();
   return out;
 }
 
