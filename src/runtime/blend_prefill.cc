@@ -65,12 +65,12 @@ std::vector<HeldSegment> gather_segments(engine::Forward& engine, KVCache& cache
                                          uint32_t exact, BlendReport& report) {
   std::vector<HeldSegment> held;
   for (const PromptSegment& s : segments) {
-    if (s.begin < exact || s.end <= s.begin) continue;
+    if (s.begin < exact) continue;
     auto computed = store_segment(engine, cache, ns, prompt.subspan(s.begin, s.end - s.begin));
     if (computed.ok()) report.stored_segment_tokens += *computed;
   }
   for (const PromptSegment& s : segments) {
-    if (s.begin < exact || s.end <= s.begin) continue;
+    if (s.begin < exact) continue;
     auto h = hold_segment(cache, ns, prompt.subspan(s.begin, s.end - s.begin), s);
     if (!h.ok()) continue;
     // The last prompt position yields the logits: it is always computed.
@@ -87,6 +87,19 @@ Result<engine::Logits> plain_from(engine::Forward& engine, CacheLease& lease, en
   engine::PrefillOptions po;
   po.layer_hook = [&](LayerIdx l) { return lease.wait_layer(l); };
   return engine.prefill(kv, prompt, from, po);
+}
+
+// Segments are in order, disjoint, non-empty and inside the prompt.
+Status check_segments(std::span<const PromptSegment> segments, size_t prompt_tokens) {
+  uint32_t end = 0;
+  for (const PromptSegment& s : segments) {
+    if (s.begin < end || s.end <= s.begin || s.end > prompt_tokens)
+      return Status::InvalidArgument("blend: segment [" + std::to_string(s.begin) + ", " + std::to_string(s.end) +
+                                     ") is empty, out of order or outside the prompt of " +
+                                     std::to_string(prompt_tokens) + " tokens");
+    end = s.end;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -119,6 +132,7 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
                                      std::span<const PromptSegment> segments, const BlendPrefillOptions& options,
                                      BlendReport& report) {
   KVTIER_RETURN_IF_ERROR(options.validate());
+  KVTIER_RETURN_IF_ERROR(check_segments(segments, prompt.size()));
   report = BlendReport{};
   report.exact_tokens = uint32_t(prompt.size());
   if (!options.enabled || segments.empty() || !engine.supports_blend())

@@ -56,7 +56,8 @@ struct BlendReport {
 };
 
 // `lease` comes from lookup/plan/apply of the whole prompt (as for
-// cached_prefill); on success kv.num_tokens == prompt.size().
+// cached_prefill); on success kv.num_tokens == prompt.size(). Segments out
+// of order, overlapping, empty or past the prompt are InvalidArgument.
 Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, const Namespace& ns, CacheLease& lease,
                                      engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                      std::span<const PromptSegment> segments, const BlendPrefillOptions& options,

@@ -171,6 +171,25 @@ TEST(BlendPrefill, NoSegmentsIsThePlainPath) {
   EXPECT_LT(rel_diff(b.logits, ref.logits), 1e-6);
 }
 
+TEST(BlendPrefill, RefusesBadSegments) {
+  CacheRig rig;
+  const RagPrompt p = rag_prompt(7, {14}, 8);
+  const uint32_t n = uint32_t(p.tokens.size());
+  for (std::vector<PromptSegment> bad : {std::vector<PromptSegment>{{5, 5}}, std::vector<PromptSegment>{{0, n + 1}},
+                                         std::vector<PromptSegment>{{10, 20}, {15, 30}}}) {
+    auto look = rig.cache->lookup(rig.ns, p.tokens);
+    ASSERT_TRUE(look.ok());
+    const Plan plan = rig.cache->plan(*look);
+    auto lease = rig.cache->apply(std::move(*look), plan);
+    ASSERT_TRUE(lease.ok());
+    engine::SequenceKV kv;
+    BlendReport report;
+    auto r = blend_prefill(*rig.engine, *rig.cache, rig.ns, *lease, kv, p.tokens, bad, forced(), report);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    rig.cache->release(*lease);
+  }
+}
+
 TEST(BlendPrefill, SegmentsBetweenSeparators) {
   const std::vector<TokenId> prompt = {1, 2, 9, 9, 3, 4, 5, 9, 9, 6};
   const std::vector<TokenId> sep = {9, 9};
