@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "common/stats.h"
 #include "engine/sampler.h"
 #include "runtime/blend_prefill.h"
 #include "runtime/cached_prefill.h"
@@ -17,12 +18,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 // KL(p ‖ q) of the softmax distributions of two logit rows, in nats.
 double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/half.h"
+#include "engine/kv_rows.h"
 #include "engine/simd.h"
 
 namespace kvtier::engine {
@@ -25,15 +26,6 @@ constexpr uint32_t kRowGroup = 4;  // query rows that share each K/V load
 // o blocks of 64 KiB at head_dim 64, still in L2) made a 64-token suffix
 // over 16384 cached tokens about 1.5x faster (docs/PERF.md, bench ttft).
 constexpr uint32_t kTargetRows = 256;
-
-// Converts `n` elements of the page dtype at `src` to f32.
-inline void to_f32(DType dt, const std::byte* src, float* dst, uint32_t n) {
-  switch (dt) {
-    case DType::kF32: std::memcpy(dst, src, n * sizeof(float)); break;
-    case DType::kF16: f16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
-    case DType::kBF16: bf16_to_f32(reinterpret_cast<const uint16_t*>(src), dst, n); break;
-  }
-}
 
 // DV: head_dim / 16 when known at compile time (registers hold a whole row), 0 otherwise.
 template <uint32_t DV>
@@ -70,14 +62,14 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
       const uint32_t pos = kp + j;
       const PageId page = job.pages[pos / P];
       const size_t off = size_t(pos % P) * tok_stride + size_t(kvh) * D * esz;
-      to_f32(geo.dtype, job.pool->v(page, job.layer) + off, vc + size_t(j) * D, D);
+      load_kv_row(geo.dtype, job.pool->v(page, job.layer) + off, vc + size_t(j) * D, D);
       const std::byte* ks = job.pool->k(page, job.layer) + off;
       if (geo.dtype == DType::kF32) {
         const float* kf = reinterpret_cast<const float*>(ks);
         for (uint32_t d = 0; d < D; ++d) kt[size_t(d) * kChunk + j] = kf[d];
       } else {
         for (uint32_t d0 = 0; d0 < D; d0 += simd::kLanes) {
-          to_f32(geo.dtype, ks + d0 * esz, row, simd::kLanes);
+          load_kv_row(geo.dtype, ks + d0 * esz, row, simd::kLanes);
           for (uint32_t d = 0; d < simd::kLanes; ++d) kt[size_t(d0 + d) * kChunk + j] = row[d];
         }
       }
