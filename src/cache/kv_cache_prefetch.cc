@@ -54,8 +54,10 @@ Result<uint32_t> KVCache::prefetch(const Namespace& ns, std::span<const TokenId>
 
 bool KVCache::await_prefetches(const NsKey& ns, std::span<const PageHash> keys) {
   bool waited = false;
+  // A prefetch that finished since the caller's poll() is still waited on (a
+  // no-op) so that poll() indexes it: skipping it would read its chunks again.
   for (auto& pf : prefetches_) {
-    if (!(pf->ns == ns) || pf->handle.done()) continue;
+    if (!(pf->ns == ns)) continue;
     const bool overlaps = std::any_of(keys.begin(), keys.end(), [&](const PageHash& k) {
       return std::find(pf->chunk_keys.begin(), pf->chunk_keys.end(), k) != pf->chunk_keys.end();
     });
