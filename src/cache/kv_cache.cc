@@ -6,8 +6,33 @@
 #include <limits>
 
 #include "common/page_hash.h"
+#include "common/stats.h"
 
 namespace kvtier {
+
+namespace {
+
+// The planner's view of a tier that stores entries with `codec`: the
+// fraction of raw bytes its entries take, and a decode rate measured here
+// on one layer of a full chunk (median of 5; well under a millisecond).
+TierEncoding tier_encoding(KvCodec codec, const ChunkGeometry& g) {
+  TierEncoding e;
+  if (!kv_codec_lossy(codec)) return e;
+  const size_t raw_bytes = g.layer_bytes(g.chunk_pages), stored_bytes = g.stored_layer_bytes(g.chunk_pages, codec);
+  e.stored_fraction = double(stored_bytes) / double(raw_bytes);
+  std::vector<std::byte> raw(raw_bytes), stored(stored_bytes);
+  if (!kv_encode_layer(codec, g.kv, g.chunk_pages, raw, stored).ok()) return e;
+  std::vector<double> seconds;
+  for (int round = 0; round < 5; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!kv_decode_layer(codec, g.kv, g.chunk_pages, stored, raw).ok()) return e;
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  e.decode_bytes_per_s = double(raw_bytes) / std::max(median(seconds), 1e-9);
+  return e;
+}
+
+}  // namespace
 
 std::string_view write_policy_name(WritePolicy p) {
   switch (p) {
@@ -44,6 +69,10 @@ Status KVCacheOptions::validate() const {
     return Status::InvalidArgument("KVCache: transfer_workers must be in [1, 64]");
   if (remote && !(remote->geometry().kv == geometry && remote->geometry().chunk_pages == chunk_pages))
     return Status::InvalidArgument("KVCache: the remote tier's chunk geometry differs from the cache's");
+  if (remote && remote->geometry().codec != remote_codec)
+    return Status::InvalidArgument("KVCache: the remote tier writes codec " + std::string(kv_codec_name(remote->geometry().codec)) +
+                                   ", remote_codec says " + std::string(kv_codec_name(remote_codec)));
+  if (!disk_dir.empty()) KVTIER_RETURN_IF_ERROR(kv_codec_check(disk_codec, geometry));
   KVTIER_RETURN_IF_ERROR(profile.validate());
   return model_cost.validate();
 }
@@ -64,6 +93,10 @@ CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
     recompute_end_ = o.recompute_end_;
     cached_end_ = o.cached_end_;
     in_place_prefix_ = o.in_place_prefix_;
+    lossy_ = std::move(o.lossy_);
+    front_load_pages_ = std::move(o.front_load_pages_);
+    back_load_pages_ = std::move(o.back_load_pages_);
+    codecs_folded_ = o.codecs_folded_;
     layerwise_ = o.layerwise_;
     report_ = o.report_;
     plan_ = std::move(o.plan_);
@@ -109,6 +142,41 @@ Status CacheLease::wait_layer(LayerIdx l) {
 }
 
 bool CacheLease::loads_done() const { return front_.done() && back_.done(); }
+
+const LeaseReport& CacheLease::report() {
+  fold_load_codecs();
+  return report_;
+}
+
+void CacheLease::fold_load_codecs() {
+  if (codecs_folded_ || !cache_ || !loads_done()) return;
+  codecs_folded_ = true;
+  const uint32_t P = cache_->options_.geometry.page_tokens, C = cache_->options_.chunk_pages;
+  const uint32_t rb = recompute_begin_ / P, re = recompute_end_ / P;
+  for (auto [handle, firsts] : {std::pair{&front_, &front_load_pages_}, std::pair{&back_, &back_load_pages_}}) {
+    if (!handle->valid()) continue;
+    const TransferResult r = handle->result();
+    for (size_t i = 0; i < firsts->size() && i < r.load_codecs.size(); ++i) {
+      if (!r.loads[i].ok() || !kv_codec_lossy(r.load_codecs[i])) continue;
+      for (uint32_t p = (*firsts)[i]; p < (*firsts)[i] + C && p < lossy_.size(); ++p)
+        if (p < rb || p >= re) lossy_[p] = true;  // pages of the chunk the plan recomputes are not its
+    }
+  }
+  recount_lossy();
+}
+
+void CacheLease::recount_lossy() {
+  const uint32_t P = cache_->options_.geometry.page_tokens;
+  const uint32_t tokens = static_cast<uint32_t>(std::count(lossy_.begin(), lossy_.end(), true)) * P;
+  cache_->stats_.lossy_tokens += tokens;
+  cache_->stats_.lossy_tokens -= report_.lossy_tokens;
+  report_.lossy_tokens = tokens;
+}
+
+uint32_t CacheLease::lossy_from() const {
+  auto it = std::find(lossy_.begin(), lossy_.end(), true);
+  return it == lossy_.end() ? UINT32_MAX : static_cast<uint32_t>(it - lossy_.begin());
+}
 
 void CacheLease::wait_all() {
   if (!front_.valid() && !back_.valid()) return;
@@ -161,6 +229,8 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     d.direct_io = o.disk_direct_io;
     d.fs = o.disk_fs;
     d.auth = o.disk_auth;
+    d.geometry.codec = o.disk_codec;
+    d.accept_lossy = o.serves_lossy();
     auto disk = DiskTier::create(d);
     if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
     c->disk_ = std::move(disk).value();
@@ -182,9 +252,11 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   if (!c->host_) prof.link(TierKind::kHost) = {};
   if (!c->disk_) prof.link(TierKind::kDisk) = {};
   if (!c->remote_) prof.link(TierKind::kRemote) = {};
+  ModelCost cost = o.model_cost;  // loads from a tier with a codec move fewer bytes, then decode
+  cost.encoding[static_cast<size_t>(TierKind::kDisk)] = tier_encoding(o.disk_codec, cg);
+  cost.encoding[static_cast<size_t>(TierKind::kRemote)] = tier_encoding(o.remote_codec, cg);
   KVTIER_ASSIGN_OR_RETURN(
-      Planner pl, Planner::create(PlannerOptions{.page_tokens = o.geometry.page_tokens, .layerwise = o.layerwise}, prof,
-                                  o.model_cost));
+      Planner pl, Planner::create(PlannerOptions{.page_tokens = o.geometry.page_tokens, .layerwise = o.layerwise}, prof, cost));
   c->planner_ = std::make_unique<Planner>(std::move(pl));
   return c;
 }
@@ -346,6 +418,7 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     mv.key = chunk_key(L.ns, L.match.hashes, c);
     for (uint32_t p = lo; p < lo + C; ++p)
       mv.dst.push_back(PageLoc::pool(action[p] == PlanAction::kLoad ? lease.pages_[p] : lease.scratch_[si++]));
+    (lo < b ? lease.front_load_pages_ : lease.back_load_pages_).push_back(lo);
     (lo < b ? front : back).loads.push_back(std::move(mv));
   }
   if (host_loads) {
@@ -374,6 +447,8 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     lease.recompute_end_ = x * P;
     lease.cached_end_ = M * P;
   }
+  lease.lossy_.assign(M, false);  // index pages now; lossy loads once they have landed
+  for (uint32_t p = 0; p < L.index_pages; ++p) lease.lossy_[p] = action[p] != PlanAction::kRecompute && L.match.locations[p].lossy;
   for (uint32_t p = 0; p < M; ++p) {
     const size_t t = static_cast<size_t>(tier[p]);
     ++stats_.plan_pages[static_cast<size_t>(action[p])];
@@ -422,6 +497,10 @@ uint32_t KVCache::fall_back(CacheLease& lease) {
   }
   lease.recompute_begin_ = lease.recompute_end_ = 0;
   lease.cached_end_ = pos;
+  // Only the in-place pages are still used; what the failed loads brought does not count.
+  for (size_t p = lease.in_place_prefix_; p < lease.lossy_.size(); ++p) lease.lossy_[p] = false;
+  lease.codecs_folded_ = true;
+  lease.recount_lossy();
   return pos;
 }
 

@@ -72,6 +72,15 @@ struct KVCacheOptions {
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
   std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
   std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
+  // Chunk codecs (tiers/kv_codec.h) of the disk tier and of the remote tier
+  // (which the caller builds: its geometry's codec must equal remote_codec).
+  // A cache whose codecs are all kNone serves exact KV only: lossy entries,
+  // whoever wrote them, are misses (counted in TierStats::lossy_refused).
+  // With any lossy codec, entries of every codec are served, and KV that
+  // came from a lossy entry is marked lossy (PageLocation::lossy), labelled
+  // in LeaseReport::lossy_tokens and never stored down again.
+  KvCodec disk_codec = KvCodec::kNone;
+  KvCodec remote_codec = KvCodec::kNone;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
@@ -83,6 +92,8 @@ struct KVCacheOptions {
   LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
 
   Status validate() const;
+  // The mixed-entry rule: the tiers serve lossy entries only when some codec is lossy.
+  bool serves_lossy() const { return kv_codec_lossy(disk_codec) || kv_codec_lossy(remote_codec); }
 };
 
 // Where the cached pages of one prompt live. Produced by lookup(), consumed by apply().
@@ -105,6 +116,9 @@ struct LeaseReport {
   uint32_t recomputed_cached_tokens = 0;
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
   uint64_t load_wait_ns = 0;  // time the caller spent blocked waiting for loads (wait_layer / wait_all)
+  // Reused tokens whose KV is approximate (a lossy entry, or a page marked
+  // lossy); known once the loads have finished (CacheLease::report()).
+  uint32_t lossy_tokens = 0;
   uint32_t reused_tokens() const {
     uint32_t n = 0;
     for (uint32_t t : reused_tokens_by_tier) n += t;
@@ -147,7 +161,9 @@ class CacheLease {
   bool loads_done() const;
   // Waits for every load (used before recomputing after a failed load).
   void wait_all();
-  const LeaseReport& report() const { return report_; }
+  // The lease's counters. Lossy loads are folded in once every load has
+  // finished, so read it after prefill (as usage reporting does).
+  const LeaseReport& report();
   const Plan& plan() const { return plan_; }
   const NsKey& ns() const { return ns_; }
 
@@ -161,6 +177,16 @@ class CacheLease {
   std::vector<PageId> scratch_;  // pages loaded only to complete a chunk; freed on release
   uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
   uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
+  // Per cached page: its KV came from a lossy source. Loads are folded in by
+  // fold_load_codecs() when they have finished.
+  std::vector<bool> lossy_;
+  std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
+  bool codecs_folded_ = false;
+  void fold_load_codecs();
+  // report_.lossy_tokens from lossy_, with the cache-wide counter kept in step.
+  void recount_lossy();
+  // First page whose KV is lossy or computed from lossy KV (all later pages are too); UINT32_MAX: none.
+  uint32_t lossy_from() const;
   bool layerwise_ = true;         // KVCacheOptions::layerwise
   LeaseReport report_;
   Plan plan_;
@@ -177,6 +203,7 @@ struct KVCacheStats {
   uint64_t demoted_pages = 0;  // device → host on eviction (write-back)
   uint64_t spilled_chunks = 0;  // chunk stores to disk/remote on host eviction (write-back)
   uint64_t load_failures = 0;  // loads that failed (corrupt, I/O); the request recomputed
+  uint64_t lossy_tokens = 0;   // reused tokens whose KV came from lossy entries (LeaseReport::lossy_tokens)
   uint64_t prefetched_pages = 0;       // pages read ahead into the host tier and indexed there
   uint64_t prefetch_failures = 0;      // prefetched chunks dropped (failed or corrupt load)
   uint64_t prefetch_waits = 0;         // lookups that waited for a prefetch in flight
@@ -277,6 +304,7 @@ class KVCache {
     std::vector<TierKind> chunk_from; // where each chunk is read from
     TransferHandle handle;
   };
+  friend class CacheLease;  // its lossy-token counts feed stats_
   explicit KVCache(const KVCacheOptions& o);
   // lookup() without its bookkeeping (lookup counters, selective hit counts).
   Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);

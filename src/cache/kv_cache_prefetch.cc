@@ -93,6 +93,8 @@ void KVCache::finish_prefetch(Prefetch& pf) {
     std::vector<PageLocation> locs(end);
     for (uint32_t i = 0; i < end; ++i)  // entries before first_page are present, hence ignored
       locs[i].host = pf.slots[i < pf.first_page ? 0 : i - pf.first_page];
+    for (uint32_t i = pf.first_page; i < end; ++i)  // pages of a lossy entry are marked as such
+      locs[i].lossy = kv_codec_lossy(r.load_codecs[(i - pf.first_page) / C]);
     auto ins = index_->insert(pf.ns, std::span(pf.tokens).first(size_t(end) * P), locs,
                               std::span(pf.hashes).first(end));
     if (ins.ok()) {

@@ -24,8 +24,12 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   std::vector<PageHash> hashes;
   hashes.reserve(W);
   hash_pages(options_.hash, lease.ns_.seed, tokens.first(size_t(W) * P), P, hashes);
+  // From the first lossy page on, every page is lossy: it is, or it was computed attending to one.
+  lease.wait_all();
+  lease.fold_load_codecs();
+  const uint32_t lossy_from = std::min(lease.lossy_from(), W);
   std::vector<PageLocation> locs(W);
-  for (uint32_t i = 0; i < W; ++i) locs[i].device = lease.pages_[i];
+  for (uint32_t i = 0; i < W; ++i) locs[i] = PageLocation{lease.pages_[i], SlotId(), i >= lossy_from};
   auto ins = index_->insert(lease.ns_, tokens.first(size_t(W) * P), locs, hashes);
   if (!ins.ok()) {
     release(lease);
@@ -38,8 +42,10 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   std::vector<bool> taken(W, false);
   std::vector<uint32_t> need_host;  // pages cached without a host copy
   std::vector<PageId> device(W);    // each page's device copy as the index now records it
+  std::vector<bool> lossy(W);       // ... and its lossy mark
   for (uint32_t i = 0; i < W; ++i) {
     device[i] = lease.pages_[i];
+    lossy[i] = locs[i].lossy;
     if (i >= ins->already_present) {
       taken[i] = true;
       need_host.push_back(i);
@@ -47,10 +53,12 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
     }
     auto loc = index_->location(ins->deepest, i);
     if (!loc.ok()) continue;
+    lossy[i] = loc->lossy;
     if (loc->on_device()) {
       device[i] = loc->device;
-    } else if (index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host}).ok()) {
-      taken[i] = true;
+    } else {
+      lossy[i] = loc->lossy || locs[i].lossy;  // promotion: our device copy joins the host one
+      taken[i] = index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host, lossy[i]}).ok();
     }
     if (!loc->on_host() && (taken[i] || loc->on_device())) need_host.push_back(i);
   }
@@ -68,7 +76,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
         for (size_t k = 0; k < need_host.size(); ++k) {
           const uint32_t i = need_host[k];
           const PageId dev = device[i];
-          if (!index_->set_location(ins->deepest, i, {dev, slots[k]}).ok()) {
+          if (!index_->set_location(ins->deepest, i, {dev, slots[k], lossy[i]}).ok()) {
             host_->free_slot(slots[k]);
             continue;
           }
@@ -86,7 +94,8 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
         }
       }
     }
-    store_down(lease.ns_, hashes, lease.pages_);
+    // Lossy KV never goes down: entries there are labelled only by their own codec.
+    store_down(lease.ns_, std::span(hashes).first(lossy_from), lease.pages_);
   }
   for (uint32_t i = 0; i < lease.pages_.size(); ++i)
     if (i >= W || !taken[i]) pool_->unref(lease.pages_[i]);
@@ -218,6 +227,7 @@ Status KVCache::evict_host(uint32_t n, bool move_down) {
   if (move_down && options_.write_policy == WritePolicy::kWriteBack && !below.empty()) {
     hook.run_pages = options_.chunk_pages;
     hook.fn = [&](NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locs) {
+      if (std::any_of(locs.begin(), locs.end(), [](const PageLocation& l) { return l.lossy; })) return;  // never stored as exact
       for (Tier* tier : below) {
         if (tier->exists_prefix(ns.seed, hashes.last(1)) == 1) continue;
         StoreMove mv;

@@ -69,6 +69,10 @@ namespace kvtier {
 struct PageLocation {
   PageId device;
   SlotId host;
+  // The page's KV is approximate: it came from a lossy chunk codec, or was
+  // computed attending to such KV. Kept with the page wherever it moves
+  // (demotion, promotion); the cache never stores it down as exact.
+  bool lossy = false;
 
   bool on_device() const { return device.valid(); }
   bool on_host() const { return host.valid(); }

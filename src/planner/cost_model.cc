@@ -86,6 +86,9 @@ Status ModelCost::validate() const {
   if (!(attn_flops_per_pair >= 0)) return Status::InvalidArgument("ModelCost: attn_flops_per_pair must be >= 0");
   if (num_layers == 0) return Status::InvalidArgument("ModelCost: num_layers must be > 0");
   if (kv_bytes_per_token == 0) return Status::InvalidArgument("ModelCost: kv_bytes_per_token must be > 0");
+  for (const TierEncoding& e : encoding)
+    if (!(e.stored_fraction > 0 && e.stored_fraction <= 1) || !(e.decode_bytes_per_s >= 0))
+      return Status::InvalidArgument("ModelCost: a tier encoding needs stored_fraction in (0, 1] and decode_bytes_per_s >= 0");
   return Status::Ok();
 }
 
@@ -100,7 +103,9 @@ double load_seconds(const CostProfile& p, const ModelCost& m, TierKind t, size_t
   if (n == 0 || t == TierKind::kDevice) return 0;
   const TierLink& l = p.link(t);
   if (!l.present()) return std::numeric_limits<double>::infinity();
-  return l.latency_s + static_cast<double>(n) * static_cast<double>(m.kv_bytes_per_token) / l.bytes_per_s;
+  const TierEncoding& e = m.encoding[static_cast<size_t>(t)];
+  const double raw = static_cast<double>(n) * static_cast<double>(m.kv_bytes_per_token);
+  return l.latency_s + raw * e.stored_fraction / l.bytes_per_s + (e.decode_bytes_per_s > 0 ? raw / e.decode_bytes_per_s : 0.0);
 }
 
 }  // namespace kvtier

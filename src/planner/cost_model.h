@@ -37,11 +37,20 @@ struct CostProfile {
   Status save(const std::string& path) const;
 };
 
+// How a tier stores KV (its chunk codec, tiers/kv_codec.h): bytes crossing
+// the link per raw KV byte, and how fast the loading side turns them back
+// into raw KV (0: no decode step).
+struct TierEncoding {
+  double stored_fraction = 1.0;
+  double decode_bytes_per_s = 0;  // raw bytes out per second
+};
+
 struct ModelCost {
   double dense_flops_per_token = 0;  // ≈ 2 × (non-embedding parameters)
   double attn_flops_per_pair = 0;    // per (query, key) pair across all layers: 4 × n_heads × head_dim × layers
   uint32_t num_layers = 1;
   size_t kv_bytes_per_token = 0;     // KVGeometry::bytes_per_token()
+  std::array<TierEncoding, kNumTiers> encoding{};  // by TierKind: raw everywhere unless a tier has a codec
 
   Status validate() const;
 };
@@ -51,7 +60,9 @@ struct ModelCost {
 // tokens before it).
 double recompute_seconds(const CostProfile& p, const ModelCost& m, size_t n, size_t context);
 
-// Time to load the KV of `n` tokens from tier `t` in one aggregated transfer.
+// Time to load the KV of `n` tokens from tier `t` in one aggregated transfer:
+// its stored bytes over the link, plus decoding them (counted in full, as
+// if decode did not overlap the I/O of later chunks: an upper bound).
 double load_seconds(const CostProfile& p, const ModelCost& m, TierKind t, size_t n);
 
 }  // namespace kvtier

@@ -47,7 +47,7 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
 }
 
 // The remote tier of `o` (null when none), with its password file and the tier secret applied.
-Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, const ChunkGeometry& g,
+Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, const ChunkGeometry& g, bool serves_lossy,
                                                       std::shared_ptr<const ChunkAuth> auth) {
   if (!o.cache_enabled || o.remote.empty()) return std::shared_ptr<RemoteTier>();
   KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote, g));
@@ -55,6 +55,7 @@ Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, co
     KVTIER_ASSIGN_OR_RETURN(ro.redis.password, read_secret_file(o.remote_password_file, "remote password file", 1));
   }
   ro.auth = std::move(auth);
+  ro.accept_lossy = serves_lossy;  // KVCacheOptions::serves_lossy: one rule for every tier
   KVTIER_ASSIGN_OR_RETURN(auto remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded
   return std::shared_ptr<RemoteTier>(std::move(remote));
 }
@@ -80,6 +81,8 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   co.host_bytes = o.host_bytes;
   co.disk_dir = o.cache_enabled ? o.disk_dir : std::string();
   co.disk_bytes = o.disk_bytes;
+  co.disk_codec = o.disk_codec;
+  co.remote_codec = o.remote_codec;
   co.write_policy = o.write_policy;
   co.selective_hits = o.selective_hits;
   KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o.eviction));
@@ -93,7 +96,8 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   }
   if (o.disk_authenticate) co.disk_auth = auth;
   // --remote redis://...: shared chunks in Redis (docs/REMOTE.md)
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote, make_remote_tier(o, ChunkGeometry{geo, o.chunk_pages}, auth));
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote,
+                          make_remote_tier(o, ChunkGeometry{geo, o.chunk_pages, o.remote_codec}, co.serves_lossy(), auth));
   co.remote = remote;
   engine::EngineOptions eo;
   eo.threads = o.threads;
@@ -217,6 +221,7 @@ class RuntimeImpl final : public Runtime {
       rep.cached_tokens += lr.reused_tokens_by_tier[t];
     }
     rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
+    rep.lossy_cached_tokens = lr.lossy_tokens;
     rep.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
     counters_.record(rep);
     seqs_.emplace(out.seq.value(), std::move(s));

@@ -45,6 +45,8 @@ struct RuntimeOptions {
   std::string remote_password_file; // Redis password read from this file (overrides the URL's); empty: the URL's
   std::string tier_secret_file;     // shared secret: remote entries authenticated, keys keyed (docs/SECURITY.md)
   bool disk_authenticate = false;   // with tier_secret_file: disk entries are authenticated too
+  KvCodec disk_codec = KvCodec::kNone;    // disk entries: none (exact) | q8 | q4 (lossy; KVCacheOptions)
+  KvCodec remote_codec = KvCodec::kNone;  // remote entries, likewise
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;      // for kSelective
   std::string eviction = "lru";     // lru | lfu | fifo | priority | slru
@@ -75,6 +77,7 @@ struct PrefillReport {
   uint32_t cached_tokens = 0;                      // served from cache, any tier
   uint32_t cached_tokens_by_tier[kNumTiers] = {};  // device, host, disk, remote
   uint32_t recomputed_cached_tokens = 0;           // cached but recomputed by the planner's choice
+  uint32_t lossy_cached_tokens = 0;                // of cached_tokens, from lossy codec entries (approximate KV)
   uint64_t bytes_loaded_by_tier[kNumTiers] = {};
   bool computed_in_full_for_logprobs = false;      // prompt logprobs asked: the cache was not used
   BlendReport blend;                               // segments' non-prefix reuse (approximate when blend.blended)

@@ -24,7 +24,8 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
   return {{"capacity_bytes", t.capacity_bytes}, {"bytes", t.bytes},     {"entries", t.entries},
           {"hits", t.hits},                     {"misses", t.misses},   {"puts", t.puts},
           {"checksum_failures", t.checksum_failures}, {"evictions", t.evictions}, {"io_errors", t.io_errors},
-          {"forged_entries", t.forged_entries}, {"skipped_files", t.skipped_files}, {"degraded", degraded}};
+          {"forged_entries", t.forged_entries}, {"lossy_refused", t.lossy_refused}, {"skipped_files", t.skipped_files},
+          {"degraded", degraded}};
 }
 
 }  // namespace
@@ -97,6 +98,12 @@ std::string runtime_metrics_text(const KVCacheStats& s, const RuntimeCounters& c
   metric("kvtier_forged_entries_total", "counter",
          "Cached entries dropped because they failed authentication with the tier secret (forged or foreign).");
   m << "kvtier_forged_entries_total " << (s.disk.forged_entries + s.remote.forged_entries) << '\n';
+  metric("kvtier_lossy_tokens_total", "counter",
+         "Reused prompt tokens whose KV came from lossy codec entries (q8, q4): approximate, labelled per request.");
+  m << "kvtier_lossy_tokens_total " << s.lossy_tokens << '\n';
+  metric("kvtier_lossy_entries_refused_total", "counter",
+         "Lossy codec entries not served because every codec of this cache is none (exact only); the tokens recomputed.");
+  m << "kvtier_lossy_entries_refused_total " << (s.disk.lossy_refused + s.remote.lossy_refused) << '\n';
   metric("kvtier_disk_skipped_files", "gauge",
          "Files in the disk directory left alone at open: not this cache's regions (other geometry, version, foreign).");
   m << "kvtier_disk_skipped_files " << s.disk.skipped_files << '\n';

@@ -383,6 +383,7 @@ std::string usage_json(const CompletionUsage& u) {
       {"kvtier",
        {{"cached_tokens_by_tier", by_tier},
         {"recomputed_cached_tokens", u.report.recomputed_cached_tokens},
+        {"lossy_cached_tokens", u.report.lossy_cached_tokens},
         {"ttft_ms", u.ttft_s * 1e3},
         {"prefill_ms", u.report.ttft_s * 1e3},
         {"computed_in_full_for_logprobs", u.report.computed_in_full_for_logprobs},

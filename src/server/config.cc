@@ -45,6 +45,15 @@ Status read_bool(const toml::node& n, std::string_view origin, std::string_view 
   return {};
 }
 
+Status read_codec(const toml::node& n, std::string_view origin, std::string_view key, KvCodec& out) {
+  std::string v;
+  KVTIER_RETURN_IF_ERROR(read_string(n, origin, key, v));
+  auto codec = parse_kv_codec(v);
+  if (!codec.ok()) return bad(origin, key, codec.status().message());
+  out = *codec;
+  return {};
+}
+
 // A size is either an integer (bytes) or a string with a unit ("8GiB").
 template <class T>
 Status read_size(const toml::node& n, std::string_view origin, std::string_view key, T& out) {
@@ -98,6 +107,8 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"remote_password_file", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.remote_password_file); }},
       {"tier_secret_file", [&](auto& n, auto o, auto k) { return read_string(n, o, k, r.tier_secret_file); }},
       {"disk_authenticate", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.disk_authenticate); }},
+      {"disk_codec", [&](auto& n, auto o, auto k) { return read_codec(n, o, k, r.disk_codec); }},
+      {"remote_codec", [&](auto& n, auto o, auto k) { return read_codec(n, o, k, r.remote_codec); }},
       {"write_policy",
        [&](auto& n, auto o, auto k) {
          std::string v;
@@ -248,7 +259,9 @@ std::string to_toml(const ServerConfig& c) {
      << "\ndisk_capacity = " << quoted(format_size(r.disk_bytes)) << "\ndisk_dir = " << quoted(r.disk_dir)
      << "\nremote = " << quoted(redact_url_credentials(r.remote))
      << "\nremote_password_file = " << quoted(r.remote_password_file) << "\ntier_secret_file = " << quoted(r.tier_secret_file)
-     << "\ndisk_authenticate = " << (r.disk_authenticate ? "true" : "false") << "\nwrite_policy = " << quoted(write_policy_label(r.write_policy))
+     << "\ndisk_authenticate = " << (r.disk_authenticate ? "true" : "false")
+     << "\ndisk_codec = " << quoted(kv_codec_name(r.disk_codec)) << "\nremote_codec = " << quoted(kv_codec_name(r.remote_codec))
+     << "\nwrite_policy = " << quoted(write_policy_label(r.write_policy))
      << "\nselective_hits = " << r.selective_hits << "\neviction = " << quoted(r.eviction)
      << "\nprofile = " << quoted(r.profile_path) << "\nhash = " << quoted(hash_algo_name(r.hash))
      << "\nlayerwise = " << (r.layerwise ? "true" : "false") << "\n\n";

@@ -62,6 +62,11 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
                  "Shared secret (>= 16 bytes) that authenticates remote entries and keys their names (docs/SECURITY.md)"
                  " (default: none)")->group("Cache");
   app.add_flag("--disk-authenticate", f.disk_authenticate, "Authenticate disk entries with the tier secret too")->group("Cache");
+  app.add_option("--disk-codec", f.disk_codec,
+                 "Disk entry codec: none (exact), q8 (8.5 bits/value), q4 (lossy, smaller; docs/FORMATS.md)" +
+                     dflt(kv_codec_name(r.disk_codec)))->group("Cache");
+  app.add_option("--remote-codec", f.remote_codec, "Remote (Redis) entry codec: none, q8, q4" + dflt(kv_codec_name(r.remote_codec)))
+      ->group("Cache");
   app.add_option("--write-policy", f.write_policy,
                  "Lower-tier writes: write_through, write_back, selective" + dflt(write_policy_label(r.write_policy)))
       ->group("Cache");
@@ -142,6 +147,16 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
   if (f.remote_password_file) r.remote_password_file = *f.remote_password_file;
   if (f.tier_secret_file) r.tier_secret_file = *f.tier_secret_file;
   if (f.disk_authenticate) r.disk_authenticate = true;
+  if (f.disk_codec) {
+    auto codec = parse_kv_codec(*f.disk_codec);
+    if (!codec.ok()) return Status::InvalidArgument("--disk-codec: " + codec.status().message());
+    r.disk_codec = *codec;
+  }
+  if (f.remote_codec) {
+    auto codec = parse_kv_codec(*f.remote_codec);
+    if (!codec.ok()) return Status::InvalidArgument("--remote-codec: " + codec.status().message());
+    r.remote_codec = *codec;
+  }
   if (f.metrics_public) c.metrics_public = true;
   if (f.write_policy) {
     KVTIER_ASSIGN_OR_RETURN(r.write_policy, parse_write_policy_name(*f.write_policy));

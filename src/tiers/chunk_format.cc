@@ -13,7 +13,7 @@ static_assert(std::endian::native == std::endian::little, "the entry format is l
 Status ChunkGeometry::validate() const {
   KVTIER_RETURN_IF_ERROR(kv.validate());
   if (chunk_pages == 0 || chunk_pages > 4096) return Status::InvalidArgument("chunk_pages must be in 1..4096");
-  return Status::Ok();
+  return kv_codec_check(codec, kv);
 }
 
 namespace {
@@ -64,7 +64,7 @@ ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, si
                                       : g.kv.num_layers * 8;
   out.meta_bytes = static_cast<uint32_t>(sizeof(ChunkHeader) + n_pages * 16 + checks);
   out.payload_offset = static_cast<uint32_t>((out.meta_bytes + align - 1) / align * align);
-  out.payload_bytes = g.payload_bytes(n_pages);
+  out.payload_bytes = g.stored_payload_bytes(n_pages, g.codec);
   out.entry_bytes = (out.payload_offset + out.payload_bytes + align - 1) / align * align;
   return out;
 }
@@ -103,6 +103,7 @@ ChunkHeader make_header(const ChunkGeometry& g, const ChunkKey& key, uint32_t n,
   h.head_dim = g.kv.head_dim;
   h.page_tokens = g.kv.page_tokens;
   h.dtype = static_cast<uint8_t>(g.kv.dtype);
+  h.codec = static_cast<uint8_t>(g.codec);
   h.meta_bytes = lay.meta_bytes;
   h.payload_offset = lay.payload_offset;
   h.payload_bytes = lay.payload_bytes;
@@ -158,15 +159,18 @@ Status append_layer_check(const std::byte* layer, size_t len, uint32_t l, ChunkA
 }
 
 // Encodes the entry's metadata, and its payload too when `with_payload`.
-// With the payload, each layer is copied, then checksummed (or tagged) from
-// the copy while it is still in cache: one pass over the caller's payload, not two.
+// With the payload, each layer is copied (or encoded), then checksummed (or
+// tagged) from the copy while it is still in cache: one pass over the
+// caller's payload, not two. With the payload it is raw; without, stored.
 Status encode_chunk(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                     std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
                     bool with_payload, const ChunkAuth* auth) {
   const uint32_t n = static_cast<uint32_t>(page_hashes.size());
   if (n == 0 || n > g.chunk_pages) return Status::InvalidArgument("chunk must hold 1..chunk_pages pages");
   if (page_hashes.back() != key.hash) return Status::InvalidArgument("chunk key must be the hash of its last page");
-  if (payload.size() != g.payload_bytes(n)) return Status::InvalidArgument("chunk payload size does not match its pages");
+  const size_t raw_lb = g.layer_bytes(n), lb = g.stored_layer_bytes(n, g.codec);
+  if (payload.size() != (with_payload ? raw_lb : lb) * g.kv.num_layers)
+    return Status::InvalidArgument("chunk payload size does not match its pages");
   const ChunkEntryLayout lay = chunk_entry_layout(g, n, align, auth != nullptr);
   if (out.size() < (with_payload ? lay.entry_bytes : lay.payload_offset)) return Status::InvalidArgument("entry buffer too small");
   ChunkNonce nonce{};
@@ -177,15 +181,19 @@ Status encode_chunk(const ChunkGeometry& g, const ChunkKey& key, std::span<const
     tagger.emplace(std::move(t));
   }
   std::byte* dst = out.data() + lay.payload_offset;
-  const size_t lb = g.layer_bytes(n);
   std::vector<std::byte> checks;
   checks.reserve(g.kv.num_layers * kChunkLayerTagBytes);
   for (uint32_t l = 0; l < g.kv.num_layers; ++l) {
-    const std::byte* layer = payload.data() + l * lb;
-    if (with_payload) layer = static_cast<const std::byte*>(std::memcpy(dst + l * lb, layer, lb));
+    const std::byte* layer = payload.data() + l * (with_payload ? raw_lb : lb);
+    if (with_payload && g.codec == KvCodec::kNone) {
+      layer = static_cast<const std::byte*>(std::memcpy(dst + l * lb, layer, lb));
+    } else if (with_payload) {
+      KVTIER_RETURN_IF_ERROR(kv_encode_layer(g.codec, g.kv, n, {layer, raw_lb}, {dst + l * lb, lb}));
+      layer = dst + l * lb;
+    }
     KVTIER_RETURN_IF_ERROR(append_layer_check(layer, lb, l, tagger ? &*tagger : nullptr, checks));
   }
-  if (with_payload) std::memset(dst + payload.size(), 0, lay.entry_bytes - lay.payload_offset - payload.size());
+  if (with_payload) std::memset(dst + lay.payload_bytes, 0, lay.entry_bytes - lay.payload_offset - lay.payload_bytes);
   write_chunk_meta(g, key, page_hashes, checks, sequence, lay, out.data(), auth, nonce);
   return Status::Ok();
 }
@@ -202,6 +210,19 @@ Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span
                           std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
                           const ChunkAuth* auth) {
   return encode_chunk(g, key, page_hashes, payload, sequence, align, out, /*with_payload=*/true, auth);
+}
+
+Status encode_chunk_payload(const ChunkGeometry& g, uint32_t n, std::span<const std::byte> raw, std::span<std::byte> out) {
+  const size_t raw_lb = g.layer_bytes(n), lb = g.stored_layer_bytes(n, g.codec);
+  if (raw.size() != raw_lb * g.kv.num_layers || out.size() != lb * g.kv.num_layers)
+    return Status::InvalidArgument("encode_chunk_payload: buffer sizes do not match the chunk");
+  if (g.codec == KvCodec::kNone) {
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return Status::Ok();
+  }
+  for (uint32_t l = 0; l < g.kv.num_layers; ++l)
+    KVTIER_RETURN_IF_ERROR(kv_encode_layer(g.codec, g.kv, n, raw.subspan(l * raw_lb, raw_lb), out.subspan(l * lb, lb)));
+  return Status::Ok();
 }
 
 size_t chunk_meta_bytes_from_header(std::span<const std::byte> first) {
@@ -232,7 +253,10 @@ Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const Chun
   // From here on the header is what its writer wrote.
   KVGeometry g{h.num_layers, h.num_kv_heads, h.head_dim, static_cast<DType>(h.dtype), h.page_tokens};
   if (!(g == expect.kv)) return Status::InvalidArgument("chunk geometry differs from the tier's");
-  if (h.num_pages > expect.chunk_pages || h.payload_bytes != expect.payload_bytes(h.num_pages) ||
+  const auto codec = static_cast<KvCodec>(h.codec);
+  if (h.codec > static_cast<uint8_t>(KvCodec::kQ4) || !kv_codec_check(codec, g).ok() || h.reserved0[0] != 0 || h.reserved0[1] != 0)
+    return Status::Corruption("chunk codec unknown or unusable for its geometry");
+  if (h.num_pages > expect.chunk_pages || h.payload_bytes != expect.stored_payload_bytes(h.num_pages, codec) ||
       h.payload_offset < meta || h.entry_bytes < h.payload_offset + h.payload_bytes || (h.flags & kChunkFlagLayerMajor) == 0)
     return Status::Corruption("chunk layout fields inconsistent");
   m.key.ns = {h.ns_lo, h.ns_hi};
@@ -281,7 +305,7 @@ Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const Chu
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
                            std::span<const std::byte> layers, const ChunkAuth* auth) {
   const uint32_t n = meta.header.num_pages;
-  const size_t lb = g.layer_bytes(n);
+  const size_t lb = g.stored_layer_bytes(n, meta.codec());
   const size_t L = meta.authenticated() ? meta.layer_tags.size() : meta.layer_checksums.size();
   if (first > L || count > L - first || layers.size() < count * lb) return Status::InvalidArgument("layer range outside the chunk");
   if (auth && !meta.authenticated()) return Status::Corruption("chunk entry is not authenticated (written without the tier secret)");
@@ -299,6 +323,26 @@ Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32
     if (layer_checksum(layers.data() + i * lb, lb, first + i) != meta.layer_checksums[first + i])
       return Status::Corruption("chunk layer " + std::to_string(first + i) + " checksum mismatch");
   return Status::Ok();
+}
+
+Status decode_chunk_layers(KvCodec codec, const ChunkGeometry& g, uint32_t n, uint32_t count,
+                           std::span<const std::byte> stored, std::span<std::byte> out) {
+  const size_t raw_lb = g.layer_bytes(n), lb = g.stored_layer_bytes(n, codec);
+  if (stored.size() < count * lb || out.size() < count * raw_lb)
+    return Status::InvalidArgument("decode_chunk_layers: buffers smaller than the layers");
+  if (codec == KvCodec::kNone) {
+    std::memcpy(out.data(), stored.data(), count * lb);
+    return Status::Ok();
+  }
+  for (uint32_t i = 0; i < count; ++i)
+    KVTIER_RETURN_IF_ERROR(kv_decode_layer(codec, g.kv, n, stored.subspan(i * lb, lb), out.subspan(i * raw_lb, raw_lb)));
+  return Status::Ok();
+}
+
+Status accept_chunk_codec(KvCodec codec, bool accept_lossy) {
+  if (!kv_codec_lossy(codec) || accept_lossy) return Status::Ok();
+  return Status::NotFound(std::string("lossy entry (codec ") + std::string(kv_codec_name(codec)) +
+                          ") refused: every codec of this cache is none, so it serves exact KV only");
 }
 
 }  // namespace kvtier

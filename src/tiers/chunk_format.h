@@ -23,6 +23,12 @@
 // entry tag (authenticate_chunk_meta) and then each layer's tag as it
 // lands (verify_chunk_layers); a reader with a secret refuses entries
 // without one, and the reverse.
+//
+// Codecs (tiers/kv_codec.h): an entry records the codec of its payload in
+// its header. The payload stays layer-major, each layer encoded on its own
+// (kv_encode_layer), so one stored layer is still one contiguous range that
+// is verified (checksums and tags are over the stored bytes) and decoded as
+// it lands. A tier writes with ChunkGeometry::codec and reads every codec.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +39,7 @@
 #include "kvtier/types.h"
 #include "memory/device_memory.h"
 #include "tiers/chunk_auth.h"
+#include "tiers/kv_codec.h"
 
 namespace kvtier {
 
@@ -52,6 +59,7 @@ struct ChunkKeyHasher {
 struct ChunkGeometry {
   KVGeometry kv;
   uint32_t chunk_pages = 16;  // 256 tokens at 16 tokens per page
+  KvCodec codec = KvCodec::kNone;  // how this tier encodes the payloads it writes (entries record their own)
 
   Status validate() const;
   // Bytes of one layer of an n-page chunk (contiguous in the payload).
@@ -59,6 +67,9 @@ struct ChunkGeometry {
   size_t payload_bytes(uint32_t n_pages) const { return layer_bytes(n_pages) * kv.num_layers; }
   size_t layer_offset(uint32_t n_pages, uint32_t layer) const { return layer * layer_bytes(n_pages); }
   size_t max_payload_bytes() const { return payload_bytes(chunk_pages); }
+  // The same sizes as stored in an entry of codec c (c == kNone: the raw sizes).
+  size_t stored_layer_bytes(uint32_t n_pages, KvCodec c) const { return kv_codec_layer_bytes(c, kv, n_pages); }
+  size_t stored_payload_bytes(uint32_t n_pages, KvCodec c) const { return stored_layer_bytes(n_pages, c) * kv.num_layers; }
 };
 
 // Page-first pages → one layer-major chunk payload (the aggregation step).
@@ -91,7 +102,8 @@ struct ChunkHeader {
   uint32_t head_dim;         //  28
   uint32_t page_tokens;      //  32
   uint8_t dtype;             //  36: DType
-  uint8_t reserved0[3];      //  37: zero
+  uint8_t codec;             //  37: KvCodec of the payload (0: none, raw)
+  uint8_t reserved0[2];      //  38: zero
   uint32_t meta_bytes;       //  40: header + page hashes + layer checks (+ nonce + entry tag)
   uint32_t payload_offset;   //  44: from the start of the entry
   uint64_t payload_bytes;    //  48
@@ -111,7 +123,7 @@ struct ChunkEntryLayout {
   uint64_t payload_bytes = 0;
   uint64_t entry_bytes = 0;
 };
-// Where things go in an entry of n pages; payload_offset and entry_bytes are
+// Where things go in an entry of n pages written with g.codec; payload_offset and entry_bytes are
 // multiples of `align` (4096 on disk so payload and layers can be read with O_DIRECT; 1 for packed values).
 // `authenticated`: the layout of an entry written with a ChunkAuth.
 ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, size_t align, bool authenticated = false);
@@ -119,20 +131,27 @@ ChunkEntryLayout chunk_entry_layout(const ChunkGeometry& g, uint32_t n_pages, si
 uint64_t layer_checksum(const std::byte* data, size_t len, uint32_t layer);
 
 // Writes a complete entry into `out` (size >= layout.entry_bytes). The
-// payload is layer-major with page_hashes.size() pages; the key must be the
-// last page hash. With `auth` the entry is authenticated (its layout is
-// chunk_entry_layout(..., true)).
+// payload is the RAW layer-major payload with page_hashes.size() pages,
+// encoded with g.codec on the way; the key must be the last page hash.
+// With `auth` the entry is authenticated (its layout is
+// chunk_entry_layout(..., true)). InvalidArgument for NaN/Inf KV under a lossy codec.
 Status encode_chunk_entry(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                           std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
                           const ChunkAuth* auth = nullptr);
 // The same entry without copying the payload: writes only bytes
-// [0, layout.payload_offset) into `out` (size >= payload_offset). The entry
+// [0, layout.payload_offset) into `out` (size >= payload_offset). Here
+// `payload` is the STORED payload (encode_chunk_payload's output, or the raw
+// payload when g.codec is kNone). The entry
 // is then `out` followed by `payload` and layout.entry_bytes -
 // payload_offset - payload.size() zero bytes, which lets a writer send it as
 // a gather list (one remote SET) instead of assembling a copy.
 Status encode_chunk_meta(const ChunkGeometry& g, const ChunkKey& key, std::span<const PageHash> page_hashes,
                          std::span<const std::byte> payload, uint64_t sequence, size_t align, std::span<std::byte> out,
                          const ChunkAuth* auth = nullptr);
+
+// The raw layer-major payload of n pages → its stored form under g.codec
+// (out.size() == g.stored_payload_bytes(n, g.codec)).
+Status encode_chunk_payload(const ChunkGeometry& g, uint32_t n_pages, std::span<const std::byte> raw, std::span<std::byte> out);
 
 // The verified metadata of an entry.
 struct ChunkMeta {
@@ -146,6 +165,7 @@ struct ChunkMeta {
 
   bool authenticated() const { return (header.flags & kChunkFlagAuthenticated) != 0; }
   uint32_t num_layers() const { return header.num_layers; }
+  KvCodec codec() const { return static_cast<KvCodec>(header.codec); }
 };
 
 // Bytes to read before decode_chunk_meta can succeed, from the fixed header alone (0 when it is not an entry).
@@ -166,10 +186,18 @@ Status authenticate_chunk_meta(const ChunkMeta& meta, std::span<const std::byte>
 // verified with verify_chunk_layers over
 // value.subspan(header.payload_offset, header.payload_bytes).
 Result<ChunkMeta> decode_chunk_value(std::span<const std::byte> value, const ChunkGeometry& expect);
-// Verifies layers [first, first+count) held contiguously in `layers`: their
+// Verifies stored layers [first, first+count) held contiguously in `layers`: their
 // checksums, or for an authenticated entry their tags under `auth`
 // (kCorruption without it).
 Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32_t first, uint32_t count,
                            std::span<const std::byte> layers, const ChunkAuth* auth = nullptr);
+// `count` verified stored layers of an entry of `codec` with n pages → raw
+// layers in `out` (count * g.layer_bytes(n) bytes): a copy, or the codec's decode.
+Status decode_chunk_layers(KvCodec codec, const ChunkGeometry& g, uint32_t n_pages, uint32_t count,
+                           std::span<const std::byte> stored, std::span<std::byte> out);
+// The mixed-entry rule: a reader whose tiers are all exact (`accept_lossy`
+// false) never serves a lossy entry: kNotFound ("refused"), which callers
+// count as TierStats::lossy_refused. Entries of codec none are always served.
+Status accept_chunk_codec(KvCodec codec, bool accept_lossy);
 
 }  // namespace kvtier

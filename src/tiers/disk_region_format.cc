@@ -89,7 +89,9 @@ RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeo
       break;
     }
     const ChunkHeader& h = m->header;
-    const ChunkEntryLayout lay = chunk_entry_layout(g, h.num_pages, kRegionHeaderBlock, m->authenticated());
+    ChunkGeometry written = g;  // the layout its writer gave it, in its own codec
+    written.codec = m->codec();
+    const ChunkEntryLayout lay = chunk_entry_layout(written, h.num_pages, kRegionHeaderBlock, m->authenticated());
     if (h.payload_offset != lay.payload_offset || h.entry_bytes != lay.entry_bytes) {  // not what the writer makes
       ++scan.dropped_corrupt;
       break;
@@ -105,7 +107,7 @@ RegionScan scan_region_entries(std::span<const std::byte> region, const ChunkGeo
                !verify_chunk_layers(*m, g, 0, g.kv.num_layers, rest.subspan(h.payload_offset, h.payload_bytes), auth).ok()) {
       ++(m->authenticated() ? scan.dropped_forged : scan.dropped_corrupt);
     } else {
-      ScannedEntry e{off, m->key, h.num_pages, h.payload_offset, h.sequence, std::move(m->layer_checksums), nullptr};
+      ScannedEntry e{off, m->key, h.num_pages, h.payload_offset, h.sequence, m->codec(), std::move(m->layer_checksums), nullptr};
       if (m->authenticated()) e.auth_meta = std::make_shared<const ChunkMeta>(std::move(*m));
       scan.entries.push_back(std::move(e));
     }

@@ -79,6 +79,7 @@ struct ScannedEntry {
   uint32_t num_pages = 0;
   uint32_t payload_offset = 0;
   uint64_t sequence = 0;
+  KvCodec codec = KvCodec::kNone;
   std::vector<uint64_t> layer_checksums;
   std::shared_ptr<const ChunkMeta> auth_meta;  // an authenticated entry's tags and nonce; null when unauthenticated
 };

@@ -160,7 +160,8 @@ void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan&
   for (ScannedEntry& e : scan.entries) {
     next_sequence_ = std::max(next_sequence_, e.sequence + 1);
     if (index_.count(e.key)) drop_locked(e.key, nullptr);  // a newer copy wins (ids ascend)
-    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, std::move(e.layer_checksums), std::move(e.auth_meta)});
+    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, e.codec, std::move(e.layer_checksums),
+                              std::move(e.auth_meta)});
     region->keys.push_back(e.key);
   }
   open_report_.dropped_corrupt += scan.dropped_corrupt;
@@ -397,7 +398,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   std::byte* at = buffers_[active_->buffer].data() + cursor_;
   KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
                                             {at, lay.entry_bytes}, options_.auth.get()));
-  Loc loc{active_, cursor_, n, lay.payload_offset, {}, nullptr};
+  Loc loc{active_, cursor_, n, lay.payload_offset, options_.geometry.codec, {}, nullptr};
   if (options_.auth) {
     KVTIER_ASSIGN_OR_RETURN(ChunkMeta m, decode_chunk_meta({at, lay.meta_bytes}, options_.geometry));
     loc.auth_meta = std::make_shared<const ChunkMeta>(std::move(m));
@@ -428,7 +429,14 @@ Status DiskTier::flush() {
 size_t DiskTier::exists_prefix(const PageHash& ns, std::span<const PageHash> keys) {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  while (n < keys.size() && index_.count(ChunkKey{ns, keys[n]})) ++n;
+  for (; n < keys.size(); ++n) {
+    auto it = index_.find(ChunkKey{ns, keys[n]});
+    if (it == index_.end()) break;
+    if (!accept_chunk_codec(it->second.codec, options_.accept_lossy).ok()) {
+      ++stats_.lossy_refused;
+      break;
+    }
+  }
   return n;
 }
 

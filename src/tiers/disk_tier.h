@@ -87,6 +87,10 @@ struct DiskTierOptions {
   // entries that verify under it are served (restart drops the rest, counted
   // in forged_entries); null: plain checksummed entries.
   std::shared_ptr<const ChunkAuth> auth;
+  // Entries are written with geometry.codec. Lossy entries (of any codec)
+  // are served only with accept_lossy; without it they are refused as
+  // absent and counted (TierStats::lossy_refused), also after a restart.
+  bool accept_lossy = false;
 
   Status validate() const;
 };
@@ -136,6 +140,7 @@ class DiskTier final : public Tier {
     uint64_t offset = 0;  // of the entry inside the region file
     uint32_t num_pages = 0;
     uint32_t payload_offset = 0;
+    KvCodec codec = KvCodec::kNone;              // of the stored payload
     std::vector<uint64_t> layer_sums;            // unauthenticated entries
     std::shared_ptr<const ChunkMeta> auth_meta;  // authenticated entries: layer tags and nonce
   };

@@ -56,21 +56,30 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
       }
       const Loc& loc = it->second;
       op.num_pages = loc.num_pages;
+      op.codec = loc.codec;
+      op.status = accept_chunk_codec(loc.codec, options_.accept_lossy);
+      if (!op.status.ok()) {
+        ++stats_.lossy_refused;
+        continue;
+      }
       op.status = resolve_get_range(g, loc.num_pages, op);
       if (!op.status.ok()) continue;
-      const size_t lb = g.layer_bytes(loc.num_pages);
+      const size_t lb = g.stored_layer_bytes(loc.num_pages, loc.codec);
       const uint64_t off = loc.offset + loc.payload_offset + op.first_layer * lb;
       const size_t len = op.num_layers * lb;
       loc.region->last_access = ++tick_;
       if (loc.region->buffer >= 0) {  // still in a region buffer (maybe not on disk yet): serve from memory
-        std::memcpy(op.out.data(), buffers_[loc.region->buffer].data() + off, len);
-        ++stats_.hits;
+        op.status = decode_chunk_layers(loc.codec, g, loc.num_pages, op.num_layers,
+                                        {buffers_[loc.region->buffer].data() + off, len}, op.out);
+        if (op.status.ok()) ++stats_.hits;
         continue;
       }
       const uint32_t c = static_cast<uint32_t>(pending.size());
       pending.push_back(Pending{&op, loc, {}, 0, 0, -1});
       File* f = loc.region->file.get();
-      const bool aligned = off % kIoAlign == 0 && lb % kIoAlign == 0 && reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
+      // Encoded entries always go through the bounce buffer: they are decoded into the caller's.
+      const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
+                           reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
       if (aligned) {
         const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, options_.io_block_bytes / lb));
         for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
@@ -91,7 +100,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     Pending& p = pending[u.chunk];
     GetOp& op = *p.op;
     if (p.outcome < 0) {
-      const size_t lb = g.layer_bytes(p.loc.num_pages);
+      const size_t lb = g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
       const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
       if (p.loc.auth_meta) {  // keyed layer tags (tier secret)
         op.status = verify_chunk_layers(*p.loc.auth_meta, g, op.first_layer + u.first_layer, u.num_layers,
@@ -107,7 +116,11 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     if (--p.units_left > 0) return;
     if (p.outcome < 0) {
       p.outcome = 0;
-      if (!p.bounce.empty()) std::memcpy(op.out.data(), p.bounce.data() + p.skip, op.num_layers * g.layer_bytes(p.loc.num_pages));
+      if (!p.bounce.empty()) {
+        const size_t len = op.num_layers * g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
+        op.status = decode_chunk_layers(p.loc.codec, g, p.loc.num_pages, op.num_layers, {p.bounce.data() + p.skip, len}, op.out);
+        if (!op.status.ok()) p.outcome = 2;
+      }
     }
   };
   std::vector<char> reported(io.size(), 0);

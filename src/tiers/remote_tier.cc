@@ -115,11 +115,13 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     // head and entry metadata from a small buffer, the payload from where the
     // caller holds it (no copy), then the RESP tail.
     std::vector<std::string> keys, heads;
+    std::vector<std::vector<std::byte>> encoded;  // stored payloads under a codec (the raw one is sent as is)
     std::vector<RedisCommand> cmds;
     const bool px = options_.ttl.count() > 0;
     const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
     keys.reserve(end - begin);  // commands hold views into these strings
     heads.reserve(end - begin);
+    encoded.reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
       PutOp& op = *valid[i];
       const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1, options_.auth != nullptr);
@@ -129,7 +131,14 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
                          "\r\n$" + std::to_string(lay.entry_bytes) + "\r\n";
       const size_t meta_at = head.size();
       head.resize(meta_at + lay.payload_offset);
-      op.status = encode_chunk_meta(g, op.key, op.page_hashes, op.payload, ++sequence_, 1,
+      std::span<const std::byte> stored = op.payload;
+      if (g.codec != KvCodec::kNone) {
+        encoded.emplace_back(lay.payload_bytes);
+        op.status = encode_chunk_payload(g, static_cast<uint32_t>(op.page_hashes.size()), op.payload, encoded.back());
+        if (!op.status.ok()) continue;
+        stored = encoded.back();
+      }
+      op.status = encode_chunk_meta(g, op.key, op.page_hashes, stored, ++sequence_, 1,
                                     {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset},
                                     options_.auth.get());
       if (!op.status.ok()) continue;
@@ -137,7 +146,7 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
       RedisCommand c;
       c.args = {"SET", k};
       // With align 1 the entry is exactly metadata followed by the payload.
-      c.formatted = {heads.back(), {reinterpret_cast<const char*>(op.payload.data()), op.payload.size()}, tail};
+      c.formatted = {heads.back(), {reinterpret_cast<const char*>(stored.data()), stored.size()}, tail};
       cmds.push_back(std::move(c));
     }
     Status transport = client_->run(cmds);
@@ -231,8 +240,15 @@ Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const s
   return meta;
 }
 
-Status RemoteTier::check_layers(GetOp& op, const ChunkMeta& meta, size_t len) {
-  Status st = verify_chunk_layers(meta, options_.geometry, op.first_layer, op.num_layers, op.out.first(len), options_.auth.get());
+Status RemoteTier::take_layers(GetOp& op, const ChunkMeta& meta, std::span<const std::byte> stored) {
+  const ChunkGeometry& g = options_.geometry;
+  op.codec = meta.codec();
+  if (Status st = accept_chunk_codec(op.codec, options_.accept_lossy); !st.ok()) {
+    ++counters_.lossy_refused;
+    return st;
+  }
+  Status st = verify_chunk_layers(meta, g, op.first_layer, op.num_layers, stored, options_.auth.get());
+  if (st.ok()) st = decode_chunk_layers(op.codec, g, meta.header.num_pages, op.num_layers, stored, op.out);
   // With a secret every layer check is a keyed tag: a mismatch is a failed authentication.
   if (!st.ok()) drop_corrupt(op.key, /*forged=*/meta.authenticated());
   return st;
@@ -273,9 +289,8 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
     const uint32_t n = meta->header.num_pages;
     op.status = resolve_get_range(g, n, op);
     if (!op.status.ok()) continue;
-    const size_t len = op.num_layers * g.layer_bytes(n);
-    std::memcpy(op.out.data(), entry.data() + meta->header.payload_offset + g.layer_offset(n, op.first_layer), len);
-    op.status = check_layers(op, *meta, len);
+    const size_t lb = g.stored_layer_bytes(n, meta->codec());
+    op.status = take_layers(op, *meta, entry.subspan(meta->header.payload_offset + op.first_layer * lb, op.num_layers * lb));
     if (!op.status.ok()) continue;
     op.num_pages = n;
     ++counters_.hits;
@@ -292,11 +307,12 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   for (auto* op : ops) {
     GetOp probe = *op;
     (void)resolve_get_range(g, 1, probe);  // resolves kAllLayers
-    const size_t off = full.payload_offset + g.layer_offset(C, probe.first_layer);
+    const size_t lb = g.stored_layer_bytes(C, g.codec);
+    const size_t off = full.payload_offset + probe.first_layer * lb;
     keys.push_back(key_of(op->key));
     meta_end.push_back(std::to_string(full.meta_bytes - 1));
     r_begin.push_back(std::to_string(off));
-    r_end.push_back(std::to_string(off + probe.num_layers * g.layer_bytes(C) - 1));
+    r_end.push_back(std::to_string(off + probe.num_layers * lb - 1));
   }
   const bool touch = options_.ttl.count() > 0 && options_.refresh_ttl_on_hit;
   const size_t per = touch ? 3 : 2;
@@ -332,19 +348,18 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     const uint32_t n = meta->header.num_pages;
     op.status = resolve_get_range(g, n, op);
     if (!op.status.ok()) continue;
-    if (n != C) {
+    if (n != C || meta->codec() != g.codec) {  // the ranged read assumed another layout
       partial.push_back(&op);
       continue;
     }
     const redisReply* l = lc.reply.get();
-    const size_t len = op.num_layers * g.layer_bytes(n);
+    const size_t len = op.num_layers * g.stored_layer_bytes(n, g.codec);
     if (l->type != REDIS_REPLY_STRING || l->len != len) {
       op.status = Status::Corruption("remote: value truncated");
       drop_corrupt(op.key);
       continue;
     }
-    std::memcpy(op.out.data(), l->str, len);
-    op.status = check_layers(op, *meta, len);
+    op.status = take_layers(op, *meta, {reinterpret_cast<const std::byte*>(l->str), len});
     if (!op.status.ok()) continue;
     op.num_pages = n;
     ++counters_.hits;
@@ -395,6 +410,7 @@ TierStats RemoteTier::stats() const {
   s.puts = counters_.puts.load();
   s.checksum_failures = counters_.checksum_failures.load();
   s.forged_entries = counters_.forged.load();
+  s.lossy_refused = counters_.lossy_refused.load();
   s.io_errors = counters_.io_errors.load();
   return s;
 }

@@ -49,6 +49,9 @@ struct RemoteTierOptions {
   std::chrono::milliseconds backoff_max{5000};
   size_t max_batch_bytes = size_t(64) << 20;  // a batch bigger than this goes in several pipelines
   std::shared_ptr<const ChunkAuth> auth;      // tier secret: authenticated entries, keyed names; null: none
+  // Entries are written with geometry.codec; lossy entries (any instance's)
+  // are served only with accept_lossy, else refused and counted (lossy_refused).
+  bool accept_lossy = false;
 
   Status validate() const;
 
@@ -111,8 +114,9 @@ class RemoteTier final : public Tier {
   Status check_reply_for_get(GetOp& op, const struct redisReply* r, bool& missing);
   // Decodes and authenticates the entry (whole value or its metadata) of op.key; drops and counts a bad one.
   Result<ChunkMeta> check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole);
-  // Verifies layers landed in op.out; drops and counts a bad entry.
-  Status check_layers(GetOp& op, const ChunkMeta& meta, size_t len);
+  // Applies the mixed-entry rule (counted), verifies the stored layers of
+  // op's range and decodes them into op.out; drops and counts a bad entry.
+  Status take_layers(GetOp& op, const ChunkMeta& meta, std::span<const std::byte> stored);
   void drop_corrupt(const ChunkKey& key, bool forged = false);
 
   RemoteTierOptions options_;
@@ -126,7 +130,7 @@ class RemoteTier final : public Tier {
 
   struct Counters {
     std::atomic<uint64_t> hits{0}, misses{0}, puts{0}, bytes_put{0}, checksum_failures{0}, io_errors{0},
-        fast_fails{0}, episodes{0}, oom{0}, reply_errors{0}, forged{0};
+        fast_fails{0}, episodes{0}, oom{0}, reply_errors{0}, forged{0}, lossy_refused{0};
   };
   mutable Counters counters_;
 };

@@ -15,6 +15,10 @@
 //    A missing key is kNotFound.
 //  * exists_prefix(ns, keys) is the number of leading keys present — the
 //    question a prefix lookup asks a lower tier in one round trip.
+//  * Codecs: put encodes with geometry().codec; get returns raw (decoded)
+//    layers and reports the entry's codec. A tier that is not allowed lossy
+//    entries (accept_lossy off) treats one as absent: kNotFound, counted in
+//    lossy_refused (accept_chunk_codec, tiers/chunk_format.h).
 //  * degraded() is true after a failure that makes the tier unreliable for
 //    writes (ENOSPC, EIO); callers then treat it as a miss and recompute.
 // Thread safety: every method is thread-safe (transfer workers call them
@@ -46,6 +50,7 @@ struct GetOp {
   std::span<std::byte> out;          // >= num_layers * layer_bytes(num_pages)
   Status status;                     // out
   uint32_t num_pages = 0;            // out: pages in the chunk
+  KvCodec codec = KvCodec::kNone;    // out: the entry's codec (lossy: the layers are an approximation)
 };
 
 struct TierStats {
@@ -57,6 +62,7 @@ struct TierStats {
   uint64_t puts = 0;
   uint64_t checksum_failures = 0;  // entries dropped because their bytes did not verify
   uint64_t forged_entries = 0;     // entries dropped because they failed authentication (tier secret)
+  uint64_t lossy_refused = 0;      // lossy entries not served because this cache serves exact KV only
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
@@ -95,7 +101,7 @@ class Tier {
     return get_layers(key, 0, kAllLayers, out);
   }
   Result<uint32_t> get_layers(const ChunkKey& key, uint32_t first_layer, uint32_t num_layers, std::span<std::byte> out) {
-    GetOp op{key, first_layer, num_layers, out, {}, 0};
+    GetOp op{key, first_layer, num_layers, out, {}, 0, KvCodec::kNone};
     get_batch({&op, 1});
     if (!op.status.ok()) return op.status;
     return op.num_pages;

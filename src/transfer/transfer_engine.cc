@@ -200,6 +200,7 @@ Result<TransferHandle> TransferEngine::submit(TransferBatch batch) {
   const auto& b = st->batch;
   st->result.copies.resize(b.copies.size());
   st->result.loads.resize(b.loads.size());
+  st->result.load_codecs.resize(b.loads.size());
   st->result.stores.resize(b.stores.size());
   // Shard fetch work and store work over the workers.
   const size_t nw = workers_.size();
@@ -313,6 +314,10 @@ void TransferEngine::run_fetch(Task& t) {
           load_failed[j] = true;
           st.set(st.result.loads, t.loads[j], s, true);
           continue;
+        }
+        if (ops[o].codec != KvCodec::kNone) {
+          std::lock_guard lock(st.mu);
+          st.result.load_codecs[t.loads[j]] = ops[o].codec;
         }
         copies.clear();
         scatter_copies(geometry_, staging[j].data(), l0, l1 - l0, dst[j], copies);

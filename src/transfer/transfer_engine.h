@@ -75,6 +75,7 @@ struct TransferResult {
   uint64_t id = 0;
   std::vector<Status> copies;
   std::vector<Status> loads;
+  std::vector<KvCodec> load_codecs;  // the codec of the entry each load read (lossy: approximate KV)
   std::vector<Status> stores;
   bool cancelled = false;
 };

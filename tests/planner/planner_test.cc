@@ -76,6 +76,26 @@ TEST(Planner, MissingTierIsRecomputed) {
   EXPECT_EQ(pl.plan(runs, 64 * 16 + 1).recompute_pages, 64u);
 }
 
+// A disk codec halves the bytes on the link and adds a decode: the cost
+// model counts both, and the planner loads more of a prefix from it.
+TEST(Planner, DiskCodecCountsStoredBytesAndDecodeTime) {
+  ModelCost raw = synthetic_model(), q8 = synthetic_model();
+  q8.encoding[static_cast<size_t>(TierKind::kDisk)] = TierEncoding{.stored_fraction = 0.5, .decode_bytes_per_s = 8e9};
+  const CostProfile p = synthetic_profile();
+  const size_t n = 4096;
+  const double bytes = double(n) * 128 * 1024;
+  EXPECT_DOUBLE_EQ(load_seconds(p, raw, TierKind::kDisk, n), 2e-3 + bytes / 2e9);
+  EXPECT_DOUBLE_EQ(load_seconds(p, q8, TierKind::kDisk, n), 2e-3 + bytes * 0.5 / 2e9 + bytes / 8e9);
+  EXPECT_DOUBLE_EQ(load_seconds(p, q8, TierKind::kHost, n), load_seconds(p, raw, TierKind::kHost, n));
+  // Compute just faster than the raw disk, slower than the encoded one.
+  CostProfile tight = p;
+  tight.gemm_flops_per_s = tight.attn_flops_per_s = 16e9 * double(n) / (0.8 * bytes / 2e9);
+  CachedRun runs[] = {{TierKind::kDisk, uint32_t(n / 16)}};
+  const Plan raw_plan = make(true, tight, raw).plan(runs, n + 16), q8_plan = make(true, tight, q8).plan(runs, n + 16);
+  EXPECT_GT(q8_plan.load_pages, raw_plan.load_pages);  // a split either way: the encoded disk takes more of it
+  EXPECT_LT(q8_plan.predicted_s, raw_plan.predicted_s);
+}
+
 // The threshold below which a disk read is not worth it comes from the profile:
 // as the prefix grows, the decision flips from recompute to load once, never back.
 TEST(Planner, BreakEvenIsMonotone) {

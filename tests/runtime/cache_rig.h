@@ -32,6 +32,9 @@ struct RigOptions {
   MemoryBackend device = MemoryBackend::kCpu;  // kCuda: pool and engine on the GPU (tests/cuda)
   FileSystem* disk_fs = nullptr;               // fault injection under the disk tier
   std::shared_ptr<Tier> remote;                // a remote chunk store (same geometry)
+  KvCodec disk_codec = KvCodec::kNone;
+  KvCodec remote_codec = KvCodec::kNone;       // must be the remote's geometry codec
+  std::string disk_dir;                        // empty: a fresh directory of the rig's own (removed after)
   bool layerwise = true;
   std::shared_ptr<const engine::Model> model;  // null: the tiny preset, seed 3
 };
@@ -50,9 +53,11 @@ class CacheRig {
     const engine::ModelConfig* cfg = &model_->config();
     const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
     static int counter = 0;
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvtier-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(dir_);
+    own_dir_ = o.disk_dir.empty();
+    dir_ = own_dir_ ? std::filesystem::temp_directory_path() /
+                          ("kvtier-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++))
+                    : std::filesystem::path(o.disk_dir);
+    if (own_dir_) std::filesystem::remove_all(dir_);
     KVCacheOptions co;
     co.geometry = g;
     co.chunk_pages = o.chunk_pages;
@@ -67,6 +72,8 @@ class CacheRig {
     co.write_policy = o.write_policy;
     co.disk_fs = o.disk_fs;
     co.remote = o.remote;
+    co.disk_codec = o.disk_codec;
+    co.remote_codec = o.remote_codec;
     co.layerwise = o.layerwise;
     co.device = o.device;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
@@ -85,7 +92,7 @@ class CacheRig {
     engine.reset();
     cache.reset();
     std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    if (own_dir_) std::filesystem::remove_all(dir_, ec);
   }
 
   // Full recompute with no cache involved: the reference.
@@ -145,6 +152,7 @@ class CacheRig {
   RigOptions o_;
   std::shared_ptr<const engine::Model> model_;
   std::filesystem::path dir_;
+  bool own_dir_ = true;
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<engine::Forward> engine;
   Namespace ns{PageHash{1, 2}, "", ""};

@@ -67,6 +67,33 @@ TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
   EXPECT_NE((*rt)->metrics_text().find("kvtier_cached_tokens_total{tier=\"device\"}"), std::string::npos);
 }
 
+// A lossy disk codec: a disk hit is labelled in the request's report and
+// counted in /metrics; a model whose heads the codec cannot group is refused
+// at start with the reason.
+TEST(Runtime, LossyDiskHitsAreLabelledAndCounted) {
+  TempDir dir;
+  RuntimeOptions o = tiny(dir.path.string());
+  o.disk_codec = KvCodec::kQ8;
+  auto refused = Runtime::create(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("head_dim"), std::string::npos) << refused.status().to_string();
+
+  o.model = "small";  // head_dim 64
+  o.device_bytes = o.host_bytes = size_t(32) << 20;
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  auto prompt = (*rt)->model().text.tokenize(std::string(700, 'b') + " a long prompt served from a q8 disk tier", {.add_bos = true});
+  PrefillReport first, hit;
+  generate(**rt, prompt, 2, &first);
+  ASSERT_TRUE((*rt)->flush().ok());  // device and host dropped: the prefix is on disk only
+  generate(**rt, prompt, 2, &hit);
+  EXPECT_EQ(first.lossy_cached_tokens, 0u);
+  EXPECT_GT(hit.cached_tokens_by_tier[static_cast<size_t>(TierKind::kDisk)], 0u);
+  EXPECT_EQ(hit.lossy_cached_tokens, hit.cached_tokens);
+  EXPECT_NE((*rt)->metrics_text().find("kvtier_lossy_tokens_total " + std::to_string(hit.lossy_cached_tokens)),
+            std::string::npos);
+}
+
 TEST(Runtime, NoCacheBaselineGivesTheSameOutput) {
   TempDir dir;
   auto cached = Runtime::create(tiny(dir.path.string()));
