@@ -101,6 +101,7 @@ py::dict report_dict(const LeaseReport& r) {
   d["recomputed_cached_tokens"] = r.recomputed_cached_tokens;
   d["bytes_loaded"] = tiers_dict(r.bytes_loaded_by_tier);
   d["load_wait_s"] = double(r.load_wait_ns) * 1e-9;
+  d["lossy_tokens"] = r.lossy_tokens;  // reused tokens from lossy codec entries (approximate KV)
   return d;
 }
 

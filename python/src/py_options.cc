@@ -49,9 +49,13 @@ const std::map<std::string, Setter>& setters() {
       {"transfer_workers", [](auto& o, auto v) { o.transfer_workers = py::cast<uint32_t>(v); }},
       {"profile", [](auto& o, auto v) { throw_if_error(profile_from(v, o.profile)); }},
       {"model_cost", [](auto& o, auto v) { o.model_cost = model_cost_from(py::cast<py::dict>(v), o.geometry); }},
+      {"disk_codec", [](auto& o, auto v) { o.disk_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
+      {"remote_codec", [](auto& o, auto v) { o.remote_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
       {"remote",
        [](auto& o, auto v) {
-         auto ro = value_or_throw(RemoteTierOptions::from_url(py::cast<std::string>(v), ChunkGeometry{o.geometry, o.chunk_pages}));
+         auto ro = value_or_throw(
+             RemoteTierOptions::from_url(py::cast<std::string>(v), ChunkGeometry{o.geometry, o.chunk_pages, o.remote_codec}));
+         ro.accept_lossy = o.serves_lossy();
          o.remote = std::shared_ptr<Tier>(value_or_throw(RemoteTier::create(ro)));  // Redis down: starts degraded
        }},
   };
@@ -71,13 +75,14 @@ KVCacheOptions cache_options(const KVGeometry& geometry, const py::dict& options
   o.profile.source = "python default: always load";
   o.model_cost = ModelCost{.dense_flops_per_token = 2e9, .attn_flops_per_pair = 0, .num_layers = geometry.num_layers,
                            .kv_bytes_per_token = geometry.bytes_per_token()};
-  // chunk_pages first: the remote tier's geometry depends on it.
-  if (options.contains("chunk_pages")) setters().at("chunk_pages")(o, options["chunk_pages"]);
+  // chunk_pages and the codecs first: the remote tier's geometry depends on them.
+  for (const char* first : {"chunk_pages", "disk_codec", "remote_codec"})
+    if (options.contains(first)) setters().at(first)(o, options[first]);
   for (auto [k, v] : options) {
     const std::string key = py::cast<std::string>(k);
     auto it = setters().find(key);
     if (it == setters().end()) throw StatusError(Status::InvalidArgument("Cache: unknown option '" + key + "'"));
-    if (key != "chunk_pages" && key != "remote") it->second(o, v);
+    if (key != "chunk_pages" && key != "remote") it->second(o, v);  // codecs set twice: harmless
   }
   if (options.contains("remote")) setters().at("remote")(o, options["remote"]);
   return o;

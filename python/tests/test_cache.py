@@ -210,3 +210,24 @@ def test_leases_belong_to_their_cache(geometry, tmp_path):
             b.load(a.lookup(tokens))
         a.commit(lease, tokens)
         assert not lease.valid
+
+
+def test_lossy_disk_codec_is_approximate_and_labelled(tmp_path):
+    geometry = kvtier.Geometry(num_layers=2, num_kv_heads=1, head_dim=32, dtype="f32", page_tokens=4)
+    tokens = list(range(500, 500 + 4 * 8 + 1))  # 8 whole pages: 4 chunks of 2
+    with open_cache(geometry, tmp_path, disk_codec="q8") as cache:
+        kv = commit_prompt(cache, tokens, seed=3)
+        cache.flush()
+        lease = cache.load(cache.lookup(tokens))
+        lease.wait_layer(geometry.num_layers - 1)
+        assert lease.report["reused_tokens"]["disk"] == 32
+        assert lease.report["lossy_tokens"] == 32
+        got = read(cache, lease, 32)
+        assert not np.array_equal(got, kv[:32])
+        # q8: within half a step of each block's scale (amax / 127), plus the scale's f16 rounding.
+        assert np.max(np.abs(got - kv[:32])) <= np.max(np.abs(kv)) / 127 * 0.51 + 1e-3
+        lease.release()
+    with open_cache(geometry, tmp_path) as exact:  # all codecs none: the q8 entries are misses
+        assert exact.lookup(tokens).cached_tokens == 0
+    with pytest.raises(kvtier.Error, match="q7"):
+        open_cache(geometry, tmp_path / "x", disk_codec="q7")
