@@ -51,6 +51,7 @@ const std::map<std::string, Setter>& setters() {
       {"model_cost", [](auto& o, auto v) { o.model_cost = model_cost_from(py::cast<py::dict>(v), o.geometry); }},
       {"disk_codec", [](auto& o, auto v) { o.disk_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
       {"remote_codec", [](auto& o, auto v) { o.remote_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
+      {"host_codec", [](auto& o, auto v) { o.host_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
       {"remote",
        [](auto& o, auto v) {
          auto ro = value_or_throw(
@@ -76,7 +77,7 @@ KVCacheOptions cache_options(const KVGeometry& geometry, const py::dict& options
   o.model_cost = ModelCost{.dense_flops_per_token = 2e9, .attn_flops_per_pair = 0, .num_layers = geometry.num_layers,
                            .kv_bytes_per_token = geometry.bytes_per_token()};
   // chunk_pages and the codecs first: the remote tier's geometry depends on them.
-  for (const char* first : {"chunk_pages", "disk_codec", "remote_codec"})
+  for (const char* first : {"chunk_pages", "disk_codec", "remote_codec", "host_codec"})
     if (options.contains(first)) setters().at(first)(o, options[first]);
   for (auto [k, v] : options) {
     const std::string key = py::cast<std::string>(k);

@@ -73,6 +73,11 @@ Status KVCacheOptions::validate() const {
     return Status::InvalidArgument("KVCache: the remote tier writes codec " + std::string(kv_codec_name(remote->geometry().codec)) +
                                    ", remote_codec says " + std::string(kv_codec_name(remote_codec)));
   if (!disk_dir.empty()) KVTIER_RETURN_IF_ERROR(kv_codec_check(disk_codec, geometry));
+  if (host_bytes > 0) KVTIER_RETURN_IF_ERROR(kv_codec_check(host_codec, geometry));
+  if (kv_codec_lossy(host_codec) && write_policy == WritePolicy::kWriteBack)
+    return Status::InvalidArgument("KVCache: host codec " + std::string(kv_codec_name(host_codec)) +
+                                   " with write_back would spill lossy host pages down as exact entries; use "
+                                   "write_through or selective, or host codec none");
   KVTIER_RETURN_IF_ERROR(profile.validate());
   return model_cost.validate();
 }
@@ -218,6 +223,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     ho.capacity_bytes = o.host_bytes;
     ho.evict_chunks = false;  // slots are owned by the index's eviction
     ho.memory = host_memory_options(o.device);  // DMA straight from the arena beside a GPU
+    ho.geometry.codec = o.host_codec;
     KVTIER_ASSIGN_OR_RETURN(c->host_, HostTier::create(ho));
   }
   if (!o.disk_dir.empty()) {
@@ -255,6 +261,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   ModelCost cost = o.model_cost;  // loads from a tier with a codec move fewer bytes, then decode
   cost.encoding[static_cast<size_t>(TierKind::kDisk)] = tier_encoding(o.disk_codec, cg);
   cost.encoding[static_cast<size_t>(TierKind::kRemote)] = tier_encoding(o.remote_codec, cg);
+  cost.encoding[static_cast<size_t>(TierKind::kHost)] = tier_encoding(o.host_codec, cg);
   KVTIER_ASSIGN_OR_RETURN(
       Planner pl, Planner::create(PlannerOptions{.page_tokens = o.geometry.page_tokens, .layerwise = o.layerwise}, prof, cost));
   c->planner_ = std::make_unique<Planner>(std::move(pl));
@@ -448,7 +455,10 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     lease.cached_end_ = M * P;
   }
   lease.lossy_.assign(M, false);  // index pages now; lossy loads once they have landed
-  for (uint32_t p = 0; p < L.index_pages; ++p) lease.lossy_[p] = action[p] != PlanAction::kRecompute && L.match.locations[p].lossy;
+  const bool lossy_host = kv_codec_lossy(options_.host_codec);
+  for (uint32_t p = 0; p < L.index_pages; ++p)
+    lease.lossy_[p] = action[p] != PlanAction::kRecompute &&
+                      (L.match.locations[p].lossy || (action[p] == PlanAction::kLoad && tier[p] == TierKind::kHost && lossy_host));
   for (uint32_t p = 0; p < M; ++p) {
     const size_t t = static_cast<size_t>(tier[p]);
     ++stats_.plan_pages[static_cast<size_t>(action[p])];

@@ -81,6 +81,11 @@ struct KVCacheOptions {
   // in LeaseReport::lossy_tokens and never stored down again.
   KvCodec disk_codec = KvCodec::kNone;
   KvCodec remote_codec = KvCodec::kNone;
+  // The host tier's slots hold pages encoded with host_codec (more pages in
+  // host_bytes). Pages loaded from a lossy host are lossy. A lossy host codec
+  // needs a policy that stores down from device pages (write_through or
+  // selective): write_back would spill host slots, i.e. lossy KV, as exact.
+  KvCodec host_codec = KvCodec::kNone;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
@@ -93,7 +98,9 @@ struct KVCacheOptions {
 
   Status validate() const;
   // The mixed-entry rule: the tiers serve lossy entries only when some codec is lossy.
-  bool serves_lossy() const { return kv_codec_lossy(disk_codec) || kv_codec_lossy(remote_codec); }
+  bool serves_lossy() const {
+    return kv_codec_lossy(disk_codec) || kv_codec_lossy(remote_codec) || kv_codec_lossy(host_codec);
+  }
 };
 
 // Where the cached pages of one prompt live. Produced by lookup(), consumed by apply().

@@ -180,6 +180,7 @@ Status KVCache::evict_device(uint32_t n, bool move_down) {
         if (pd->reads_host) (void)pd->handle.wait_all();
       poll();
     }
+    // Raw slots: a lossy host codec is refused with write_back (KVCacheOptions::validate).
     demote = [this](const PageLocation& loc, const PageHash&) {
       auto slot = host_->allocate_slot();
       if (!slot.ok()) return SlotId();

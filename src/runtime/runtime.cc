@@ -83,6 +83,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   co.disk_bytes = o.disk_bytes;
   co.disk_codec = o.disk_codec;
   co.remote_codec = o.remote_codec;
+  co.host_codec = o.host_codec;
   co.write_policy = o.write_policy;
   co.selective_hits = o.selective_hits;
   KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o.eviction));

@@ -47,6 +47,7 @@ struct RuntimeOptions {
   bool disk_authenticate = false;   // with tier_secret_file: disk entries are authenticated too
   KvCodec disk_codec = KvCodec::kNone;    // disk entries: none (exact) | q8 | q4 (lossy; KVCacheOptions)
   KvCodec remote_codec = KvCodec::kNone;  // remote entries, likewise
+  KvCodec host_codec = KvCodec::kNone;    // host DRAM slots, likewise (not with write_back)
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;      // for kSelective
   std::string eviction = "lru";     // lru | lfu | fifo | priority | slru

@@ -109,6 +109,7 @@ std::map<std::string, Section, std::less<>> sections(ServerConfig& c) {
       {"disk_authenticate", [&](auto& n, auto o, auto k) { return read_bool(n, o, k, r.disk_authenticate); }},
       {"disk_codec", [&](auto& n, auto o, auto k) { return read_codec(n, o, k, r.disk_codec); }},
       {"remote_codec", [&](auto& n, auto o, auto k) { return read_codec(n, o, k, r.remote_codec); }},
+      {"host_codec", [&](auto& n, auto o, auto k) { return read_codec(n, o, k, r.host_codec); }},
       {"write_policy",
        [&](auto& n, auto o, auto k) {
          std::string v;
@@ -261,6 +262,7 @@ std::string to_toml(const ServerConfig& c) {
      << "\nremote_password_file = " << quoted(r.remote_password_file) << "\ntier_secret_file = " << quoted(r.tier_secret_file)
      << "\ndisk_authenticate = " << (r.disk_authenticate ? "true" : "false")
      << "\ndisk_codec = " << quoted(kv_codec_name(r.disk_codec)) << "\nremote_codec = " << quoted(kv_codec_name(r.remote_codec))
+     << "\nhost_codec = " << quoted(kv_codec_name(r.host_codec))
      << "\nwrite_policy = " << quoted(write_policy_label(r.write_policy))
      << "\nselective_hits = " << r.selective_hits << "\neviction = " << quoted(r.eviction)
      << "\nprofile = " << quoted(r.profile_path) << "\nhash = " << quoted(hash_algo_name(r.hash))

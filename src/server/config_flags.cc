@@ -1,6 +1,7 @@
 #include "server/config_flags.h"
 
 #include <sstream>
+#include <tuple>
 
 #include "server/size.h"
 
@@ -66,6 +67,9 @@ void add_serve_flags(CLI::App& app, ServeFlags& f) {
                  "Disk entry codec: none (exact), q8 (8.5 bits/value), q4 (lossy, smaller; docs/FORMATS.md)" +
                      dflt(kv_codec_name(r.disk_codec)))->group("Cache");
   app.add_option("--remote-codec", f.remote_codec, "Remote (Redis) entry codec: none, q8, q4" + dflt(kv_codec_name(r.remote_codec)))
+      ->group("Cache");
+  app.add_option("--host-codec", f.host_codec,
+                 "Host DRAM slot codec: none, q8, q4 (lossy codecs need write_through or selective)" + dflt(kv_codec_name(r.host_codec)))
       ->group("Cache");
   app.add_option("--write-policy", f.write_policy,
                  "Lower-tier writes: write_through, write_back, selective" + dflt(write_policy_label(r.write_policy)))
@@ -147,15 +151,13 @@ Result<ServerConfig> resolve_config(const ServeFlags& f) {
   if (f.remote_password_file) r.remote_password_file = *f.remote_password_file;
   if (f.tier_secret_file) r.tier_secret_file = *f.tier_secret_file;
   if (f.disk_authenticate) r.disk_authenticate = true;
-  if (f.disk_codec) {
-    auto codec = parse_kv_codec(*f.disk_codec);
-    if (!codec.ok()) return Status::InvalidArgument("--disk-codec: " + codec.status().message());
-    r.disk_codec = *codec;
-  }
-  if (f.remote_codec) {
-    auto codec = parse_kv_codec(*f.remote_codec);
-    if (!codec.ok()) return Status::InvalidArgument("--remote-codec: " + codec.status().message());
-    r.remote_codec = *codec;
+  for (auto [flag, name, codec] : {std::tuple{&f.disk_codec, "--disk-codec", &r.disk_codec},
+                                    std::tuple{&f.remote_codec, "--remote-codec", &r.remote_codec},
+                                    std::tuple{&f.host_codec, "--host-codec", &r.host_codec}}) {
+    if (!*flag) continue;
+    auto parsed = parse_kv_codec(**flag);
+    if (!parsed.ok()) return Status::InvalidArgument(std::string(name) + ": " + parsed.status().message());
+    *codec = *parsed;
   }
   if (f.metrics_public) c.metrics_public = true;
   if (f.write_policy) {

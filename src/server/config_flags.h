@@ -31,7 +31,7 @@ struct ServeFlags {
   std::optional<float> blend_ratio;
   std::optional<uint32_t> blend_check_layer;
   std::optional<std::string> blend_separator;
-  std::optional<std::string> remote_password_file, tier_secret_file, disk_codec, remote_codec;
+  std::optional<std::string> remote_password_file, tier_secret_file, disk_codec, remote_codec, host_codec;
   bool disk_authenticate = false;
   bool metrics_public = false;
   std::optional<uint32_t> max_queue, max_tokens, default_max_tokens, max_prompt_tokens, max_sequences, http_threads;

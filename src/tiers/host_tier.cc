@@ -7,15 +7,17 @@ namespace kvtier {
 Status HostTierOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   KVTIER_RETURN_IF_ERROR(memory.validate());
-  if (capacity_bytes < geometry.kv.page_bytes()) return Status::InvalidArgument("HostTier: capacity below one page");
-  if (capacity_bytes / geometry.kv.page_bytes() >= SlotId::kInvalid) return Status::InvalidArgument("HostTier: too many slots");
+  const size_t slot_bytes = geometry.stored_payload_bytes(1, geometry.codec);
+  if (capacity_bytes < slot_bytes) return Status::InvalidArgument("HostTier: capacity below one page");
+  if (capacity_bytes / slot_bytes >= SlotId::kInvalid) return Status::InvalidArgument("HostTier: too many slots");
   return Status::Ok();
 }
 
 Result<std::unique_ptr<HostTier>> HostTier::create(const HostTierOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  const uint32_t slots = static_cast<uint32_t>(o.capacity_bytes / o.geometry.kv.page_bytes());
-  KVTIER_ASSIGN_OR_RETURN(auto mem, DeviceMemory::allocate(size_t(slots) * o.geometry.kv.page_bytes(), o.memory));
+  const size_t slot_bytes = o.geometry.stored_payload_bytes(1, o.geometry.codec);
+  const uint32_t slots = static_cast<uint32_t>(o.capacity_bytes / slot_bytes);
+  KVTIER_ASSIGN_OR_RETURN(auto mem, DeviceMemory::allocate(size_t(slots) * slot_bytes, o.memory));
   return std::unique_ptr<HostTier>(new HostTier(o, std::move(mem), slots));
 }
 
@@ -24,11 +26,34 @@ HostTier::HostTier(const HostTierOptions& o, std::unique_ptr<DeviceMemory> mem, 
       options_(o),
       memory_(std::move(mem)),
       base_(memory_->data()),
-      page_bytes_(o.geometry.kv.page_bytes()),
+      slot_bytes_(o.geometry.stored_payload_bytes(1, o.geometry.codec)),
+      slot_layer_bytes_(o.geometry.stored_layer_bytes(1, o.geometry.codec)),
       num_slots_(slots) {
   free_.reserve(slots);
   for (uint32_t i = slots; i > 0; --i) free_.push_back(i - 1);
-  stats_.capacity_bytes = uint64_t(slots) * page_bytes_;
+  stats_.capacity_bytes = uint64_t(slots) * slot_bytes_;
+}
+
+Status HostTier::store_layers(SlotId s, uint32_t first, uint32_t count, const std::byte* raw_page) {
+  const KVGeometry& g = geometry_.kv;
+  if (!contains(s) || first + count > g.num_layers) return Status::InvalidArgument("HostTier: slot or layers out of range");
+  const size_t raw = g.layer_slice_bytes();
+  for (uint32_t l = first; l < first + count; ++l) {
+    std::byte* dst = slot(s) + l * slot_layer_bytes_;
+    if (geometry_.codec == KvCodec::kNone) {
+      std::memcpy(dst, raw_page + l * raw, raw);
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(kv_encode_layer(geometry_.codec, g, 1, {raw_page + l * raw, raw}, {dst, slot_layer_bytes_}));
+  }
+  return Status::Ok();
+}
+
+Status HostTier::load_layers(SlotId s, uint32_t first, uint32_t count, std::byte* raw_page) const {
+  const KVGeometry& g = geometry_.kv;
+  if (!contains(s) || first + count > g.num_layers) return Status::InvalidArgument("HostTier: slot or layers out of range");
+  return decode_chunk_layers(geometry_.codec, geometry_, 1, count, {slot(s) + first * slot_layer_bytes_, count * slot_layer_bytes_},
+                             {raw_page + first * g.layer_slice_bytes(), count * g.layer_slice_bytes()});
 }
 
 HostTier::~HostTier() = default;
@@ -68,6 +93,7 @@ void HostTier::drop_locked(std::unordered_map<ChunkKey, Chunk, ChunkKeyHasher>::
 }
 
 Status HostTier::put_one(const PutOp& op) {
+  if (geometry_.codec != KvCodec::kNone) return Status::InvalidArgument("HostTier: the chunk face stores raw pages only (a codec is set)");
   KVTIER_RETURN_IF_ERROR(validate_put(geometry_, op));
   const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
   std::vector<SlotId> slots;
@@ -109,6 +135,10 @@ void HostTier::get_batch(std::span<GetOp> ops) {
   const size_t s = g.layer_slice_bytes();
   for (GetOp& op : ops) {
     std::lock_guard lock(mu_);
+    if (geometry_.codec != KvCodec::kNone) {
+      op.status = Status::InvalidArgument("HostTier: the chunk face stores raw pages only (a codec is set)");
+      continue;
+    }
     auto it = chunks_.find(op.key);
     if (it == chunks_.end()) {
       ++stats_.misses;
@@ -146,7 +176,7 @@ TierStats HostTier::stats() const {
   std::lock_guard lock(mu_);
   TierStats s = stats_;
   s.entries = chunks_.size();
-  s.bytes = uint64_t(num_slots_ - free_.size()) * page_bytes_;
+  s.bytes = uint64_t(num_slots_ - free_.size()) * slot_bytes_;
   return s;
 }
 

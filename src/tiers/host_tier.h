@@ -1,5 +1,5 @@
 // HostTier: host DRAM as a tier — an arena of page slots (SlotId) with a
-// hard byte capacity (slots = capacity / page_bytes, allocated once).
+// hard byte capacity (slots = capacity / slot_bytes, allocated once).
 //
 // Two faces:
 //  * Slot arena, driven by the owner: allocate_slot()/free_slot() and the
@@ -7,10 +7,16 @@
 //    pool<->host moves are one memcpy per page, or per layer). The owner
 //    (the index's eviction policy) decides what to evict; HostTier never
 //    frees a slot it handed out.
+//    With a codec (geometry.codec, tiers/kv_codec.h) a slot holds the page
+//    encoded layer by layer — each layer is a 1-page layer slice encoded on
+//    its own, at slot + l * stored_layer_bytes(1, codec) — so the same bytes
+//    hold more pages. Slot bytes are then only reached through
+//    store_layers / load_layers, which encode and decode.
 //  * Tier (tiers/tier.h): chunks keyed by ChunkKey, stored as slots; gets
 //    gather slots into a layer-major buffer. When slots run out, a put evicts
 //    only chunks stored through this face (FIFO or LRU, option), never
-//    owner-held slots; with eviction off it fails with kNoSpace.
+//    owner-held slots; with eviction off it fails with kNoSpace. This face
+//    stores raw pages only: with a codec its puts and gets are InvalidArgument.
 // The aggregation step before any lower-tier write is gather_pages()
 // (tiers/chunk_format.h) over slot or pool page pointers.
 //
@@ -49,9 +55,15 @@ class HostTier final : public Tier {
   // All or nothing: appends n slots to `out`, or changes nothing and returns kNoSpace.
   Status allocate_slots(uint32_t n, std::vector<SlotId>& out);
   void free_slot(SlotId slot);
-  std::byte* slot(SlotId s) { return base_ + size_t(s.value()) * page_bytes_; }
-  const std::byte* slot(SlotId s) const { return base_ + size_t(s.value()) * page_bytes_; }
-  std::byte* slot_layer(SlotId s, LayerIdx l) { return slot(s) + geometry_.kv.layer_offset(l.value()); }
+  std::byte* slot(SlotId s) { return base_ + size_t(s.value()) * slot_bytes_; }
+  const std::byte* slot(SlotId s) const { return base_ + size_t(s.value()) * slot_bytes_; }
+  KvCodec codec() const { return geometry_.codec; }
+  size_t slot_bytes() const { return slot_bytes_; }
+  // Layers [first, first+count) of a raw page-first page (`raw_page` is the
+  // whole page) into slot s, encoded with the codec (kNone: a copy); and back.
+  // InvalidArgument for NaN/Inf KV under a lossy codec.
+  Status store_layers(SlotId s, uint32_t first, uint32_t count, const std::byte* raw_page);
+  Status load_layers(SlotId s, uint32_t first, uint32_t count, std::byte* raw_page) const;
   bool contains(SlotId s) const { return s.valid() && s.value() < num_slots_; }
   uint32_t num_slots() const { return num_slots_; }
   uint32_t free_slots() const;
@@ -80,7 +92,8 @@ class HostTier final : public Tier {
   HostTierOptions options_;
   std::unique_ptr<DeviceMemory> memory_;
   std::byte* base_;
-  size_t page_bytes_;
+  size_t slot_bytes_;  // a page as stored: page_bytes, or less under a codec
+  size_t slot_layer_bytes_;
   uint32_t num_slots_;
 
   mutable std::mutex mu_;

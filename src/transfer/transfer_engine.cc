@@ -1,6 +1,8 @@
 #include "transfer/transfer_engine.h"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 
 #include "io/aligned_buffer.h"
 
@@ -175,6 +177,64 @@ Status TransferEngine::move_bytes(std::span<const ByteCopy> copies) const {
   return copy_host(copies);  // host slots only
 }
 
+bool TransferEngine::encoded(const PageLoc& loc) const {
+  return loc.tier == TierKind::kHost && options_.host && options_.host->codec() != KvCodec::kNone;
+}
+
+Status TransferEngine::copy_pages(const TransferBatch& b, std::span<const size_t> which, uint32_t l0, uint32_t l1,
+                                  std::vector<ByteCopy>& copies) const {
+  const size_t slice = geometry_.layer_slice_bytes();
+  copies.clear();  // page-first: a layer range of a page is contiguous
+  for (size_t i : which) {
+    const CopyMove& c = b.copies[i];
+    if (encoded(c.src) || encoded(c.dst)) {
+      KVTIER_RETURN_IF_ERROR(copy_encoded(c, l0, l1));
+      continue;
+    }
+    copies.push_back({page_ptr(c.dst) + l0 * slice, page_ptr(c.src) + l0 * slice, (l1 - l0) * slice});
+  }
+  return move_bytes(copies);
+}
+
+Status TransferEngine::copy_encoded(const CopyMove& c, uint32_t l0, uint32_t l1) const {
+  const bool to_host = encoded(c.dst);
+  const PageLoc& page = to_host ? c.src : c.dst;
+  if (page.tier != TierKind::kDevice) return Status::InvalidArgument("TransferEngine: host-to-host copies are not supported");
+  const size_t off = l0 * geometry_.layer_slice_bytes(), len = (l1 - l0) * geometry_.layer_slice_bytes();
+  // Beside an accelerator the page is staged in host memory; else the codec works on it in place.
+  thread_local Scratch tl_page;
+  std::byte* raw = pool_on_device() ? tl_page.get(geometry_.page_bytes(), true) : page_ptr(page);
+  if (to_host) {
+    if (raw != page_ptr(page)) KVTIER_RETURN_IF_ERROR(move_bytes(std::array{ByteCopy{raw + off, page_ptr(page) + off, len}}));
+    return options_.host->store_layers(SlotId(c.dst.index), l0, l1 - l0, raw);
+  }
+  KVTIER_RETURN_IF_ERROR(options_.host->load_layers(SlotId(c.src.index), l0, l1 - l0, raw));
+  if (raw != page_ptr(page)) return move_bytes(std::array{ByteCopy{page_ptr(page) + off, raw + off, len}});
+  return Status::Ok();
+}
+
+Status TransferEngine::scatter_load(const LoadMove& m, const std::byte* layers, uint32_t l0, uint32_t l1,
+                                    std::span<std::byte* const> dst, std::vector<ByteCopy>& copies) const {
+  copies.clear();
+  if (std::none_of(m.dst.begin(), m.dst.end(), [&](const PageLoc& l) { return encoded(l); })) {
+    scatter_copies(geometry_, layers, l0, l1 - l0, dst, copies);
+    return move_bytes(copies);
+  }
+  // Into encoded host slots: each page's layers are assembled raw, then encoded.
+  const size_t slice = geometry_.layer_slice_bytes(), n = m.dst.size();
+  thread_local std::vector<std::byte> raw;
+  raw.resize(geometry_.page_bytes());
+  for (size_t p = 0; p < n; ++p) {
+    for (uint32_t i = 0; i < l1 - l0; ++i) {
+      const std::byte* from = layers + (size_t(i) * n + p) * slice;
+      if (encoded(m.dst[p])) std::memcpy(raw.data() + (l0 + i) * slice, from, slice);
+      else copies.push_back({dst[p] + (l0 + i) * slice, from, slice});
+    }
+    if (encoded(m.dst[p])) KVTIER_RETURN_IF_ERROR(options_.host->store_layers(SlotId(m.dst[p].index), l0, l1 - l0, raw.data()));
+  }
+  return move_bytes(copies);
+}
+
 std::byte* TransferEngine::page_ptr(const PageLoc& loc) const {
   return loc.tier == TierKind::kDevice ? options_.pool->page(PageId(loc.index)) : options_.host->slot(SlotId(loc.index));
 }
@@ -289,10 +349,7 @@ void TransferEngine::run_fetch(Task& t) {
       st.cv.notify_all();
       return;
     }
-    copies.clear();  // page-first: a layer range of a page is contiguous
-    for (size_t i : t.copies)
-      copies.push_back({page_ptr(b.copies[i].dst) + l0 * slice, page_ptr(b.copies[i].src) + l0 * slice, (l1 - l0) * slice});
-    if (Status cs = move_bytes(copies); !cs.ok())
+    if (Status cs = copy_pages(b, t.copies, l0, l1, copies); !cs.ok())
       for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
     // One batched call per tier kind, so a disk tier turns it into one round of I/O.
     for (size_t k = 0; k < size_t(kNumTiers); ++k) {
@@ -319,9 +376,7 @@ void TransferEngine::run_fetch(Task& t) {
           std::lock_guard lock(st.mu);
           st.result.load_codecs[t.loads[j]] = ops[o].codec;
         }
-        copies.clear();
-        scatter_copies(geometry_, staging[j].data(), l0, l1 - l0, dst[j], copies);
-        if (Status ms = move_bytes(copies); !ms.ok()) {
+        if (Status ms = scatter_load(b.loads[t.loads[j]], staging[j].data(), l0, l1, dst[j], copies); !ms.ok()) {
           load_failed[j] = true;
           st.set(st.result.loads, t.loads[j], ms, true);
         }
@@ -344,6 +399,11 @@ void TransferEngine::run_store(Task& t) {
       continue;
     }
     const StoreMove& m = b.stores[i];
+    if (std::any_of(m.src.begin(), m.src.end(), [&](const PageLoc& l) { return encoded(l); })) {
+      // Pages in encoded host slots are approximate: they never go down as an exact entry.
+      st.set(st.result.stores, i, Status::FailedPrecondition("TransferEngine: pages in encoded host slots are not stored down"), false);
+      continue;
+    }
     src.clear();
     for (const auto& s : m.src) src.push_back(page_ptr(s));
     thread_local Scratch tl_chunk;  // reused: see run_fetch

@@ -145,6 +145,16 @@ class TransferEngine {
   void run_store(Task& t);
   void finish_task(Task& t);
   std::byte* page_ptr(const PageLoc& loc) const;
+  // A host slot holding its page encoded (HostTier::codec()): reached through the host tier, not page_ptr.
+  bool encoded(const PageLoc& loc) const;
+  // The copies `which` of batch b, layers [l0, l1); plain slices go in one move_bytes.
+  Status copy_pages(const TransferBatch& b, std::span<const size_t> which, uint32_t l0, uint32_t l1,
+                    std::vector<ByteCopy>& copies) const;
+  // One copy between a pool page and an encoded host slot (encode or decode on the way).
+  Status copy_encoded(const CopyMove& c, uint32_t l0, uint32_t l1) const;
+  // Layers [l0, l1) of a loaded chunk (layer-major `layers`) into its destination pages.
+  Status scatter_load(const LoadMove& m, const std::byte* layers, uint32_t l0, uint32_t l1, std::span<std::byte* const> dst,
+                      std::vector<ByteCopy>& copies) const;
   // True when the CPU cannot touch the pool's pages (an accelerator's memory).
   bool pool_on_device() const;
   // Runs slice copies that may touch pool pages, through the pool's memory.

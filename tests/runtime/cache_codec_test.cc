@@ -180,5 +180,55 @@ TEST(CacheCodec, CorruptEncodedBytesAreDetectedAndRecomputed) {
   expect_same(hit, ref, 1e-5);
 }
 
+// The host tier with a codec: more pages in the same bytes; a host hit is
+// approximate and labelled; pages are never stored down from encoded slots.
+TEST(CacheCodec, Q8HostSlotsHoldMorePagesAndServeLabelledApproximateKv) {
+  RigOptions o = codec_rig(KvCodec::kNone);
+  o.disk = false;
+  o.host_codec = KvCodec::kQ8;
+  CacheRig rig(o);
+  CacheRig raw(codec_rig(KvCodec::kNone));
+  EXPECT_GT(rig.cache->stats().host_slots, 3 * raw.cache->stats().host_slots);  // f32 pages: 3.76x
+  auto prompt = CacheRig::random_tokens(300, 39);
+  Outcome ref = rig.reference(prompt, 6);
+  rig.cached(prompt, 6);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 1000).ok());  // host copies only now
+  Outcome hit = rig.cached(prompt, 6);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[1], 288u);  // every whole page: the host holds pages, not chunks
+  EXPECT_EQ(hit.report.lossy_tokens, 288u);
+  EXPECT_GT(max_logit_diff(hit, ref), 0.0);
+  double scale = 0;
+  for (float v : ref.logits) scale = std::max(scale, double(std::fabs(v)));
+  EXPECT_LE(max_logit_diff(hit, ref), 0.05 * scale);
+}
+
+TEST(CacheCodec, PrefetchIntoAnEncodedHostIsLabelledLossy) {
+  RigOptions o = codec_rig(KvCodec::kNone);
+  o.host_codec = KvCodec::kQ4;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 40);
+  only_on_disk(rig, prompt);  // exact disk entries
+  auto n = rig.cache->prefetch(rig.ns, prompt);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().prefetched_pages, 16u);
+  Outcome hit = rig.cached(prompt, 2, /*commit=*/false);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[1], 256u);
+  EXPECT_EQ(hit.report.lossy_tokens, 256u);
+}
+
+TEST(CacheCodec, ALossyHostCodecWithWriteBackIsRefused) {
+  auto model = codec_model();
+  KVCacheOptions co;
+  co.geometry = model->config().kv_geometry(DType::kF32, 16);
+  co.model_cost = model_cost(model->config(), co.geometry);
+  co.host_codec = KvCodec::kQ8;
+  co.write_policy = WritePolicy::kWriteBack;
+  auto cache = KVCache::create(co);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("write_back"), std::string::npos) << cache.status().to_string();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

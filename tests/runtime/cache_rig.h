@@ -34,6 +34,7 @@ struct RigOptions {
   std::shared_ptr<Tier> remote;                // a remote chunk store (same geometry)
   KvCodec disk_codec = KvCodec::kNone;
   KvCodec remote_codec = KvCodec::kNone;       // must be the remote's geometry codec
+  KvCodec host_codec = KvCodec::kNone;
   std::string disk_dir;                        // empty: a fresh directory of the rig's own (removed after)
   bool layerwise = true;
   std::shared_ptr<const engine::Model> model;  // null: the tiny preset, seed 3
@@ -74,6 +75,7 @@ class CacheRig {
     co.remote = o.remote;
     co.disk_codec = o.disk_codec;
     co.remote_codec = o.remote_codec;
+    co.host_codec = o.host_codec;
     co.layerwise = o.layerwise;
     co.device = o.device;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
