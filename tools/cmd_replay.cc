@@ -21,7 +21,7 @@ struct ReplayFlags {
   uint32_t layers = 0, kv_heads = 0, head_dim = 0;
   double flops_per_token = 0, attn_flops_per_pair = 0;
   std::string hardware = "h100-pcie5", profile;
-  std::string device = "unlimited", host = "0", disk = "0", remote = "0";
+  std::string device = "unlimited", host = "0", disk = "0", remote = "0", disk_region = "64MiB";
   std::string capacity_tokens;
   std::string write_policy = "write_through", eviction = "lru", disk_reclaim = "fifo", remote_reclaim = "lru";
   uint32_t selective_hits = 2;
@@ -77,6 +77,9 @@ Result<ReplayOptions> options_from(const ReplayFlags& f, bool tier_flags_given) 
     KVTIER_ASSIGN_OR_RETURN(o.disk, parse_capacity(f.disk));
     KVTIER_ASSIGN_OR_RETURN(o.remote, parse_capacity(f.remote));
   }
+  KVTIER_ASSIGN_OR_RETURN(Capacity region, parse_capacity(f.disk_region));
+  if (!region.bytes) return Status::InvalidArgument("--disk-region takes bytes with a unit (64MiB)");
+  o.disk_region_bytes = region.value;
   o.timing = !f.no_timing;
   o.workers = f.workers;
   o.time_scale = f.time_scale;
@@ -149,6 +152,8 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   cmd->add_option("--selective-hits", f->selective_hits, "selective: hits before a chunk goes down")
       ->capture_default_str();
   auto* ev = cmd->add_option("--eviction", f->eviction, "lru, lfu, fifo, priority, slru")->capture_default_str();
+  cmd->add_option("--disk-region", f->disk_region, "disk tier region size, as the server's (64MiB)")
+      ->capture_default_str();
   cmd->add_option("--disk-reclaim", f->disk_reclaim, "fifo or lru")->capture_default_str();
   cmd->add_option("--remote-reclaim", f->remote_reclaim, "fifo or lru")->capture_default_str();
   cmd->add_option("--workers", f->workers, "prefill workers")->capture_default_str();

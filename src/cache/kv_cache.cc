@@ -65,13 +65,22 @@ Status KVCacheOptions::validate() const {
     return Status::InvalidArgument("KVCache: disk capacity must hold at least 2 regions of " +
                                    std::to_string(disk_region_bytes) + " bytes");
   if (selective_hits == 0) return Status::InvalidArgument("KVCache: selective_hits must be >= 1");
-  if (transfer_workers == 0 || transfer_workers > 64)
-    return Status::InvalidArgument("KVCache: transfer_workers must be in [1, 64]");
-  if (remote && !(remote->geometry().kv == geometry && remote->geometry().chunk_pages == chunk_pages))
-    return Status::InvalidArgument("KVCache: the remote tier's chunk geometry differs from the cache's");
-  if (remote && remote->geometry().codec != remote_codec)
-    return Status::InvalidArgument("KVCache: the remote tier writes codec " + std::string(kv_codec_name(remote->geometry().codec)) +
-                                   ", remote_codec says " + std::string(kv_codec_name(remote_codec)));
+  if (transfer_workers > 64) return Status::InvalidArgument("KVCache: transfer_workers must be in [0, 64]");
+  if (disk && !disk_dir.empty()) return Status::InvalidArgument("KVCache: give disk_dir or a disk tier, not both");
+  struct Given {
+    const Tier* tier;
+    const char* name;
+    KvCodec codec;
+  };
+  for (const Given& g : {Given{disk.get(), "disk", disk_codec}, Given{remote.get(), "remote", remote_codec}}) {
+    if (!g.tier) continue;
+    if (!(g.tier->geometry().kv == geometry && g.tier->geometry().chunk_pages == chunk_pages))
+      return Status::InvalidArgument(std::string("KVCache: the ") + g.name + " tier's chunk geometry differs from the cache's");
+    if (g.tier->geometry().codec != g.codec)
+      return Status::InvalidArgument(std::string("KVCache: the ") + g.name + " tier writes codec " +
+                                     std::string(kv_codec_name(g.tier->geometry().codec)) + ", " + g.name +
+                                     "_codec says " + std::string(kv_codec_name(g.codec)));
+  }
   if (!disk_dir.empty()) KVTIER_RETURN_IF_ERROR(kv_codec_check(disk_codec, geometry));
   if (host_bytes > 0) KVTIER_RETURN_IF_ERROR(kv_codec_check(host_codec, geometry));
   if (kv_codec_lossy(host_codec) && write_policy == WritePolicy::kWriteBack)
@@ -240,6 +249,8 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
     auto disk = DiskTier::create(d);
     if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
     c->disk_ = std::move(disk).value();
+  } else {
+    c->disk_ = o.disk;
   }
   c->remote_ = o.remote;
 

@@ -71,6 +71,10 @@ struct KVCacheOptions {
   bool disk_direct_io = true;
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
   std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
+  // A disk chunk store built by the caller, instead of the DiskTier that
+  // disk_dir makes (same ChunkGeometry; e.g. the replay's payload-less
+  // MetadataTier). At most one of disk_dir and disk.
+  std::shared_ptr<Tier> disk;
   std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
   // Chunk codecs (tiers/kv_codec.h) of the disk tier and of the remote tier
   // (which the caller builds: its geometry's codec must equal remote_codec).
@@ -94,6 +98,7 @@ struct KVCacheOptions {
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
   uint32_t transfer_workers = 4;             // more I/O in flight; measured faster than 2 for long disk loads (docs/PERF.md)
+                                             // 0: moves run inline, done when each call returns (the replay)
   LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
 
   Status validate() const;
@@ -286,7 +291,7 @@ class KVCache {
   const KVGeometry& geometry() const { return options_.geometry; }
   BlockPool& pool() { return *pool_; }
   PrefixIndex& index() { return *index_; }
-  DiskTier* disk() { return disk_.get(); }
+  Tier* disk() { return disk_.get(); }
   HostTier* host() { return host_.get(); }
   const Planner& planner() const { return *planner_; }
 
@@ -332,7 +337,7 @@ class KVCache {
   std::unique_ptr<PrefixIndex> index_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<HostTier> host_;
-  std::unique_ptr<DiskTier> disk_;
+  std::shared_ptr<Tier> disk_;  // a DiskTier (disk_dir) or the caller's (KVCacheOptions::disk)
   std::shared_ptr<Tier> remote_;
   std::unique_ptr<TransferEngine> transfer_;
   std::unique_ptr<Planner> planner_;

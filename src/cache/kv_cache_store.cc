@@ -148,7 +148,8 @@ void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std:
 }
 
 Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
-  while (pool_->free_pages() < n) {
+  // More than the whole pool can never be had: fail before evicting anything.
+  while (n <= pool_->num_pages() && pool_->free_pages() < n) {
     const uint64_t before = stats_.evicted_pages_by_tier[0];
     KVTIER_RETURN_IF_ERROR(evict_device(n - pool_->free_pages()));
     if (stats_.evicted_pages_by_tier[0] == before) {

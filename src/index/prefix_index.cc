@@ -353,6 +353,10 @@ Result<InsertResult> PrefixIndex::finish_insert(uint32_t node, uint32_t pos, std
   l.parent = node;
   l.root = parent.root;
   l.start_page = pos;
+  // The new pages are the most recent: strictly after the nodes this insert
+  // walked, so a node it split keeps its unused tail older than the new leaf
+  // (on a shared tick the order would fall to node slots).
+  ++tick_;
   l.usage = NodeUsage{tick_, tick_, 1, priority};
   alloc_payload(l, n_new);
   l.n = n_new;

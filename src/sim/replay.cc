@@ -8,8 +8,17 @@
 
 #include "sim/mooncake_trace.h"
 #include "sim/replay_cache.h"
+#include "tiers/disk_tier.h"
 
 namespace kvtier {
+
+Result<EvictionOrder> parse_chunk_reclaim(std::string_view name) {
+  if (name == "fifo") return EvictionOrder::kFifo;
+  if (name == "lru") return EvictionOrder::kLru;
+  return Status::InvalidArgument("unknown chunk reclaim policy '" + std::string(name) + "' (expected fifo or lru)");
+}
+
+std::string_view chunk_reclaim_name(EvictionOrder r) { return r == EvictionOrder::kFifo ? "fifo" : "lru"; }
 
 ReplayOptions default_replay_options() {
   ReplayOptions o;
@@ -25,6 +34,8 @@ Status ReplayOptions::validate() const {
   if (disk.unlimited || remote.unlimited)
     return Status::InvalidArgument("replay: disk and remote capacities must be finite");
   if (selective_hits == 0) return Status::InvalidArgument("replay: selective_hits must be >= 1");
+  if (disk_region_bytes == 0 || disk_region_bytes % 4096)
+    return Status::InvalidArgument("replay: disk_region_bytes must be a positive multiple of 4096");
   if (timing) {
     KVTIER_RETURN_IF_ERROR(model.cost.validate());
     KVTIER_RETURN_IF_ERROR(profile.validate());
@@ -64,12 +75,16 @@ class SequenceSource {
   bool compressed() const { return compressed_; }
   uint32_t unit() const { return compressed_ ? 1 : P_; }
 
+  // The index tokens of a prompt (input_length > 0) as the cache takes it:
+  // its whole pages, then its partial last page (compressed: one token
+  // standing for it, never looked up nor cached).
   void fill(const ReplayRequest& r, std::vector<TokenId>& seq) {
     const uint32_t W = r.input_length / P_;
+    const bool partial = r.input_length % P_ != 0;
     if (compressed_) {
       const uint32_t ppb = t_.block_tokens / P_;
       const auto ids = t_.ids(r);
-      seq.resize(W);
+      seq.resize(W + (partial ? 1 : 0));
       for (uint32_t i = 0; i < W; ++i) {
         const uint32_t k = i % ppb;
         if (k == 0) {
@@ -78,19 +93,20 @@ class SequenceSource {
           seq[i] = static_cast<TokenId>(k);
         }
       }
+      if (partial) seq[W] = 0;
       return;
     }
     if (r.has_tokens) {
       const auto p = t_.prompt(r);
-      seq.assign(p.begin(), p.begin() + size_t(W) * P_);
+      seq.assign(p.begin(), p.begin() + r.input_length);
       return;
     }
     const uint32_t B = t_.block_tokens;
     const auto ids = t_.ids(r);
-    const size_t blocks = (size_t(W) * P_ + B - 1) / B;
+    const size_t blocks = (size_t(r.input_length) + B - 1) / B;
     seq.resize(blocks * B);
     for (size_t b = 0; b < blocks; ++b) expand_block(ids[b], std::span<TokenId>(seq.data() + b * B, B));
-    seq.resize(size_t(W) * P_);
+    seq.resize(r.input_length);
   }
 
  private:
@@ -99,16 +115,38 @@ class SequenceSource {
   bool compressed_;
 };
 
-sim_detail::CacheModelOptions cache_options(const ReplayOptions& o, uint32_t unit) {
+// Every page the trace's prompts could ever occupy: an "unlimited" tier of this size never evicts.
+uint64_t trace_pages(const ReplayTrace& t, uint32_t page_tokens) {
+  uint64_t n = 2;
+  for (const ReplayRequest& r : t.requests) n += (uint64_t(r.input_length) + page_tokens - 1) / page_tokens;
+  return n;
+}
+
+// The payload-less cache of `o`: device and host in pages (unlimited: every
+// page of the trace), disk as the DiskTier of the model's chunks that the
+// server would build, remote in chunks.
+Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uint32_t unit, uint64_t all_pages) {
   const KVGeometry& g = o.model.geometry;
-  sim_detail::CacheModelOptions c;
+  sim_detail::ReplayCacheOptions c;
   c.unit = unit;
   c.chunk_pages = o.chunk_pages;
-  c.device_pages = to_pages(o.device, g);
-  c.host_pages = to_pages(o.host, g);
-  const uint64_t chunk_div = o.chunk_pages;
-  c.disk_chunks = to_pages(o.disk, g) / chunk_div;
-  c.remote_chunks = to_pages(o.remote, g) / chunk_div;
+  c.device_pages = std::min(to_pages(o.device, g), all_pages);
+  c.host_pages = std::min(to_pages(o.host, g), all_pages);
+  if (c.device_pages < 2) return Status::InvalidArgument("replay: the device capacity is below two pages");
+  if (!o.disk.zero()) {
+    DiskTierOptions d;
+    d.geometry = ChunkGeometry{g, o.chunk_pages};
+    d.region_bytes = o.disk_region_bytes;
+    d.capacity_bytes = o.disk.bytes ? o.disk.value : o.disk.value * g.bytes_per_token();
+    if (d.chunks_per_region() == 0)
+      return Status::InvalidArgument("replay: a disk region of " + std::to_string(o.disk_region_bytes) +
+                                     " bytes cannot hold one chunk entry of the model (" +
+                                     std::to_string(d.full_chunk_entry_bytes()) + " bytes)");
+    c.disk_regions = d.max_regions();
+    c.disk_chunks_per_region = d.chunks_per_region();
+    if (c.disk_regions < 2) return Status::InvalidArgument("replay: the disk tier must hold at least 2 regions");
+  }
+  c.remote_chunks = static_cast<uint32_t>(std::min<uint64_t>(to_pages(o.remote, g) / o.chunk_pages, UINT32_MAX));
   c.disk_reclaim = o.disk_reclaim;
   c.remote_reclaim = o.remote_reclaim;
   c.write_policy = o.write_policy;
@@ -169,17 +207,17 @@ class TimingPlanner {
 };
 
 struct Pass {
-  std::unique_ptr<sim_detail::CacheModel> cache;
-  std::vector<NsKey> ns;  // per salt
+  std::unique_ptr<sim_detail::ReplayCache> cache;
+  std::vector<Namespace> ns;  // per salt
 };
 
-Result<Pass> make_pass(const sim_detail::CacheModelOptions& co, const ReplayTrace& t) {
+Result<Pass> make_pass(const sim_detail::ReplayCacheOptions& co, const ReplayTrace& t) {
   Pass p;
-  KVTIER_ASSIGN_OR_RETURN(p.cache, sim_detail::CacheModel::create(co));
+  KVTIER_ASSIGN_OR_RETURN(p.cache, sim_detail::ReplayCache::create(co));
   for (const std::string& s : t.salts) {
     Namespace ns;
     ns.cache_salt = s;
-    p.ns.push_back(p.cache->ns_key(ns));
+    p.ns.push_back(ns);
   }
   return p;
 }
@@ -193,19 +231,78 @@ std::vector<size_t> arrival_order(const ReplayTrace& t) {
   return order;
 }
 
+// Per-request timing state: arrival times and prefill service times.
+struct Queue {
+  std::vector<double> arrival, svc_cached, svc_uncached;
+};
+
+// Adds one request's cache outcome (and, with timing, its plan) to the report.
+Status account(const ReplayOptions& o, const ReplayRequest& q, const sim_detail::ReplayStep& S, double arrival_s,
+               TimingPlanner& planner, Queue& queue, ReplayReport& r) {
+  const uint32_t P = o.page_tokens();
+  const size_t bpt = o.model.geometry.bytes_per_token();
+  ++r.requests;
+  r.tokens += q.input_length;
+  if (!S.served) ++r.refused_requests;
+  for (int k = 0; k < kNumTiers; ++k) r.hit_tokens_by_tier[k] += uint64_t(S.pages_by_tier[k]) * P;
+  const uint64_t cached_tokens = uint64_t(S.cached_pages()) * P;
+  r.hit_tokens += cached_tokens;
+  if (!o.timing) {
+    r.reused_tokens += cached_tokens;
+    for (int k = 1; k < kNumTiers; ++k) r.bytes_loaded[k] += uint64_t(S.pages_by_tier[k]) * P * bpt;
+    return Status::Ok();
+  }
+  queue.arrival.push_back(arrival_s);
+  double with = 0, without = 0;
+  if (q.input_length > 0) {
+    uint32_t group = 1;
+    KVTIER_ASSIGN_OR_RETURN(Plan plan, planner.plan(S.runs, S.cached_pages(), q.input_length, group));
+    with = plan.predicted_s;
+    without = plan.recompute_all_s;
+    r.compute_s_cached += plan.predicted_compute_s;
+    r.compute_s_uncached += plan.recompute_all_s;
+    const uint64_t gtok = uint64_t(group) * P;
+    r.reused_tokens += uint64_t(plan.reused_pages()) * gtok;
+    r.recomputed_cached_tokens += cached_tokens - uint64_t(plan.reused_pages()) * gtok;
+    for (const PlanSegment& seg : plan.segments)
+      if (seg.action == PlanAction::kLoad) r.bytes_loaded[static_cast<size_t>(seg.tier)] += seg.pages * gtok * bpt;
+  }
+  queue.svc_cached.push_back(with);
+  queue.svc_uncached.push_back(without);
+  return Status::Ok();
+}
+
+// The report's totals: ratios, the cache's own counters, the queue's TTFTs.
+void finish_report(const ReplayOptions& o, const sim_detail::ReplayCacheStats& st, uint64_t max_hits, bool with_max,
+                   const Queue& queue, ReplayReport& r) {
+  const size_t page_bytes = size_t(o.page_tokens()) * o.model.geometry.bytes_per_token();
+  for (int k = 0; k < kNumTiers; ++k) {
+    r.bytes_stored[k] = k == int(kDev) ? 0 : st.stored_pages[k] * page_bytes;
+    r.evictions[k] = st.evictions[k];
+    r.hit_ratio_by_tier[k] = r.tokens ? double(r.hit_tokens_by_tier[k]) / double(r.tokens) : 0;
+  }
+  r.token_hit_ratio = r.tokens ? double(r.hit_tokens) / double(r.tokens) : 0;
+  if (with_max) r.max_token_hit_ratio = r.tokens ? double(max_hits) / double(r.tokens) : 0;
+  if (o.timing) {
+    r.ttft_cached_s = summarize_latency(simulate_prefill_queue(queue.arrival, queue.svc_cached, o.workers));
+    r.ttft_uncached_s = summarize_latency(simulate_prefill_queue(queue.arrival, queue.svc_uncached, o.workers));
+    r.prefill_compute_saved = r.compute_s_uncached > 0 ? 1.0 - r.compute_s_cached / r.compute_s_uncached : 0;
+  }
+}
+
 // Replays the trace; `with_max` adds the unlimited-cache pass in the same loop.
 Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, bool with_max) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   const auto t0 = Clock::now();
-  const uint32_t P = o.page_tokens();
-  SequenceSource src(t, P);
-  const sim_detail::CacheModelOptions co = cache_options(o, src.unit());
-  if (co.device_pages == 0) return Status::InvalidArgument("replay: the device capacity is below one page");
+  SequenceSource src(t, o.page_tokens());
+  const uint64_t all_pages = trace_pages(t, o.page_tokens());
+  KVTIER_ASSIGN_OR_RETURN(const sim_detail::ReplayCacheOptions co, cache_options(o, src.unit(), all_pages));
   KVTIER_ASSIGN_OR_RETURN(Pass main, make_pass(co, t));
   Pass max;
   if (with_max) {
-    sim_detail::CacheModelOptions mo;
+    sim_detail::ReplayCacheOptions mo;
     mo.unit = src.unit();
+    mo.device_pages = all_pages;
     KVTIER_ASSIGN_OR_RETURN(max, make_pass(mo, t));
   }
 
@@ -213,74 +310,34 @@ Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, b
   r.options = o;
   r.compressed = src.compressed();
   r.skipped_lines = t.skipped_lines;
-  r.capacity_pages = {co.device_pages, co.host_pages, co.disk_chunks * o.chunk_pages,
-                      co.remote_chunks * o.chunk_pages};
+  auto unlimited = [&](const Capacity& c, uint64_t pages) { return c.unlimited ? UINT64_MAX : pages; };
+  r.capacity_pages = {unlimited(o.device, co.device_pages), unlimited(o.host, co.host_pages),
+                      uint64_t(co.disk_regions) * co.disk_chunks_per_region * o.chunk_pages,
+                      uint64_t(co.remote_chunks) * o.chunk_pages};
   const std::vector<size_t> order = arrival_order(t);
-  const size_t bpt = o.model.geometry.bytes_per_token();
   TimingPlanner planner(o);
-  std::vector<double> arrival, svc_cached, svc_uncached;
-  if (o.timing) {
-    arrival.reserve(order.size());
-    svc_cached.reserve(order.size());
-    svc_uncached.reserve(order.size());
-  }
+  Queue queue;
   std::vector<TokenId> seq;
-  sim_detail::CacheModelLookup L, ML;
+  sim_detail::ReplayStep step, max_step;
   uint64_t max_hits = 0;
   const double ts0 = order.empty() ? 0 : t.requests[order[0]].timestamp_ms;
   for (size_t i : order) {
     const ReplayRequest& q = t.requests[i];
-    ++r.requests;
-    r.tokens += q.input_length;
-    const uint32_t lookup_pages = q.input_length == 0 ? 0 : (q.input_length - 1) / P;
-    src.fill(q, seq);
-    main.cache->lookup(main.ns[q.salt], seq, lookup_pages, L);
-    for (int k = 0; k < kNumTiers; ++k) r.hit_tokens_by_tier[k] += uint64_t(L.pages_by_tier[k]) * P;
-    const uint64_t cached_tokens = uint64_t(L.cached_pages()) * P;
-    r.hit_tokens += cached_tokens;
-    if (o.timing) {
-      arrival.push_back((q.timestamp_ms - ts0) / 1e3 * o.time_scale);
-      double with = 0, without = 0;
-      if (q.input_length > 0) {
-        uint32_t group = 1;
-        KVTIER_ASSIGN_OR_RETURN(Plan plan, planner.plan(L.runs, L.cached_pages(), q.input_length, group));
-        with = plan.predicted_s;
-        without = plan.recompute_all_s;
-        r.compute_s_cached += plan.predicted_compute_s;
-        r.compute_s_uncached += plan.recompute_all_s;
-        const uint64_t gtok = uint64_t(group) * P;
-        r.reused_tokens += uint64_t(plan.reused_pages()) * gtok;
-        r.recomputed_cached_tokens += cached_tokens - uint64_t(plan.reused_pages()) * gtok;
-        for (const PlanSegment& s : plan.segments)
-          if (s.action == PlanAction::kLoad) r.bytes_loaded[static_cast<size_t>(s.tier)] += s.pages * gtok * bpt;
+    step = {};
+    if (q.input_length > 0) {
+      src.fill(q, seq);
+      const uint32_t whole_pages = q.input_length / o.page_tokens();
+      KVTIER_RETURN_IF_ERROR(main.cache->request(main.ns[q.salt], seq, whole_pages, step));
+      if (with_max) {
+        KVTIER_RETURN_IF_ERROR(max.cache->request(max.ns[q.salt], seq, whole_pages, max_step));
+        max_hits += uint64_t(max_step.cached_pages()) * o.page_tokens();
       }
-      svc_cached.push_back(with);
-      svc_uncached.push_back(without);
-    } else {
-      r.reused_tokens += cached_tokens;
-      for (int k = 1; k < kNumTiers; ++k) r.bytes_loaded[k] += uint64_t(L.pages_by_tier[k]) * P * bpt;
     }
-    KVTIER_RETURN_IF_ERROR(main.cache->commit(main.ns[q.salt], seq, L));
-    if (with_max) {
-      max.cache->lookup(max.ns[q.salt], seq, lookup_pages, ML);
-      max_hits += uint64_t(ML.cached_pages()) * P;
-      KVTIER_RETURN_IF_ERROR(max.cache->commit(max.ns[q.salt], seq, ML));
-    }
+    const double arrival_s = (q.timestamp_ms - ts0) / 1e3 * o.time_scale;
+    KVTIER_RETURN_IF_ERROR(account(o, q, step, arrival_s, planner, queue, r));
   }
-
-  const sim_detail::CacheModelStats st = main.cache->stats();
-  for (int k = 0; k < kNumTiers; ++k) {
-    r.bytes_stored[k] = k == int(kDev) ? 0 : st.stored_pages[k] * P * bpt;
-    r.evictions[k] = st.evictions[k];
-    r.hit_ratio_by_tier[k] = r.tokens ? double(r.hit_tokens_by_tier[k]) / double(r.tokens) : 0;
-  }
-  r.token_hit_ratio = r.tokens ? double(r.hit_tokens) / double(r.tokens) : 0;
-  if (with_max) r.max_token_hit_ratio = r.tokens ? double(max_hits) / double(r.tokens) : 0;
-  if (o.timing) {
-    r.ttft_cached_s = summarize_latency(simulate_prefill_queue(arrival, svc_cached, o.workers));
-    r.ttft_uncached_s = summarize_latency(simulate_prefill_queue(arrival, svc_uncached, o.workers));
-    r.prefill_compute_saved = r.compute_s_uncached > 0 ? 1.0 - r.compute_s_cached / r.compute_s_uncached : 0;
-  }
+  KVTIER_RETURN_IF_ERROR(main.cache->finish());
+  finish_report(o, main.cache->stats(), max_hits, with_max, queue, r);
   r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.requests_per_s = r.elapsed_s > 0 ? double(r.requests) / r.elapsed_s : 0;
   return r;

@@ -1,20 +1,18 @@
 // The trace replay simulator behind `kvtier replay`: capacity planning
-// without a model. Every request of a trace goes through the real
-// PrefixIndex and eviction policies with metadata-only tiers (device and
-// host residency in the index, disk and remote as bounded sets of chunk
-// hashes), following the server's KVCache step by step: lookup across the
-// tiers (the last prompt token is never cached), the planner's
-// load-or-recompute decision on the timing model, commit with the write
-// policy, eviction to capacity. Requests arrive at their timestamps and
-// prefill queues on a number of workers, so time to first token is
-// reported with the cache and without it.
+// without a model. Every request of a trace goes through the real KVCache —
+// its PrefixIndex, eviction policies, write policies, chunk rules and tier
+// reclaim — made payload-less (sim/replay_cache.h: pages of a few bytes,
+// disk and remote tiers that keep only keys, transfers that finish at once):
+// lookup across the tiers (the last prompt token is never cached), the
+// planner's load-or-recompute decision on the timing model, apply and commit
+// with the write policy. Requests arrive at their timestamps and prefill
+// queues on a number of workers, so time to first token is reported with the
+// cache and without it.
 //
 // Single-threaded and deterministic: the same trace and options always give
 // the same report (apart from elapsed_s). The caller owns the trace.
 // Simplifications (docs/REPLAY.md): the cache sees requests in arrival
-// order and a request's pages are cached when it is admitted; device
-// eviction runs after each commit; write-back copies nothing down (the
-// server's write-back does not demote either).
+// order, one at a time, and a request's pages are cached when it is admitted.
 #pragma once
 
 #include <array>
@@ -25,7 +23,6 @@
 
 #include "cache/kv_cache.h"
 #include "index/eviction_policy.h"
-#include "sim/chunk_set.h"
 #include "sim/kvtier_trace.h"
 #include "sim/timing_model.h"
 
@@ -34,6 +31,10 @@ namespace kvtier {
 // A tier capacity as operators write it: tokens ("3e6", "3000000",
 // "3000000tok") or bytes with a unit ("80GiB", "1.5TB", "512MB", "4096B"),
 // or "unlimited". Bytes become pages through the model's KV geometry.
+// Disk and remote reclaim order: fifo | lru.
+Result<EvictionOrder> parse_chunk_reclaim(std::string_view name);
+std::string_view chunk_reclaim_name(EvictionOrder r);
+
 struct Capacity {
   uint64_t value = 0;
   bool bytes = false;
@@ -56,8 +57,12 @@ struct ReplayOptions {
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
-  ChunkReclaim disk_reclaim = ChunkReclaim::kFifo;  // a segment log reclaims its oldest region
-  ChunkReclaim remote_reclaim = ChunkReclaim::kLru;
+  EvictionOrder disk_reclaim = EvictionOrder::kFifo;  // a segment log reclaims its oldest region
+  EvictionOrder remote_reclaim = EvictionOrder::kLru;
+  // The disk tier is a DiskTier segment log of regions this size (the
+  // server's KVCacheOptions::disk_region_bytes): it holds as many of the
+  // model's chunk entries as fit in whole regions and reclaims a region at a time.
+  size_t disk_region_bytes = size_t(64) << 20;
   HashAlgo hash = HashAlgo::kXXH3_128;
 
   // Timing. model.geometry.page_tokens is the cache's page size.
@@ -102,6 +107,10 @@ struct ReplayReport {
   std::array<uint64_t, kNumTiers> evictions{};
   std::array<uint64_t, kNumTiers> capacity_pages{};  // resolved capacities (0 = absent, UINT64_MAX = unlimited)
   uint64_t skipped_lines = 0;
+  // Requests whose prompt needs more pages than the device tier has: the
+  // cache refuses them (KVCache::apply is Busy), so they use no cache and
+  // cache nothing; they are priced as full recomputes.
+  uint64_t refused_requests = 0;
   bool compressed = false;  // replayed one index token per page (exact; see REPLAY.md)
   double elapsed_s = 0;
   double requests_per_s = 0;

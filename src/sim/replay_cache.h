@@ -1,98 +1,82 @@
-// CacheModel: the metadata-only replica of KVCache's lookup and commit that
-// the replay simulator drives (internal to src/sim). It owns a real
-// PrefixIndex (device and host residency with synthetic page and slot ids)
-// and ChunkSets for disk and remote, and follows the server's rules:
-//  lookup — match the whole pages before the last prompt token; lower tiers
-//           extend the match by whole chunks keyed by the hash of each
-//           chunk's last page, and when they do the index part is cut to a
-//           chunk boundary (KVCache::lookup);
-//  commit — insert every whole prompt page; pages cached only on host are
-//           promoted to device; write-through and selective give every page
-//           a host copy and store whole chunks down (selective only chunks
-//           hit selective_hits times); write-back stores nothing down; then
-//           device pages are evicted to capacity (KVCache::commit/evict_*).
-// One deliberate difference: after the insert, LRU and priority re-walk the
-// request's path so that recency ties (a split node's unused tail and the
-// new leaf) go to the request's own pages instead of to the index's node
-// slot order.
-// The index works on "index tokens": the prompt's tokens, or one synthetic
-// token per page when the prompt is made of hash-id blocks (unit == 1).
+// ReplayCache: the real KVCache, payload-less, as the replay simulator drives
+// it (internal to src/sim). Every policy the replay reports on — lookup's
+// chunk rules, commit, the write policies, device and host eviction,
+// demotion and spill, disk and remote reclaim — is the cache's own code; this
+// file only builds the cache and feeds it one request at a time.
+//
+// What makes it payload-less, without a flag in the data path:
+//  * pages are a few bytes: a one-layer, one-head, head_dim-1 geometry with
+//    `unit` index tokens per page, so the BlockPool and HostTier are the real
+//    ones, with real capacity in pages, holding no KV;
+//  * disk and remote are MetadataTiers (tiers/metadata_tier.h): keys only,
+//    sized like the modelled DiskTier (regions of the model's chunk entries,
+//    DiskTier's reclaim rule) and remote store (one chunk at a time);
+//  * transfers run inline (TransferEngineOptions::workers = 0), so every move
+//    has landed when the call that made it returns: deterministic.
+// Each request is lookup → apply(a plan that uses every cached page) →
+// commit of its whole pages, as the server does; the replay prices the
+// planner's own choice on its timing model (the plan applied only changes
+// which pages a running request borrows).
 // Not thread-safe.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "cache/kv_cache.h"
-#include "index/prefix_index.h"
-#include "sim/chunk_set.h"
 
 namespace kvtier::sim_detail {
 
-struct CacheModelOptions {
-  uint32_t unit = 16;         // index tokens per page
+struct ReplayCacheOptions {
+  uint32_t unit = 16;                 // index tokens per page
   uint32_t chunk_pages = 16;
-  uint64_t device_pages = UINT64_MAX;  // UINT64_MAX = unlimited
-  uint64_t host_pages = 0;             // 0 = no host tier
-  uint64_t disk_chunks = 0, remote_chunks = 0;
-  ChunkReclaim disk_reclaim = ChunkReclaim::kFifo, remote_reclaim = ChunkReclaim::kLru;
+  uint64_t device_pages = 2;          // the pool (>= 2)
+  uint64_t host_pages = 0;            // 0 = no host tier
+  uint32_t disk_regions = 0;          // 0 = no disk tier
+  uint32_t disk_chunks_per_region = 1;
+  uint32_t remote_chunks = 0;         // 0 = no remote tier
+  EvictionOrder disk_reclaim = EvictionOrder::kFifo, remote_reclaim = EvictionOrder::kLru;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   HashAlgo hash = HashAlgo::kXXH3_128;
 };
 
-struct CacheModelLookup {
-  uint32_t lookup_pages = 0;
-  uint32_t index_pages = 0, disk_pages = 0, remote_pages = 0;
-  std::array<uint32_t, kNumTiers> pages_by_tier{};
+// What the cache did with one request.
+struct ReplayStep {
+  bool served = true;  // false: the prompt needs more pages than the device has (the server refuses it)
+  std::array<uint32_t, kNumTiers> pages_by_tier{};  // cached pages found, by tier (0 when not served)
   std::vector<CachedRun> runs;
-  MatchResult match;
-  uint32_t cached_pages() const { return index_pages + disk_pages + remote_pages; }
+  uint32_t cached_pages() const { return pages_by_tier[0] + pages_by_tier[1] + pages_by_tier[2] + pages_by_tier[3]; }
 };
 
-struct CacheModelStats {
-  std::array<uint64_t, kNumTiers> stored_pages{};  // device→tier copies (host pages; disk/remote chunk pages)
+struct ReplayCacheStats {
+  std::array<uint64_t, kNumTiers> stored_pages{};  // copies into each tier (host pages; disk/remote chunk pages)
   std::array<uint64_t, kNumTiers> evictions{};     // pages (device, host) or chunks (disk, remote)
-  uint64_t promotions = 0;                         // host-only pages given a device copy again
 };
 
-class CacheModel {
+class ReplayCache {
  public:
-  static Result<std::unique_ptr<CacheModel>> create(const CacheModelOptions& o);
+  static Result<std::unique_ptr<ReplayCache>> create(const ReplayCacheOptions& options);
 
-  NsKey ns_key(const Namespace& ns) const { return index_->namespace_key(ns); }
-  // `seq` holds the index tokens of the whole pages of the prompt
-  // (whole_pages * unit); lookup_pages <= whole_pages.
-  void lookup(NsKey ns, std::span<const TokenId> seq, uint32_t lookup_pages, CacheModelLookup& out);
-  // Commits all whole pages of `seq` after `lookup` of the same prompt.
-  Status commit(NsKey ns, std::span<const TokenId> seq, CacheModelLookup& lookup);
-
-  CacheModelStats stats() const;
-  const PrefixIndex& index() const { return *index_; }
+  // `prompt`: the request's index tokens — its `whole_pages` whole pages,
+  // then (unit 1) one token standing for a partial last page, or (unit P)
+  // the partial page's tokens. Not empty. The whole pages are committed.
+  Status request(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages, ReplayStep& out);
+  // Lets the last transfers' accounting land; then stats() is complete.
+  Status finish() { return cache_->drain(); }
+  ReplayCacheStats stats() const;
+  KVCache& cache() { return *cache_; }
 
  private:
-  explicit CacheModel(const CacheModelOptions& o);
-  bool hashing() const { return disk_.present() || remote_.present(); }
-  const PageHash& chunk_key(std::span<const PageHash> hashes, uint32_t c) const {
-    return hashes[size_t(c + 1) * o_.chunk_pages - 1];
-  }
-  Status evict(TierKind tier, uint64_t pages);
-
-  CacheModelOptions o_;
-  std::unique_ptr<PrefixIndex> index_;
-  ChunkSet disk_, remote_;
-  std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
-  uint32_t next_page_ = 0, next_slot_ = 0;
-  CacheModelStats stats_;
-  // Scratch reused across requests.
-  std::vector<PageHash> keys_, hashes_;
-  std::vector<PageLocation> locs_;
-  std::vector<uint32_t> need_host_;
-  EvictResult evicted_;
-  MatchResult refresh_;
+  explicit ReplayCache(std::unique_ptr<KVCache> c, const ReplayCacheOptions& o) : options_(o), cache_(std::move(c)) {}
+  ReplayCacheOptions options_;
+  std::unique_ptr<KVCache> cache_;
 };
+
+// The KVCacheOptions of a payload-less cache (what create() builds; tests vary them).
+Result<KVCacheOptions> replay_cache_options(const ReplayCacheOptions& options);
 
 }  // namespace kvtier::sim_detail

@@ -107,6 +107,7 @@ std::string format_replay_table(const ReplayReport& r) {
   line("requests", std::to_string(r.requests));
   line("prompt tokens", std::to_string(r.tokens));
   if (r.skipped_lines) line("skipped bad lines", std::to_string(r.skipped_lines));
+  if (r.refused_requests) line("refused (prompt larger than the device)", std::to_string(r.refused_requests));
   line("token hit ratio", num(r.token_hit_ratio));
   if (r.max_token_hit_ratio >= 0) line("max token hit ratio (unlimited)", num(r.max_token_hit_ratio));
   for (int k = 0; k < kNumTiers; ++k) {
@@ -182,6 +183,7 @@ std::string format_replay_json(const ReplayReport& r) {
   j["write_policy"] = std::string(write_policy_name(o.write_policy));
   j["eviction"] = std::string(eviction_policy_name(o.eviction));
   j["skipped_lines"] = r.skipped_lines;
+  j["refused_requests"] = r.refused_requests;
   j["elapsed_s"] = r.elapsed_s;
   j["requests_per_s"] = r.requests_per_s;
   return j.dump();

@@ -26,16 +26,29 @@ Status DiskTierOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   if (dir.empty()) return Status::InvalidArgument("DiskTier: dir is empty");
   if (region_bytes == 0 || region_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: region_bytes must be a positive multiple of 4096");
-  const auto lay = chunk_entry_layout(geometry, geometry.chunk_pages, kIoAlign, auth != nullptr);
-  if (kRegionHeaderBlock + lay.entry_bytes > region_bytes)
-    return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" + std::to_string(lay.entry_bytes) + " bytes)");
-  if (capacity_bytes / region_bytes < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
+  if (chunks_per_region() == 0)
+    return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" +
+                                   std::to_string(full_chunk_entry_bytes()) + " bytes)");
+  if (max_regions() < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
   if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
   if (io_block_bytes == 0 || io_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: io_block_bytes must be a multiple of 4096");
   if (read_waves == 0) return Status::InvalidArgument("DiskTier: read_waves must be positive");
   if (write_stretch_bytes == 0 || write_stretch_bytes % kIoAlign)
     return Status::InvalidArgument("DiskTier: write_stretch_bytes must be a positive multiple of 4096");
   return Status::Ok();
+}
+
+size_t DiskTierOptions::full_chunk_entry_bytes() const {
+  return chunk_entry_layout(geometry, geometry.chunk_pages, kIoAlign, auth != nullptr).entry_bytes;
+}
+
+uint32_t DiskTierOptions::chunks_per_region() const {
+  const size_t entry = full_chunk_entry_bytes();
+  return region_bytes < kRegionHeaderBlock + entry ? 0 : static_cast<uint32_t>((region_bytes - kRegionHeaderBlock) / entry);
+}
+
+uint32_t DiskTierOptions::max_regions() const {
+  return region_bytes == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(capacity_bytes / region_bytes, UINT32_MAX));
 }
 
 Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o) {
@@ -49,7 +62,8 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o) {
 DiskTier::DiskTier(const DiskTierOptions& o)
     : options_(o),
       fs_(o.fs ? o.fs : &FileSystem::posix()),
-      max_regions_(static_cast<uint32_t>(o.capacity_bytes / o.region_bytes)) {
+      max_regions_(o.max_regions()),
+      reclaim_order_(o.reclaim) {
   stats_.capacity_bytes = uint64_t(max_regions_) * o.region_bytes;
   writer_ = std::thread([this] { writer_loop(); });
 }
@@ -168,7 +182,7 @@ void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan&
   open_report_.dropped_forged += scan.dropped_forged;
   open_report_.dropped_torn += scan.dropped_torn;
   region->used = scan.end;
-  region->last_access = ++tick_;
+  reclaim_order_.add(id, ++tick_);
   regions_.emplace(id, std::move(region));
 }
 
@@ -322,13 +336,10 @@ void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
 }
 
 void DiskTier::reclaim_one_locked() {
-  std::shared_ptr<Region> victim;
-  for (auto& [id, r] : regions_) {
-    if (r == active_) continue;
-    if (!victim || (options_.reclaim == EvictionOrder::kLru && r->last_access < victim->last_access)) victim = r;
-    if (options_.reclaim == EvictionOrder::kFifo) break;  // the map is ordered by id = age
-  }
-  if (!victim) return;
+  const auto victim_id = reclaim_order_.victim(active_ ? std::optional(active_->id) : std::nullopt);
+  if (!victim_id) return;
+  const std::shared_ptr<Region> victim = regions_.at(*victim_id);
+  reclaim_order_.remove(victim->id);
   // Entries leave the index before the space can be reused. A write still in
   // flight keeps the file open and lands in the unlinked file, harmlessly.
   for (const ChunkKey& k : victim->keys) {
@@ -354,7 +365,7 @@ Status DiskTier::open_region_locked() {
   auto r = std::make_shared<Region>();
   r->id = id;
   r->file = std::move(f).value();
-  r->last_access = ++tick_;
+  reclaim_order_.add(id, ++tick_);
   r->buffer = b;
   buffer_busy_[b] = true;
   direct_in_effect_ = r->file->direct();

@@ -56,6 +56,7 @@
 #include "io/aligned_buffer.h"
 #include "io/file_system.h"
 #include "tiers/disk_region_format.h"
+#include "tiers/region_reclaim.h"
 #include "tiers/tier.h"
 
 namespace kvtier {
@@ -93,6 +94,13 @@ struct DiskTierOptions {
   bool accept_lossy = false;
 
   Status validate() const;
+  // How the log holds full chunks (entries are appended in order and never
+  // straddle regions): the regions of the capacity, the bytes of one full
+  // chunk's entry, and how many of them fill a region. The replay's
+  // payload-less disk tier is sized by these.
+  uint32_t max_regions() const;
+  size_t full_chunk_entry_bytes() const;
+  uint32_t chunks_per_region() const;
 };
 
 // What reopening a directory found.
@@ -192,6 +200,7 @@ class DiskTier final : public Tier {
   uint32_t next_region_ = 0;
   uint64_t next_sequence_ = 1;
   uint64_t tick_ = 0;
+  RegionReclaimOrder reclaim_order_;  // which region is reclaimed next (tiers/region_reclaim.h)
   TierStats stats_;
   DiskOpenReport open_report_;
   std::atomic<bool> degraded_{false};

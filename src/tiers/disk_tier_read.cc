@@ -67,7 +67,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
       const size_t lb = g.stored_layer_bytes(loc.num_pages, loc.codec);
       const uint64_t off = loc.offset + loc.payload_offset + op.first_layer * lb;
       const size_t len = op.num_layers * lb;
-      loc.region->last_access = ++tick_;
+      reclaim_order_.touch(loc.region->id, ++tick_);
       if (loc.region->buffer >= 0) {  // still in a region buffer (maybe not on disk yet): serve from memory
         op.status = decode_chunk_layers(loc.codec, g, loc.num_pages, op.num_layers,
                                         {buffers_[loc.region->buffer].data() + off, len}, op.out);

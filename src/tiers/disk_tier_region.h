@@ -17,7 +17,6 @@ struct DiskTier::Region {
   std::shared_ptr<File> file;
   uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
   std::vector<ChunkKey> keys;
-  uint64_t last_access = 0;
   int buffer = -1;       // the region buffer still holding its bytes (-1: on disk only)
   uint64_t written = 0;  // [0, written) of the file holds the buffer's bytes
 };

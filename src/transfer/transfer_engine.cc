@@ -101,7 +101,7 @@ TransferResult TransferHandle::result() const {
 // ---- engine ----
 
 Status TransferEngineOptions::validate() const {
-  if (workers == 0 || workers > 256) return Status::InvalidArgument("TransferEngine: workers must be in 1..256");
+  if (workers > 256) return Status::InvalidArgument("TransferEngine: workers must be in 0..256");
   if (!pool && !host) return Status::InvalidArgument("TransferEngine: needs a BlockPool or a HostTier");
   if (pool && host && !(pool->geometry() == host->geometry().kv))
     return Status::InvalidArgument("TransferEngine: pool and host geometries differ");
@@ -262,8 +262,8 @@ Result<TransferHandle> TransferEngine::submit(TransferBatch batch) {
   st->result.loads.resize(b.loads.size());
   st->result.load_codecs.resize(b.loads.size());
   st->result.stores.resize(b.stores.size());
-  // Shard fetch work and store work over the workers.
-  const size_t nw = workers_.size();
+  // Shard fetch work and store work over the workers (one shard of each when inline).
+  const size_t nw = std::max<size_t>(1, workers_.size());
   const size_t fetch_items = b.copies.size() + b.loads.size();
   const size_t fshards = std::min(nw, fetch_items), sshards = std::min(nw, b.stores.size());
   std::vector<std::unique_ptr<Task>> tasks;
@@ -279,7 +279,17 @@ Result<TransferHandle> TransferEngine::submit(TransferBatch batch) {
     if (stopping_) return Status::Unavailable("TransferEngine: shutting down");
     st->id = st->result.id = next_id_++;
     if (tasks.empty()) completions_.push_back(st->result);
-    for (auto& t : tasks) (t->fetch ? fetch_queue_ : store_queue_).push_back(std::move(t));
+    if (!workers_.empty())
+      for (auto& t : tasks) (t->fetch ? fetch_queue_ : store_queue_).push_back(std::move(t));
+  }
+  if (workers_.empty()) {
+    // Inline: fetch tasks come first in `tasks`, as workers would take them.
+    for (auto& t : tasks) {
+      if (t->fetch) run_fetch(*t);
+      else run_store(*t);
+      finish_task(*t);
+    }
+    return TransferHandle(st);
   }
   cv_.notify_all();
   return TransferHandle(st);

@@ -19,6 +19,11 @@
 // touch the index; finished batches are reported to the owner through
 // poll_completions() (drained on the owner thread) and through the handle.
 //
+// With workers = 0 the engine is inline: submit() runs the whole batch on the
+// calling thread (loads and copies, then stores) and returns a finished
+// handle — deterministic, for callers that want every move done when the call
+// returns (the replay simulator's payload-less cache).
+//
 // Thread safety: submit/poll_completions may be called from any thread; a
 // TransferHandle is used by one thread at a time. Ownership: the pool, host
 // and tiers are borrowed and must outlive the engine. A handle's destructor
@@ -83,7 +88,7 @@ struct TransferResult {
 enum class LoadMode : uint8_t { kWholeChunk = 0, kLayerMajor = 1 };
 
 struct TransferEngineOptions {
-  uint32_t workers = 2;
+  uint32_t workers = 2;                        // 0: inline (moves run inside submit)
   LoadMode load_mode = LoadMode::kLayerMajor;  // measured faster (first layer and all layers); docs/perf/tiers.md
   BlockPool* pool = nullptr;                   // needed for kDevice page locations
   HostTier* host = nullptr;                    // needed for kHost page locations

@@ -16,15 +16,21 @@
 //    the node at its predecessor. A walk touches every node whose first page
 //    it matches.
 //  * Ticks advance once per match (always) and once per insert (of >= 1
-//    whole page), as in the index, and once more for the replay's re-walk of
-//    the request's path after its insert. Without that re-walk a split
-//    node's unused tail and the new leaf would share a tick and the index
-//    would order them by node slot; with it, two leaf pages never share a
-//    recency (a tick touches one root-to-node path, and the only walk that
-//    touches two leaves is the insert's, whose new leaf the re-walk
-//    refreshes). The oracle checks that no tie occurs.
-// The replay looks up the whole pages before the last prompt token and
-// inserts all whole pages, then evicts down to capacity; so does the oracle.
+//    whole page), as in the index, and the index gives a new leaf a tick of
+//    its own, after its insert's walk. The oracle instead re-walks the
+//    request's path after its insert: for leaf-first eviction the two are
+//    the same order (the only leaves that walk touched are the new leaf and
+//    the unused tail of a node it split, and both make the new leaf the more
+//    recent; the split head is the tail's parent, never a leaf beside it).
+//    Without either, that tail and the new leaf would share a tick and the
+//    index would order them by node slot. The oracle checks that no tie occurs.
+// The replay drives the real KVCache: it looks up the whole pages before
+// the last prompt token; apply pins the matched path (its nodes in full) and
+// takes a pool page for every prompt position not shared in place
+// (ceil(input_length / P) minus the matched pages), evicting leaves first
+// until that many are free — a request that needs more than the whole pool,
+// or than eviction can free, is refused and inserts nothing; commit inserts
+// all whole pages. So does the oracle, with a pool of capacity_pages.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -43,16 +49,25 @@ class NaiveLru {
   NaiveLru(uint64_t capacity_pages, uint32_t page_tokens, uint32_t block_tokens)
       : cap_(capacity_pages), P_(page_tokens), ppb_(block_tokens / page_tokens) {}
 
-  // Returns the cached tokens of the request (the replay's hit tokens).
+  // Returns the cached tokens of the request (the replay's hit tokens; 0 when refused).
   uint64_t request(std::span<const uint64_t> ids, uint32_t input_length) {
+    if (input_length == 0) return 0;
     const uint32_t W = input_length / P_;
-    const uint32_t lookup = input_length == 0 ? 0 : (input_length - 1) / P_;
+    const uint32_t lookup = (input_length - 1) / P_;
     keys_.resize(W);
     for (uint32_t i = 0; i < W; ++i) keys_[i] = (ids[i / ppb_] << 8) | (i % ppb_);
-    // match
+    // lookup
     ++tick_;
-    uint32_t matched = walk(lookup);
-    // insert
+    const uint32_t matched = walk(lookup);
+    // apply: pin the matched nodes, then free a pool page for every fresh position
+    const uint64_t fresh = (input_length + P_ - 1) / P_ - matched;
+    if (fresh > cap_) return 0;  // more than the whole pool: refused before evicting
+    pin(true);
+    bool refused = false;
+    while (cap_ - live_ < fresh && !refused) refused = !evict_one();
+    pin(false);
+    if (refused) return 0;
+    // commit
     if (W > 0) {
       ++tick_;
       const uint32_t present = walk(W);
@@ -66,10 +81,9 @@ class NaiveLru {
         }
         pages_[parent].seg_end = true;
       }
-      // The replay re-walks the request's path after the insert (recency tie-break).
+      // The new leaf is the most recent (see the top of the file).
       ++tick_;
       walk(W);
-      while (live_ > cap_) evict_one();
     }
     return uint64_t(matched) * P_;
   }
@@ -85,6 +99,7 @@ class NaiveLru {
     bool seg_end = false;
     int32_t next = -1;  // the only child while !seg_end
     bool live = false;
+    bool pinned = false;
   };
 
   static uint64_t edge(int32_t parent, uint64_t key) { return (uint64_t(uint32_t(parent)) << 40) ^ key * 0x9E3779B97F4A7C15ull; }
@@ -153,8 +168,21 @@ class NaiveLru {
     return id;
   }
 
-  void evict_one() {
+  // The matched path and the rest of its deepest node (a lease's lock).
+  void pin(bool on) {
+    if (path_.empty()) return;
+    for (int32_t id : path_) pages_[id].pinned = on;
+    for (int32_t id = path_.back(); !pages_[id].seg_end;) {
+      id = pages_[id].next;
+      pages_[id].pinned = on;
+    }
+  }
+
+  // Evicts the least recent unpinned leaf page; false when there is none.
+  bool evict_one() {
     auto it = leaves_.begin();
+    while (it != leaves_.end() && pages_[it->second].pinned) ++it;
+    if (it == leaves_.end()) return false;
     const int32_t id = it->second;
     if (std::next(it) != leaves_.end() && std::next(it)->first == it->first) {
       if (!tie_) {
@@ -182,6 +210,7 @@ class NaiveLru {
     p.live = false;
     free_.push_back(id);
     --live_;
+    return true;
   }
 
   uint64_t cap_;
@@ -253,7 +282,7 @@ ReplayTrace generated_trace(uint32_t seed, size_t n, uint32_t block_tokens) {
 TEST(ReplayOracle, SingleTierLruEqualsNaiveSimulatorOnGeneratedTraces) {
   for (uint32_t seed : {1u, 2u, 3u}) {
     const ReplayTrace t = generated_trace(seed, 600, 64);
-    for (uint64_t cap : {16ull, 160ull, 1024ull, 4096ull, 20000ull, 1ull << 30}) {
+    for (uint64_t cap : {32ull, 160ull, 1024ull, 4096ull, 20000ull, 1ull << 30}) {
       auto r = run_replay(single_tier(cap, 16), t);
       ASSERT_TRUE(r.ok()) << r.status().to_string();
       bool tie = false;

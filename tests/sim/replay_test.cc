@@ -202,6 +202,7 @@ TEST(Replay, LowerTiersCatchWhatTheDeviceDrops) {
 
   o.host = Capacity{};
   o.disk = Capacity::tokens(30 * 4096);
+  o.disk_region_bytes = size_t(256) << 20;  // seven 32 MiB chunk entries a region (a 64 MiB region holds one)
   auto disk = run_replay(o, *t);
   ASSERT_TRUE(disk.ok());
   EXPECT_GT(disk->hit_ratio_by_tier[2], 0.6);
