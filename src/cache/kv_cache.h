@@ -72,8 +72,8 @@ struct KVCacheOptions {
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
   std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
   // A disk chunk store built by the caller, instead of the DiskTier that
-  // disk_dir makes (same ChunkGeometry; e.g. the replay's payload-less
-  // MetadataTier). At most one of disk_dir and disk.
+  // disk_dir makes (same ChunkGeometry, codec disk_codec; e.g. the replay's
+  // payload-less MetadataTier). At most one of disk_dir and disk.
   std::shared_ptr<Tier> disk;
   std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
   // Chunk codecs (tiers/kv_codec.h) of the disk tier and of the remote tier

@@ -73,6 +73,7 @@ void MetadataTier::get_batch(std::span<GetOp> ops) {
       continue;
     }
     op.num_pages = it->second.pages;
+    op.codec = options_.geometry.codec;  // every entry is written with the tier's codec
     op.status = resolve_get_range(options_.geometry, it->second.pages, op);
     if (!op.status.ok()) continue;
     std::memset(op.out.data(), 0, size_t(op.num_layers) * options_.geometry.layer_bytes(it->second.pages));
