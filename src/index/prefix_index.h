@@ -59,6 +59,7 @@
 #include "index/edge_table.h"
 #include "index/payload_arena.h"
 #include "index/eviction_policy.h"
+#include "index/tree_snapshot.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
 
@@ -260,6 +261,9 @@ class PrefixIndex {
     return tier == TierKind::kDevice ? tier_pages_[0] : tier == TierKind::kHost ? tier_pages_[1] : 0;
   }
   IndexStats stats() const;  // O(1): every count is kept incrementally
+  // A copy of the tree for display, reduced to options.max_nodes records
+  // (index/tree_snapshot.h). O(nodes); read-only (no recency bookkeeping).
+  TreeSnapshot snapshot(const TreeSnapshotOptions& options) const;
   // Moves queued events (record_events) into `out` (appended).
   void take_events(std::vector<IndexEvent>& out);
   // Full O(size) recount of every invariant above; for tests.

@@ -10,6 +10,7 @@
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 #include "runtime/cached_prefill.h"
+#include "runtime/prefill_trace.h"
 #include "runtime/calibration.h"
 #include "runtime/runtime_stats.h"
 #include "common/secrets.h"
@@ -134,6 +135,17 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
 
 namespace {
 
+// The plan's part of a trace, taken once loads are in flight.
+void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, Clock::time_point t0) {
+  trace.plan = plan.segments;
+  trace.predicted_s = plan.predicted_s;
+  trace.predicted_load_s = plan.predicted_load_s;
+  trace.predicted_compute_s = plan.predicted_compute_s;
+  trace.recompute_all_s = plan.recompute_all_s;
+  trace.prompt_tokens = uint32_t(prompt_tokens);
+  trace.loads_submitted_s = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 class RuntimeImpl final : public Runtime {
  public:
   RuntimeImpl(RuntimeOptions o, ServingStack stack, text::Tokenizer tok)
@@ -186,6 +198,12 @@ class RuntimeImpl final : public Runtime {
     Seq s{std::move(sampler)};
     s.ns = Namespace{info_.fingerprint, "", std::string(cache_salt)};
     s.logprobs = sp.logprobs;
+    // The race of this prefill: loads stamped by the transfer workers, compute by the traced engine.
+    auto trace = std::make_shared<PrefillTrace>();
+    trace->num_layers = model_->config().num_layers;
+    trace->page_tokens = o_.page_tokens;
+    auto arrivals = std::make_shared<LayerArrivals>(model_->config().num_layers);
+    ScopedLayerArrivals recording(arrivals);
     if (o_.cache_enabled && !sp.prompt_logprobs) {
       KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, prompt));
       const Plan plan = cache_->plan(look);
@@ -194,10 +212,12 @@ class RuntimeImpl final : public Runtime {
       KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
     }
     CacheLease& lease = s.lease;
+    begin_trace(*trace, lease.plan(), prompt.size(), t0);
+    TracingForward traced(*engine_, *trace, t0);
     Started out;
     auto logits = sp.prompt_logprobs || !o_.cache_enabled
-                      ? cached_prefill(*engine_, *cache_, lease, s.kv, prompt, sp.prompt_logprobs)
-                      : blend_prefill(*engine_, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
+                      ? cached_prefill(traced, *cache_, lease, s.kv, prompt, sp.prompt_logprobs)
+                      : blend_prefill(traced, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
     if (!logits.ok()) return logits.status();
     s.exact_tokens = out.report.blend.blended ? out.report.blend.exact_tokens : UINT32_MAX;
     const TokenId first = s.sampler.sample(logits->last());
@@ -224,6 +244,9 @@ class RuntimeImpl final : public Runtime {
     rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
     rep.lossy_cached_tokens = lr.lossy_tokens;
     rep.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    trace->prefill_s = rep.ttft_s;
+    trace->take_arrivals(*arrivals, t0);
+    rep.trace = std::move(trace);
     counters_.record(rep);
     seqs_.emplace(out.seq.value(), std::move(s));
     return out;
@@ -289,6 +312,9 @@ class RuntimeImpl final : public Runtime {
     return runtime_metrics_text(cache_->stats(), counters_, seqs_.size());
   }
   Status flush() override { return cache_->flush(); }
+  TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const override {
+    return cache_->index().snapshot(options);
+  }
 
  private:
   struct Seq {

@@ -23,12 +23,15 @@
 #include "cache/kv_cache.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "index/tree_snapshot.h"
 #include "runtime/blend_prefill.h"
 #include "kvtier/namespace.h"
 #include "kvtier/types.h"
 #include "text/tokenizer.h"
 
 namespace kvtier {
+
+struct PrefillTrace;  // runtime/prefill_trace.h
 
 struct RuntimeOptions {
   std::string model = "small";      // engine preset (tiny, small, 1b) or a GGUF path
@@ -83,6 +86,9 @@ struct PrefillReport {
   bool computed_in_full_for_logprobs = false;      // prompt logprobs asked: the cache was not used
   BlendReport blend;                               // segments' non-prefix reuse (approximate when blend.blended)
   double ttft_s = 0;                               // lookup + load + prefill + first sample
+  // When each layer's loads arrived and each layer was computed, with the
+  // plan's predictions (runtime/prefill_trace.h); null when not recorded.
+  std::shared_ptr<const PrefillTrace> trace;
 };
 
 // Text ↔ ids with the model's tokenizer. Immutable and safe from any thread,
@@ -183,6 +189,12 @@ class Runtime {
   virtual Status prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
+  // A copy of the prefix index's tree for display (index/tree_snapshot.h),
+  // reduced to options.max_nodes records; empty without a cache. O(nodes).
+  virtual TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const {
+    (void)options;
+    return {};
+  }
 };
 
 }  // namespace kvtier

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "server/cache_view.h"
 #include "server/chat_api.h"
 #include "server/client_connection.h"
 
@@ -60,7 +61,9 @@ bool same_secret(std::string_view a, std::string_view b) {
 }
 
 std::string endpoint_label(const std::string& path) {
-  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/v1/cache/stats", "/v1/cache/flush"};
+  static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                                 "/v1/cache/stats", "/v1/cache/flush", "/dashboard", "/v1/cache/tree",
+                                 "/v1/cache/tiers", "/v1/requests/recent"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -129,6 +132,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& confi
   if (scheduler == nullptr) return Status::InvalidArgument("http server: scheduler is null");
   auto s = std::unique_ptr<HttpServer>(new HttpServer(config, scheduler));
   KVTIER_RETURN_IF_ERROR(s->load_chat_template());
+  auto post = [scheduler](std::function<void(Runtime&)> fn) { return scheduler->post(std::move(fn)); };
+  KVTIER_ASSIGN_OR_RETURN(s->view_, CacheView::create(CacheViewOptions{}, post));
   s->install_routes();
   return s;
 }
@@ -268,6 +273,8 @@ void HttpServer::install_routes() {
     if (!rt->empty()) return send_error(res, error_from_status(Status::Internal("flush failed: " + *rt)));
     res.set_content(json{{"flushed", true}}.dump(), kJson);
   });
+
+  install_dashboard_routes(authorized);
 
   s.Post("/v1/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;

@@ -2,7 +2,9 @@
 //
 // Endpoints: POST /v1/completions and /v1/chat/completions (JSON or server-sent events), GET
 // /v1/models, GET /health, GET /metrics (Prometheus text), GET
-// /v1/cache/stats, POST /v1/cache/flush. Connection threads (cpp-httplib's
+// /v1/cache/stats, POST /v1/cache/flush; the dashboard: GET /dashboard (the
+// page, no key), GET /v1/cache/tree, /v1/cache/tiers and /v1/requests/recent
+// (its data, answered from snapshots: they never wait behind a prefill). Connection threads (cpp-httplib's
 // pool) parse and validate requests, submit them to the Scheduler and stream
 // results back; everything that touches the Runtime goes through
 // Scheduler::call(). When an API key is configured every /v1/* endpoint
@@ -16,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +34,8 @@ struct Response;
 }
 
 namespace kvtier::server {
+
+class CacheView;
 
 class HttpServer {
  public:
@@ -57,6 +62,9 @@ class HttpServer {
   HttpServer(const ServerConfig& config, Scheduler* scheduler);
   Status load_chat_template();
   void install_routes();
+  // GET /dashboard and the JSON it polls (http_dashboard.cc).
+  using Authorize = std::function<bool(const httplib::Request&, httplib::Response&)>;
+  void install_dashboard_routes(const Authorize& authorized);
   // Submits a parsed request and answers it, whole or as server-sent events.
   void respond(const httplib::Request& req, httplib::Response& res, Generation gen);
   // Waits for a whole (non-streaming) result; cancels the request when its client hangs up meanwhile.
@@ -71,6 +79,7 @@ class HttpServer {
   std::vector<TokenId> blend_separator_;  // --blend-separator's tokens (no BOS); empty: none
   ServerMetrics metrics_;
   std::unique_ptr<ChatPrompts> chat_;
+  std::shared_ptr<CacheView> view_;  // the dashboard's snapshots
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
 };

@@ -143,6 +143,7 @@ Status SchedulerOptions::validate() const {
   if (prefills_per_step == 0) return Status::InvalidArgument("scheduler: prefills_per_step must be at least 1");
   if (!(request_timeout_s > 0)) return Status::InvalidArgument("scheduler: request_timeout_s must be positive");
   if (retry_idle.count() <= 0) return Status::InvalidArgument("scheduler: retry_idle must be positive");
+  if (recent_requests == 0) return Status::InvalidArgument("scheduler: recent_requests must be at least 1");
   return {};
 }
 
@@ -153,7 +154,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& opt
 }
 
 Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime)
-    : options_(options), runtime_(std::move(runtime)), model_(runtime_->model()) {
+    : options_(options), runtime_(std::move(runtime)), model_(runtime_->model()), recent_(options.recent_requests) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -204,6 +205,16 @@ Result<std::string> Scheduler::call(std::function<std::string(Runtime&)> fn) {
   }
   cv_.notify_all();
   return future.get();
+}
+
+bool Scheduler::post(std::function<void(Runtime&)> fn) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_) return false;
+    calls_.push_back([this, fn = std::move(fn)] { fn(*runtime_); });
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void Scheduler::begin_drain() {
@@ -374,10 +385,21 @@ Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
   r->usage.report = started->report;
   r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
   r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
+  record_prefill(r->usage);
   Running& ref = *r;
   running_.push_back(std::move(r));
   on_token(ref, started->first_token);
   return Admission::kPrefilled;
+}
+
+void Scheduler::record_prefill(const CompletionUsage& usage) {
+  PrefillRecord record;
+  const auto since_arrival = std::chrono::duration<double>(usage.ttft_s);
+  record.arrival_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch() - since_arrival).count();
+  record.queue_s = usage.queue_s;
+  record.ttft_s = usage.ttft_s;
+  record.report = usage.report;
+  recent_.add(std::move(record));
 }
 
 void Scheduler::decode_running() {

@@ -21,6 +21,8 @@
 // ended, or `retry_idle` passed with nothing running), never in a busy loop.
 // After `max_passes` later requests have started ahead of it, no other
 // request starts until it has, so it cannot starve.
+// Each prefill is kept in a small log (recent()) with its per-layer trace,
+// for the dashboard's per-request race.
 // Everything public is thread-safe. The Runtime is created by the caller,
 // handed over, and destroyed on the scheduler thread.
 #pragma once
@@ -38,6 +40,7 @@
 
 #include "runtime/runtime.h"
 #include "server/api.h"
+#include "server/request_log.h"
 
 namespace kvtier::server {
 
@@ -121,6 +124,7 @@ struct SchedulerOptions {
   double request_timeout_s = 600;
   uint32_t max_passes = 64;          // later requests that may start ahead of one waiting for room
   std::chrono::milliseconds retry_idle{50};  // retry of requests waiting for room when nothing runs
+  uint32_t recent_requests = 64;     // prefills kept in recent() (GET /v1/requests/recent)
 
   Status validate() const;
 };
@@ -143,6 +147,12 @@ class Scheduler {
   // (stats, metrics, flush, tokenization: anything that touches the Runtime).
   // Unavailable once the scheduler has stopped.
   Result<std::string> call(std::function<std::string(Runtime&)> fn);
+  // The same without waiting: `fn` runs later, between two steps. False (and
+  // `fn` dropped) once the scheduler has stopped.
+  bool post(std::function<void(Runtime&)> fn);
+
+  // The last options.recent_requests prefills, with their per-layer traces.
+  const RequestLog& recent() const { return recent_; }
 
   // Stops accepting new requests (submit() -> Unavailable).
   void begin_drain();
@@ -174,6 +184,8 @@ class Scheduler {
   // Asks the runtime to read ahead the cached prefixes of requests still queued.
   void prefetch_waiting();
   void decode_running();
+  // Keeps a just-prefilled request in recent_.
+  void record_prefill(const CompletionUsage& usage);
   // Applies one sampled token; returns true when the sequence has ended.
   bool on_token(Running& r, TokenId token);
   void end(Running& r, std::string finish_reason, Status error);
@@ -204,6 +216,7 @@ class Scheduler {
   uint64_t room_epoch_ = 0;  // bumped whenever room may have appeared (a sequence ended, an idle retry); scheduler thread only
 
   std::vector<std::unique_ptr<Running>> running_;  // scheduler thread only
+  RequestLog recent_;
   std::thread thread_;
 };
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "io/aligned_buffer.h"
+#include "transfer/layer_arrivals.h"
 
 namespace kvtier {
 namespace transfer_detail {
@@ -20,6 +21,7 @@ struct BatchState {
   TransferResult result;
   Status first_fetch_error;
   Status first_error;
+  std::shared_ptr<LayerArrivals> arrivals;  // stamped per layer when the submitter records (layer_arrivals.h)
 
   void publish(uint32_t l0, uint32_t l1) {
     std::lock_guard lock(mu);
@@ -258,6 +260,7 @@ Result<TransferHandle> TransferEngine::submit(TransferBatch batch) {
   auto st = std::make_shared<BatchState>();
   st->batch = std::move(batch);
   const auto& b = st->batch;
+  if (!b.copies.empty() || !b.loads.empty()) st->arrivals = ScopedLayerArrivals::current();
   st->result.copies.resize(b.copies.size());
   st->result.loads.resize(b.loads.size());
   st->result.load_codecs.resize(b.loads.size());
@@ -361,6 +364,7 @@ void TransferEngine::run_fetch(Task& t) {
     }
     if (Status cs = copy_pages(b, t.copies, l0, l1, copies); !cs.ok())
       for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
+    else if (st.arrivals && !t.copies.empty()) st.arrivals->mark(b.copies[t.copies.front()].src.tier, l0, l1);
     // One batched call per tier kind, so a disk tier turns it into one round of I/O.
     for (size_t k = 0; k < size_t(kNumTiers); ++k) {
       std::vector<GetOp> ops;
@@ -391,6 +395,7 @@ void TransferEngine::run_fetch(Task& t) {
           st.set(st.result.loads, t.loads[j], ms, true);
         }
       }
+      if (st.arrivals) st.arrivals->mark(TierKind(k), l0, l1);
     }
     st.publish(l0, l1);
   }
