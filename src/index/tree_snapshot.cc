@@ -259,7 +259,9 @@ TreeSnapshot PrefixIndex::snapshot(const TreeSnapshotOptions& options) const {
     full.label_tokens.insert(full.label_tokens.end(), n.tokens, n.tokens + label);
   }
   order_tree(full);
-  return summarize_tree(full, std::max<uint32_t>(options.max_nodes, 1));
+  const uint32_t max_nodes = std::max<uint32_t>(options.max_nodes, 1);
+  if (full.nodes.size() <= max_nodes) return full;  // no copy when nothing is left out
+  return summarize_tree(full, max_nodes);
 }
 
 }  // namespace kvtier

@@ -475,7 +475,7 @@ let timer = null;
 async function poll() {
   clearTimeout(timer);
   const [tree, tiers, recent] = await Promise.all([
-    getJson('/v1/cache/tree?max_nodes=2000'), getJson('/v1/cache/tiers'), getJson('/v1/requests/recent')]);
+    getJson('/v1/cache/tree?max_nodes=2000'), getJson('/v1/cache/tiers'), getJson('/v1/requests/recent?limit=64')]);
   if (tree) renderTree(tree);
   if (tiers) renderTiers(tiers);
   if (recent) renderRequests(recent.requests);
