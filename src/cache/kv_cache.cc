@@ -219,6 +219,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   io.page_tokens = o.geometry.page_tokens;
   io.hash_algo = o.hash;
   io.policy = o.eviction;
+  io.device_demotes = o.write_policy == WritePolicy::kWriteBack && o.host_bytes > 0;  // evict_device's demote hook
   KVTIER_ASSIGN_OR_RETURN(c->index_, PrefixIndex::create(io));
 
   const size_t pool_bytes = o.pool_memory.empty() ? o.device_bytes : o.pool_memory.size();

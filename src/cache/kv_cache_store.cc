@@ -313,8 +313,14 @@ Status KVCache::drain() {
 
 Status KVCache::flush() {
   KVTIER_RETURN_IF_ERROR(drain());
-  KVTIER_RETURN_IF_ERROR(evict_device(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
-  KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
+  // Device pages of inner nodes whose children are host-only go once those
+  // children have: alternate until a round frees nothing (locked pages stay).
+  auto residencies = [&] { return index_->tier_pages(TierKind::kDevice) + index_->tier_pages(TierKind::kHost); };
+  for (uint64_t before = UINT64_MAX; residencies() != before;) {
+    before = residencies();
+    KVTIER_RETURN_IF_ERROR(evict_device(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
+    KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
+  }
   chunk_hits_.clear();
   return Status::Ok();
 }

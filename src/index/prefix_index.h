@@ -32,9 +32,10 @@
 //  I5  Eviction candidates for tier T are exactly the unlocked nodes that
 //      hold T pages, whose children hold no T pages (leaves go first), and
 //      that can give one up now: a page that also has a copy in the other
-//      tier, or a T-only last page of a childless node. Candidates live in a
-//      per-tier ordered set keyed by the policy, so evict() never scans
-//      locked pages.
+//      tier, or a T-only last page of a childless node, or (device, with
+//      Options::device_demotes) any device-only page, which moves to the
+//      host. Candidates live in a per-tier ordered set keyed by the policy,
+//      so evict() never scans locked pages.
 //  I6  Node handles carry a generation: a handle to a removed node is
 //      detected (FailedPrecondition), never aliased.
 //
@@ -181,6 +182,11 @@ class PrefixIndex {
     bool record_events = false;  // on: events are queued for take_events()
     EvictionPolicyKind policy = EvictionPolicyKind::kLru;
     std::shared_ptr<const EvictionPolicy> custom_policy;  // overrides `policy` when set
+    // Write-back: device evictions come with a DemoteFn, so a device-only
+    // page of an inner node can go too (it moves to the host, no hole). Off,
+    // only leaves' tails and pages with a host copy can (I5). A demotion that
+    // fails keeps the page; evict() then moves on to the next candidate.
+    bool device_demotes = false;
     Status validate() const;
   };
 
@@ -308,6 +314,8 @@ class PrefixIndex {
   void count_page(Node& n, PageLocation loc, int sign);
   void tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]);
   void refresh(uint32_t id);
+  // Whether node n belongs in tier t's candidate set (I5): the one rule refresh() and check_invariants() apply.
+  bool candidate(const Node& n, int t) const;
   void rekey(Node& n, uint32_t id);
   void evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote, const SpillHook& spill);
   // Offers the chunk ending at page i of node id to the spill hook (see evict()).

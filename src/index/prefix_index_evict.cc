@@ -35,15 +35,18 @@ void PrefixIndex::tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]) {
 }
 
 // Puts node `id` into, or takes it out of, each tier's candidate set (I5).
+bool PrefixIndex::candidate(const Node& n, int t) const {
+  if (!n.live || n.is_root || n.lock_ref > 0 || n.tier_pages[t] == 0 || n.child_with_tier[t] > 0) return false;
+  if (n.both_pages > 0 || (t == kDev && opts_.device_demotes)) return true;
+  // Only T-only pages: the one that can go is the last page of a childless node.
+  const PageLocation last = n.locs[n.n - 1];
+  return n.n_children == 0 && has_tier(last, t) && !has_tier(last, 1 - t);
+}
+
 void PrefixIndex::refresh(uint32_t id) {
   Node& n = nodes_[id];
   for (int t = 0; t < 2; ++t) {
-    bool want = n.live && !n.is_root && n.lock_ref == 0 && n.tier_pages[t] > 0 && n.child_with_tier[t] == 0;
-    if (want && n.both_pages == 0) {
-      // Only T-only pages: the one that can go is the last page of a childless node.
-      const PageLocation last = n.locs[n.n - 1];
-      want = n.n_children == 0 && has_tier(last, t) && !has_tier(last, 1 - t);
-    }
+    const bool want = candidate(n, t);
     if (want == n.in_cand[t]) continue;
     if (want) {
       if (!n.in_cand[1 - t]) n.key = policy_->key(n.usage);
@@ -78,8 +81,14 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, con
     return Status::InvalidArgument("evict: a spill hook needs run_pages > 0 and an index that stores page hashes");
   const SpillHook no_spill{};
   uint32_t need = n_pages;
-  while (need > 0 && !cand_[t].empty())
-    evict_from(cand_[t].begin()->node, t, need, out, t == kDev ? demote : DemoteFn(), t == kHost ? spill : no_spill);
+  // In policy order. A candidate that frees nothing (a device-only inner
+  // page whose demotion failed or was not offered) is unchanged, so the
+  // walk goes on past it; any progress may reorder the set: restart.
+  for (auto it = cand_[t].begin(); need > 0 && it != cand_[t].end();) {
+    const uint32_t before = need;
+    evict_from(it->node, t, need, out, t == kDev ? demote : DemoteFn(), t == kHost ? spill : no_spill);
+    it = need == before ? std::next(it) : cand_[t].begin();
+  }
   if (arena_.fragmented()) compact();
   out.freed = n_pages - need;
   if (out.freed > 0) ++epoch_;  // pages may have been trimmed: matches made before cannot be resumed
@@ -89,8 +98,8 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, con
 // Frees tier-t residencies of candidate `id` from its tail toward its head:
 // a page with a copy in the other tier just loses its t id; a t-only page
 // leaves the tree when it is the last page of a childless node, and is
-// otherwise kept (it would leave a hole). Guaranteed to free at least one
-// page, since `id` is a candidate (I5).
+// otherwise kept (it would leave a hole). Frees at least one page, since `id`
+// is a candidate (I5), unless it counted on a demotion that did not happen.
 void PrefixIndex::offer_spill(uint32_t id, uint32_t i, const SpillHook& spill) {
   const Node& n = nodes_[id];
   const uint32_t R = spill.run_pages;
@@ -244,9 +253,7 @@ Status PrefixIndex::check_invariants() const {
     if (children[id] != n.n_children) return fail("child count", id);
     for (int t = 0; t < 2; ++t) {
       if (child_tier[t][id] != n.child_with_tier[t]) return fail("children-with-tier count", id);
-      bool want = !n.is_root && n.lock_ref == 0 && n.tier_pages[t] > 0 && n.child_with_tier[t] == 0;
-      if (want && n.both_pages == 0)
-        want = n.n_children == 0 && has_tier(n.locs[n.n - 1], t) && !has_tier(n.locs[n.n - 1], 1 - t);
+      const bool want = candidate(n, t);
       if (want != n.in_cand[t] || (want && !cand_[t].count(CandEntry{n.key, id}))) return fail("candidate set", id);
       if (want && n.key != policy_->key(n.usage)) return fail("stale policy key", id);
     }

@@ -261,6 +261,33 @@ TEST(PrefixIndex, EvictionReturnsExactlyTheFreedLocationsLeavesFirst) {
   EXPECT_FALSE(ix->evict(1, TierKind::kDisk, ev).ok());
 }
 
+// Write-back: once a leaf has been demoted to the host, its device-only
+// parent must still be evictable (by demotion too), or the device fills
+// with parents while the host has room. Without a demotion it stays (no hole).
+TEST(PrefixIndex, DeviceDemotesInnerPagesOnceTheirChildrenAreHostOnly) {
+  PrefixIndex::Options o;
+  o.page_tokens = 2;
+  o.device_demotes = true;
+  auto ix = std::move(PrefixIndex::create(o)).value();
+  const NsKey ns = ns_of("");
+  put(*ix, ns, {1, 1, 2, 2}, 10);                // parent: pages 10, 11
+  put(*ix, ns, {1, 1, 2, 2, 3, 3, 4, 4}, 10);    // child: pages 12, 13
+  uint32_t next_slot = 0;
+  PrefixIndex::DemoteFn demote = [&](const PageLocation&, const PageHash&) { return SlotId(next_slot++); };
+  EvictResult ev;
+  ASSERT_TRUE(ix->evict(2, TierKind::kDevice, ev, demote).ok());  // the child goes to the host
+  ASSERT_EQ(ev.freed, 2u);
+  ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+  ASSERT_TRUE(ix->evict(1, TierKind::kDevice, ev, {}).ok());  // no demotion offered: the parent keeps its pages
+  EXPECT_EQ(ev.freed, 0u);
+  ASSERT_TRUE(ix->evict(2, TierKind::kDevice, ev, demote).ok());  // the parent follows, by demotion
+  EXPECT_EQ(ev.freed, 2u);
+  ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+  EXPECT_EQ(ix->stats().device_pages, 0u);
+  EXPECT_EQ(ix->stats().host_pages, 4u);
+  EXPECT_EQ(matched(*ix, ns, {1, 1, 2, 2, 3, 3, 4, 4, 5}), 4u);  // all still cached, one tier down
+}
+
 TEST(PrefixIndex, DeviceEvictionKeepsPagesWithHostCopies) {
   auto ix = make(2);
   const NsKey ns = ns_of("");

@@ -185,6 +185,35 @@ TEST(CacheExactness, WriteBackDemotesOnEviction) {
   expect_same(hit, ref, 1e-5);
 }
 
+// Write-back with a shared prefix: once the branches below it are demoted,
+// the device-only prefix must be demotable too, or a request for an
+// unrelated prompt finds the pool full of it while the host has room
+// (it was refused as Busy before: replay found it, issue 23).
+TEST(CacheExactness, WriteBackDemotesASharedPrefixAfterItsBranches) {
+  RigOptions o = write_back_options();
+  o.device_pages = 64;  // the prefix and both branches fit; with the unrelated prompt they do not
+  o.disk = false;
+  CacheRig rig(o);
+  auto prefix = CacheRig::random_tokens(480, 30);  // 30 pages
+  std::vector<std::vector<TokenId>> prompts;
+  for (uint32_t branch = 0; branch < 2; ++branch) {
+    prompts.push_back(prefix);
+    auto tail = CacheRig::random_tokens(150, 31 + branch);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+  }
+  Outcome ref = rig.reference(prompts[0], 4);
+  for (const auto& p : prompts) rig.cached(p, 4);
+  Outcome other = rig.cached(CacheRig::random_tokens(600, 33), 4);  // needs 38 pages: the prefix must move down
+  EXPECT_EQ(other.tokens.size(), 4u);
+  EXPECT_GT(rig.cache->stats().demoted_pages, 18u);  // both branches, then pages of the prefix itself
+  Outcome hit = rig.cached(prompts[0], 4);
+  EXPECT_GT(hit.report.reused_tokens_by_tier[kHost], 144u);
+  EXPECT_EQ(hit.report.reused_tokens(), 624u);  // every whole page of the prompt, from device and host
+  expect_same(hit, ref, 1e-5);
+  ASSERT_TRUE(rig.cache->flush().ok());
+  EXPECT_EQ(rig.cache->stats().index.pages, 0u);  // flush leaves nothing behind, inner pages included
+}
+
 // Write-back all the way down: device eviction demotes to host, host
 // eviction spills whole chunks to disk, and the prompt is then served from
 // disk with the recompute's output. Nothing reaches the disk before that.
