@@ -8,6 +8,7 @@
 
 #include "common/stats.h"
 #include "engine/sampler.h"
+#include "logit_compare.h"
 #include "runtime/blend_prefill.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/runtime.h"
@@ -18,22 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-
-// KL(p ‖ q) of the softmax distributions of two logit rows, in nats.
-double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {
-  auto log_softmax = [](std::span<const float> l) {
-    const double mx = *std::max_element(l.begin(), l.end());
-    double sum = 0;
-    for (float v : l) sum += std::exp(double(v) - mx);
-    std::vector<double> out(l.size());
-    for (size_t i = 0; i < l.size(); ++i) out[i] = double(l[i]) - mx - std::log(sum);
-    return out;
-  };
-  const auto lp = log_softmax(p_logits), lq = log_softmax(q_logits);
-  double kl = 0;
-  for (size_t i = 0; i < lp.size(); ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-  return std::max(0.0, kl);
-}
 
 struct Request {
   std::vector<TokenId> tokens;
@@ -160,9 +145,7 @@ Status measure_quality(Driver& d, const std::vector<Request>& requests, const st
         KVTIER_ASSIGN_OR_RETURN(Run b, d.run(requests[i], "blend", bo, o.greedy_tokens));
         q.kl_mean += kl_divergence(full[i].logits, b.logits) / n;
         q.top1 += double(b.greedy.front() == full[i].greedy.front()) / n;
-        uint32_t same = 0;
-        for (size_t t = 0; t < b.greedy.size(); ++t) same += b.greedy[t] == full[i].greedy[t];
-        q.greedy += double(same) / double(b.greedy.size()) / n;
+        q.greedy += double(same_positions(b.greedy, full[i].greedy)) / double(b.greedy.size()) / n;
       }
       if (progress) std::fprintf(progress, "bench blend: ratio %.2f %s: KL %.4f\n", ratio, random ? "random" : "deviation", q.kl_mean);
       res.quality.push_back(q);

@@ -1,0 +1,57 @@
+// `kvtier bench codec`: compressed KV on disk (issue 22) — bytes per token, codec speed, disk-hit load time and
+// TTFT, and the error against a full recompute, per codec (none, q8, q4).
+#include <cstdio>
+
+#include "codec_bench.h"
+#include "command.h"
+
+namespace kvtier::cli {
+namespace {
+
+CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
+  struct Flags {
+    bench::CodecBenchOptions o;
+    std::string prefixes = "4096,16384";
+    std::string kv_dtype = "f16";
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = bench_group(root).add_subcommand(
+      "codec", "KV codecs on disk: bytes per token, encode/decode speed, disk-hit load time and TTFT, error vs recompute");
+  cmd->add_option("--model", f->o.model, "preset (small, 1b) or a .gguf file; lossy codecs need head_dim % 32 == 0")
+      ->capture_default_str();
+  cmd->add_option("--kv-dtype", f->kv_dtype, "the pool's KV dtype: f32, f16, bf16")->capture_default_str();
+  cmd->add_option("--prefixes", f->prefixes, "comma-separated cached prefix lengths (multiples of 256); "
+                                             "the error prompts use the shortest")->capture_default_str();
+  cmd->add_option("--suffix", f->o.suffix_tokens, "new tokens after the prefix")->capture_default_str();
+  cmd->add_option("--prompts", f->o.prompts, "prompts the error figures are taken over")->capture_default_str();
+  cmd->add_option("--gen-tokens", f->o.gen_tokens, "greedy tokens compared per prompt")->capture_default_str();
+  cmd->add_option("--rounds", f->o.rounds, "timed rounds per prefix and codec (medians)")->capture_default_str();
+  cmd->add_option("--disk-dir", f->o.disk_dir, "where the scratch disk tiers go (removed after); default: the temp dir");
+  cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--seed", f->o.seed, "seed of the prompts' random tokens")->capture_default_str();
+  cmd->add_flag("--json", f->json, "print one JSON object");
+  cmd->callback([f, &exit_code] {
+    auto list = parse_uint_list(f->prefixes, "--prefixes");
+    if (!list.ok()) {
+      exit_code = report(list.status());
+      return;
+    }
+    f->o.prefixes = *list;
+    auto dtype = parse_dtype(f->kv_dtype);
+    if (!dtype.ok()) {
+      exit_code = report(dtype.status());
+      return;
+    }
+    f->o.kv_dtype = *dtype;
+    auto r = bench::run_codec_bench(f->o, stderr);
+    if (!r.ok()) {
+      exit_code = report(r.status());
+      return;
+    }
+    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+  });
+});
+
+}  // namespace
+}  // namespace kvtier::cli
