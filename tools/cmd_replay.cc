@@ -24,6 +24,8 @@ struct ReplayFlags {
   std::string device = "unlimited", host = "0", disk = "0", remote = "0", disk_region = "64MiB";
   std::string capacity_tokens;
   std::string write_policy = "write_through", eviction = "lru", disk_reclaim = "fifo", remote_reclaim = "lru";
+  std::string host_codec = "none", disk_codec = "none", remote_codec = "none";
+  double codec_decode_gbps = 4.0;
   uint32_t selective_hits = 2;
   uint32_t workers = 1;
   double time_scale = 1.0;
@@ -80,6 +82,10 @@ Result<ReplayOptions> options_from(const ReplayFlags& f, bool tier_flags_given) 
   KVTIER_ASSIGN_OR_RETURN(Capacity region, parse_capacity(f.disk_region));
   if (!region.bytes) return Status::InvalidArgument("--disk-region takes bytes with a unit (64MiB)");
   o.disk_region_bytes = region.value;
+  KVTIER_ASSIGN_OR_RETURN(o.host_codec, parse_kv_codec(f.host_codec));
+  KVTIER_ASSIGN_OR_RETURN(o.disk_codec, parse_kv_codec(f.disk_codec));
+  KVTIER_ASSIGN_OR_RETURN(o.remote_codec, parse_kv_codec(f.remote_codec));
+  o.codec_decode_bytes_per_s = f.codec_decode_gbps * 1e9;
   o.timing = !f.no_timing;
   o.workers = f.workers;
   o.time_scale = f.time_scale;
@@ -155,6 +161,11 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   cmd->add_option("--disk-region", f->disk_region, "disk tier region size, as the server's (64MiB)")
       ->capture_default_str();
   cmd->add_option("--disk-reclaim", f->disk_reclaim, "fifo or lru")->capture_default_str();
+  cmd->add_option("--host-codec", f->host_codec, "host tier codec: none, q8, q4 (as the server's)")->capture_default_str();
+  cmd->add_option("--disk-codec", f->disk_codec, "disk entry codec: none, q8, q4")->capture_default_str();
+  cmd->add_option("--remote-codec", f->remote_codec, "remote entry codec: none, q8, q4")->capture_default_str();
+  cmd->add_option("--codec-decode-gbps", f->codec_decode_gbps, "timing: decode rate of a loading worker, GB/s")
+      ->capture_default_str();
   cmd->add_option("--remote-reclaim", f->remote_reclaim, "fifo or lru")->capture_default_str();
   cmd->add_option("--workers", f->workers, "prefill workers")->capture_default_str();
   cmd->add_option("--time-scale", f->time_scale, "multiply arrival gaps (0.5 = twice the load)")

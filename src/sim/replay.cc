@@ -36,6 +36,8 @@ Status ReplayOptions::validate() const {
   if (selective_hits == 0) return Status::InvalidArgument("replay: selective_hits must be >= 1");
   if (disk_region_bytes == 0 || disk_region_bytes % 4096)
     return Status::InvalidArgument("replay: disk_region_bytes must be a positive multiple of 4096");
+  for (KvCodec c : {host_codec, disk_codec, remote_codec}) KVTIER_RETURN_IF_ERROR(kv_codec_check(c, model.geometry));
+  if (!(codec_decode_bytes_per_s > 0)) return Status::InvalidArgument("replay: codec_decode_bytes_per_s must be > 0");
   if (timing) {
     KVTIER_RETURN_IF_ERROR(model.cost.validate());
     KVTIER_RETURN_IF_ERROR(profile.validate());
@@ -52,10 +54,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kDev = static_cast<size_t>(TierKind::kDevice);
 
-// Pages of a capacity (UINT64_MAX = unlimited, 0 = absent).
-uint64_t to_pages(const Capacity& c, const KVGeometry& g) {
+// Pages of a capacity whose pages take `stored_page_bytes` each (UINT64_MAX = unlimited, 0 = absent).
+uint64_t to_pages(const Capacity& c, const KVGeometry& g, size_t stored_page_bytes) {
   if (c.unlimited) return UINT64_MAX;
-  return c.bytes ? c.value / g.page_bytes() : c.value / g.page_tokens;
+  const uint64_t bytes = c.bytes ? c.value : c.value * g.bytes_per_token();
+  return bytes / stored_page_bytes;
+}
+
+// A tier's chunks as the server stores them, with its codec.
+ChunkGeometry tier_chunks(const ReplayOptions& o, KvCodec codec) { return ChunkGeometry{o.model.geometry, o.chunk_pages, codec}; }
+
+// Stored bytes per raw KV byte of a tier with `codec` (1 without one).
+double stored_fraction(const ReplayOptions& o, KvCodec codec) {
+  const ChunkGeometry g = tier_chunks(o, codec);
+  return double(g.stored_layer_bytes(o.chunk_pages, codec)) / double(g.layer_bytes(o.chunk_pages));
 }
 
 // The index tokens of one prompt's whole pages. Prompts made of hash-id
@@ -130,12 +142,12 @@ Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uin
   sim_detail::ReplayCacheOptions c;
   c.unit = unit;
   c.chunk_pages = o.chunk_pages;
-  c.device_pages = std::min(to_pages(o.device, g), all_pages);
-  c.host_pages = std::min(to_pages(o.host, g), all_pages);
+  c.device_pages = std::min(to_pages(o.device, g, g.page_bytes()), all_pages);
+  c.host_pages = std::min(to_pages(o.host, g, tier_chunks(o, o.host_codec).stored_payload_bytes(1, o.host_codec)), all_pages);
   if (c.device_pages < 2) return Status::InvalidArgument("replay: the device capacity is below two pages");
   if (!o.disk.zero()) {
     DiskTierOptions d;
-    d.geometry = ChunkGeometry{g, o.chunk_pages};
+    d.geometry = tier_chunks(o, o.disk_codec);
     d.region_bytes = o.disk_region_bytes;
     d.capacity_bytes = o.disk.bytes ? o.disk.value : o.disk.value * g.bytes_per_token();
     if (d.chunks_per_region() == 0)
@@ -146,7 +158,9 @@ Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uin
     c.disk_chunks_per_region = d.chunks_per_region();
     if (c.disk_regions < 2) return Status::InvalidArgument("replay: the disk tier must hold at least 2 regions");
   }
-  c.remote_chunks = static_cast<uint32_t>(std::min<uint64_t>(to_pages(o.remote, g) / o.chunk_pages, UINT32_MAX));
+  const ChunkGeometry remote = tier_chunks(o, o.remote_codec);
+  c.remote_chunks = static_cast<uint32_t>(std::min<uint64_t>(
+      to_pages(o.remote, g, remote.stored_payload_bytes(o.chunk_pages, o.remote_codec)), UINT32_MAX));
   c.disk_reclaim = o.disk_reclaim;
   c.remote_reclaim = o.remote_reclaim;
   c.write_policy = o.write_policy;
@@ -171,7 +185,7 @@ class TimingPlanner {
       PlannerOptions po;
       po.page_tokens = o_.page_tokens() * group;
       po.layerwise = o_.layerwise;
-      KVTIER_ASSIGN_OR_RETURN(Planner p, Planner::create(po, o_.profile, o_.model.cost));
+      KVTIER_ASSIGN_OR_RETURN(Planner p, Planner::create(po, o_.profile, cost()));
       it = planners_.emplace(group, std::move(p)).first;
     }
     if (group == 1) return it->second.plan(runs, prompt_tokens);
@@ -201,6 +215,16 @@ class TimingPlanner {
   }
 
  private:
+  // The model's cost with each tier's codec: fewer bytes on its link, then a decode.
+  ModelCost cost() const {
+    ModelCost m = o_.model.cost;
+    for (auto [tier, codec] : {std::pair{TierKind::kHost, o_.host_codec}, std::pair{TierKind::kDisk, o_.disk_codec},
+                               std::pair{TierKind::kRemote, o_.remote_codec}})
+      if (kv_codec_lossy(codec))
+        m.encoding[static_cast<size_t>(tier)] = TierEncoding{stored_fraction(o_, codec), o_.codec_decode_bytes_per_s};
+    return m;
+  }
+
   const ReplayOptions& o_;
   std::map<uint32_t, Planner> planners_;
   std::vector<CachedRun> coarse_;
@@ -236,6 +260,15 @@ struct Queue {
   std::vector<double> arrival, svc_cached, svc_uncached;
 };
 
+// Stored bytes per raw KV byte on tier k's link (its codec's).
+double link_fraction(const ReplayOptions& o, int k) {
+  const KvCodec codec = k == int(TierKind::kHost)   ? o.host_codec
+                        : k == int(TierKind::kDisk) ? o.disk_codec
+                        : k == int(TierKind::kRemote) ? o.remote_codec
+                                                      : KvCodec::kNone;
+  return stored_fraction(o, codec);
+}
+
 // Adds one request's cache outcome (and, with timing, its plan) to the report.
 Status account(const ReplayOptions& o, const ReplayRequest& q, const sim_detail::ReplayStep& S, double arrival_s,
                TimingPlanner& planner, Queue& queue, ReplayReport& r) {
@@ -249,7 +282,7 @@ Status account(const ReplayOptions& o, const ReplayRequest& q, const sim_detail:
   r.hit_tokens += cached_tokens;
   if (!o.timing) {
     r.reused_tokens += cached_tokens;
-    for (int k = 1; k < kNumTiers; ++k) r.bytes_loaded[k] += uint64_t(S.pages_by_tier[k]) * P * bpt;
+    for (int k = 1; k < kNumTiers; ++k) r.bytes_loaded[k] += uint64_t(double(S.pages_by_tier[k]) * P * bpt * link_fraction(o, k));
     return Status::Ok();
   }
   queue.arrival.push_back(arrival_s);
@@ -265,7 +298,8 @@ Status account(const ReplayOptions& o, const ReplayRequest& q, const sim_detail:
     r.reused_tokens += uint64_t(plan.reused_pages()) * gtok;
     r.recomputed_cached_tokens += cached_tokens - uint64_t(plan.reused_pages()) * gtok;
     for (const PlanSegment& seg : plan.segments)
-      if (seg.action == PlanAction::kLoad) r.bytes_loaded[static_cast<size_t>(seg.tier)] += seg.pages * gtok * bpt;
+      if (seg.action == PlanAction::kLoad)
+        r.bytes_loaded[static_cast<size_t>(seg.tier)] += uint64_t(double(seg.pages * gtok * bpt) * link_fraction(o, int(seg.tier)));
   }
   queue.svc_cached.push_back(with);
   queue.svc_uncached.push_back(without);
@@ -277,7 +311,7 @@ void finish_report(const ReplayOptions& o, const sim_detail::ReplayCacheStats& s
                    const Queue& queue, ReplayReport& r) {
   const size_t page_bytes = size_t(o.page_tokens()) * o.model.geometry.bytes_per_token();
   for (int k = 0; k < kNumTiers; ++k) {
-    r.bytes_stored[k] = k == int(kDev) ? 0 : st.stored_pages[k] * page_bytes;
+    r.bytes_stored[k] = k == int(kDev) ? 0 : uint64_t(double(st.stored_pages[k] * page_bytes) * link_fraction(o, k));
     r.evictions[k] = st.evictions[k];
     r.hit_ratio_by_tier[k] = r.tokens ? double(r.hit_tokens_by_tier[k]) / double(r.tokens) : 0;
   }

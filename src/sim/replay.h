@@ -64,6 +64,15 @@ struct ReplayOptions {
   // model's chunk entries as fit in whole regions and reclaims a region at a time.
   size_t disk_region_bytes = size_t(64) << 20;
   HashAlgo hash = HashAlgo::kXXH3_128;
+  // Codecs (tiers/kv_codec.h), as the server's --host-codec, --disk-codec,
+  // --remote-codec: a tier's byte capacity holds as many encoded pages (host)
+  // or entries (disk, remote) as fit, and its link moves the encoded bytes.
+  // A capacity given in tokens is the raw KV bytes of that many tokens.
+  KvCodec host_codec = KvCodec::kNone, disk_codec = KvCodec::kNone, remote_codec = KvCodec::kNone;
+  // Timing: the rate at which a loading worker decodes (raw bytes out per
+  // second). A fixed figure, so that a replay stays deterministic; the
+  // default is the floor docs/PERF.md measures for one core.
+  double codec_decode_bytes_per_s = 4e9;
 
   // Timing. model.geometry.page_tokens is the cache's page size.
   ReplayModel model;

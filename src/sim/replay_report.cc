@@ -104,6 +104,9 @@ std::string format_replay_table(const ReplayReport& r) {
        (o.timing ? o.profile.source : std::string("no timing")) + ", write " +
        std::string(write_policy_name(o.write_policy)) + ", eviction " +
        std::string(eviction_policy_name(o.eviction)) + ")\n";
+  if (kv_codec_lossy(o.host_codec) || kv_codec_lossy(o.disk_codec) || kv_codec_lossy(o.remote_codec))
+    line("codecs host / disk / remote", std::string(kv_codec_name(o.host_codec)) + " / " + std::string(kv_codec_name(o.disk_codec)) +
+                                            " / " + std::string(kv_codec_name(o.remote_codec)));
   line("requests", std::to_string(r.requests));
   line("prompt tokens", std::to_string(r.tokens));
   if (r.skipped_lines) line("skipped bad lines", std::to_string(r.skipped_lines));
@@ -182,6 +185,7 @@ std::string format_replay_json(const ReplayReport& r) {
   j["chunk_pages"] = o.chunk_pages;
   j["write_policy"] = std::string(write_policy_name(o.write_policy));
   j["eviction"] = std::string(eviction_policy_name(o.eviction));
+  j["codecs"] = {{"host", kv_codec_name(o.host_codec)}, {"disk", kv_codec_name(o.disk_codec)}, {"remote", kv_codec_name(o.remote_codec)}};
   j["skipped_lines"] = r.skipped_lines;
   j["refused_requests"] = r.refused_requests;
   j["elapsed_s"] = r.elapsed_s;

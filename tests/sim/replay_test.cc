@@ -323,6 +323,39 @@ TEST_F(ReplayOnSharedTrace, PinnedHitRatios) {
     EXPECT_NE(j.find(key), std::string::npos) << key;
 }
 
+// Codecs at equal tier bytes (issue 22): a q8 disk holds 1.88x the chunks
+// of a bf16 one in the same bytes (more, here: 15 entries fill a 256 MiB
+// region where 7 raw ones do), moves fewer bytes per hit, and hits about as
+// often as twice those bytes raw.
+TEST_F(ReplayOnSharedTrace, DiskCodecsHoldMoreInTheSameBytes) {
+  ASSERT_NE(trace_, nullptr);
+  auto run = [&](uint64_t disk_bytes, KvCodec codec) {
+    ReplayOptions o = opts();
+    o.device = Capacity::tokens(200000);
+    o.disk = Capacity::of_bytes(disk_bytes);
+    o.disk_codec = codec;
+    o.disk_region_bytes = size_t(256) << 20;
+    o.max_pass = false;
+    o.timing = false;
+    auto r = run_replay(o, *trace_);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? *r : ReplayReport{};
+  };
+  const uint64_t bytes = uint64_t(100) << 30;  // 700 k raw tokens of Llama-3-8B: the disk is what limits
+  const ReplayReport raw = run(bytes, KvCodec::kNone), q8 = run(bytes, KvCodec::kQ8), q4 = run(bytes, KvCodec::kQ4),
+                     raw2 = run(2 * bytes, KvCodec::kNone);
+  EXPECT_GT(double(q8.capacity_pages[2]), 1.8 * double(raw.capacity_pages[2]));
+  EXPECT_GT(double(q4.capacity_pages[2]), 3.3 * double(raw.capacity_pages[2]));
+  EXPECT_GT(q8.hit_ratio_by_tier[2], raw.hit_ratio_by_tier[2]);
+  EXPECT_NEAR(q8.hit_ratio_by_tier[2], raw2.hit_ratio_by_tier[2], 0.03);
+  EXPECT_GE(q4.hit_ratio_by_tier[2], q8.hit_ratio_by_tier[2]);
+  // Bytes over the disk link per disk-hit token: about 1/1.88 of raw.
+  const double raw_per = double(raw.bytes_loaded[2]) / double(raw.hit_tokens_by_tier[2]);
+  const double q8_per = double(q8.bytes_loaded[2]) / double(q8.hit_tokens_by_tier[2]);
+  EXPECT_NEAR(q8_per / raw_per, 34.0 / 64.0, 0.02);
+  EXPECT_NE(format_replay_json(q8).find("\"disk\":\"q8\""), std::string::npos);
+}
+
 TEST_F(ReplayOnSharedTrace, SweepWritesCsvAndSvg) {
   ASSERT_NE(trace_, nullptr);
   ReplayOptions o = opts();
