@@ -110,6 +110,7 @@ CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
     lossy_ = std::move(o.lossy_);
     front_load_pages_ = std::move(o.front_load_pages_);
     back_load_pages_ = std::move(o.back_load_pages_);
+    prompt_hashes_ = std::move(o.prompt_hashes_);
     codecs_folded_ = o.codecs_folded_;
     layerwise_ = o.layerwise_;
     report_ = o.report_;
@@ -486,6 +487,8 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     stats_.bytes_loaded_by_tier[t] += lease.report_.bytes_loaded_by_tier[t];
   }
   stats_.recomputed_cached_tokens += lease.report_.recomputed_cached_tokens;
+  lease.prompt_hashes_ = std::move(L.match.hashes);
+  lease.prompt_hashes_.resize(std::min<size_t>(lease.prompt_hashes_.size(), L.lookup_pages));
   return lease;
 }
 

@@ -193,6 +193,7 @@ class CacheLease {
   // fold_load_codecs() when they have finished.
   std::vector<bool> lossy_;
   std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
+  std::vector<PageHash> prompt_hashes_;  // chained hashes of the lookup's whole pages (commit reuses them)
   bool codecs_folded_ = false;
   void fold_load_codecs();
   // report_.lossy_tokens from lossy_, with the cache-wide counter kept in step.
@@ -270,6 +271,7 @@ class KVCache {
   // Makes the lease's page table cover at least `tokens` positions.
   Status grow(CacheLease& lease, size_t tokens);
   // Caches the whole pages of `tokens` (their KV is in the lease's pages) and releases the lease.
+  // `tokens` begins with the prompt the lease was looked up for (its pages' hashes are reused).
   Status commit(CacheLease& lease, std::span<const TokenId> tokens);
   // Releases without caching.
   void release(CacheLease& lease);

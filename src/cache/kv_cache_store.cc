@@ -21,9 +21,11 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
     release(lease);
     return Status::Ok();
   }
-  std::vector<PageHash> hashes;
-  hashes.reserve(W);
-  hash_pages(options_.hash, lease.ns_.seed, tokens.first(size_t(W) * P), P, hashes);
+  // The lookup hashed the prompt's pages already: only the pages past them are hashed here.
+  std::vector<PageHash> hashes = std::move(lease.prompt_hashes_);
+  if (hashes.size() > W) hashes.resize(W);
+  const size_t known = hashes.size();
+  hash_pages(options_.hash, known ? hashes.back() : lease.ns_.seed, tokens.subspan(known * P, (W - known) * P), P, hashes);
   // From the first lossy page on, every page is lossy: it is, or it was computed attending to one.
   lease.wait_all();
   lease.fold_load_codecs();
