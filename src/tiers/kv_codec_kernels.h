@@ -37,6 +37,25 @@ struct KvCodecKernels {
   void (*f16_to_f32)(const uint16_t* in, size_t n, float* out);
 };
 
+// DType -> template instance: Op<T>::run(args...). Each kernel file defines
+// its Ops (KVTIER_KERNEL_OP, in its own anonymous namespace) over its
+// templates `name_t<T>` and dispatches its table entries through this.
+template <template <DType> class Op, class... Args>
+auto by_dtype(DType dt, Args... args) {
+  switch (dt) {
+    case DType::kF16: return Op<DType::kF16>::run(args...);
+    case DType::kBF16: return Op<DType::kBF16>::run(args...);
+    default: return Op<DType::kF32>::run(args...);
+  }
+}
+
+#define KVTIER_KERNEL_OP(op)                            \
+  template <DType T>                                    \
+  struct op##_op {                                      \
+    template <class... A>                               \
+    static auto run(A... a) { return op##_t<T>(a...); } \
+  };
+
 const KvCodecKernels& scalar_kernels();
 // The AVX2+F16C kernels, or nullptr when this build has none.
 const KvCodecKernels* native_kernels();

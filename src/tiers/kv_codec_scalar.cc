@@ -228,23 +228,6 @@ void q4_decode_channels_t(const std::byte* scales, const std::byte* nibbles, siz
   }
 }
 
-// DType -> template instance. Every kernel entry point dispatches through this.
-template <template <DType> class Op, class... Args>
-auto by_dtype(DType dt, Args... args) {
-  switch (dt) {
-    case DType::kF16: return Op<DType::kF16>::run(args...);
-    case DType::kBF16: return Op<DType::kBF16>::run(args...);
-    default: return Op<DType::kF32>::run(args...);
-  }
-}
-
-#define KVTIER_KERNEL_OP(op)                                                \
-  template <DType T>                                                        \
-  struct op##_op {                                                          \
-    template <class... A>                                                   \
-    static auto run(A... a) { return op##_t<T>(a...); }                     \
-  };
-
 KVTIER_KERNEL_OP(q8_encode)
 KVTIER_KERNEL_OP(q8_decode)
 KVTIER_KERNEL_OP(q4_encode)
