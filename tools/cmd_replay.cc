@@ -1,13 +1,19 @@
 // `kvtier replay`: trace-driven capacity planning (src/sim/replay.h). Maps
 // flags onto ReplayOptions, prints a table or one JSON object, and with
-// --sweep-capacity writes a CSV and an SVG plot of hit ratio vs capacity.
+// --sweep-capacity writes a CSV and an SVG plot of hit ratio vs capacity
+// (one pair per policy when --eviction or --write-policy lists several);
+// --html writes the self-contained report page (sim/replay_html.h).
 #include <cstdio>
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "command.h"
 #include "sim/replay.h"
+#include "sim/replay_html.h"
 
 namespace kvtier::cli {
 namespace {
@@ -32,6 +38,7 @@ struct ReplayFlags {
   bool no_timing = false, no_layerwise = false, no_max = false;
   uint32_t plan_units = 64;
   std::string sweep, sweep_out = "replay_sweep";
+  std::string html;
   bool json = false;
 };
 
@@ -96,36 +103,93 @@ Result<ReplayOptions> options_from(const ReplayFlags& f, bool tier_flags_given) 
   return o;
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    out.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return out;
+}
+
+// The sweep's policies: every --eviction × --write-policy pair, each with its own flags.
+std::vector<ReplayFlags> policy_flags(const ReplayFlags& f) {
+  std::vector<ReplayFlags> out;
+  for (const std::string& eviction : split_list(f.eviction)) {
+    for (const std::string& write_policy : split_list(f.write_policy)) {
+      ReplayFlags one = f;
+      one.eviction = eviction;
+      one.write_policy = write_policy;
+      out.push_back(std::move(one));
+    }
+  }
+  return out;
+}
+
+std::string html_title(const ReplayFlags& f, const ReplayOptions& o) {
+  return std::filesystem::path(f.trace).filename().string() + " · " + o.model.name;
+}
+
+// One policy's sweep: CSV and SVG beside each other (suffixed by the policy when there are several).
+Status write_sweep_files(const ReplayFlags& f, const ReplayOptions& o, const SweepSeries& series, bool several) {
+  const std::string prefix = several ? f.sweep_out + "-" + f.eviction + "-" + f.write_policy : f.sweep_out;
+  KVTIER_RETURN_IF_ERROR(write_file(prefix + ".csv", format_sweep_csv(series.points)));
+  const std::string title = "Token hit ratio vs device capacity (" + o.model.name + ", " + series.label + ")";
+  KVTIER_RETURN_IF_ERROR(write_file(prefix + ".svg", format_sweep_svg(series.points, title)));
+  if (!f.json) {
+    if (several) std::printf("# %s\n", series.label.c_str());
+    std::printf("%s", format_sweep_csv(series.points).c_str());
+    std::printf("wrote %s.csv and %s.svg\n", prefix.c_str(), prefix.c_str());
+  }
+  return Status::Ok();
+}
+
+Status run_sweep(const ReplayFlags& f, bool tier_flags_given, const ReplayTrace& trace) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> caps, parse_capacity_list(f.sweep));
+  const std::vector<ReplayFlags> policies = policy_flags(f);
+  std::vector<SweepSeries> all;
+  std::string title;
+  for (const ReplayFlags& one : policies) {
+    KVTIER_ASSIGN_OR_RETURN(ReplayOptions o, options_from(one, tier_flags_given));
+    SweepSeries series;
+    series.label = std::string(eviction_policy_name(o.eviction)) + " · " + std::string(write_policy_name(o.write_policy));
+    KVTIER_ASSIGN_OR_RETURN(series.points, run_capacity_sweep(o, trace, caps));
+    KVTIER_RETURN_IF_ERROR(write_sweep_files(one, o, series, policies.size() > 1));
+    title = html_title(f, o) + " · capacity sweep";
+    all.push_back(std::move(series));
+  }
+  if (f.json) {
+    std::string s = "[";
+    for (const SweepSeries& series : all)
+      for (const SweepPoint& point : series.points) s += (s.size() > 1 ? "," : "") + format_replay_json(point.report);
+    std::printf("%s]\n", s.c_str());
+  }
+  if (!f.html.empty()) KVTIER_RETURN_IF_ERROR(write_file(f.html, format_sweep_html(all, title)));
+  return Status::Ok();
+}
+
 Status run(const ReplayFlags& f, bool tier_flags_given) {
-  KVTIER_ASSIGN_OR_RETURN(ReplayOptions o, options_from(f, tier_flags_given));
   TraceReadOptions ro;
   KVTIER_ASSIGN_OR_RETURN(ro.format, parse_trace_format(f.format));
   ro.block_tokens = f.block_tokens;
   ro.skip_bad_lines = f.skip_bad_lines;
+  const bool lists = f.eviction.find(',') != std::string::npos || f.write_policy.find(',') != std::string::npos;
+  if (lists && f.sweep.empty())
+    return Status::InvalidArgument("a list of --eviction or --write-policy values needs --sweep-capacity");
+  // Check every flag before reading the trace.
+  for (const ReplayFlags& one : policy_flags(f)) KVTIER_RETURN_IF_ERROR(options_from(one, tier_flags_given).status());
   KVTIER_ASSIGN_OR_RETURN(ReplayTrace trace, read_replay_trace(f.trace, ro));
   if (trace.skipped_lines > 0)
     std::fprintf(stderr, "kvtier replay: skipped %llu bad line(s); first: %s\n",
                  (unsigned long long)trace.skipped_lines, trace.first_skipped.c_str());
-  if (!f.sweep.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(std::vector<uint64_t> caps, parse_capacity_list(f.sweep));
-    KVTIER_ASSIGN_OR_RETURN(std::vector<SweepPoint> pts, run_capacity_sweep(o, trace, caps));
-    KVTIER_RETURN_IF_ERROR(write_file(f.sweep_out + ".csv", format_sweep_csv(pts)));
-    const std::string title = "Token hit ratio vs device capacity (" + o.model.name + ", " +
-                              std::string(eviction_policy_name(o.eviction)) + ")";
-    KVTIER_RETURN_IF_ERROR(write_file(f.sweep_out + ".svg", format_sweep_svg(pts, title)));
-    if (f.json) {
-      std::string s = "[";
-      for (size_t i = 0; i < pts.size(); ++i) s += (i ? "," : "") + format_replay_json(pts[i].report);
-      std::printf("%s]\n", s.c_str());
-    } else {
-      std::printf("%s", format_sweep_csv(pts).c_str());
-      std::printf("wrote %s.csv and %s.svg\n", f.sweep_out.c_str(), f.sweep_out.c_str());
-    }
-    return Status::Ok();
-  }
+  if (!f.sweep.empty()) return run_sweep(f, tier_flags_given, trace);
+  KVTIER_ASSIGN_OR_RETURN(ReplayOptions o, options_from(f, tier_flags_given));
   KVTIER_ASSIGN_OR_RETURN(ReplayReport r, run_replay(o, trace));
   const std::string text = f.json ? format_replay_json(r) + "\n" : format_replay_table(r);
   std::fputs(text.c_str(), stdout);
+  if (!f.html.empty()) KVTIER_RETURN_IF_ERROR(write_file(f.html, format_replay_html(r, html_title(f, o))));
   return Status::Ok();
 }
 
@@ -154,10 +218,10 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   auto* disk = cmd->add_option("--disk", f->disk, "disk tier capacity (0 = none)")->capture_default_str();
   auto* remote = cmd->add_option("--remote", f->remote, "remote tier capacity (0 = none)")->capture_default_str();
   cmd->add_option("--capacity-tokens", f->capacity_tokens, "shorthand: one LRU device tier of N tokens");
-  cmd->add_option("--write-policy", f->write_policy, "write_through, write_back or selective")->capture_default_str();
+  cmd->add_option("--write-policy", f->write_policy, "write_through, write_back or selective (a list with --sweep-capacity)")->capture_default_str();
   cmd->add_option("--selective-hits", f->selective_hits, "selective: hits before a chunk goes down")
       ->capture_default_str();
-  auto* ev = cmd->add_option("--eviction", f->eviction, "lru, lfu, fifo, priority, slru")->capture_default_str();
+  auto* ev = cmd->add_option("--eviction", f->eviction, "lru, lfu, fifo, priority, slru (a list with --sweep-capacity)")->capture_default_str();
   cmd->add_option("--disk-region", f->disk_region, "disk tier region size, as the server's (64MiB)")
       ->capture_default_str();
   cmd->add_option("--disk-reclaim", f->disk_reclaim, "fifo or lru")->capture_default_str();
@@ -176,6 +240,7 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   cmd->add_option("--plan-units", f->plan_units, "planner granularity cap per request")->capture_default_str();
   cmd->add_option("--sweep-capacity", f->sweep, "device capacities in tokens, e.g. 1e5,3e5,1e6");
   cmd->add_option("--sweep-out", f->sweep_out, "sweep output prefix (.csv and .svg)")->capture_default_str();
+  cmd->add_option("--html", f->html, "also write a self-contained HTML report (charts) to this file");
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code, dev, host, disk, remote, ev] {
     const bool tiers = dev->count() || host->count() || disk->count() || remote->count() || ev->count();
