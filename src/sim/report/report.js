@@ -162,17 +162,21 @@ function sweepScales(series) {
   const caps = series.flatMap((s) => s.points.map((p) => p.capacity_tokens));
   let lo = Math.min(...caps), hi = Math.max(...caps);
   if (lo === hi) { lo /= 2; hi *= 2; }
+  // The y axis ends at the next 10 % above the highest ratio shown (the unlimited cache's included).
+  const ratios = series.flatMap((s) => s.points.flatMap((p) => [p.report.token_hit_ratio, p.report.max_token_hit_ratio || 0]));
+  const top = Math.min(1, Math.max(0.1, Math.ceil(Math.max(...ratios) * 10 + 0.001) / 10));
   const box = { left: 60, right: 740, top: 15, bottom: 290 };
   const x = (cap) => box.left + (Math.log(cap) - Math.log(lo)) / (Math.log(hi) - Math.log(lo)) * (box.right - box.left);
-  const y = (ratio) => box.bottom - ratio * (box.bottom - box.top);
-  return { box, x, y, caps: [...new Set(caps)].sort((a, b) => a - b) };
+  const y = (ratio) => box.bottom - ratio / top * (box.bottom - box.top);
+  return { box, x, y, top, caps: [...new Set(caps)].sort((a, b) => a - b) };
 }
 
 function drawSweepAxes(svg, scales) {
   const { box, x, y } = scales;
-  for (const ratio of [0, 0.25, 0.5, 0.75, 1]) {
+  for (let step = 0; step <= 4; ++step) {
+    const ratio = scales.top * step / 4;
     svgEl('line', { class: 'grid-line', x1: box.left, x2: box.right, y1: y(ratio), y2: y(ratio) }, svg);
-    svgText(svg, box.left - 6, y(ratio) + 4, (100 * ratio) + ' %', { 'text-anchor': 'end' });
+    svgText(svg, box.left - 6, y(ratio) + 4, String(+(100 * ratio).toFixed(1)) + ' %', { 'text-anchor': 'end' });
   }
   for (const cap of scales.caps) {
     svgEl('line', { class: 'grid-line', x1: x(cap), x2: x(cap), y1: box.top, y2: box.bottom }, svg);
@@ -187,7 +191,6 @@ function drawUnlimitedLine(svg, scales, ratio) {
   if (ratio === null || ratio === undefined) return;
   const { box, y } = scales;
   svgEl('line', { id: 'unlimited-line', x1: box.left, x2: box.right, y1: y(ratio), y2: y(ratio), stroke: '#777', 'stroke-dasharray': '3 3' }, svg);
-  svgText(svg, box.right + 8, y(ratio) + 4, 'unlimited cache ' + pct(ratio));
 }
 
 function drawSeries(svg, scales, series, s, onPick) {
@@ -204,8 +207,19 @@ function drawSeries(svg, scales, series, s, onPick) {
     g.addEventListener('click', () => onPick(s, i));
     g.addEventListener('keydown', (e) => { if (e.key === 'Enter' || e.key === ' ') onPick(s, i); });
   });
-  const [endX, endY] = coords[coords.length - 1];
-  svgText(svg, endX + 8, endY + 4 + 12 * s, series.label, { class: 'series-label', fill: style.stroke });
+}
+
+// Each line's name (and the unlimited cache's) at its right end, moved apart vertically so that names never overlap.
+function drawSeriesLabels(svg, scales, series) {
+  const ends = series.map((line, s) => {
+    const last = line.points[line.points.length - 1];
+    return { label: line.label, fill: SERIES_STYLE[s % SERIES_STYLE.length].stroke, y: scales.y(last.report.token_hit_ratio) + 4 };
+  });
+  const unlimited = series[0].points[0].report.max_token_hit_ratio;
+  if (unlimited !== null && unlimited !== undefined) ends.push({ label: 'unlimited cache ' + pct(unlimited), fill: '#555', y: scales.y(unlimited) + 4 });
+  ends.sort((a, b) => a.y - b.y);
+  for (let i = 1; i < ends.length; ++i) ends[i].y = Math.max(ends[i].y, ends[i - 1].y + 13);
+  for (const end of ends) svgText(svg, scales.box.right + 10, end.y, end.label, { class: 'series-label', fill: end.fill });
 }
 
 function renderLegend(series) {
@@ -246,7 +260,9 @@ function renderSweep(data, onPick) {
   const scales = sweepScales(data.series);
   drawSweepAxes(svg, scales);
   drawUnlimitedLine(svg, scales, data.series[0].points[0].report.max_token_hit_ratio);
-  data.series.forEach((line, s) => drawSeries(svg, scales, line, s, onPick));
+  // The first policy is drawn last, on top: where lines coincide its markers show inside the others'.
+  for (let s = data.series.length - 1; s >= 0; --s) drawSeries(svg, scales, data.series[s], s, onPick);
+  drawSeriesLabels(svg, scales, data.series);
   svg.dataset.series = String(data.series.length);
   renderLegend(data.series);
   renderSweepTable(data.series);
