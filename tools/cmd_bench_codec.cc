@@ -1,5 +1,5 @@
 // `kvtier bench codec`: compressed KV on disk (issue 22) — bytes per token, codec speed, disk-hit load time and
-// TTFT, and the error against a full recompute, per codec (none, q8, q4).
+// TTFT, and the error against none (and none against a full recompute), per codec (none, q8, q4).
 #include <cstdio>
 
 #include "codec_bench.h"
@@ -17,7 +17,7 @@ CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench_group(root).add_subcommand(
-      "codec", "KV codecs on disk: bytes per token, encode/decode speed, disk-hit load time and TTFT, error vs recompute");
+      "codec", "KV codecs on disk: bytes per token, encode/decode speed, disk-hit load time and TTFT, error vs none");
   cmd->add_option("--model", f->o.model, "preset (small, 1b) or a .gguf file; lossy codecs need head_dim % 32 == 0")
       ->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "the pool's KV dtype: f32, f16, bf16")->capture_default_str();
