@@ -159,6 +159,9 @@ Status CacheLease::wait_layer(LayerIdx l) {
 bool CacheLease::loads_done() const { return front_.done() && back_.done(); }
 
 const LeaseReport& CacheLease::report() {
+  // After the last wait_layer the handle may not be marked done yet: the
+  // lossy label needs every load's outcome, so wait for them (at once, after prefill).
+  wait_all();
   fold_load_codecs();
   return report_;
 }
