@@ -33,7 +33,7 @@ Result<engine::Logits> TracingForward::prefill(engine::SequenceKV& seq, std::spa
     const uint32_t layers = inner_.model().config().num_layers;
     pass.hook_enter_s.assign(layers, -1.0);
     pass.hook_return_s.assign(layers, -1.0);
-    timed.layer_hook = [&](LayerIdx l) -> Status {
+    timed.layer_hook = [&, layers](LayerIdx l) -> Status {  // layers by value: it ends with this block
       const uint32_t i = l.value();
       if (i < layers) pass.hook_enter_s[i] = since_start();
       Status st = options.layer_hook(l);
