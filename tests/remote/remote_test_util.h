@@ -25,7 +25,7 @@ inline std::unique_ptr<RemoteTier> make_remote(const std::string& url, const Chu
 }
 
 // Retries a put until it succeeds (the tier leaves degraded once a probe works). Liveness bound only.
-inline bool wait_recovered(RemoteTier& tier, const testing_util::TestChunk& c, std::chrono::seconds limit = std::chrono::seconds(20)) {
+inline bool wait_recovered(RemoteTier& tier, const testing_util::TestChunk& c, std::chrono::seconds limit = std::chrono::seconds(90)) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     if (!tier.degraded() && tier.put(c.key, c.hashes, c.payload).ok()) return true;
