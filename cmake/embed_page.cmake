@@ -1,6 +1,8 @@
 # A self-contained web page compiled into the binary: PAGE (HTML) with STYLE
 # (CSS) and SCRIPT (JavaScript) inlined at its /*KVTIER_STYLE*/ and
 # /*KVTIER_SCRIPT*/ markers, as one C++ function returning a string_view.
+# Every page's script is preceded by page_errors.js (reportError and the
+# listeners that list the page's own errors in #page-errors, which tests read).
 #
 # Included from a CMakeLists.txt, it defines
 #   kvtier_embed_page(OUTPUT <file.cc> PAGE <html> STYLE <css> SCRIPT <js>
@@ -9,13 +11,14 @@
 # The build step runs this same file with cmake -P (script mode) to write OUTPUT.
 if(NOT CMAKE_SCRIPT_MODE_FILE)
   set(KVTIER_EMBED_PAGE_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
+  set(KVTIER_PAGE_ERRORS_SCRIPT ${CMAKE_CURRENT_LIST_DIR}/page_errors.js)
   function(kvtier_embed_page)
     cmake_parse_arguments(E "" "OUTPUT;PAGE;STYLE;SCRIPT;HEADER;NAMESPACE;FUNCTION" "" ${ARGN})
     add_custom_command(
       OUTPUT ${E_OUTPUT}
       COMMAND ${CMAKE_COMMAND} -DPAGE=${E_PAGE} -DSTYLE=${E_STYLE} -DSCRIPT=${E_SCRIPT} -DOUT=${E_OUTPUT}
               -DHEADER=${E_HEADER} -DNAMESPACE=${E_NAMESPACE} -DFUNCTION=${E_FUNCTION} -P ${KVTIER_EMBED_PAGE_SCRIPT}
-      DEPENDS ${E_PAGE} ${E_STYLE} ${E_SCRIPT} ${KVTIER_EMBED_PAGE_SCRIPT}
+      DEPENDS ${E_PAGE} ${E_STYLE} ${E_SCRIPT} ${KVTIER_EMBED_PAGE_SCRIPT} ${KVTIER_PAGE_ERRORS_SCRIPT}
       COMMENT "Embedding ${E_PAGE}")
   endfunction()
   return()
@@ -23,7 +26,9 @@ endif()
 
 file(READ "${PAGE}" page)
 file(READ "${STYLE}" style)
+file(READ "${CMAKE_CURRENT_LIST_DIR}/page_errors.js" errors)
 file(READ "${SCRIPT}" script)
+string(PREPEND script "${errors}\n")
 string(REPLACE "/*KVTIER_STYLE*/" "${style}" page "${page}")
 string(REPLACE "/*KVTIER_SCRIPT*/" "${script}" page "${page}")
 string(FIND "${page}" ")kvtier_page\"" clash)

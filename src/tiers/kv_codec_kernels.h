@@ -56,6 +56,37 @@ auto by_dtype(DType dt, Args... args) {
     static auto run(A... a) { return op##_t<T>(a...); } \
   };
 
+// The table of a kernel file whose Ops are defined with KVTIER_KERNEL_OP.
+template <template <DType> class Q8Encode, template <DType> class Q8Decode, template <DType> class Q4Encode,
+          template <DType> class Q4Decode, template <DType> class Q4EncodeChannels,
+          template <DType> class Q4DecodeChannels>
+KvCodecKernels make_kernels(const char* name, void (*f32_to_f16)(const float*, size_t, uint16_t*),
+                            void (*f16_to_f32)(const uint16_t*, size_t, float*)) {
+  return KvCodecKernels{
+      name,
+      [](DType dt, const std::byte* in, size_t blocks, std::byte* s, std::byte* q) {
+        return by_dtype<Q8Encode>(dt, in, blocks, s, q);
+      },
+      [](DType dt, const std::byte* s, const std::byte* q, size_t blocks, std::byte* out) {
+        by_dtype<Q8Decode>(dt, s, q, blocks, out);
+      },
+      [](DType dt, const std::byte* in, size_t blocks, std::byte* s, std::byte* q) {
+        return by_dtype<Q4Encode>(dt, in, blocks, s, q);
+      },
+      [](DType dt, const std::byte* s, const std::byte* q, size_t blocks, std::byte* out) {
+        by_dtype<Q4Decode>(dt, s, q, blocks, out);
+      },
+      [](DType dt, const std::byte* const* rows, size_t n, std::byte* s, std::byte* q) {
+        return by_dtype<Q4EncodeChannels>(dt, rows, n, s, q);
+      },
+      [](DType dt, const std::byte* s, const std::byte* q, size_t n, std::byte* const* rows) {
+        by_dtype<Q4DecodeChannels>(dt, s, q, n, rows);
+      },
+      f32_to_f16,
+      f16_to_f32,
+  };
+}
+
 const KvCodecKernels& scalar_kernels();
 // The AVX2+F16C kernels, or nullptr when this build has none.
 const KvCodecKernels* native_kernels();

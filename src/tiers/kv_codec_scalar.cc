@@ -246,29 +246,9 @@ void f16_to_f32_n(const uint16_t* in, size_t n, float* out) {
 }  // namespace
 
 const KvCodecKernels& scalar_kernels() {
-  static const KvCodecKernels kernels{
-      "scalar",
-      [](DType dt, const std::byte* in, size_t blocks, std::byte* s, std::byte* q) {
-        return by_dtype<q8_encode_op>(dt, in, blocks, s, q);
-      },
-      [](DType dt, const std::byte* s, const std::byte* q, size_t blocks, std::byte* out) {
-        by_dtype<q8_decode_op>(dt, s, q, blocks, out);
-      },
-      [](DType dt, const std::byte* in, size_t blocks, std::byte* s, std::byte* q) {
-        return by_dtype<q4_encode_op>(dt, in, blocks, s, q);
-      },
-      [](DType dt, const std::byte* s, const std::byte* q, size_t blocks, std::byte* out) {
-        by_dtype<q4_decode_op>(dt, s, q, blocks, out);
-      },
-      [](DType dt, const std::byte* const* rows, size_t n, std::byte* s, std::byte* q) {
-        return by_dtype<q4_encode_channels_op>(dt, rows, n, s, q);
-      },
-      [](DType dt, const std::byte* s, const std::byte* q, size_t n, std::byte* const* rows) {
-        by_dtype<q4_decode_channels_op>(dt, s, q, n, rows);
-      },
-      f32_to_f16_n,
-      f16_to_f32_n,
-  };
+  static const KvCodecKernels kernels =
+      make_kernels<q8_encode_op, q8_decode_op, q4_encode_op, q4_decode_op, q4_encode_channels_op,
+                   q4_decode_channels_op>("scalar", f32_to_f16_n, f16_to_f32_n);
   return kernels;
 }
 

@@ -13,17 +13,7 @@ const TIER_STROKE = { device: '#2f6db5', host: '#c96a12', disk: '#2e8540', remot
 
 const state = { apiKey: '', keyRefused: false, selected: null, requests: [] };
 
-// ---- errors: every script error and failed fetch is listed in #page-errors ----
-
-function reportError(message) {
-  const list = document.getElementById('page-errors');
-  const item = document.createElement('li');
-  item.textContent = message;
-  list.appendChild(item);
-  list.dataset.count = String(list.children.length);
-}
-window.addEventListener('error', (e) => reportError('script error: ' + (e.message || e.type)));
-window.addEventListener('unhandledrejection', (e) => reportError('unhandled rejection: ' + (e.reason && e.reason.message ? e.reason.message : String(e.reason))));
+// reportError(message) and the error listeners come from cmake/page_errors.js.
 
 // ---- the API key: asked once, kept for the tab's session, sent as a header ----
 

@@ -15,17 +15,7 @@ const SERIES_STYLE = [
   { stroke: '#9b2c2c', dash: '4 2', marker: 'cross' },
 ];
 
-// ---- errors: every script error is listed in #page-errors ----
-
-function reportError(message) {
-  const list = document.getElementById('page-errors');
-  const item = document.createElement('li');
-  item.textContent = message;
-  list.appendChild(item);
-  list.dataset.count = String(list.children.length);
-}
-window.addEventListener('error', (e) => reportError('script error: ' + (e.message || e.type)));
-window.addEventListener('unhandledrejection', (e) => reportError('unhandled rejection: ' + String(e.reason)));
+// reportError(message) and the error listeners come from cmake/page_errors.js.
 
 // ---- helpers ----
 
