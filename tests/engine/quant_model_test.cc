@@ -3,6 +3,7 @@
 // and it runs with logits that differ from the f32 model it was quantised
 // from (the `small` preset, seed 2) only by quantisation error.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -159,7 +160,8 @@ void print(const char* what, const Divergence& d) {
 TEST_F(QuantModel, LogitsDifferOnlyByQuantisationError) {
   const Divergence q4 = divergence(*quantised_, *reference_);
   print("Q4_K_M (llama.cpp)", q4);
-  const std::string q8_path = ::testing::TempDir() + "kvtier-small-seed2-q8_0.gguf";
+  // The pid keeps concurrent runs (sanitizer builds side by side) off each other's file.
+  const std::string q8_path = ::testing::TempDir() + "kvtier-small-seed2-q8_0-" + std::to_string(::getpid()) + ".gguf";
   ASSERT_TRUE(write_gguf(**reference_, q8_path, {.weight_type = GgufType::kQ8_0}).ok());
   auto q8_model = load_gguf(q8_path);
   std::remove(q8_path.c_str());
