@@ -1,6 +1,8 @@
-// `kvtier model make|info`: write a synthetic model as GGUF, or describe a GGUF file.
+// `kvtier model make|quantize|info`: write a synthetic model as GGUF (streamed a tensor at a
+// time, in any weight type), convert a GGUF file to a quantised type, or describe a GGUF file.
+#include <chrono>
 #include <cstdio>
-
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -8,6 +10,7 @@
 
 #include "command.h"
 #include "engine/gguf.h"
+#include "engine/synthetic.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -34,27 +37,31 @@ void print_model(const engine::Model& m) {
               v.chat_template.empty() ? "none" : (std::to_string(v.chat_template.size()) + " bytes").c_str());
 }
 
-// "tensor types 45 Q4_K, 5 Q6_K, ... (N MiB in the file, M MiB as f32)": what the file holds before dequantisation.
-void print_tensor_types(const std::vector<engine::GgufTensor>& tensors) {
+// "tensor types 45 Q4_K, 5 Q6_K, ... (N MiB in the file, M MiB resident once loaded)": matrices
+// stay in their file types; `resident` is what the loaded model holds.
+void print_tensor_types(const std::vector<engine::GgufTensor>& tensors, uint64_t resident) {
   std::map<engine::GgufType, size_t> counts;
-  uint64_t file_bytes = 0, f32_bytes = 0;
+  uint64_t file_bytes = 0;
   for (const engine::GgufTensor& t : tensors) {
     ++counts[t.type];
     file_bytes += t.bytes;
-    uint64_t n = 1;
-    for (uint64_t d : t.shape) n *= d;
-    f32_bytes += n * sizeof(float);
   }
   std::string line;
   for (const auto& [type, n] : counts)
     line += (line.empty() ? "" : ", ") + std::to_string(n) + " " + std::string(engine::quant::info(type).name);
-  std::printf("tensor types %s (%.1f MiB in the file, %.1f MiB as f32 once loaded)\n", line.c_str(),
-              double(file_bytes) / (1 << 20), double(f32_bytes) / (1 << 20));
+  std::printf("tensor types %s (%.1f MiB in the file, %.1f MiB resident once loaded)\n", line.c_str(),
+              double(file_bytes) / (1 << 20), double(resident) / (1 << 20));
 }
 
 struct Make {
   std::string preset = "small", out, dtype = "f32", vocab, chat_template, arch = "llama", rope_scaling = "none";
   uint64_t seed = 1;
+  unsigned threads = 0;
+};
+
+struct Quantize {
+  std::string in, out, dtype;
+  unsigned threads = 0;
 };
 
 struct Tokenize {
@@ -88,31 +95,54 @@ Result<engine::ModelConfig> make_config(const Make& mk) {
   return cfg;
 }
 
+// Streaming options: `threads` quantising, and once the work has taken more than a
+// second, a line on stderr per tensor (an 8B model takes minutes).
+engine::GgufStreamOptions stream_options(unsigned threads) {
+  const auto start = std::chrono::steady_clock::now();
+  engine::GgufStreamOptions o{.threads = threads};
+  o.on_tensor = [start](size_t i, size_t n, const engine::GgufTensorSpec& t) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s < 1.0) return;
+    std::string shape;
+    for (uint64_t d : t.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    std::fprintf(stderr, "[%4zu/%zu] %6.0f s  %-28s %-14s %s\n", i + 1, n, s, t.name.c_str(), shape.c_str(),
+                 std::string(engine::quant::info(t.type).name).c_str());
+  };
+  return o;
+}
+
+double file_mib(const std::string& path) {
+  std::error_code ec;
+  return double(std::filesystem::file_size(path, ec)) / (1 << 20);
+}
+
 Status make_model(const Make& mk) {
   KVTIER_ASSIGN_OR_RETURN(engine::ModelConfig cfg, make_config(mk));
-  KVTIER_ASSIGN_OR_RETURN(engine::GgufType type, engine::parse_gguf_type(mk.dtype));
-  std::shared_ptr<const engine::Model> model;
-  if (mk.vocab.empty() && mk.chat_template.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(model, engine::Model::synthetic(cfg, mk.seed));
+  KVTIER_ASSIGN_OR_RETURN(engine::WeightFormat format, engine::parse_weight_format(mk.dtype));
+  text::Vocab vocab;
+  if (mk.vocab.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(vocab, text::Vocab::synthetic(cfg.vocab_size));
   } else {
-    text::Vocab vocab;
-    if (mk.vocab.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(vocab, text::Vocab::synthetic(cfg.vocab_size));
-    } else {
-      KVTIER_ASSIGN_OR_RETURN(vocab, engine::load_gguf_vocab(mk.vocab));
-    }
-    if (!mk.chat_template.empty()) {
-      KVTIER_ASSIGN_OR_RETURN(vocab.chat_template, read_text(mk.chat_template));
-    }
-    cfg.vocab_size = uint32_t(vocab.tokens.size());
-    std::fprintf(stderr, "building %s weights for a %u-token vocabulary...\n", mk.preset.c_str(), cfg.vocab_size);
-    KVTIER_ASSIGN_OR_RETURN(model, engine::Model::synthetic(cfg, mk.seed, std::move(vocab)));
+    KVTIER_ASSIGN_OR_RETURN(vocab, engine::load_gguf_vocab(mk.vocab));
   }
-  KVTIER_RETURN_IF_ERROR(engine::write_gguf(*model, mk.out, {.weight_type = type}));
-  std::printf("wrote %s (%s %s, RoPE scaling %s, %s weights, seed %llu, vocabulary %u tokens (%s), fingerprint %s)\n",
-              mk.out.c_str(), mk.arch.c_str(), mk.preset.c_str(), mk.rope_scaling.c_str(), mk.dtype.c_str(),
-              static_cast<unsigned long long>(mk.seed), cfg.vocab_size,
-              model->vocab().model.c_str(), model->fingerprint().to_hex().c_str());
+  if (!mk.chat_template.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(vocab.chat_template, read_text(mk.chat_template));
+  }
+  cfg.vocab_size = uint32_t(vocab.tokens.size());
+  KVTIER_RETURN_IF_ERROR(
+      engine::write_synthetic_gguf(cfg, mk.seed, vocab, mk.out, {.weight_type = format}, stream_options(mk.threads)));
+  std::printf("wrote %s (%s %s, RoPE scaling %s, %s weights, seed %llu, vocabulary %u tokens (%s), %.1f MiB; "
+              "`kvtier model info` prints its fingerprint)\n",
+              mk.out.c_str(), mk.arch.c_str(), mk.preset.c_str(), mk.rope_scaling.c_str(), format.name().c_str(),
+              static_cast<unsigned long long>(mk.seed), cfg.vocab_size, vocab.model.c_str(), file_mib(mk.out));
+  return Status::Ok();
+}
+
+Status quantize_model(const Quantize& q) {
+  KVTIER_ASSIGN_OR_RETURN(engine::WeightFormat format, engine::parse_weight_format(q.dtype));
+  KVTIER_RETURN_IF_ERROR(engine::quantize_gguf(q.in, q.out, format, stream_options(q.threads)));
+  std::printf("wrote %s (%s weights from %s: %.1f MiB -> %.1f MiB)\n", q.out.c_str(), format.name().c_str(),
+              q.in.c_str(), file_mib(q.in), file_mib(q.out));
   return Status::Ok();
 }
 
@@ -175,23 +205,37 @@ Status render_chat(const ChatTemplateFlags& f) {
   return Status::Ok();
 }
 
+constexpr const char* kDtypeHelp =
+    "matrix type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k (ggml's reference "
+    "quantisation, bit-identical to llama-quantize without an importance matrix), or q4_k_m (llama.cpp's Q4_K_M mix)";
+
 CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   CLI::App* cmd = root.add_subcommand("model", "Make or inspect model files");
   cmd->require_subcommand(1);
 
   auto mk = std::make_shared<Make>();
   CLI::App* make = cmd->add_subcommand("make", "Write a synthetic model as a GGUF file");
-  make->add_option("--preset", mk->preset, "tiny, small or 1b")->capture_default_str();
+  make->add_option("--preset", mk->preset, "tiny, small, 1b or 8b")->capture_default_str();
   make->add_option("--out", mk->out, "output .gguf path")->required();
   make->add_option("--seed", mk->seed, "weight seed")->capture_default_str();
   make->add_option("--arch", mk->arch, "llama or qwen2 (rotate-half RoPE, QKV biases)")->capture_default_str();
   make->add_option("--rope-scaling", mk->rope_scaling,
                    "none or llama3 (Llama 3.1's factors: 8, low 1, high 4, original context 8192; "
                    "stored as rope_freqs.weight)")->capture_default_str();
-  make->add_option("--dtype", mk->dtype, "matrix type: f32, f16, bf16 or q8_0")->capture_default_str();
+  make->add_option("--dtype", mk->dtype, kDtypeHelp)->capture_default_str();
+  make->add_option("--threads", mk->threads, "threads generating and quantising (0: all cores)")->capture_default_str();
   make->add_option("--vocab", mk->vocab, "take the tokenizer (and chat template) of this GGUF file; the vocabulary size follows it");
   make->add_option("--chat-template", mk->chat_template, "a Jinja chat template file to store as tokenizer.chat_template");
   make->callback([mk, &exit_code] { exit_code = report(make_model(*mk)); });
+
+  auto qz = std::make_shared<Quantize>();
+  CLI::App* quantize = cmd->add_subcommand(
+      "quantize", "Convert a GGUF file with f32/f16/bf16 matrices to another weight type, metadata carried over");
+  quantize->add_option("input", qz->in, "the .gguf file to convert")->required();
+  quantize->add_option("output", qz->out, "the .gguf file to write")->required();
+  quantize->add_option("--dtype", qz->dtype, kDtypeHelp)->required();
+  quantize->add_option("--threads", qz->threads, "threads quantising (0: all cores)")->capture_default_str();
+  quantize->callback([qz, &exit_code] { exit_code = report(quantize_model(*qz)); });
 
   auto tk = std::make_shared<Tokenize>();
   CLI::App* tokenize = cmd->add_subcommand("tokenize", "Print the token ids of a text with a model's tokenizer");
@@ -223,7 +267,7 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
     print_model(**model);
     auto tensors = engine::load_gguf_tensors(*path, /*dequantize=*/false);
     if (!tensors.ok()) return void(exit_code = report(tensors.status()));
-    print_tensor_types(*tensors);
+    print_tensor_types(*tensors, (*model)->weights().bytes());
     exit_code = 0;
   });
 });

@@ -25,6 +25,18 @@ py::array weight_view(const ModelPtr& model, const float* data, size_t rows, siz
   return a;
 }
 
+// A matrix as a read-only [rows][cols] f32 array: a view of the model's own floats when the
+// matrix is one F32 part, otherwise dequantized into a new array (one tensor at a time).
+py::array matrix_f32(const ModelPtr& model, const engine::Linear& w) {
+  if (const float* f = w.f32()) return weight_view(model, f, w.rows(), w.cols());
+  auto* values = new std::vector<float>(w.to_f32());
+  py::capsule keep(values, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+  py::array a = py::array_t<float>({py::ssize_t(w.rows()), py::ssize_t(w.cols())},
+                                   {py::ssize_t(w.cols() * sizeof(float)), py::ssize_t(sizeof(float))}, values->data(), keep);
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return a;
+}
+
 py::dict config_dict(const engine::ModelConfig& c) {
   py::dict d;
   d["name"] = c.name;
@@ -48,15 +60,15 @@ py::dict layer_dict(const ModelPtr& m, uint32_t i) {
   const auto& c = m->config();
   if (i >= c.num_layers) throw py::index_error("Model.layer: no layer " + std::to_string(i));
   const auto& w = m->weights().layers[i];
-  const size_t h = c.hidden_size, qkv = c.q_dim() + 2 * size_t(c.kv_dim());
+  const size_t h = c.hidden_size, qkv = c.q_dim() + 2 * size_t(c.kv_dim());  // qkv: bqkv's length
   py::dict d;
   d["attn_norm"] = weight_view(m, w.attn_norm.data(), h, 0);
-  d["wqkv"] = weight_view(m, w.wqkv.data(), qkv, h);
+  d["wqkv"] = matrix_f32(m, w.wqkv);
   if (!w.bqkv.empty()) d["bqkv"] = weight_view(m, w.bqkv.data(), qkv, 0);
-  d["wo"] = weight_view(m, w.wo.data(), h, c.q_dim());
+  d["wo"] = matrix_f32(m, w.wo);
   d["ffn_norm"] = weight_view(m, w.ffn_norm.data(), h, 0);
-  d["w_gate_up"] = weight_view(m, w.w_gate_up.data(), 2 * size_t(c.ffn_size), h);
-  d["w_down"] = weight_view(m, w.w_down.data(), h, c.ffn_size);
+  d["w_gate_up"] = matrix_f32(m, w.w_gate_up);
+  d["w_down"] = matrix_f32(m, w.w_down);
   return d;
 }
 
@@ -121,21 +133,16 @@ void register_model(py::module_& m) {
       .def_property_readonly("fingerprint", [](const Holder& p) { return p->fingerprint().to_hex(); },
                              "The model identity (hex): pass it as Cache(model_id=...).")
       .def_property_readonly("token_embd",
-                             [](const Holder& p) {
-                               const auto& c = p->config();
-                               return weight_view(p, p->weights().token_embd.data(), c.vocab_size, c.hidden_size);
-                             })
+                             [](const Holder& p) { return matrix_f32(p, p->weights().token_embd); })
       .def_property_readonly("output_norm",
                              [](const Holder& p) { return weight_view(p, p->weights().output_norm.data(), p->config().hidden_size, 0); })
       .def_property_readonly("output",
-                             [](const Holder& p) {
-                               const auto& c = p->config();
-                               return weight_view(p, p->output_matrix(), c.vocab_size, c.hidden_size);
-                             },
+                             [](const Holder& p) { return matrix_f32(p, p->output_matrix()); },
                              "The output projection [vocab][hidden] (the embedding when tied).")
       .def("layer", [](const Holder& p, uint32_t i) { return layer_dict(p, i); }, py::arg("index"),
            "Layer weights: attn_norm, wqkv [q+2kv][hidden] (Q rows, then K, then V), bqkv (qwen2), wo, ffn_norm, "
-           "w_gate_up [2 ffn][hidden] (gate rows, then up rows), w_down.")
+           "w_gate_up [2 ffn][hidden] (gate rows, then up rows), w_down. Matrices of a quantized file are "
+           "dequantized to f32 on each call, one tensor at a time.")
       .def("rope_cos_sin",
            [](const Holder& p, std::vector<uint32_t> positions) {
              std::vector<float> cs;

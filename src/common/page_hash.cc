@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <bit>
+#include <new>
 #include <cstring>
 #include <stdexcept>
 
@@ -79,6 +80,16 @@ PageHash hash_bytes(HashAlgo algo, const void* data, size_t len) {
   if (algo == HashAlgo::kSHA256) return sha256_128(data, len, nullptr, 0);
   return from_xxh128(XXH3_128bits(data, len));
 }
+
+StreamHash128::StreamHash128() : state_(XXH3_createState()) {
+  if (!state_) throw std::bad_alloc();
+  XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+StreamHash128::~StreamHash128() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void StreamHash128::update(const void* data, size_t len) {
+  if (len) XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, len);
+}
+PageHash StreamHash128::digest() const { return from_xxh128(XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_))); }
 
 uint64_t checksum64(const void* data, size_t len, uint64_t seed) { return XXH3_64bits_withSeed(data, len, seed); }
 

@@ -22,6 +22,21 @@ void hash_pages(HashAlgo algo, const PageHash& prev, std::span<const TokenId> to
 // Arbitrary bytes → 128-bit hash (used for namespaces, fingerprints, checksums of keys).
 PageHash hash_bytes(HashAlgo algo, const void* data, size_t len);
 
+// hash_bytes(kXXH3_128, ...) of bytes given piece by piece: the digest equals the hash of
+// every update's bytes concatenated. Not copyable; one thread at a time.
+class StreamHash128 {
+ public:
+  StreamHash128();
+  ~StreamHash128();
+  StreamHash128(const StreamHash128&) = delete;
+  StreamHash128& operator=(const StreamHash128&) = delete;
+  void update(const void* data, size_t len);
+  PageHash digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
+
 // Fast 64-bit checksum of a byte range (XXH3-64); used by on-disk formats.
 uint64_t checksum64(const void* data, size_t len, uint64_t seed = 0);
 

@@ -273,17 +273,19 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::create(std::shared_ptr<const Mod
 
   const engine::ModelWeights& w = e->model_->weights();
   const uint32_t H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size;
-  KVTIER_ASSIGN_OR_RETURN(im.embd, upload(w.token_embd.data(), w.token_embd.size() * 4));
+  // Weights go up as f16/f32 (options.weights), dequantized one tensor at a time (docs/GPU.md).
+  const std::vector<float> embd = w.token_embd.to_f32();
+  KVTIER_ASSIGN_OR_RETURN(im.embd, upload(embd.data(), embd.size() * 4));
   KVTIER_ASSIGN_OR_RETURN(im.out_norm, upload(w.output_norm.data(), w.output_norm.size() * 4));
-  KVTIER_ASSIGN_OR_RETURN(im.output, im.matrix(e->model_->output_matrix(), c.vocab_size, H));
+  KVTIER_ASSIGN_OR_RETURN(im.output, im.matrix(e->model_->output_matrix().to_f32().data(), c.vocab_size, H));
   for (const engine::LayerWeights& lw : w.layers) {
     Impl::Layer L;
     KVTIER_ASSIGN_OR_RETURN(L.attn_norm, upload(lw.attn_norm.data(), lw.attn_norm.size() * 4));
     KVTIER_ASSIGN_OR_RETURN(L.ffn_norm, upload(lw.ffn_norm.data(), lw.ffn_norm.size() * 4));
-    KVTIER_ASSIGN_OR_RETURN(L.wqkv, im.matrix(lw.wqkv.data(), Q + 2 * KV, H));
-    KVTIER_ASSIGN_OR_RETURN(L.wo, im.matrix(lw.wo.data(), H, Q));
-    KVTIER_ASSIGN_OR_RETURN(L.gate_up, im.matrix(lw.w_gate_up.data(), 2 * F, H));
-    KVTIER_ASSIGN_OR_RETURN(L.down, im.matrix(lw.w_down.data(), H, F));
+    KVTIER_ASSIGN_OR_RETURN(L.wqkv, im.matrix(lw.wqkv.to_f32().data(), Q + 2 * KV, H));
+    KVTIER_ASSIGN_OR_RETURN(L.wo, im.matrix(lw.wo.to_f32().data(), H, Q));
+    KVTIER_ASSIGN_OR_RETURN(L.gate_up, im.matrix(lw.w_gate_up.to_f32().data(), 2 * F, H));
+    KVTIER_ASSIGN_OR_RETURN(L.down, im.matrix(lw.w_down.to_f32().data(), H, F));
     im.layers.push_back(std::move(L));
   }
   return e;

@@ -24,22 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Y[M][n0:n1] = X[M][K] · W[n0:n1][K]^T + beta · Y[M][n0:n1] (row stride of Y: ldy).
-void matmul_cols(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n0, uint32_t n1, float* y,
-                 uint32_t ldy, float beta) {
-  const float* wb = w + size_t(n0) * k;
-  // For one or two rows (decode), sgemm would pack the whole weight block on
-  // every call; gemv streams it once per row instead.
-  if (m <= 2) {
-    for (uint32_t r = 0; r < m; ++r)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, int(n1 - n0), int(k), 1.0f, wb, int(k), x + size_t(r) * k, 1, beta,
-                  y + size_t(r) * ldy + n0, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n1 - n0), int(k), 1.0f, x, int(k), wb, int(k), beta,
-              y + n0, int(ldy));
-}
-
 void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) {
   float ss = 0.0f;
   for (uint32_t i = 0; i < n; ++i) ss += x[i] * x[i];
@@ -70,8 +54,11 @@ Status EngineOptions::validate() const {
   return Status::Ok();
 }
 
-Engine::Impl::Impl(const ModelConfig& c, uint32_t threads)
-    : cfg(c), shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))}, workers(threads) {
+Engine::Impl::Impl(const ModelConfig& c, uint32_t threads, bool split_gemm, bool exact_weights)
+    : cfg(c),
+      shape{c.num_heads, c.num_kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim))},
+      workers(threads),
+      mm(workers, split_gemm, exact_weights) {
   const uint32_t rows = attention_block_tokens(shape) * c.group_size();
   for (uint32_t w = 0; w < workers.size(); ++w) scratch.emplace_back(shape, rows);
 }
@@ -85,15 +72,13 @@ void Engine::Impl::reserve(uint32_t m) {
   if (act.size() < size_t(m) * cfg.ffn_size) act.resize(size_t(m) * cfg.ffn_size);
 }
 
-void Engine::Impl::matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta) {
-  const uint32_t T = workers.size();
-  if (!split_gemm || T == 1 || double(m) * n * k < 1e6) return matmul_cols(x, m, k, w, 0, n, y, n, beta);
-  const uint32_t block = (n + T * 16 - 1) / (T * 16) * 16;  // multiples of 16 columns keep rows aligned
-  const size_t tasks = (n + block - 1) / block;
-  workers.run(tasks, [&](size_t t, uint32_t) {
-    const uint32_t n0 = uint32_t(t) * block;
-    matmul_cols(x, m, k, w, n0, std::min(n, n0 + block), y, n, beta);
-  });
+void Engine::Impl::matmul(const float* x, uint32_t m, const Linear& w, float* y, float beta) {
+  mm.run(x, m, w, y, uint32_t(w.rows()), beta);
+}
+
+void Engine::Impl::embed_rows(const Model& model, std::span<const TokenId> tokens, float* out) const {
+  const uint32_t H = cfg.hidden_size;
+  for (size_t i = 0; i < tokens.size(); ++i) model.weights().token_embd.rows_f32(uint64_t(tokens[i]), 1, out + i * H);
 }
 
 Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const EngineOptions& options)
@@ -101,8 +86,7 @@ Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const Engine
   if (options_.threads == 0) options_.threads = std::max(1u, std::thread::hardware_concurrency());
   if (options_.blas_threads == 0) options_.blas_threads = options_.threads;
   openblas_set_num_threads(int(options_.blas_threads));
-  impl_ = std::make_unique<Impl>(model_->config(), options_.threads);
-  impl_->split_gemm = options_.blas_threads == 1;
+  impl_ = std::make_unique<Impl>(model_->config(), options_.threads, options_.blas_threads == 1, options_.exact_weights);
 }
 
 Engine::~Engine() = default;
@@ -143,7 +127,7 @@ void Engine::Impl::qkv_rows(const LayerWeights& lw, const float* x, const float*
   const ModelConfig& c = cfg;
   const uint32_t H = c.hidden_size, Q = c.q_dim(), W = Q + 2 * c.kv_dim();
   rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.attn_norm.data(), h.data() + size_t(r) * H, H, c.rms_eps); });
-  matmul(h.data(), m, H, lw.wqkv.data(), W, qkv.data(), 0.0f);
+  matmul(h.data(), m, lw.wqkv, qkv.data(), 0.0f);
   rows_parallel(m, [&](uint32_t r) {
     float* row = qkv.data() + size_t(r) * W;
     const float* cs = rope_cs + size_t(r) * c.head_dim;
@@ -206,14 +190,14 @@ void Engine::Impl::attend_and_mlp(BlockPool& pool, const LayerWeights& lw, Layer
   });
   attention_seconds += seconds_since(t0);
 
-  matmul(attn.data(), m, Q, lw.wo.data(), H, x, 1.0f);
+  matmul(attn.data(), m, lw.wo, x, 1.0f);
   rows_parallel(m, [&](uint32_t r) { rmsnorm(x + size_t(r) * H, lw.ffn_norm.data(), h.data() + size_t(r) * H, H, c.rms_eps); });
-  matmul(h.data(), m, H, lw.w_gate_up.data(), 2 * F, gu.data(), 0.0f);
+  matmul(h.data(), m, lw.w_gate_up, gu.data(), 0.0f);
   rows_parallel(m, [&](uint32_t r) {
     const float* g = gu.data() + size_t(r) * 2 * F;
     swiglu(g, g + F, act.data() + size_t(r) * F, F);
   });
-  matmul(act.data(), m, F, lw.w_down.data(), H, x, 1.0f);
+  matmul(act.data(), m, lw.w_down, x, 1.0f);
 }
 
 void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, float* x, const float* rope_cs,
@@ -227,8 +211,7 @@ void Engine::Impl::layer_pass(BlockPool& pool, const LayerWeights& lw, LayerIdx 
 void Engine::Impl::embed(const Model& model, std::span<const TokenId> tokens, uint32_t first_pos) {
   const uint32_t n = uint32_t(tokens.size()), H = cfg.hidden_size;
   x.resize(size_t(n) * H);
-  for (uint32_t i = 0; i < n; ++i)
-    std::memcpy(x.data() + size_t(i) * H, model.weights().token_embd.data() + size_t(tokens[i]) * H, H * sizeof(float));
+  embed_rows(model, tokens, x.data());
   std::vector<uint32_t> pos(n);
   for (uint32_t i = 0; i < n; ++i) pos[i] = first_pos + i;
   rope_cos_sin(cfg, pos.data(), n, rope_cs);
@@ -254,7 +237,7 @@ Logits Engine::Impl::project_logits(const Model& model, const float* rows_x, uin
     rmsnorm(rows_x + size_t(r) * H, model.weights().output_norm.data(), normed.data() + size_t(r) * H, H, cfg.rms_eps);
   });
   out.data.resize(size_t(rows) * cfg.vocab_size);
-  matmul(normed.data(), rows, H, model.output_matrix(), cfg.vocab_size, out.data.data(), 0.0f);
+  matmul(normed.data(), rows, model.output_matrix(), out.data.data(), 0.0f);
   return out;
 }
 
@@ -296,8 +279,8 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   im.x.resize(size_t(b) * H);
   std::vector<uint32_t> pos(b);
   std::vector<RowSpan> spans(b);
+  im.embed_rows(*model_, tokens, im.x.data());
   for (uint32_t i = 0; i < b; ++i) {
-    std::memcpy(im.x.data() + size_t(i) * H, model_->weights().token_embd.data() + size_t(tokens[i]) * H, H * sizeof(float));
     pos[i] = seqs[i]->num_tokens;
     spans[i] = RowSpan{seqs[i], i, 1, pos[i]};
   }

@@ -86,6 +86,10 @@ struct EngineOptions {
   // need. >1: OpenBLAS threads each GEMM instead. 0: same as threads.
   uint32_t blas_threads = 1;
   uint32_t prefill_chunk = 1024;  // tokens per pass through a layer (bounds scratch memory)
+  // Quantized weights (engine/matmul.h): false (the default) quantizes activations per block and
+  // uses integer dot products, as llama.cpp does; true dequantizes weight panels and multiplies
+  // in f32 — the reference the quantized path is measured against (slower). F32 weights ignore it.
+  bool exact_weights = false;
 
   Status validate() const;
 };

@@ -7,9 +7,15 @@
 #include <random>
 #include <thread>
 
+#include <cstring>
+#include <fstream>
+#include <map>
+
 #include "engine/engine.h"
 #include "engine/gguf.h"
+#include "engine/matmul.h"
 #include "engine/sampler.h"
+#include "engine/worker_pool.h"
 
 namespace kvtier::engine {
 
@@ -41,6 +47,81 @@ double measure_sgemm_gflops(uint32_t n, uint32_t threads) {
   return 2.0 * double(n) * n * n / best / 1e9;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Every matrix of the model, the embedding last (a decoded token reads one row of it).
+std::vector<const Linear*> matrices(const Model& m) {
+  std::vector<const Linear*> out;
+  for (const LayerWeights& l : m.weights().layers)
+    for (const Linear* w : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) out.push_back(w);
+  if (!m.config().tied_embeddings) out.push_back(&m.weights().output);
+  out.push_back(&m.weights().token_embd);
+  return out;
+}
+
+uint64_t decode_bytes(const Model& m) {
+  uint64_t n = 0;
+  for (const Linear* w : matrices(m)) n += w->bytes();
+  if (!m.config().tied_embeddings) n -= m.weights().token_embd.bytes();
+  return n;
+}
+
+// GB/s of Matmul::run with one row on the largest part of each weight type.
+std::vector<KernelBenchRow> measure_kernels(const Model& m, uint32_t threads) {
+  std::map<GgufType, const WeightPart*> largest;
+  for (const Linear* w : matrices(m))
+    for (const WeightPart& p : w->parts())
+      if (!largest.count(p.type()) || largest[p.type()]->bytes() < p.bytes()) largest[p.type()] = &p;
+  WorkerPool pool(threads);
+  Matmul mm(pool, /*split_gemm=*/true, /*exact=*/false);
+  std::vector<KernelBenchRow> rows;
+  for (const auto& [type, part] : largest) {
+    Linear one;
+    if (!one.append(*part).ok()) continue;
+    std::vector<float> x(one.cols(), 0.5f), y(one.rows());
+    std::vector<double> gbps;
+    for (int rep = 0; rep < 7; ++rep) {
+      const auto t0 = Clock::now();
+      mm.run(x.data(), 1, one, y.data(), uint32_t(one.rows()), 0.0f);
+      gbps.push_back(double(part->bytes()) / since(t0) / 1e9);
+    }
+    const bool blas = type == GgufType::kF32;
+    rows.push_back({std::string(gguf_type_name(type)), "gemv", blas ? "blas" : std::string(qdot::isa_name(mm.kernels().isa)),
+                    median(gbps)});
+  }
+  return rows;
+}
+
+}  // namespace
+
+uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+double measure_memcpy_gbps(uint32_t threads) {
+  const size_t bytes = size_t(256) << 20, per = bytes / threads;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  WorkerPool pool(threads);
+  std::vector<double> gbps;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    pool.run(threads, [&](size_t t, uint32_t) { std::memcpy(b.data() + t * per, a.data() + t * per, per); });
+    gbps.push_back(double(per * threads) / since(t0) / 1e9);  // bytes read (each is also written)
+  }
+  return median(gbps);
+}
+
 Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   std::shared_ptr<const Model> model;
@@ -64,6 +145,11 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   rep.kv_dtype = std::string(dtype_name(o.kv_dtype));
   rep.threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
   rep.sgemm_peak_gflops = measure_sgemm_gflops(2048, rep.threads);
+  rep.weight_bytes = model->weights().bytes();
+  rep.decode_weight_bytes = decode_bytes(*model);
+  rep.memcpy_gbps = measure_memcpy_gbps(rep.threads);
+  rep.decode_ceiling_tokens_per_s = rep.memcpy_gbps * 1e9 / double(rep.decode_weight_bytes);
+  rep.kernels = measure_kernels(*model, rep.threads);
 
   std::mt19937_64 rng(o.seed);
   SequenceKV seq;
@@ -101,6 +187,7 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
     }
     rep.rows.push_back(row);
   }
+  rep.rss_bytes = resident_bytes();
   return rep;
 }
 

@@ -1,7 +1,10 @@
 // The engine benchmark behind `kvtier bench engine`: prefill throughput and
 // achieved FLOP rate per prompt length, the share of prefill time spent in
 // attention, decode throughput, and the FLOP rate of one large cblas_sgemm
-// measured in the same run (the machine's floor for the ratio).
+// measured in the same run (the machine's floor for the ratio); the resident
+// and weight bytes, the decode ceiling that memory bandwidth allows (memcpy
+// bytes/s measured in the same run ÷ weight bytes read per decoded token), and
+// the GB/s of the quantized matrix–vector kernel per weight type.
 // Runs on the calling thread plus the engine's workers.
 #pragma once
 
@@ -35,15 +38,35 @@ struct EngineBenchRow {
   double ratio_to_sgemm = 0;  // prefill_gflops / sgemm_peak_gflops
 };
 
+// One weight type's matrix–vector product on the model's largest matrix of that type.
+struct KernelBenchRow {
+  std::string type;  // "q4_K", ...
+  std::string op;    // "gemv"
+  std::string isa;   // the kernel set: "avx2", "scalar"
+  double gbps = 0;   // weight bytes streamed per second (median of runs)
+};
+
 struct EngineBenchReport {
   std::string model;
   std::string kv_dtype;
   uint32_t threads = 0;
   double sgemm_peak_gflops = 0;
+  uint64_t rss_bytes = 0;     // resident set after loading and running (VmRSS)
+  uint64_t weight_bytes = 0;  // the weights as held in memory
+  uint64_t decode_weight_bytes = 0;  // weight bytes one decoded token reads (every matrix but the embedding)
+  double memcpy_gbps = 0;            // memcpy over `threads` threads, median
+  double decode_ceiling_tokens_per_s = 0;  // memcpy_gbps / decode_weight_bytes
+  std::vector<KernelBenchRow> kernels;
   std::vector<EngineBenchRow> rows;
 };
 
 Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& options);
+
+// Bytes/s of memcpy between two buffers much larger than the caches, split over `threads`
+// threads (median of runs).
+double measure_memcpy_gbps(uint32_t threads);
+// Resident set size of this process (VmRSS), 0 when unknown.
+uint64_t resident_bytes();
 
 // GFLOP/s of the best of a few M=N=K=`n` cblas_sgemm calls.
 // OpenBLAS runs it on `threads` threads (0: all cores); its own setting is restored after.

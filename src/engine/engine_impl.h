@@ -9,6 +9,7 @@
 
 #include "engine/attention.h"
 #include "engine/engine.h"
+#include "engine/matmul.h"
 #include "engine/worker_pool.h"
 
 namespace kvtier::engine {
@@ -22,14 +23,14 @@ struct RowSpan {
 };
 
 struct Engine::Impl {
-  Impl(const ModelConfig& c, uint32_t threads);
+  Impl(const ModelConfig& c, uint32_t threads, bool split_gemm, bool exact_weights);
 
   // Scratch for m rows.
   void reserve(uint32_t m);
-  // Y[M][N] = X[M][K] · W[N][K]^T + beta · Y. With `split_gemm`, the output
-  // columns are cut into one block per worker, each a single-threaded BLAS
-  // call; otherwise one call (OpenBLAS threads it, when configured to).
-  void matmul(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n, float* y, float beta);
+  // Y[M][N] = X[M][K] · W[N][K]^T + beta · Y, W in its stored types (engine/matmul.h).
+  void matmul(const float* x, uint32_t m, const Linear& w, float* y, float beta);
+  // The embedding rows of `tokens` as f32 into out[tokens.size()][hidden].
+  void embed_rows(const Model& model, std::span<const TokenId> tokens, float* out) const;
 
   // Parallel loop over rows in blocks (elementwise work).
   template <class F>
@@ -66,7 +67,7 @@ struct Engine::Impl {
   ModelConfig cfg;
   AttentionShape shape;
   WorkerPool workers;
-  bool split_gemm = false;  // the engine threads GEMMs itself (OpenBLAS single-threaded)
+  Matmul mm;
   std::vector<AttentionScratch> scratch;
   std::vector<float> x, h, qkv, attn, gu, act, rope_cs;
   double attention_seconds = 0;

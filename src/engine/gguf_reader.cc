@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "engine/gguf.h"
+
+#include "engine/memory_budget.h"
 #include "engine/gguf_cursor.h"
 #include "engine/gguf_format.h"
 #include "engine/half.h"
@@ -66,12 +68,6 @@ std::string ggml_type_label(uint32_t t) {
       {26, "I32"},     {27, "I64"},    {28, "F64"},     {29, "IQ1_M"},  {34, "TQ1_0"},   {35, "TQ2_0"}};
   auto it = names.find(t);
   return (it != names.end() ? std::string(it->second) : std::string("type")) + " (" + std::to_string(t) + ")";
-}
-
-// "12.3 GiB", rounded down.
-std::string gib(uint64_t bytes) {
-  const uint64_t tenths = bytes * 10 / (uint64_t(1) << 30);
-  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " GiB";
 }
 
 struct TensorInfo {
@@ -341,7 +337,7 @@ class Parser {
     KVTIER_RETURN_IF_ERROR(tensor_table());
     std::vector<std::string> names;
     for (const auto& [name, ti] : tensors_) names.push_back(name);
-    if (dequantize) KVTIER_RETURN_IF_ERROR(check_memory(names));
+    if (dequantize) KVTIER_RETURN_IF_ERROR(check_memory(names, true));
     std::vector<GgufTensor> out;
     for (const auto& [name, ti] : tensors_) {
       GgufTensor t{.name = name, .shape = ti.ne, .type = GgufType(ti.type), .file_offset = data_start_ + ti.offset,
@@ -417,33 +413,51 @@ class Parser {
     return Status::Ok();
   }
 
-  // Dequantises tensor `name` (checked by check_wanted) into `dst`, which holds its element count.
-  Status load(const std::string& name, float* dst) {
+  // The data of tensor `name` (checked by tensor_table), refused when a value is not finite.
+  Result<std::span<const std::byte>> checked_data(const std::string& name) const {
     const TensorInfo& ti = tensors_.at(name);
-    const size_t n = size_t(ti.count);
-    KVTIER_RETURN_IF_ERROR(quant::dequantize_row(GgufType(ti.type), bytes_.subspan(data_start_ + ti.offset, ti.nbytes), n, dst));
-    for (size_t k = 0; k < n; ++k)
-      if (!std::isfinite(dst[k])) return bad("tensor '" + name + "' holds a NaN or infinite value");
-    return Status::Ok();
+    const auto data = bytes_.subspan(data_start_ + ti.offset, ti.nbytes);
+    if (quant::first_nonfinite(GgufType(ti.type), data, size_t(ti.count)) != size_t(ti.count))
+      return bad("tensor '" + name + "' holds a NaN or infinite value" +
+                 (quant::info(GgufType(ti.type)).block_elems > 1 ? " (a block scale)" : ""));
+    return data;
   }
 
-  // The f32 values of tensors `tensor_names` (checked by tensor_table) fit in the memory limit.
-  Status check_memory(const std::vector<std::string>& tensor_names) const {
-    uint64_t needed = 0, file_bytes = 0;
-    std::map<std::string_view, bool> types;
+  // Dequantises tensor `name` (checked by check_wanted) into `dst`, which holds its element count.
+  Status load(const std::string& name, float* dst) {
+    KVTIER_ASSIGN_OR_RETURN(auto data, checked_data(name));
+    const TensorInfo& ti = tensors_.at(name);
+    return quant::dequantize_row(GgufType(ti.type), data, size_t(ti.count), dst);
+  }
+  Status load(const std::string& name, std::vector<float>& dst) {
+    dst.resize(size_t(tensors_.at(name).count));
+    return load(name, dst.data());
+  }
+
+  // Appends matrix `name` (checked by check_wanted) to `dst` in its file type.
+  Status load(const std::string& name, Linear& dst) {
+    KVTIER_ASSIGN_OR_RETURN(auto data, checked_data(name));
+    const TensorInfo& ti = tensors_.at(name);
+    KVTIER_ASSIGN_OR_RETURN(WeightPart part, WeightPart::from_bytes(GgufType(ti.type), ti.ne[1], ti.ne[0], data));
+    return dst.append(std::move(part));
+  }
+
+  // The bytes tensors `tensor_names` (checked by tensor_table) take in memory: matrices in
+  // their file type, vectors as f32 (`as_f32`: every tensor as f32).
+  uint64_t resident_bytes(const std::vector<std::string>& tensor_names, bool as_f32) const {
+    uint64_t n = 0;
     for (const std::string& name : tensor_names) {
       const TensorInfo& ti = tensors_.at(name);
-      needed += ti.count * sizeof(float), file_bytes += ti.nbytes;
-      types[quant::find_type(ti.type)->name] = true;
+      n += as_f32 || ti.ne.size() == 1 ? ti.count * sizeof(float) : ti.nbytes;
     }
-    const uint64_t limit = options_.memory_limit_bytes ? options_.memory_limit_bytes : available_memory_bytes();
-    if (needed <= limit) return Status::Ok();
-    std::string names;
-    for (const auto& [name, unused] : types) names += (names.empty() ? "" : ", ") + std::string(name);
-    return Status::NoSpace(what_ + ": the weights take " + gib(file_bytes) + " in the file (" + names + ") and " +
-                           gib(needed) + " as f32 once dequantised, more than the " + gib(limit) +
-                           (options_.memory_limit_bytes ? " allowed" : " of memory available") +
-                           "; the engine keeps weights as f32: use a smaller model");
+    return n;
+  }
+
+  // The weights and what the caller will allocate beside them fit in the memory limit.
+  Status check_memory(const std::vector<std::string>& tensor_names, bool as_f32) const {
+    std::vector<MemoryPart> parts = {{as_f32 ? "weights as f32" : "weights", resident_bytes(tensor_names, as_f32)}};
+    parts.insert(parts.end(), options_.also_needed.begin(), options_.also_needed.end());
+    return check_fits(what_, parts, options_.memory_limit_bytes);
   }
 
   // The weights, and the config's rope_freq_factors when the file has them.
@@ -452,45 +466,32 @@ class Parser {
     KVTIER_RETURN_IF_ERROR(check_wanted(wanted, c.arch, c.num_layers));
     std::vector<std::string> names;
     for (const Wanted& t : wanted) names.push_back(t.name);
-    KVTIER_RETURN_IF_ERROR(check_memory(names));
-    const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
+    KVTIER_RETURN_IF_ERROR(check_memory(names, false));
     ModelWeights w;
-    w.token_embd.resize(v * h);
-    w.output_norm.resize(h);
-    KVTIER_RETURN_IF_ERROR(load("token_embd.weight", w.token_embd.data()));
-    KVTIER_RETURN_IF_ERROR(load("output_norm.weight", w.output_norm.data()));
-    if (!c.tied_embeddings) {
-      w.output.resize(v * h);
-      KVTIER_RETURN_IF_ERROR(load("output.weight", w.output.data()));
-    }
-    if (tensors_.count("rope_freqs.weight")) {
-      c.rope_freq_factors.resize(c.head_dim / 2);
-      KVTIER_RETURN_IF_ERROR(load("rope_freqs.weight", c.rope_freq_factors.data()));
-    }
+    KVTIER_RETURN_IF_ERROR(load("token_embd.weight", w.token_embd));
+    KVTIER_RETURN_IF_ERROR(load("output_norm.weight", w.output_norm));
+    if (!c.tied_embeddings) KVTIER_RETURN_IF_ERROR(load("output.weight", w.output));
+    if (tensors_.count("rope_freqs.weight")) KVTIER_RETURN_IF_ERROR(load("rope_freqs.weight", c.rope_freq_factors));
     w.layers.resize(c.num_layers);
-    for (uint32_t i = 0; i < c.num_layers; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
-      LayerWeights& l = w.layers[i];
-      if (c.has_qkv_bias()) {
-        l.bqkv.resize(q + 2 * kv);
-        KVTIER_RETURN_IF_ERROR(load(p + "attn_q.bias", l.bqkv.data()));
-        KVTIER_RETURN_IF_ERROR(load(p + "attn_k.bias", l.bqkv.data() + q));
-        KVTIER_RETURN_IF_ERROR(load(p + "attn_v.bias", l.bqkv.data() + q + kv));
-      }
-      l.attn_norm.resize(h), l.ffn_norm.resize(h);
-      l.wqkv.resize((q + 2 * kv) * h), l.wo.resize(h * q);
-      l.w_gate_up.resize(2 * f * h), l.w_down.resize(h * f);
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_norm.weight", l.attn_norm.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_q.weight", l.wqkv.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_k.weight", l.wqkv.data() + q * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_v.weight", l.wqkv.data() + (q + kv) * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "attn_output.weight", l.wo.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_norm.weight", l.ffn_norm.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_gate.weight", l.w_gate_up.data()));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_up.weight", l.w_gate_up.data() + f * h));
-      KVTIER_RETURN_IF_ERROR(load(p + "ffn_down.weight", l.w_down.data()));
-    }
+    for (uint32_t i = 0; i < c.num_layers; ++i) KVTIER_RETURN_IF_ERROR(layer(c, "blk." + std::to_string(i) + ".", w.layers[i]));
     return w;
+  }
+
+  Status layer(const ModelConfig& c, const std::string& p, LayerWeights& l) {
+    if (c.has_qkv_bias()) {
+      std::vector<float> b;
+      for (const char* t : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+        KVTIER_RETURN_IF_ERROR(load(p + t, b));
+        l.bqkv.insert(l.bqkv.end(), b.begin(), b.end());
+      }
+    }
+    KVTIER_RETURN_IF_ERROR(load(p + "attn_norm.weight", l.attn_norm));
+    for (const char* t : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) KVTIER_RETURN_IF_ERROR(load(p + t, l.wqkv));
+    KVTIER_RETURN_IF_ERROR(load(p + "attn_output.weight", l.wo));
+    KVTIER_RETURN_IF_ERROR(load(p + "ffn_norm.weight", l.ffn_norm));
+    KVTIER_RETURN_IF_ERROR(load(p + "ffn_gate.weight", l.w_gate_up));
+    KVTIER_RETURN_IF_ERROR(load(p + "ffn_up.weight", l.w_gate_up));
+    return load(p + "ffn_down.weight", l.w_down);
   }
 
   std::span<const std::byte> bytes_;
@@ -508,18 +509,6 @@ class Parser {
 Result<std::shared_ptr<const Model>> parse_gguf(std::span<const std::byte> bytes, std::string_view what,
                                                 const GgufLoadOptions& options) {
   return Parser(bytes, what, options).run();
-}
-
-uint64_t available_memory_bytes() {
-  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    unsigned long long kib = 0;
-    bool found = false;
-    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
-    std::fclose(f);
-    if (found) return uint64_t(kib) * 1024;
-  }
-  return uint64_t(::sysconf(_SC_PHYS_PAGES)) * uint64_t(::sysconf(_SC_PAGESIZE));
 }
 
 namespace {

@@ -1,31 +1,24 @@
-// GGUF v3 writer: metadata llama.cpp needs to load a llama or qwen2 model,
-// then the tensors, each aligned to 32 bytes.
-#include <cmath>
+// GGUF v3 writer: the metadata llama.cpp needs to load a llama or qwen2 model
+// (or a copy of another file's), the tensor table, then the tensors streamed
+// a chunk of rows at a time, each encoded to its type and aligned to 32 bytes.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <memory>
+#include <thread>
 
 #include "engine/gguf.h"
+#include "engine/gguf_cursor.h"
 #include "engine/gguf_format.h"
-#include "engine/half.h"
 
 namespace kvtier::engine {
 
 using gguf::ValueType;
 
-Status GgufWriteOptions::validate() const {
-  switch (weight_type) {
-    case GgufType::kF32:
-    case GgufType::kF16:
-    case GgufType::kBF16:
-    case GgufType::kQ8_0: return Status::Ok();
-    default: break;
-  }
-  return Status::InvalidArgument("GgufWriteOptions: cannot write weight type " + std::string(gguf_type_name(weight_type)) +
-                                 " (f32, f16, bf16 or q8_0)");
-}
-
 namespace {
+
+constexpr uint32_t kQuantizationVersion = 2;  // GGML_QNT_VERSION: the block layouts of quant.h
 
 class Buffer {
  public:
@@ -43,6 +36,11 @@ class Buffer {
     pod<uint32_t>(uint32_t(t));
     ++kv_count_;
   }
+  // A whole entry (key, type, value) as another file stores it.
+  void raw_entry(const uint8_t* p, size_t n) {
+    bytes_.insert(bytes_.end(), p, p + n);
+    ++kv_count_;
+  }
   void kv_u32(std::string_view k, uint32_t v) { key(k, ValueType::kU32), pod(v); }
   void kv_f32(std::string_view k, float v) { key(k, ValueType::kF32), pod(v); }
   void kv_bool(std::string_view k, bool v) { key(k, ValueType::kBool), pod<uint8_t>(v ? 1 : 0); }
@@ -52,103 +50,24 @@ class Buffer {
   }
 
   std::vector<char>& bytes() { return bytes_; }
-  uint64_t kv_count() const { return kv_count_; }
+  GgufMetadata take() { return {std::move(bytes_), kv_count_}; }
 
  private:
   std::vector<char> bytes_;
   uint64_t kv_count_ = 0;
 };
 
-struct Tensor {
-  std::string name;
-  const float* data;
-  uint64_t cols, rows;  // rows 0: a vector
-  GgufType type;
-  uint64_t offset = 0;
-};
-
-uint64_t tensor_bytes(const Tensor& t) {
-  const uint64_t n = t.cols * std::max<uint64_t>(t.rows, 1);
-  switch (t.type) {
-    case GgufType::kF32: return n * 4;
-    case GgufType::kF16:
-    case GgufType::kBF16: return n * 2;
-    case GgufType::kQ8_0: return n / gguf::kQ8Block * gguf::kQ8BlockBytes;
-    default: return 0;  // refused by GgufWriteOptions::validate
-  }
-}
-
-void encode(const Tensor& t, std::vector<char>& out) {
-  const size_t n = t.cols * std::max<uint64_t>(t.rows, 1);
-  out.resize(tensor_bytes(t));
-  switch (t.type) {
-    case GgufType::kF32: std::memcpy(out.data(), t.data, n * 4); break;
-    case GgufType::kF16: f32_to_f16(t.data, reinterpret_cast<uint16_t*>(out.data()), n); break;
-    case GgufType::kBF16: f32_to_bf16(t.data, reinterpret_cast<uint16_t*>(out.data()), n); break;
-    case GgufType::kQ8_0:
-      for (size_t b = 0; b < n / gguf::kQ8Block; ++b) {
-        const float* x = t.data + b * gguf::kQ8Block;
-        float amax = 0.0f;
-        for (uint32_t k = 0; k < gguf::kQ8Block; ++k) amax = std::max(amax, std::fabs(x[k]));
-        const float d = amax / 127.0f;
-        const float id = d > 0.0f ? 1.0f / d : 0.0f;
-        char* blk = out.data() + b * gguf::kQ8BlockBytes;
-        const uint16_t d16 = f32_to_f16(d);
-        std::memcpy(blk, &d16, 2);
-        for (uint32_t k = 0; k < gguf::kQ8Block; ++k) blk[2 + k] = char(int8_t(std::lround(x[k] * id)));
-      }
-      break;
-    default: break;  // refused by GgufWriteOptions::validate
-  }
-}
-
-// The tensors llama.cpp reads for the model's architecture; matrices of `mt`, vectors F32.
-std::vector<Tensor> model_tensors(const Model& model, GgufType mt) {
-  const ModelConfig& c = model.config();
-  const ModelWeights& w = model.weights();
-  const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
-  std::vector<Tensor> tensors;
-  auto add = [&](std::string name, const float* data, uint64_t cols, uint64_t rows) {
-    tensors.push_back({std::move(name), data, cols, rows, rows == 0 ? GgufType::kF32 : mt});
-  };
-  add("token_embd.weight", w.token_embd.data(), h, v);
-  add("output_norm.weight", w.output_norm.data(), h, 0);
-  if (!c.tied_embeddings) add("output.weight", w.output.data(), h, v);
-  if (!c.rope_freq_factors.empty()) add("rope_freqs.weight", c.rope_freq_factors.data(), c.head_dim / 2, 0);
-  for (uint32_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
-    const LayerWeights& l = w.layers[i];
-    add(p + "attn_norm.weight", l.attn_norm.data(), h, 0);
-    add(p + "attn_q.weight", l.wqkv.data(), h, q);
-    add(p + "attn_k.weight", l.wqkv.data() + q * h, h, kv);
-    add(p + "attn_v.weight", l.wqkv.data() + (q + kv) * h, h, kv);
-    if (c.has_qkv_bias()) {
-      add(p + "attn_q.bias", l.bqkv.data(), q, 0);
-      add(p + "attn_k.bias", l.bqkv.data() + q, kv, 0);
-      add(p + "attn_v.bias", l.bqkv.data() + q + kv, kv, 0);
-    }
-    add(p + "attn_output.weight", l.wo.data(), q, h);
-    add(p + "ffn_norm.weight", l.ffn_norm.data(), h, 0);
-    add(p + "ffn_gate.weight", l.w_gate_up.data(), h, f);
-    add(p + "ffn_up.weight", l.w_gate_up.data() + f * h, h, f);
-    add(p + "ffn_down.weight", l.w_down.data(), f, h);
-  }
-  return tensors;
-}
+bool is_float(GgufType t) { return t == GgufType::kF32 || t == GgufType::kF16 || t == GgufType::kBF16; }
 
 // general.* and the architecture's hyper-parameter keys.
-void put_hparams(const Model& model, const GgufWriteOptions& options, Buffer& meta) {
-  const ModelConfig& c = model.config();
-  const GgufType mt = options.weight_type;
-  uint32_t file_type = gguf::kFileTypeF32;
-  if (mt == GgufType::kF16) file_type = gguf::kFileTypeF16;
-  if (mt == GgufType::kBF16) file_type = gguf::kFileTypeBF16;
-  if (mt == GgufType::kQ8_0) file_type = gguf::kFileTypeQ8_0;
+void put_hparams(const ModelConfig& c, const GgufWriteOptions& options, Buffer& meta) {
   const std::string arch(arch_name(c.arch));
   const std::string p = arch + ".";
   meta.kv_str("general.architecture", arch);
   meta.kv_str("general.name", options.name.empty() ? (c.name.empty() ? "kvtier" : c.name) : options.name);
-  meta.kv_u32("general.file_type", file_type);
+  meta.kv_u32("general.file_type", options.weight_type.file_type());
+  if (options.weight_type.q4_k_m || !is_float(options.weight_type.type))
+    meta.kv_u32("general.quantization_version", kQuantizationVersion);
   meta.kv_u32("general.alignment", gguf::kDefaultAlignment);
   meta.kv_u32(p + "vocab_size", c.vocab_size);
   meta.kv_u32(p + "context_length", c.max_context);
@@ -201,52 +120,250 @@ void put_vocab(const Vocab& vocab, Buffer& meta) {
   if (!vocab.chat_template.empty()) meta.kv_str("tokenizer.chat_template", vocab.chat_template);
 }
 
-}  // namespace
+uint64_t padded(uint64_t n) {
+  return (n + gguf::kDefaultAlignment - 1) / gguf::kDefaultAlignment * gguf::kDefaultAlignment;
+}
 
-Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options) {
-  KVTIER_RETURN_IF_ERROR(options.validate());
-  std::vector<Tensor> tensors = model_tensors(model, options.weight_type);
-  for (const Tensor& t : tensors)
-    if (t.type == GgufType::kQ8_0 && t.cols % gguf::kQ8Block != 0)
-      return Status::InvalidArgument("q8_0 needs rows whose length is a multiple of 32; tensor '" + t.name + "' has " +
-                                     std::to_string(t.cols));
-  Buffer meta;
-  put_hparams(model, options, meta);
-  put_vocab(model.vocab(), meta);
+uint64_t tensor_bytes(const GgufTensorSpec& t) { return quant::row_bytes(quant::info(t.type), t.shape[0]) * t.rows(); }
 
+// Magic, version, counts, metadata and the tensor table, padded to the alignment.
+Result<std::vector<char>> header(const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors) {
   Buffer head;
   head.pod<uint32_t>(gguf::kMagic);
   head.pod<uint32_t>(gguf::kVersion);
   head.pod<uint64_t>(tensors.size());
-  head.pod<uint64_t>(meta.kv_count());
-  head.bytes().insert(head.bytes().end(), meta.bytes().begin(), meta.bytes().end());
+  head.pod<uint64_t>(metadata.count);
+  head.bytes().insert(head.bytes().end(), metadata.bytes.begin(), metadata.bytes.end());
   uint64_t offset = 0;
-  for (Tensor& t : tensors) {
-    t.offset = offset;
-    offset += (tensor_bytes(t) + gguf::kDefaultAlignment - 1) / gguf::kDefaultAlignment * gguf::kDefaultAlignment;
+  for (const GgufTensorSpec& t : tensors) {
+    if (t.shape.empty() || t.shape.size() > gguf::kMaxDims)
+      return Status::InvalidArgument("tensor '" + t.name + "' has " + std::to_string(t.shape.size()) +
+                                     " dimensions (1 to 4)");
+    const quant::TypeInfo& info = quant::info(t.type);
+    if (t.shape[0] % info.block_elems != 0)
+      return Status::InvalidArgument(std::string(info.name) + " needs rows whose length is a multiple of " +
+                                     std::to_string(info.block_elems) + "; tensor '" + t.name + "' has " +
+                                     std::to_string(t.shape[0]));
     head.str(t.name);
-    head.pod<uint32_t>(t.rows == 0 ? 1 : 2);
-    head.pod<uint64_t>(t.cols);
-    if (t.rows != 0) head.pod<uint64_t>(t.rows);
+    head.pod<uint32_t>(uint32_t(t.shape.size()));
+    for (uint64_t d : t.shape) head.pod<uint64_t>(d);
     head.pod<uint32_t>(uint32_t(t.type));
-    head.pod<uint64_t>(t.offset);
+    head.pod<uint64_t>(offset);
+    offset += padded(tensor_bytes(t));
   }
   head.pad(gguf::kDefaultAlignment);
+  return std::move(head.bytes());
+}
 
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IOError("cannot create " + path);
-  out.write(head.bytes().data(), std::streamsize(head.bytes().size()));
-  std::vector<char> buf;
-  const char zeros[gguf::kDefaultAlignment] = {};
-  for (const Tensor& t : tensors) {
-    encode(t, buf);
-    out.write(buf.data(), std::streamsize(buf.size()));
-    const size_t padding = (gguf::kDefaultAlignment - buf.size() % gguf::kDefaultAlignment) % gguf::kDefaultAlignment;
-    out.write(zeros, std::streamsize(padding));
-  }
-  out.flush();
-  if (!out) return Status::IOError("write failed: " + path);
+// Fills and encodes rows [r0, r0 + rows) of tensor `index` into `f32` and `out`, split
+// across `threads` threads; the first error wins.
+Status encode_rows(const GgufTensorSpec& t, size_t index, uint64_t r0, uint64_t rows, const GgufRowSource& source,
+                   unsigned threads, float* f32, std::byte* out) {
+  const uint64_t cols = t.shape[0];
+  const size_t row_bytes = size_t(quant::row_bytes(quant::info(t.type), cols));
+  auto part = [&](uint64_t begin, uint64_t end) -> Status {
+    if (begin == end) return Status::Ok();
+    KVTIER_RETURN_IF_ERROR(source(index, r0 + begin, end - begin, f32 + begin * cols));
+    for (uint64_t r = begin; r < end; ++r)
+      KVTIER_RETURN_IF_ERROR(quantize_row(t.type, f32 + r * cols, size_t(cols), out + r * row_bytes));
+    return Status::Ok();
+  };
+  const unsigned n = unsigned(std::min<uint64_t>(threads, rows));
+  if (n <= 1) return part(0, rows);
+  std::vector<Status> status(n);
+  std::vector<std::thread> workers;
+  for (unsigned k = 0; k < n; ++k)
+    workers.emplace_back([&, k] { status[k] = part(rows * k / n, rows * (k + 1) / n); });
+  for (std::thread& w : workers) w.join();
+  for (Status& s : status)
+    if (!s.ok()) return s;
   return Status::Ok();
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+Status write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n != 0 && std::fwrite(p, 1, n, f) != n) return Status::FromErrno(errno, "write " + path);
+  return Status::Ok();
+}
+
+// The data of every tensor, each padded to the alignment.
+Status write_tensors(std::FILE* f, const std::string& path, std::span<const GgufTensorSpec> tensors,
+                     const GgufRowSource& source, const GgufStreamOptions& options) {
+  const unsigned threads = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  std::vector<float> f32;
+  std::vector<std::byte> out;
+  const char zeros[gguf::kDefaultAlignment] = {};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const GgufTensorSpec& t = tensors[i];
+    if (options.on_tensor) options.on_tensor(i, tensors.size(), t);
+    const uint64_t cols = t.shape[0], rows = t.rows();
+    const uint64_t chunk_rows =
+        std::max<uint64_t>(1, std::min(rows, options.chunk_elements / std::max<uint64_t>(cols, 1)));
+    const size_t row_bytes = size_t(quant::row_bytes(quant::info(t.type), cols));
+    f32.resize(size_t(chunk_rows * cols));
+    out.resize(size_t(chunk_rows) * row_bytes);
+    for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+      const uint64_t n = std::min(chunk_rows, rows - r0);
+      KVTIER_RETURN_IF_ERROR(encode_rows(t, i, r0, n, source, threads, f32.data(), out.data()));
+      KVTIER_RETURN_IF_ERROR(write_all(f, out.data(), size_t(n) * row_bytes, path));
+    }
+    KVTIER_RETURN_IF_ERROR(write_all(f, zeros, size_t(padded(tensor_bytes(t)) - tensor_bytes(t)), path));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t GgufTensorSpec::rows() const {
+  uint64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+Status write_gguf_stream(const std::string& path, const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors,
+                         const GgufRowSource& source, const GgufStreamOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(std::vector<char> head, header(metadata, tensors));
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
+  if (!f) return Status::FromErrno(errno, "create " + path);
+  Status s = write_all(f.get(), head.data(), head.size(), path);
+  if (s.ok()) s = write_tensors(f.get(), path, tensors, source, options);
+  if (s.ok() && std::fflush(f.get()) != 0) s = Status::FromErrno(errno, "write " + path);
+  if (s.ok() && std::fclose(f.release()) != 0) s = Status::FromErrno(errno, "close " + path);
+  if (!s.ok()) {
+    f.reset();
+    std::remove(path.c_str());
+  }
+  return s;
+}
+
+std::vector<GgufModelTensor> gguf_model_tensors(const ModelConfig& c) {
+  using Slot = GgufModelTensor::Slot;
+  const uint64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), f = c.ffn_size, v = c.vocab_size;
+  std::vector<GgufModelTensor> t;
+  auto add = [&](std::string name, uint64_t cols, uint64_t rows, Slot slot, uint32_t layer, uint64_t first_row) {
+    t.push_back({std::move(name), cols, rows, slot, layer, first_row});
+  };
+  add("token_embd.weight", h, v, Slot::kTokenEmbd, 0, 0);
+  add("output_norm.weight", h, 0, Slot::kOutputNorm, 0, 0);
+  if (!c.tied_embeddings) add("output.weight", h, v, Slot::kOutput, 0, 0);
+  if (!c.rope_freq_factors.empty()) add("rope_freqs.weight", c.head_dim / 2, 0, Slot::kRopeFreqs, 0, 0);
+  for (uint32_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", h, 0, Slot::kAttnNorm, i, 0);
+    add(p + "attn_q.weight", h, q, Slot::kWqkv, i, 0);
+    add(p + "attn_k.weight", h, kv, Slot::kWqkv, i, q);
+    add(p + "attn_v.weight", h, kv, Slot::kWqkv, i, q + kv);
+    if (c.has_qkv_bias()) {
+      add(p + "attn_q.bias", q, 0, Slot::kBqkv, i, 0);
+      add(p + "attn_k.bias", kv, 0, Slot::kBqkv, i, q);
+      add(p + "attn_v.bias", kv, 0, Slot::kBqkv, i, q + kv);
+    }
+    add(p + "attn_output.weight", q, h, Slot::kWo, i, 0);
+    add(p + "ffn_norm.weight", h, 0, Slot::kFfnNorm, i, 0);
+    add(p + "ffn_gate.weight", h, f, Slot::kWGateUp, i, 0);
+    add(p + "ffn_up.weight", h, f, Slot::kWGateUp, i, f);
+    add(p + "ffn_down.weight", f, h, Slot::kWDown, i, 0);
+  }
+  return t;
+}
+
+Result<std::vector<GgufTensorSpec>> gguf_tensor_specs(const ModelConfig& c, std::span<const GgufModelTensor> layout,
+                                                      const WeightFormat& format) {
+  std::vector<GgufTensorSpec> specs;
+  for (const GgufModelTensor& t : layout) {
+    if (t.rows == 0) {
+      specs.push_back({t.name, {t.cols}, GgufType::kF32});
+      continue;
+    }
+    const MatrixRole role{.name = t.name, .layer = t.layer, .n_layers = c.num_layers, .row_length = t.cols,
+                          .has_output = !c.tied_embeddings, .model_70b = is_llama_cpp_70b(c)};
+    KVTIER_ASSIGN_OR_RETURN(GgufType type, matrix_type(format, role));
+    specs.push_back({t.name, {t.cols, t.rows}, type});
+  }
+  return specs;
+}
+
+GgufMetadata gguf_model_metadata(const ModelConfig& config, const Vocab& vocab, const GgufWriteOptions& options) {
+  Buffer meta;
+  put_hparams(config, options, meta);
+  put_vocab(vocab, meta);
+  return meta.take();
+}
+
+Result<GgufMetadata> gguf_copy_metadata(std::span<const std::byte> file, const WeightFormat& format,
+                                        std::string_view what) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(file.data());
+  gguf_detail::Cursor cur(bytes, file.size(), what);
+  uint32_t magic = 0, version = 0;
+  uint64_t n_tensors = 0, n_kv = 0;
+  KVTIER_RETURN_IF_ERROR(cur.pod(magic, "magic"));
+  if (magic != gguf::kMagic) return cur.corrupt("bad magic: not a GGUF file");
+  KVTIER_RETURN_IF_ERROR(cur.pod(version, "version"));
+  if (version != gguf::kVersion) return cur.corrupt("GGUF version " + std::to_string(version) + " (only 3)");
+  KVTIER_RETURN_IF_ERROR(cur.pod(n_tensors, "tensor count"));
+  KVTIER_RETURN_IF_ERROR(cur.pod(n_kv, "metadata count"));
+  const bool quantized = format.q4_k_m || !is_float(format.type);
+  // The keys the copy rewrites, with their new values (quantization_version only for a quantised copy).
+  std::vector<std::pair<std::string, uint32_t>> rewritten = {{"general.file_type", format.file_type()},
+                                                             {"general.alignment", gguf::kDefaultAlignment}};
+  if (quantized) rewritten.emplace_back("general.quantization_version", kQuantizationVersion);
+  std::vector<bool> seen(rewritten.size(), false);
+  Buffer meta;
+  for (uint64_t k = 0; k < n_kv; ++k) {
+    const size_t start = cur.offset();
+    std::string key;
+    uint32_t type = 0;
+    gguf_detail::Value value;
+    KVTIER_RETURN_IF_ERROR(cur.str(key, "metadata key"));
+    KVTIER_RETURN_IF_ERROR(cur.pod(type, "metadata value type"));
+    if (type > uint32_t(ValueType::kF64)) return cur.corrupt("metadata '" + key + "' has unknown value type");
+    KVTIER_RETURN_IF_ERROR(cur.value(ValueType(type), value, 0));
+    const auto it = std::find_if(rewritten.begin(), rewritten.end(), [&](const auto& kv) { return kv.first == key; });
+    if (it == rewritten.end()) {
+      meta.raw_entry(bytes + start, cur.offset() - start);
+    } else if (!seen[size_t(it - rewritten.begin())]) {
+      seen[size_t(it - rewritten.begin())] = true;
+      meta.kv_u32(key, it->second);
+    }
+  }
+  for (size_t i = 0; i < rewritten.size(); ++i)
+    if (!seen[i]) meta.kv_u32(rewritten[i].first, rewritten[i].second);
+  return meta.take();
+}
+
+Status write_gguf(const Model& model, const std::string& path, const GgufWriteOptions& options,
+                  const GgufStreamOptions& stream) {
+  using Slot = GgufModelTensor::Slot;
+  const ModelConfig& c = model.config();
+  const ModelWeights& w = model.weights();
+  const std::vector<GgufModelTensor> layout = gguf_model_tensors(c);
+  KVTIER_ASSIGN_OR_RETURN(std::vector<GgufTensorSpec> specs, gguf_tensor_specs(c, layout, options.weight_type));
+  auto source = [&](size_t index, uint64_t r0, uint64_t rows, float* out) {
+    const GgufModelTensor& t = layout[index];
+    const LayerWeights* l = t.layer < w.layers.size() ? &w.layers[t.layer] : nullptr;
+    const Linear* matrix = nullptr;
+    const std::vector<float>* vec = nullptr;
+    switch (t.slot) {
+      case Slot::kTokenEmbd: matrix = &w.token_embd; break;
+      case Slot::kOutput: matrix = &w.output; break;
+      case Slot::kWqkv: matrix = &l->wqkv; break;
+      case Slot::kWo: matrix = &l->wo; break;
+      case Slot::kWGateUp: matrix = &l->w_gate_up; break;
+      case Slot::kWDown: matrix = &l->w_down; break;
+      case Slot::kOutputNorm: vec = &w.output_norm; break;
+      case Slot::kRopeFreqs: vec = &c.rope_freq_factors; break;
+      case Slot::kAttnNorm: vec = &l->attn_norm; break;
+      case Slot::kFfnNorm: vec = &l->ffn_norm; break;
+      case Slot::kBqkv: vec = &l->bqkv; break;
+    }
+    if (matrix != nullptr) matrix->rows_f32(t.first_row + r0, rows, out);
+    else std::memcpy(out, vec->data() + t.first_row, size_t(t.cols) * sizeof(float));
+    return Status::Ok();
+  };
+  return write_gguf_stream(path, gguf_model_metadata(c, model.vocab(), options), specs, source, stream);
 }
 
 }  // namespace kvtier::engine

@@ -124,13 +124,17 @@ Result<ModelConfig> model_preset(std::string_view name) {
     c.vocab_size = 128256, c.hidden_size = 2048, c.num_layers = 16, c.num_heads = 32, c.num_kv_heads = 8;
     c.head_dim = 64, c.ffn_size = 8192, c.rope_theta = 500000.0f, c.tied_embeddings = true;
     c.max_context = 131072;
+  } else if (name == "8b") {
+    c.vocab_size = 128256, c.hidden_size = 4096, c.num_layers = 32, c.num_heads = 32, c.num_kv_heads = 8;
+    c.head_dim = 128, c.ffn_size = 14336, c.rope_theta = 500000.0f, c.tied_embeddings = false;
+    c.max_context = 131072;
   } else {
-    return Status::InvalidArgument("unknown model preset '" + std::string(name) + "' (expected tiny, small or 1b)");
+    return Status::InvalidArgument("unknown model preset '" + std::string(name) + "' (expected tiny, small, 1b or 8b)");
   }
   c.rms_eps = 1e-5f;
   return c;
 }
 
-std::vector<std::string> model_preset_names() { return {"tiny", "small", "1b"}; }
+std::vector<std::string> model_preset_names() { return {"tiny", "small", "1b", "8b"}; }
 
 }  // namespace kvtier::engine

@@ -94,7 +94,9 @@ struct ModelConfig {
 // for position pos[r] and pair i. Angles in double precision, rounded once.
 void rope_cos_sin(const ModelConfig& config, const uint32_t* pos, size_t n, std::vector<float>& out);
 
-// "tiny", "small" or "1b" (see the reference engine issue for the shapes).
+// "tiny", "small", "1b" (see the reference engine issue for the shapes) or "8b" (Llama-3.1-8B's
+// shape: 32 layers of 4096, 32 heads, 8 KV heads of 128, FFN 14336, vocabulary 128256, RoPE
+// theta 500000; 32 GB as f32, so it is written to a file with `kvtier model make`, a tensor at a time).
 Result<ModelConfig> model_preset(std::string_view name);
 std::vector<std::string> model_preset_names();
 

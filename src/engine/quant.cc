@@ -4,6 +4,7 @@
 #include "engine/quant.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <iterator>
 #include <cstring>
@@ -256,6 +257,60 @@ Status dequantize_row(GgufType type, std::span<const std::byte> bytes, size_t n,
   const BlockDecoder decode = block_decoder(type);
   for (size_t blk = 0; blk < n / t->block_elems; ++blk) decode(src + blk * t->block_bytes, out + blk * t->block_elems);
   return Status::Ok();
+}
+
+
+namespace {
+
+// Byte offsets of the f16 scale fields of one block of `type` (ggml's block layouts).
+std::span<const uint32_t> scale_offsets(GgufType type) {
+  static constexpr uint32_t d0[] = {0}, dm[] = {0, 2}, q2k[] = {80, 82}, q3k[] = {108}, q6k[] = {208};
+  switch (type) {
+    case GgufType::kQ4_0: case GgufType::kQ5_0: case GgufType::kQ8_0: return d0;
+    case GgufType::kQ4_1: case GgufType::kQ5_1: case GgufType::kQ4_K: case GgufType::kQ5_K: return dm;
+    case GgufType::kQ2_K: return q2k;
+    case GgufType::kQ3_K: return q3k;
+    case GgufType::kQ6_K: return q6k;
+    default: return {};
+  }
+}
+
+bool finite_f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return (h & 0x7C00u) != 0x7C00u;
+}
+
+}  // namespace
+
+size_t first_nonfinite(GgufType type, std::span<const std::byte> bytes, size_t n) {
+  const auto* src = reinterpret_cast<const uint8_t*>(bytes.data());
+  switch (type) {
+    case GgufType::kF32:
+      for (size_t i = 0; i < n; ++i) {
+        float v;
+        std::memcpy(&v, src + 4 * i, 4);
+        if (!std::isfinite(v)) return i;
+      }
+      return n;
+    case GgufType::kF16:
+      for (size_t i = 0; i < n; ++i)
+        if (!finite_f16(src + 2 * i)) return i;
+      return n;
+    case GgufType::kBF16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        if ((b & 0x7F80u) == 0x7F80u) return i;
+      }
+      return n;
+    default: break;
+  }
+  const TypeInfo& t = info(type);
+  for (size_t blk = 0; blk < n / t.block_elems; ++blk)
+    for (uint32_t off : scale_offsets(type))
+      if (!finite_f16(src + blk * t.block_bytes + off)) return blk * t.block_elems;
+  return n;
 }
 
 }  // namespace kvtier::engine::quant

@@ -50,5 +50,10 @@ inline uint64_t row_bytes(const TypeInfo& t, uint64_t n) { return n / t.block_el
 // not hold; the values themselves are not checked (a NaN scale gives NaNs).
 Status dequantize_row(GgufType type, std::span<const std::byte> bytes, size_t n, float* out);
 
+// The element index of the first block of `n` elements at `bytes` whose values are not all
+// finite, or n when every value is: a float type checks each value, a block type its f16
+// scales (with finite scales every value of a block is finite). Sizes as dequantize_row.
+size_t first_nonfinite(GgufType type, std::span<const std::byte> bytes, size_t n);
+
 }  // namespace quant
 }  // namespace kvtier::engine

@@ -41,7 +41,14 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
   auto preset = engine::model_preset(o.model);
   if (preset.ok()) return engine::Model::synthetic(*preset, o.model_seed);
   std::error_code ec;
-  if (std::filesystem::exists(o.model, ec)) return engine::load_gguf(o.model);
+  if (std::filesystem::exists(o.model, ec)) {
+    // The weights are checked against the memory available together with what this runtime
+    // allocates beside them (engine/memory_budget.h).
+    engine::GgufLoadOptions lo;
+    if (o.device != "cuda") lo.also_needed.push_back({"KV pool", o.device_bytes});
+    if (o.cache_enabled) lo.also_needed.push_back({"host tier", o.host_bytes});
+    return engine::load_gguf(o.model, lo);
+  }
   std::string names;
   for (const auto& n : engine::model_preset_names()) names += (names.empty() ? "" : ", ") + n;
   return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
@@ -154,6 +161,7 @@ class RuntimeImpl final : public Runtime {
     info_.name = model_->config().name;
     info_.vocab_size = model_->config().vocab_size;
     info_.max_context = model_->config().max_context;
+    info_.weight_bytes = model_->weights().bytes();
     info_.eos = tok_.eos();
     info_.end_of_generation = tok_.end_of_generation_ids();
     info_.text.tokenize = [tok = tok_](std::string_view text, const text::EncodeOptions& options) {

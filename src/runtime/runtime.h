@@ -114,6 +114,7 @@ struct ModelInfo {
   TokenId eos = -1;
   std::vector<TokenId> end_of_generation;  // sorted: EOS, EOT, EOM and end-of-turn tokens; generation stops at any
   PageHash fingerprint;
+  uint64_t weight_bytes = 0;  // the weights as held in memory (their file types)
   TextCodec text;
   // The most tokens one sequence's KV can ever hold: the whole device pool
   // (0: no limit known). A request whose prompt plus completion exceeds it

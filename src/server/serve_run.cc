@@ -85,8 +85,9 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   KVTIER_ASSIGN_OR_RETURN(const uint16_t port, http->bind());
 
   std::fprintf(log,
-               "kvtier serve: model %s (vocab %u, context %u), cache %s, device %s, host %s, disk %s%s%s\n",
-               config.runtime.model.c_str(), model.vocab_size, model.max_context,
+               "kvtier serve: model %s (vocab %u, context %u, weights %s resident), cache %s, device %s, host %s, "
+               "disk %s%s%s\n",
+               config.runtime.model.c_str(), model.vocab_size, model.max_context, format_size(model.weight_bytes).c_str(),
                config.runtime.cache_enabled ? "on" : "off", format_size(config.runtime.device_bytes).c_str(),
                format_size(config.runtime.host_bytes).c_str(),
                config.runtime.disk_dir.empty() ? "none" : format_size(config.runtime.disk_bytes).c_str(),

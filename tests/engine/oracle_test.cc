@@ -53,14 +53,17 @@ std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& token
   const ModelConfig& c = m.config();
   const size_t H = c.hidden_size, D = c.head_dim, Q = c.q_dim(), KV = c.kv_dim(), F = c.ffn_size, n = tokens.size();
   std::vector<Vec> x(n);
-  for (size_t t = 0; t < n; ++t) x[t].assign(&m.weights().token_embd[tokens[t] * H], &m.weights().token_embd[tokens[t] * H] + H);
+  const std::vector<float> embd = m.weights().token_embd.to_f32();
+  for (size_t t = 0; t < n; ++t) x[t].assign(&embd[tokens[t] * H], &embd[tokens[t] * H] + H);
   for (const LayerWeights& lw : m.weights().layers) {
+    const std::vector<float> wqkv = lw.wqkv.to_f32(), wo = lw.wo.to_f32(), gate_up = lw.w_gate_up.to_f32(),
+                             down = lw.w_down.to_f32();
     std::vector<Vec> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
       const Vec h = rmsnorm(x[t], lw.attn_norm, c.rms_eps);
-      q[t] = matvec(lw.wqkv.data(), Q, H, h);
-      k[t] = matvec(lw.wqkv.data() + Q * H, KV, H, h);
-      v[t] = matvec(lw.wqkv.data() + (Q + KV) * H, KV, H, h);
+      q[t] = matvec(wqkv.data(), Q, H, h);
+      k[t] = matvec(wqkv.data() + Q * H, KV, H, h);
+      v[t] = matvec(wqkv.data() + (Q + KV) * H, KV, H, h);
       if (c.arch == Arch::kQwen2) add(q[t], lw.bqkv.data()), add(k[t], lw.bqkv.data() + Q), add(v[t], lw.bqkv.data() + Q + KV);
       for (size_t hd = 0; hd < c.num_heads; ++hd) rope(&q[t][hd * D], c, t);
       for (size_t hd = 0; hd < c.num_kv_heads; ++hd) rope(&k[t][hd * D], c, t);
@@ -82,19 +85,20 @@ std::vector<Vec> oracle_logits(const Model& m, const std::vector<TokenId>& token
         for (size_t j = 0; j <= t; ++j)
           for (size_t e = 0; e < D; ++e) o[hd * D + e] += s[j] / sum * v[j][kh * D + e];
       }
-      const Vec a = matvec(lw.wo.data(), H, Q, o);
+      const Vec a = matvec(wo.data(), H, Q, o);
       for (size_t i = 0; i < H; ++i) x[t][i] += a[i];
       const Vec h = rmsnorm(x[t], lw.ffn_norm, c.rms_eps);
-      const Vec g = matvec(lw.w_gate_up.data(), F, H, h);
-      const Vec u = matvec(lw.w_gate_up.data() + F * H, F, H, h);
+      const Vec g = matvec(gate_up.data(), F, H, h);
+      const Vec u = matvec(gate_up.data() + F * H, F, H, h);
       Vec act(F);
       for (size_t i = 0; i < F; ++i) act[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      const Vec d = matvec(lw.w_down.data(), H, F, act);
+      const Vec d = matvec(down.data(), H, F, act);
       for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
     }
   }
   std::vector<Vec> logits(n);
-  for (size_t t = 0; t < n; ++t) logits[t] = matvec(m.output_matrix(), c.vocab_size, H, rmsnorm(x[t], m.weights().output_norm, c.rms_eps));
+  const std::vector<float> out = m.output_matrix().to_f32();
+  for (size_t t = 0; t < n; ++t) logits[t] = matvec(out.data(), c.vocab_size, H, rmsnorm(x[t], m.weights().output_norm, c.rms_eps));
   return logits;
 }
 

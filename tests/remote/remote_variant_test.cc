@@ -39,7 +39,7 @@ TEST_P(RemoteCacheVariant, RemoteHitEqualsRecompute) {
   expect_same(hit, ref, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, RemoteCacheVariant, ::testing::ValuesIn(model_variant_names()));
+INSTANTIATE_TEST_SUITE_P(Variants, RemoteCacheVariant, ::testing::ValuesIn(exactness_variant_names()));
 
 }  // namespace
 }  // namespace kvtier::testing

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cache_rig.h"
+#include "model_variants.h"
 #include "runtime/blend_prefill.h"
 
 namespace kvtier::testing {
@@ -70,10 +71,16 @@ double rel_diff(std::span<const float> a, std::span<const float> b) {
 // The documents' KV is stored on first sight, then blended from the device,
 // the host and the disk with the same result each time (the tiers deliver the
 // segments' KV exactly); ratio 1 equals the full prefill. One-page chunks, so
-// that the disk holds every whole page, as the device and host do.
-TEST(BlendPrefill, SegmentsFoundOnEveryTierBlendTheSame) {
+// that the disk holds every whole page, as the device and host do. On f32
+// weights and on the quantized path (model_variants.h).
+class BlendPrefillVariant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BlendPrefillVariant, SegmentsFoundOnEveryTierBlendTheSame) {
   RigOptions o;
   o.chunk_pages = 1;
+  auto model = model_variant(GetParam(), 3);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  o.model = *model;
   CacheRig rig(o);
   const RagPrompt first = rag_prompt(1, {10, 11}, 2);
   const BlendOutcome stored = blend_request(rig, first, forced());
@@ -110,6 +117,8 @@ TEST(BlendPrefill, SegmentsFoundOnEveryTierBlendTheSame) {
   const BlendOutcome all = blend_request(rig, other, forced(1.0f));
   EXPECT_LT(rel_diff(all.logits, ref.logits), 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(Variants, BlendPrefillVariant, ::testing::Values("llama", "q4_k_m"));
 
 // A segment whose KV on disk is corrupt is never served: the prompt is
 // recomputed (the full prefill's output), and the failure is counted.

@@ -155,7 +155,7 @@ TEST_P(CacheExactnessVariant, FromEveryTier) {
   expect_same(mixed, ref, 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CacheExactnessVariant, ::testing::ValuesIn(model_variant_names()));
+INSTANTIATE_TEST_SUITE_P(Variants, CacheExactnessVariant, ::testing::ValuesIn(exactness_variant_names()));
 
 // Write-back: the prompt served once (its recompute reference in `ref`) and
 // the resulting stores drained; nothing has been evicted yet.

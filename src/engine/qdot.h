@@ -1,0 +1,69 @@
+// Dot products of weight rows held in their GGUF type with activation rows,
+// the building block of the quantized matmul (engine/qmatmul.h).
+//
+// Activations are quantized per row, once per matmul, into the format the
+// weight type pairs with (act_type): 32-element q8 blocks for the legacy
+// types, 256-element q8_K super-blocks for the K-quants, f32 as is for
+// F16/BF16. A dot is then integer products of small integers inside each
+// block, scaled in f32. Every kernel set computes the same math; they differ
+// only in f32 rounding (summation order), so a SIMD path is tested against
+// the scalar one with a bound, and each against dequantize-then-f32.
+//
+// Dispatch: kernels(isa) for an Isa the CPU reports (cpu_has) and this build
+// compiled; best() picks the widest. A given process always uses one set, so
+// a row's result never depends on which other rows share the call.
+// Stateless; safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "engine/quant.h"
+
+namespace kvtier::engine::qdot {
+
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
+std::string_view isa_name(Isa isa);
+// The CPU reports every instruction the set uses (AVX2: avx2, fma, f16c;
+// AVX-512: avx512f, avx512bw, avx512vl plus the AVX2 set).
+bool cpu_has(Isa isa);
+
+// Activation blocks. x[i] ≈ d * qs[i].
+struct BlockQ8 {  // 32 elements
+  float d;
+  float s;  // d * Σ qs (what Q4_1 / Q5_1's offset multiplies)
+  int8_t qs[32];
+};
+struct BlockQ8K {  // 256 elements
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];  // Σ qs over each group of 16 (what the K-quants' mins multiply)
+};
+static_assert(sizeof(BlockQ8) == 40 && sizeof(BlockQ8K) == 292);
+
+enum class ActType : uint8_t { kF32, kQ8, kQ8K };
+// The activation format weights of type `w` pair with (F32 weights: kF32).
+ActType act_type(GgufType w);
+// Bytes of an activation row of n elements (n a multiple of the block size).
+size_t act_row_bytes(ActType a, size_t n);
+
+// Quantizes n floats into `out` (act_row_bytes of them).
+using QuantizeFn = void (*)(const float* x, size_t n, void* out);
+// Σ w[i] * a[i] over n elements: `w` a row of the weight type, `a` an activation row of its act_type.
+using DotFn = float (*)(size_t n, const void* w, const void* a);
+
+struct Kernels {
+  Isa isa;
+  QuantizeFn quantize_q8;
+  QuantizeFn quantize_q8k;
+  // Indexed by GgufType code (engine/quant.h); null where the type has no kernel (F32: BLAS).
+  DotFn dot[32];
+};
+
+// The set for `isa`, or nullptr when this build lacks it or the CPU does not report it.
+const Kernels* kernels(Isa isa);
+// The widest available set (never null: the scalar one always is).
+const Kernels& best();
+
+}  // namespace kvtier::engine::qdot
