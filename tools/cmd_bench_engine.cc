@@ -48,7 +48,8 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
     if (f->json) {
       nlohmann::json j = {{"bench", "engine"},          {"model", r->model},     {"kv_dtype", r->kv_dtype},
                           {"threads", r->threads},      {"sgemm_peak_gflops", r->sgemm_peak_gflops},
-                          {"rss_bytes", r->rss_bytes},  {"weight_bytes", r->weight_bytes},
+                          {"rss_bytes", r->rss_bytes},  {"baseline_rss_bytes", r->baseline_rss_bytes},
+                          {"weight_bytes", r->weight_bytes},
                           {"decode_weight_bytes", r->decode_weight_bytes}, {"memcpy_gbps", r->memcpy_gbps},
                           {"decode_ceiling_tokens_per_s", r->decode_ceiling_tokens_per_s},
                           {"kernels", nlohmann::json::array()}};
@@ -66,9 +67,10 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
     } else {
       std::printf("model %s, KV %s, %u threads, sgemm peak %.1f GFLOP/s\n", r->model.c_str(), r->kv_dtype.c_str(),
                   r->threads, r->sgemm_peak_gflops);
-      std::printf("weights %.1f MiB resident (%.1f MiB read per decoded token), RSS %.1f MiB; memcpy %.1f GB/s -> "
-                  "decode ceiling %.1f tok/s\n",
+      std::printf("weights %.1f MiB resident (%.1f MiB read per decoded token), RSS %.1f MiB (%.1f before loading); "
+                  "memcpy %.1f GB/s -> decode ceiling %.1f tok/s\n",
                   r->weight_bytes / 1048576.0, r->decode_weight_bytes / 1048576.0, r->rss_bytes / 1048576.0,
+                  r->baseline_rss_bytes / 1048576.0,
                   r->memcpy_gbps, r->decode_ceiling_tokens_per_s);
       for (const auto& k : r->kernels)
         std::printf("  kernel %-5s %s (%s): %.1f GB/s\n", k.type.c_str(), k.op.c_str(), k.isa.c_str(), k.gbps);

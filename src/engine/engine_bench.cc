@@ -124,6 +124,7 @@ double measure_memcpy_gbps(uint32_t threads) {
 
 Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
+  const uint64_t baseline_rss = resident_bytes();
   std::shared_ptr<const Model> model;
   if (o.model.ends_with(".gguf")) {
     KVTIER_ASSIGN_OR_RETURN(model, load_gguf(o.model));
@@ -144,12 +145,6 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   rep.model = o.model;
   rep.kv_dtype = std::string(dtype_name(o.kv_dtype));
   rep.threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  rep.sgemm_peak_gflops = measure_sgemm_gflops(2048, rep.threads);
-  rep.weight_bytes = model->weights().bytes();
-  rep.decode_weight_bytes = decode_bytes(*model);
-  rep.memcpy_gbps = measure_memcpy_gbps(rep.threads);
-  rep.decode_ceiling_tokens_per_s = rep.memcpy_gbps * 1e9 / double(rep.decode_weight_bytes);
-  rep.kernels = measure_kernels(*model, rep.threads);
 
   std::mt19937_64 rng(o.seed);
   SequenceKV seq;
@@ -173,7 +168,6 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
     row.prefill_tokens_per_s = n / med.prefill_seconds;
     row.prefill_gflops = med.prefill_flops / med.prefill_seconds / 1e9;
     row.attention_share = med.attention_seconds / med.prefill_seconds;
-    row.ratio_to_sgemm = row.prefill_gflops / rep.sgemm_peak_gflops;
     engine->reset_profile();
     TokenId next = argmax(last.last());
     SequenceKV* s = &seq;
@@ -187,7 +181,16 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
     }
     rep.rows.push_back(row);
   }
+  // What serving this model takes, before the measurements below allocate their own buffers.
   rep.rss_bytes = resident_bytes();
+  rep.baseline_rss_bytes = baseline_rss;
+  rep.weight_bytes = model->weights().bytes();
+  rep.decode_weight_bytes = decode_bytes(*model);
+  rep.sgemm_peak_gflops = measure_sgemm_gflops(2048, rep.threads);
+  for (EngineBenchRow& row : rep.rows) row.ratio_to_sgemm = row.prefill_gflops / rep.sgemm_peak_gflops;
+  rep.memcpy_gbps = measure_memcpy_gbps(rep.threads);
+  rep.decode_ceiling_tokens_per_s = rep.memcpy_gbps * 1e9 / double(rep.decode_weight_bytes);
+  rep.kernels = measure_kernels(*model, rep.threads);
   return rep;
 }
 

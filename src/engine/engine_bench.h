@@ -51,7 +51,9 @@ struct EngineBenchReport {
   std::string kv_dtype;
   uint32_t threads = 0;
   double sgemm_peak_gflops = 0;
-  uint64_t rss_bytes = 0;     // resident set after loading and running (VmRSS)
+  uint64_t rss_bytes = 0;     // resident set after loading and running the prompts (VmRSS), before the sgemm,
+                              // memcpy and kernel measurements allocate their buffers
+  uint64_t baseline_rss_bytes = 0;  // before the model loaded: the program and its libraries (CUDA's, when linked)
   uint64_t weight_bytes = 0;  // the weights as held in memory
   uint64_t decode_weight_bytes = 0;  // weight bytes one decoded token reads (every matrix but the embedding)
   double memcpy_gbps = 0;            // memcpy over `threads` threads, median

@@ -80,18 +80,30 @@ void Matmul::dot_part(const float* x, uint32_t m, const WeightPart& w, float* y,
   size_t arow = 0;
   const std::byte* act = activations(x, m, k, w.type(), arow);
   const qdot::DotFn dot = k_.dot[uint32_t(w.type())];
+  const qdot::DotNFn dot_n = k_.dot_n[uint32_t(w.type())];
   const uint32_t block = column_block(n, workers_.size());
   constexpr uint32_t kTokens = 64, kRows = 16;  // a weight row stays in L1 across a block of tokens
+  auto put = [&](uint32_t i, uint32_t r, float d) {
+    float& out = y[size_t(i) * ldy + r];
+    out = beta == 0.0f ? d : d + beta * out;
+  };
   workers_.run((n + block - 1) / block, [&](size_t t, uint32_t) {
     const uint32_t n0 = uint32_t(t) * block, n1 = std::min(n, n0 + block);
-    for (uint32_t t0 = 0; t0 < m; t0 += kTokens)
+    for (uint32_t t0 = 0; t0 < m; t0 += kTokens) {
+      const uint32_t t1 = std::min(m, t0 + kTokens);
       for (uint32_t r0 = n0; r0 < n1; r0 += kRows)
-        for (uint32_t r = r0; r < std::min(n1, r0 + kRows); ++r)
-          for (uint32_t i = t0; i < std::min(m, t0 + kTokens); ++i) {
-            float& out = y[size_t(i) * ldy + r];
-            const float d = dot(k, w.row(r), act + size_t(i) * arow);
-            out = beta == 0.0f ? d : d + beta * out;
+        for (uint32_t r = r0; r < std::min(n1, r0 + kRows); ++r) {
+          uint32_t i = t0;
+          for (; dot_n && i + qdot::kDotN <= t1; i += qdot::kDotN) {  // bit for bit dot per row (qdot.h)
+            const void* a[qdot::kDotN];
+            float d[qdot::kDotN];
+            for (int j = 0; j < qdot::kDotN; ++j) a[j] = act + size_t(i + j) * arow;
+            dot_n(k, w.row(r), a, d);
+            for (int j = 0; j < qdot::kDotN; ++j) put(i + j, r, d[j]);
           }
+          for (; i < t1; ++i) put(i, r, dot(k, w.row(r), act + size_t(i) * arow));
+        }
+    }
   });
 }
 

@@ -53,12 +53,21 @@ using QuantizeFn = void (*)(const float* x, size_t n, void* out);
 // Σ w[i] * a[i] over n elements: `w` a row of the weight type, `a` an activation row of its act_type.
 using DotFn = float (*)(size_t n, const void* w, const void* a);
 
+// The dots of one weight row with kDotN activation rows a[0..kDotN) into out[0..kDotN): the
+// weight blocks are unpacked once for all of them (prefill's GEMM). Contract: out[j] is bit for
+// bit dot(n, w, a[j]) — the same integer sums and the same f32 operations in the same order —
+// so a token's result never depends on whether it shared a call.
+inline constexpr int kDotN = 4;
+using DotNFn = void (*)(size_t n, const void* w, const void* const* a, float* out);
+
 struct Kernels {
   Isa isa;
   QuantizeFn quantize_q8;
   QuantizeFn quantize_q8k;
   // Indexed by GgufType code (engine/quant.h); null where the type has no kernel (F32: BLAS).
   DotFn dot[32];
+  // Optional (null: call dot per row).
+  DotNFn dot_n[32];
 };
 
 // The set for `isa`, or nullptr when this build lacks it or the CPU does not report it.

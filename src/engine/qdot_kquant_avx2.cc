@@ -130,6 +130,26 @@ KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16
   return sum;
 }
 
+// groups_dot of one weight super-block with kDotN activation blocks: each chunk unpacked once.
+// Integer sums are exact, so sum[t] equals groups_dot(x, *a[t], scales16) bit for bit.
+template <typename Block, __m256i (*chunk)(const Block&, int, int)>
+KQ_INLINE void groups_dot_n(const Block& x, const BlockQ8K* const* a, __m256i scales16, __m256i* sum) {
+  for (int t = 0; t < kDotN; ++t) sum[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i sc = half_scales(scales16, h);
+    __m256i sel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      const __m256i q = chunk(x, h, s), scs = _mm256_shuffle_epi8(sc, sel);
+      for (int t = 0; t < kDotN; ++t)
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q, a[t]->qs + 128 * h + 32 * s, scs));
+      sel = _mm256_add_epi8(sel, bytes(4));
+    }
+  }
+}
+
 // Σ_g scale_g · bsums_g: 8 int32 lanes (what a per-group min or constant offset costs).
 KQ_INLINE __m256i bsums_dot(__m256i scales16, const BlockQ8K& a) { return _mm256_madd_epi16(scales16, load(a.bsums)); }
 
@@ -222,6 +242,27 @@ float dot_q6_k(size_t n, const void* w, const void* act) {
   return hsum(acc);
 }
 
+// kDotN rows of activations at once; per row the same operations as dot_q6_k.
+void dot_n_q6_k(size_t n, const void* w, const void* const* act, float* out) {
+  const auto* wb = static_cast<const BlockQ6K*>(w);
+  __m256 acc[kDotN];
+  for (int t = 0; t < kDotN; ++t) acc[t] = _mm256_setzero_ps();
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const BlockQ6K& x = wb[b];
+    const BlockQ8K* a[kDotN];
+    for (int t = 0; t < kDotN; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
+    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    __m256i sums[kDotN];
+    groups_dot_n<BlockQ6K, q6_k_chunk>(x, a, scales16, sums);
+    const float d = f16_at(x.d);
+    for (int t = 0; t < kDotN; ++t) {
+      const __m256i sumi = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(bsums_dot(scales16, *a[t]), 5));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
+    }
+  }
+  for (int t = 0; t < kDotN; ++t) out[t] = hsum(acc[t]);
+}
+
 // --- Q4_K, Q5_K: eight sub-blocks of 32, each with a 6-bit scale and min -----------
 
 // The 8 scales (bytes 0..7) and 8 mins (bytes 8..15) as bytes, from the 12 packed bytes: scale/min
@@ -302,6 +343,43 @@ float dot_k4(size_t n, const void* w, const void* act) {
   return hsum(acc) - hsum(acc_min);
 }
 
+// kDotN rows of activations at once; per row the same operations as dot_k4.
+template <typename Block, void (*pair)(const Block&, int, __m256i*)>
+void dot_n_k4(size_t n, const void* w, const void* const* act, float* out) {
+  const auto* wb = static_cast<const Block*>(w);
+  __m256 acc[kDotN];
+  __m128 acc_min[kDotN];
+  for (int t = 0; t < kDotN; ++t) acc[t] = _mm256_setzero_ps(), acc_min[t] = _mm_setzero_ps();
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const Block& x = wb[b];
+    const BlockQ8K* a[kDotN];
+    for (int t = 0; t < kDotN; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
+    const __m128i scales_mins = k4_scales_mins(x.scales);
+    const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
+    __m256i sum[kDotN];
+    for (int t = 0; t < kDotN; ++t) sum[t] = _mm256_setzero_si256();
+    __m256i sel = _mm256_set1_epi16(int16_t(0x8000));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m256i q[2];
+      pair(x, k, q);
+      const __m256i sc_lo = _mm256_shuffle_epi8(sc, sel);
+      const __m256i sc_hi = _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1)));
+      for (int t = 0; t < kDotN; ++t) {
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q[0], a[t]->qs + 64 * k, sc_lo));
+        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q[1], a[t]->qs + 64 * k + 32, sc_hi));
+      }
+      sel = _mm256_add_epi16(sel, _mm256_set1_epi16(2));
+    }
+    const float d = f16_at(x.d), dmin = f16_at(x.dmin);
+    for (int t = 0; t < kDotN; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
+      acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(a[t]->d * dmin), _mm_cvtepi32_ps(k4_mins_dot(scales_mins, *a[t])), acc_min[t]);
+    }
+  }
+  for (int t = 0; t < kDotN; ++t) out[t] = hsum(acc[t]) - hsum(acc_min[t]);
+}
+
 // --- quantize_q8k ---------------------------------------------------------------------
 
 // max |x[i]| over 256 floats.
@@ -361,6 +439,9 @@ void fill_kquant_avx2(Kernels& k) {
   k.dot[uint32_t(GgufType::kQ4_K)] = dot_k4<BlockQ4K, q4_k_pair>;
   k.dot[uint32_t(GgufType::kQ5_K)] = dot_k4<BlockQ5K, q5_k_pair>;
   k.dot[uint32_t(GgufType::kQ6_K)] = dot_q6_k;
+  k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_k4<BlockQ4K, q4_k_pair>;
+  k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_k4<BlockQ5K, q5_k_pair>;
+  k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_q6_k;
 }
 
 }  // namespace kvtier::engine::qdot::impl

@@ -106,22 +106,23 @@ __m256i bit_mask(const uint8_t* p) {
   return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
 }
 
-// Σ q_w q_a of one block (8 int32 lanes) for each type, `a` the activation's 32 int8.
-__m256i idot_q4_0(const uint8_t* b, __m256i a) {
-  return dot_i8(_mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8)), a);
-}
-__m256i idot_q4_1(const uint8_t* b, __m256i a) { return dot_u8_i8(nibbles(b + 4), a); }
+// The 32 weights of one block as bytes, in element order, for each type: signed for the
+// offset types (q - 8, q - 16) and Q8_0, unsigned for the min types (kSigned below).
+__m256i w_q4_0(const uint8_t* b) { return _mm256_sub_epi8(nibbles(b + 2), _mm256_set1_epi8(8)); }
+__m256i w_q4_1(const uint8_t* b) { return nibbles(b + 4); }
 // Q5_0's q - 16 as int8: the nibble where the high bit is set, the nibble | 0xF0 (= nibble - 16) where it is clear.
-__m256i idot_q5_0(const uint8_t* b, __m256i a) {
-  const __m256i q =
-      _mm256_or_si256(nibbles(b + 6), _mm256_andnot_si256(bit_mask(b + 2), _mm256_set1_epi8(int8_t(0xF0))));
-  return dot_i8(q, a);
+__m256i w_q5_0(const uint8_t* b) {
+  return _mm256_or_si256(nibbles(b + 6), _mm256_andnot_si256(bit_mask(b + 2), _mm256_set1_epi8(int8_t(0xF0))));
 }
-__m256i idot_q5_1(const uint8_t* b, __m256i a) {
-  return dot_u8_i8(_mm256_or_si256(nibbles(b + 8), _mm256_and_si256(bit_mask(b + 4), _mm256_set1_epi8(0x10))), a);
+__m256i w_q5_1(const uint8_t* b) {
+  return _mm256_or_si256(nibbles(b + 8), _mm256_and_si256(bit_mask(b + 4), _mm256_set1_epi8(0x10)));
 }
-__m256i idot_q8_0(const uint8_t* b, __m256i a) {
-  return dot_i8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), a);
+__m256i w_q8_0(const uint8_t* b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
+
+// Σ q_w q_a of one block (8 int32 lanes), `a` the activation's 32 int8.
+template <bool kSigned, __m256i (*W)(const uint8_t*)>
+__m256i idot(const uint8_t* b, __m256i a) {
+  return kSigned ? dot_i8(W(b), a) : dot_u8_i8(W(b), a);
 }
 
 // A running sum: vector lanes for the scaled integer sums, a scalar for the min terms.
@@ -153,6 +154,33 @@ float dot_q8(size_t n, const void* w, const void* a) {
   }
   if (b < blocks) add_block<kHasMin, IntDot>(wb + b * kBytes, ab[b], even);
   return hsum(_mm256_add_ps(even.v, odd.v)) + (even.min + odd.min);
+}
+
+// kDotN activation rows at once, each block's weights unpacked once: per row the same integer
+// lanes (the sign trick split: |q| once, the activation's sign per row) and the same f32
+// operations in the same order as dot_q8, so each out[t] is dot_q8's value bit for bit.
+template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
+void dot_n_q8(size_t n, const void* w, const void* const* act, float* out) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const size_t blocks = n / kBlock;
+  Acc even[kDotN], odd[kDotN];
+  auto add = [&](size_t b, Acc* acc) {
+    const uint8_t* blk = wb + b * kBytes;
+    const __m256i q = W(blk);
+    const __m256i uq = kSigned ? _mm256_sign_epi8(q, q) : q;
+    for (int t = 0; t < kDotN; ++t) {
+      const BlockQ8& a = static_cast<const BlockQ8*>(act[t])[b];
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
+      const __m256i pairs = _mm256_maddubs_epi16(uq, kSigned ? _mm256_sign_epi8(qa, q) : qa);
+      const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+      acc[t].v = _mm256_fmadd_ps(_mm256_set1_ps(half_at(blk) * a.d), products, acc[t].v);
+      if constexpr (kHasMin) acc[t].min += half_at(blk + 2) * a.s;
+    }
+  };
+  size_t b = 0;
+  for (; b + 2 <= blocks; b += 2) add(b, even), add(b + 1, odd);
+  if (b < blocks) add(b, even);
+  for (int t = 0; t < kDotN; ++t) out[t] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
 // Eight 16-bit floats at p (any alignment) widened to f32.
@@ -190,11 +218,16 @@ float bf16_one(uint16_t h) { return bf16_to_f32(h); }
 
 void fill_legacy_avx2(Kernels& k) {
   k.quantize_q8 = quantize_q8;
-  k.dot[uint32_t(GgufType::kQ4_0)] = dot_q8<18, false, idot_q4_0>;
-  k.dot[uint32_t(GgufType::kQ4_1)] = dot_q8<20, true, idot_q4_1>;
-  k.dot[uint32_t(GgufType::kQ5_0)] = dot_q8<22, false, idot_q5_0>;
-  k.dot[uint32_t(GgufType::kQ5_1)] = dot_q8<24, true, idot_q5_1>;
-  k.dot[uint32_t(GgufType::kQ8_0)] = dot_q8<34, false, idot_q8_0>;
+  k.dot[uint32_t(GgufType::kQ4_0)] = dot_q8<18, false, idot<true, w_q4_0>>;
+  k.dot[uint32_t(GgufType::kQ4_1)] = dot_q8<20, true, idot<false, w_q4_1>>;
+  k.dot[uint32_t(GgufType::kQ5_0)] = dot_q8<22, false, idot<true, w_q5_0>>;
+  k.dot[uint32_t(GgufType::kQ5_1)] = dot_q8<24, true, idot<false, w_q5_1>>;
+  k.dot[uint32_t(GgufType::kQ8_0)] = dot_q8<34, false, idot<true, w_q8_0>>;
+  k.dot_n[uint32_t(GgufType::kQ4_0)] = dot_n_q8<18, false, true, w_q4_0>;
+  k.dot_n[uint32_t(GgufType::kQ4_1)] = dot_n_q8<20, true, false, w_q4_1>;
+  k.dot_n[uint32_t(GgufType::kQ5_0)] = dot_n_q8<22, false, true, w_q5_0>;
+  k.dot_n[uint32_t(GgufType::kQ5_1)] = dot_n_q8<24, true, false, w_q5_1>;
+  k.dot_n[uint32_t(GgufType::kQ8_0)] = dot_n_q8<34, false, true, w_q8_0>;
   k.dot[uint32_t(GgufType::kF16)] = dot_f32<widen_f16, f16_one>;
   k.dot[uint32_t(GgufType::kBF16)] = dot_f32<widen_bf16, bf16_one>;
 }

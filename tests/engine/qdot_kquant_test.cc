@@ -176,6 +176,32 @@ TEST_P(QdotKquant, DotMatchesDequantizedReference) {
       }
 }
 
+// The many-row kernels (prefill) give each row's dot bit for bit (qdot.h's contract: what
+// keeps a token's logits independent of the tokens sharing its prefill).
+TEST_P(QdotKquant, DotNIsBitIdenticalToDotPerRow) {
+  std::mt19937 rng(99);
+  int checked = 0;
+  for (const Layout& layout : kLayouts) {
+    const DotNFn dot_n = k_->dot_n[uint32_t(layout.type)];
+    if (!dot_n) continue;
+    for (size_t n : kLengths) {
+      SCOPED_TRACE(name(layout.type) + " n=" + std::to_string(n));
+      const std::vector<uint8_t> row = random_row(layout, n, rng);
+      std::vector<std::vector<BlockQ8K>> acts;
+      const void* a[kDotN];
+      for (int j = 0; j < kDotN; ++j) acts.push_back(random_activations(n, rng)), a[j] = acts.back().data();
+      float got[kDotN];
+      dot_n(n, row.data(), a, got);
+      for (int j = 0; j < kDotN; ++j) {
+        const float want = k_->dot[uint32_t(layout.type)](n, row.data(), acts[j].data());
+        EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0) << "row " << j << ": " << got[j] << " vs " << want;
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << isa_name(GetParam()) << " has no many-row kernels";
+}
+
 TEST_P(QdotKquant, QuantizeQ8KWithinHalfStep) {
   std::mt19937 rng(7);
   const size_t n = 4096 + 256;

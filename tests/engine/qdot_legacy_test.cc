@@ -156,6 +156,30 @@ TEST_P(QdotLegacy, QuantizedDotMatchesDequantizedReference) {
   }
 }
 
+// 1''. The many-row kernels (prefill) give each row's dot bit for bit (qdot.h's contract).
+TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
+  std::mt19937 rng(3);
+  int checked = 0;
+  for (GgufType type : kQ8Types) {
+    const DotNFn dot_n = k->dot_n[uint32_t(type)];
+    if (!dot_n) continue;
+    for (size_t n : kLengths) {
+      const std::vector<uint8_t> w = random_row(type, n, rng);
+      std::vector<std::vector<BlockQ8>> acts;
+      const void* a[kDotN];
+      for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k, random_activations(n, rng))), a[j] = acts.back().data();
+      float got[kDotN];
+      dot_n(n, w.data(), a, got);
+      for (int j = 0; j < kDotN; ++j) {
+        const float want = k->dot[uint32_t(type)](n, w.data(), acts[j].data());
+        EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0) << name(type) << " n=" << n << " row " << j;
+      }
+      ++checked;
+    }
+  }
+  if (checked == 0) GTEST_SKIP() << isa_name(GetParam()) << " has no many-row kernels";
+}
+
 // 1'. F16/BF16 rows against f32 activations (no activation quantization).
 TEST_P(QdotLegacy, FloatDotMatchesDequantizedReference) {
   std::mt19937 rng(2);
