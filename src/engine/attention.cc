@@ -13,13 +13,17 @@ namespace kvtier::engine {
 using simd::load;
 using simd::splat;
 using simd::store;
-using simd::v16f;
+using simd::vfloat;
 
 namespace {
 
-constexpr uint32_t kChunk = 64;  // keys per chunk
+// Register tiles: the scores (kRowGroup rows × kChunk keys), a slice of K and the P·V tile
+// (kRowGroup rows × kPvVecs vectors of a head row) stay in registers: 32 of 16 lanes on
+// AVX-512, 16 of 8 on AVX2.
+constexpr uint32_t kChunk = 4 * simd::kLanes;       // keys per chunk
+constexpr uint32_t kRowGroup = simd::kLanes / 4;    // query rows that share each K/V load: 4, or 2 on AVX2
+constexpr uint32_t kPvVecs = 4;                     // head-row vectors of O held at once
 constexpr uint32_t kChunkVecs = kChunk / simd::kLanes;
-constexpr uint32_t kRowGroup = 4;  // query rows that share each K/V load
 // Query rows per task. A task converts every key and value it reads from the
 // page dtype to f32 once, for all its rows: with 64 rows that conversion was
 // the larger half of attention over a long cached context; 256 rows (q and
@@ -27,7 +31,7 @@ constexpr uint32_t kRowGroup = 4;  // query rows that share each K/V load
 // over 16384 cached tokens about 1.5x faster (docs/PERF.md, bench ttft).
 constexpr uint32_t kTargetRows = 256;
 
-// DV: head_dim / 16 when known at compile time (registers hold a whole row), 0 otherwise.
+// DV: head_dim / kLanes when known at compile time (registers hold a whole row), 0 otherwise.
 template <uint32_t DV>
 void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
                  float* qb, float* ob, float* mb, float* lb, uint32_t* posb, float* kt, float* vc, float* pb) {
@@ -52,7 +56,7 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
     }
   std::fill(ob, ob + size_t(rows) * D, 0.0f);
   const uint32_t n_keys = job.pos0 + t_end;
-  const v16f iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const vfloat iota = simd::iota();
 
   float row[simd::kLanes];
   for (uint32_t kp = 0; kp < n_keys; kp += kChunk) {
@@ -83,14 +87,14 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
       const uint32_t nr = std::min(kRowGroup, rows - r0);
       if (posb[r0 + nr - 1] < kp) continue;  // every row of the group precedes the chunk
       // S = Q · K^T for nr rows and kChunk keys.
-      v16f s[kRowGroup][kChunkVecs] = {};
+      vfloat s[kRowGroup][kChunkVecs] = {};
       const float* q0 = qb + size_t(r0) * D;
       for (uint32_t d = 0; d < D; ++d) {
-        v16f k[kChunkVecs];
+        vfloat k[kChunkVecs];
         for (uint32_t c = 0; c < kChunkVecs; ++c) k[c] = load(kt + size_t(d) * kChunk + c * simd::kLanes);
         for (uint32_t i = 0; i < kRowGroup; ++i) {
           if (i >= nr) break;
-          const v16f qv = splat(q0[size_t(i) * D + d]);
+          const vfloat qv = splat(q0[size_t(i) * D + d]);
           for (uint32_t c = 0; c < kChunkVecs; ++c) s[i][c] += qv * k[c];
         }
       }
@@ -100,21 +104,21 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
         const uint32_t r = r0 + i;
         if (posb[r] < kp) {
           alpha[i] = 1.0f;
-          for (uint32_t c = 0; c < kChunkVecs; ++c) store(pb + i * kChunk + c * simd::kLanes, v16f{});
+          for (uint32_t c = 0; c < kChunkVecs; ++c) store(pb + i * kChunk + c * simd::kLanes, vfloat{});
           continue;
         }
         const float lim = float(std::min(posb[r] - kp, clen - 1));  // keys j <= lim are visible
-        v16f mx = splat(-INFINITY);
+        vfloat mx = splat(-INFINITY);
         for (uint32_t c = 0; c < kChunkVecs; ++c) {
-          const v16f j = iota + float(c * simd::kLanes);
+          const vfloat j = iota + float(c * simd::kLanes);
           s[i][c] = j <= lim ? s[i][c] : splat(-INFINITY);
           mx = simd::vmax(mx, s[i][c]);
         }
         const float m_new = std::max(mb[r], simd::hmax(mx));
         alpha[i] = std::exp(mb[r] - m_new);
-        v16f sum{};
+        vfloat sum{};
         for (uint32_t c = 0; c < kChunkVecs; ++c) {
-          const v16f p = simd::vexp(s[i][c] - m_new);
+          const vfloat p = simd::vexp(s[i][c] - m_new);
           sum += p;
           store(pb + i * kChunk + c * simd::kLanes, p);
         }
@@ -123,17 +127,17 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
       }
       // O = O * alpha + P · V.
       const uint32_t jmax = std::min(clen, posb[r0 + nr - 1] - kp + 1);
-      for (uint32_t v0 = 0; v0 < nv; v0 += (DV ? DV : 1)) {
-        constexpr uint32_t W = DV ? DV : 1;  // vectors of a row held in registers at once
-        v16f o[kRowGroup][W];
+      constexpr uint32_t W = DV ? std::min(DV, kPvVecs) : 1;  // vectors of a row held in registers at once
+      for (uint32_t v0 = 0; v0 < nv; v0 += W) {
+        vfloat o[kRowGroup][W];
         for (uint32_t i = 0; i < nr; ++i)
           for (uint32_t w = 0; w < W; ++w) o[i][w] = load(ob + size_t(r0 + i) * D + (v0 + w) * simd::kLanes) * alpha[i];
         for (uint32_t j = 0; j < jmax; ++j) {
-          v16f vv[W];
+          vfloat vv[W];
           for (uint32_t w = 0; w < W; ++w) vv[w] = load(vc + size_t(j) * D + (v0 + w) * simd::kLanes);
           for (uint32_t i = 0; i < kRowGroup; ++i) {
             if (i >= nr) break;
-            const v16f pv = splat(pb[i * kChunk + j]);
+            const vfloat pv = splat(pb[i * kChunk + j]);
             for (uint32_t w = 0; w < W; ++w) o[i][w] += pv * vv[w];
           }
         }
@@ -171,10 +175,11 @@ uint32_t attention_block_tokens(const AttentionShape& sh) {
 void attend(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
             AttentionScratch& s) {
   float* a[] = {s.q_.data(), s.o_.data(), s.m_.data(), s.l_.data()};
-  switch (sh.head_dim) {
-    case 16: return attend_impl<1>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    case 32: return attend_impl<2>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    case 64: return attend_impl<4>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+  switch (sh.head_dim / simd::kLanes) {
+    case 1: return attend_impl<1>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 2: return attend_impl<2>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 4: return attend_impl<4>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 8: return attend_impl<8>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
     default: return attend_impl<0>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
   }
 }

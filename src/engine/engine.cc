@@ -39,7 +39,7 @@ void add_bias(float* row, const std::vector<float>& bias) {
 void swiglu(const float* gate, const float* up, float* act, uint32_t n) {
   uint32_t i = 0;
   for (; i + simd::kLanes <= n; i += simd::kLanes) {
-    const simd::v16f g = simd::load(gate + i);
+    const simd::vfloat g = simd::load(gate + i);
     simd::store(act + i, g / (simd::splat(1.0f) + simd::vexp(-g)) * simd::load(up + i));
   }
   for (; i < n; ++i) act[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
@@ -101,7 +101,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     return Status::InvalidArgument("Engine: block pool geometry (layers " + std::to_string(g.num_layers) + ", kv heads " +
                                    std::to_string(g.num_kv_heads) + ", head dim " + std::to_string(g.head_dim) +
                                    ") does not match the model");
-  if (c.head_dim % simd::kLanes != 0)
+  if (c.head_dim % 16 != 0)  // every kernel width (simd::kLanes: 8 or 16) divides it
     return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
   return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
 }
