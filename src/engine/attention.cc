@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "engine/half.h"
 #include "engine/kv_rows.h"
@@ -155,6 +156,65 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
     }
 }
 
+// One token (job.decode): the g query rows of KV head kvh against keys [0, pos] read row by row.
+// `scores` holds g * (pos + 1) floats, `kv` one row of D, `o` g rows of D.
+template <uint32_t DV>
+void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t, std::vector<float>& scores,
+                   float* kv, float* o) {
+  const uint32_t D = DV ? DV * simd::kLanes : sh.head_dim, nv = D / simd::kLanes;
+  const uint32_t g = sh.num_heads / sh.num_kv_heads, n_keys = job.pos0 + t + 1;
+  const KVGeometry& geo = job.pool->geometry();
+  const size_t esz = geo.elem_bytes(), tok_stride = size_t(geo.num_kv_heads) * D * esz;
+  auto row_of = [&](const std::byte* (BlockPool::*block)(PageId, LayerIdx) const, uint32_t pos) {
+    const PageId page = job.pages[pos / geo.page_tokens];
+    load_kv_row(geo.dtype, (job.pool->*block)(page, job.layer) + size_t(pos % geo.page_tokens) * tok_stride + size_t(kvh) * D * esz, kv, D);
+  };
+  const float* q = job.q + size_t(t) * job.q_stride + size_t(kvh) * g * D;
+  scores.resize(size_t(g) * n_keys);
+  for (uint32_t j = 0; j < n_keys; ++j) {  // S = Q · Kᵀ
+    row_of(&BlockPool::k, j);
+    for (uint32_t h = 0; h < g; ++h) {
+      vfloat acc{};
+      for (uint32_t v = 0; v < nv; ++v) acc += load(q + size_t(h) * D + v * simd::kLanes) * load(kv + v * simd::kLanes);
+      scores[size_t(h) * n_keys + j] = simd::hsum(acc) * sh.scale;
+    }
+  }
+  std::vector<float> inv(g);
+  for (uint32_t h = 0; h < g; ++h) {  // P = softmax(S), unnormalised; 1 / Σ P kept
+    float* s = scores.data() + size_t(h) * n_keys;
+    const float mx = *std::max_element(s, s + n_keys);
+    float sum = 0.0f;
+    uint32_t j = 0;
+    for (; j + simd::kLanes <= n_keys; j += simd::kLanes) {
+      const vfloat p = simd::vexp(load(s + j) - splat(mx));
+      store(s + j, p);
+      sum += simd::hsum(p);
+    }
+    for (; j < n_keys; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    inv[h] = 1.0f / sum;
+  }
+  std::fill(o, o + size_t(g) * D, 0.0f);
+  for (uint32_t j = 0; j < n_keys; ++j) {  // O = P · V
+    row_of(&BlockPool::v, j);
+    for (uint32_t h = 0; h < g; ++h) {
+      const vfloat p = splat(scores[size_t(h) * n_keys + j]);
+      for (uint32_t v = 0; v < nv; ++v) store(o + size_t(h) * D + v * simd::kLanes, load(o + size_t(h) * D + v * simd::kLanes) + p * load(kv + v * simd::kLanes));
+    }
+  }
+  for (uint32_t h = 0; h < g; ++h) {
+    float* dst = job.out + size_t(t) * job.out_stride + size_t(kvh * g + h) * D;
+    for (uint32_t d = 0; d < D; ++d) dst[d] = o[size_t(h) * D + d] * inv[h];
+  }
+}
+
+template <uint32_t DV>
+void attend_dispatch(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
+                     float* q, float* o, float* m, float* l, uint32_t* pos, float* kt, float* v,
+                     float* p, std::vector<float>& scores) {
+  if (!job.decode) return attend_impl<DV>(sh, job, kvh, t_begin, t_end, q, o, m, l, pos, kt, v, p);
+  for (uint32_t t = t_begin; t < t_end; ++t) attend_decode<DV>(sh, job, kvh, t, scores, v, o);
+}
+
 }  // namespace
 
 AttentionScratch::AttentionScratch(const AttentionShape& sh, uint32_t max_rows)
@@ -174,13 +234,16 @@ uint32_t attention_block_tokens(const AttentionShape& sh) {
 
 void attend(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
             AttentionScratch& s) {
-  float* a[] = {s.q_.data(), s.o_.data(), s.m_.data(), s.l_.data()};
+  auto run = [&](auto dv) {
+    attend_dispatch<decltype(dv)::value>(sh, job, kvh, t_begin, t_end, s.q_.data(), s.o_.data(), s.m_.data(),
+                                         s.l_.data(), s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data(), s.scores_);
+  };
   switch (sh.head_dim / simd::kLanes) {
-    case 1: return attend_impl<1>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    case 2: return attend_impl<2>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    case 4: return attend_impl<4>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    case 8: return attend_impl<8>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
-    default: return attend_impl<0>(sh, job, kvh, t_begin, t_end, a[0], a[1], a[2], a[3], s.pos_.data(), s.kt_.data(), s.v_.data(), s.p_.data());
+    case 1: return run(std::integral_constant<uint32_t, 1>());
+    case 2: return run(std::integral_constant<uint32_t, 2>());
+    case 4: return run(std::integral_constant<uint32_t, 4>());
+    case 8: return run(std::integral_constant<uint32_t, 8>());
+    default: return run(std::integral_constant<uint32_t, 0>());
   }
 }
 

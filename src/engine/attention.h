@@ -34,6 +34,11 @@ struct AttentionJob {
   size_t out_stride = 0;
   uint32_t n_tokens = 0;
   uint32_t pos0 = 0;  // position of token 0; token t attends keys [0, pos0 + t]
+  // One decoded token: its rows read K and V straight from the pages, key by key, with an
+  // exact two-pass softmax (no transposed chunk: for a handful of rows the transposition was
+  // most of the cost). Rounds differently from the chunked path, so a sequence's decode steps
+  // always take it and its prefills never do.
+  bool decode = false;
 };
 
 // Per-worker scratch, sized for `shape` and at most `max_rows` query rows.
@@ -43,7 +48,7 @@ class AttentionScratch {
 
  private:
   friend void attend(const AttentionShape&, const AttentionJob&, uint32_t, uint32_t, uint32_t, AttentionScratch&);
-  std::vector<float> q_, o_, m_, l_, kt_, v_, p_;
+  std::vector<float> q_, o_, m_, l_, kt_, v_, p_, scores_;
   std::vector<uint32_t> pos_;
 };
 

@@ -176,7 +176,8 @@ void Engine::Impl::attend_and_mlp(BlockPool& pool, const LayerWeights& lw, Layer
                                 .out = attn.data() + size_t(s.row0) * Q,
                                 .out_stride = Q,
                                 .n_tokens = s.n,
-                                .pos0 = s.pos0});
+                                .pos0 = s.pos0,
+                                .decode = s.decode});
     for (uint32_t t = 0; t < s.n; t += bt)
       for (uint32_t k = 0; k < c.num_kv_heads; ++k) {
         const uint32_t t1 = std::min(s.n, t + bt);
@@ -282,7 +283,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   im.embed_rows(*model_, tokens, im.x.data());
   for (uint32_t i = 0; i < b; ++i) {
     pos[i] = seqs[i]->num_tokens;
-    spans[i] = RowSpan{seqs[i], i, 1, pos[i]};
+    spans[i] = RowSpan{seqs[i], i, 1, pos[i], /*decode=*/true};
   }
   rope_cos_sin(c, pos.data(), b, im.rope_cs);
   for (uint32_t l = 0; l < c.num_layers; ++l)
