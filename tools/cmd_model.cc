@@ -95,14 +95,15 @@ Result<engine::ModelConfig> make_config(const Make& mk) {
   return cfg;
 }
 
-// Streaming options: `threads` quantising, and once the work has taken more than a
-// second, a line on stderr per tensor (an 8B model takes minutes).
+// Streaming options: `threads` quantising, and a line on stderr per tensor once the
+// work has taken more than a second or for a tensor of 16 Mi values or more (an 8B
+// model takes minutes, its embedding alone one or two).
 engine::GgufStreamOptions stream_options(unsigned threads) {
   const auto start = std::chrono::steady_clock::now();
   engine::GgufStreamOptions o{.threads = threads};
   o.on_tensor = [start](size_t i, size_t n, const engine::GgufTensorSpec& t) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (s < 1.0) return;
+    if (s < 1.0 && t.shape[0] * t.rows() < (1u << 24)) return;
     std::string shape;
     for (uint64_t d : t.shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
     std::fprintf(stderr, "[%4zu/%zu] %6.0f s  %-28s %-14s %s\n", i + 1, n, s, t.name.c_str(), shape.c_str(),

@@ -33,7 +33,8 @@ namespace kvtier::engine {
 // GgufType (engine/quant.h): the tensor element types we read.
 // Lower-case ggml name: "f32", "q8_0", "q4_k", ...
 std::string_view gguf_type_name(GgufType t);
-// A type the writer can write: "f32" | "f16" | "bf16" | "q8_0".
+// "f32" | "f16" | "bf16" | "q8_0". The writer takes every type and llama.cpp's Q4_K_M mix:
+// parse_weight_format (engine/quantize.h) parses all of their names.
 Result<GgufType> parse_gguf_type(std::string_view name);
 
 // One tensor of a GGUF file of any architecture (the tensor reader).
@@ -62,6 +63,9 @@ struct GgufLoadOptions {
   uint64_t memory_limit_bytes = 0;
   // What the caller allocates beside the weights (KV pool, host tier, scratch).
   std::vector<MemoryPart> also_needed;
+  // The bytes are a read-only private mapping of the file (load_gguf sets it): each tensor's
+  // pages are released once copied. Never set it for bytes held in ordinary memory.
+  bool mapped_file = false;
 };
 
 // Loads a GGUF file through mmap.

@@ -6,38 +6,13 @@
 #include <algorithm>
 
 #include "common/page_hash.h"
-#include "engine/half.h"
+#include "engine/synthetic.h"
 
 namespace kvtier::engine {
 
-namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// Rounds to a bf16 value, flushing magnitudes below 2^-17 to zero so that the
-// value is also exact in f16 (whose subnormal spacing is 2^-24).
-float representable(float x) {
-  if (std::fabs(x) < 0x1p-17f) return 0.0f;
-  return bf16_to_f32(f32_to_bf16(x));
-}
-
-}  // namespace
-
 void synthetic_fill(std::vector<float>& v, size_t n, uint64_t seed, uint64_t tensor_id, float mean, float sigma) {
   v.resize(n);
-  uint64_t s = seed ^ (tensor_id * 0xD1B54A32D192ED03ull + 0x8CB92BA72F3D8DD7ull);
-  splitmix64(s);
-  const float a = sigma * std::sqrt(3.0f);
-  for (size_t i = 0; i < n; ++i) {
-    // 24 random bits → a float in [-1, 1) exactly.
-    const float u = float(int64_t(splitmix64(s) >> 40) - (1 << 23)) * 0x1p-23f;
-    v[i] = representable(mean + a * u);
-  }
+  synthetic_fill_range(v.data(), 0, n, seed, tensor_id, mean, sigma);  // the one generator (engine/synthetic.h)
 }
 
 namespace {
