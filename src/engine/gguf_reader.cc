@@ -2,6 +2,7 @@
 // validation of the llama/qwen2 hyper-parameters and tensor table, then
 // dequantisation into Model weights.
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -555,7 +556,9 @@ auto with_mapped_file(const std::string& path, Parse parse) -> decltype(parse(st
 Result<std::shared_ptr<const Model>> load_gguf(const std::string& path, const GgufLoadOptions& options) {
   GgufLoadOptions mapped = options;
   mapped.mapped_file = true;
-  return with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path, mapped); });
+  auto model = with_mapped_file(path, [&](std::span<const std::byte> bytes) { return parse_gguf(bytes, path, mapped); });
+  ::malloc_trim(0);  // hand back what loading freed (merged parts' staging, the parser's tables)
+  return model;
 }
 
 Result<std::vector<GgufTensor>> parse_gguf_tensors(std::span<const std::byte> bytes, bool dequantize, std::string_view what) {
