@@ -19,7 +19,8 @@ constexpr uint64_t kCases = 2000;
 #endif
 
 TEST(GgufReplay, MutatedImagesNeverCrash) {
-  for (GgufType t : {GgufType::kF32, GgufType::kF16, GgufType::kBF16, GgufType::kQ8_0}) {
+  for (GgufType t : {GgufType::kF32, GgufType::kF16, GgufType::kBF16, GgufType::kQ8_0, GgufType::kQ4_0,
+                    GgufType::kQ5_1, GgufType::kQ4_K, GgufType::kQ6_K}) {
     const auto base = fuzzing::valid_image(t);
     ASSERT_FALSE(base.empty());
     ASSERT_TRUE(parse_gguf(std::span(reinterpret_cast<const std::byte*>(base.data()), base.size())).ok());

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   using kvtier::engine::GgufType;
-  for (GgufType t : {GgufType::kF32, GgufType::kF16, GgufType::kBF16, GgufType::kQ8_0}) {
+  for (GgufType t : {GgufType::kF32, GgufType::kF16, GgufType::kBF16, GgufType::kQ8_0, GgufType::kQ4_0,
+                    GgufType::kQ5_1, GgufType::kQ4_K, GgufType::kQ6_K}) {
     const auto b = kvtier::engine::fuzzing::valid_image(t);
     std::ofstream(std::string(argv[1]) + "/seed_" + std::string(kvtier::engine::gguf_type_name(t)) + ".gguf",
                   std::ios::binary)
