@@ -3,9 +3,44 @@
 // only ever called after cpu_has(Isa::kAvx2). Not a public header.
 #pragma once
 
+#include <cstdint>
+
 #include "engine/qdot.h"
 
 namespace kvtier::engine::qdot::impl {
+
+// The K-quant block layouts (engine/quant.cc), shared by the scalar and AVX2 kernels. Byte
+// arrays only, so a row may start at any address; the f16 fields are read with memcpy.
+struct BlockQ2K {
+  uint8_t scales[16];  // low nibble: scale, high nibble: min, per group of 16
+  uint8_t qs[64];
+  uint8_t d[2], dmin[2];
+};
+struct BlockQ3K {
+  uint8_t hmask[32];
+  uint8_t qs[64];
+  uint8_t scales[12];  // sixteen 6-bit scales, offset by 32
+  uint8_t d[2];
+};
+struct BlockQ4K {
+  uint8_t d[2], dmin[2];
+  uint8_t scales[12];  // eight 6-bit scales and eight 6-bit mins
+  uint8_t qs[128];
+};
+struct BlockQ5K {
+  uint8_t d[2], dmin[2];
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint8_t d[2];
+};
+static_assert(sizeof(BlockQ2K) == 84 && sizeof(BlockQ3K) == 110 && sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 &&
+              sizeof(BlockQ6K) == 210);
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against BlockQ8; F16 and BF16 against f32; quantize_q8.
 void fill_legacy_scalar(Kernels& k);

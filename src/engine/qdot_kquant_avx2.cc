@@ -21,38 +21,6 @@ constexpr size_t kQK = 256;  // elements per super-block (and per BlockQ8K)
 // every shift count and shuffle selector is a constant.
 #define KQ_INLINE [[gnu::always_inline]] inline
 
-// The block layouts (engine/quant.cc), as in qdot_kquant_scalar.cc.
-struct BlockQ2K {
-  uint8_t scales[16];  // low nibble: scale, high nibble: min, per group of 16
-  uint8_t qs[64];
-  uint8_t d[2], dmin[2];
-};
-struct BlockQ3K {
-  uint8_t hmask[32];
-  uint8_t qs[64];
-  uint8_t scales[12];  // sixteen 6-bit scales, offset by 32
-  uint8_t d[2];
-};
-struct BlockQ4K {
-  uint8_t d[2], dmin[2];
-  uint8_t scales[12];  // eight 6-bit scales and eight 6-bit mins
-  uint8_t qs[128];
-};
-struct BlockQ5K {
-  uint8_t d[2], dmin[2];
-  uint8_t scales[12];
-  uint8_t qh[32];
-  uint8_t qs[128];
-};
-struct BlockQ6K {
-  uint8_t ql[128];
-  uint8_t qh[64];
-  int8_t scales[16];
-  uint8_t d[2];
-};
-static_assert(sizeof(BlockQ2K) == 84 && sizeof(BlockQ3K) == 110 && sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 &&
-              sizeof(BlockQ6K) == 210);
-
 KQ_INLINE float f16_at(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
