@@ -21,7 +21,7 @@ make_files 1b 1b llama-bpe
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
 echo "flags: $(grep -m1 flags /proc/cpuinfo | grep -o 'avx[^ ]*\|fma\|f16c\|amx[^ ]*' | sort -u | tr '\n' ' ')"
 echo "llama.cpp: $("$L/llama-bench" --version 2>&1 | head -1)"
-for f in small-qwen2-q4km small-qwen2-q8_0 1b-q4km; do
+for f in ${FILES:-small-qwen2-q4km small-qwen2-q8_0 1b-q4km}; do
   echo "== $f ($(du -m "$D/$f.gguf" | cut -f1) MiB)"
   "$L/llama-bench" -m "$D/$f.gguf" -t "$T" -p 512 -n 64 -r 3 -o json 2>/dev/null | tee "$D/$f.llama.json" |
     python3 -c 'import json,sys; [print("llama.cpp", ("pp%d" % r["n_prompt"]) if r["n_prompt"] else ("tg%d" % r["n_gen"]), "%.1f tok/s" % r["avg_ts"]) for r in json.load(sys.stdin)]'
