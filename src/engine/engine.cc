@@ -13,6 +13,7 @@
 #include "engine/engine_checks.h"
 #include "engine/engine_impl.h"
 #include "engine/half.h"
+#include "engine/qdot.h"
 #include "engine/kv_rows.h"
 #include "engine/simd.h"
 #include "engine/worker_pool.h"
@@ -101,6 +102,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     return Status::InvalidArgument("Engine: block pool geometry (layers " + std::to_string(g.num_layers) + ", kv heads " +
                                    std::to_string(g.num_kv_heads) + ", head dim " + std::to_string(g.head_dim) +
                                    ") does not match the model");
+  if (!qdot::cpu_has(qdot::Isa::kAvx2))
+    return Status::Unimplemented("Engine: this CPU lacks AVX2, FMA or F16C, which the engine's f32 kernels are built for");
   if (c.head_dim % 16 != 0)  // every kernel width (simd::kLanes: 8 or 16) divides it
     return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
   return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));

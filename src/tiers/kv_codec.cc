@@ -1,5 +1,7 @@
 #include "tiers/kv_codec.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -148,8 +150,18 @@ Status kv_decode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::sp
 
 namespace detail {
 
+namespace {
+// The CPU runs the native (AVX2 + F16C) kernels: CPUID, not the build machine.
+bool cpu_has_avx2_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+}  // namespace
+
 const KvCodecKernels& best_kernels() {
-  static const KvCodecKernels& best = native_kernels() != nullptr ? *native_kernels() : scalar_kernels();
+  static const KvCodecKernels& best =
+      native_kernels() != nullptr && cpu_has_avx2_f16c() ? *native_kernels() : scalar_kernels();
   return best;
 }
 
