@@ -33,9 +33,7 @@ namespace kvtier::engine {
 // GgufType (engine/quant.h): the tensor element types we read.
 // Lower-case ggml name: "f32", "q8_0", "q4_k", ...
 std::string_view gguf_type_name(GgufType t);
-// "f32" | "f16" | "bf16" | "q8_0". The writer takes every type and llama.cpp's Q4_K_M mix:
-// parse_weight_format (engine/quantize.h) parses all of their names.
-Result<GgufType> parse_gguf_type(std::string_view name);
+// The writer's type names ("f32", ..., "q6_k", "q4_k_m"): parse_weight_format (engine/quantize.h).
 
 // One tensor of a GGUF file of any architecture (the tensor reader).
 struct GgufTensor {

@@ -48,14 +48,6 @@ std::string_view gguf_type_name(GgufType t) {
   return "?";
 }
 
-Result<GgufType> parse_gguf_type(std::string_view n) {
-  if (n == "f32") return GgufType::kF32;
-  if (n == "f16") return GgufType::kF16;
-  if (n == "bf16") return GgufType::kBF16;
-  if (n == "q8_0") return GgufType::kQ8_0;
-  return Status::InvalidArgument("unknown weight type '" + std::string(n) + "' (expected f32, f16, bf16 or q8_0)");
-}
-
 namespace {
 
 using gguf_detail::Cursor;

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/gguf.h"
+#include "engine/quantize.h"
 #include "engine_fixture.h"
 #include "model_variants.h"
 
@@ -54,7 +55,7 @@ class GgufRoundTrip : public ::testing::TestWithParam<const char*> {};
 TEST_P(GgufRoundTrip, LoadsBackIdentical) {
   auto model = testing::preset_model("tiny", 5);
   const std::string path = temp_path(GetParam());
-  ASSERT_TRUE(write_gguf(*model, path, {.weight_type = *parse_gguf_type(GetParam())}).ok());
+  ASSERT_TRUE(write_gguf(*model, path, {.weight_type = parse_weight_format(GetParam())->type}).ok());
   auto loaded = load_gguf(path);
   fs::remove(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
@@ -66,7 +67,7 @@ TEST_P(GgufRoundTrip, LoadsBackIdentical) {
   if (std::string_view(GetParam()) == "f32") {
     EXPECT_EQ(logits_of(*loaded, tokens).data, logits_of(model, tokens).data);
   } else {
-    EXPECT_EQ((*loaded)->weights().layers[0].wqkv.parts()[0].type(), *parse_gguf_type(GetParam()));
+    EXPECT_EQ((*loaded)->weights().layers[0].wqkv.parts()[0].type(), parse_weight_format(GetParam())->type);
     EXPECT_LT(testing::rel_error(logits_of(*loaded, tokens).data, logits_of(model, tokens).data), 1e-5);
   }
 }
