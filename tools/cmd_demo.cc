@@ -5,7 +5,7 @@
 
 #include "command.h"
 #include "runtime/demo.h"
-#include "server/size.h"
+#include "common/option_values.h"
 
 namespace kvtier::cli {
 namespace {
@@ -38,7 +38,7 @@ CommandRegistration reg("demo", [](CLI::App& root, int& exit_code) {
     }
     o->kv_dtype = *dt;
     for (auto [text, dst] : {std::pair{device.get(), &o->device_bytes}, std::pair{host.get(), &o->host_bytes}}) {
-      auto n = server::parse_size(*text);
+      auto n = parse_size(*text);
       if (!n.ok()) {
         exit_code = report(n.status());
         return;

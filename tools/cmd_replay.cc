@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "command.h"
+#include "common/option_flags.h"
 #include "sim/replay.h"
 #include "sim/replay_html.h"
 
@@ -23,19 +24,20 @@ struct ReplayFlags {
   uint32_t block_tokens = 512;
   bool skip_bad_lines = false;
   std::string model = "llama-3-8b", kv_dtype = "bf16";
-  uint32_t page_tokens = 16, chunk_pages = 16;
+  uint32_t page_tokens = 16;
   uint32_t layers = 0, kv_heads = 0, head_dim = 0;
   double flops_per_token = 0, attn_flops_per_pair = 0;
-  std::string hardware = "h100-pcie5", profile;
-  std::string device = "unlimited", host = "0", disk = "0", remote = "0", disk_region = "64MiB";
+  std::string hardware = "h100-pcie5";
+  std::string device = "unlimited", host = "0", disk = "0", remote = "0";
   std::string capacity_tokens;
-  std::string write_policy = "write_through", eviction = "lru", disk_reclaim = "fifo", remote_reclaim = "lru";
-  std::string host_codec = "none", disk_codec = "none", remote_codec = "none";
+  // Lists with --sweep-capacity (one replay per pair), so the replay's own flags.
+  std::string write_policy = "write_through", eviction = "lru";
+  std::string disk_reclaim = "fifo", remote_reclaim = "lru";
+  OptionFlags<CacheConfig> cache;  // the server's cache options offered to the replay (cache_option_table())
   double codec_decode_gbps = 4.0;
-  uint32_t selective_hits = 2;
   uint32_t workers = 1;
   double time_scale = 1.0;
-  bool no_timing = false, no_layerwise = false, no_max = false;
+  bool no_timing = false, no_max = false;
   uint32_t plan_units = 64;
   std::string sweep, sweep_out = "replay_sweep";
   std::string html;
@@ -61,17 +63,16 @@ Result<ReplayOptions> options_from(const ReplayFlags& f, bool tier_flags_given) 
   } else {
     KVTIER_ASSIGN_OR_RETURN(o.model, replay_model_preset(f.model, dt, f.page_tokens));
   }
-  if (!f.profile.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(o.profile, CostProfile::load(f.profile));
+  KVTIER_RETURN_IF_ERROR(f.cache.apply(o));
+  if (!o.profile_path.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(o.profile, CostProfile::load(o.profile_path));
   } else {
     KVTIER_ASSIGN_OR_RETURN(o.profile, hardware_preset(f.hardware));
   }
-  o.chunk_pages = f.chunk_pages;
   KVTIER_ASSIGN_OR_RETURN(o.write_policy, parse_write_policy(f.write_policy));
   KVTIER_ASSIGN_OR_RETURN(o.eviction, parse_eviction_policy(f.eviction));
   KVTIER_ASSIGN_OR_RETURN(o.disk_reclaim, parse_chunk_reclaim(f.disk_reclaim));
   KVTIER_ASSIGN_OR_RETURN(o.remote_reclaim, parse_chunk_reclaim(f.remote_reclaim));
-  o.selective_hits = f.selective_hits;
   if (!f.capacity_tokens.empty()) {
     if (tier_flags_given)
       return Status::InvalidArgument("--capacity-tokens is a single LRU device tier: drop --device/--host/--disk/"
@@ -86,17 +87,10 @@ Result<ReplayOptions> options_from(const ReplayFlags& f, bool tier_flags_given) 
     KVTIER_ASSIGN_OR_RETURN(o.disk, parse_capacity(f.disk));
     KVTIER_ASSIGN_OR_RETURN(o.remote, parse_capacity(f.remote));
   }
-  KVTIER_ASSIGN_OR_RETURN(Capacity region, parse_capacity(f.disk_region));
-  if (!region.bytes) return Status::InvalidArgument("--disk-region takes bytes with a unit (64MiB)");
-  o.disk_region_bytes = region.value;
-  KVTIER_ASSIGN_OR_RETURN(o.host_codec, parse_kv_codec(f.host_codec));
-  KVTIER_ASSIGN_OR_RETURN(o.disk_codec, parse_kv_codec(f.disk_codec));
-  KVTIER_ASSIGN_OR_RETURN(o.remote_codec, parse_kv_codec(f.remote_codec));
   o.codec_decode_bytes_per_s = f.codec_decode_gbps * 1e9;
   o.timing = !f.no_timing;
   o.workers = f.workers;
   o.time_scale = f.time_scale;
-  o.layerwise = !f.no_layerwise;
   o.plan_units = f.plan_units;
   o.max_pass = !f.no_max;
   KVTIER_RETURN_IF_ERROR(o.validate());
@@ -204,14 +198,12 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   cmd->add_option("--model", f->model, "llama-3-8b, llama-3-70b, tiny, small, 1b or custom")->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache dtype: f32, f16, bf16")->capture_default_str();
   cmd->add_option("--page-tokens", f->page_tokens, "tokens per KV page")->capture_default_str();
-  cmd->add_option("--chunk-pages", f->chunk_pages, "pages per disk/remote chunk")->capture_default_str();
   cmd->add_option("--layers", f->layers, "custom model: layers");
   cmd->add_option("--kv-heads", f->kv_heads, "custom model: KV heads");
   cmd->add_option("--head-dim", f->head_dim, "custom model: head dimension");
   cmd->add_option("--flops-per-token", f->flops_per_token, "custom model: dense FLOPs per token (~2 x params)");
   cmd->add_option("--attn-flops-per-pair", f->attn_flops_per_pair, "custom model: attention FLOPs per (query, key)");
   cmd->add_option("--hardware", f->hardware, "h100-pcie5 or a100-pcie4")->capture_default_str();
-  cmd->add_option("--profile", f->profile, "a `kvtier calibrate` profile (overrides --hardware)");
   auto* dev = cmd->add_option("--device", f->device, "device capacity: tokens, bytes (80GiB) or unlimited")
                   ->capture_default_str();
   auto* host = cmd->add_option("--host", f->host, "host DRAM tier capacity (0 = none)")->capture_default_str();
@@ -219,15 +211,8 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   auto* remote = cmd->add_option("--remote", f->remote, "remote tier capacity (0 = none)")->capture_default_str();
   cmd->add_option("--capacity-tokens", f->capacity_tokens, "shorthand: one LRU device tier of N tokens");
   cmd->add_option("--write-policy", f->write_policy, "write_through, write_back or selective (a list with --sweep-capacity)")->capture_default_str();
-  cmd->add_option("--selective-hits", f->selective_hits, "selective: hits before a chunk goes down")
-      ->capture_default_str();
   auto* ev = cmd->add_option("--eviction", f->eviction, "lru, lfu, fifo, priority, slru (a list with --sweep-capacity)")->capture_default_str();
-  cmd->add_option("--disk-region", f->disk_region, "disk tier region size, as the server's (64MiB)")
-      ->capture_default_str();
   cmd->add_option("--disk-reclaim", f->disk_reclaim, "fifo or lru")->capture_default_str();
-  cmd->add_option("--host-codec", f->host_codec, "host tier codec: none, q8, q4 (as the server's)")->capture_default_str();
-  cmd->add_option("--disk-codec", f->disk_codec, "disk entry codec: none, q8, q4")->capture_default_str();
-  cmd->add_option("--remote-codec", f->remote_codec, "remote entry codec: none, q8, q4")->capture_default_str();
   cmd->add_option("--codec-decode-gbps", f->codec_decode_gbps, "timing: decode rate of a loading worker, GB/s")
       ->capture_default_str();
   cmd->add_option("--remote-reclaim", f->remote_reclaim, "fifo or lru")->capture_default_str();
@@ -235,13 +220,14 @@ const CommandRegistration kRegistration("replay", [](CLI::App& root, int& exit_c
   cmd->add_option("--time-scale", f->time_scale, "multiply arrival gaps (0.5 = twice the load)")
       ->capture_default_str();
   cmd->add_flag("--no-timing", f->no_timing, "hit ratios only");
-  cmd->add_flag("--no-layerwise", f->no_layerwise, "loads do not overlap compute layer by layer");
   cmd->add_flag("--no-max", f->no_max, "skip the unlimited-cache pass");
   cmd->add_option("--plan-units", f->plan_units, "planner granularity cap per request")->capture_default_str();
   cmd->add_option("--sweep-capacity", f->sweep, "device capacities in tokens, e.g. 1e5,3e5,1e6");
   cmd->add_option("--sweep-out", f->sweep_out, "sweep output prefix (.csv and .svg)")->capture_default_str();
   cmd->add_option("--html", f->html, "also write a self-contained HTML report (charts) to this file");
   cmd->add_flag("--json", f->json, "print one JSON object");
+  // The cache's own options, as the server names them (docs/CONFIG.md); --profile overrides --hardware.
+  f->cache.add(*cmd, cache_option_table(), kScopeReplay, {"cache.write_policy", "cache.eviction"});
   cmd->callback([f, &exit_code, dev, host, disk, remote, ev] {
     const bool tiers = dev->count() || host->count() || disk->count() || remote->count() || ev->count();
     exit_code = report(run(*f, tiers));

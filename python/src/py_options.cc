@@ -1,7 +1,7 @@
-// kvtier.Cache's keyword options → KVCacheOptions. The names are the
-// server's [cache] section's (docs/CONFIG.md); sizes are in bytes.
-#include <functional>
-#include <map>
+// kvtier.Cache's keyword options → KVCacheOptions: every keyword is a row of
+// the cache's option table (cache/cache_config.h; docs/CONFIG.md lists them
+// with their Python names), parsed as the server parses its flags; sizes
+// are bytes. `profile` (a dict or a path) and `model_cost` are Python's own.
 
 #include "index/eviction_policy.h"
 #include "py_cache.h"
@@ -10,8 +10,6 @@
 namespace kvtier::python {
 
 namespace {
-
-using Setter = std::function<void(KVCacheOptions&, const py::handle&)>;
 
 Status profile_from(const py::handle& v, CostProfile& out) {
   if (py::isinstance<py::dict>(v)) {
@@ -32,35 +30,10 @@ ModelCost model_cost_from(const py::dict& d, const KVGeometry& g) {
   return m;
 }
 
-const std::map<std::string, Setter>& setters() {
-  static const std::map<std::string, Setter> s = {
-      {"device_capacity", [](auto& o, auto v) { o.device_bytes = py::cast<size_t>(v); }},
-      {"host_capacity", [](auto& o, auto v) { o.host_bytes = py::cast<size_t>(v); }},
-      {"disk_capacity", [](auto& o, auto v) { o.disk_bytes = py::cast<size_t>(v); }},
-      {"disk_dir", [](auto& o, auto v) { o.disk_dir = py::cast<std::string>(py::str(v)); }},
-      {"disk_region_bytes", [](auto& o, auto v) { o.disk_region_bytes = py::cast<size_t>(v); }},
-      {"disk_direct_io", [](auto& o, auto v) { o.disk_direct_io = py::cast<bool>(v); }},
-      {"chunk_pages", [](auto& o, auto v) { o.chunk_pages = py::cast<uint32_t>(v); }},
-      {"write_policy", [](auto& o, auto v) { o.write_policy = value_or_throw(parse_write_policy(py::cast<std::string>(v))); }},
-      {"selective_hits", [](auto& o, auto v) { o.selective_hits = py::cast<uint32_t>(v); }},
-      {"eviction", [](auto& o, auto v) { o.eviction = value_or_throw(parse_eviction_policy(py::cast<std::string>(v))); }},
-      {"hash", [](auto& o, auto v) { o.hash = value_or_throw(parse_hash_algo(py::cast<std::string>(v))); }},
-      {"layerwise", [](auto& o, auto v) { o.layerwise = py::cast<bool>(v); }},
-      {"transfer_workers", [](auto& o, auto v) { o.transfer_workers = py::cast<uint32_t>(v); }},
-      {"profile", [](auto& o, auto v) { throw_if_error(profile_from(v, o.profile)); }},
-      {"model_cost", [](auto& o, auto v) { o.model_cost = model_cost_from(py::cast<py::dict>(v), o.geometry); }},
-      {"disk_codec", [](auto& o, auto v) { o.disk_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
-      {"remote_codec", [](auto& o, auto v) { o.remote_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
-      {"host_codec", [](auto& o, auto v) { o.host_codec = value_or_throw(parse_kv_codec(py::cast<std::string>(v))); }},
-      {"remote",
-       [](auto& o, auto v) {
-         auto ro = value_or_throw(
-             RemoteTierOptions::from_url(py::cast<std::string>(v), ChunkGeometry{o.geometry, o.chunk_pages, o.remote_codec}));
-         ro.accept_lossy = o.serves_lossy();
-         o.remote = std::shared_ptr<Tier>(value_or_throw(RemoteTier::create(ro)));  // Redis down: starts degraded
-       }},
-  };
-  return s;
+// A Python value as the text its option row parses: sizes are bytes.
+std::string option_text(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return py::cast<bool>(v) ? "true" : "false";
+  return py::cast<std::string>(py::str(v));
 }
 
 }  // namespace
@@ -76,16 +49,23 @@ KVCacheOptions cache_options(const KVGeometry& geometry, const py::dict& options
   o.profile.source = "python default: always load";
   o.model_cost = ModelCost{.dense_flops_per_token = 2e9, .attn_flops_per_pair = 0, .num_layers = geometry.num_layers,
                            .kv_bytes_per_token = geometry.bytes_per_token()};
-  // chunk_pages and the codecs first: the remote tier's geometry depends on them.
-  for (const char* first : {"chunk_pages", "disk_codec", "remote_codec", "host_codec"})
-    if (options.contains(first)) setters().at(first)(o, options[first]);
   for (auto [k, v] : options) {
     const std::string key = py::cast<std::string>(k);
-    auto it = setters().find(key);
-    if (it == setters().end()) throw StatusError(Status::InvalidArgument("Cache: unknown option '" + key + "'"));
-    if (key != "chunk_pages" && key != "remote") it->second(o, v);  // codecs set twice: harmless
+    if (key == "profile") {
+      throw_if_error(profile_from(v, o.profile));
+    } else if (key == "model_cost") {
+      o.model_cost = model_cost_from(py::cast<py::dict>(v), o.geometry);
+    } else if (const Option<CacheConfig>* row = find_python_option(cache_option_table(), key)) {
+      throw_if_error(row->apply(o, option_text(v), "Cache: " + key));
+    } else {
+      throw StatusError(Status::InvalidArgument("Cache: unknown option '" + key + "' (docs/CONFIG.md lists them)"));
+    }
   }
-  if (options.contains("remote")) setters().at("remote")(o, options["remote"]);
+  if (!o.remote_url.empty()) {  // Redis down: the tier starts degraded
+    auto ro = value_or_throw(RemoteTierOptions::from_url(o.remote_url, ChunkGeometry{o.geometry, o.chunk_pages, o.remote_codec}));
+    ro.accept_lossy = o.serves_lossy();
+    o.remote = std::shared_ptr<Tier>(value_or_throw(RemoteTier::create(ro)));
+  }
   return o;
 }
 

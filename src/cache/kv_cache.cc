@@ -34,26 +34,9 @@ TierEncoding tier_encoding(KvCodec codec, const ChunkGeometry& g) {
 
 }  // namespace
 
-std::string_view write_policy_name(WritePolicy p) {
-  switch (p) {
-    case WritePolicy::kWriteThrough: return "write_through";
-    case WritePolicy::kWriteBack: return "write_back";
-    case WritePolicy::kSelective: return "selective";
-  }
-  return "unknown";
-}
-
-Result<WritePolicy> parse_write_policy(std::string_view s) {
-  if (s == "write_through" || s == "write-through") return WritePolicy::kWriteThrough;
-  if (s == "write_back" || s == "write-back") return WritePolicy::kWriteBack;
-  if (s == "selective") return WritePolicy::kSelective;
-  return Status::InvalidArgument("unknown write policy '" + std::string(s) +
-                                 "' (expected write_through, write_back or selective)");
-}
-
 Status KVCacheOptions::validate() const {
+  KVTIER_RETURN_IF_ERROR(CacheConfig::validate());
   KVTIER_RETURN_IF_ERROR(geometry.validate());
-  if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("KVCache: chunk_pages must be in [1, 1024]");
   if (BlockPoolOptions::pages_for_bytes(geometry, pool_memory.empty() ? device_bytes : pool_memory.size()) < 2)
     return Status::InvalidArgument("KVCache: device capacity must hold at least 2 pages of " +
                                    std::to_string(geometry.page_bytes()) + " bytes");
@@ -64,8 +47,6 @@ Status KVCacheOptions::validate() const {
   if (!disk_dir.empty() && disk_bytes < 2 * disk_region_bytes)
     return Status::InvalidArgument("KVCache: disk capacity must hold at least 2 regions of " +
                                    std::to_string(disk_region_bytes) + " bytes");
-  if (selective_hits == 0) return Status::InvalidArgument("KVCache: selective_hits must be >= 1");
-  if (transfer_workers > 64) return Status::InvalidArgument("KVCache: transfer_workers must be in [0, 64]");
   if (disk && !disk_dir.empty()) return Status::InvalidArgument("KVCache: give disk_dir or a disk tier, not both");
   struct Given {
     const Tier* tier;
@@ -83,10 +64,6 @@ Status KVCacheOptions::validate() const {
   }
   if (!disk_dir.empty()) KVTIER_RETURN_IF_ERROR(kv_codec_check(disk_codec, geometry));
   if (host_bytes > 0) KVTIER_RETURN_IF_ERROR(kv_codec_check(host_codec, geometry));
-  if (kv_codec_lossy(host_codec) && write_policy == WritePolicy::kWriteBack)
-    return Status::InvalidArgument("KVCache: host codec " + std::string(kv_codec_name(host_codec)) +
-                                   " with write_back would spill lossy host pages down as exact entries; use "
-                                   "write_through or selective, or host codec none");
   KVTIER_RETURN_IF_ERROR(profile.validate());
   return model_cost.validate();
 }

@@ -35,6 +35,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/cache_config.h"
 #include "index/prefix_index.h"
 #include "memory/block_pool.h"
 #include "planner/planner.h"
@@ -44,18 +45,11 @@
 
 namespace kvtier {
 
-enum class WritePolicy : uint8_t {
-  kWriteThrough = 0,  // new pages are copied to host and (whole chunks) to disk as soon as committed
-  kWriteBack = 1,     // a page moves down only when it is evicted from the faster tier
-  kSelective = 2,     // like write-through, but a chunk goes to disk only once its prefix was hit N times
-};
-std::string_view write_policy_name(WritePolicy p);
-Result<WritePolicy> parse_write_policy(std::string_view s);  // write_through | write_back | selective
-
-struct KVCacheOptions {
+// The library's options: the operator-facing CacheConfig (cache/cache_config.h:
+// capacities, codecs, policies; one row each in its option table) and what
+// only a program can give — the geometry, memory, injected tiers and costs.
+struct KVCacheOptions : CacheConfig {
   KVGeometry geometry;
-  uint32_t chunk_pages = 16;                 // lower-tier I/O unit, in pages
-  size_t device_bytes = size_t(512) << 20;   // BlockPool capacity (hard)
   // Where the pool's pages live: kCpu (host DRAM) or kCuda (GPU memory; needs
   // a CUDA build and device). With kCuda the host tier is pinned memory and
   // every move touching the pool goes through DeviceMemory::copy.
@@ -64,48 +58,20 @@ struct KVCacheOptions {
   // the pool holds as many pages as fit in it and device_bytes is ignored.
   // Not owned; must outlive the cache. Empty: the pool allocates its own.
   std::span<std::byte> pool_memory;
-  size_t host_bytes = size_t(1) << 30;       // HostTier capacity (hard); 0 = no host tier
-  std::string disk_dir;                      // empty = no disk tier
-  size_t disk_bytes = size_t(8) << 30;       // DiskTier capacity (hard)
-  size_t disk_region_bytes = size_t(64) << 20;
-  bool disk_direct_io = true;
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
   std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
   // A disk chunk store built by the caller, instead of the DiskTier that
   // disk_dir makes (same ChunkGeometry, codec disk_codec; e.g. the replay's
   // payload-less MetadataTier). At most one of disk_dir and disk.
   std::shared_ptr<Tier> disk;
-  std::shared_ptr<Tier> remote;              // optional remote chunk store (same ChunkGeometry)
-  // Chunk codecs (tiers/kv_codec.h) of the disk tier and of the remote tier
-  // (which the caller builds: its geometry's codec must equal remote_codec).
-  // A cache whose codecs are all kNone serves exact KV only: lossy entries,
-  // whoever wrote them, are misses (counted in TierStats::lossy_refused).
-  // With any lossy codec, entries of every codec are served, and KV that
-  // came from a lossy entry is marked lossy (PageLocation::lossy), labelled
-  // in LeaseReport::lossy_tokens and never stored down again.
-  KvCodec disk_codec = KvCodec::kNone;
-  KvCodec remote_codec = KvCodec::kNone;
-  // The host tier's slots hold pages encoded with host_codec (more pages in
-  // host_bytes). Pages loaded from a lossy host are lossy. A lossy host codec
-  // needs a policy that stores down from device pages (write_through or
-  // selective): write_back would spill host slots, i.e. lossy KV, as exact.
-  KvCodec host_codec = KvCodec::kNone;
-  WritePolicy write_policy = WritePolicy::kWriteThrough;
-  uint32_t selective_hits = 2;
-  EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
-  HashAlgo hash = HashAlgo::kXXH3_128;
-  bool layerwise = true;                     // false: a lease waits for every layer before compute starts
+  // The remote chunk store (same ChunkGeometry, codec remote_codec), built
+  // by the caller (tiers/remote/remote_tier.h); remote_url is not read here.
+  std::shared_ptr<Tier> remote;
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
-  uint32_t transfer_workers = 4;             // more I/O in flight; measured faster than 2 for long disk loads (docs/PERF.md)
-                                             // 0: moves run inline, done when each call returns (the replay)
   LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
 
   Status validate() const;
-  // The mixed-entry rule: the tiers serve lossy entries only when some codec is lossy.
-  bool serves_lossy() const {
-    return kv_codec_lossy(disk_codec) || kv_codec_lossy(remote_codec) || kv_codec_lossy(host_codec);
-  }
 };
 
 // Where the cached pages of one prompt live. Produced by lookup(), consumed by apply().

@@ -18,21 +18,6 @@
 
 namespace kvtier {
 
-Status RuntimeOptions::validate() const {
-  if (model.empty()) return Status::InvalidArgument("runtime: model must name a preset or a GGUF file");
-  if (page_tokens == 0 || page_tokens > 1024) return Status::InvalidArgument("runtime: page_tokens must be in [1, 1024]");
-  if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("runtime: chunk_pages must be in [1, 1024]");
-  if (device != "cpu" && device != "cuda") return Status::InvalidArgument("runtime: device must be cpu or cuda, not '" + device + "'");
-  if (device_bytes == 0) return Status::InvalidArgument("runtime: device capacity must be > 0");
-  if (max_sequences == 0) return Status::InvalidArgument("runtime: max_sequences must be > 0");
-  if (selective_hits == 0) return Status::InvalidArgument("runtime: selective_hits must be >= 1");
-  KVTIER_RETURN_IF_ERROR(parse_eviction_policy(eviction).status());
-  KVTIER_RETURN_IF_ERROR(blend.validate());
-  if (disk_authenticate && tier_secret_file.empty())
-    return Status::InvalidArgument("runtime: disk_authenticate needs a tier secret file");
-  return Status::Ok();
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -57,8 +42,8 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
 // The remote tier of `o` (null when none), with its password file and the tier secret applied.
 Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, const ChunkGeometry& g, bool serves_lossy,
                                                       std::shared_ptr<const ChunkAuth> auth) {
-  if (!o.cache_enabled || o.remote.empty()) return std::shared_ptr<RemoteTier>();
-  KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote, g));
+  if (!o.cache_enabled || o.remote_url.empty()) return std::shared_ptr<RemoteTier>();
+  KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote_url, g));
   if (!o.remote_password_file.empty()) {
     KVTIER_ASSIGN_OR_RETURN(ro.redis.password, read_secret_file(o.remote_password_file, "remote password file", 1));
   }
@@ -82,21 +67,10 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   const auto& cfg = st.model->config();
   const KVGeometry geo = cfg.kv_geometry(o.kv_dtype, o.page_tokens);
   KVCacheOptions co;
+  co.cache_config() = o.cache_config();
   co.geometry = geo;
-  co.chunk_pages = o.chunk_pages;
   co.device = o.device == "cuda" ? MemoryBackend::kCuda : MemoryBackend::kCpu;
-  co.device_bytes = o.device_bytes;
-  co.host_bytes = o.host_bytes;
-  co.disk_dir = o.cache_enabled ? o.disk_dir : std::string();
-  co.disk_bytes = o.disk_bytes;
-  co.disk_codec = o.disk_codec;
-  co.remote_codec = o.remote_codec;
-  co.host_codec = o.host_codec;
-  co.write_policy = o.write_policy;
-  co.selective_hits = o.selective_hits;
-  KVTIER_ASSIGN_OR_RETURN(co.eviction, parse_eviction_policy(o.eviction));
-  co.hash = o.hash;
-  co.layerwise = o.layerwise;
+  if (!o.cache_enabled) co.disk_dir.clear();
   co.model_cost = model_cost(cfg, geo);
   std::shared_ptr<const ChunkAuth> auth;  // --tier-secret-file: authenticated entries (docs/SECURITY.md)
   if (!o.tier_secret_file.empty()) {

@@ -33,37 +33,26 @@ namespace kvtier {
 
 struct PrefillTrace;  // runtime/prefill_trace.h
 
-struct RuntimeOptions {
+// A Runtime's options: the cache's (CacheConfig, cache/cache_config.h) and
+// the model's, the engine's and the batch's. One row each in
+// runtime_option_table(); `kvtier serve` adds its own (server/config.h).
+struct RuntimeOptions : CacheConfig {
   std::string model = "small";      // engine preset (tiny, small, 1b) or a GGUF path
   uint64_t model_seed = 1;          // synthetic weights seed
   DType kv_dtype = DType::kF32;
   uint32_t page_tokens = 16;
-  uint32_t chunk_pages = 16;        // lower-tier I/O unit (default 256 tokens)
   std::string device = "cpu";       // where KV pages and compute live: cpu | cuda (a CUDA build with a GPU)
-  size_t device_bytes = size_t(512) << 20;
-  size_t host_bytes = size_t(2) << 30;
-  size_t disk_bytes = size_t(8) << 30;
-  std::string disk_dir;             // empty: no disk tier
-  std::string remote;               // "redis://host:port[,host:port]"; empty: no remote tier
-  std::string remote_password_file; // Redis password read from this file (overrides the URL's); empty: the URL's
-  std::string tier_secret_file;     // shared secret: remote entries authenticated, keys keyed (docs/SECURITY.md)
-  bool disk_authenticate = false;   // with tier_secret_file: disk entries are authenticated too
-  KvCodec disk_codec = KvCodec::kNone;    // disk entries: none (exact) | q8 | q4 (lossy; KVCacheOptions)
-  KvCodec remote_codec = KvCodec::kNone;  // remote entries, likewise
-  KvCodec host_codec = KvCodec::kNone;    // host DRAM slots, likewise (not with write_back)
-  WritePolicy write_policy = WritePolicy::kWriteThrough;
-  uint32_t selective_hits = 2;      // for kSelective
-  std::string eviction = "lru";     // lru | lfu | fifo | priority | slru
-  std::string profile_path;         // calibration profile; empty: built-in quick calibration
-  HashAlgo hash = HashAlgo::kXXH3_128;
   bool cache_enabled = true;        // false: every prompt is fully recomputed (the baseline)
-  bool layerwise = true;            // per-layer overlap of loads and compute
   BlendPrefillOptions blend;        // non-prefix reuse of marked segments (runtime/blend_prefill.h)
   uint32_t max_sequences = 64;      // running sequences at once
   uint32_t threads = 0;             // compute threads; 0 = all cores
 
   Status validate() const;
 };
+
+// One row per option of RuntimeOptions, the cache's rows included (TOML
+// sections [model], [cache], [blend], and limits.max_sequences).
+const OptionTable<RuntimeOptions>& runtime_option_table();
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy

@@ -28,6 +28,18 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
           {"degraded", degraded}};
 }
 
+// A row's value as JSON: numbers and bools typed, the rest as the row prints it.
+nlohmann::json option_json(const Option<RuntimeOptions>& row, const RuntimeOptions& o) {
+  const std::string text = row.shown(o);
+  switch (row.kind) {
+    case OptionKind::kBool: return text == "true";
+    case OptionKind::kUint: return std::stoull(text);
+    case OptionKind::kNumber:
+    case OptionKind::kDuration: return std::stod(text);
+    default: return text;
+  }
+}
+
 }  // namespace
 
 std::string runtime_stats_json(const KVCacheStats& s, const RuntimeCounters& c, const CostProfile& profile,
@@ -60,10 +72,9 @@ std::string runtime_stats_json(const KVCacheStats& s, const RuntimeCounters& c, 
   j["index"] = {{"nodes", s.index.nodes}, {"pages", s.index.pages}, {"metadata_bytes", s.index.metadata_bytes}};
   if (s.disk_present) j["disk"] = tier_json(s.disk, s.disk_degraded);
   if (s.remote_present) j["remote"] = tier_json(s.remote, s.remote_degraded);
-  j["config"] = {{"model", o.model},           {"kv_dtype", dtype_name(o.kv_dtype)},
-                 {"page_tokens", o.page_tokens}, {"chunk_pages", o.chunk_pages},
-                 {"write_policy", write_policy_name(o.write_policy)}, {"eviction", o.eviction},
-                 {"cache_enabled", o.cache_enabled}, {"layerwise", o.layerwise}};
+  // Every option, by TOML section and key; secrets shown as "<set>".
+  for (const Option<RuntimeOptions>& row : runtime_option_table())
+    j["config"][std::string(row.section())][std::string(row.name())] = option_json(row, o);
   j["profile"] = nlohmann::json::parse(profile.to_json());
   return j.dump();
 }

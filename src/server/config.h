@@ -1,11 +1,12 @@
 // ServerConfig: everything `kvtier serve` needs, from a TOML file and flags.
 //
-// The runtime part is a RuntimeOptions (model, KV dtype, page/chunk size,
-// tier capacities, disk dir, remote, write/eviction policy, profile); the
-// server part is the listen address, the API key and the request limits.
+// The runtime part is a RuntimeOptions (model, the cache's CacheConfig,
+// blend, batch); the server part is the listen address, the API key and the
+// request limits. Each option is one row of server_option_table().
 // Precedence: built-in defaults < config file < command-line flags (see
-// config_flags.h). The TOML layout is documented in docs/SERVER.md; unknown
-// keys are errors so a typo never silently falls back to a default.
+// config_flags.h). Every key is listed in docs/CONFIG.md (generated from the
+// table); unknown keys are errors so a typo never silently falls back to a
+// default.
 // Plain values; safe to copy between threads.
 #pragma once
 
@@ -52,12 +53,17 @@ Status apply_toml(std::string_view toml_text, std::string_view origin, ServerCon
 // Reads and applies a TOML file.
 Status apply_toml_file(const std::string& path, ServerConfig& config);
 
-// The write policy names of runtime.h, parsed here so the server builds
-// without the runtime library: write_through | write_back | selective.
-Result<WritePolicy> parse_write_policy_name(std::string_view s);
-std::string_view write_policy_label(WritePolicy p);
+// One row per option of `kvtier serve`: its own (sections [server] and
+// [limits], model.chat_template, blend.separator) and every RuntimeOptions
+// row (runtime_option_table()). Flags, TOML, --print-config and
+// docs/CONFIG.md all come from it.
+const OptionTable<ServerConfig>& server_option_table();
 
 // The effective configuration as TOML (what `kvtier serve --print-config` shows).
 std::string to_toml(const ServerConfig& config);
+
+// docs/CONFIG.md: every row of server_option_table(), by section, with its
+// flag, Python keyword, kind, default and help (`kvtier config --markdown`).
+std::string config_markdown();
 
 }  // namespace kvtier::server

@@ -13,7 +13,7 @@
 
 #include "server/http_server.h"
 #include "server/scheduler.h"
-#include "server/size.h"
+#include "common/option_values.h"
 
 namespace kvtier::server {
 namespace {

@@ -28,12 +28,11 @@ ReplayOptions default_replay_options() {
 }
 
 Status ReplayOptions::validate() const {
+  KVTIER_RETURN_IF_ERROR(CacheConfig::validate());
   KVTIER_RETURN_IF_ERROR(model.geometry.validate());
-  if (chunk_pages == 0 || chunk_pages > 1024) return Status::InvalidArgument("replay: chunk_pages must be in [1, 1024]");
   if (device.zero()) return Status::InvalidArgument("replay: the device tier needs a non-zero capacity");
   if (disk.unlimited || remote.unlimited)
     return Status::InvalidArgument("replay: disk and remote capacities must be finite");
-  if (selective_hits == 0) return Status::InvalidArgument("replay: selective_hits must be >= 1");
   if (disk_region_bytes == 0 || disk_region_bytes % 4096)
     return Status::InvalidArgument("replay: disk_region_bytes must be a positive multiple of 4096");
   for (KvCodec c : {host_codec, disk_codec, remote_codec}) KVTIER_RETURN_IF_ERROR(kv_codec_check(c, model.geometry));

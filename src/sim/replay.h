@@ -48,27 +48,23 @@ struct Capacity {
 };
 Result<Capacity> parse_capacity(std::string_view text);
 
-struct ReplayOptions {
-  uint32_t chunk_pages = 16;  // lower-tier unit, as the server's KVCacheOptions::chunk_pages
+// The cache's policies and codecs are the server's own (the CacheConfig
+// base: chunk_pages, write_policy, selective_hits, eviction, hash,
+// layerwise, disk_region_bytes, the codecs; the rows of its option table
+// marked for the replay are `kvtier replay`'s flags). Its places and byte
+// capacities are not read: the replay's tiers are Capacities (tokens or
+// bytes), below. Codecs: a tier's byte capacity holds as many encoded pages
+// (host) or entries (disk, remote) as fit, and its link moves the encoded
+// bytes; a capacity given in tokens is the raw KV bytes of that many tokens.
+// The disk tier is a segment log of disk_region_bytes regions: it holds as
+// many chunk entries as fit in whole regions and reclaims a region at a time.
+struct ReplayOptions : CacheConfig {
   // Tiers. Device must be non-zero; a zero host, disk or remote capacity
   // means the tier is absent. Disk and remote may not be unlimited.
   Capacity device = Capacity::infinite();
   Capacity host, disk, remote;
-  WritePolicy write_policy = WritePolicy::kWriteThrough;
-  uint32_t selective_hits = 2;
-  EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   EvictionOrder disk_reclaim = EvictionOrder::kFifo;  // a segment log reclaims its oldest region
   EvictionOrder remote_reclaim = EvictionOrder::kLru;
-  // The disk tier is a DiskTier segment log of regions this size (the
-  // server's KVCacheOptions::disk_region_bytes): it holds as many of the
-  // model's chunk entries as fit in whole regions and reclaims a region at a time.
-  size_t disk_region_bytes = size_t(64) << 20;
-  HashAlgo hash = HashAlgo::kXXH3_128;
-  // Codecs (tiers/kv_codec.h), as the server's --host-codec, --disk-codec,
-  // --remote-codec: a tier's byte capacity holds as many encoded pages (host)
-  // or entries (disk, remote) as fit, and its link moves the encoded bytes.
-  // A capacity given in tokens is the raw KV bytes of that many tokens.
-  KvCodec host_codec = KvCodec::kNone, disk_codec = KvCodec::kNone, remote_codec = KvCodec::kNone;
   // Timing: the rate at which a loading worker decodes (raw bytes out per
   // second). A fixed figure, so that a replay stays deterministic; the
   // default is the floor docs/PERF.md measures for one core.
@@ -80,7 +76,6 @@ struct ReplayOptions {
   bool timing = true;         // off: hit ratios only (no planner, no queue)
   uint32_t workers = 1;       // prefill workers
   double time_scale = 1.0;    // arrival gaps are multiplied by this (0.5 = twice the load)
-  bool layerwise = true;      // loads overlap compute layer by layer
   uint32_t plan_units = 64;   // the planner sees at most this many units of cached pages (see REPLAY.md)
   bool max_pass = true;       // also replay an unlimited cache for max_token_hit_ratio
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/replay.h"
+#include "common/option_values.h"
 
 namespace kvtier {
 
@@ -41,27 +42,16 @@ Result<Capacity> parse_capacity(std::string_view text) {
   if (lower(text) == "unlimited" || lower(text) == "inf") return Capacity::infinite();
   std::string unit;
   KVTIER_ASSIGN_OR_RETURN(double v, leading_number(text, unit));
-  struct Unit {
-    const char* name;
-    double scale;
-    bool bytes;
-  };
-  static const Unit units[] = {{"", 1, false},        {"tok", 1, false},     {"tokens", 1, false},
-                               {"b", 1, true},        {"kb", 1e3, true},     {"mb", 1e6, true},
-                               {"gb", 1e9, true},     {"tb", 1e12, true},    {"kib", 1024.0, true},
-                               {"mib", 1048576.0, true}, {"gib", 1073741824.0, true},
-                               {"tib", 1099511627776.0, true}};
-  for (const Unit& u : units) {
-    if (unit != u.name) continue;
-    const double x = std::floor(v * u.scale + 0.5);
-    if (x >= 1.8e19) return Status::InvalidArgument("capacity '" + std::string(text) + "' is too large");
-    Capacity c;
-    c.value = static_cast<uint64_t>(x);
-    c.bytes = u.bytes;
-    return c;
+  if (unit.empty() || unit == "tok" || unit == "tokens") {  // a token count: its own kind, never bytes
+    const double x = std::floor(v + 0.5);
+    if (!(x >= 0) || x >= 1.8e19) return Status::InvalidArgument("capacity '" + std::string(text) + "' is out of range");
+    return Capacity::tokens(static_cast<uint64_t>(x));
   }
-  return Status::InvalidArgument("capacity '" + std::string(text) +
-                                 "': expected tokens (3e6, 3000000tok), bytes (80GiB, 1.5TB, 4096B) or unlimited");
+  auto bytes = parse_size(text);  // the one grammar of byte sizes (common/option_values.h)
+  if (!bytes.ok())
+    return Status::InvalidArgument("capacity '" + std::string(text) + "': expected tokens (3e6, 3000000tok), bytes (80GiB, 8G, " +
+                                   "1.5TB, 4096B) or unlimited");
+  return Capacity::of_bytes(*bytes);
 }
 
 std::string Capacity::to_string() const {

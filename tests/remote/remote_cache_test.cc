@@ -123,7 +123,7 @@ TEST_F(RemoteCacheTest, DeadRedisMeansRecomputeAndTheTierRecovers) {
   expect_same(hit, ref2, 1e-5);
 }
 
-// RuntimeOptions::remote wires a RemoteTier into the serving stack: two runtimes, one Redis.
+// RuntimeOptions::remote_url wires a RemoteTier into the serving stack: two runtimes, one Redis.
 TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   RuntimeOptions o;
   o.model = "tiny";
@@ -131,7 +131,7 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   o.device_bytes = size_t(16) << 20;
   o.host_bytes = size_t(16) << 20;
   o.threads = 1;
-  o.remote = redis.url() + "?ttl_s=3600";
+  o.remote_url = redis.url() + "?ttl_s=3600";
   auto r1 = Runtime::create(o);
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   auto r2 = Runtime::create(o);
@@ -152,7 +152,7 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   EXPECT_EQ(s2->first_token, s1->first_token);
   (*r2)->finish(s2->seq);
   EXPECT_NE((*r2)->stats_json().find("\"remote\""), std::string::npos);
-  o.remote = "redis://nohost";
+  o.remote_url = "redis://nohost";
   EXPECT_EQ(Runtime::create(o).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -64,6 +64,12 @@ TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
   EXPECT_EQ(a, c);
   auto stats = nlohmann::json::parse((*rt)->stats_json());
   EXPECT_EQ(stats["requests"], 3);
+  // The config block holds every option of the table, codecs included, typed.
+  for (const Option<RuntimeOptions>& row : runtime_option_table())
+    EXPECT_TRUE(stats["config"][std::string(row.section())].contains(std::string(row.name()))) << row.info.key;
+  EXPECT_EQ(stats["config"]["cache"]["disk_codec"], "none");
+  EXPECT_EQ(stats["config"]["cache"]["page_tokens"], 16);
+  EXPECT_EQ(stats["config"]["cache"]["layerwise"], true);
   EXPECT_NE((*rt)->metrics_text().find("kvtier_cached_tokens_total{tier=\"device\"}"), std::string::npos);
 }
 
@@ -129,7 +135,7 @@ TEST(Runtime, RejectsBadInputWithClearErrors) {
   o.model = "no-such-model";
   EXPECT_EQ(Runtime::create(o).status().code(), StatusCode::kInvalidArgument);
   o = tiny("");
-  o.eviction = "random";
+  o.selective_hits = 0;  // refused by the options, before any model is loaded
   EXPECT_FALSE(Runtime::create(o).ok());
 }
 

@@ -3,10 +3,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 
 #include "server/config.h"
 #include "server/config_flags.h"
-#include "server/size.h"
+#include "common/option_values.h"
 #include "common/secrets.h"
 
 namespace kvtier::server {
@@ -75,7 +77,7 @@ max_sequences = 8
   EXPECT_EQ(c.runtime.host_bytes, size_t(1) << 20);
   EXPECT_EQ(c.runtime.disk_dir, "/tmp/x");
   EXPECT_EQ(c.runtime.write_policy, WritePolicy::kWriteBack);
-  EXPECT_EQ(c.runtime.eviction, "lfu");
+  EXPECT_EQ(c.runtime.eviction, EvictionPolicyKind::kLfu);
   EXPECT_EQ(c.runtime.hash, HashAlgo::kSHA256);
   EXPECT_EQ(c.limits.max_queue, 3u);
   EXPECT_EQ(c.limits.max_tokens, 100u);
@@ -196,6 +198,81 @@ TEST(ConfigTest, PrintedConfigNeverShowsTheRedisPassword) {
   EXPECT_EQ(to_toml(from_file).find("s3cr3t-pw"), std::string::npos);
   EXPECT_EQ(redact_url_credentials("redis://h:1,h2:2/?pool=2"), "redis://h:1,h2:2/?pool=2");
   EXPECT_EQ(redact_url_credentials("redis://:pw@h:1"), "redis://:<redacted>@h:1");
+}
+
+TEST(OptionValuesTest, OneParserPerKind) {
+  EXPECT_EQ(*parse_size("8G"), 8ull << 30);  // K/M/G are binary units wherever a size is read
+  EXPECT_EQ(*parse_size("64KiB"), 64ull << 10);
+  EXPECT_TRUE(*parse_bool("on"));
+  EXPECT_FALSE(*parse_bool("False"));
+  EXPECT_FALSE(parse_bool("maybe").ok());
+  EXPECT_EQ(*parse_uint("42", 1, 64), 42u);
+  EXPECT_FALSE(parse_uint("0", 1, 64).ok());
+  EXPECT_FALSE(parse_uint("-1", 0, 64).ok());
+  EXPECT_FALSE(parse_uint("4x", 0, 64).ok());
+  EXPECT_DOUBLE_EQ(*parse_duration("600"), 600);
+  EXPECT_DOUBLE_EQ(*parse_duration("250ms"), 0.25);
+  EXPECT_DOUBLE_EQ(*parse_duration("10m"), 600);
+  EXPECT_DOUBLE_EQ(*parse_duration("1.5s"), 1.5);
+  EXPECT_FALSE(parse_duration("-1").ok());
+  EXPECT_FALSE(parse_duration("soon").ok());
+  EXPECT_EQ(format_number(0.15f), format_number(double(0.15f)));
+  EXPECT_EQ(*parse_number(format_number(double(0.15f)), 0, 1), double(0.15f));
+}
+
+TEST(OptionTableTest, RowsAreUniqueAndEveryDefaultReadsBack) {
+  std::set<std::string> keys, flags, python;
+  const ServerConfig defaults;
+  for (const Option<ServerConfig>& row : server_option_table()) {
+    EXPECT_TRUE(keys.insert(std::string(row.info.key)).second) << row.info.key;
+    if (!row.info.flag.empty()) {
+      EXPECT_TRUE(flags.insert(std::string(row.info.flag)).second) << row.info.flag;
+    }
+    if (!row.info.python.empty()) {
+      EXPECT_TRUE(python.insert(std::string(row.info.python)).second) << row.info.python;
+    }
+    EXPECT_FALSE(row.info.help.empty()) << row.info.key;
+    ServerConfig c;
+    const Status st = row.parse(c, row.print(defaults));
+    EXPECT_TRUE(st.ok()) << row.info.key << ": " << st.to_string();
+    EXPECT_EQ(row.print(c), row.print(defaults)) << row.info.key;
+  }
+  // Every cache option is offered by the server, under the same key.
+  for (const Option<CacheConfig>& row : cache_option_table()) EXPECT_TRUE(keys.count(std::string(row.info.key))) << row.info.key;
+}
+
+TEST(OptionTableTest, WriteBackAndSizesParseAlikeEverywhere) {
+  ServerConfig file;
+  ASSERT_TRUE(apply_toml("[cache]\nwrite_policy = \"write-back\"\nhost_capacity = \"8G\"\n", "f", file).ok());
+  EXPECT_EQ(file.runtime.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(file.runtime.host_bytes, 8ull << 30);
+  CLI::App app;
+  ServeFlags flags;
+  add_serve_flags(app, flags);
+  std::vector<std::string> args = {"--write-policy", "write-back", "--host-capacity", "8G"};
+  std::reverse(args.begin(), args.end());
+  app.parse(args);
+  auto c = resolve_config(flags);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->runtime.write_policy, WritePolicy::kWriteBack);
+  EXPECT_EQ(c->runtime.host_bytes, 8ull << 30);
+}
+
+TEST(OptionTableTest, SecretsAreNeverPrinted) {
+  ServerConfig c;
+  c.api_key = "sk-very-secret";
+  const std::string printed = to_toml(c);
+  EXPECT_EQ(printed.find("sk-very-secret"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("<set>"), std::string::npos) << printed;
+  EXPECT_EQ(config_markdown().find("sk-very-secret"), std::string::npos);
+}
+
+TEST(OptionTableTest, ConfigDocIsGeneratedFromTheTable) {
+  // docs/CONFIG.md is `kvtier config --markdown`; regenerate it when this fails.
+  std::ifstream f(std::string(KVTIER_SOURCE_DIR) + "/docs/CONFIG.md");
+  ASSERT_TRUE(f.good());
+  const std::string committed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(committed, config_markdown()) << "docs/CONFIG.md is stale: run `build/tools/kvtier config --markdown > docs/CONFIG.md`";
 }
 
 }  // namespace
