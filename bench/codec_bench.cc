@@ -107,8 +107,14 @@ constexpr size_t kDiskAlign = 4096;  // disk entries are O_DIRECT-aligned (tiers
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // The runtime's page and chunk sizes, so the bench's caches match a server's.
-uint32_t page_tokens() { return RuntimeOptions{}.page_tokens; }
-uint32_t chunk_pages() { return RuntimeOptions{}.chunk_pages; }
+uint32_t page_tokens() {
+  const RuntimeOptions defaults;
+  return defaults.page_tokens;
+}
+uint32_t chunk_pages() {
+  const RuntimeOptions defaults;
+  return defaults.chunk_pages;
+}
 
 // A fresh directory under `parent` (the system temp directory when empty), removed with its contents.
 class ScratchDir {
@@ -141,7 +147,8 @@ class ScratchDir {
 // A preset (synthetic weights, the runtime's default seed) or a GGUF file; shared by every codec's engine.
 Result<std::shared_ptr<const engine::Model>> load_model(const std::string& name) {
   auto preset = engine::model_preset(name);
-  if (preset.ok()) return engine::Model::synthetic(*preset, RuntimeOptions{}.model_seed);
+  const RuntimeOptions defaults;
+  if (preset.ok()) return engine::Model::synthetic(*preset, defaults.model_seed);
   std::error_code ec;
   if (std::filesystem::exists(name, ec)) return engine::load_gguf(name);
   return Status::InvalidArgument("bench codec: model '" + name + "' is neither a preset nor an existing GGUF file");

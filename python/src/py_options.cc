@@ -5,7 +5,6 @@
 
 #include "index/eviction_policy.h"
 #include "py_cache.h"
-#include "tiers/remote_tier.h"
 
 namespace kvtier::python {
 
@@ -60,11 +59,6 @@ KVCacheOptions cache_options(const KVGeometry& geometry, const py::dict& options
     } else {
       throw StatusError(Status::InvalidArgument("Cache: unknown option '" + key + "' (docs/CONFIG.md lists them)"));
     }
-  }
-  if (!o.remote_url.empty()) {  // Redis down: the tier starts degraded
-    auto ro = value_or_throw(RemoteTierOptions::from_url(o.remote_url, ChunkGeometry{o.geometry, o.chunk_pages, o.remote_codec}));
-    ro.accept_lossy = o.serves_lossy();
-    o.remote = std::shared_ptr<Tier>(value_or_throw(RemoteTier::create(ro)));
   }
   return o;
 }

@@ -62,13 +62,9 @@ std::shared_ptr<StoreHandle> open_store(const KVGeometry& g, const py::handle& m
   py::dict with_chunks(options);
   with_chunks["chunk_pages"] = chunk_pages;
   const KVCacheOptions c = cache_options(g, with_chunks);  // the same names and parsing as Cache's
-  ChunkStoreOptions o{.geometry = ChunkGeometry{g, chunk_pages},
-                      .host_bytes = c.host_bytes,
-                      .disk_dir = c.disk_dir,
-                      .disk_bytes = c.disk_bytes,
-                      .disk_region_bytes = c.disk_region_bytes,
-                      .disk_direct_io = c.disk_direct_io,
-                      .remote = c.remote};
+  ChunkStoreOptions o;
+  o.tier_config() = c.tier_config();  // the tier factory builds them, as for a Cache
+  o.geometry = ChunkGeometry{g, chunk_pages};
   auto h = std::make_shared<StoreHandle>();
   h->ns = namespace_seed(Namespace{to_model_id(model_id), "", ""}, HashAlgo::kXXH3_128);
   h->geometry = o.geometry;

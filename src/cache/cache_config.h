@@ -21,6 +21,7 @@
 #include "index/eviction_policy.h"
 #include "kvtier/namespace.h"
 #include "tiers/kv_codec.h"
+#include "tiers/tier_factory.h"
 
 namespace kvtier {
 
@@ -33,28 +34,12 @@ std::string_view write_policy_name(WritePolicy p);
 // write_through | write_back | selective (a '-' may stand for the '_').
 Result<WritePolicy> parse_write_policy(std::string_view s);
 
-struct CacheConfig {
+// The tiers' fields (capacities, places, codecs, secrets' files) come from
+// TierConfig (tiers/tier_factory.h), which builds them; the rest is how the
+// cache uses them.
+struct CacheConfig : TierConfig {
   uint32_t chunk_pages = 16;                 // lower-tier I/O unit, in pages
   size_t device_bytes = size_t(512) << 20;   // the device pool's capacity (hard)
-  size_t host_bytes = size_t(1) << 30;       // host DRAM tier (hard); 0: none
-  std::string disk_dir;                      // empty: no disk tier
-  size_t disk_bytes = size_t(8) << 30;       // disk tier (hard)
-  size_t disk_region_bytes = size_t(64) << 20;
-  bool disk_direct_io = true;
-  std::string remote_url;                    // "redis://host:port[,host:port]"; empty: no remote tier
-  std::string remote_password_file;          // Redis password from this file (overrides the URL's)
-  std::string tier_secret_file;              // shared secret: remote entries authenticated (docs/SECURITY.md)
-  bool disk_authenticate = false;            // with tier_secret_file: disk entries too
-  // Chunk codecs (tiers/kv_codec.h). A cache whose codecs are all none
-  // serves exact KV only: lossy entries, whoever wrote them, are misses
-  // (TierStats::lossy_refused). With any lossy codec, entries of every codec
-  // are served, and KV from a lossy entry is marked lossy, labelled in
-  // LeaseReport::lossy_tokens and never stored down again. A lossy host
-  // codec needs a policy that stores down from device pages (write_through
-  // or selective): write_back would spill lossy host slots as exact.
-  KvCodec disk_codec = KvCodec::kNone;
-  KvCodec remote_codec = KvCodec::kNone;
-  KvCodec host_codec = KvCodec::kNone;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;               // for kSelective
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
@@ -65,12 +50,10 @@ struct CacheConfig {
   uint32_t transfer_workers = 4;
   std::string profile_path;                  // calibration profile; empty: calibrate at start
 
-  // The values alone (ranges, the codec/policy rule); no geometry needed.
+  // A lossy host codec needs a policy that stores down from device pages
+  // (write_through or selective): write_back would spill lossy host slots
+  // as exact. The values alone (ranges, that rule); no geometry needed.
   Status validate() const;
-  // The mixed-entry rule: the tiers serve lossy entries only when some codec is lossy.
-  bool serves_lossy() const {
-    return kv_codec_lossy(disk_codec) || kv_codec_lossy(remote_codec) || kv_codec_lossy(host_codec);
-  }
   CacheConfig& cache_config() { return *this; }
   const CacheConfig& cache_config() const { return *this; }
 };

@@ -1,14 +1,14 @@
 #include "cache/chunk_store.h"
 
 #include "tiers/disk_tier.h"
-#include "tiers/host_tier.h"
 
 namespace kvtier {
 
 Status ChunkStoreOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
-  if (host_bytes == 0 && disk_dir.empty() && !remote)
+  if (host_bytes == 0 && disk_dir.empty() && !remote && remote_url.empty())
     return Status::InvalidArgument("ChunkStore: needs at least one tier (host_bytes, disk_dir or remote)");
+  if (remote && !remote_url.empty()) return Status::InvalidArgument("ChunkStore: give remote_url or a remote tier, not both");
   if (remote && !(remote->geometry().kv == geometry.kv && remote->geometry().chunk_pages == geometry.chunk_pages))
     return Status::InvalidArgument("ChunkStore: the remote tier's chunk geometry differs from the store's");
   return Status::Ok();
@@ -17,25 +17,10 @@ Status ChunkStoreOptions::validate() const {
 Result<std::unique_ptr<ChunkStore>> ChunkStore::create(const ChunkStoreOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   std::unique_ptr<ChunkStore> s(new ChunkStore(o));
-  if (o.host_bytes > 0) {
-    HostTierOptions h;
-    h.geometry = o.geometry;
-    h.capacity_bytes = o.host_bytes;
-    h.evict_chunks = true;  // the store's own LRU: no index above it
-    KVTIER_ASSIGN_OR_RETURN(s->host_, HostTier::create(h));
-  }
-  if (!o.disk_dir.empty()) {
-    DiskTierOptions d;
-    d.geometry = o.geometry;
-    d.dir = o.disk_dir;
-    d.capacity_bytes = o.disk_bytes;
-    d.region_bytes = o.disk_region_bytes;
-    d.direct_io = o.disk_direct_io;
-    auto disk = DiskTier::create(d);
-    if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
-    s->disk_ = std::move(disk).value();
-  }
-  s->remote_ = o.remote;
+  KVTIER_ASSIGN_OR_RETURN(TierSet tiers, make_tiers(o, o.geometry));  // host: the store's own LRU
+  s->host_ = std::move(tiers.host);
+  s->disk_ = std::move(tiers.disk);
+  s->remote_ = o.remote ? o.remote : std::move(tiers.remote);
   return s;
 }
 

@@ -23,17 +23,15 @@
 #include <vector>
 
 #include "tiers/tier.h"
+#include "tiers/tier_factory.h"
 
 namespace kvtier {
 
-struct ChunkStoreOptions {
+// The tiers as TierConfig names them (tiers/tier_factory.h: host_bytes,
+// disk_dir, remote_url, ...), built by the tier factory.
+struct ChunkStoreOptions : TierConfig {
   ChunkGeometry geometry;
-  size_t host_bytes = size_t(1) << 30;  // 0: no host tier
-  std::string disk_dir;                 // empty: no disk tier
-  size_t disk_bytes = size_t(8) << 30;
-  size_t disk_region_bytes = size_t(64) << 20;
-  bool disk_direct_io = true;
-  std::shared_ptr<Tier> remote;         // optional (same ChunkGeometry)
+  std::shared_ptr<Tier> remote;         // a remote built by the caller instead of remote_url's (same ChunkGeometry)
 
   // At least one tier; the tiers' own options are validated when they are made.
   Status validate() const;
@@ -72,7 +70,8 @@ class ChunkStore {
   std::vector<Tier*> tiers() const;  // present tiers, fastest first
 
   ChunkStoreOptions options_;
-  std::unique_ptr<Tier> host_, disk_;
+  std::unique_ptr<Tier> host_;
+  std::shared_ptr<Tier> disk_;
   std::shared_ptr<Tier> remote_;
   mutable std::mutex mu_;  // guards stats_
   ChunkStoreStats stats_;

@@ -48,6 +48,7 @@ Status KVCacheOptions::validate() const {
     return Status::InvalidArgument("KVCache: disk capacity must hold at least 2 regions of " +
                                    std::to_string(disk_region_bytes) + " bytes");
   if (disk && !disk_dir.empty()) return Status::InvalidArgument("KVCache: give disk_dir or a disk tier, not both");
+  if (remote && !remote_url.empty()) return Status::InvalidArgument("KVCache: give remote_url or a remote tier, not both");
   struct Given {
     const Tier* tier;
     const char* name;
@@ -208,33 +209,16 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   po.external = o.pool_memory;
   KVTIER_ASSIGN_OR_RETURN(c->pool_, BlockPool::create(po));
 
-  if (o.host_bytes > 0) {
-    HostTierOptions ho;
-    ho.geometry = cg;
-    ho.capacity_bytes = o.host_bytes;
-    ho.evict_chunks = false;  // slots are owned by the index's eviction
-    ho.memory = host_memory_options(o.device);  // DMA straight from the arena beside a GPU
-    ho.geometry.codec = o.host_codec;
-    KVTIER_ASSIGN_OR_RETURN(c->host_, HostTier::create(ho));
-  }
-  if (!o.disk_dir.empty()) {
-    DiskTierOptions d;
-    d.geometry = cg;
-    d.dir = o.disk_dir;
-    d.capacity_bytes = o.disk_bytes;
-    d.region_bytes = o.disk_region_bytes;
-    d.direct_io = o.disk_direct_io;
-    d.fs = o.disk_fs;
-    d.auth = o.disk_auth;
-    d.geometry.codec = o.disk_codec;
-    d.accept_lossy = o.serves_lossy();
-    auto disk = DiskTier::create(d);
-    if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + o.disk_dir + ": " + disk.status().message());
-    c->disk_ = std::move(disk).value();
-  } else {
-    c->disk_ = o.disk;
-  }
-  c->remote_ = o.remote;
+  // The tiers the options name, from the one factory; injected ones as given.
+  TierEnv env;
+  env.disk_fs = o.disk_fs;
+  env.host_memory = host_memory_options(o.device);  // DMA straight from the arena beside a GPU
+  env.host_evicts_chunks = false;                   // slots are owned by the index's eviction
+  env.disk_auth = o.disk_auth;
+  KVTIER_ASSIGN_OR_RETURN(TierSet tiers, make_tiers(o, cg, env));
+  c->host_ = std::move(tiers.host);
+  c->disk_ = o.disk ? o.disk : std::move(tiers.disk);
+  c->remote_ = o.remote ? o.remote : std::move(tiers.remote);
 
   TransferEngineOptions to;
   to.workers = o.transfer_workers;

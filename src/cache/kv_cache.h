@@ -59,13 +59,15 @@ struct KVCacheOptions : CacheConfig {
   // Not owned; must outlive the cache. Empty: the pool allocates its own.
   std::span<std::byte> pool_memory;
   FileSystem* disk_fs = nullptr;             // the disk tier's storage seam (tests: fault injection); not owned
-  std::shared_ptr<const ChunkAuth> disk_auth;  // tier secret: disk entries authenticated (DiskTierOptions::auth); null: not
+  // A ready disk key (DiskTierOptions::auth); null: disk_authenticate and
+  // tier_secret_file decide (tiers/tier_factory.h).
+  std::shared_ptr<const ChunkAuth> disk_auth;
   // A disk chunk store built by the caller, instead of the DiskTier that
   // disk_dir makes (same ChunkGeometry, codec disk_codec; e.g. the replay's
   // payload-less MetadataTier). At most one of disk_dir and disk.
   std::shared_ptr<Tier> disk;
-  // The remote chunk store (same ChunkGeometry, codec remote_codec), built
-  // by the caller (tiers/remote/remote_tier.h); remote_url is not read here.
+  // A remote chunk store built by the caller (same ChunkGeometry, codec
+  // remote_codec), instead of the one remote_url makes. At most one of them.
   std::shared_ptr<Tier> remote;
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;

@@ -59,7 +59,10 @@ struct Option {
     if (!info.secret) return print(c);
     return print(c).empty() ? "" : "<set>";
   }
-  std::string default_text() const { return shown(T{}); }
+  std::string default_text() const {
+    const T defaults;  // not T{}: GCC 12 misreports aggregate bases under -Wmaybe-uninitialized
+    return shown(defaults);
+  }
   // Parses `text` into `c`; errors name the option as `origin` calls it.
   Status apply(T& c, std::string_view text, std::string_view origin) const {
     Status st = parse(c, text);

@@ -14,7 +14,7 @@
 #include "runtime/calibration.h"
 #include "runtime/runtime_stats.h"
 #include "common/secrets.h"
-#include "tiers/remote_tier.h"
+#include "tiers/tier_factory.h"
 
 namespace kvtier {
 
@@ -39,20 +39,6 @@ Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o)
   return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
 }
 
-// The remote tier of `o` (null when none), with its password file and the tier secret applied.
-Result<std::shared_ptr<RemoteTier>> make_remote_tier(const RuntimeOptions& o, const ChunkGeometry& g, bool serves_lossy,
-                                                      std::shared_ptr<const ChunkAuth> auth) {
-  if (!o.cache_enabled || o.remote_url.empty()) return std::shared_ptr<RemoteTier>();
-  KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(o.remote_url, g));
-  if (!o.remote_password_file.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(ro.redis.password, read_secret_file(o.remote_password_file, "remote password file", 1));
-  }
-  ro.auth = std::move(auth);
-  ro.accept_lossy = serves_lossy;  // KVCacheOptions::serves_lossy: one rule for every tier
-  KVTIER_ASSIGN_OR_RETURN(auto remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded
-  return std::shared_ptr<RemoteTier>(std::move(remote));
-}
-
 }  // namespace
 
 ServingStack::~ServingStack() {
@@ -70,18 +56,16 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
   co.cache_config() = o.cache_config();
   co.geometry = geo;
   co.device = o.device == "cuda" ? MemoryBackend::kCuda : MemoryBackend::kCpu;
-  if (!o.cache_enabled) co.disk_dir.clear();
-  co.model_cost = model_cost(cfg, geo);
-  std::shared_ptr<const ChunkAuth> auth;  // --tier-secret-file: authenticated entries (docs/SECURITY.md)
-  if (!o.tier_secret_file.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(std::string secret, read_tier_secret_file(o.tier_secret_file));
-    KVTIER_ASSIGN_OR_RETURN(auth, ChunkAuth::create(secret));
+  if (!o.cache_enabled) {  // the baseline: the pool and host tier only, nothing persists
+    co.disk_dir.clear();
+    co.remote_url.clear();
   }
-  if (o.disk_authenticate) co.disk_auth = auth;
-  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md)
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote,
-                          make_remote_tier(o, ChunkGeometry{geo, o.chunk_pages, o.remote_codec}, co.serves_lossy(), auth));
+  co.model_cost = model_cost(cfg, geo);
+  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md). Built here, from the tier factory,
+  // so that calibration can measure its link before the cache exists.
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote, make_remote_tier(co, ChunkGeometry{geo, o.chunk_pages}));
   co.remote = remote;
+  co.remote_url.clear();
   engine::EngineOptions eo;
   eo.threads = o.threads;
   if (!o.profile_path.empty()) {

@@ -126,7 +126,8 @@ TEST(ConfigTest, FlagsWinOverTheFile) {
   EXPECT_EQ(c->runtime.model, "tiny");          // file
   EXPECT_EQ(c->runtime.disk_bytes, size_t(512) << 20);  // flag
   EXPECT_FALSE(c->runtime.cache_enabled);       // flag
-  EXPECT_EQ(c->runtime.host_bytes, RuntimeOptions{}.host_bytes);  // default
+  const RuntimeOptions defaults;
+  EXPECT_EQ(c->runtime.host_bytes, defaults.host_bytes);  // default
 }
 
 TEST(ConfigTest, BadFlagValuesAreErrors) {
