@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "kvtier/types.h"
-#include "tiers/kv_codec.h"
+#include "codec/kv_codec.h"
 
 namespace kvtier::bench {
 

@@ -8,7 +8,7 @@
 
 #include "command.h"
 #ifdef KVTIER_HAVE_CUDA
-#include "cuda/cuda_bench.h"
+#include "cuda_bench.h"
 #endif
 
 namespace kvtier::cli {

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "command.h"
-#include "engine/engine_bench.h"
+#include "engine_bench.h"
 
 namespace kvtier::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "command.h"
-#include "index/index_bench.h"
+#include "index_bench.h"
 #include "sim/mooncake_trace.h"
 
 namespace kvtier::cli {

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "tiers/redis_bench.h"
+#include "redis_bench.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "command.h"
-#include "tiers/redis_bench.h"
-#include "transfer/tier_bench.h"
+#include "redis_bench.h"
+#include "tier_bench.h"
 
 namespace {
 

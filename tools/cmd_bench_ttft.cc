@@ -3,7 +3,7 @@
 #include <sstream>
 
 #include "command.h"
-#include "runtime/ttft_bench.h"
+#include "ttft_bench.h"
 
 namespace kvtier::cli {
 namespace {

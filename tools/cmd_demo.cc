@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "command.h"
-#include "runtime/demo.h"
+#include "demo.h"
 #include "common/option_values.h"
 
 namespace kvtier::cli {

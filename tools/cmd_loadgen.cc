@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "command.h"
-#include "server/loadgen.h"
+#include "client/loadgen.h"
 
 namespace {
 

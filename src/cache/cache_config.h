@@ -20,7 +20,7 @@
 #include "common/option_table.h"
 #include "index/eviction_policy.h"
 #include "kvtier/namespace.h"
-#include "tiers/kv_codec.h"
+#include "codec/kv_codec.h"
 #include "tiers/tier_factory.h"
 
 namespace kvtier {

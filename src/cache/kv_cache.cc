@@ -75,24 +75,7 @@ CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
   if (this != &o) {
     if (cache_) cache_->release(*this);
     cache_ = std::exchange(o.cache_, nullptr);
-    ns_ = o.ns_;
-    pages_ = std::move(o.pages_);
-    locked_ = std::exchange(o.locked_, NodeHandle());
-    front_ = std::move(o.front_);
-    back_ = std::move(o.back_);
-    scratch_ = std::move(o.scratch_);
-    recompute_begin_ = o.recompute_begin_;
-    recompute_end_ = o.recompute_end_;
-    cached_end_ = o.cached_end_;
-    in_place_prefix_ = o.in_place_prefix_;
-    lossy_ = std::move(o.lossy_);
-    front_load_pages_ = std::move(o.front_load_pages_);
-    back_load_pages_ = std::move(o.back_load_pages_);
-    prompt_hashes_ = std::move(o.prompt_hashes_);
-    codecs_folded_ = o.codecs_folded_;
-    layerwise_ = o.layerwise_;
-    report_ = o.report_;
-    plan_ = std::move(o.plan_);
+    static_cast<CacheLeaseState&>(*this) = std::move(static_cast<CacheLeaseState&>(o));
   }
   return *this;
 }

@@ -108,10 +108,31 @@ struct LeaseReport {
 
 class KVCache;
 
+// What a CacheLease holds besides its cache: moved as one value, so a new
+// field can never be left behind by a hand-written move.
+struct CacheLeaseState {
+  NsKey ns_;
+  std::vector<PageId> pages_;
+  NodeHandle locked_;
+  TransferHandle front_, back_;
+  std::vector<PageId> scratch_;  // pages loaded only to complete a chunk; freed on release
+  uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
+  uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
+  // Per cached page: its KV came from a lossy source. Loads are folded in by
+  // CacheLease::fold_load_codecs() when they have finished.
+  std::vector<bool> lossy_;
+  std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
+  std::vector<PageHash> prompt_hashes_;  // chained hashes of the lookup's whole pages (commit reuses them)
+  bool codecs_folded_ = false;
+  bool layerwise_ = true;  // KVCacheOptions::layerwise
+  LeaseReport report_;
+  Plan plan_;
+};
+
 // The pages and pending loads of one running sequence. Move-only; owned by
 // the control thread. Destroying it (or KVCache::release) waits for its loads
 // and drops its references.
-class CacheLease {
+class CacheLease : private CacheLeaseState {
  public:
   CacheLease() = default;
   CacheLease(CacheLease&& o) noexcept { *this = std::move(o); }
@@ -150,27 +171,11 @@ class CacheLease {
  private:
   friend class KVCache;
   KVCache* cache_ = nullptr;
-  NsKey ns_;
-  std::vector<PageId> pages_;
-  NodeHandle locked_;
-  TransferHandle front_, back_;
-  std::vector<PageId> scratch_;  // pages loaded only to complete a chunk; freed on release
-  uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
-  uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
-  // Per cached page: its KV came from a lossy source. Loads are folded in by
-  // fold_load_codecs() when they have finished.
-  std::vector<bool> lossy_;
-  std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
-  std::vector<PageHash> prompt_hashes_;  // chained hashes of the lookup's whole pages (commit reuses them)
-  bool codecs_folded_ = false;
   void fold_load_codecs();
   // report_.lossy_tokens from lossy_, with the cache-wide counter kept in step.
   void recount_lossy();
   // First page whose KV is lossy or computed from lossy KV (all later pages are too); UINT32_MAX: none.
   uint32_t lossy_from() const;
-  bool layerwise_ = true;         // KVCacheOptions::layerwise
-  LeaseReport report_;
-  Plan plan_;
 };
 
 struct KVCacheStats {

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "engine/half.h"
-#include "engine/model_config.h"
+#include "model/model_config.h"
 
 namespace kvtier::engine {
 

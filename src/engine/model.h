@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_config.h"
+#include "model/model_config.h"
 #include "engine/weights.h"
 #include "text/vocab.h"
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/model_config.h"
+#include "model/model_config.h"
 #include "engine/quant.h"
 #include "kvtier/status.h"
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
-#include "engine/model_config.h"
+#include "model/model_config.h"
 
 namespace kvtier::engine {
 

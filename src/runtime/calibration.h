@@ -6,6 +6,8 @@
 // Not thread-safe with respect to the engine and pool it borrows.
 #pragma once
 
+#include "model/model_cost.h"
+
 #include <string>
 
 #include "engine/engine.h"
@@ -21,9 +23,6 @@ struct CalibrationOptions {
 
   Status validate() const;
 };
-
-// The model's cost per token, from its config and KV geometry.
-ModelCost model_cost(const engine::ModelConfig& config, const KVGeometry& geometry);
 
 // Host → pool copy rate (bytes/s, best of three of `bytes`): memcpy on the
 // CPU; pinned host → device memory through DeviceMemory::copy beside an accelerator.

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/chat_prompt.h"
+#include "server/chat_prompt.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"

@@ -1,6 +1,6 @@
 #include "sim/replay_cache.h"
 
-#include "tiers/metadata_tier.h"
+#include "sim/metadata_tier.h"
 
 namespace kvtier::sim_detail {
 

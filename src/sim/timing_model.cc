@@ -6,8 +6,8 @@
 #include <limits>
 #include <queue>
 
-#include "engine/model_config.h"
-#include "runtime/calibration.h"
+#include "model/model_config.h"
+#include "model/model_cost.h"
 
 namespace kvtier {
 

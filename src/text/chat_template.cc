@@ -2,9 +2,9 @@
 
 #include <ctime>
 
-#include "text/jinja_interpreter.h"
-#include "text/jinja_parser.h"
-#include "text/jinja_value.h"
+#include "text/jinja/jinja_interpreter.h"
+#include "text/jinja/jinja_parser.h"
+#include "text/jinja/jinja_value.h"
 
 namespace kvtier::text {
 

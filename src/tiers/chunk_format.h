@@ -39,7 +39,7 @@
 #include "kvtier/types.h"
 #include "memory/device_memory.h"
 #include "tiers/chunk_auth.h"
-#include "tiers/kv_codec.h"
+#include "codec/kv_codec.h"
 
 namespace kvtier {
 

@@ -16,8 +16,8 @@
 #include "memory/device_memory.h"
 #include "tiers/chunk_auth.h"
 #include "tiers/host_tier.h"
-#include "tiers/kv_codec.h"
-#include "tiers/remote_tier.h"
+#include "codec/kv_codec.h"
+#include "tiers/remote/remote_tier.h"
 #include "tiers/tier.h"
 
 namespace kvtier {

@@ -16,7 +16,7 @@
 #include "e2e/prom_check.h"
 #include "e2e/server_process.h"
 #include "engine/gguf.h"
-#include "server/loadgen.h"
+#include "client/loadgen.h"
 #include "test_data.h"
 #include "text/tokenizer.h"
 

@@ -7,7 +7,7 @@
 #include <random>
 
 #include "remote_test_util.h"
-#include "tiers/redis_slots.h"
+#include "tiers/remote/redis_slots.h"
 
 namespace kvtier {
 namespace {

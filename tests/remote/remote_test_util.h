@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "redis_fixture.h"
-#include "tiers/remote_tier.h"
+#include "tiers/remote/remote_tier.h"
 #include "tiers/tier_test_util.h"
 
 namespace kvtier::testing {

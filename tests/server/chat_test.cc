@@ -8,7 +8,7 @@
 
 #include "engine/gguf.h"
 #include "server/chat_api.h"
-#include "runtime/chat_prompt.h"
+#include "server/chat_prompt.h"
 #include "text/tokenizer.h"
 
 namespace kvtier::server {

@@ -15,7 +15,7 @@
 
 #include "e2e/prom_check.h"
 #include "server/fake_runtime.h"
-#include "server/loadgen.h"
+#include "client/loadgen.h"
 
 namespace kvtier::server {
 namespace {

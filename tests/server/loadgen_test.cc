@@ -1,4 +1,4 @@
-#include "server/loadgen.h"
+#include "client/loadgen.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "sim/replay.h"
 #include "sim/replay_cache.h"
 #include "tiers/disk_tier.h"
-#include "tiers/metadata_tier.h"
+#include "sim/metadata_tier.h"
 
 namespace kvtier {
 namespace {

@@ -1,4 +1,4 @@
-#include "tiers/kv_codec.h"
+#include "codec/kv_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "tiers/kv_codec_kernels.h"
+#include "codec/kv_codec_kernels.h"
 
 namespace kvtier {
 namespace {

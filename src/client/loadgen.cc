@@ -1,0 +1,406 @@
+#include "client/loadgen.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+namespace kvtier::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+httplib::Headers auth_headers(const LoadgenOptions& o) {
+  httplib::Headers h;
+  if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
+  return h;
+}
+
+std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o) {
+  auto c = std::make_unique<httplib::Client>(o.url);
+  c->set_connection_timeout(10, 0);
+  c->set_read_timeout(time_t(o.timeout_s), 0);
+  c->set_write_timeout(30, 0);
+  return c;
+}
+
+// Deterministic ids in [1, vocab): a stream per (purpose, user, round).
+std::vector<int32_t> synth_tokens(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n, uint32_t vocab) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
+  std::uniform_int_distribution<int32_t> dist(1, int32_t(vocab) - 1);
+  std::vector<int32_t> out(n);
+  for (auto& t : out) t = dist(rng);
+  return out;
+}
+
+struct ServerInfo {
+  std::string model;
+  uint32_t vocab = 0;
+};
+
+Result<ServerInfo> query_models(const LoadgenOptions& o) {
+  auto c = make_client(o);
+  auto res = c->Get("/v1/models", auth_headers(o));
+  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
+  if (res->status != 200)
+    return Status::Unavailable("GET /v1/models returned HTTP " + std::to_string(res->status) + ": " + res->body);
+  const json j = json::parse(res->body, nullptr, false);
+  ServerInfo info;
+  if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
+    const json& m = j["data"][0];
+    if (m.contains("id") && m["id"].is_string()) info.model = m["id"].get<std::string>();
+    if (m.contains("kvtier") && m["kvtier"].is_object() && m["kvtier"].contains("vocab_size") &&
+        m["kvtier"]["vocab_size"].is_number_unsigned())
+      info.vocab = m["kvtier"]["vocab_size"].get<uint32_t>();
+  }
+  return info;
+}
+
+constexpr const char* kWords[] = {
+    "the", "cache", "keeps", "every", "prefix", "a", "request", "has", "seen", "and", "loads", "it", "back", "when",
+    "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again", "memory",
+    "disk", "host", "device", "tier", "layer", "token", "answer", "question", "please", "explain", "why", "how",
+    "long", "short", "fast", "slow", "today", "data", "page", "chunk", "write", "read", "history", "document",
+};
+
+// Deterministic prose of `n` words: a stream per (purpose, user, round), as synth_tokens.
+std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
+  std::string out;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (i > 0) out += ' ';
+    out += kWords[rng() % std::size(kWords)];
+    if (i % 12 == 11) out += ".";
+  }
+  return out;
+}
+
+// One streamed request (a completion or a chat completion); `text` receives what was generated.
+LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model, json body,
+                       std::string* text = nullptr) {
+  LoadgenSample s;
+  if (body.contains("prompt")) s.prompt_tokens = uint32_t(body["prompt"].size());
+  body.update(json{{"max_tokens", o.answer_tokens}, {"temperature", 0}, {"stream", true},
+                   {"ignore_eos", true}, {"stream_options", {{"include_usage", true}}}});
+  if (!model.empty()) body["model"] = model;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = o.chat ? "/v1/chat/completions" : "/v1/completions";
+  req.headers = auth_headers(o);
+  req.set_header("Content-Type", "application/json");
+  req.body = body.dump();
+  const auto t0 = Clock::now();
+  bool got_first = false, done = false;
+  std::string error;
+  SseParser parser([&](std::string_view data) {
+    if (data == "[DONE]") {
+      done = true;
+      return;
+    }
+    const json j = json::parse(data, nullptr, false);
+    if (!j.is_object()) return;
+    if (j.contains("error")) {
+      error = j["error"].value("message", std::string("error event"));
+      return;
+    }
+    if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
+      if (!got_first) got_first = true, s.ttft_s = since(t0);
+      const json& c = j["choices"][0];
+      const json* piece = c.contains("delta") ? &c["delta"] : &c;
+      if (text != nullptr && piece->is_object() && piece->contains("content") && (*piece)["content"].is_string())
+        *text += (*piece)["content"].get<std::string>();
+      if (text != nullptr && piece->is_object() && piece->contains("text") && (*piece)["text"].is_string())
+        *text += (*piece)["text"].get<std::string>();
+    }
+    if (j.contains("usage") && j["usage"].is_object()) {
+      const json& u = j["usage"];
+      s.completion_tokens = u.value("completion_tokens", 0u);
+      s.prompt_tokens = u.value("prompt_tokens", s.prompt_tokens);
+      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
+        s.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
+      if (u.contains("kvtier") && u["kvtier"].is_object() && u["kvtier"].contains("blend") && u["kvtier"]["blend"].is_object())
+        s.blended_tokens = u["kvtier"]["blend"].value("reused_tokens", 0u);
+    }
+  });
+  std::string error_body;
+  req.response_handler = [&](const httplib::Response& r) {
+    s.http_status = r.status;
+    return true;
+  };
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (s.http_status != 200) error_body.append(data, n);
+    else parser.feed(std::string_view(data, n));
+    return true;
+  };
+  auto res = client.send(req);
+  s.e2e_s = since(t0);
+  if (!res) {
+    s.error = "connection failed: " + httplib::to_string(res.error());
+  } else if (s.http_status != 200) {
+    const json j = json::parse(error_body, nullptr, false);
+    s.error = "HTTP " + std::to_string(s.http_status) + ": " +
+              (j.is_object() && j.contains("error") ? j["error"].value("message", error_body) : error_body);
+  } else if (!error.empty()) {
+    s.error = error;
+  } else if (!done || !got_first) {
+    s.error = "stream ended without [DONE]";
+  } else {
+    s.ok = true;
+  }
+  return s;
+}
+
+// A RAG request: the system prompt, documents of the pool in random order (reusable segments), a question.
+json rag_body(const LoadgenOptions& o, const std::vector<int32_t>& system, std::mt19937_64& rng, uint32_t user,
+              uint32_t round, uint32_t vocab) {
+  std::vector<uint32_t> order(o.docs_pool);
+  for (uint32_t i = 0; i < o.docs_pool; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  json pieces = json::array({{{"tokens", system}, {"reuse", false}}});
+  for (uint32_t d = 0; d < o.docs_per_request; ++d)
+    pieces.push_back({{"tokens", synth_tokens(o.seed, 5, order[d], 0, o.doc_tokens, vocab)}});
+  pieces.push_back({{"tokens", synth_tokens(o.seed, 3, user, round, o.question_tokens, vocab)}, {"reuse", false}});
+  return {{"segments", pieces}};
+}
+
+}  // namespace
+
+Status LoadgenOptions::validate() const {
+  if (users == 0 || rounds == 0) return Status::InvalidArgument("loadgen: --users and --rounds must be at least 1");
+  if (answer_tokens == 0) return Status::InvalidArgument("loadgen: --answer-tokens must be at least 1");
+  if (system_prompt_tokens + history_tokens + question_tokens == 0)
+    return Status::InvalidArgument("loadgen: the prompt would be empty");
+  if (qps < 0 || duration_s < 0) return Status::InvalidArgument("loadgen: --qps and --duration must be >= 0");
+  if (vocab_size == 1) return Status::InvalidArgument("loadgen: --vocab-size must be at least 2");
+  if (!(timeout_s > 0)) return Status::InvalidArgument("loadgen: --timeout must be positive");
+  if (rag && (docs_per_request == 0 || docs_per_request > docs_pool || doc_tokens == 0))
+    return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");
+  if (rag && chat) return Status::InvalidArgument("loadgen: --rag and --chat are exclusive");
+  if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
+    return Status::InvalidArgument("loadgen: --url must start with http:// or https://");
+  return {};
+}
+
+void SseParser::feed(std::string_view bytes) {
+  buffer_.append(bytes);
+  size_t start = 0;
+  for (;;) {
+    const size_t end = buffer_.find("\n\n", start);
+    if (end == std::string::npos) break;
+    std::string_view event(buffer_.data() + start, end - start);
+    // An event may span several lines; only "data:" lines matter here.
+    size_t pos = 0;
+    while (pos <= event.size()) {
+      size_t nl = event.find('\n', pos);
+      if (nl == std::string_view::npos) nl = event.size();
+      std::string_view line = event.substr(pos, nl - pos);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.rfind("data:", 0) == 0) {
+        line.remove_prefix(5);
+        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+        on_event_(line);
+      }
+      pos = nl + 1;
+    }
+    start = end + 2;
+  }
+  buffer_.erase(0, start);
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(p / 100.0 * double(v.size()));
+  const size_t idx = rank < 1 ? 0 : std::min(v.size() - 1, size_t(rank) - 1);
+  return v[idx];
+}
+
+Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<void(size_t, size_t)>& progress) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  KVTIER_ASSIGN_OR_RETURN(ServerInfo info, query_models(o));
+  const std::string model = o.model.empty() ? info.model : o.model;
+  const uint32_t vocab = o.vocab_size != 0 ? o.vocab_size : (info.vocab != 0 ? info.vocab : 256);
+
+  const std::vector<int32_t> system = synth_tokens(o.seed, 1, 0, 0, o.system_prompt_tokens, vocab);
+  const size_t total = size_t(o.users) * o.rounds;
+  LoadgenResult result;
+  result.samples.resize(total);
+  std::vector<char> sent(total, 0);
+  std::mutex mu;
+  size_t done = 0;
+  const auto t0 = Clock::now();
+
+  auto chat_loop = [&](uint32_t u) {
+    auto client = make_client(o);
+    json messages = json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}}});
+    const std::string own = synth_text(o.seed, 2, u, 0, o.history_tokens);
+    for (uint32_t r = 0; r < o.rounds; ++r) {
+      const size_t k = size_t(r) * o.users + u;
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(double(k) / o.qps)));
+      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+      const std::string question = synth_text(o.seed, 3, u, r, o.question_tokens);
+      messages.push_back({{"role", "user"}, {"content", r == 0 && !own.empty() ? own + "\n\n" + question : question}});
+      std::string reply;
+      LoadgenSample s = send_one(*client, o, model, json{{"messages", messages}}, &reply);
+      s.user = u, s.round = r;
+      messages.push_back({{"role", "assistant"}, {"content", reply}});  // the server's own reply, as a client would
+      std::lock_guard lk(mu);
+      result.samples[k] = std::move(s);
+      sent[k] = 1;
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
+  auto rag_loop = [&](uint32_t u) {
+    auto client = make_client(o);
+    std::mt19937_64 rng(o.seed * 31 + u);
+    for (uint32_t r = 0; r < o.rounds; ++r) {
+      const size_t k = size_t(r) * o.users + u;
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(double(k) / o.qps)));
+      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+      LoadgenSample s = send_one(*client, o, model, rag_body(o, system, rng, u, r, vocab));
+      s.user = u, s.round = r;
+      std::lock_guard lk(mu);
+      result.samples[k] = std::move(s);
+      sent[k] = 1;
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
+  auto user_loop = [&](uint32_t u) {
+    if (o.chat) return chat_loop(u);
+    if (o.rag) return rag_loop(u);
+    auto client = make_client(o);
+    std::vector<int32_t> prompt = system;
+    const auto own = synth_tokens(o.seed, 2, u, 0, o.history_tokens, vocab);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    for (uint32_t r = 0; r < o.rounds; ++r) {
+      const size_t k = size_t(r) * o.users + u;  // round-major arrival order
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                             std::chrono::duration<double>(double(k) / o.qps)));
+      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+      const auto question = synth_tokens(o.seed, 3, u, r, o.question_tokens, vocab);
+      prompt.insert(prompt.end(), question.begin(), question.end());
+      LoadgenSample s = send_one(*client, o, model, json{{"prompt", prompt}});
+      s.user = u;
+      s.round = r;
+      const auto answer = synth_tokens(o.seed, 4, u, r, o.answer_tokens, vocab);
+      prompt.insert(prompt.end(), answer.begin(), answer.end());
+      std::lock_guard lk(mu);
+      result.samples[k] = std::move(s);
+      sent[k] = 1;
+      ++done;
+      if (progress) progress(done, total);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(o.users);
+  for (uint32_t u = 0; u < o.users; ++u) threads.emplace_back(user_loop, u);
+  for (auto& t : threads) t.join();
+  result.wall_s = since(t0);
+  // Requests never sent (duration ran out) are not samples.
+  std::vector<LoadgenSample> kept;
+  for (size_t k = 0; k < total; ++k)
+    if (sent[k]) kept.push_back(std::move(result.samples[k]));
+  result.samples = std::move(kept);
+  return result;
+}
+
+LoadgenSummary summarize(const LoadgenResult& r) {
+  LoadgenSummary s;
+  s.wall_s = r.wall_s;
+  std::vector<double> ttft, e2e;
+  uint64_t prompt = 0, cached = 0, blended = 0, output = 0;
+  for (const auto& x : r.samples) {
+    ++s.requests;
+    if (!x.ok) {
+      ++s.errors;
+      if (s.first_error.empty()) s.first_error = x.error;
+      continue;
+    }
+    ttft.push_back(x.ttft_s);
+    e2e.push_back(x.e2e_s);
+    prompt += x.prompt_tokens;
+    cached += x.cached_tokens;
+    blended += x.blended_tokens;
+    output += x.completion_tokens;
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double t = 0;
+    for (double x : v) t += x;
+    return v.empty() ? 0.0 : t / double(v.size());
+  };
+  s.ttft_mean = mean(ttft), s.ttft_p50 = percentile(ttft, 50), s.ttft_p90 = percentile(ttft, 90),
+  s.ttft_p99 = percentile(ttft, 99);
+  s.e2e_mean = mean(e2e), s.e2e_p50 = percentile(e2e, 50), s.e2e_p90 = percentile(e2e, 90), s.e2e_p99 = percentile(e2e, 99);
+  if (r.wall_s > 0) {
+    s.requests_per_s = double(ttft.size()) / r.wall_s;
+    s.output_tokens_per_s = double(output) / r.wall_s;
+    s.prompt_tokens_per_s = double(prompt) / r.wall_s;
+  }
+  s.cached_share = prompt ? double(cached) / double(prompt) : 0;
+  s.blended_share = prompt ? double(blended) / double(prompt) : 0;
+  s.computed_share = prompt ? 1.0 - s.cached_share - s.blended_share : 0;
+  return s;
+}
+
+std::string summary_table(const LoadgenOptions& o, const LoadgenSummary& s) {
+  char buf[2048];
+  std::snprintf(buf, sizeof buf,
+                "loadgen: %s, %u users x %u rounds, system %u + history %u + question %u tokens, answer %u tokens%s\n"
+                "  requests         %zu (%zu errors) in %.2f s\n"
+                "  TTFT (ms)        mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n"
+                "  e2e latency (ms) mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f\n"
+                "  throughput       %.2f req/s  %.1f output tok/s  %.1f prompt tok/s\n"
+                "  prompt tokens    %.1f%% exactly cached, %.1f%% blended (approximate), %.1f%% computed\n",
+                o.url.c_str(), o.users, o.rounds, o.system_prompt_tokens, o.history_tokens, o.question_tokens,
+                o.answer_tokens, o.qps > 0 ? (", qps " + std::to_string(o.qps)).c_str() : ", closed loop", s.requests,
+                s.errors, s.wall_s, s.ttft_mean * 1e3, s.ttft_p50 * 1e3, s.ttft_p90 * 1e3, s.ttft_p99 * 1e3,
+                s.e2e_mean * 1e3, s.e2e_p50 * 1e3, s.e2e_p90 * 1e3, s.e2e_p99 * 1e3, s.requests_per_s,
+                s.output_tokens_per_s, s.prompt_tokens_per_s, s.cached_share * 100, s.blended_share * 100,
+                s.computed_share * 100);
+  std::string out = buf;
+  if (!s.first_error.empty()) out += "  first error      " + s.first_error + "\n";
+  return out;
+}
+
+std::string summary_json(const LoadgenOptions& o, const LoadgenSummary& s) {
+  json j = {{"url", o.url},
+            {"users", o.users},
+            {"rounds", o.rounds},
+            {"system_prompt_tokens", o.system_prompt_tokens},
+            {"history_tokens", o.history_tokens},
+            {"question_tokens", o.question_tokens},
+            {"answer_tokens", o.answer_tokens},
+            {"qps", o.qps},
+            {"seed", o.seed},
+            {"requests", s.requests},
+            {"errors", s.errors},
+            {"wall_s", s.wall_s},
+            {"ttft_ms", {{"mean", s.ttft_mean * 1e3}, {"p50", s.ttft_p50 * 1e3}, {"p90", s.ttft_p90 * 1e3}, {"p99", s.ttft_p99 * 1e3}}},
+            {"e2e_ms", {{"mean", s.e2e_mean * 1e3}, {"p50", s.e2e_p50 * 1e3}, {"p90", s.e2e_p90 * 1e3}, {"p99", s.e2e_p99 * 1e3}}},
+            {"requests_per_s", s.requests_per_s},
+            {"output_tokens_per_s", s.output_tokens_per_s},
+            {"prompt_tokens_per_s", s.prompt_tokens_per_s},
+            {"cached_share", s.cached_share},
+            {"blended_share", s.blended_share},
+            {"computed_share", s.computed_share}};
+  if (o.rag)
+    j["rag"] = {{"docs_pool", o.docs_pool}, {"docs_per_request", o.docs_per_request}, {"doc_tokens", o.doc_tokens}};
+  if (!s.first_error.empty()) j["first_error"] = s.first_error;
+  return j.dump();
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,118 @@
+#include "server/chat_prompt.h"
+
+#include <xxhash.h>
+
+namespace kvtier {
+namespace {
+
+uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+
+}  // namespace
+
+Result<ChatPrompts> ChatPrompts::create(const TextCodec& codec, const std::string& template_source) {
+  if (template_source.empty())
+    return unavailable(codec, "this model has no chat template (tokenizer.chat_template); start the server with "
+                              "--chat-template FILE");
+  auto tmpl = text::ChatTemplate::parse(template_source);
+  if (!tmpl.ok()) return Status::InvalidArgument("chat template: " + tmpl.status().message());
+  return ChatPrompts(&codec, std::move(tmpl).value(), {});
+}
+
+ChatPrompts ChatPrompts::unavailable(const TextCodec& codec, std::string reason) {
+  return ChatPrompts(&codec, std::nullopt, std::move(reason));
+}
+
+Result<std::vector<TokenId>> ChatPrompts::build(const nlohmann::ordered_json& messages, std::string& rendered,
+                                                size_t max_text_bytes) const {
+  if (!tmpl_) return Status::InvalidArgument(unavailable_);
+  nlohmann::ordered_json context = {{"messages", messages},
+                                    {"add_generation_prompt", true},
+                                    {"bos_token", codec_->bos_token},
+                                    {"eos_token", codec_->eos_token}};
+  KVTIER_ASSIGN_OR_RETURN(rendered, tmpl_->render(context));
+  if (rendered.size() > max_text_bytes)
+    return Status::OutOfRange("the rendered conversation has " + std::to_string(rendered.size()) +
+                              " bytes, more than the " + std::to_string(max_text_bytes) + " accepted");
+  std::vector<TokenId> plain = codec_->tokenize(rendered, {.add_bos = true, .parse_special = true});
+  auto spliced = splice(messages, rendered);
+  if (!spliced || *spliced == plain || codec_->detokenize_special(*spliced) != codec_->detokenize_special(plain))
+    return plain;
+  std::lock_guard lk(memo_->mu);
+  ++memo_->spliced;
+  return *std::move(spliced);
+}
+
+std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& rendered,
+                                                             std::span<const std::string> segment_texts) const {
+  Segmented out;
+  size_t from = 0;
+  auto append = [&](std::string_view piece) {
+    const auto ids = codec_->tokenize(piece, {.add_bos = out.tokens.empty(), .parse_special = true});
+    out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
+  };
+  for (const std::string& text : segment_texts) {
+    const size_t at = rendered.find(text, from);
+    if (at == std::string::npos) return std::nullopt;
+    append(std::string_view(rendered).substr(from, at - from));
+    const uint32_t begin = uint32_t(out.tokens.size());
+    append(text);
+    out.segments.push_back({begin, uint32_t(out.tokens.size())});
+    from = at + text.size();
+  }
+  append(std::string_view(rendered).substr(from));
+  return out;
+}
+
+// The remembered ids of the longest rendering prefix that ends an assistant message, then the rest tokenized.
+std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_json& messages,
+                                                        const std::string& rendered) const {
+  std::optional<std::vector<TokenId>> best;
+  size_t best_end = 0, from = 0;
+  for (const auto& m : messages) {
+    if (m["role"] != "assistant" || !m["content"].is_string()) continue;
+    const std::string& content = m["content"].get_ref<const std::string&>();
+    if (content.empty()) continue;
+    const size_t at = rendered.find(content, from);
+    if (at == std::string::npos) continue;
+    from = at + content.size();
+    std::lock_guard lk(memo_->mu);
+    auto it = memo_->ids.find(text_hash(std::string_view(rendered).substr(0, from)));
+    if (it != memo_->ids.end()) best = it->second, best_end = from;
+  }
+  if (!best) return std::nullopt;
+  const auto rest = codec_->tokenize(std::string_view(rendered).substr(best_end), {.add_bos = false, .parse_special = true});
+  best->insert(best->end(), rest.begin(), rest.end());
+  return best;
+}
+
+void ChatPrompts::remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
+                           std::span<const TokenId> reply) {
+  if (prompt.size() + reply.size() > kMaxTokens) return;
+  std::vector<TokenId> ids(prompt.begin(), prompt.end());
+  ids.insert(ids.end(), reply.begin(), reply.end());
+  const uint64_t key = text_hash(rendered + reply_text);
+  std::lock_guard lk(memo_->mu);
+  Memo& m = *memo_;
+  if (auto it = m.ids.find(key); it != m.ids.end()) {  // already queued: replace in place
+    m.tokens = m.tokens - it->second.size() + ids.size();
+    it->second = std::move(ids);
+    return;
+  }
+  while (!m.order.empty() && m.tokens + ids.size() > kMaxTokens) {
+    if (auto it = m.ids.find(m.order.front()); it != m.ids.end()) {
+      m.tokens -= it->second.size();
+      m.ids.erase(it);
+    }
+    m.order.pop_front();
+  }
+  m.tokens += ids.size();
+  m.order.push_back(key);
+  m.ids.emplace(key, std::move(ids));
+}
+
+uint64_t ChatPrompts::spliced() const {
+  std::lock_guard lk(memo_->mu);
+  return memo_->spliced;
+}
+
+}  // namespace kvtier

@@ -1,0 +1,81 @@
+// The syntax tree of a parsed Jinja template (jinja_parser.h builds it,
+// jinja_interpreter.h runs it). Plain immutable data once built; a parsed
+// template is shared by every render, on any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "text/jinja/jinja_value.h"
+
+namespace kvtier::text::jinja {
+
+struct Expr;
+using ExprPtr = std::unique_ptr<const Expr>;
+
+struct Expr {
+  enum class Kind {
+    kLiteral,    // literal (a scalar or string)
+    kName,       // name
+    kList,       // args: items
+    kTuple,      // args: items
+    kDict,       // args: key0, value0, key1, value1...
+    kAttribute,  // args[0].name
+    kIndex,      // args[0][args[1]]
+    kSlice,      // args[0][args[1]:args[2]:args[3]] (absent parts are null)
+    kCall,       // args[0](args[1:], keywords)
+    kFilter,     // args[0] | name(args[1:], keywords)
+    kTest,       // args[0] is [not] name(args[1:])
+    kUnary,      // name ("-", "+", "not") args[0]
+    kBinary,     // args[0] name args[1]: + - * / // % ** ~ == != < <= > >= in "not in"
+    kAnd,
+    kOr,
+    kConditional,  // args[1] if args[0] else args[2] (args[2] may be null)
+  };
+  Kind kind = Kind::kLiteral;
+  int line = 0;
+  Value literal;
+  std::string name;
+  bool negated = false;  // kTest: `is not`
+  std::vector<ExprPtr> args;
+  std::vector<std::pair<std::string, ExprPtr>> keywords;
+};
+
+struct Node;
+using NodePtr = std::unique_ptr<const Node>;
+using Body = std::vector<NodePtr>;
+
+struct MacroParam {
+  std::string name;
+  ExprPtr default_value;  // null: required
+};
+
+struct Node {
+  enum class Kind {
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // branches (condition, body); else_body
+    kFor,       // for targets in expr [if condition]: body [else: else_body]
+    kSet,       // set targets[0][.attribute] = expr; or set (t0, t1...) = expr
+    kSetBlock,  // set targets[0] %} body {% endset
+    kMacro,     // macro name(params): body
+    kBreak,
+    kContinue,
+  };
+  Kind kind = Kind::kText;
+  int line = 0;
+  std::string text;
+  ExprPtr expr;
+  ExprPtr condition;
+  std::vector<std::string> targets;
+  std::string attribute;  // kSet on a namespace: `set ns.attribute = ...`
+  std::vector<std::pair<ExprPtr, Body>> branches;
+  Body body;
+  Body else_body;
+  std::string name;
+  std::vector<MacroParam> params;
+};
+
+}  // namespace kvtier::text::jinja

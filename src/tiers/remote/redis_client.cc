@@ -1,0 +1,498 @@
+#include "tiers/remote/redis_client.h"
+
+#include <hiredis/hiredis.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <ctime>
+
+namespace kvtier {
+
+void RedisReplyDeleter::operator()(redisReply* r) const {
+  if (r) freeReplyObject(r);
+}
+
+namespace {
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+// hiredis writes with write(2): a peer that died turns the next write into a
+// SIGPIPE that would kill the process. The library must not change process-
+// wide signal handling, so SIGPIPE is blocked on this thread for the
+// duration of a call and any instance it raised is consumed before unblocking.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGPIPE);
+    blocked_ = pthread_sigmask(SIG_BLOCK, &block, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        sigset_t just;
+        sigemptyset(&just);
+        sigaddset(&just, SIGPIPE);
+        timespec zero{0, 0};
+        while (sigtimedwait(&just, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+
+ private:
+  sigset_t old_;
+  bool blocked_ = false, was_pending_ = false;
+};
+
+bool is_timeout(const redisContext* c) {
+  return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
+}
+
+std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
+  std::string what = c->errstr[0] ? c->errstr : "connection lost";
+  if (c->err == REDIS_ERR_EOF) what = "server closed the connection";
+  return "redis " + ep.to_string() + ": " + what;
+}
+
+// Sends `pieces` straight to the context's socket (blocking, bounded by its
+// send timeout). On failure the context carries the error, as hiredis does.
+bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
+  std::vector<iovec> iov;
+  iov.reserve(pieces.size());
+  for (auto p : pieces)
+    if (!p.empty()) iov.push_back(iovec{const_cast<char*>(p.data()), p.size()});
+  size_t i = 0;
+  while (i < iov.size()) {
+    msghdr m{};
+    m.msg_iov = iov.data() + i;
+    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
+    ssize_t n = ::sendmsg(c->fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      c->err = REDIS_ERR_IO;
+      std::snprintf(c->errstr, sizeof c->errstr, "%s", std::strerror(errno));
+      return false;
+    }
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      const size_t take = std::min(left, iov[i].iov_len);
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + take;
+      iov[i].iov_len -= take;
+      left -= take;
+      if (iov[i].iov_len == 0) ++i;
+    }
+    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  }
+  return true;
+}
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381".
+bool parse_redirect(std::string_view err, std::string_view verb, const RedisEndpoint& from, uint16_t& slot,
+                    RedisEndpoint& to) {
+  if (err.substr(0, verb.size()) != verb || err.size() <= verb.size() || err[verb.size()] != ' ') return false;
+  err.remove_prefix(verb.size() + 1);
+  const size_t sp = err.find(' ');
+  if (sp == std::string_view::npos) return false;
+  unsigned s = 0;
+  auto [end, ec] = std::from_chars(err.data(), err.data() + sp, s);
+  if (ec != std::errc() || end != err.data() + sp || s >= kRedisSlots) return false;
+  std::string_view addr = err.substr(sp + 1);
+  std::string with_host;
+  if (!addr.empty() && addr.front() == ':') {  // a node that does not know its address
+    with_host = from.host + std::string(addr);
+    addr = with_host;
+  }
+  auto ep = parse_redis_endpoint(addr);
+  if (!ep.ok()) return false;
+  slot = static_cast<uint16_t>(s);
+  to = *ep;
+  return true;
+}
+
+}  // namespace
+
+Status RedisClientOptions::validate() const {
+  if (seeds.empty()) return Status::InvalidArgument("redis: at least one host:port is needed");
+  for (const auto& s : seeds)
+    if (s.host.empty() || s.port == 0) return Status::InvalidArgument("redis: bad seed address '" + s.to_string() + "'");
+  if (connect_timeout.count() <= 0 || command_timeout.count() <= 0)
+    return Status::InvalidArgument("redis: timeouts must be > 0 ms");
+  if (pool_size == 0 || pool_size > 1024) return Status::InvalidArgument("redis: pool_size must be in [1, 1024]");
+  if (!username.empty() && password.empty()) return Status::InvalidArgument("redis: a username needs a password");
+  return Status::Ok();
+}
+
+struct RedisClient::Topology {
+  bool cluster = false;
+  RedisSlotMap map;  // standalone: nodes = {the server}
+};
+
+struct RedisClient::Session {
+  RedisClient* client = nullptr;
+  uint64_t epoch = 0;
+  std::vector<std::pair<RedisEndpoint, redisContext*>> conns;  // a few nodes at most: linear search
+
+  ~Session() { drop_all(); }
+  void drop_all() {
+    for (auto& [ep, c] : conns) redisFree(c);
+    conns.clear();
+  }
+  void drop(redisContext* c) {
+    for (size_t i = 0; i < conns.size(); ++i)
+      if (conns[i].second == c) {
+        redisFree(c);
+        conns.erase(conns.begin() + static_cast<long>(i));
+        return;
+      }
+  }
+  Result<redisContext*> get(const RedisEndpoint& ep) {
+    for (auto& [e, c] : conns)
+      if (e == ep) return c;
+    const RedisClientOptions& o = client->options_;
+    redisContext* c = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(o.connect_timeout));
+    if (!c || c->err) {
+      std::string msg = c ? context_error(c, ep) : "redis " + ep.to_string() + ": out of memory";
+      if (c) redisFree(c);
+      ++client->counters_.connect_failures;
+      return Status::Unavailable(msg);
+    }
+    redisSetTimeout(c, to_timeval(o.command_timeout));
+    redisEnableKeepAlive(c);
+    c->reader->maxbuf = 0;  // keep the read buffer between large values instead of freeing it
+    if (!o.password.empty()) {
+      redisReply* r = o.username.empty()
+                          ? static_cast<redisReply*>(redisCommand(c, "AUTH %b", o.password.data(), o.password.size()))
+                          : static_cast<redisReply*>(redisCommand(c, "AUTH %b %b", o.username.data(), o.username.size(),
+                                                                  o.password.data(), o.password.size()));
+      std::string err;
+      if (!r) err = context_error(c, ep);
+      else if (r->type == REDIS_REPLY_ERROR) err = "redis " + ep.to_string() + ": AUTH failed: " + std::string(r->str, r->len);
+      if (r) freeReplyObject(r);
+      if (!err.empty()) {
+        redisFree(c);
+        ++client->counters_.connect_failures;
+        return Status::Unavailable(err);
+      }
+    }
+    ++client->counters_.connects;
+    conns.emplace_back(ep, c);
+    return c;
+  }
+};
+
+RedisClient::RedisClient(const RedisClientOptions& o) : options_(o) {}
+RedisClient::~RedisClient() = default;
+
+Result<std::unique_ptr<RedisClient>> RedisClient::create(const RedisClientOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  return std::unique_ptr<RedisClient>(new RedisClient(o));
+}
+
+std::unique_ptr<RedisClient::Session> RedisClient::acquire() {
+  std::unique_lock lock(mu_);
+  pool_cv_.wait(lock, [&] { return !idle_.empty() || sessions_ < options_.pool_size; });
+  std::unique_ptr<Session> s;
+  if (!idle_.empty()) {
+    s = std::move(idle_.back());
+    idle_.pop_back();
+  } else {
+    ++sessions_;
+    s = std::make_unique<Session>();
+    s->client = this;
+    s->epoch = epoch_.load();
+  }
+  lock.unlock();
+  // A transport error anywhere means the server may have restarted: connections
+  // opened before it are suspect, so they are replaced rather than probed.
+  const uint64_t e = epoch_.load();
+  if (s->epoch != e) {
+    s->drop_all();
+    s->epoch = e;
+  }
+  return s;
+}
+
+void RedisClient::release(std::unique_ptr<Session> s) {
+  std::lock_guard lock(mu_);
+  idle_.push_back(std::move(s));
+  pool_cv_.notify_one();
+}
+
+std::shared_ptr<const RedisClient::Topology> RedisClient::topology() const {
+  std::lock_guard lock(mu_);
+  return topology_;
+}
+
+void RedisClient::note_transport_error(bool timeout) {
+  ++counters_.transport_errors;
+  if (timeout) ++counters_.timeouts;
+  ++epoch_;
+}
+
+void RedisClient::note_moved(uint16_t slot, const RedisEndpoint& to) {
+  ++counters_.moved;
+  std::lock_guard lock(mu_);
+  auto t = std::make_shared<Topology>(topology_ ? *topology_ : Topology{});
+  t->cluster = true;
+  t->map.owner[slot] = t->map.node_index(to);
+  topology_ = std::move(t);
+  stale_ = true;
+}
+
+Status RedisClient::learn_topology(Session& s) {
+  Status last = Status::Unavailable("redis: no seed reachable");
+  // Known masters first (they survive seed failures), then the seeds.
+  std::vector<RedisEndpoint> candidates;
+  if (auto t = topology()) candidates = t->map.nodes;
+  for (const auto& e : options_.seeds) candidates.push_back(e);
+  for (const auto& ep : candidates) {
+    auto c = s.get(ep);
+    if (!c.ok()) {
+      last = c.status();
+      continue;
+    }
+    auto t = std::make_shared<Topology>();
+    if (options_.cluster != RedisClusterMode::kOff) {
+      RedisReplyPtr r(static_cast<redisReply*>(redisCommand(*c, "CLUSTER SLOTS")));
+      if (!r) {
+        last = Status::Unavailable(context_error(*c, ep));
+        note_transport_error(is_timeout(*c));
+        s.drop(*c);
+        continue;
+      }
+      if (r->type == REDIS_REPLY_ERROR) {
+        if (options_.cluster == RedisClusterMode::kOn)
+          return Status::FailedPrecondition("redis " + ep.to_string() + " is not a cluster node: " + std::string(r->str, r->len));
+      } else {
+        auto map = parse_cluster_slots(r.get(), ep.host);
+        if (!map.ok()) return map.status();
+        if (map->covered_slots() == 0) {
+          last = Status::Unavailable("redis cluster at " + ep.to_string() + " serves no slots yet");
+          continue;
+        }
+        t->cluster = true;
+        t->map = std::move(*map);
+      }
+    }
+    if (!t->cluster) t->map.nodes = {ep};
+    ++counters_.refreshes;
+    std::lock_guard lock(mu_);
+    topology_ = std::move(t);
+    stale_ = false;
+    return Status::Ok();
+  }
+  return last;
+}
+
+Status RedisClient::connect() {
+  SigpipeGuard guard;
+  auto s = acquire();
+  Status st = topology() ? Status::Ok() : learn_topology(*s);
+  release(std::move(s));
+  return st;
+}
+
+Status RedisClient::run(std::span<RedisCommand> cmds) {
+  if (cmds.empty()) return Status::Ok();
+  SigpipeGuard guard;
+  auto s = acquire();
+  Status st = run_in(*s, cmds);
+  release(std::move(s));
+  return st;
+}
+
+Result<RedisReplyPtr> RedisClient::command(std::vector<std::string_view> args, uint32_t key_arg) {
+  RedisCommand c;
+  c.args = std::move(args);
+  c.key_arg = key_arg;
+  KVTIER_RETURN_IF_ERROR(run({&c, 1}));
+  return std::move(c.reply);
+}
+
+Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
+  if (!topology() || stale_.load()) {
+    Status t = learn_topology(s);
+    if (!t.ok() && !topology()) {
+      for (auto& c : cmds) c.status = t;
+      return t;
+    }
+  }
+  auto topo = topology();
+  Status first_error;
+  auto fail = [&](size_t i, const Status& e) {
+    cmds[i].status = e;
+    if (first_error.ok()) first_error = e;
+  };
+  struct Group {
+    RedisEndpoint ep;
+    std::vector<size_t> idx;
+    redisContext* c = nullptr;
+  };
+  std::vector<size_t> pending(cmds.size());
+  for (size_t i = 0; i < cmds.size(); ++i) {
+    pending[i] = i;
+    cmds[i].reply.reset();
+    cmds[i].status = Status::Ok();
+  }
+  std::vector<RedisEndpoint> ask_to(cmds.size());  // port 0: no ASK pending
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  for (uint32_t hop = 0; !pending.empty(); ++hop) {
+    if (hop > options_.max_redirects) {
+      for (size_t i : pending) fail(i, Status::Unavailable("redis: too many MOVED/ASK redirects"));
+      break;
+    }
+    std::vector<Group> groups;
+    for (size_t i : pending) {
+      RedisEndpoint ep;
+      if (ask_to[i].port != 0) {
+        ep = ask_to[i];
+      } else if (topo->cluster) {
+        const auto& a = cmds[i].args;
+        const uint16_t slot = cmds[i].key_arg < a.size() ? redis_key_slot(a[cmds[i].key_arg]) : 0;
+        const uint16_t owner = topo->map.owner[slot];
+        if (owner == RedisSlotMap::kNoOwner) {
+          fail(i, Status::Unavailable("redis cluster: slot " + std::to_string(slot) + " has no master"));
+          stale_ = true;
+          continue;
+        }
+        ep = topo->map.nodes[owner];
+      } else {
+        ep = topo->map.nodes[0];
+      }
+      auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.ep == ep; });
+      if (g == groups.end()) g = groups.insert(groups.end(), Group{ep, {}, nullptr});
+      g->idx.push_back(i);
+    }
+    // Queue every pipeline, then write them all, then read: nodes work in parallel.
+    std::vector<char> asked(cmds.size(), 0);
+    auto flush = [](redisContext* c) {
+      int done = 0;
+      while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+      return true;
+    };
+    for (auto& g : groups) {
+      auto c = s.get(g.ep);
+      if (!c.ok()) {
+        note_transport_error(false);
+        for (size_t i : g.idx) fail(i, c.status());
+        continue;
+      }
+      g.c = *c;
+      for (size_t i : g.idx) {
+        if (ask_to[i].port != 0) {
+          redisAppendCommand(g.c, "ASKING");
+          asked[i] = 1;
+          ask_to[i] = RedisEndpoint{};
+        }
+        if (!cmds[i].formatted.empty()) {
+          // Whatever is queued goes first; a failure surfaces in the write loop below.
+          if (!flush(g.c) || !send_pieces(g.c, cmds[i].formatted)) break;
+          continue;
+        }
+        argv.clear();
+        argl.clear();
+        for (auto a : cmds[i].args) {
+          argv.push_back(a.data());
+          argl.push_back(a.size());
+        }
+        redisAppendCommandArgv(g.c, static_cast<int>(argv.size()), argv.data(), argl.data());
+      }
+    }
+    auto broken = [&](Group& g, size_t from) {
+      note_transport_error(is_timeout(g.c));
+      Status e = Status::Unavailable(context_error(g.c, g.ep) + (is_timeout(g.c) ? " (timeout)" : ""));
+      for (size_t k = from; k < g.idx.size(); ++k) fail(g.idx[k], e);
+      s.drop(g.c);
+      g.c = nullptr;
+    };
+    for (auto& g : groups)
+      if (g.c && (g.c->err || !flush(g.c))) broken(g, 0);
+    std::vector<size_t> next;
+    for (auto& g : groups) {
+      for (size_t k = 0; g.c && k < g.idx.size(); ++k) {
+        const size_t i = g.idx[k];
+        void* raw = nullptr;
+        if (asked[i]) {
+          if (redisGetReply(g.c, &raw) != REDIS_OK) {
+            broken(g, k);
+            break;
+          }
+          freeReplyObject(raw);
+        }
+        if (redisGetReply(g.c, &raw) != REDIS_OK) {
+          broken(g, k);
+          break;
+        }
+        RedisReplyPtr r(static_cast<redisReply*>(raw));
+        if (topo->cluster && r->type == REDIS_REPLY_ERROR) {
+          const std::string_view err(r->str, r->len);
+          uint16_t slot = 0;
+          RedisEndpoint to;
+          if (parse_redirect(err, "MOVED", g.ep, slot, to)) {
+            note_moved(slot, to);
+            next.push_back(i);
+            continue;
+          }
+          if (parse_redirect(err, "ASK", g.ep, slot, to)) {
+            ++counters_.ask;
+            ask_to[i] = to;
+            next.push_back(i);
+            continue;
+          }
+        }
+        cmds[i].reply = std::move(r);
+      }
+    }
+    pending = std::move(next);
+    topo = topology();  // MOVED replies updated it
+  }
+  return first_error;
+}
+
+bool RedisClient::is_cluster() const {
+  auto t = topology();
+  return t && t->cluster;
+}
+
+std::vector<RedisEndpoint> RedisClient::nodes() const {
+  auto t = topology();
+  return t ? t->map.nodes : std::vector<RedisEndpoint>{};
+}
+
+RedisClientStats RedisClient::stats() const {
+  RedisClientStats s;
+  s.connects = counters_.connects.load();
+  s.connect_failures = counters_.connect_failures.load();
+  s.transport_errors = counters_.transport_errors.load();
+  s.timeouts = counters_.timeouts.load();
+  s.moved = counters_.moved.load();
+  s.ask = counters_.ask.load();
+  s.topology_refreshes = counters_.refreshes.load();
+  return s;
+}
+
+}  // namespace kvtier

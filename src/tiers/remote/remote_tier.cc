@@ -1,0 +1,464 @@
+#include "tiers/remote/remote_tier.h"
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvtier {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_oom(const redisReply* r) {
+  return r && r->type == REDIS_REPLY_ERROR && r->len >= 3 && std::strncmp(r->str, "OOM", 3) == 0;
+}
+
+std::string reply_error(const redisReply* r) {
+  return "redis: " + (r && r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("unexpected reply"));
+}
+
+}  // namespace
+
+Status RemoteTierOptions::validate() const {
+  KVTIER_RETURN_IF_ERROR(geometry.validate());
+  KVTIER_RETURN_IF_ERROR(redis.validate());
+  if (ttl.count() < 0) return Status::InvalidArgument("remote: ttl must be >= 0");
+  if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
+    return Status::InvalidArgument("remote: backoff must satisfy 0 < initial <= max");
+  const size_t entry = chunk_entry_layout(geometry, geometry.chunk_pages, 1, auth != nullptr).entry_bytes;
+  if (max_batch_bytes < entry)
+    return Status::InvalidArgument("remote: max_batch_bytes must hold one chunk entry (" + std::to_string(entry) + " bytes)");
+  if (entry > (size_t(512) << 20)) return Status::InvalidArgument("remote: a chunk entry exceeds Redis's 512 MiB value limit");
+  return Status::Ok();
+}
+
+RemoteTier::RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> c)
+    : options_(o), client_(std::move(c)), ttl_ms_(std::to_string(o.ttl.count())) {}
+
+RemoteTier::~RemoteTier() = default;
+
+Result<std::unique_ptr<RemoteTier>> RemoteTier::create(const RemoteTierOptions& o) {
+  KVTIER_RETURN_IF_ERROR(o.validate());
+  KVTIER_ASSIGN_OR_RETURN(auto client, RedisClient::create(o.redis));
+  std::unique_ptr<RemoteTier> t(new RemoteTier(o, std::move(client)));
+  Status st = t->client_->connect();
+  // A wrong cluster setting is a configuration error; an unreachable server is not.
+  if (st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kCorruption) return st;
+  t->note_result(st);
+  return t;
+}
+
+std::string RemoteTier::key_of(const ChunkKey& key) const {
+  std::string k = "kvtier:";
+  k += std::to_string(kChunkFormatVersion);
+  k += ':';
+  if (options_.auth) return k + "a:" + options_.auth->key_name(key.ns, key.hash);
+  k += key.ns.to_hex();
+  k += ':';
+  k += key.hash.to_hex();
+  return k;
+}
+
+bool RemoteTier::degraded() const { return now_ns() < degraded_until_ns_.load(std::memory_order_relaxed); }
+
+Status RemoteTier::admit() {
+  if (!degraded()) return Status::Ok();
+  ++counters_.fast_fails;
+  return Status::Unavailable("remote tier degraded (Redis unreachable or failing; retrying with backoff)");
+}
+
+void RemoteTier::note_result(const Status& s) {
+  if (s.ok()) {
+    consecutive_failures_.store(0, std::memory_order_relaxed);
+    degraded_until_ns_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  ++counters_.io_errors;
+  const uint32_t n = ++consecutive_failures_;
+  if (n == 1) ++counters_.episodes;
+  // Doubling backoff, capped: a dead server costs one failed probe per window.
+  int64_t backoff = std::chrono::nanoseconds(options_.backoff_initial).count();
+  const int64_t cap = std::chrono::nanoseconds(options_.backoff_max).count();
+  for (uint32_t i = 1; i < n && backoff < cap; ++i) backoff *= 2;
+  degraded_until_ns_.store(now_ns() + std::min(backoff, cap), std::memory_order_relaxed);
+}
+
+// ----------------------------------------------------------------- puts ----
+
+void RemoteTier::put_batch(std::span<PutOp> ops) {
+  std::vector<PutOp*> valid;
+  for (auto& op : ops) {
+    op.status = validate_put(options_.geometry, op);
+    if (op.status.ok()) valid.push_back(&op);
+  }
+  if (valid.empty()) return;
+  if (Status a = admit(); !a.ok()) {
+    for (auto* op : valid) op->status = a;
+    return;
+  }
+  const ChunkGeometry& g = options_.geometry;
+  size_t begin = 0;
+  while (begin < valid.size()) {
+    // One pipeline per max_batch_bytes of entries.
+    size_t end = begin, bytes = 0;
+    while (end < valid.size()) {
+      const size_t b = chunk_entry_layout(g, static_cast<uint32_t>(valid[end]->page_hashes.size()), 1, options_.auth != nullptr).entry_bytes;
+      if (end > begin && bytes + b > options_.max_batch_bytes) break;
+      bytes += b;
+      ++end;
+    }
+    // Each SET (SET key <entry> [PX ttl]) goes out as a gather list: RESP
+    // head and entry metadata from a small buffer, the payload from where the
+    // caller holds it (no copy), then the RESP tail.
+    std::vector<std::string> keys, heads;
+    std::vector<std::vector<std::byte>> encoded;  // stored payloads under a codec (the raw one is sent as is)
+    std::vector<RedisCommand> cmds;
+    const bool px = options_.ttl.count() > 0;
+    const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
+    keys.reserve(end - begin);  // commands hold views into these strings
+    heads.reserve(end - begin);
+    encoded.reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      PutOp& op = *valid[i];
+      const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1, options_.auth != nullptr);
+      keys.push_back(key_of(op.key));
+      const std::string& k = keys.back();
+      std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
+                         "\r\n$" + std::to_string(lay.entry_bytes) + "\r\n";
+      const size_t meta_at = head.size();
+      head.resize(meta_at + lay.payload_offset);
+      std::span<const std::byte> stored = op.payload;
+      if (g.codec != KvCodec::kNone) {
+        encoded.emplace_back(lay.payload_bytes);
+        op.status = encode_chunk_payload(g, static_cast<uint32_t>(op.page_hashes.size()), op.payload, encoded.back());
+        if (!op.status.ok()) continue;
+        stored = encoded.back();
+      }
+      op.status = encode_chunk_meta(g, op.key, op.page_hashes, stored, ++sequence_, 1,
+                                    {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset},
+                                    options_.auth.get());
+      if (!op.status.ok()) continue;
+      heads.push_back(std::move(head));
+      RedisCommand c;
+      c.args = {"SET", k};
+      // With align 1 the entry is exactly metadata followed by the payload.
+      c.formatted = {heads.back(), {reinterpret_cast<const char*>(stored.data()), stored.size()}, tail};
+      cmds.push_back(std::move(c));
+    }
+    Status transport = client_->run(cmds);
+    bool oom = false;
+    for (size_t i = begin, j = 0; i < end; ++i) {
+      PutOp& op = *valid[i];
+      if (!op.status.ok()) continue;
+      RedisCommand& c = cmds[j++];
+      if (!c.status.ok()) {
+        op.status = c.status;
+      } else if (is_oom(c.reply.get())) {
+        ++counters_.oom;
+        oom = true;
+        op.status = Status::NoSpace(reply_error(c.reply.get()));
+      } else if (c.reply->type != REDIS_REPLY_STATUS) {
+        ++counters_.reply_errors;
+        op.status = Status::IOError(reply_error(c.reply.get()));
+      } else {
+        ++counters_.puts;
+        counters_.bytes_put += op.payload.size();
+      }
+    }
+    note_result(!transport.ok() ? transport : oom ? Status::NoSpace("redis: OOM") : Status::Ok());
+    if (!transport.ok() || oom) {
+      for (size_t i = end; i < valid.size(); ++i) valid[i]->status = transport.ok() ? Status::NoSpace("redis: OOM") : transport;
+      return;
+    }
+    begin = end;
+  }
+}
+
+// ----------------------------------------------------------------- gets ----
+
+void RemoteTier::drop_corrupt(const ChunkKey& key, bool forged) {
+  ++(forged ? counters_.forged : counters_.checksum_failures);
+  const std::string k = key_of(key);
+  (void)client_->command({"DEL", k});  // best effort: a later put rewrites it anyway
+}
+
+void RemoteTier::get_batch(std::span<GetOp> ops) {
+  const ChunkGeometry& g = options_.geometry;
+  std::vector<GetOp*> whole, ranged;
+  for (auto& op : ops) {
+    op.num_pages = 0;
+    // Layer range and a minimum buffer size are checkable before reading; the page count is not.
+    GetOp probe = op;
+    op.status = resolve_get_range(g, 1, probe);
+    if (!op.status.ok()) continue;
+    const bool all = op.first_layer == 0 && probe.num_layers == g.kv.num_layers;
+    (all || !options_.range_reads ? whole : ranged).push_back(&op);
+  }
+  if (whole.empty() && ranged.empty()) return;
+  if (Status a = admit(); !a.ok()) {
+    for (auto* op : whole) op->status = a;
+    for (auto* op : ranged) op->status = a;
+    return;
+  }
+  // Pipelines of at most max_batch_bytes of values each.
+  auto in_batches = [&](std::vector<GetOp*>& list, auto&& fn) {
+    const size_t per = std::max<size_t>(
+        1, options_.max_batch_bytes / chunk_entry_layout(g, g.chunk_pages, 1, options_.auth != nullptr).entry_bytes);
+    for (size_t b = 0; b < list.size(); b += per) fn(std::span(list).subspan(b, std::min(per, list.size() - b)));
+  };
+  in_batches(whole, [&](std::span<GetOp*> s) { get_whole(s); });
+  in_batches(ranged, [&](std::span<GetOp*> s) { get_ranges(s); });
+}
+
+// Verifies `entry` (a value or its metadata prefix) as the entry of op.key; kNotFound for an absent key.
+Status RemoteTier::check_reply_for_get(GetOp& op, const redisReply* r, bool& missing) {
+  missing = r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0);
+  if (missing) return Status::NotFound("remote: no such chunk");
+  if (r->type != REDIS_REPLY_STRING) return Status::Corruption("remote: value is not a string: " + reply_error(r));
+  (void)op;
+  return Status::Ok();
+}
+
+Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole) {
+  const ChunkGeometry& g = options_.geometry;
+  auto meta = whole ? decode_chunk_value(entry, g) : decode_chunk_meta(entry, g);
+  Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
+  if (st.ok() && !(meta->key == key)) st = Status::Corruption("remote: value holds another chunk's entry");
+  if (!st.ok()) {
+    drop_corrupt(key);
+    return st;
+  }
+  st = authenticate_chunk_meta(*meta, entry, options_.auth.get());
+  if (!st.ok()) {
+    drop_corrupt(key, /*forged=*/true);
+    return Status::Corruption("remote: " + st.message());
+  }
+  return meta;
+}
+
+Status RemoteTier::take_layers(GetOp& op, const ChunkMeta& meta, std::span<const std::byte> stored) {
+  const ChunkGeometry& g = options_.geometry;
+  op.codec = meta.codec();
+  if (Status st = accept_chunk_codec(op.codec, options_.accept_lossy); !st.ok()) {
+    ++counters_.lossy_refused;
+    return st;
+  }
+  Status st = verify_chunk_layers(meta, g, op.first_layer, op.num_layers, stored, options_.auth.get());
+  if (st.ok()) st = decode_chunk_layers(op.codec, g, meta.header.num_pages, op.num_layers, stored, op.out);
+  // With a secret every layer check is a keyed tag: a mismatch is a failed authentication.
+  if (!st.ok()) drop_corrupt(op.key, /*forged=*/meta.authenticated());
+  return st;
+}
+
+void RemoteTier::get_whole(std::span<GetOp*> ops) {
+  const ChunkGeometry& g = options_.geometry;
+  const size_t per = options_.ttl.count() > 0 && options_.refresh_ttl_on_hit ? 2 : 1;
+  std::vector<std::string> keys;
+  std::vector<RedisCommand> cmds;
+  for (auto* op : ops) keys.push_back(key_of(op->key));
+  for (auto& k : keys) {
+    cmds.push_back(RedisCommand{{"GET", k}});
+    if (per == 2) cmds.push_back(RedisCommand{{"PEXPIRE", k, ttl_ms_}});
+  }
+  Status transport = client_->run(cmds);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    GetOp& op = *ops[i];
+    RedisCommand& c = cmds[i * per];
+    if (!c.status.ok()) {
+      op.status = c.status;
+      continue;
+    }
+    const redisReply* r = c.reply.get();
+    bool missing = false;
+    op.status = check_reply_for_get(op, r, missing);
+    if (missing) ++counters_.misses;
+    if (!op.status.ok()) {
+      if (op.status.code() == StatusCode::kCorruption) drop_corrupt(op.key);
+      continue;
+    }
+    const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(r->str), r->len);
+    auto meta = check_entry(op.key, entry, /*whole=*/true);
+    if (!meta.ok()) {
+      op.status = meta.status();
+      continue;
+    }
+    const uint32_t n = meta->header.num_pages;
+    op.status = resolve_get_range(g, n, op);
+    if (!op.status.ok()) continue;
+    const size_t lb = g.stored_layer_bytes(n, meta->codec());
+    op.status = take_layers(op, *meta, entry.subspan(meta->header.payload_offset + op.first_layer * lb, op.num_layers * lb));
+    if (!op.status.ok()) continue;
+    op.num_pages = n;
+    ++counters_.hits;
+  }
+  note_result(transport);
+}
+
+void RemoteTier::get_ranges(std::span<GetOp*> ops) {
+  const ChunkGeometry& g = options_.geometry;
+  const uint32_t C = g.chunk_pages;
+  const ChunkEntryLayout full = chunk_entry_layout(g, C, 1, options_.auth != nullptr);
+  // Round 1 assumes full chunks (what KVCache stores); others take a second round.
+  std::vector<std::string> keys, meta_end, r_begin, r_end;
+  for (auto* op : ops) {
+    GetOp probe = *op;
+    (void)resolve_get_range(g, 1, probe);  // resolves kAllLayers
+    const size_t lb = g.stored_layer_bytes(C, g.codec);
+    const size_t off = full.payload_offset + probe.first_layer * lb;
+    keys.push_back(key_of(op->key));
+    meta_end.push_back(std::to_string(full.meta_bytes - 1));
+    r_begin.push_back(std::to_string(off));
+    r_end.push_back(std::to_string(off + probe.num_layers * lb - 1));
+  }
+  const bool touch = options_.ttl.count() > 0 && options_.refresh_ttl_on_hit;
+  const size_t per = touch ? 3 : 2;
+  std::vector<RedisCommand> cmds;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    cmds.push_back(RedisCommand{{"GETRANGE", keys[i], "0", meta_end[i]}});
+    cmds.push_back(RedisCommand{{"GETRANGE", keys[i], r_begin[i], r_end[i]}});
+    if (touch) cmds.push_back(RedisCommand{{"PEXPIRE", keys[i], ttl_ms_}});
+  }
+  Status transport = client_->run(cmds);
+  std::vector<GetOp*> partial;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    GetOp& op = *ops[i];
+    RedisCommand& mc = cmds[i * per];
+    RedisCommand& lc = cmds[i * per + 1];
+    if (!mc.status.ok() || !lc.status.ok()) {
+      op.status = mc.status.ok() ? lc.status : mc.status;
+      continue;
+    }
+    bool missing = false;
+    op.status = check_reply_for_get(op, mc.reply.get(), missing);
+    if (missing) ++counters_.misses;
+    if (!op.status.ok()) {
+      if (op.status.code() == StatusCode::kCorruption) drop_corrupt(op.key);
+      continue;
+    }
+    const redisReply* m = mc.reply.get();
+    auto meta = check_entry(op.key, {reinterpret_cast<const std::byte*>(m->str), m->len}, /*whole=*/false);
+    if (!meta.ok()) {
+      op.status = meta.status();
+      continue;
+    }
+    const uint32_t n = meta->header.num_pages;
+    op.status = resolve_get_range(g, n, op);
+    if (!op.status.ok()) continue;
+    if (n != C || meta->codec() != g.codec) {  // the ranged read assumed another layout
+      partial.push_back(&op);
+      continue;
+    }
+    const redisReply* l = lc.reply.get();
+    const size_t len = op.num_layers * g.stored_layer_bytes(n, g.codec);
+    if (l->type != REDIS_REPLY_STRING || l->len != len) {
+      op.status = Status::Corruption("remote: value truncated");
+      drop_corrupt(op.key);
+      continue;
+    }
+    op.status = take_layers(op, *meta, {reinterpret_cast<const std::byte*>(l->str), len});
+    if (!op.status.ok()) continue;
+    op.num_pages = n;
+    ++counters_.hits;
+  }
+  note_result(transport);
+  // Short chunks: their layers sit elsewhere; reread them whole (rare: KVCache stores full chunks).
+  if (!partial.empty() && transport.ok()) {
+    for (auto* op : partial) {
+      op->status = Status::Ok();
+      op->num_pages = 0;
+    }
+    get_whole(partial);
+  }
+}
+
+size_t RemoteTier::exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) {
+  if (chunk_keys.empty() || !admit().ok()) return 0;
+  std::vector<std::string> keys;
+  keys.reserve(chunk_keys.size());
+  for (const auto& h : chunk_keys) keys.push_back(key_of(ChunkKey{ns, h}));
+  std::vector<RedisCommand> cmds;
+  cmds.reserve(keys.size());
+  for (auto& k : keys) cmds.push_back(RedisCommand{{"EXISTS", k}});
+  Status transport = client_->run(cmds);
+  note_result(transport);
+  size_t n = 0;
+  for (auto& c : cmds) {
+    if (!c.status.ok() || c.reply->type != REDIS_REPLY_INTEGER || c.reply->integer != 1) break;
+    ++n;
+  }
+  return n;
+}
+
+Status RemoteTier::erase(const ChunkKey& key) {
+  KVTIER_RETURN_IF_ERROR(admit());
+  const std::string k = key_of(key);
+  auto r = client_->command({"DEL", k});
+  note_result(r.status());
+  if (!r.ok()) return r.status();
+  if ((*r)->type != REDIS_REPLY_INTEGER) return Status::IOError(reply_error(r->get()));
+  return Status::Ok();
+}
+
+TierStats RemoteTier::stats() const {
+  TierStats s;  // capacity, bytes and entries are the server's (INFO memory / DBSIZE)
+  s.hits = counters_.hits.load();
+  s.misses = counters_.misses.load();
+  s.puts = counters_.puts.load();
+  s.checksum_failures = counters_.checksum_failures.load();
+  s.forged_entries = counters_.forged.load();
+  s.lossy_refused = counters_.lossy_refused.load();
+  s.io_errors = counters_.io_errors.load();
+  return s;
+}
+
+RemoteTierStats RemoteTier::remote_stats() const {
+  RemoteTierStats s;
+  s.fast_fails = counters_.fast_fails.load();
+  s.degraded_episodes = counters_.episodes.load();
+  s.oom_errors = counters_.oom.load();
+  s.reply_errors = counters_.reply_errors.load();
+  s.client = client_->stats();
+  return s;
+}
+
+}  // namespace kvtier
+
+namespace kvtier {
+
+Result<RemoteTier::LinkFigures> RemoteTier::measure_link(size_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  KVTIER_RETURN_IF_ERROR(admit());
+  if (bytes == 0 || bytes > (size_t(256) << 20)) return Status::InvalidArgument("measure_link: bytes must be in (0, 256 MiB]");
+  LinkFigures f;
+  double best = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = Clock::now();
+    auto r = client_->command({"PING"}, 99);
+    note_result(r.status());
+    KVTIER_RETURN_IF_ERROR(r.status());
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  f.latency_s = best;
+  // Several values on one connection, the way a load reads its chunks.
+  const std::string key = "kvtier:probe:" + std::to_string(now_ns());
+  std::string value(bytes, 'k');
+  auto w = client_->command({"SET", key, value, "PX", "60000"});
+  note_result(w.status());
+  KVTIER_RETURN_IF_ERROR(w.status());
+  std::vector<RedisCommand> gets;
+  for (int i = 0; i < 4; ++i) gets.push_back(RedisCommand{{"GET", key}});
+  const auto t0 = Clock::now();
+  Status st = client_->run(gets);
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  note_result(st);
+  (void)client_->command({"DEL", key});
+  KVTIER_RETURN_IF_ERROR(st);
+  f.bytes_per_s = s > 0 ? double(bytes) * gets.size() / s : 0;
+  return f;
+}
+
+}  // namespace kvtier
