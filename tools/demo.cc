@@ -179,13 +179,13 @@ Result<DemoRuntimes> make_runtimes(const DemoOptions& o) {
 
 void print_header(std::FILE* out, const DemoOptions& o, Runtime& rt, bool chat) {
   if (!out) return;
-  auto cfg = nlohmann::json::parse(rt.stats_json());
+  const std::string profile = rt.stats().profile.source;
   std::fprintf(out,
                "  %u conversations x %u turns, system prompt %u tokens, user turns %u tokens, answers %u tokens%s\n"
                "  device pool %.0f MiB, host tier %.0f MiB, disk tier %s (cost profile: %s)\n\n",
                o.conversations, o.turns, o.system_tokens, o.user_tokens, o.answer_tokens,
                chat ? ", prompts rendered with the model's chat template" : "", o.device_bytes / 1048576.0,
-               o.host_bytes / 1048576.0, o.disk_dir.c_str(), cfg["profile"].value("source", "").c_str());
+               o.host_bytes / 1048576.0, o.disk_dir.c_str(), profile.c_str());
   std::fprintf(out, "%-5s %-4s %7s  %21s  %11s %11s %8s  %-5s %s\n", "conv", "turn", "prompt", "cached dev/host/disk",
                "TTFT cache", "TTFT none", "speed-up", "same", "user says ... -> model answers");
 }
@@ -226,10 +226,10 @@ Result<DemoResult> run_demo(const DemoOptions& o, std::FILE* out, std::FILE* pro
       draw_progress(progress, res.turns.size(), total);
     }
   }
-  auto stats = nlohmann::json::parse(rts.cached->stats_json());
-  res.plan_in_place = stats["planner_pages"]["in_place"];
-  res.plan_load = stats["planner_pages"]["load"];
-  res.plan_recompute = stats["planner_pages"]["recompute"];
+  const KVCacheStats stats = rts.cached->stats().cache;
+  res.plan_in_place = stats.plan_pages[0];
+  res.plan_load = stats.plan_pages[1];
+  res.plan_recompute = stats.plan_pages[2];
   return res;
 }
 

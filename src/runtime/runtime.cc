@@ -12,7 +12,6 @@
 #include "runtime/cached_prefill.h"
 #include "runtime/prefill_trace.h"
 #include "runtime/calibration.h"
-#include "runtime/runtime_stats.h"
 #include "common/secrets.h"
 #include "tiers/tier_factory.h"
 
@@ -271,12 +270,7 @@ class RuntimeImpl final : public Runtime {
     seqs_.erase(it);
   }
 
-  std::string stats_json() const override {
-    return runtime_stats_json(cache_->stats(), counters_, stack_.profile, o_, seqs_.size());
-  }
-  std::string metrics_text() const override {
-    return runtime_metrics_text(cache_->stats(), counters_, seqs_.size());
-  }
+  RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, o_, seqs_.size()}; }
   Status flush() override { return cache_->flush(); }
   TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const override {
     return cache_->index().snapshot(options);

@@ -80,6 +80,33 @@ struct PrefillReport {
   std::shared_ptr<const PrefillTrace> trace;
 };
 
+struct RuntimeCounters {
+  uint64_t requests = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t cached_tokens = 0;
+  uint64_t cached_tokens_by_tier[kNumTiers] = {};
+  uint64_t decode_tokens = 0;
+  double ttft_seconds_sum = 0;
+  // Non-prefix reuse (BlendReport), apart from exact cache hits.
+  uint64_t blended_requests = 0;
+  uint64_t blended_tokens = 0;          // segment KV kept (approximate)
+  uint64_t blend_recomputed_tokens = 0; // segment positions recomputed by the selection
+  uint64_t blend_stored_tokens = 0;     // computed to store first-seen segments
+  uint64_t blend_failed_segments = 0;   // segment loads that failed verification (never used)
+
+  void record(const PrefillReport& r);  // runtime_stats.cc
+};
+
+// A Runtime's statistics, as values: the server renders them as JSON and
+// Prometheus text (server/stats_render.h); nothing below it formats them.
+struct RuntimeStats {
+  KVCacheStats cache;
+  RuntimeCounters counters;
+  CostProfile profile;     // what the planner prices with
+  RuntimeOptions options;  // the effective options (its table renders them; secrets hidden)
+  size_t running = 0;      // sequences holding KV pages
+};
+
 // Text ↔ ids with the model's tokenizer. Immutable and safe from any thread,
 // and independent of the Runtime's lifetime (it shares the tokenizer's
 // tables), so HTTP threads tokenize long prompts without holding up the
@@ -169,10 +196,9 @@ class Runtime {
   // Ends a sequence: its full pages are committed to the cache; its pages are released.
   virtual void finish(SeqId seq) = 0;
 
-  // Cache statistics as JSON (per tier occupancy, hits, bytes moved, evictions, checksum failures...).
-  virtual std::string stats_json() const = 0;
-  // Prometheus text lines for the cache and engine (no trailing HELP duplication).
-  virtual std::string metrics_text() const = 0;
+  // Cache and runtime statistics (per tier occupancy, hits, bytes moved,
+  // evictions, checksum failures, the options...). Cheap: a copy of counters.
+  virtual RuntimeStats stats() const = 0;
   // Starts reading the disk/remote part of the prompt's cached prefix into
   // host memory ahead of start() (a scheduler calls it for queued
   // requests). Best effort and bounded; no effect without the cache.

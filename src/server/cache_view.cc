@@ -1,67 +1,49 @@
 #include "server/cache_view.h"
 
-#include <nlohmann/json.hpp>
+#include <algorithm>
 
 namespace kvtier::server {
 namespace {
 
-using nlohmann::json;
-
-uint64_t number(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number_unsigned() ? it->get<uint64_t>() : 0;
-}
-
-void read_by_tier(const json& doc, const char* key, uint64_t (&out)[kNumTiers]) {
-  const auto it = doc.find(key);
-  if (it == doc.end() || !it->is_object()) return;
-  for (int t = 0; t < kNumTiers; ++t) out[t] = number(*it, std::string(tier_name(TierKind(t))).c_str());
-}
-
-// Disk and remote: present only when the document has their object.
-void read_lower_tier(const json& doc, TierKind tier, TierSample& s) {
-  const auto it = doc.find(std::string(tier_name(tier)));
+// Disk and remote: present only when the cache has them.
+void read_lower_tier(const TierStats& st, bool present, TierKind tier, TierSample& s) {
   const int t = int(tier);
-  s.present[t] = it != doc.end() && it->is_object();
-  if (!s.present[t]) return;
-  s.used_bytes[t] = number(*it, "bytes");
-  s.capacity_bytes[t] = number(*it, "capacity_bytes");
-  s.checksum_failures += number(*it, "checksum_failures");
-  s.forged_entries += number(*it, "forged_entries");
+  s.present[t] = present;
+  if (!present) return;
+  s.used_bytes[t] = st.bytes;
+  s.capacity_bytes[t] = st.capacity_bytes;
+  s.checksum_failures += st.checksum_failures;
+  s.forged_entries += st.forged_entries;
 }
 
 }  // namespace
 
-Result<TierSample> tier_sample_from_stats(std::string_view stats_json, double t_s) {
-  const json doc = json::parse(stats_json, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) return Status::InvalidArgument("cache statistics are not a JSON object");
+TierSample tier_sample_from_stats(const RuntimeStats& stats, double t_s) {
+  const KVCacheStats& c = stats.cache;
   TierSample s;
   s.t_s = t_s;
-  const json& device = doc.value("device", json::object());
-  const uint64_t page_bytes = number(device, "page_bytes");
-  s.used_bytes[0] = number(device, "used_pages") * page_bytes;
-  s.capacity_bytes[0] = number(device, "pages") * page_bytes;
-  s.cached_pages[0] = number(device, "cached_pages");
-  const json& host = doc.value("host", json::object());
-  const uint64_t slots = number(host, "slots");
-  s.present[1] = slots > 0;
-  s.used_bytes[1] = (slots - std::min(slots, number(host, "free_slots"))) * page_bytes;
-  s.capacity_bytes[1] = slots * page_bytes;
-  s.cached_pages[1] = number(host, "cached_pages");
-  read_lower_tier(doc, TierKind::kDisk, s);
-  read_lower_tier(doc, TierKind::kRemote, s);
-  s.prompt_tokens = number(doc, "prompt_tokens");
-  read_by_tier(doc, "cached_tokens_by_tier", s.cached_tokens);
-  read_by_tier(doc, "bytes_loaded_by_tier", s.bytes_loaded);
-  read_by_tier(doc, "bytes_stored_by_tier", s.bytes_stored);
-  read_by_tier(doc, "evicted_pages_by_tier", s.evicted_pages);
-  const json& moved = doc.value("moved_down", json::object());
-  s.demoted_pages = number(moved, "demoted_pages");
-  s.spilled_chunks = number(moved, "spilled_chunks");
-  const json& prefetch = doc.value("prefetch", json::object());
-  s.prefetched_pages = number(prefetch, "pages");
-  s.prefetch_failures = number(prefetch, "failures");
-  s.load_failures = number(doc, "load_failures");
+  const uint64_t page_bytes = c.pool.page_bytes;
+  s.used_bytes[0] = uint64_t(c.pool.used_pages) * page_bytes;
+  s.capacity_bytes[0] = uint64_t(c.pool.total_pages) * page_bytes;
+  s.cached_pages[0] = c.index.device_pages;
+  s.present[1] = c.host_slots > 0;
+  s.used_bytes[1] = uint64_t(c.host_slots - std::min(c.host_slots, c.host_free_slots)) * page_bytes;
+  s.capacity_bytes[1] = uint64_t(c.host_slots) * page_bytes;
+  s.cached_pages[1] = c.index.host_pages;
+  read_lower_tier(c.disk, c.disk_present, TierKind::kDisk, s);
+  read_lower_tier(c.remote, c.remote_present, TierKind::kRemote, s);
+  s.prompt_tokens = stats.counters.prompt_tokens;
+  for (int t = 0; t < kNumTiers; ++t) {
+    s.cached_tokens[t] = stats.counters.cached_tokens_by_tier[t];
+    s.bytes_loaded[t] = c.bytes_loaded_by_tier[t];
+    s.bytes_stored[t] = c.bytes_stored_by_tier[t];
+    s.evicted_pages[t] = c.evicted_pages_by_tier[t];
+  }
+  s.demoted_pages = c.demoted_pages;
+  s.spilled_chunks = c.spilled_chunks;
+  s.prefetched_pages = c.prefetched_pages;
+  s.prefetch_failures = c.prefetch_failures;
+  s.load_failures = c.load_failures;
   return s;
 }
 
@@ -133,7 +115,7 @@ std::vector<TierSample> CacheView::samples() {
 
 void CacheView::refresh(const Runtime& runtime, bool with_tree) {
   const auto began = Clock::now();
-  auto sample = tier_sample_from_stats(runtime.stats_json(), std::chrono::duration<double>(began - started_).count());
+  const TierSample sample = tier_sample_from_stats(runtime.stats(), std::chrono::duration<double>(began - started_).count());
   std::shared_ptr<PublishedTree> tree;
   if (with_tree) {
     tree = std::make_shared<PublishedTree>();
@@ -143,11 +125,9 @@ void CacheView::refresh(const Runtime& runtime, bool with_tree) {
   }
   {
     std::lock_guard lk(mu_);
-    if (sample.ok()) {
-      samples_.push_back(*sample);
-      while (samples_.size() > options_.history) samples_.pop_front();
-      last_sample_ = began;
-    }
+    samples_.push_back(sample);
+    while (samples_.size() > options_.history) samples_.pop_front();
+    last_sample_ = began;
     if (!with_tree) sample_pending_ = false;
     if (with_tree) {
       tree_ = std::move(tree);

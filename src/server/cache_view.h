@@ -4,7 +4,7 @@
 // HTTP threads never touch the Runtime. The view asks the scheduler thread
 // to take snapshots between two steps (Scheduler::post) and publishes them:
 //  * a tier sample (occupancy, capacity and the cumulative counters of
-//    Runtime::stats_json) once per `sample_every`, kept for `history`
+//    Runtime::stats) once per `sample_every`, kept for `history`
 //    samples, so hit ratios and link rates over the last minutes exist
 //    before anyone opens the page;
 //  * the prefix tree (Runtime::cache_tree), only when asked for.
@@ -51,8 +51,8 @@ struct TierSample {
   uint64_t checksum_failures = 0, forged_entries = 0, load_failures = 0;
 };
 
-// A sample from Runtime::stats_json's document.
-Result<TierSample> tier_sample_from_stats(std::string_view stats_json, double t_s);
+// A sample of the Runtime's statistics.
+TierSample tier_sample_from_stats(const RuntimeStats& stats, double t_s);
 
 struct PublishedTree {
   TreeSnapshot snapshot;

@@ -1,4 +1,5 @@
 #include "server/http_server.h"
+#include "server/stats_render.h"
 
 #include <httplib.h>
 
@@ -244,8 +245,8 @@ void HttpServer::install_routes() {
     if (!config_.metrics_public && !authorized(req, res)) return;
     const auto c = scheduler_->counts();
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
-    auto rt = scheduler_->call([](Runtime& r) { return r.metrics_text(); });
-    if (rt.ok()) append_prometheus_text(text, *rt);
+    auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
+    if (rt.ok()) append_prometheus_text(text, runtime_metrics_text(*rt));
     else text += "# the cache's series are missing: " + rt.status().to_string() + "\n";
     text += "# HELP kvtier_chat_reply_ids_reused_total Chat prompts that reuse an earlier reply's own token ids.\n"
             "# TYPE kvtier_chat_reply_ids_reused_total counter\nkvtier_chat_reply_ids_reused_total " +
@@ -255,22 +256,18 @@ void HttpServer::install_routes() {
 
   s.Get("/v1/cache/stats", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
-    auto rt = scheduler_->call([](Runtime& r) { return r.stats_json(); });
+    auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
     if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
     const auto c = scheduler_->counts();
-    json cache = json::parse(*rt, nullptr, false);
-    if (cache.is_discarded()) cache = *rt;
-    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", cache}}.dump(), kJson);
+    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}.dump(),
+                    kJson);
   });
 
   s.Post("/v1/cache/flush", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
-    auto rt = scheduler_->call([](Runtime& r) {
-      const Status st = r.flush();
-      return st.ok() ? std::string() : st.to_string();
-    });
-    if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
-    if (!rt->empty()) return send_error(res, error_from_status(Status::Internal("flush failed: " + *rt)));
+    const Status st = scheduler_->call([](Runtime& r) { return r.flush(); });
+    if (st.code() == StatusCode::kUnavailable) return send_error(res, error_from_status(st));
+    if (!st.ok()) return send_error(res, error_from_status(Status::Internal("flush failed: " + st.to_string())));
     res.set_content(json{{"flushed", true}}.dump(), kJson);
   });
 

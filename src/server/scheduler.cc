@@ -195,18 +195,6 @@ Result<std::shared_ptr<RequestState>> Scheduler::submit(GenerationRequest reques
   return state;
 }
 
-Result<std::string> Scheduler::call(std::function<std::string(Runtime&)> fn) {
-  auto promise = std::make_shared<std::promise<std::string>>();
-  auto future = promise->get_future();
-  {
-    std::lock_guard lk(mu_);
-    if (stopped_) return Status::Unavailable("the scheduler has stopped");
-    calls_.push_back([this, fn = std::move(fn), promise] { promise->set_value(fn(*runtime_)); });
-  }
-  cv_.notify_all();
-  return future.get();
-}
-
 bool Scheduler::post(std::function<void(Runtime&)> fn) {
   {
     std::lock_guard lk(mu_);

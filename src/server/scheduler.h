@@ -31,6 +31,8 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -143,10 +145,21 @@ class Scheduler {
   // Busy when the waiting queue is full, Unavailable when draining.
   Result<std::shared_ptr<RequestState>> submit(GenerationRequest request);
 
-  // Runs `fn` on the scheduler thread between two steps and returns its value
-  // (stats, metrics, flush, tokenization: anything that touches the Runtime).
-  // Unavailable once the scheduler has stopped.
-  Result<std::string> call(std::function<std::string(Runtime&)> fn);
+  // Runs `fn` on the scheduler thread between two steps and returns its value,
+  // typed as `fn` returns it (stats, flush, tokenization: anything that
+  // touches the Runtime). Unavailable once the scheduler has stopped.
+  // A function that returns a Status gives that Status (or Unavailable).
+  template <class T>
+  using CallResult = std::conditional_t<std::is_same_v<T, Status>, Status, Result<T>>;
+  template <class Fn>
+  auto call(Fn fn) -> CallResult<std::invoke_result_t<Fn&, Runtime&>> {
+    using T = std::invoke_result_t<Fn&, Runtime&>;
+    auto promise = std::make_shared<std::promise<T>>();
+    auto future = promise->get_future();
+    if (!post([fn = std::move(fn), promise](Runtime& r) mutable { promise->set_value(fn(r)); }))
+      return Status::Unavailable("the scheduler has stopped");
+    return future.get();  // a posted call always runs, even when the scheduler stops after posting it
+  }
   // The same without waiting: `fn` runs later, between two steps. False (and
   // `fn` dropped) once the scheduler has stopped.
   bool post(std::function<void(Runtime&)> fn);

@@ -15,7 +15,8 @@
 #include "redis_fixture.h"
 #include "remote_test_util.h"
 #include "runtime/cache_rig.h"
-#include "runtime/runtime_stats.h"
+#include "runtime/runtime.h"
+#include "server/stats_render.h"
 
 namespace kvtier::testing {
 namespace {
@@ -107,7 +108,9 @@ TEST_F(RemoteAuthTest, PlantedEntriesAreNeverServedAndAreCounted) {
   const TierStats st = reader_tier->stats();
   EXPECT_GE(st.forged_entries, 1u);
   EXPECT_EQ(st.hits, 0u);
-  const std::string metrics = runtime_metrics_text(reader->cache->stats(), RuntimeCounters{}, 0);
+  RuntimeStats stats;
+  stats.cache = reader->cache->stats();
+  const std::string metrics = server::runtime_metrics_text(stats);
   EXPECT_NE(metrics.find("kvtier_forged_entries_total " + std::to_string(st.forged_entries)), std::string::npos) << metrics;
 }
 

@@ -151,7 +151,7 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   EXPECT_EQ(s2->report.cached_tokens_by_tier[kRemote] + s2->report.recomputed_cached_tokens, 256u);
   EXPECT_EQ(s2->first_token, s1->first_token);
   (*r2)->finish(s2->seq);
-  EXPECT_NE((*r2)->stats_json().find("\"remote\""), std::string::npos);
+  EXPECT_TRUE((*r2)->stats().cache.remote_present);
   o.remote_url = "redis://nohost";
   EXPECT_EQ(Runtime::create(o).status().code(), StatusCode::kInvalidArgument);
 }

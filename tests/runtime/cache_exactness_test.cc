@@ -3,7 +3,8 @@
 #include "cache_rig.h"
 #include "io/fault_file_system.h"
 #include "model_variants.h"
-#include "runtime/runtime_stats.h"
+#include "runtime/runtime.h"
+#include "server/stats_render.h"
 
 namespace kvtier::testing {
 namespace {
@@ -286,7 +287,9 @@ void expect_counted_as_recomputed(KVCache& cache, const Outcome& hit, const KVCa
     EXPECT_EQ(after.bytes_loaded_by_tier[t], before.bytes_loaded_by_tier[t]) << tier_name(TierKind(t));
   }
   EXPECT_EQ(after.recomputed_cached_tokens - before.recomputed_cached_tokens, hit.report.recomputed_cached_tokens);
-  const std::string metrics = runtime_metrics_text(after, RuntimeCounters{}, 0);
+  RuntimeStats stats;  // not RuntimeStats{after}: GCC 12 misreports aggregate bases under -Wmaybe-uninitialized
+  stats.cache = after;
+  const std::string metrics = server::runtime_metrics_text(stats);
   const std::string disk_line = "kvtier_bytes_loaded_total{tier=\"disk\"} " + std::to_string(before.bytes_loaded_by_tier[kDisk]) + "\n";
   EXPECT_NE(metrics.find(disk_line), std::string::npos) << metrics;
 }

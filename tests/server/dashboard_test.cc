@@ -203,21 +203,33 @@ TEST(DashboardJson, TiersRatiosAndRates) {
 }
 
 TEST(DashboardJson, TierSampleFromStats) {
-  const auto s = tier_sample_from_stats(
-      R"({"device":{"pages":10,"used_pages":4,"page_bytes":100,"cached_pages":3},"host":{"slots":20,"free_slots":5,"cached_pages":15},
-          "disk":{"bytes":7,"capacity_bytes":70,"checksum_failures":2},"prompt_tokens":9,
-          "cached_tokens_by_tier":{"device":1,"host":2,"disk":3,"remote":0},"moved_down":{"demoted_pages":4,"spilled_chunks":5}})",
-      1.5);
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->used_bytes[0], 400u);
-  EXPECT_EQ(s->capacity_bytes[1], 2000u);
-  EXPECT_EQ(s->used_bytes[1], 1500u);
-  EXPECT_TRUE(s->present[2]);
-  EXPECT_FALSE(s->present[3]);
-  EXPECT_EQ(s->checksum_failures, 2u);
-  EXPECT_EQ(s->cached_tokens[2], 3u);
-  EXPECT_EQ(s->spilled_chunks, 5u);
-  EXPECT_FALSE(tier_sample_from_stats("not json", 0).ok());
+  RuntimeStats st;
+  st.cache.pool.total_pages = 10;
+  st.cache.pool.used_pages = 4;
+  st.cache.pool.page_bytes = 100;
+  st.cache.index.device_pages = 3;
+  st.cache.host_slots = 20;
+  st.cache.host_free_slots = 5;
+  st.cache.index.host_pages = 15;
+  st.cache.disk_present = true;
+  st.cache.disk.bytes = 7;
+  st.cache.disk.capacity_bytes = 70;
+  st.cache.disk.checksum_failures = 2;
+  st.counters.prompt_tokens = 9;
+  st.counters.cached_tokens_by_tier[2] = 3;
+  st.cache.demoted_pages = 4;
+  st.cache.spilled_chunks = 5;
+  const TierSample s = tier_sample_from_stats(st, 1.5);
+  EXPECT_EQ(s.used_bytes[0], 400u);
+  EXPECT_EQ(s.capacity_bytes[1], 2000u);
+  EXPECT_EQ(s.used_bytes[1], 1500u);
+  EXPECT_TRUE(s.present[2]);
+  EXPECT_FALSE(s.present[3]);
+  EXPECT_EQ(s.used_bytes[2], 7u);
+  EXPECT_EQ(s.checksum_failures, 2u);
+  EXPECT_EQ(s.cached_tokens[2], 3u);
+  EXPECT_EQ(s.spilled_chunks, 5u);
+  EXPECT_DOUBLE_EQ(s.t_s, 1.5);
 }
 
 TEST(DashboardJson, RecentRequestsCarryTheRace) {

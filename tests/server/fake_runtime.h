@@ -202,9 +202,14 @@ class FakeRuntime final : public Runtime {
     s_->cv.notify_all();
   }
 
-  std::string stats_json() const override { return R"({"fake":true,"tiers":{"host":{"pages":1}}})"; }
-  std::string metrics_text() const override {
-    return "# HELP kvtier_fake_pages Pages held by the fake.\n# TYPE kvtier_fake_pages gauge\nkvtier_fake_pages{tier=\"host\"} 1\n";
+  // Recognisable values: 7 requests, 1 running, host tier of 1 slot.
+  RuntimeStats stats() const override {
+    RuntimeStats st;
+    st.counters.requests = 7;
+    st.cache.host_slots = 1;
+    st.running = 1;
+    st.options.model = "fake";
+    return st;
   }
   Status flush() override {
     std::lock_guard lk(s_->mu);

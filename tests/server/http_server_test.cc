@@ -234,7 +234,7 @@ TEST_F(HttpServerTest, ApiKey) {
   auto m = client().Get("/metrics", {{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
-  EXPECT_NE(m->body.find("kvtier_fake_pages"), std::string::npos);
+  EXPECT_NE(m->body.find("kvtier_running_sequences 1"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, MetricsPublicServesMetricsWithoutTheKey) {
@@ -422,13 +422,16 @@ TEST_F(HttpServerTest, ModelsHealthStatsMetrics) {
   auto health = json::parse(client().Get("/health")->body);
   EXPECT_EQ(health["status"], "ok");
   auto stats = json::parse(client().Get("/v1/cache/stats")->body);
-  EXPECT_EQ(stats["cache"]["fake"], true);
+  EXPECT_EQ(stats["cache"]["requests"], 7);  // the fake's typed statistics, rendered by the server
+  EXPECT_EQ(stats["cache"]["config"]["model"]["name"], "fake");
+  for (const Option<RuntimeOptions>& row : runtime_option_table())  // every option, codecs included
+    EXPECT_TRUE(stats["cache"]["config"][std::string(row.section())].contains(std::string(row.name()))) << row.info.key;
   auto m = client().Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   const auto p = kvtier::testing::parse_prometheus_text(m->body);
   ASSERT_TRUE(p.ok()) << p.errors.front();
-  EXPECT_EQ(p.value("kvtier_fake_pages", {{"tier", "host"}}), 1);
+  EXPECT_EQ(p.value("kvtier_running_sequences"), 1);
   EXPECT_EQ(p.value("kvtier_server_prompt_tokens_total"), 2);
   EXPECT_GE(p.value("kvtier_http_responses_total", {{"endpoint", "/v1/completions"}, {"code", "200"}}), 1);
   auto flush = client().Post("/v1/cache/flush");

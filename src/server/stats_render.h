@@ -1,0 +1,20 @@
+// A Runtime's statistics (RuntimeStats, runtime/runtime.h) rendered for the
+// edge: one JSON document for GET /v1/cache/stats and Prometheus text for
+// GET /metrics. Rendering happens here, on the HTTP thread, from values the
+// scheduler thread copied; pure functions, safe from any thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "runtime/runtime.h"
+
+namespace kvtier::server {
+
+// Occupancy, hits, bytes moved, evictions, failures by tier; planner
+// decisions; the options by TOML section (secrets as "<set>"); the profile.
+nlohmann::json runtime_stats_json(const RuntimeStats& stats);
+// Prometheus text lines for the cache and the runtime (HELP and TYPE once each).
+std::string runtime_metrics_text(const RuntimeStats& stats);
+
+}  // namespace kvtier::server
