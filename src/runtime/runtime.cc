@@ -139,9 +139,13 @@ class RuntimeImpl final : public Runtime {
 
   const ModelInfo& model() const override { return info_; }
 
-  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sp, std::string_view cache_salt,
-                        std::span<const PromptSegment> segments) override {
+  using Runtime::start;
+  Result<Started> start(const PromptRequest& request) override {
     const auto t0 = Clock::now();
+    const std::span<const TokenId> prompt = request.prompt;
+    const SamplingParams& sp = request.sampling;
+    const std::string_view cache_salt = request.cache_salt;
+    const std::span<const PromptSegment> segments = request.segments;
     if (prompt.empty()) return Status::InvalidArgument("prompt is empty");
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || uint32_t(prompt[i]) >= info_.vocab_size)

@@ -64,6 +64,16 @@ struct SamplingParams {
                                  // is computed in full (no cached KV is used; its KV is still committed)
 };
 
+// What Runtime::start needs of a request. The server's requests extend it
+// (server/api.h: GenerationRequest, CompletionRequest), so one request type
+// runs from the HTTP parser down to the Runtime, never copied field by field.
+struct PromptRequest {
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  std::string cache_salt;               // isolates tenants
+  std::vector<PromptSegment> segments;  // reusable pieces of the prompt (blend_prefill.h)
+};
+
 // Where the prompt's tokens came from, for usage reporting and metrics.
 struct PrefillReport {
   uint32_t prompt_tokens = 0;
@@ -183,8 +193,17 @@ class Runtime {
   // `segments` mark reusable pieces of the prompt (blend_prefill.h): when the
   // planner blends them, the output is approximate, only the KV before the
   // first blended position is cached at finish(), and report.blend says so.
-  virtual Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling,
-                                std::string_view cache_salt = {}, std::span<const PromptSegment> segments = {}) = 0;
+  virtual Result<Started> start(const PromptRequest& request) = 0;
+  // The same from loose parts (tests and tools).
+  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling, std::string_view cache_salt = {},
+                        std::span<const PromptSegment> segments = {}) {
+    PromptRequest r;
+    r.prompt.assign(prompt.begin(), prompt.end());
+    r.sampling = sampling;
+    r.cache_salt = cache_salt;
+    r.segments.assign(segments.begin(), segments.end());
+    return start(r);
+  }
 
   // Appends each sequence's last sampled token and samples the next one, in one batch.
   virtual Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) = 0;

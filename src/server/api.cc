@@ -371,7 +371,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   return r;
 }
 
-std::string usage_json(const CompletionUsage& u) {
+json usage_json(const CompletionUsage& u) {
   json by_tier = json::object();
   for (int t = 0; t < kNumTiers; ++t)
     by_tier[std::string(tier_name(TierKind(t)))] = u.report.cached_tokens_by_tier[t];
@@ -396,7 +396,7 @@ std::string usage_json(const CompletionUsage& u) {
         {"queue_ms", u.queue_s * 1e3},
         {"e2e_ms", u.e2e_s * 1e3}}},
   };
-  return dump(j);
+  return j;
 }
 
 namespace {
@@ -455,7 +455,7 @@ std::string completion_json(const CompletionMeta& meta, std::string_view text, s
             {"created", meta.created},
             {"model", meta.model},
             {"choices", json::array({std::move(choice)})},
-            {"usage", json::parse(usage_json(usage))}};
+            {"usage", usage_json(usage)}};
   return dump(j);
 }
 
@@ -470,7 +470,7 @@ std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_
     add_detail(choice, detail);
     j["choices"].push_back(std::move(choice));
   }
-  if (usage != nullptr) j["usage"] = json::parse(usage_json(*usage));
+  if (usage != nullptr) j["usage"] = usage_json(*usage);
   return dump(j);
 }
 

@@ -40,25 +40,27 @@ ApiError bad_request(std::string message, std::string param = {}, std::string co
 // (InvalidArgument 400, Busy 429, Unavailable 503, Cancelled 499, others 500).
 ApiError error_from_status(const Status& s);
 
-struct CompletionRequest {
+// What the scheduler runs: the Runtime's PromptRequest (prompt, sampling,
+// salt, segments) and when to stop.
+struct GenerationRequest : PromptRequest {
+  uint32_t max_tokens = 16;       // 0: only the prompt is computed (its logprobs, with echo)
+  std::vector<std::string> stop;  // stop strings (at most 4, non-empty)
+  bool ignore_eos = false;        // vLLM-style extension: generate exactly max_tokens
+};
+
+// A parsed /v1/completions or /v1/chat/completions request: the
+// GenerationRequest (prompt = the tokenized prompt; "segments", a kvtier
+// extension, instead of "prompt": the prompt as pieces in order, the ones
+// marked reusable blended from cached KV wherever they sit) and how to answer.
+struct CompletionRequest : GenerationRequest {
   std::string model;
-  std::vector<TokenId> prompt;        // tokenized prompt
   bool prompt_is_text = false;
-  uint32_t max_tokens = 16;
-  SamplingParams sampling;
-  std::vector<std::string> stop;      // stop strings (at most 4, non-empty)
   bool stream = false;
   bool stream_include_usage = false;  // stream_options.include_usage
-  bool ignore_eos = false;            // vLLM-style extension: generate exactly max_tokens
-  std::string cache_salt;
   int32_t logprobs = -1;          // 0..20: logprobs of each token and this many alternatives; -1: none
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
   bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
-  // "segments" (kvtier extension, instead of "prompt"): the prompt as pieces
-  // in order; the pieces marked reusable (documents) may be blended from
-  // cached KV wherever they sit (runtime/blend_prefill.h). Positions in `prompt`.
-  std::vector<PromptSegment> segments;
 };
 
 inline constexpr size_t kMaxSegments = 256;
@@ -147,7 +149,8 @@ struct CompletionMeta {
   std::string model;
 };
 
-std::string usage_json(const CompletionUsage& u);
+// The response's "usage" object (OpenAI's fields and kvtier's details), as a JSON value.
+nlohmann::json usage_json(const CompletionUsage& u);
 // A non-streaming response: one choice with the whole text.
 std::string completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
                             const CompletionUsage& usage, const CompletionDetail* detail = nullptr);

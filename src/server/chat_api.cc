@@ -137,7 +137,7 @@ std::string chat_completion_json(const CompletionMeta& meta, std::string_view te
   if (detail != nullptr && detail->tokens != nullptr && detail->logprobs >= 0) choice["logprobs"] = chat_logprobs_json(*detail);
   json j = chat_envelope(meta, "chat.completion");
   j["choices"] = json::array({std::move(choice)});
-  j["usage"] = json::parse(usage_json(usage));
+  j["usage"] = usage_json(usage);
   return dump(j);
 }
 
@@ -156,7 +156,7 @@ std::string chat_chunk_json(const CompletionMeta& meta, std::string_view delta, 
       choice["logprobs"] = chat_logprobs_json(*detail);
     j["choices"].push_back(std::move(choice));
   }
-  if (usage != nullptr) j["usage"] = json::parse(usage_json(*usage));
+  if (usage != nullptr) j["usage"] = usage_json(*usage);
   return dump(j);
 }
 

@@ -323,14 +323,7 @@ RequestState::View HttpServer::wait_watching_client(const httplib::Request& req,
 
 void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Generation gen) {
   const CompletionRequest& creq = gen.request;
-  GenerationRequest g;
-  g.prompt = creq.prompt;
-  g.sampling = creq.sampling;
-  g.max_tokens = creq.max_tokens;
-  g.stop = creq.stop;
-  g.ignore_eos = creq.ignore_eos;
-  g.cache_salt = creq.cache_salt;
-  g.segments = creq.segments;
+  GenerationRequest g = creq;  // the scheduler's part of the request
   if (g.segments.empty() && !blend_separator_.empty()) g.segments = segments_between(g.prompt, blend_separator_);
   auto submitted = scheduler_->submit(std::move(g));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));

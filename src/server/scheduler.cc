@@ -358,7 +358,7 @@ Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
     w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {});
     return Admission::kAnswered;
   }
-  auto started = runtime_->start(w.request.prompt, w.request.sampling, w.request.cache_salt, w.request.segments);
+  auto started = runtime_->start(w.request);
   if (!started.ok() && started.status().is(StatusCode::kBusy)) return Admission::kNoRoom;
   auto r = std::make_unique<Running>(std::move(w.request));
   r->state = std::move(w.state);

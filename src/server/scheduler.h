@@ -46,15 +46,6 @@
 
 namespace kvtier::server {
 
-struct GenerationRequest {
-  std::vector<TokenId> prompt;
-  SamplingParams sampling;     // sampling.logprobs / prompt_logprobs fill CompletionTokens
-  uint32_t max_tokens = 16;    // 0: only the prompt is computed (its logprobs, with echo)
-  std::vector<std::string> stop;
-  bool ignore_eos = false;
-  std::string cache_salt;
-  std::vector<PromptSegment> segments;  // reusable pieces of the prompt (Runtime::start)
-};
 
 // The progress of one request, shared by its HTTP thread and the scheduler.
 class RequestState {

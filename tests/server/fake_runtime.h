@@ -126,8 +126,10 @@ class FakeRuntime final : public Runtime {
     return out;
   }
 
-  Result<Started> start(std::span<const TokenId> prompt, const SamplingParams&, std::string_view salt,
-                        std::span<const PromptSegment>) override {
+  using Runtime::start;
+  Result<Started> start(const PromptRequest& request) override {
+    const std::span<const TokenId> prompt = request.prompt;
+    const std::string_view salt = request.cache_salt;
     std::unique_lock lk(s_->mu);
     s_->in_start = true;
     s_->cv.notify_all();
