@@ -303,90 +303,116 @@ Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> 
 
 Plan KVCache::plan(const CacheLookup& L) const { return planner_->plan(L.runs, L.prompt_tokens); }
 
+// Per cached page: the plan's action and the tier it is read from; the
+// recompute range [b, x) in pages (b == M: none). Pages inside it are
+// computed by the engine, so they are never shared.
+struct KVCache::PageActions {
+  std::vector<PlanAction> action;
+  std::vector<TierKind> tier;
+  uint32_t b = 0, x = 0;
+
+  PageActions(const Plan& plan, uint32_t M) : action(M, PlanAction::kRecompute), tier(M, TierKind::kDevice), b(M), x(M) {
+    for (const PlanSegment& s : plan.segments) {
+      for (uint32_t p = s.first_page; p < s.first_page + s.pages && p < M; ++p) {
+        action[p] = s.action;
+        tier[p] = s.tier;
+      }
+      if (s.action == PlanAction::kRecompute) {
+        b = std::min(b, s.first_page);
+        x = s.first_page + s.pages;
+      }
+    }
+    if (b == M) x = M;
+    for (uint32_t p = b; p < x; ++p) action[p] = PlanAction::kRecompute;
+  }
+  uint32_t pages() const { return static_cast<uint32_t>(action.size()); }
+};
+
 Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   poll();
-  const uint32_t P = options_.geometry.page_tokens, C = options_.chunk_pages;
-  const uint32_t M = L.cached_pages();
-  if (plan.cached_pages != M) return Status::InvalidArgument("apply: the plan does not belong to this lookup");
-  const uint32_t need = static_cast<uint32_t>((L.prompt_tokens + P - 1) / P);
-
+  const uint32_t P = options_.geometry.page_tokens;
+  if (plan.cached_pages != L.cached_pages()) return Status::InvalidArgument("apply: the plan does not belong to this lookup");
   CacheLease lease;
   lease.cache_ = this;
   lease.layerwise_ = options_.layerwise;
   lease.ns_ = L.ns;
   lease.plan_ = plan;
-  if (L.index_pages > 0 && L.match.deepest.valid()) {
-    KVTIER_RETURN_IF_ERROR(index_->lock(L.match.deepest));
-    lease.locked_ = L.match.deepest;
+  const PageActions a(plan, L.cached_pages());
+  lease.pages_.assign(static_cast<uint32_t>((L.prompt_tokens + P - 1) / P), PageId());
+  Status st = pin(lease, L, a);
+  if (st.ok()) {
+    const auto shared = std::count_if(lease.pages_.begin(), lease.pages_.end(), [](PageId p) { return p.valid(); });
+    st = allocate(lease, L, a, static_cast<uint32_t>(lease.pages_.size() - shared));
   }
-
-  // Per page: what the plan does with it.
-  std::vector<PlanAction> action(M, PlanAction::kRecompute);
-  std::vector<TierKind> tier(M, TierKind::kDevice);
-  uint32_t b = M, x = M;
-  for (const PlanSegment& s : plan.segments) {
-    for (uint32_t p = s.first_page; p < s.first_page + s.pages && p < M; ++p) {
-      action[p] = s.action;
-      tier[p] = s.tier;
-    }
-    if (s.action == PlanAction::kRecompute) {
-      b = std::min(b, s.first_page);
-      x = s.first_page + s.pages;
-    }
-  }
-  if (b == M) x = M;
-  // Pages inside [b, x) are computed by the engine, so they are never shared.
-  for (uint32_t p = b; p < x; ++p) action[p] = PlanAction::kRecompute;
-
-  // Shared device pages first (a reference each), then every fresh page at once.
-  lease.pages_.assign(need, PageId());
-  uint32_t fresh = need;
-  for (uint32_t p = 0; p < M; ++p) {
-    if (action[p] != PlanAction::kInPlace) continue;
-    lease.pages_[p] = L.match.locations[p].device;
-    pool_->ref(lease.pages_[p]);
-    --fresh;
-  }
-  // Chunks cut by the recompute range still load whole: their recomputed pages land in scratch pages.
-  uint32_t scratch = 0;
-  for (uint32_t c = L.index_pages / C; c < M / C; ++c) {
-    uint32_t lo = c * C, hi = lo + C;
-    bool loads = false, cut = false;
-    for (uint32_t p = lo; p < hi; ++p) (action[p] == PlanAction::kLoad ? loads : cut) = true;
-    if (loads && cut) scratch += std::min(hi, x) - std::max(lo, b);
-  }
-  std::vector<PageId> got;
-  Status st = allocate_pages(fresh + scratch, got);
+  if (st.ok()) st = submit_loads(lease, L, a);
   if (!st.ok()) {
     release(lease);
     return st;
   }
+  account(lease, L, a);
+  lease.prompt_hashes_ = std::move(L.match.hashes);
+  lease.prompt_hashes_.resize(std::min<size_t>(lease.prompt_hashes_.size(), L.lookup_pages));
+  return lease;
+}
+
+// The index path stays locked and every page used in place gets a reference.
+Status KVCache::pin(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+  if (L.index_pages > 0 && L.match.deepest.valid()) {
+    KVTIER_RETURN_IF_ERROR(index_->lock(L.match.deepest));
+    lease.locked_ = L.match.deepest;
+  }
+  for (uint32_t p = 0; p < a.pages(); ++p) {
+    if (a.action[p] != PlanAction::kInPlace) continue;
+    lease.pages_[p] = L.match.locations[p].device;
+    pool_->ref(lease.pages_[p]);
+  }
+  return Status::Ok();
+}
+
+// Every fresh page at once, and scratch pages for the recomputed pages of
+// chunks the recompute range cuts (those chunks still load whole).
+Status KVCache::allocate(CacheLease& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh) {
+  const uint32_t C = options_.chunk_pages;
+  uint32_t scratch = 0;
+  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
+    const uint32_t lo = c * C, hi = lo + C;
+    bool loads = false, cut = false;
+    for (uint32_t p = lo; p < hi; ++p) (a.action[p] == PlanAction::kLoad ? loads : cut) = true;
+    if (loads && cut) scratch += std::min(hi, a.x) - std::max(lo, a.b);
+  }
+  std::vector<PageId> got;
+  KVTIER_RETURN_IF_ERROR(allocate_pages(fresh + scratch, got));
   size_t gi = 0;
   for (PageId& pg : lease.pages_)
     if (!pg.valid()) pg = got[gi++];
   lease.scratch_.assign(got.begin() + gi, got.end());
+  return Status::Ok();
+}
 
-  // Loads: host pages are page copies; disk/remote pages are whole-chunk loads.
+// Host pages are page copies; disk/remote pages are whole-chunk loads. Loads
+// before the recompute range go in the front handle, the rest in the back.
+Status KVCache::submit_loads(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+  const uint32_t C = options_.chunk_pages;
   TransferBatch front, back;
   bool host_loads = false;
   size_t si = 0;
   for (uint32_t p = 0; p < L.index_pages; ++p) {
-    if (action[p] != PlanAction::kLoad) continue;
+    if (a.action[p] != PlanAction::kLoad) continue;
     host_loads = true;
-    (p < b ? front : back).copies.push_back({PageLoc::host(L.match.locations[p].host), PageLoc::pool(lease.pages_[p])});
+    (p < a.b ? front : back).copies.push_back({PageLoc::host(L.match.locations[p].host), PageLoc::pool(lease.pages_[p])});
   }
-  for (uint32_t c = L.index_pages / C; c < M / C; ++c) {
+  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
     const uint32_t lo = c * C;
     bool any = false;
-    for (uint32_t p = lo; p < lo + C; ++p) any |= action[p] == PlanAction::kLoad;
+    for (uint32_t p = lo; p < lo + C; ++p) any |= a.action[p] == PlanAction::kLoad;
     if (!any) continue;
     LoadMove mv;
-    mv.from = tier[lo];
+    mv.from = a.tier[lo];
     mv.key = chunk_key(L.ns, L.match.hashes, c);
     for (uint32_t p = lo; p < lo + C; ++p)
-      mv.dst.push_back(PageLoc::pool(action[p] == PlanAction::kLoad ? lease.pages_[p] : lease.scratch_[si++]));
-    (lo < b ? lease.front_load_pages_ : lease.back_load_pages_).push_back(lo);
-    (lo < b ? front : back).loads.push_back(std::move(mv));
+      mv.dst.push_back(PageLoc::pool(a.action[p] == PlanAction::kLoad ? lease.pages_[p] : lease.scratch_[si++]));
+    (lo < a.b ? lease.front_load_pages_ : lease.back_load_pages_).push_back(lo);
+    (lo < a.b ? front : back).loads.push_back(std::move(mv));
   }
   if (host_loads) {
     // A host slot may still be receiving a write-through copy: let it land first.
@@ -395,38 +421,38 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   }
   for (auto [batch, handle] : {std::pair{&front, &lease.front_}, std::pair{&back, &lease.back_}}) {
     if (batch->copies.empty() && batch->loads.empty()) continue;
-    auto h = transfer_->submit(std::move(*batch));
-    if (!h.ok()) {
-      release(lease);
-      return h.status();
-    }
-    *handle = std::move(h).value();
+    KVTIER_ASSIGN_OR_RETURN(*handle, transfer_->submit(std::move(*batch)));
   }
+  return Status::Ok();
+}
 
-  // Where the engine starts: a recompute range that reaches the end of the
-  // cached pages merges with the suffix into one prefill.
-  while (lease.in_place_prefix_ < M && action[lease.in_place_prefix_] == PlanAction::kInPlace) ++lease.in_place_prefix_;
-  if (x == M) {
+// Where the engine starts (a recompute range that reaches the end of the
+// cached pages merges with the suffix into one prefill), which pages are
+// lossy, and the lease's and the cache's counters.
+void KVCache::account(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+  const uint32_t P = options_.geometry.page_tokens, M = a.pages();
+  while (lease.in_place_prefix_ < M && a.action[lease.in_place_prefix_] == PlanAction::kInPlace) ++lease.in_place_prefix_;
+  if (a.x == M) {
     lease.recompute_begin_ = lease.recompute_end_ = 0;
-    lease.cached_end_ = b * P;
+    lease.cached_end_ = a.b * P;
   } else {
-    lease.recompute_begin_ = b * P;
-    lease.recompute_end_ = x * P;
+    lease.recompute_begin_ = a.b * P;
+    lease.recompute_end_ = a.x * P;
     lease.cached_end_ = M * P;
   }
   lease.lossy_.assign(M, false);  // index pages now; lossy loads once they have landed
   const bool lossy_host = kv_codec_lossy(options_.host_codec);
   for (uint32_t p = 0; p < L.index_pages; ++p)
-    lease.lossy_[p] = action[p] != PlanAction::kRecompute &&
-                      (L.match.locations[p].lossy || (action[p] == PlanAction::kLoad && tier[p] == TierKind::kHost && lossy_host));
+    lease.lossy_[p] = a.action[p] != PlanAction::kRecompute &&
+                      (L.match.locations[p].lossy || (a.action[p] == PlanAction::kLoad && a.tier[p] == TierKind::kHost && lossy_host));
   for (uint32_t p = 0; p < M; ++p) {
-    const size_t t = static_cast<size_t>(tier[p]);
-    ++stats_.plan_pages[static_cast<size_t>(action[p])];
-    if (action[p] == PlanAction::kRecompute) {
+    const size_t t = static_cast<size_t>(a.tier[p]);
+    ++stats_.plan_pages[static_cast<size_t>(a.action[p])];
+    if (a.action[p] == PlanAction::kRecompute) {
       lease.report_.recomputed_cached_tokens += P;
     } else {
       lease.report_.reused_tokens_by_tier[t] += P;
-      if (action[p] == PlanAction::kLoad) lease.report_.bytes_loaded_by_tier[t] += options_.geometry.page_bytes();
+      if (a.action[p] == PlanAction::kLoad) lease.report_.bytes_loaded_by_tier[t] += options_.geometry.page_bytes();
     }
   }
   for (int t = 0; t < kNumTiers; ++t) {
@@ -434,9 +460,6 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     stats_.bytes_loaded_by_tier[t] += lease.report_.bytes_loaded_by_tier[t];
   }
   stats_.recomputed_cached_tokens += lease.report_.recomputed_cached_tokens;
-  lease.prompt_hashes_ = std::move(L.match.hashes);
-  lease.prompt_hashes_.resize(std::min<size_t>(lease.prompt_hashes_.size(), L.lookup_pages));
-  return lease;
 }
 
 Result<CacheLease> KVCache::fresh(const Namespace& ns, size_t tokens) {

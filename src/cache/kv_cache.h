@@ -293,6 +293,13 @@ class KVCache {
   };
   friend class CacheLease;  // its lossy-token counts feed stats_
   explicit KVCache(const KVCacheOptions& o);
+  // apply() in steps: what the plan does with each cached page, then pin
+  // what is shared, allocate what is fresh, submit the loads, count.
+  struct PageActions;
+  Status pin(CacheLease& lease, const CacheLookup& L, const PageActions& a);
+  Status allocate(CacheLease& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
+  Status submit_loads(CacheLease& lease, const CacheLookup& L, const PageActions& a);
+  void account(CacheLease& lease, const CacheLookup& L, const PageActions& a);
   // lookup() without its bookkeeping (lookup counters, selective hit counts).
   Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);
   // Waits for the prefetches reading any of `keys`; true when it waited.
