@@ -312,6 +312,12 @@ class KVCache {
   // `move_down`: apply the write policy's demotion/spill (false when flushing).
   Status evict_device(uint32_t n, bool move_down = true);
   Status evict_host(uint32_t n, bool move_down = true);
+  // commit() in steps (kv_cache_store.cc), and the write policy
+  // (kv_cache_write.cc): host copies of the committed pages, then whole
+  // chunks down to disk and remote.
+  struct Committed;
+  Committed claim_pages(const CacheLease& lease, const InsertResult& ins, std::span<const PageLocation> locs);
+  void copy_to_host(const NodeHandle& deepest, Committed& c);
   void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages);
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 

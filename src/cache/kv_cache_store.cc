@@ -1,10 +1,12 @@
-// KVCache: the write side (commit, write policies, eviction and demotion)
-// and background-transfer bookkeeping.
+// KVCache: commit (the pages enter the index; the write policy, in
+// kv_cache_write.cc, sends them down), eviction and demotion, and
+// background-transfer bookkeeping.
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
 #include "cache/kv_cache.h"
+#include "cache/kv_cache_committed.h"
 #include "common/page_hash.h"
 
 namespace kvtier {
@@ -39,68 +41,14 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   }
   ++stats_.commits;
 
-  // Pages the index now holds through our reference: the new ones, and
-  // present ones whose device copy had been evicted (promotion).
-  std::vector<bool> taken(W, false);
-  std::vector<uint32_t> need_host;  // pages cached without a host copy
-  std::vector<PageId> device(W);    // each page's device copy as the index now records it
-  std::vector<bool> lossy(W);       // ... and its lossy mark
-  for (uint32_t i = 0; i < W; ++i) {
-    device[i] = lease.pages_[i];
-    lossy[i] = locs[i].lossy;
-    if (i >= ins->already_present) {
-      taken[i] = true;
-      need_host.push_back(i);
-      continue;
-    }
-    auto loc = index_->location(ins->deepest, i);
-    if (!loc.ok()) continue;
-    lossy[i] = loc->lossy;
-    if (loc->on_device()) {
-      device[i] = loc->device;
-    } else {
-      lossy[i] = loc->lossy || locs[i].lossy;  // promotion: our device copy joins the host one
-      taken[i] = index_->set_location(ins->deepest, i, {lease.pages_[i], loc->host, lossy[i]}).ok();
-    }
-    if (!loc->on_host() && (taken[i] || loc->on_device())) need_host.push_back(i);
-  }
+  Committed c = claim_pages(lease, *ins, locs);
   if (options_.write_policy != WritePolicy::kWriteBack) {
-    // Host copies of pages without one (write-through and selective).
-    if (host_ && !need_host.empty()) {
-      // As many as the host tier can take (the earliest pages first: the prefix is what gets reused).
-      std::vector<SlotId> slots;
-      allocate_slots(static_cast<uint32_t>(std::min<size_t>(need_host.size(), host_->num_slots())), slots);
-      need_host.resize(slots.size());
-      if (!slots.empty()) {
-        auto pd = std::make_unique<Pending>();
-        pd->writes_host = true;
-        TransferBatch batch;
-        for (size_t k = 0; k < need_host.size(); ++k) {
-          const uint32_t i = need_host[k];
-          const PageId dev = device[i];
-          if (!index_->set_location(ins->deepest, i, {dev, slots[k], lossy[i]}).ok()) {
-            host_->free_slot(slots[k]);
-            continue;
-          }
-          batch.copies.push_back({PageLoc::pool(dev), PageLoc::host(slots[k])});
-          pool_->ref(dev);
-          pd->refs.push_back(dev);
-        }
-        pd->bytes[static_cast<size_t>(TierKind::kHost)] = batch.copies.size() * options_.geometry.page_bytes();
-        auto h = transfer_->submit(std::move(batch));
-        if (h.ok()) {
-          pd->handle = std::move(h).value();
-          pending_.push_back(std::move(pd));
-        } else {
-          for (PageId p : pd->refs) pool_->unref(p);
-        }
-      }
-    }
+    copy_to_host(ins->deepest, c);
     // Lossy KV never goes down: entries there are labelled only by their own codec.
     store_down(lease.ns_, std::span(hashes).first(lossy_from), lease.pages_);
   }
   for (uint32_t i = 0; i < lease.pages_.size(); ++i)
-    if (i >= W || !taken[i]) pool_->unref(lease.pages_[i]);
+    if (i >= W || !c.taken[i]) pool_->unref(lease.pages_[i]);
   for (PageId p : lease.scratch_) pool_->unref(p);
   lease.pages_.clear();
   lease.scratch_.clear();
@@ -110,43 +58,35 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   return Status::Ok();
 }
 
-// Whole chunks of the committed pages go to disk and to the remote store
-// (write-behind); chunks already there are skipped.
-void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages) {
-  const uint32_t C = options_.chunk_pages;
-  const uint32_t chunks = static_cast<uint32_t>(hashes.size()) / C;
-  for (Tier* tier : {static_cast<Tier*>(disk_.get()), remote_.get()}) {
-    if (!tier || tier->degraded() || chunks == 0) continue;
-    auto pd = std::make_unique<Pending>();
-    TransferBatch batch;
-    for (uint32_t c = 0; c < chunks; ++c) {
-      const ChunkKey key = chunk_key(ns, hashes, c);
-      if (options_.write_policy == WritePolicy::kSelective) {
-        auto it = chunk_hits_.find(key.hash);
-        if (it == chunk_hits_.end() || it->second < options_.selective_hits) continue;
-      }
-      if (tier->exists_prefix(ns.seed, {&key.hash, 1}) == 1) continue;
-      StoreMove mv;
-      mv.to = tier->kind();
-      mv.key = key;
-      mv.page_hashes.assign(hashes.begin() + size_t(c) * C, hashes.begin() + size_t(c + 1) * C);
-      for (uint32_t p = c * C; p < (c + 1) * C; ++p) {
-        mv.src.push_back(PageLoc::pool(pages[p]));
-        pool_->ref(pages[p]);
-        pd->refs.push_back(pages[p]);
-      }
-      batch.stores.push_back(std::move(mv));
-    }
-    if (batch.stores.empty()) continue;
-    pd->bytes[static_cast<size_t>(tier->kind())] = batch.stores.size() * C * options_.geometry.page_bytes();
-    auto h = transfer_->submit(std::move(batch));
-    if (!h.ok()) {
-      for (PageId p : pd->refs) pool_->unref(p);
+// Pages the index now holds through the lease's reference: the new ones, and
+// present ones whose device copy had been evicted (promotion); each page's
+// device copy and lossy mark as the index now records them.
+KVCache::Committed KVCache::claim_pages(const CacheLease& lease, const InsertResult& ins, std::span<const PageLocation> locs) {
+  const uint32_t W = static_cast<uint32_t>(locs.size());
+  Committed c;
+  c.taken.assign(W, false);
+  c.device.resize(W);
+  c.lossy.resize(W);
+  for (uint32_t i = 0; i < W; ++i) {
+    c.device[i] = lease.pages_[i];
+    c.lossy[i] = locs[i].lossy;
+    if (i >= ins.already_present) {
+      c.taken[i] = true;
+      c.need_host.push_back(i);
       continue;
     }
-    pd->handle = std::move(h).value();
-    pending_.push_back(std::move(pd));
+    auto loc = index_->location(ins.deepest, i);
+    if (!loc.ok()) continue;
+    c.lossy[i] = loc->lossy;
+    if (loc->on_device()) {
+      c.device[i] = loc->device;
+    } else {
+      c.lossy[i] = loc->lossy || locs[i].lossy;  // promotion: our device copy joins the host one
+      c.taken[i] = index_->set_location(ins.deepest, i, {lease.pages_[i], loc->host, c.lossy[i]}).ok();
+    }
+    if (!loc->on_host() && (c.taken[i] || loc->on_device())) c.need_host.push_back(i);
   }
+  return c;
 }
 
 Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
