@@ -144,6 +144,7 @@ Status SchedulerOptions::validate() const {
   if (!(request_timeout_s > 0)) return Status::InvalidArgument("scheduler: request_timeout_s must be positive");
   if (retry_idle.count() <= 0) return Status::InvalidArgument("scheduler: retry_idle must be positive");
   if (recent_requests == 0) return Status::InvalidArgument("scheduler: recent_requests must be at least 1");
+  if (clock == nullptr) return Status::InvalidArgument("scheduler: clock must be set");
   return {};
 }
 
@@ -176,6 +177,7 @@ Result<std::shared_ptr<RequestState>> Scheduler::submit(GenerationRequest reques
                                    " tokens, more than the device KV pool holds (" +
                                    std::to_string(model_.max_kv_tokens) + " tokens): it could never run");
   auto state = std::make_shared<RequestState>();
+  state->arrival_ = options_.clock->now();
   state->wake_scheduler_ = [this] {  // called once, by the state's cancel()
     {
       std::lock_guard lk(mu_);
@@ -287,7 +289,7 @@ void Scheduler::loop() {
 }
 
 void Scheduler::step() {
-  const auto now = RequestState::Clock::now();
+  const auto now = options_.clock->now();
   for (auto& r : running_) {
     if (r->state->cancelled()) end(*r, {}, Status::Cancelled("the request was cancelled"));
     else if (now > r->deadline) end(*r, {}, Status::Unavailable("the request timed out"));
@@ -347,7 +349,7 @@ void Scheduler::admit() {
 }
 
 Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
-  const auto now = RequestState::Clock::now();
+  const auto now = options_.clock->now();
   if (w.state->cancelled()) {
     w.state->complete({}, {}, Status::Cancelled("the client went away"), {});
     return Admission::kAnswered;
@@ -372,7 +374,7 @@ Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
   r->seq = started->seq;
   r->usage.report = started->report;
   r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
-  r->usage.ttft_s = seconds_between(r->state->arrival(), RequestState::Clock::now());
+  r->usage.ttft_s = seconds_between(r->state->arrival(), options_.clock->now());
   record_prefill(r->usage);
   Running& ref = *r;
   running_.push_back(std::move(r));
@@ -451,7 +453,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
-  r.usage.e2e_s = seconds_between(r.state->arrival(), RequestState::Clock::now());
+  r.usage.e2e_s = seconds_between(r.state->arrival(), options_.clock->now());
   r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
 }
 

@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "runtime/runtime.h"
 #include "server/api.h"
 #include "server/request_log.h"
@@ -97,7 +98,7 @@ class RequestState {
  private:
   friend class Scheduler;
   std::function<void()> wake_scheduler_;
-  Clock::time_point arrival_ = Clock::now();
+  Clock::time_point arrival_;  // set by Scheduler::submit from its clock
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string text_;
@@ -118,6 +119,8 @@ struct SchedulerOptions {
   uint32_t max_passes = 64;          // later requests that may start ahead of one waiting for room
   std::chrono::milliseconds retry_idle{50};  // retry of requests waiting for room when nothing runs
   uint32_t recent_requests = 64;     // prefills kept in recent() (GET /v1/requests/recent)
+  // Arrival, deadlines, TTFT and end-to-end times are read from it (tests: a ManualClock).
+  const Clock* clock = &Clock::system();
 
   Status validate() const;
 };

@@ -218,12 +218,23 @@ TEST(SchedulerTest, DrainWaitsForShortRequests) {
   EXPECT_EQ(v.usage.completion_tokens, 20u);
 }
 
+// The deadline is read from the scheduler's clock: a request times out when
+// that clock passes request_timeout_s, however slow or fast the machine is.
 TEST(SchedulerTest, RequestTimeout) {
+  ManualClock clock;
   SchedulerOptions o;
-  o.request_timeout_s = 0.05;
+  o.request_timeout_s = 10;
+  o.clock = &clock;
   Fixture f(o, [](FakeShared& s) { s.decode_delay = 1ms; });
-  auto v = f.submit({1}, 100000)->wait_done();
+  auto st = f.submit({1}, 100000);
+  ASSERT_TRUE(f.fake->wait_for([&] {  // running, and decoding for a while in real time
+    return std::count_if(f.fake->log.begin(), f.fake->log.end(), [](const std::string& e) { return e.starts_with("decode"); }) >= 3;
+  }));
+  EXPECT_FALSE(st->wait_done(0ms).has_value());  // 10 s have not passed on the scheduler's clock
+  clock.advance(std::chrono::seconds(11));
+  auto v = st->wait_done();
   EXPECT_TRUE(v.error.is(StatusCode::kUnavailable)) << v.error.to_string();
+  EXPECT_LT(v.usage.completion_tokens, 100000u);
   EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
 }
 
