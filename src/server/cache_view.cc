@@ -49,6 +49,7 @@ TierSample tier_sample_from_stats(const RuntimeStats& stats, double t_s) {
 
 Status CacheViewOptions::validate() const {
   if (sample_every.count() <= 0) return Status::InvalidArgument("cache view: sample_every must be positive");
+  if (clock == nullptr) return Status::InvalidArgument("cache view: clock must be set");
   if (history < 2) return Status::InvalidArgument("cache view: history must keep at least 2 samples");
   if (max_age.count() < 0 || max_wait.count() < 0) return Status::InvalidArgument("cache view: negative max_age or max_wait");
   return tree.validate();
@@ -62,7 +63,8 @@ Result<std::shared_ptr<CacheView>> CacheView::create(const CacheViewOptions& opt
   return view;
 }
 
-CacheView::CacheView(const CacheViewOptions& options, Post post) : options_(options), post_(std::move(post)) {}
+CacheView::CacheView(const CacheViewOptions& options, Post post)
+    : options_(options), post_(std::move(post)), started_(options.clock->now()) {}
 
 CacheView::~CacheView() {
   {
@@ -96,7 +98,7 @@ void CacheView::sampler_loop() {
 
 std::shared_ptr<const PublishedTree> CacheView::tree() {
   std::unique_lock lk(mu_);
-  const auto asked = Clock::now();
+  const auto asked = options_.clock->now();
   if (tree_ && asked - tree_->taken <= options_.max_age) return tree_;
   ask_locked(lk, true);
   cv_.wait_for(lk, options_.max_wait, [&] { return tree_ && tree_->taken >= asked; });
@@ -105,7 +107,7 @@ std::shared_ptr<const PublishedTree> CacheView::tree() {
 
 std::vector<TierSample> CacheView::samples() {
   std::unique_lock lk(mu_);
-  const auto asked = Clock::now();
+  const auto asked = options_.clock->now();
   if (samples_.empty() || asked - last_sample_ > options_.max_age) {
     ask_locked(lk, false);
     cv_.wait_for(lk, options_.max_wait, [&] { return !samples_.empty() && last_sample_ >= asked; });
@@ -114,14 +116,15 @@ std::vector<TierSample> CacheView::samples() {
 }
 
 void CacheView::refresh(const Runtime& runtime, bool with_tree) {
-  const auto began = Clock::now();
+  const auto began = options_.clock->now();
   const TierSample sample = tier_sample_from_stats(runtime.stats(), std::chrono::duration<double>(began - started_).count());
   std::shared_ptr<PublishedTree> tree;
   if (with_tree) {
     tree = std::make_shared<PublishedTree>();
+    const auto t0 = std::chrono::steady_clock::now();  // a measurement, not a decision: real time
     tree->snapshot = runtime.cache_tree(options_.tree);
     tree->taken = began;
-    tree->take_s = std::chrono::duration<double>(Clock::now() - began).count();
+    tree->take_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   {
     std::lock_guard lk(mu_);

@@ -19,6 +19,8 @@
 // destructor.
 #pragma once
 
+#include "common/clock.h"
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -66,6 +68,7 @@ struct CacheViewOptions {
   std::chrono::milliseconds max_age{500};   // older published values are refreshed on request
   std::chrono::milliseconds max_wait{250};  // the longest a request waits for a refresh
   TreeSnapshotOptions tree;                 // what the scheduler takes (max_nodes: the most any client gets)
+  const Clock* clock = &Clock::system();    // ages and sample times are read from it
 
   Status validate() const;
 };
@@ -91,7 +94,6 @@ class CacheView : public std::enable_shared_from_this<CacheView> {
   void refresh(const Runtime& runtime, bool with_tree);
 
  private:
-  using Clock = std::chrono::steady_clock;
   CacheView(const CacheViewOptions& options, Post post);
   // Posts a refresh unless one of that kind is pending. Holds mu_ (unlocks it around the post).
   void ask_locked(std::unique_lock<std::mutex>& lk, bool with_tree);
@@ -99,7 +101,7 @@ class CacheView : public std::enable_shared_from_this<CacheView> {
 
   const CacheViewOptions options_;
   const Post post_;
-  const Clock::time_point started_ = Clock::now();
+  const Clock::time_point started_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const PublishedTree> tree_;

@@ -266,6 +266,65 @@ TEST(DashboardJson, RecentRequestsCarryTheRace) {
   EXPECT_DOUBLE_EQ(layers[1]["end_s"].get<double>(), 0.005);  // the call's end
 }
 
+// Ages are read from the view's clock: a tree younger than max_age is
+// served as is, an older one makes the view ask the scheduler again.
+TEST(CacheView, AgesFollowItsClock) {
+  testing::FakeRuntime runtime(std::make_shared<testing::FakeShared>());
+  ManualClock clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t asked = 0;
+  std::vector<std::function<void(Runtime&)>> queued;
+  auto post = [&](std::function<void(Runtime&)> fn) {
+    std::lock_guard lk(mu);
+    ++asked;
+    queued.push_back(std::move(fn));
+    cv.notify_all();
+    return true;
+  };
+  auto run_queued = [&] {
+    std::vector<std::function<void(Runtime&)>> now;
+    {
+      std::lock_guard lk(mu);
+      now.swap(queued);
+    }
+    for (auto& fn : now) fn(runtime);
+  };
+  CacheViewOptions o;
+  o.clock = &clock;
+  o.sample_every = std::chrono::hours(1);  // the sampler thread stays out of the way
+  o.max_age = std::chrono::milliseconds(500);
+  o.max_wait = std::chrono::milliseconds(0);
+  auto view = CacheView::create(o, post);
+  ASSERT_TRUE(view.ok());
+  {
+    std::unique_lock lk(mu);  // the sampler's one ask (the next is an hour away)
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return asked >= 1; }));
+  }
+  (void)(*view)->tree();  // none yet: asks
+  run_queued();
+  ASSERT_NE((*view)->tree(), nullptr);
+  const size_t before = [&] {
+    std::lock_guard lk(mu);
+    return asked;
+  }();
+  clock.advance(std::chrono::milliseconds(400));
+  (void)(*view)->tree();  // 400 ms old on the view's clock: fresh enough
+  {
+    std::lock_guard lk(mu);
+    EXPECT_EQ(asked, before);
+  }
+  clock.advance(std::chrono::milliseconds(200));
+  (void)(*view)->tree();  // 600 ms old: asks again
+  {
+    std::lock_guard lk(mu);
+    EXPECT_EQ(asked, before + 1);
+  }
+  run_queued();
+  view->reset();
+  run_queued();
+}
+
 TEST(CacheView, PublishesSamplesAndTreesTakenOnTheSchedulerThread) {
   testing::FakeRuntime runtime(std::make_shared<testing::FakeShared>());
   std::mutex mu;
