@@ -77,7 +77,7 @@ OptionTable<C> make_table() {
                               "Authenticate disk entries with the tier secret too"},
                              KVTIER_FIELD(disk_authenticate)));
   t.push_back(enum_option<C>({"cache.disk_codec", "--disk-codec", "disk_codec",
-                            "Disk entry codec: none (exact), q8 (8.5 bits/value), q4 (lossy, smaller; docs/FORMATS.md)",
+                            "Disk entry codec: none is exact; q8 (8.5 bits/value) and q4 (4.5) are lossy (docs/FORMATS.md)",
                             {}, false, kBoth},
                              KVTIER_FIELD(disk_codec), parse_kv_codec, kv_codec_name, "none, q8, q4"));
   t.push_back(enum_option<C>({"cache.remote_codec", "--remote-codec", "remote_codec", "Remote (Redis) entry codec", {},
@@ -107,7 +107,7 @@ OptionTable<C> make_table() {
                               "Threads moving KV between tiers; 0 = inline"},
                              KVTIER_FIELD(transfer_workers), 0, 64));
   t.push_back(string_option<C>({"cache.profile", "--profile", {}, "Calibration profile (JSON, `kvtier calibrate`)",
-                                "a quick calibration at start", false, kBoth},
+                                "serve: a quick calibration at start; replay: the --hardware preset", false, kBoth},
                                KVTIER_FIELD(profile_path)));
   return t;
 }
