@@ -48,12 +48,6 @@ class OptionFlags {
     return Status::Ok();
   }
 
-  bool given(std::string_view key) const {
-    for (const Slot& s : slots_)
-      if (s.row->info.key == key) return s.set || s.text.has_value();
-    return false;
-  }
-
  private:
   struct Slot {
     const Option<T>* row;
