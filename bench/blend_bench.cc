@@ -9,6 +9,7 @@
 #include "common/stats.h"
 #include "engine/sampler.h"
 #include "logit_compare.h"
+#include "prompt_text.h"
 #include "runtime/blend_prefill.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/runtime.h"
@@ -92,15 +93,9 @@ class Driver {
   Namespace ns_;
 };
 
-std::vector<TokenId> random_tokens(std::mt19937_64& rng, uint32_t n, uint32_t vocab) {
-  std::vector<TokenId> t(n);
-  for (auto& x : t) x = TokenId(300 + rng() % (vocab - 300));
-  return t;
-}
-
 // System prompt, documents drawn without repetition in random order, question.
 Request make_request(std::mt19937_64& rng, const std::vector<TokenId>& system,
-                     const std::vector<std::vector<TokenId>>& docs, const BlendBenchOptions& o, uint32_t vocab) {
+                     const std::vector<std::vector<TokenId>>& docs, const BlendBenchOptions& o, const PromptText& text) {
   Request r;
   r.tokens = system;
   std::vector<uint32_t> order(docs.size());
@@ -111,7 +106,7 @@ Request make_request(std::mt19937_64& rng, const std::vector<TokenId>& system,
     r.segments.push_back({uint32_t(r.tokens.size()), uint32_t(r.tokens.size() + d.size())});
     r.tokens.insert(r.tokens.end(), d.begin(), d.end());
   }
-  const auto q = random_tokens(rng, o.question_tokens, vocab);
+  const auto q = text.draw(rng, o.question_tokens);
   r.tokens.insert(r.tokens.end(), q.begin(), q.end());
   return r;
 }
@@ -140,7 +135,7 @@ Status measure_quality(Driver& d, const std::vector<Request>& requests, const st
     for (bool random : {false, true}) {
       BlendQuality q{.ratio = ratio, .random = random};
       for (uint32_t i = 0; i < n; ++i) {
-        BlendPrefillOptions bo{.check_layer = o.check_layer, .recompute_ratio = ratio, .force = true,
+        BlendPrefillOptions bo{.enabled = true, .check_layer = o.check_layer, .recompute_ratio = ratio, .force = true,
                                .random_seed = random ? 1000 + i : 0};
         KVTIER_ASSIGN_OR_RETURN(Run b, d.run(requests[i], "blend", bo, o.greedy_tokens));
         q.kl_mean += kl_divergence(full[i].logits, b.logits) / n;
@@ -168,14 +163,15 @@ Status BlendBenchOptions::validate() const {
 Result<BlendBenchResult> run_blend_bench(const BlendBenchOptions& o, std::FILE* progress) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   KVTIER_ASSIGN_OR_RETURN(ServingStack s, make_stack(o));
-  const uint32_t vocab = s.model->config().vocab_size;
+  KVTIER_ASSIGN_OR_RETURN(const PromptText text, PromptText::open(*s.model, o.text));
   std::mt19937_64 rng(o.seed);
-  const auto system = random_tokens(rng, o.system_tokens, vocab);
+  const auto system = text.draw(rng, o.system_tokens);
   std::vector<std::vector<TokenId>> docs;
-  for (uint32_t i = 0; i < o.docs_pool; ++i) docs.push_back(random_tokens(rng, o.doc_tokens, vocab));
+  for (uint32_t i = 0; i < o.docs_pool; ++i) docs.push_back(text.draw(rng, o.doc_tokens));
   Driver d(s, Namespace{s.model->fingerprint(), "", "bench-blend"});
   BlendBenchResult res;
   res.model = o.model;
+  res.text = text.source();
   res.requests = o.requests;
   const auto t0 = Clock::now();
   if (progress) std::fprintf(progress, "bench blend: caching %u documents of %u tokens...\n", o.docs_pool, o.doc_tokens);
@@ -185,9 +181,9 @@ Result<BlendBenchResult> run_blend_bench(const BlendBenchOptions& o, std::FILE* 
   std::vector<Request> requests;
   std::vector<Run> full;
   std::vector<double> full_ms, prefix_ms, blend_ms;
-  const BlendPrefillOptions forced{.check_layer = o.check_layer, .recompute_ratio = o.ratio, .force = true};
+  const BlendPrefillOptions forced{.enabled = true, .check_layer = o.check_layer, .recompute_ratio = o.ratio, .force = true};
   for (uint32_t i = 0; i < o.requests; ++i) {
-    requests.push_back(make_request(rng, system, docs, o, vocab));
+    requests.push_back(make_request(rng, system, docs, o, text));
     const Request& r = requests.back();
     res.prompt_tokens = uint32_t(r.tokens.size());
     if (progress) std::fprintf(progress, "bench blend: request %u/%u (%zu tokens)...\n", i + 1, o.requests, r.tokens.size());
@@ -211,6 +207,7 @@ Result<BlendBenchResult> run_blend_bench(const BlendBenchOptions& o, std::FILE* 
 std::string BlendBenchResult::to_json() const {
   nlohmann::json j;
   j["model"] = model;
+  j["text"] = text;
   j["prompt_tokens"] = prompt_tokens;
   j["requests"] = requests;
   j["ttft_full_ms"] = ttft_full_ms;

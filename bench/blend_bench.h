@@ -20,6 +20,7 @@ namespace kvtier::bench {
 
 struct BlendBenchOptions {
   std::string model = "small";  // preset or .gguf
+  std::string text;             // prompt text (prompt_text.h); empty: the default for the model
   uint32_t docs_pool = 50;
   uint32_t docs_per_request = 6;
   uint32_t doc_tokens = 512;
@@ -47,6 +48,7 @@ struct BlendQuality {
 
 struct BlendBenchResult {
   std::string model;
+  std::string text;  // where the prompts came from
   uint32_t prompt_tokens = 0;
   double ttft_full_ms = 0, ttft_prefix_ms = 0, ttft_blend_ms = 0;  // medians
   uint32_t planner_chose_blend = 0, blend_was_faster = 0, planner_right = 0;  // of `requests`

@@ -10,12 +10,15 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+
+#include "prompt_text.h"
 #include <vector>
 
 #include "common/stats.h"
 #include "engine/gguf.h"
 #include "engine/sampler.h"
 #include "logit_compare.h"
+#include "prompt_text.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
 #include "runtime/runtime.h"
@@ -202,12 +205,9 @@ Result<CodecStack> make_stack(KvCodec codec, std::shared_ptr<const engine::Model
   return st;
 }
 
-std::vector<TokenId> random_tokens(uint64_t seed, size_t n, uint32_t vocab) {
+std::vector<TokenId> prompt_tokens(const PromptText& text, uint64_t seed, size_t n) {
   std::mt19937_64 rng(seed);
-  const uint32_t low = vocab > 600 ? 300 : 0;  // past the special and byte tokens of real vocabularies
-  std::vector<TokenId> tokens(n);
-  for (auto& t : tokens) t = TokenId(low + rng() % (vocab - low));
-  return tokens;
+  return text.draw(rng, uint32_t(n));
 }
 
 // One request's outcome: TTFT, the last prompt position's logits, the greedy tokens (the first included).
@@ -349,12 +349,12 @@ Status measure_sizes_and_speeds(CodecBenchResult& res, const KVGeometry& g, std:
 }
 
 // Load time and TTFT per prefix length and codec; rounds interleave the codecs, after one warm-up round.
-Status measure_timings(std::vector<CodecStack>& stacks, const engine::Model& model, CodecBenchResult& res,
-                       std::FILE* progress) {
+Status measure_timings(std::vector<CodecStack>& stacks, const engine::Model& model, const PromptText& text,
+                       CodecBenchResult& res, std::FILE* progress) {
   const CodecBenchOptions& o = res.options;
   for (uint32_t prefix : o.prefixes) {
     const Namespace ns = bench_namespace(model, "time-" + std::to_string(prefix));
-    const auto prompt = random_tokens(o.seed * 7919 + prefix, size_t(prefix) + o.suffix_tokens, model.config().vocab_size);
+    const auto prompt = prompt_tokens(text, o.seed * 7919 + prefix, size_t(prefix) + o.suffix_tokens);
     if (progress) std::fprintf(progress, "bench codec: computing a %u-token prefix once for every codec...\n", prefix);
     KVTIER_RETURN_IF_ERROR(reference_and_seed(stacks, ns, prompt, prefix, 1).status());
     std::vector<std::vector<double>> load(stacks.size()), ttft(stacks.size());
@@ -427,15 +427,15 @@ double logit_std(std::span<const float> logits) {
 
 // Every codec's disk hit against the `none` hit, and that against a full
 // recompute, over the error prompts (at the shortest prefix).
-Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& model, CodecBenchResult& res,
-                      std::FILE* progress) {
+Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& model, const PromptText& text,
+                      CodecBenchResult& res, std::FILE* progress) {
   const CodecBenchOptions& o = res.options;
   const uint32_t prefix = res.error_prefix_tokens;
   std::vector<ErrorSums> sums(stacks.size());
   ErrorSums floor;
   for (uint32_t i = 0; i < o.prompts; ++i) {
     const Namespace ns = bench_namespace(model, "error-" + std::to_string(i));
-    const auto prompt = random_tokens(o.seed * 104729 + i, size_t(prefix) + o.suffix_tokens, model.config().vocab_size);
+    const auto prompt = prompt_tokens(text, o.seed * 104729 + i, size_t(prefix) + o.suffix_tokens);
     KVTIER_ASSIGN_OR_RETURN(Outcome recompute, reference_and_seed(stacks, ns, prompt, prefix, o.gen_tokens));
     std::vector<Outcome> hits;
     for (CodecStack& s : stacks) {
@@ -499,8 +499,10 @@ Result<CodecBenchResult> run_codec_bench(const CodecBenchOptions& o, std::FILE* 
   res.chunk_pages = chunk_pages();
   res.raw_bytes_per_token = geo.bytes_per_token();
   KVTIER_RETURN_IF_ERROR(measure_sizes_and_speeds(res, geo, progress));
-  KVTIER_RETURN_IF_ERROR(measure_timings(stacks, *model, res, progress));
-  KVTIER_RETURN_IF_ERROR(measure_errors(stacks, *model, res, progress));
+  KVTIER_ASSIGN_OR_RETURN(const PromptText text, PromptText::open(*model, o.text));
+  res.text = text.source();
+  KVTIER_RETURN_IF_ERROR(measure_timings(stacks, *model, text, res, progress));
+  KVTIER_RETURN_IF_ERROR(measure_errors(stacks, *model, text, res, progress));
   return res;
 }
 
@@ -523,6 +525,7 @@ std::string CodecBenchResult::to_json() const {
   nlohmann::json j;
   j["bench"] = "codec";
   j["model"] = options.model;
+  j["text"] = text;
   j["kv_dtype"] = std::string(dtype_name(options.kv_dtype));
   j["page_tokens"] = page_tokens;
   j["chunk_pages"] = chunk_pages;

@@ -48,6 +48,7 @@ Result<CodecSpeed> measure_codec_speed(KvCodec codec, const KVGeometry& g, uint3
 
 struct CodecBenchOptions {
   std::string model = "small";              // preset or .gguf; lossy codecs need head_dim % 32 == 0
+  std::string text;                         // prompt text (prompt_text.h); empty: the default for the model
   DType kv_dtype = DType::kF16;             // the pool's dtype (what compression_ratio is against)
   std::vector<uint32_t> prefixes = {4096, 16384};  // cached prefix lengths, multiples of page_tokens * chunk_pages
   uint32_t suffix_tokens = 64;              // new tokens after the prefix
@@ -91,6 +92,7 @@ struct CodecRow {
 
 struct CodecBenchResult {
   CodecBenchOptions options;
+  std::string text;  // where the prompts came from
   uint32_t error_prefix_tokens = 0;
   uint32_t chunk_pages = 0, page_tokens = 0;
   size_t raw_bytes_per_token = 0;      // the pool's

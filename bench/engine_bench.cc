@@ -16,6 +16,7 @@
 #include "engine/matmul.h"
 #include "engine/sampler.h"
 #include "engine/worker_pool.h"
+#include "prompt_text.h"
 
 namespace kvtier::engine {
 
@@ -146,12 +147,13 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   rep.kv_dtype = std::string(dtype_name(o.kv_dtype));
   rep.threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
 
+  KVTIER_ASSIGN_OR_RETURN(const bench::PromptText text, bench::PromptText::open(*model, o.text));
+  rep.text = text.source();
   std::mt19937_64 rng(o.seed);
   SequenceKV seq;
   KVTIER_RETURN_IF_ERROR(pool->allocate(pages, seq.pages));
   for (uint32_t n : o.prompts) {
-    std::vector<TokenId> tokens(n);
-    for (auto& t : tokens) t = TokenId(rng() % c.vocab_size);
+    const std::vector<TokenId> tokens = text.draw(rng, n);
     std::vector<EngineProfile> runs;
     Logits last;
     for (uint32_t r = 0; r < o.repeats; ++r) {

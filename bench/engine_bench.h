@@ -17,6 +17,7 @@ namespace kvtier::engine {
 
 struct EngineBenchOptions {
   std::string model = "small";  // a preset name, or a path to a .gguf file
+  std::string text;             // prompt text (bench/prompt_text.h); empty: the default for the model
   std::vector<uint32_t> prompts = {512, 2048};
   uint32_t decode_tokens = 32;
   DType kv_dtype = DType::kF16;
@@ -48,6 +49,7 @@ struct KernelBenchRow {
 
 struct EngineBenchReport {
   std::string model;
+  std::string text;  // where the prompts came from
   std::string kv_dtype;
   uint32_t threads = 0;
   double sgemm_peak_gflops = 0;

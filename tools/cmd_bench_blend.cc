@@ -16,6 +16,9 @@ CommandRegistration reg("bench-blend", [](CLI::App& root, int& exit_code) {
   CLI::App* cmd = bench_group(root).add_subcommand(
       "blend", "RAG workload: TTFT of full prefill, prefix caching and blending; blending's quality per recompute ratio");
   cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
+  cmd->add_option("--text", f->o.text,
+                  "draw documents, system prompt and questions from this text (default: with a real tokenizer, "
+                  "tests/data/text/heldout.txt; else random ids)");
   cmd->add_option("--docs-pool", f->o.docs_pool, "documents in the pool (each cached on its own first)")->capture_default_str();
   cmd->add_option("--docs-per-request", f->o.docs_per_request, "documents per request, in random order")->capture_default_str();
   cmd->add_option("--doc-tokens", f->o.doc_tokens, "tokens per document")->capture_default_str();

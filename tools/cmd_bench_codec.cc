@@ -20,6 +20,9 @@ CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
       "codec", "KV codecs on disk: bytes per token, encode/decode speed, disk-hit load time and TTFT, error vs none");
   cmd->add_option("--model", f->o.model, "preset (small, 1b) or a .gguf file; lossy codecs need head_dim % 32 == 0")
       ->capture_default_str();
+  cmd->add_option("--text", f->o.text,
+                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
+                  "else random ids)");
   cmd->add_option("--kv-dtype", f->kv_dtype, "the pool's KV dtype: f32, f16, bf16")->capture_default_str();
   cmd->add_option("--prefixes", f->prefixes, "comma-separated cached prefix lengths (multiples of 256); "
                                              "the error prompts use the shortest")->capture_default_str();

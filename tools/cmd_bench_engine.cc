@@ -20,6 +20,9 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench_group(root).add_subcommand("engine", "Prefill/decode throughput of the reference engine vs one sgemm");
   cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
+  cmd->add_option("--text", f->o.text,
+                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
+                  "else random ids)");
   cmd->add_option("--prompt", f->prompts, "comma-separated prompt lengths")->capture_default_str();
   cmd->add_option("--decode", f->o.decode_tokens, "tokens decoded after each prompt")->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache dtype: f32, f16 or bf16")->capture_default_str();
@@ -46,7 +49,7 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
       return;
     }
     if (f->json) {
-      nlohmann::json j = {{"bench", "engine"},          {"model", r->model},     {"kv_dtype", r->kv_dtype},
+      nlohmann::json j = {{"bench", "engine"},          {"model", r->model},     {"text", r->text}, {"kv_dtype", r->kv_dtype},
                           {"threads", r->threads},      {"sgemm_peak_gflops", r->sgemm_peak_gflops},
                           {"rss_bytes", r->rss_bytes},  {"baseline_rss_bytes", r->baseline_rss_bytes},
                           {"weight_bytes", r->weight_bytes},

@@ -2,7 +2,9 @@
 // app: every row with a flag becomes one, grouped by its TOML section, its
 // help ending in its default. A flag holds its text until apply(), which
 // parses the given ones onto a config in table order, so flags can be laid
-// over defaults or a config file. Not thread-safe: used once at startup;
+// over defaults or a config file. A bool row gets both spellings: its flag
+// (`--blend`, `--no-cache`) and the opposite (`--no-blend`, `--cache`), which
+// exclude each other. Not thread-safe: used once at startup;
 // the table must outlive the OptionFlags.
 #pragma once
 
@@ -30,29 +32,37 @@ class OptionFlags {
       if (std::find(except.begin(), except.end(), row.info.key) != except.end()) continue;
       Slot& s = slots_.emplace_back(Slot{&row});
       const std::string flag(row.info.flag), help = help_text(row);
-      CLI::Option* o = row.kind == OptionKind::kBool ? app.add_flag(flag, s.set, help) : app.add_option(flag, s.text, help);
+      CLI::Option* o = nullptr;
+      if (row.kind == OptionKind::kBool) {
+        const bool negative = flag.starts_with("--no-");
+        o = app.add_flag_callback(flag, [&s, negative] { s.text = negative ? "false" : "true"; }, help);
+        app.add_flag_callback(opposite(flag), [&s, negative] { s.text = negative ? "true" : "false"; },
+                              "the opposite of " + flag)
+            ->group(group_name(row.section()))
+            ->excludes(o);
+      } else {
+        o = app.add_option(flag, s.text, help);
+      }
       o->group(group_name(row.section()));
     }
   }
 
   // Parses every flag that was given onto `config`; errors name the flag.
   Status apply(T& config) const {
-    for (const Slot& s : slots_) {
-      const std::string_view flag = s.row->info.flag;
-      if (s.row->kind == OptionKind::kBool) {
-        if (s.set) KVTIER_RETURN_IF_ERROR(s.row->apply(config, flag.starts_with("--no-") ? "false" : "true", flag));
-      } else if (s.text) {
-        KVTIER_RETURN_IF_ERROR(s.row->apply(config, *s.text, flag));
-      }
-    }
+    for (const Slot& s : slots_)
+      if (s.text) KVTIER_RETURN_IF_ERROR(s.row->apply(config, *s.text, s.row->info.flag));
     return Status::Ok();
+  }
+
+  // "--no-x" for "--x" and "--x" for "--no-x".
+  static std::string opposite(std::string_view flag) {
+    return flag.starts_with("--no-") ? "--" + std::string(flag.substr(5)) : "--no-" + std::string(flag.substr(2));
   }
 
  private:
   struct Slot {
     const Option<T>* row;
-    std::optional<std::string> text;
-    bool set = false;
+    std::optional<std::string> text;  // a bool flag's "true"/"false"
   };
 
   static std::string help_text(const Option<T>& row) {

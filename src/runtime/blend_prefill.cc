@@ -104,6 +104,20 @@ Status check_segments(std::span<const PromptSegment> segments, size_t prompt_tok
 
 }  // namespace
 
+std::string_view blend_decision_name(BlendDecision d) {
+  switch (d) {
+    case BlendDecision::kNoSegments: return "no_segments";
+    case BlendDecision::kDisabled: return "disabled";
+    case BlendDecision::kUnsupported: return "unsupported";
+    case BlendDecision::kFirstSeen: return "first_seen";
+    case BlendDecision::kNothingToBlend: return "nothing_to_blend";
+    case BlendDecision::kExactFaster: return "exact_faster";
+    case BlendDecision::kFailed: return "failed";
+    case BlendDecision::kBlended: return "blended";
+  }
+  return "unknown";
+}
+
 Status BlendPrefillOptions::validate() const {
   if (!(recompute_ratio >= 0.0f && recompute_ratio <= 1.0f))
     return Status::InvalidArgument("blend: recompute_ratio must be in [0, 1]");
@@ -135,11 +149,16 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   KVTIER_RETURN_IF_ERROR(check_segments(segments, prompt.size()));
   report = BlendReport{};
   report.exact_tokens = uint32_t(prompt.size());
-  if (!options.enabled || segments.empty() || !engine.supports_blend())
-    return cached_prefill(engine, cache, lease, kv, prompt);
+  if (segments.empty()) return cached_prefill(engine, cache, lease, kv, prompt);
+  report.decision = !options.enabled ? BlendDecision::kDisabled : BlendDecision::kUnsupported;
+  if (!options.enabled || !engine.supports_blend()) return cached_prefill(engine, cache, lease, kv, prompt);
+  report.decision = BlendDecision::kFirstSeen;
   Status front = prefill_front(engine, lease, kv, prompt);
   const uint32_t exact = lease.cached_end();
-  if (!front.ok()) return cached_prefill(engine, cache, lease, kv, prompt);  // its fallback recomputes
+  if (!front.ok()) {
+    report.decision = BlendDecision::kFailed;
+    return cached_prefill(engine, cache, lease, kv, prompt);  // its fallback recomputes
+  }
 
   std::vector<HeldSegment> held = gather_segments(engine, cache, ns, prompt, segments, exact, report);
   kv.pages = lease.pages();
@@ -153,6 +172,8 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   report.predicted_full_s = estimate.full_s;
   report.predicted_blend_s = estimate.blend_s;
   const uint32_t layers = engine.model().config().num_layers;
+  if (held.empty() && report.stored_segment_tokens == 0) report.decision = BlendDecision::kNothingToBlend;
+  if (!held.empty()) report.decision = BlendDecision::kExactFaster;
   if (held.empty() || options.check_layer >= layers || !(options.force || estimate.blend())) {
     for (HeldSegment& h : held) cache.release(h.lease);
     return plain_from(engine, lease, kv, prompt, exact);
@@ -190,7 +211,11 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
     }
     cache.release(h.lease);
   }
-  if (!out.ok()) return plain_from(engine, lease, kv, prompt, lease_failed ? cache.fall_back(lease) : exact);
+  if (!out.ok()) {
+    report.decision = BlendDecision::kFailed;
+    return plain_from(engine, lease, kv, prompt, lease_failed ? cache.fall_back(lease) : exact);
+  }
+  report.decision = BlendDecision::kBlended;
   report.blended = true;
   report.exact_tokens = held.front().at.begin;
   report.recomputed_tokens = blend.recomputed;

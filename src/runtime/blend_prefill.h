@@ -36,7 +36,7 @@ struct PromptSegment {
 };
 
 struct BlendPrefillOptions {
-  bool enabled = true;           // false: plain cached prefill (--no-blend)
+  bool enabled = false;          // the server allows blending (--blend); else plain cached prefill
   uint32_t check_layer = 1;
   float recompute_ratio = 0.15f;
   bool force = false;            // blend whenever segments are cached (benchmarks); else the planner decides
@@ -45,7 +45,21 @@ struct BlendPrefillOptions {
   Status validate() const;
 };
 
+// Why a prompt was or was not blended (usage.kvtier.blend.decision).
+enum class BlendDecision : uint8_t {
+  kNoSegments,    // the request marked no segments: it did not ask to blend
+  kDisabled,      // the server does not blend (blend.enabled false)
+  kUnsupported,   // the engine has no selective recompute (CUDA)
+  kFirstSeen,     // no segment was cached yet: they were stored for the next request
+  kNothingToBlend,  // the exact cached prefix covered the segments, or none spans a whole page
+  kExactFaster,   // the planner predicted the exact prefill faster
+  kFailed,        // a segment's load failed verification: recomputed exactly
+  kBlended,
+};
+std::string_view blend_decision_name(BlendDecision d);
+
 struct BlendReport {
+  BlendDecision decision = BlendDecision::kNoSegments;
   bool blended = false;           // segment KV was used (the output is approximate)
   uint32_t exact_tokens = 0;      // leading positions whose KV is exact (commit only these)
   uint32_t blended_tokens = 0;    // segment positions whose cached KV was kept

@@ -39,8 +39,9 @@ OptionTable<R> make_table() {
   t.push_back(uint_option<R>({"cache.page_tokens", "--page-tokens", {}, "Tokens per KV page"}, KVTIER_FIELD(page_tokens),
                              1, 1024));
   append_options(t, cache_option_table(), KVTIER_FIELD(cache_config()));
-  t.push_back(bool_option<R>({"blend.enabled", "--no-blend", {},
-                              "Never blend marked segments (non-prefix reuse); else the planner may"},
+  t.push_back(bool_option<R>({"blend.enabled", "--blend", {},
+                              "Allow blending (non-prefix reuse, approximate) for requests that ask: `segments`, "
+                              "`cacheable` chat parts or \"kvtier\": {\"blend\": true}; the planner decides"},
                              KVTIER_FIELD(blend.enabled)));
   t.push_back(number_option<R>({"blend.recompute_ratio", "--blend-ratio", {},
                                 "Share of a blended segment's tokens recomputed, by KV deviation"},

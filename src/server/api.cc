@@ -256,9 +256,24 @@ Result<json> parse_json_object(std::string_view body, ApiError& error) {
   return Status::InvalidArgument(error.message);
 }
 
+// "kvtier": {"blend": bool}: kvtier's own options of a request, one parser for every endpoint.
+std::optional<ApiError> read_kvtier_object(const json& doc, CompletionRequest& r) {
+  const json* ext = find_field(doc, "kvtier");
+  if (ext == nullptr) return std::nullopt;
+  if (!ext->is_object()) return wrong_type("kvtier", "an object", *ext);
+  for (const auto& [key, value] : ext->items()) {
+    if (key != "blend")
+      return bad_request("unknown field 'kvtier." + key + "' (known: blend)", "kvtier." + key, "invalid_value");
+    if (!value.is_boolean()) return wrong_type("kvtier.blend", "a boolean", value);
+    r.blend = value.get<bool>();
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_common_request(const json& doc, const RequestLimits& limits, uint32_t min_max_tokens,
                                             CompletionRequest& r) {
   r.max_tokens = limits.default_max_tokens;
+  if (auto err = read_kvtier_object(doc, r)) return err;
   if (const json* it = find_field(doc, "model")) {
     if (!it->is_string()) return wrong_type("model", "a string", *it);
     r.model = it->get<std::string>();
@@ -388,7 +403,8 @@ json usage_json(const CompletionUsage& u) {
         {"prefill_ms", u.report.ttft_s * 1e3},
         {"computed_in_full_for_logprobs", u.report.computed_in_full_for_logprobs},
         {"blend",
-         {{"blended", u.report.blend.blended},
+         {{"decision", blend_decision_name(u.report.blend.decision)},
+          {"blended", u.report.blend.blended},
           {"reused_tokens", u.report.blend.blended_tokens},
           {"recomputed_tokens", u.report.blend.recomputed_tokens},
           {"stored_segment_tokens", u.report.blend.stored_segment_tokens},

@@ -61,6 +61,11 @@ struct CompletionRequest : GenerationRequest {
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
   bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
+  // "kvtier": {"blend": bool}, kvtier's own request options. blend true asks
+  // to blend (with --blend-separator, the separator's pieces become segments);
+  // false never blends, even with segments. Unset: segments and cacheable
+  // chat parts ask by themselves.
+  std::optional<bool> blend;
 };
 
 inline constexpr size_t kMaxSegments = 256;

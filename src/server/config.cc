@@ -30,8 +30,8 @@ OptionTable<S> make_table() {
                                KVTIER_FIELD(chat_template_file)));
   append_options(t, runtime_option_table(), KVTIER_FIELD(runtime));
   t.push_back(string_option<S>({"blend.separator", "--blend-separator", {},
-                                "Text that splits a plain prompt into reusable segments (its tokens are computed, not "
-                                "reused)",
+                                "With --blend: text that splits the prompt of a request asking \"kvtier\": "
+                                "{\"blend\": true} into reusable segments (its tokens are computed, not reused)",
                                 "none"},
                                KVTIER_FIELD(blend_separator)));
   t.push_back(uint_option<S>({"limits.max_queue", "--max-queue", {}, "Waiting requests before 429"},
@@ -217,7 +217,7 @@ std::string config_markdown() {
         "configuration as TOML; `GET /v1/cache/stats` returns it under `config` (secrets as `<set>`).\n\n"
         "Value kinds: *size* is bytes: `4096`, `64KiB`, `8MiB`, `2GiB` (`K`/`M`/`G`/`T` are binary units too; `KB`, "
         "`MB`, `GB`, `TB` decimal), an integer in TOML or Python; *duration* is seconds: `600`, `90s`, `250ms`, `10m`, "
-        "`2h`; *bool* flags named `--no-…` turn the option off, the others on. Replay tier capacities are their own kind "
+        "`2h`; every *bool* option has two flags, `--x` (on) and `--no-x` (off); the table names the one that changes the default. Replay tier capacities are their own kind "
         "(tokens or bytes; docs/REPLAY.md).\n";
   for (std::string_view section : sections()) {
     os << "\n## [" << section << "]\n\n| key | flag | Python | kind | default | what |\n|---|---|---|---|---|---|\n";

@@ -105,7 +105,7 @@ HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
   configured.max_tokens = config.limits.max_tokens;
   configured.default_max_tokens = config.limits.default_max_tokens;
   limits_ = derive_limits(configured, scheduler->model());
-  if (!config.blend_separator.empty())
+  if (config.runtime.blend.enabled && !config.blend_separator.empty())  // applies only when blending is on
     blend_separator_ = scheduler->model().text.tokenize(config.blend_separator, {.add_bos = false, .parse_special = true});
 }
 
@@ -324,7 +324,9 @@ RequestState::View HttpServer::wait_watching_client(const httplib::Request& req,
 void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Generation gen) {
   const CompletionRequest& creq = gen.request;
   GenerationRequest g = creq;  // the scheduler's part of the request
-  if (g.segments.empty() && !blend_separator_.empty()) g.segments = segments_between(g.prompt, blend_separator_);
+  // Segments ask to blend; "kvtier": {"blend": true} asks for the separator's; false never blends.
+  if (creq.blend == false) g.segments.clear();
+  if (creq.blend == true && g.segments.empty()) g.segments = segments_between(g.prompt, blend_separator_);
   auto submitted = scheduler_->submit(std::move(g));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   std::shared_ptr<RequestState> state = std::move(submitted).value();

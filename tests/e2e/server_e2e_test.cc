@@ -104,7 +104,9 @@ class SharedServer : public ::testing::Test {
     dir_ = new TempDir();
     server_ = new ServerProcess();
     ASSERT_FALSE(kvtier_binary().empty()) << "KVTIER_BINARY is not set";
-    ASSERT_TRUE(server_->start(base_args(dir_->str()))) << server_->log();
+    auto args = base_args(dir_->str());
+    args.push_back("--blend");
+    ASSERT_TRUE(server_->start(args)) << server_->log();
   }
   static void TearDownTestSuite() {
     server_->signal(SIGTERM);
@@ -292,37 +294,56 @@ TEST_F(SharedServer, LoadgenRagReportsBlendedShare) {
   EXPECT_NEAR(summary.cached_share + summary.blended_share + summary.computed_share, 1.0, 1e-9);
 }
 
-// --no-blend: segments are ordinary prompt text; --blend-separator: a plain
-// prompt is split into segments on the separator's tokens.
-TEST(ServerE2E, NoBlendAndSeparator) {
+// Blending needs both permissions. The server's default (no --blend):
+// segments are ordinary prompt text. With --blend and --blend-separator, a
+// plain prompt is split on the separator's tokens only when the request asks
+// ("kvtier": {"blend": true}); "blend": false turns segments off. The usage
+// says why a prompt was not blended.
+TEST(ServerE2E, BlendNeedsServerAndRequest) {
   TempDir dir;
-  for (bool separator : {false, true}) {
-    ServerProcess s;
-    auto args = base_args(dir.str() + (separator ? "/sep" : "/off"));
-    if (separator) {
-      args.insert(args.end(), {"--blend-separator", "##"});
-    } else {
-      args.push_back("--no-blend");
+  const char* prompts[] = {"system text##first document, long enough to fill a page or two of tokens "
+                           "in the tiny vocabulary##second document, also long enough to fill pages##question",
+                           "other system##second document, also long enough to fill pages##first document, long "
+                           "enough to fill a page or two of tokens in the tiny vocabulary##question"};
+  auto second_blend = [&](int port, const json& extra, bool segments) {
+    json usage;
+    for (const char* prompt : prompts) {
+      json body = segments ? rag_body(500 + int(std::strlen(prompt)), {2001, 3002}, 4020)
+                           : json{{"prompt", prompt}, {"max_tokens", 2}};
+      body.update(extra);
+      Reply r = post(port, body);
+      EXPECT_EQ(r.status, 200) << r.body.dump();
+      usage = r.body["usage"]["kvtier"]["blend"];
     }
-    ASSERT_TRUE(s.start(args)) << s.log();
-    json second;
-    for (const char* prompt : {"system text##first document, long enough to fill a page or two of tokens "
-                               "in the tiny vocabulary##second document, also long enough to fill pages##question",
-                               "other system##second document, also long enough to fill pages##first document, long "
-                               "enough to fill a page or two of tokens in the tiny vocabulary##question"}) {
-      json body = separator ? json{{"prompt", prompt}, {"max_tokens", 2}}
-                            : rag_body(500 + int(std::strlen(prompt)), {2001, 3002}, 4020);
-      Reply r = post(s.port(), body);
-      ASSERT_EQ(r.status, 200) << r.body.dump();
-      second = r.body["usage"]["kvtier"]["blend"];
-    }
-    EXPECT_EQ(second["blended"].get<bool>(), separator) << second.dump();
-    if (separator) {
-      EXPECT_GT(second["reused_tokens"].get<int>(), 0) << second.dump();
-    }
+    return usage;
+  };
+  {
+    ServerProcess s;  // the default: the server does not blend
+    ASSERT_TRUE(s.start(base_args(dir.str() + "/off"))) << s.log();
+    const json b = second_blend(s.port(), json::object(), true);
+    EXPECT_FALSE(b["blended"].get<bool>()) << b.dump();
+    EXPECT_EQ(b["decision"], "disabled") << b.dump();
     s.signal(SIGTERM);
     EXPECT_EQ(s.wait_exit(), 0) << s.log();
   }
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/sep");
+  args.insert(args.end(), {"--blend", "--blend-separator", "##"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const json asked = second_blend(s.port(), {{"kvtier", {{"blend", true}}}}, false);
+  EXPECT_TRUE(asked["blended"].get<bool>()) << asked.dump();
+  EXPECT_EQ(asked["decision"], "blended") << asked.dump();
+  EXPECT_GT(asked["reused_tokens"].get<int>(), 0) << asked.dump();
+  const json plain = second_blend(s.port(), json::object(), false);  // the request did not ask
+  EXPECT_FALSE(plain["blended"].get<bool>()) << plain.dump();
+  EXPECT_EQ(plain["decision"], "no_segments") << plain.dump();
+  const json refused = second_blend(s.port(), {{"kvtier", {{"blend", false}}}}, true);
+  EXPECT_FALSE(refused["blended"].get<bool>()) << refused.dump();
+  EXPECT_EQ(refused["decision"], "no_segments") << refused.dump();
+  EXPECT_EQ(post(s.port(), {{"prompt", "x"}, {"kvtier", {{"blend", 1}}}}).status, 400);
+  EXPECT_EQ(post(s.port(), {{"prompt", "x"}, {"kvtier", {{"retain", true}}}}).status, 400);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
 TEST(ServerE2E, ApiKey) {
@@ -564,6 +585,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   ServerProcess s;
   auto args = base_args(dir.str() + "/cache");
   args[1] = model;
+  args.push_back("--blend");  // for the cacheable parts at the end
   ASSERT_TRUE(s.start(args)) << s.log();
 
   std::string system;

@@ -37,6 +37,7 @@ Blended blend(CacheRig& rig, std::initializer_list<uint32_t> doc_seeds) {
   EXPECT_TRUE(lease.ok()) << lease.status().to_string();
   engine::SequenceKV kv;
   BlendPrefillOptions o;
+  o.enabled = true;
   o.force = true;
   auto lg = blend_prefill(*rig.engine, *rig.cache, rig.ns, *lease, kv, prompt, segments, o, out.report);
   EXPECT_TRUE(lg.ok()) << lg.status().to_string();

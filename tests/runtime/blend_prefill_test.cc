@@ -54,6 +54,7 @@ BlendOutcome blend_request(CacheRig& rig, const RagPrompt& p, BlendPrefillOption
 
 BlendPrefillOptions forced(float ratio = 0.15f) {
   BlendPrefillOptions o;
+  o.enabled = true;
   o.force = true;
   o.recompute_ratio = ratio;
   return o;

@@ -71,6 +71,21 @@ TEST(ApiParseTest, StopAsOneStringAndBatchOfOne) {
   EXPECT_EQ(std::get<CompletionRequest>(r).stop, (std::vector<std::string>{"\n"}));
 }
 
+// "kvtier": {"blend": bool}: unset, true or false; anything else is a 400 naming the field.
+TEST(ApiParseTest, KvtierObject) {
+  auto plain = parse(R"({"prompt":"hi"})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(plain));
+  EXPECT_FALSE(std::get<CompletionRequest>(plain).blend.has_value());
+  for (bool v : {true, false}) {
+    auto r = parse(std::string(R"({"prompt":"hi","kvtier":{"blend":)") + (v ? "true" : "false") + "}}");
+    ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+    EXPECT_EQ(std::get<CompletionRequest>(r).blend, std::optional<bool>(v));
+  }
+  EXPECT_EQ(error_of(R"({"prompt":"hi","kvtier":{"blend":1}})").param, "kvtier.blend");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","kvtier":{"retian_s":5}})").param, "kvtier.retian_s");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","kvtier":[]})").param, "kvtier");
+}
+
 TEST(ApiParseTest, BadInputsAre400WithAParam) {
   struct Case {
     const char* body;

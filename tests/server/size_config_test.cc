@@ -130,6 +130,33 @@ TEST(ConfigTest, FlagsWinOverTheFile) {
   EXPECT_EQ(c->runtime.host_bytes, defaults.host_bytes);  // default
 }
 
+// Every bool option has both flags; blending is off unless --blend; the two spellings exclude each other.
+TEST(ConfigTest, BoolOptionsHaveBothFlags) {
+  auto parse = [](std::vector<std::string> args) -> Result<ServerConfig> {
+    CLI::App app;
+    ServeFlags flags;
+    add_serve_flags(app, flags);
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    return resolve_config(flags);
+  };
+  auto defaults = parse({});
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  EXPECT_FALSE(defaults->runtime.blend.enabled);
+  EXPECT_TRUE(defaults->runtime.cache_enabled);
+  auto on = parse({"--blend", "--cache", "--no-layerwise"});
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_TRUE(on->runtime.blend.enabled);
+  EXPECT_TRUE(on->runtime.cache_enabled);
+  EXPECT_FALSE(on->runtime.layerwise);
+  auto off = parse({"--no-blend", "--no-cache", "--layerwise"});
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_FALSE(off->runtime.blend.enabled);
+  EXPECT_FALSE(off->runtime.cache_enabled);
+  EXPECT_TRUE(off->runtime.layerwise);
+  EXPECT_THROW(parse({"--blend", "--no-blend"}), CLI::ExcludesError);
+}
+
 TEST(ConfigTest, BadFlagValuesAreErrors) {
   for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
            {"--device-capacity", "lots"}, {"--write-policy", "x"}, {"--kv-dtype", "f64"}, {"--eviction", "random"},
