@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake ninja-build g++ pkg-config liburing-dev libxxhash-dev libs
   chromium \
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 
-.PHONY: deps build python test demo bench test-asan test-tsan format clean
+.PHONY: deps build python test demo fixture-model bench test-asan test-tsan format clean
 
 # Installs only what is missing; runs `apt-get update` only when something must be installed.
 deps:
@@ -47,6 +47,10 @@ demo: build
 	  --vocab tests/data/vocab/ggml-vocab-qwen2.gguf \
 	  --chat-template tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja --out $(DEMO_MODEL)
 	./$(BUILD)/tools/kvtier demo --model $(DEMO_MODEL) --disk-dir $(BUILD)/demo-cache
+
+# The trained fixture model (tests/data/models/README.md): about 25 minutes on 2 cores.
+fixture-model: build
+	/usr/bin/python3 scripts/train_fixture.py --kvtier $(BUILD)/tools/kvtier
 
 bench: build
 	./$(BUILD)/tools/kvtier bench index --trace ../shared/traces/mooncake_synthetic_trace.jsonl
