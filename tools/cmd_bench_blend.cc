@@ -16,9 +16,7 @@ CommandRegistration reg("bench-blend", [](CLI::App& root, int& exit_code) {
   CLI::App* cmd = bench_group(root).add_subcommand(
       "blend", "RAG workload: TTFT of full prefill, prefix caching and blending; blending's quality per recompute ratio");
   cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
-  cmd->add_option("--text", f->o.text,
-                  "draw documents, system prompt and questions from this text (default: with a real tokenizer, "
-                  "tests/data/text/heldout.txt; else random ids)");
+  add_prompt_text_option(cmd, f->o.text);
   cmd->add_option("--docs-pool", f->o.docs_pool, "documents in the pool (each cached on its own first)")->capture_default_str();
   cmd->add_option("--docs-per-request", f->o.docs_per_request, "documents per request, in random order")->capture_default_str();
   cmd->add_option("--doc-tokens", f->o.doc_tokens, "tokens per document")->capture_default_str();
@@ -32,12 +30,7 @@ CommandRegistration reg("bench-blend", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    auto r = bench::run_blend_bench(f->o, stderr);
-    if (!r.ok()) {
-      exit_code = report(r.status());
-      return;
-    }
-    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+    exit_code = print_result(bench::run_blend_bench(f->o, stderr), f->json);
   });
 });
 

@@ -20,9 +20,7 @@ CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
       "codec", "KV codecs on disk: bytes per token, encode/decode speed, disk-hit load time and TTFT, error vs none");
   cmd->add_option("--model", f->o.model, "preset (small, 1b) or a .gguf file; lossy codecs need head_dim % 32 == 0")
       ->capture_default_str();
-  cmd->add_option("--text", f->o.text,
-                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
-                  "else random ids)");
+  add_prompt_text_option(cmd, f->o.text);
   cmd->add_option("--kv-dtype", f->kv_dtype, "the pool's KV dtype: f32, f16, bf16")->capture_default_str();
   cmd->add_option("--prefixes", f->prefixes, "comma-separated cached prefix lengths (multiples of 256); "
                                              "the error prompts use the shortest")->capture_default_str();
@@ -47,12 +45,7 @@ CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
       return;
     }
     f->o.kv_dtype = *dtype;
-    auto r = bench::run_codec_bench(f->o, stderr);
-    if (!r.ok()) {
-      exit_code = report(r.status());
-      return;
-    }
-    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+    exit_code = print_result(bench::run_codec_bench(f->o, stderr), f->json);
   });
 });
 

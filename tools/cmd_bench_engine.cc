@@ -20,9 +20,7 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = bench_group(root).add_subcommand("engine", "Prefill/decode throughput of the reference engine vs one sgemm");
   cmd->add_option("--model", f->o.model, "preset (tiny, small, 1b) or a .gguf file")->capture_default_str();
-  cmd->add_option("--text", f->o.text,
-                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
-                  "else random ids)");
+  add_prompt_text_option(cmd, f->o.text);
   cmd->add_option("--prompt", f->prompts, "comma-separated prompt lengths")->capture_default_str();
   cmd->add_option("--decode", f->o.decode_tokens, "tokens decoded after each prompt")->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV cache dtype: f32, f16 or bf16")->capture_default_str();

@@ -40,12 +40,7 @@ CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
       return;
     }
     f->o.kv_dtype = *dt;
-    auto r = run_ttft_bench(f->o, stderr);
-    if (!r.ok()) {
-      exit_code = report(r.status());
-      return;
-    }
-    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+    exit_code = print_result(run_ttft_bench(f->o, stderr), f->json);
   });
 });
 

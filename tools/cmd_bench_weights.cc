@@ -17,9 +17,7 @@ CommandRegistration reg("bench-weights", [](CLI::App& root, int& exit_code) {
       "weights", "A model file against the same weights in another type: KL, top-1 and greedy agreement on text");
   cmd->add_option("--model", f->o.model, "the .gguf under test")->required();
   cmd->add_option("--reference", f->o.reference, "the .gguf it is compared with (e.g. the f16 file)")->required();
-  cmd->add_option("--text", f->o.text,
-                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
-                  "else random ids)");
+  add_prompt_text_option(cmd, f->o.text);
   cmd->add_option("--prompts", f->o.prompts, "prompts compared")->capture_default_str();
   cmd->add_option("--prompt-tokens", f->o.prompt_tokens, "tokens per prompt (every position is compared)")
       ->capture_default_str();
@@ -28,12 +26,7 @@ CommandRegistration reg("bench-weights", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--seed", f->o.seed, "where the prompts are drawn from the text")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    auto r = bench::run_weights_bench(f->o, stderr);
-    if (!r.ok()) {
-      exit_code = report(r.status());
-      return;
-    }
-    std::puts(f->json ? r->to_json().c_str() : r->to_table().c_str());
+    exit_code = print_result(bench::run_weights_bench(f->o, stderr), f->json);
   });
 });
 

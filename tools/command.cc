@@ -50,4 +50,10 @@ CLI::App& bench_group(CLI::App& root) {
   return *b;
 }
 
+void add_prompt_text_option(CLI::App* cmd, std::string& path) {
+  cmd->add_option("--text", path,
+                  "draw the prompts from this text (default: with a real tokenizer, tests/data/text/heldout.txt; "
+                  "else random ids)");
+}
+
 }  // namespace kvtier::cli

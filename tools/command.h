@@ -4,6 +4,8 @@
 // sets the process exit code through the returned int reference.
 #pragma once
 
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
@@ -31,5 +33,16 @@ Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::stri
 
 // The "bench" parent subcommand shared by every `kvtier bench <what>`.
 CLI::App& bench_group(CLI::App& root);
+
+// `--text FILE` of the benches that draw prompts (bench/prompt_text.h).
+void add_prompt_text_option(CLI::App* cmd, std::string& path);
+
+// A bench's result printed as JSON or its table; an error reported. Returns the exit code.
+template <class R>
+int print_result(const Result<R>& r, bool json) {
+  if (!r.ok()) return report(r.status());
+  std::puts(json ? r->to_json().c_str() : r->to_table().c_str());
+  return 0;
+}
 
 }  // namespace kvtier::cli
