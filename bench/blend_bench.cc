@@ -18,8 +18,8 @@ namespace kvtier::bench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double ms_since(SteadyClock::time_point t0) { return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count(); }
 
 struct Request {
   std::vector<TokenId> tokens;
@@ -50,7 +50,7 @@ class Driver {
 
   // mode: "full" (no reuse), "prefix" (exact prefix only) or "blend" (with `options`).
   Result<Run> run(const Request& r, const std::string& mode, const BlendPrefillOptions& options, uint32_t greedy) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     CacheLease lease;
     if (mode == "full") {
       KVTIER_ASSIGN_OR_RETURN(lease, s_.cache->fresh(ns_, r.tokens.size()));
@@ -173,7 +173,7 @@ Result<BlendBenchResult> run_blend_bench(const BlendBenchOptions& o, std::FILE* 
   res.model = o.model;
   res.text = text.source();
   res.requests = o.requests;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   if (progress) std::fprintf(progress, "bench blend: caching %u documents of %u tokens...\n", o.docs_pool, o.doc_tokens);
   for (const auto& doc : docs) KVTIER_RETURN_IF_ERROR(d.cache_alone(doc));
   res.warmup_s = ms_since(t0) / 1e3;

@@ -28,7 +28,7 @@ namespace kvtier::bench {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Synthetic layer in raw order: keys with 4 outlier channels per head, values N(0, 1).
 std::vector<float> synthetic_layer(const KVGeometry& g, uint32_t n_pages) {
@@ -66,9 +66,9 @@ std::vector<std::byte> to_dtype(const std::vector<float>& values, DType dt) {
 
 template <class F>
 double gbps(size_t bytes, F&& work) {
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   work();
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   return seconds > 0 ? double(bytes) / seconds / 1e9 : 0;
 }
 
@@ -107,7 +107,7 @@ constexpr KvCodec kCodecs[] = {KvCodec::kNone, KvCodec::kQ8, KvCodec::kQ4};  // 
 constexpr size_t kDisk = static_cast<size_t>(TierKind::kDisk);
 constexpr size_t kDiskAlign = 4096;  // disk entries are O_DIRECT-aligned (tiers/chunk_format.h)
 
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double ms_since(SteadyClock::time_point t0) { return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count(); }
 
 // The runtime's page and chunk sizes, so the bench's caches match a server's.
 uint32_t page_tokens() {
@@ -252,7 +252,7 @@ Status commit_copy(CodecStack& dst, const Namespace& ns, std::span<const TokenId
 Result<Outcome> reference_and_seed(std::vector<CodecStack>& stacks, const Namespace& ns, std::span<const TokenId> prompt,
                                    uint32_t prefix, uint32_t gen) {
   CodecStack& none = stacks.front();
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, none.cache->fresh(ns, prompt.size()));
   engine::SequenceKV kv;
   KVTIER_ASSIGN_OR_RETURN(engine::Logits logits, cached_prefill(*none.engine, *none.cache, lease, kv, prompt));
@@ -285,7 +285,7 @@ Status check_disk_hit(KvCodec codec, const LeaseReport& r, uint32_t prefix) {
 // The prefix only on disk, loaded: lookup until every layer of every load is in place; nothing is computed.
 Result<double> timed_load(CodecStack& s, const Namespace& ns, std::span<const TokenId> prompt, uint32_t prefix) {
   KVTIER_RETURN_IF_ERROR(s.cache->flush());
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(ns, prompt));
   const Plan plan = s.cache->plan(look);
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));
@@ -303,7 +303,7 @@ Result<double> timed_load(CodecStack& s, const Namespace& ns, std::span<const To
 Result<Outcome> disk_hit(CodecStack& s, const Namespace& ns, std::span<const TokenId> prompt, uint32_t prefix,
                          uint32_t gen) {
   KVTIER_RETURN_IF_ERROR(s.cache->flush());
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(ns, prompt));
   const Plan plan = s.cache->plan(look);
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));

@@ -16,7 +16,7 @@ namespace kvtier::cuda {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Milliseconds of the work `f` enqueues on `s`, from events recorded around it.
 Result<double> time_stream(cudaStream_t s, const std::function<Status()>& f) {
@@ -49,9 +49,9 @@ Result<double> median_wall_ms(uint32_t reps, const std::function<Status()>& f) {
   std::vector<double> v;
   KVTIER_RETURN_IF_ERROR(f());  // warm-up
   for (uint32_t i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     KVTIER_RETURN_IF_ERROR(f());
-    v.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    v.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count());
   }
   return median(v);
 }

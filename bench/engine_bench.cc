@@ -50,8 +50,8 @@ double measure_sgemm_gflops(uint32_t n, uint32_t threads) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double since(SteadyClock::time_point t0) { return std::chrono::duration<double>(SteadyClock::now() - t0).count(); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -90,7 +90,7 @@ std::vector<KernelBenchRow> measure_kernels(const Model& m, uint32_t threads) {
     std::vector<float> x(one.cols(), 0.5f), y(one.rows());
     std::vector<double> gbps;
     for (int rep = 0; rep < 7; ++rep) {
-      const auto t0 = Clock::now();
+      const auto t0 = SteadyClock::now();
       mm.run(x.data(), 1, one, y.data(), uint32_t(one.rows()), 0.0f);
       gbps.push_back(double(part->bytes()) / since(t0) / 1e9);
     }
@@ -116,7 +116,7 @@ double measure_memcpy_gbps(uint32_t threads) {
   WorkerPool pool(threads);
   std::vector<double> gbps;
   for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     pool.run(threads, [&](size_t t, uint32_t) { std::memcpy(b.data() + t * per, a.data() + t * per, per); });
     gbps.push_back(double(per * threads) / since(t0) / 1e9);  // bytes read (each is also written)
   }

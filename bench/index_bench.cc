@@ -20,7 +20,7 @@ Status IndexBenchOptions::validate() const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // CPU time of this thread: unlike wall time it does not count the time the
 // thread waits for a core, so it stays meaningful on a busy machine.
@@ -67,20 +67,20 @@ Result<IndexBenchReport> run_index_bench(const IndexBenchOptions& o, const Promp
     copy.assign(tokens.begin(), tokens.end());
     const size_t n_whole = tokens.size() / o.page_tokens;
 
-    const auto c0 = Clock::now();
+    const auto c0 = SteadyClock::now();
     int eq = std::memcmp(tokens.data(), copy.data(), tokens.size() * sizeof(TokenId));
     // The empty asm consumes the result, so the compiler cannot move the memcmp past the clock read.
     asm volatile("" : "+r"(eq) : : "memory");
-    const auto c1 = Clock::now();
+    const auto c1 = SteadyClock::now();
     sink += eq == 0;
     memcmp_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(c1 - c0).count();
 
     // Page ids are synthetic: the benchmark measures the index, not a pool.
     locs.resize(n_whole);
     const uint64_t cpu0 = thread_cpu_ns();
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     index->match(ns, tokens, m);
-    const auto t1 = Clock::now();
+    const auto t1 = SteadyClock::now();
     // Already-present pages are ignored by insert but must still name a page (the caller's duplicate).
     std::fill(locs.begin(), locs.begin() + m.matched_pages, PageLocation{PageId(0), SlotId()});
     for (size_t p = m.matched_pages; p < n_whole; ++p) locs[p] = PageLocation{PageId(next_page++), SlotId()};
@@ -91,7 +91,7 @@ Result<IndexBenchReport> run_index_bench(const IndexBenchOptions& o, const Promp
       KVTIER_RETURN_IF_ERROR(index->evict(static_cast<uint32_t>(excess), TierKind::kDevice, ev));
       r.evicted_pages += ev.freed;
     }
-    const auto t2 = Clock::now();
+    const auto t2 = SteadyClock::now();
     index_cpu_ns += thread_cpu_ns() - cpu0;
     match_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
     index_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t0).count();

@@ -15,9 +15,9 @@ namespace kvtier {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(SteadyClock::time_point t0) { return std::chrono::duration<double>(SteadyClock::now() - t0).count(); }
 
 }  // namespace
 
@@ -80,7 +80,7 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
   // Each timed step covers one batch [b, b + B); the caller accumulates.
   // Raw SETs are gather writes, or (buffered) copied through hiredis's output buffer.
   auto raw = [&](const char* verb, size_t b, bool buffered = false) -> double {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     std::vector<RedisCommand> cmds;
     for (size_t i = b; i < std::min(res.chunks, b + B); ++i) {
       cmds.push_back(RedisCommand{{verb, raw_keys[i]}});
@@ -99,7 +99,7 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
     return seconds_since(t0);
   };
   auto write = [&](RemoteTier& t, size_t b) -> double {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     std::vector<PutOp> ops;
     for (size_t i = b; i < std::min(res.chunks, b + B); ++i)
       ops.push_back(PutOp{ChunkKey{ns, hashes[i].back()}, hashes[i], payload});
@@ -109,7 +109,7 @@ Result<RemoteBenchResult> run_remote_bench(const RemoteBenchOptions& o) {
     return seconds_since(t0);
   };
   auto read = [&](RemoteTier& t, bool layerwise, size_t b) -> double {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     const uint32_t L = g.kv.num_layers;
     const size_t n = std::min(res.chunks, b + B) - b;
     for (uint32_t l = 0; l < (layerwise ? L : 1u); ++l) {

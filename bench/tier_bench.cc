@@ -20,8 +20,8 @@
 namespace kvtier {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double secs(SteadyClock::time_point a, SteadyClock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 double gbps(size_t bytes, double s) { return s > 0 ? double(bytes) / s / 1e9 : 0; }
 // Median over rounds of a[k] / b[k].
 double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
@@ -57,7 +57,7 @@ constexpr uint32_t kReadSplit = 4;  // read sub-rounds per write round
 Result<double> raw_pass(File& f, IoQueue& q, IoKind kind, uint64_t begin, uint64_t end, size_t sync_every, AlignedBuffer& buf) {
   const size_t depth = q.depth();
   std::vector<IoOp> ops;
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   for (uint64_t off = begin; off < end; off += kRawBlock) {
     ops.push_back({kind, &f, off, buf.data() + (ops.size() % depth) * kRawBlock, kRawBlock});
     const bool last = off + kRawBlock >= end;
@@ -68,7 +68,7 @@ Result<double> raw_pass(File& f, IoQueue& q, IoKind kind, uint64_t begin, uint64
     }
     if (sync_now) KVTIER_RETURN_IF_ERROR(f.sync());
   }
-  return secs(t0, Clock::now());
+  return secs(t0, SteadyClock::now());
 }
 
 // The un-aggregated loader: pages stored page-first ([layer][k|v][P][H][D],
@@ -86,7 +86,7 @@ Result<double> per_page_pass(File& f, IoQueue& q, const KVGeometry& g, size_t fi
   const size_t span = buf.size() / depth;
   std::vector<IoOp> ops;
   std::vector<size_t> skip;  // bytes before the slice in each read
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   for (uint32_t l = 0; l < g.num_layers; ++l) {
     for (size_t p = first; p < last; ++p) {
       const uint64_t off = p * page + size_t(l) * slice;
@@ -100,7 +100,7 @@ Result<double> per_page_pass(File& f, IoQueue& q, const KVGeometry& g, size_t fi
       }
     }
   }
-  return secs(t0, Clock::now());
+  return secs(t0, SteadyClock::now());
 }
 
 }  // namespace
@@ -138,10 +138,10 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     KVTIER_RETURN_IF_ERROR(a->copy({&c, 1}));  // fault pages in
     double best = 1e9;
     for (int i = 0; i < 3; ++i) {
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       KVTIER_RETURN_IF_ERROR(a->copy({&c, 1}));
       asm volatile("" : : "r"(b->data()) : "memory");  // the copy must happen
-      best = std::min(best, secs(t0, Clock::now()));
+      best = std::min(best, secs(t0, SteadyClock::now()));
     }
     r.memcpy_gbps = gbps(o.memory_bytes, best);
   }
@@ -157,7 +157,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     std::vector<ByteCopy> copies;
     double best = 1e9;
     for (int i = 0; i < 3; ++i) {
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       for (uint32_t c = 0; c + o.chunk_pages <= pages; c += o.chunk_pages) {
         std::vector<const std::byte*> src;
         for (uint32_t p = 0; p < o.chunk_pages; ++p) src.push_back(pool->page(PageId(order[c + p])));
@@ -166,7 +166,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
         KVTIER_RETURN_IF_ERROR(pool->memory().copy(copies));
       }
       asm volatile("" : : "r"(out->data()) : "memory");
-      best = std::min(best, secs(t0, Clock::now()));
+      best = std::min(best, secs(t0, SteadyClock::now()));
     }
     r.host_gather_gbps = gbps(out->size(), best);
   }
@@ -212,10 +212,10 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
     for (uint32_t k = 0; k < kRounds; ++k) {
       KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kWrite, k * round_bytes, (k + 1) * round_bytes, sync_every, raw_buf));
       raw_w.push_back(gbps(round_bytes, t));
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       for (size_t c = k * round_chunks; c < (k + 1) * round_chunks; ++c) KVTIER_RETURN_IF_ERROR(disk->put(keys[c], hashes[c], payload.span()));
       KVTIER_RETURN_IF_ERROR(disk->flush());  // the round's puts are on disk (and synced) before the clock stops
-      disk_w.push_back(gbps(round_chunks * chunk_bytes, secs(t0, Clock::now())));
+      disk_w.push_back(gbps(round_chunks * chunk_bytes, secs(t0, SteadyClock::now())));
     }
   }
   dopt.verify_on_open = false;  // reopen fast; reads verify every layer anyway
@@ -246,7 +246,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
       const uint64_t b0 = align_down(k * sub_bytes, kRawBlock), b1 = align_down((k + 1) * sub_bytes, kRawBlock);
       KVTIER_ASSIGN_OR_RETURN(double t, raw_pass(*raw_file, *queue, IoKind::kRead, b0, b1, 0, raw_buf));
       raw_r.push_back(gbps(b1 - b0, t));
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       std::vector<Status> read_status(readers);
       {
         std::vector<std::jthread> helpers;
@@ -254,7 +254,7 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
           helpers.emplace_back([&, r] { read_status[r] = read_chunks(r, k * sub_chunks, (k + 1) * sub_chunks); });
         read_status[0] = read_chunks(0, k * sub_chunks, (k + 1) * sub_chunks);
       }
-      disk_r.push_back(gbps(sub_bytes, secs(t0, Clock::now())));
+      disk_r.push_back(gbps(sub_bytes, secs(t0, SteadyClock::now())));
       for (const Status& st : read_status) KVTIER_RETURN_IF_ERROR(st);
       // Per-page reads another part of the file than the raw pass just read (no help from any cache below).
       const size_t pk = (k + kRounds * kReadSplit / 2) % (kRounds * kReadSplit);
@@ -300,13 +300,13 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
           for (uint32_t p = 0; p < o.chunk_pages; ++p) mv.dst.push_back(PageLoc::pool(PageId(c * o.chunk_pages + p)));
           b.loads.push_back(std::move(mv));
         }
-        auto t0 = Clock::now();
+        auto t0 = SteadyClock::now();
         KVTIER_ASSIGN_OR_RETURN(auto h, engines[m]->submit(std::move(b)));
         KVTIER_RETURN_IF_ERROR(h.wait_layer(LayerIdx(0)));
-        auto t1 = Clock::now();
+        auto t1 = SteadyClock::now();
         early[m] += h.done() ? 0 : 1;
         KVTIER_RETURN_IF_ERROR(h.wait_all());
-        auto t2 = Clock::now();
+        auto t2 = SteadyClock::now();
         first[m] = std::min(first[m], secs(t0, t1) * 1e3);
         all[m] = std::min(all[m], secs(t0, t2) * 1e3);
       }

@@ -27,8 +27,8 @@ Status TtftBenchOptions::validate() const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double ms_since(SteadyClock::time_point t0) { return std::chrono::duration<double, std::milli>(SteadyClock::now() - t0).count(); }
 
 struct Prompt {
   Namespace ns;
@@ -37,7 +37,7 @@ struct Prompt {
 
 // One request through the cache; returns TTFT in ms and what the plan did.
 Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, bool commit, LeaseReport* rep) {
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, s.cache->lookup(p.ns, p.tokens));
   const Plan plan = s.cache->plan(look);
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));

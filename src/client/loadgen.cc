@@ -16,9 +16,9 @@ namespace kvtier::server {
 namespace {
 
 using nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
 
 httplib::Headers auth_headers(const LoadgenOptions& o) {
   httplib::Headers h;
@@ -99,7 +99,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   req.headers = auth_headers(o);
   req.set_header("Content-Type", "application/json");
   req.body = body.dump();
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   bool got_first = false, done = false;
   std::string error;
   SseParser parser([&](std::string_view data) {
@@ -238,7 +238,7 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
   std::vector<char> sent(total, 0);
   std::mutex mu;
   size_t done = 0;
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
 
   auto chat_loop = [&](uint32_t u) {
     auto client = make_client(o);
@@ -246,7 +246,7 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
     const std::string own = synth_text(o.seed, 2, u, 0, o.history_tokens);
     for (uint32_t r = 0; r < o.rounds; ++r) {
       const size_t k = size_t(r) * o.users + u;
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
                                                              std::chrono::duration<double>(double(k) / o.qps)));
       if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
       const std::string question = synth_text(o.seed, 3, u, r, o.question_tokens);
@@ -267,7 +267,7 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
     std::mt19937_64 rng(o.seed * 31 + u);
     for (uint32_t r = 0; r < o.rounds; ++r) {
       const size_t k = size_t(r) * o.users + u;
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
                                                              std::chrono::duration<double>(double(k) / o.qps)));
       if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
       LoadgenSample s = send_one(*client, o, model, rag_body(o, system, rng, u, r, vocab));
@@ -288,7 +288,7 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
     prompt.insert(prompt.end(), own.begin(), own.end());
     for (uint32_t r = 0; r < o.rounds; ++r) {
       const size_t k = size_t(r) * o.users + u;  // round-major arrival order
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
+      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
                                                              std::chrono::duration<double>(double(k) / o.qps)));
       if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
       const auto question = synth_tokens(o.seed, 3, u, r, o.question_tokens, vocab);

@@ -28,8 +28,8 @@ using engine::SequenceKV;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double seconds_since(SteadyClock::time_point t0) { return std::chrono::duration<double>(SteadyClock::now() - t0).count(); }
 
 Status blas_status(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
@@ -298,7 +298,7 @@ Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tok
   if (options.blend) return Status::Unimplemented("CudaEngine: selective recompute (blending) is not implemented; the planner prefills in full");
   const uint32_t n_total = uint32_t(tokens.size());
 
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   seq.num_tokens = start_pos;  // KV past start_pos is rewritten from here on
   const uint32_t n = n_total - start_pos, H = c.hidden_size;
@@ -339,7 +339,7 @@ Result<Logits> CudaEngine::prefill(SequenceKV& seq, std::span<const TokenId> tok
 Result<Logits> CudaEngine::decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) {
   const ModelConfig& c = model_->config();
   KVTIER_RETURN_IF_ERROR(check_decode(c, pool_, seqs, tokens));
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   const uint32_t b = uint32_t(seqs.size());
   std::vector<uint32_t> pos(b), table_off(b), tables;

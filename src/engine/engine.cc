@@ -22,8 +22,8 @@ namespace kvtier::engine {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using SteadyClock = std::chrono::steady_clock;
+double seconds_since(SteadyClock::time_point t0) { return std::chrono::duration<double>(SteadyClock::now() - t0).count(); }
 
 void rmsnorm(const float* x, const float* w, float* out, uint32_t n, float eps) {
   float ss = 0.0f;
@@ -161,7 +161,7 @@ void Engine::Impl::attend_and_mlp(BlockPool& pool, const LayerWeights& lw, Layer
   const ModelConfig& c = cfg;
   const uint32_t H = c.hidden_size, Q = c.q_dim(), F = c.ffn_size, W = Q + 2 * c.kv_dim();
   // Attention: one task per (span, KV head, block of query tokens), costliest first.
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   struct Task {
     uint32_t span, kvh, t0, t1;
     double cost;
@@ -252,7 +252,7 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
   if (options.blend) return prefill_blend(seq, tokens, start_pos, options);
   const uint32_t n_total = uint32_t(tokens.size());  // <= max_context
 
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   im.attention_seconds = 0;
   seq.num_tokens = start_pos;  // KV past start_pos is rewritten from here on
@@ -276,7 +276,7 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
 Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const TokenId> tokens) {
   const ModelConfig& c = model_->config();
   KVTIER_RETURN_IF_ERROR(check_decode(c, pool_, seqs, tokens));
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   im.attention_seconds = 0;
   const uint32_t b = uint32_t(seqs.size()), H = c.hidden_size;

@@ -14,7 +14,7 @@ namespace kvtier::engine {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // Squared distance between the fresh K and V of one row and the KV in the pages at `pos`.
 double kv_deviation(const BlockPool& pool, const SequenceKV& seq, LayerIdx layer, uint32_t pos, const float* k,
@@ -92,7 +92,7 @@ Result<Logits> Engine::prefill_blend(SequenceKV& seq, std::span<const TokenId> t
   const uint32_t n_total = uint32_t(tokens.size()), n = n_total - start_pos, H = c.hidden_size;
   KVTIER_RETURN_IF_ERROR(blend.validate(c.num_layers, n));
   if (options.all_logits) return Status::InvalidArgument("Engine: all_logits is not available with blending");
-  const auto t_start = Clock::now();
+  const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   im.attention_seconds = 0;
   seq.num_tokens = start_pos;
@@ -122,7 +122,7 @@ Result<Logits> Engine::prefill_blend(SequenceKV& seq, std::span<const TokenId> t
   const uint32_t reused = uint32_t(std::count(blend.reused.begin(), blend.reused.end(), uint8_t(1)));
   blend.recomputed = uint32_t(selected.size()) - (n - reused);
 
-  profile_.prefill_seconds += std::chrono::duration<double>(Clock::now() - t_start).count();
+  profile_.prefill_seconds += std::chrono::duration<double>(SteadyClock::now() - t_start).count();
   profile_.attention_seconds += im.attention_seconds;
   profile_.prefill_tokens += n;
   // Matrix FLOPs: every row below the check layer, the selected rows from it

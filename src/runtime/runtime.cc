@@ -19,7 +19,7 @@ namespace kvtier {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o) {
   auto preset = engine::model_preset(o.model);
@@ -100,14 +100,14 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
 namespace {
 
 // The plan's part of a trace, taken once loads are in flight.
-void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, Clock::time_point t0) {
+void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, SteadyClock::time_point t0) {
   trace.plan = plan.segments;
   trace.predicted_s = plan.predicted_s;
   trace.predicted_load_s = plan.predicted_load_s;
   trace.predicted_compute_s = plan.predicted_compute_s;
   trace.recompute_all_s = plan.recompute_all_s;
   trace.prompt_tokens = uint32_t(prompt_tokens);
-  trace.loads_submitted_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  trace.loads_submitted_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
 class RuntimeImpl final : public Runtime {
@@ -141,7 +141,7 @@ class RuntimeImpl final : public Runtime {
 
   using Runtime::start;
   Result<Started> start(const PromptRequest& request) override {
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     const std::span<const TokenId> prompt = request.prompt;
     const SamplingParams& sp = request.sampling;
     const std::string_view cache_salt = request.cache_salt;
@@ -212,7 +212,7 @@ class RuntimeImpl final : public Runtime {
     }
     rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
     rep.lossy_cached_tokens = lr.lossy_tokens;
-    rep.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    rep.ttft_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
     trace->prefill_s = rep.ttft_s;
     trace->take_arrivals(*arrivals, t0);
     rep.trace = std::move(trace);

@@ -50,7 +50,7 @@ Status ReplayOptions::validate() const {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kDev = static_cast<size_t>(TierKind::kDevice);
 
 // Pages of a capacity whose pages take `stored_page_bytes` each (UINT64_MAX = unlimited, 0 = absent).
@@ -326,7 +326,7 @@ void finish_report(const ReplayOptions& o, const sim_detail::ReplayCacheStats& s
 // Replays the trace; `with_max` adds the unlimited-cache pass in the same loop.
 Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, bool with_max) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   SequenceSource src(t, o.page_tokens());
   const uint64_t all_pages = trace_pages(t, o.page_tokens());
   KVTIER_ASSIGN_OR_RETURN(const sim_detail::ReplayCacheOptions co, cache_options(o, src.unit(), all_pages));
@@ -371,7 +371,7 @@ Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, b
   }
   KVTIER_RETURN_IF_ERROR(main.cache->finish());
   finish_report(o, main.cache->stats(), max_hits, with_max, queue, r);
-  r.elapsed_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.elapsed_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   r.requests_per_s = r.elapsed_s > 0 ? double(r.requests) / r.elapsed_s : 0;
   return r;
 }

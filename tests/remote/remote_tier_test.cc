@@ -393,6 +393,37 @@ TEST(RemoteTierLifecycle, StartsDegradedWithoutServerAndRecoversWhenItAppears) {
   EXPECT_TRUE(t->exists(c.key));
 }
 
+// The backoff windows are read from the tier's clock: a ManualClock decides
+// when a dead server is probed again, however slow the machine is.
+TEST(RemoteTierLifecycle, BackoffWindowsFollowTheClock) {
+  RedisServer probe;  // a free port where nothing listens
+  ASSERT_TRUE(probe.start().ok());
+  const uint16_t port = probe.port();
+  probe.kill();
+  const ChunkGeometry g = small_geometry();
+  ManualClock clock;
+  auto o = RemoteTierOptions::from_url(
+      "redis://127.0.0.1:" + std::to_string(port) + "?backoff_ms=100&backoff_max_ms=400&connect_timeout_ms=500", g);
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  o->clock = &clock;
+  auto t = RemoteTier::create(*o);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  RemoteTier& tier = **t;
+  EXPECT_TRUE(tier.degraded());  // the first connect failed
+  clock.advance(std::chrono::milliseconds(401));  // past the longest window
+  EXPECT_FALSE(tier.degraded());
+  auto c = make_chunk(g, test_ns(3), 1);
+  EXPECT_EQ(tier.put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);  // the probe fails
+  EXPECT_TRUE(tier.degraded());
+  const uint64_t fast = tier.remote_stats().fast_fails;
+  EXPECT_EQ(tier.put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(tier.remote_stats().fast_fails, fast + 1);  // refused without touching the network
+  clock.advance(std::chrono::milliseconds(99));
+  EXPECT_TRUE(tier.degraded());  // no window is shorter than backoff_ms
+  clock.advance(std::chrono::milliseconds(302));
+  EXPECT_FALSE(tier.degraded());
+}
+
 TEST(RemoteTierLifecycle, AuthIsSentAndAWrongPasswordDegrades) {
   RedisServer s;
   ASSERT_TRUE(s.start({"--requirepass", "hunter2"}).ok());

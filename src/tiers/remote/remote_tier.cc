@@ -63,7 +63,11 @@ std::string RemoteTier::key_of(const ChunkKey& key) const {
   return k;
 }
 
-bool RemoteTier::degraded() const { return now_ns() < degraded_until_ns_.load(std::memory_order_relaxed); }
+int64_t RemoteTier::clock_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(options_.clock->now().time_since_epoch()).count();
+}
+
+bool RemoteTier::degraded() const { return clock_ns() < degraded_until_ns_.load(std::memory_order_relaxed); }
 
 Status RemoteTier::admit() {
   if (!degraded()) return Status::Ok();
@@ -84,7 +88,7 @@ void RemoteTier::note_result(const Status& s) {
   int64_t backoff = std::chrono::nanoseconds(options_.backoff_initial).count();
   const int64_t cap = std::chrono::nanoseconds(options_.backoff_max).count();
   for (uint32_t i = 1; i < n && backoff < cap; ++i) backoff *= 2;
-  degraded_until_ns_.store(now_ns() + std::min(backoff, cap), std::memory_order_relaxed);
+  degraded_until_ns_.store(clock_ns() + std::min(backoff, cap), std::memory_order_relaxed);
 }
 
 // ----------------------------------------------------------------- puts ----

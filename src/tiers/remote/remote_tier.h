@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 
+#include "common/clock.h"
 #include "tiers/remote/redis_client.h"
 #include "tiers/tier.h"
 
@@ -47,6 +48,7 @@ struct RemoteTierOptions {
   bool range_reads = true;                   // layer-range gets use GETRANGE (else GET the whole value)
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5000};
+  const Clock* clock = &Clock::system();      // the backoff windows' time (tests: a ManualClock)
   size_t max_batch_bytes = size_t(64) << 20;  // a batch bigger than this goes in several pipelines
   std::shared_ptr<const ChunkAuth> auth;      // tier secret: authenticated entries, keyed names; null: none
   // Entries are written with geometry.codec; lossy entries (any instance's)
@@ -124,7 +126,8 @@ class RemoteTier final : public Tier {
   std::string ttl_ms_;  // decimal, for SET PX / PEXPIRE
 
   using Clock = std::chrono::steady_clock;
-  std::atomic<int64_t> degraded_until_ns_{0};  // steady clock; 0: healthy
+  int64_t clock_ns() const;                     // options_.clock's now
+  std::atomic<int64_t> degraded_until_ns_{0};  // on options_.clock; 0: healthy
   std::atomic<uint32_t> consecutive_failures_{0};
   std::atomic<uint64_t> sequence_{0};
 
