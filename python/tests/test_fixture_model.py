@@ -1,8 +1,10 @@
 """The trained fixture model (tests/data/models/fixture-trained-*.gguf): its metadata, and kvtier's
 engine against the PyTorch model it was trained as (scripts/train_fixture.py), on held-out text."""
+import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -25,7 +27,6 @@ def heldout_prompt(n_tokens: int) -> list[int]:
         text = f.read(n_tokens * 8)
     out = subprocess.run([binary, "model", "tokenize", "--model", F16, "--text", text, "--bos", "--json"],
                          check=True, capture_output=True, text=True).stdout
-    import json
     return json.loads(out)["ids"][:n_tokens]
 
 
@@ -49,8 +50,6 @@ def test_fixture_metadata(path):
 
 def test_fixture_chat_template_tokens_exist():
     binary = os.environ.get("KVTIER_BINARY", "kvtier")
-    import json
-    import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump([{"role": "user", "content": "What does os.path.join do?"}], f)
         f.flush()
