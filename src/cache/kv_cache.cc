@@ -71,17 +71,28 @@ Status KVCacheOptions::validate() const {
 
 // ---------------------------------------------------------------- lease ----
 
-CacheLease& CacheLease::operator=(CacheLease&& o) noexcept {
-  if (this != &o) {
-    if (cache_) cache_->release(*this);
-    cache_ = std::exchange(o.cache_, nullptr);
-    static_cast<CacheLeaseState&>(*this) = std::move(static_cast<CacheLeaseState&>(o));
-  }
-  return *this;
+CacheLease::CacheLease(KVCache* cache) : s_(new CacheLeaseState) {
+  s_->cache_ = cache;
+  s_->layerwise_ = cache->options().layerwise;
 }
 
-CacheLease::~CacheLease() {
-  if (cache_) cache_->release(*this);
+void CacheLease::drop(CacheLeaseState* s) noexcept {
+  if (s->cache_) s->cache_->release_state(*s);
+  delete s;
+}
+
+const CacheLeaseState& CacheLease::state() const {
+  static const CacheLeaseState kEmpty;
+  return s_ ? *s_ : kEmpty;
+}
+
+const LeaseReport& CacheLease::report() {
+  // After the last wait_layer the handle may not be marked done yet: the
+  // lossy label needs every load's outcome, so wait for them (at once, after prefill).
+  if (!s_) return state().report_;
+  s_->wait_all();
+  s_->fold_load_codecs();
+  return s_->report_;
 }
 
 namespace {
@@ -104,12 +115,12 @@ Status wait_loads(TransferHandle& h, LayerIdx l, bool layerwise) {
 
 }  // namespace
 
-Status CacheLease::wait_front_layer(LayerIdx l) {
+Status CacheLeaseState::wait_front_layer(LayerIdx l) {
   if (!front_.valid()) return Status::Ok();
   return timed_wait(report_.load_wait_ns, [&] { return wait_loads(front_, l, layerwise_); });
 }
 
-Status CacheLease::wait_layer(LayerIdx l) {
+Status CacheLeaseState::wait_layer(LayerIdx l) {
   if (!front_.valid() && !back_.valid()) return Status::Ok();
   return timed_wait(report_.load_wait_ns, [&] {
     KVTIER_RETURN_IF_ERROR(wait_loads(front_, l, layerwise_));
@@ -117,17 +128,7 @@ Status CacheLease::wait_layer(LayerIdx l) {
   });
 }
 
-bool CacheLease::loads_done() const { return front_.done() && back_.done(); }
-
-const LeaseReport& CacheLease::report() {
-  // After the last wait_layer the handle may not be marked done yet: the
-  // lossy label needs every load's outcome, so wait for them (at once, after prefill).
-  wait_all();
-  fold_load_codecs();
-  return report_;
-}
-
-void CacheLease::fold_load_codecs() {
+void CacheLeaseState::fold_load_codecs() {
   if (codecs_folded_ || !cache_ || !loads_done()) return;
   codecs_folded_ = true;
   const uint32_t P = cache_->options_.geometry.page_tokens, C = cache_->options_.chunk_pages;
@@ -144,7 +145,7 @@ void CacheLease::fold_load_codecs() {
   recount_lossy();
 }
 
-void CacheLease::recount_lossy() {
+void CacheLeaseState::recount_lossy() {
   const uint32_t P = cache_->options_.geometry.page_tokens;
   const uint32_t tokens = static_cast<uint32_t>(std::count(lossy_.begin(), lossy_.end(), true)) * P;
   cache_->stats_.lossy_tokens += tokens;
@@ -152,12 +153,12 @@ void CacheLease::recount_lossy() {
   report_.lossy_tokens = tokens;
 }
 
-uint32_t CacheLease::lossy_from() const {
+uint32_t CacheLeaseState::lossy_from() const {
   auto it = std::find(lossy_.begin(), lossy_.end(), true);
   return it == lossy_.end() ? UINT32_MAX : static_cast<uint32_t>(it - lossy_.begin());
 }
 
-void CacheLease::wait_all() {
+void CacheLeaseState::wait_all() {
   if (!front_.valid() && !back_.valid()) return;
   (void)timed_wait(report_.load_wait_ns, [&] {
     if (front_.valid()) (void)front_.wait_all();
@@ -332,9 +333,8 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   poll();
   const uint32_t P = options_.geometry.page_tokens;
   if (plan.cached_pages != L.cached_pages()) return Status::InvalidArgument("apply: the plan does not belong to this lookup");
-  CacheLease lease;
-  lease.cache_ = this;
-  lease.layerwise_ = options_.layerwise;
+  CacheLease held(this);
+  CacheLeaseState& lease = *held.s_;
   lease.ns_ = L.ns;
   lease.plan_ = plan;
   const PageActions a(plan, L.cached_pages());
@@ -345,18 +345,15 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
     st = allocate(lease, L, a, static_cast<uint32_t>(lease.pages_.size() - shared));
   }
   if (st.ok()) st = submit_loads(lease, L, a);
-  if (!st.ok()) {
-    release(lease);
-    return st;
-  }
+  if (!st.ok()) return st;  // `held` releases what was taken
   account(lease, L, a);
   lease.prompt_hashes_ = std::move(L.match.hashes);
   lease.prompt_hashes_.resize(std::min<size_t>(lease.prompt_hashes_.size(), L.lookup_pages));
-  return lease;
+  return held;
 }
 
 // The index path stays locked and every page used in place gets a reference.
-Status KVCache::pin(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
   if (L.index_pages > 0 && L.match.deepest.valid()) {
     KVTIER_RETURN_IF_ERROR(index_->lock(L.match.deepest));
     lease.locked_ = L.match.deepest;
@@ -371,7 +368,7 @@ Status KVCache::pin(CacheLease& lease, const CacheLookup& L, const PageActions& 
 
 // Every fresh page at once, and scratch pages for the recomputed pages of
 // chunks the recompute range cuts (those chunks still load whole).
-Status KVCache::allocate(CacheLease& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh) {
+Status KVCache::allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh) {
   const uint32_t C = options_.chunk_pages;
   uint32_t scratch = 0;
   for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
@@ -391,7 +388,7 @@ Status KVCache::allocate(CacheLease& lease, const CacheLookup& L, const PageActi
 
 // Host pages are page copies; disk/remote pages are whole-chunk loads. Loads
 // before the recompute range go in the front handle, the rest in the back.
-Status KVCache::submit_loads(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+Status KVCache::submit_loads(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
   const uint32_t C = options_.chunk_pages;
   TransferBatch front, back;
   bool host_loads = false;
@@ -429,7 +426,7 @@ Status KVCache::submit_loads(CacheLease& lease, const CacheLookup& L, const Page
 // Where the engine starts (a recompute range that reaches the end of the
 // cached pages merges with the suffix into one prefill), which pages are
 // lossy, and the lease's and the cache's counters.
-void KVCache::account(CacheLease& lease, const CacheLookup& L, const PageActions& a) {
+void KVCache::account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
   const uint32_t P = options_.geometry.page_tokens, M = a.pages();
   while (lease.in_place_prefix_ < M && a.action[lease.in_place_prefix_] == PlanAction::kInPlace) ++lease.in_place_prefix_;
   if (a.x == M) {
@@ -464,15 +461,16 @@ void KVCache::account(CacheLease& lease, const CacheLookup& L, const PageActions
 
 Result<CacheLease> KVCache::fresh(const Namespace& ns, size_t tokens) {
   poll();
-  CacheLease lease;
-  lease.cache_ = this;
-  lease.ns_ = index_->namespace_key(ns);
+  CacheLease held(this);
+  held.s_->ns_ = index_->namespace_key(ns);
   const uint32_t P = options_.geometry.page_tokens;
-  KVTIER_RETURN_IF_ERROR(allocate_pages(static_cast<uint32_t>((tokens + P - 1) / P), lease.pages_));
-  return lease;
+  KVTIER_RETURN_IF_ERROR(allocate_pages(static_cast<uint32_t>((tokens + P - 1) / P), held.s_->pages_));
+  return held;
 }
 
-uint32_t KVCache::fall_back(CacheLease& lease) {
+uint32_t KVCache::fall_back(CacheLease& held) {
+  if (!held.valid()) return 0;
+  CacheLeaseState& lease = *held.s_;
   lease.wait_all();
   ++stats_.load_failures;
   const uint32_t pos = lease.in_place_prefix_ * options_.geometry.page_tokens;
@@ -499,14 +497,18 @@ uint32_t KVCache::fall_back(CacheLease& lease) {
   return pos;
 }
 
-Status KVCache::grow(CacheLease& lease, size_t tokens) {
+Status KVCache::grow(CacheLease& held, size_t tokens) {
+  if (!held.valid()) return Status::FailedPrecondition("grow: lease is not active");
+  CacheLeaseState& lease = *held.s_;
   const uint32_t P = options_.geometry.page_tokens;
   const size_t need = (tokens + P - 1) / P;
   if (lease.pages_.size() >= need) return Status::Ok();
   return allocate_pages(static_cast<uint32_t>(need - lease.pages_.size()), lease.pages_);
 }
 
-void KVCache::release(CacheLease& lease) {
+void KVCache::release(CacheLease& lease) { lease.s_.reset(); }
+
+void KVCache::release_state(CacheLeaseState& lease) {
   if (!lease.cache_) return;
   lease.front_ = TransferHandle();  // waits for (or cancels) loads into our pages
   lease.back_ = TransferHandle();

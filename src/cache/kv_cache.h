@@ -108,9 +108,11 @@ struct LeaseReport {
 
 class KVCache;
 
-// What a CacheLease holds besides its cache: moved as one value, so a new
-// field can never be left behind by a hand-written move.
+// Everything a CacheLease holds, behind its one pointer (so moves are the
+// pointer's and no field can be left behind). Its members are the cache's to
+// manage; only KVCache and CacheLease touch them.
 struct CacheLeaseState {
+  KVCache* cache_ = nullptr;  // null once released or committed
   NsKey ns_;
   std::vector<PageId> pages_;
   NodeHandle locked_;
@@ -119,7 +121,7 @@ struct CacheLeaseState {
   uint32_t recompute_begin_ = 0, recompute_end_ = 0, cached_end_ = 0;
   uint32_t in_place_prefix_ = 0;  // leading pages shared in place (never written by the engine)
   // Per cached page: its KV came from a lossy source. Loads are folded in by
-  // CacheLease::fold_load_codecs() when they have finished.
+  // fold_load_codecs() when they have finished.
   std::vector<bool> lossy_;
   std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
   std::vector<PageHash> prompt_hashes_;  // chained hashes of the lookup's whole pages (commit reuses them)
@@ -127,55 +129,64 @@ struct CacheLeaseState {
   bool layerwise_ = true;  // KVCacheOptions::layerwise
   LeaseReport report_;
   Plan plan_;
-};
 
-// The pages and pending loads of one running sequence. Move-only; owned by
-// the control thread. Destroying it (or KVCache::release) waits for its loads
-// and drops its references.
-class CacheLease : private CacheLeaseState {
- public:
-  CacheLease() = default;
-  CacheLease(CacheLease&& o) noexcept { *this = std::move(o); }
-  CacheLease& operator=(CacheLease&&) noexcept;
-  CacheLease(const CacheLease&) = delete;
-  CacheLease& operator=(const CacheLease&) = delete;
-  ~CacheLease();
-
-  bool valid() const { return cache_ != nullptr; }
-  // Page table: page i holds positions [i*P, (i+1)*P).
-  const std::vector<PageId>& pages() const { return pages_; }
-  // Positions [0, recompute_begin) are in place or loaded before the front
-  // recompute may read them; [recompute_begin, recompute_end) must be
-  // computed first (their KV is not cached or not worth loading); positions
-  // [recompute_end, cached_end) are loaded; the engine computes from cached_end.
-  uint32_t recompute_begin() const { return recompute_begin_; }
-  uint32_t recompute_end() const { return recompute_end_; }
-  uint32_t cached_end() const { return cached_end_; }
-  // Blocks until layer l of the loads that precede recompute_begin is in place.
-  // Without layer-wise loading (KVCacheOptions::layerwise = false) both waits
-  // block until every layer of those loads is in place, so prefill computes
-  // nothing before the loads have finished.
   Status wait_front_layer(LayerIdx l);
-  // Blocks until layer l of every load is in place.
   Status wait_layer(LayerIdx l);
-  // True when every load (and copy) of the lease has finished; does not block.
-  bool loads_done() const;
-  // Waits for every load (used before recomputing after a failed load).
+  bool loads_done() const { return front_.done() && back_.done(); }
   void wait_all();
-  // The lease's counters. Lossy loads are folded in once every load has
-  // finished, so read it after prefill (as usage reporting does).
-  const LeaseReport& report();
-  const Plan& plan() const { return plan_; }
-  const NsKey& ns() const { return ns_; }
-
- private:
-  friend class KVCache;
-  KVCache* cache_ = nullptr;
   void fold_load_codecs();
   // report_.lossy_tokens from lossy_, with the cache-wide counter kept in step.
   void recount_lossy();
   // First page whose KV is lossy or computed from lossy KV (all later pages are too); UINT32_MAX: none.
   uint32_t lossy_from() const;
+};
+
+// The pages and pending loads of one running sequence. Move-only; owned by
+// the control thread. Destroying it (or KVCache::release) waits for its loads
+// and drops its references. A default-constructed or moved-from lease is
+// invalid and holds nothing.
+class CacheLease {
+ public:
+  CacheLease() = default;
+  bool valid() const { return s_ && s_->cache_ != nullptr; }
+  // Page table: page i holds positions [i*P, (i+1)*P).
+  const std::vector<PageId>& pages() const { return state().pages_; }
+  // Positions [0, recompute_begin) are in place or loaded before the front
+  // recompute may read them; [recompute_begin, recompute_end) must be
+  // computed first (their KV is not cached or not worth loading); positions
+  // [recompute_end, cached_end) are loaded; the engine computes from cached_end.
+  uint32_t recompute_begin() const { return state().recompute_begin_; }
+  uint32_t recompute_end() const { return state().recompute_end_; }
+  uint32_t cached_end() const { return state().cached_end_; }
+  // Blocks until layer l of the loads that precede recompute_begin is in place.
+  // Without layer-wise loading (KVCacheOptions::layerwise = false) both waits
+  // block until every layer of those loads is in place, so prefill computes
+  // nothing before the loads have finished.
+  Status wait_front_layer(LayerIdx l) { return s_ ? s_->wait_front_layer(l) : Status::Ok(); }
+  // Blocks until layer l of every load is in place.
+  Status wait_layer(LayerIdx l) { return s_ ? s_->wait_layer(l) : Status::Ok(); }
+  // True when every load (and copy) of the lease has finished; does not block.
+  bool loads_done() const { return state().loads_done(); }
+  // Waits for every load (used before recomputing after a failed load).
+  void wait_all() {
+    if (s_) s_->wait_all();
+  }
+  // The lease's counters. Lossy loads are folded in once every load has
+  // finished, so read it after prefill (as usage reporting does).
+  const LeaseReport& report();
+  const Plan& plan() const { return state().plan_; }
+  const NsKey& ns() const { return state().ns_; }
+
+ private:
+  friend class KVCache;
+  // Releases the lease to its cache (if still held), then frees the state.
+  static void drop(CacheLeaseState* s) noexcept;
+  struct Release {
+    void operator()(CacheLeaseState* s) const noexcept { drop(s); }
+  };
+  explicit CacheLease(KVCache* cache);
+  const CacheLeaseState& state() const;
+  std::unique_ptr<CacheLeaseState, Release> s_;
 };
 
 struct KVCacheStats {
@@ -291,15 +302,19 @@ class KVCache {
     std::vector<TierKind> chunk_from; // where each chunk is read from
     TransferHandle handle;
   };
-  friend class CacheLease;  // its lossy-token counts feed stats_
+  friend class CacheLease;
+  friend struct CacheLeaseState;  // its lossy-token counts feed stats_
   explicit KVCache(const KVCacheOptions& o);
+  // release() and commit() on the lease's state (CacheLease::Release calls the first).
+  void release_state(CacheLeaseState& lease);
+  Status commit_state(CacheLeaseState& lease, std::span<const TokenId> tokens);
   // apply() in steps: what the plan does with each cached page, then pin
   // what is shared, allocate what is fresh, submit the loads, count.
   struct PageActions;
-  Status pin(CacheLease& lease, const CacheLookup& L, const PageActions& a);
-  Status allocate(CacheLease& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
-  Status submit_loads(CacheLease& lease, const CacheLookup& L, const PageActions& a);
-  void account(CacheLease& lease, const CacheLookup& L, const PageActions& a);
+  Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
+  Status allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
+  Status submit_loads(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
+  void account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   // lookup() without its bookkeeping (lookup counters, selective hit counts).
   Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);
   // Waits for the prefetches reading any of `keys`; true when it waited.
@@ -316,7 +331,7 @@ class KVCache {
   // (kv_cache_write.cc): host copies of the committed pages, then whole
   // chunks down to disk and remote.
   struct Committed;
-  Committed claim_pages(const CacheLease& lease, const InsertResult& ins, std::span<const PageLocation> locs);
+  Committed claim_pages(const CacheLeaseState& lease, const InsertResult& ins, std::span<const PageLocation> locs);
   void copy_to_host(const NodeHandle& deepest, Committed& c);
   void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages);
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;

@@ -12,7 +12,13 @@
 namespace kvtier {
 
 Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
-  if (!lease.cache_) return Status::FailedPrecondition("commit: lease is not active");
+  if (!lease.valid()) return Status::FailedPrecondition("commit: lease is not active");
+  Status st = commit_state(*lease.s_, tokens);
+  lease.s_.reset();  // commit_state released it, whatever the outcome
+  return st;
+}
+
+Status KVCache::commit_state(CacheLeaseState& lease, std::span<const TokenId> tokens) {
   poll();
   const uint32_t P = options_.geometry.page_tokens;
   const uint32_t W = static_cast<uint32_t>(std::min<size_t>(tokens.size() / P, lease.pages_.size()));
@@ -20,7 +26,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   if (lease.locked_.valid()) (void)index_->unlock(lease.locked_);
   lease.locked_ = NodeHandle();
   if (W == 0) {
-    release(lease);
+    release_state(lease);
     return Status::Ok();
   }
   // The lookup hashed the prompt's pages already: only the pages past them are hashed here.
@@ -36,7 +42,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   for (uint32_t i = 0; i < W; ++i) locs[i] = PageLocation{lease.pages_[i], SlotId(), i >= lossy_from};
   auto ins = index_->insert(lease.ns_, tokens.first(size_t(W) * P), locs, hashes);
   if (!ins.ok()) {
-    release(lease);
+    release_state(lease);
     return ins.status();
   }
   ++stats_.commits;
@@ -61,7 +67,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
 // Pages the index now holds through the lease's reference: the new ones, and
 // present ones whose device copy had been evicted (promotion); each page's
 // device copy and lossy mark as the index now records them.
-KVCache::Committed KVCache::claim_pages(const CacheLease& lease, const InsertResult& ins, std::span<const PageLocation> locs) {
+KVCache::Committed KVCache::claim_pages(const CacheLeaseState& lease, const InsertResult& ins, std::span<const PageLocation> locs) {
   const uint32_t W = static_cast<uint32_t>(locs.size());
   Committed c;
   c.taken.assign(W, false);
