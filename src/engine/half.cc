@@ -1,10 +1,33 @@
 #include "engine/half.h"
 
-#if defined(__F16C__)
 #include <immintrin.h>
-#endif
+
+#include "engine/qdot.h"
 
 namespace kvtier::engine {
+
+namespace {
+
+// The row conversions with F16C, chosen at run time (the build does not assume the instruction
+// set). Both round to nearest even, so for every non-NaN value they give the scalar functions'
+// bits (NaN stays NaN; only its payload may differ).
+[[gnu::target("avx,f16c")]] void f16_to_f32_f16c(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+}
+
+[[gnu::target("avx,f16c")]] void f32_to_f16_f16c(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
+}
+
+bool have_f16c() {
+  static const bool has = qdot::cpu_has(qdot::Isa::kAvx2);  // AVX2 implies AVX and F16C there
+  return has;
+}
+
+}  // namespace
 
 float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;
@@ -47,20 +70,13 @@ uint16_t f32_to_f16(float f) {
 
 void f16_to_f32(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
-#endif
+  if (have_f16c()) f16_to_f32_f16c(in, out, i = n / 8 * 8);
   for (; i < n; ++i) out[i] = f16_to_f32(in[i]);
 }
 
 void f32_to_f16(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
+  if (have_f16c()) f32_to_f16_f16c(in, out, i = n / 8 * 8);
   for (; i < n; ++i) out[i] = f32_to_f16(in[i]);
 }
 
