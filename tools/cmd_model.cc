@@ -11,6 +11,7 @@
 #include "command.h"
 #include "engine/gguf.h"
 #include "engine/synthetic.h"
+#include "server/chat_api.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -166,7 +167,7 @@ Status tokenize_text(const Tokenize& tk) {
 }
 
 struct ChatTemplateFlags {
-  std::string model, template_file, messages;
+  std::string model, template_file, messages, tools, kwargs;
   bool add_generation_prompt = false, tokens = false, json = false;
 };
 
@@ -179,14 +180,27 @@ Status render_chat(const ChatTemplateFlags& f) {
   }
   if (source.empty()) return Status::InvalidArgument(f.model + " has no tokenizer.chat_template; pass --template FILE");
   KVTIER_ASSIGN_OR_RETURN(text::ChatTemplate tmpl, text::ChatTemplate::parse(source));
+  // The body of a chat request, read by the server's own reader (server/chat_api.h).
+  nlohmann::ordered_json body = nlohmann::ordered_json::object();
   KVTIER_ASSIGN_OR_RETURN(std::string messages_text, read_text(f.messages));
-  const auto messages = nlohmann::ordered_json::parse(messages_text, nullptr, false);
-  if (!messages.is_array()) return Status::InvalidArgument(f.messages + ": expected a JSON array of messages");
-  const nlohmann::ordered_json context = {{"messages", messages},
-                                          {"add_generation_prompt", f.add_generation_prompt},
-                                          {"bos_token", vocab.tokens[size_t(vocab.bos)]},
-                                          {"eos_token", vocab.tokens[size_t(vocab.eos)]}};
-  KVTIER_ASSIGN_OR_RETURN(std::string prompt, tmpl.render(context));
+  body["messages"] = nlohmann::ordered_json::parse(messages_text, nullptr, false);
+  if (!body["messages"].is_array()) return Status::InvalidArgument(f.messages + ": expected a JSON array of messages");
+  if (!f.tools.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string tools_text, read_text(f.tools));
+    body["tools"] = nlohmann::ordered_json::parse(tools_text, nullptr, false);
+    if (!body["tools"].is_array()) return Status::InvalidArgument(f.tools + ": expected a JSON array of tools");
+  }
+  if (!f.kwargs.empty()) {
+    body["chat_template_kwargs"] = nlohmann::ordered_json::parse(f.kwargs, nullptr, false);
+    if (!body["chat_template_kwargs"].is_object()) return Status::InvalidArgument("--kwargs: expected a JSON object");
+  }
+  std::vector<std::string> cacheable;
+  auto chat = server::read_chat_input(body, cacheable);
+  if (auto* err = std::get_if<server::ApiError>(&chat)) return Status::InvalidArgument(err->message);
+  text::ChatInput& input = std::get<text::ChatInput>(chat);
+  input.add_generation_prompt = f.add_generation_prompt;
+  KVTIER_ASSIGN_OR_RETURN(std::string prompt, tmpl.render_chat(input, vocab.tokens[size_t(vocab.bos)],
+                                                               vocab.tokens[size_t(vocab.eos)]));
   std::vector<TokenId> ids;
   if (f.tokens) {
     KVTIER_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::create(vocab));
@@ -194,7 +208,7 @@ Status render_chat(const ChatTemplateFlags& f) {
   }
   if (f.json) {
     nlohmann::json out = {{"prompt", prompt}};
-    if (f.tokens) out["ids"] = ids;
+    if (f.tokens) out["tokens"] = ids;
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (f.tokens) {
     std::string line;
@@ -254,9 +268,12 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   chat->add_option("--model", ct->model, "a GGUF file (only its tokenizer keys are read) or a preset")->required();
   chat->add_option("--template", ct->template_file, "a Jinja template file instead of the model's tokenizer.chat_template");
   chat->add_option("--messages", ct->messages, "a JSON file: an OpenAI-style messages array")->required();
+  chat->add_option("--tools", ct->tools, "a JSON file: an array of OpenAI function tools (the template sees `tools`; "
+                                         "without it, None as transformers passes it)");
+  chat->add_option("--kwargs", ct->kwargs, "an inline JSON object: chat_template_kwargs, e.g. '{\"enable_thinking\": false}'");
   chat->add_flag("--add-generation-prompt", ct->add_generation_prompt, "end with the assistant turn's header");
   chat->add_flag("--tokens", ct->tokens, "print the prompt's token ids (with --json: both)");
-  chat->add_flag("--json", ct->json, "print {\"prompt\": ...} (and \"ids\" with --tokens)");
+  chat->add_flag("--json", ct->json, "print {\"prompt\": ...} (and \"tokens\" with --tokens)");
   chat->callback([ct, &exit_code] { exit_code = report(render_chat(*ct)); });
 
   auto path = std::make_shared<std::string>();

@@ -103,7 +103,7 @@ Result<std::vector<TokenId>> next_prompt(Conversation& conv, const ChatPrompts* 
     return conv.ids;
   }
   conv.messages.push_back({{"role", "user"}, {"content", user.text}});
-  return chat->build(conv.messages, conv.rendered);
+  return chat->build(text::ChatInput{.messages = conv.messages}, conv.rendered);
 }
 
 void add_answer(Conversation& conv, ChatPrompts* chat, const TextCodec& codec, std::span<const TokenId> prompt,

@@ -58,7 +58,7 @@ def test_fixture_chat_template_tokens_exist():
                              text=True).stdout
     rendered = json.loads(out)
     assert rendered["prompt"].startswith("<s>[INST] What does os.path.join do? [/INST]")
-    assert rendered["ids"][0] == 1  # <s> is the vocabulary's BOS, one token
+    assert rendered["tokens"][0] == 1  # <s> is the vocabulary's BOS, one token
 
 
 def test_engine_matches_pytorch_on_fixture():

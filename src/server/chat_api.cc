@@ -1,5 +1,7 @@
 #include "server/chat_api.h"
 
+#include <set>
+
 namespace kvtier::server {
 namespace {
 
@@ -43,15 +45,92 @@ std::optional<ApiError> read_content(ojson& message, size_t index, std::vector<s
   return std::nullopt;
 }
 
+std::string at(const std::string& where, std::string_view field) { return where + "." + std::string(field); }
+
+// 'text' (built by appending: GCC 12 warns falsely on "'" + std::string).
+std::string q(std::string_view text) {
+  std::string out;
+  out += '\'';
+  out += text;
+  out += '\'';
+  return out;
+}
+
+ApiError wrong_type(const std::string& where, std::string_view what) {
+  return bad_request(q(where) + " must be " + std::string(what), where, "invalid_type");
+}
+
+// A string member `field` of `obj` (at `where`), non-empty.
+std::optional<ApiError> need_string(const ojson& obj, std::string_view field, const std::string& where) {
+  auto it = obj.find(field);
+  if (it == obj.end() || it->is_null())
+    return bad_request(q(at(where, field)) + " is required", at(where, field), "missing_field");
+  if (!it->is_string() || it->get_ref<const std::string&>().empty()) return wrong_type(at(where, field), "a non-empty string");
+  return std::nullopt;
+}
+
+// `type`, when given, must be "function".
+std::optional<ApiError> function_type(const ojson& obj, const std::string& where) {
+  auto it = obj.find("type");
+  if (it == obj.end() || it->is_null() || *it == "function") return std::nullopt;
+  return bad_request(q(at(where, "type")) + " must be \"function\"", at(where, "type"), "invalid_value");
+}
+
+// One assistant tool call; its arguments become an object, its id joins `ids`.
+std::optional<ApiError> read_tool_call(ojson& call, const std::string& where, std::set<std::string>& ids) {
+  if (!call.is_object()) return wrong_type(where, "an object");
+  if (auto err = need_string(call, "id", where)) return err;
+  if (auto err = function_type(call, where)) return err;
+  auto fn = call.find("function");
+  if (fn == call.end() || !fn->is_object()) return wrong_type(at(where, "function"), "an object");
+  if (auto err = need_string(*fn, "name", at(where, "function"))) return err;
+  const std::string args_at = at(where, "function.arguments");
+  auto args = fn->find("arguments");
+  if (args == fn->end() || args->is_null()) {
+    (*fn)["arguments"] = ojson::object();
+  } else if (args->is_string()) {
+    ojson parsed = ojson::parse(args->get_ref<const std::string&>(), nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object())
+      return bad_request(q(args_at) + " is not a JSON object: " + args->get<std::string>().substr(0, 200), args_at,
+                         "invalid_value");
+    *args = std::move(parsed);
+  } else if (!args->is_object()) {
+    return wrong_type(args_at, "a JSON object or a string holding one");
+  }
+  ids.insert(call["id"].get<std::string>());
+  return std::nullopt;
+}
+
+// Tool calls of an assistant message, and the tool_call_id of a tool message.
+std::optional<ApiError> read_tool_fields(ojson& m, const std::string& where, std::set<std::string>& ids) {
+  const std::string& role = m["role"].get_ref<const std::string&>();
+  if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
+    if (role != "assistant")
+      return bad_request(q(at(where, "tool_calls")) + " is only allowed on assistant messages", at(where, "tool_calls"),
+                         "invalid_value");
+    if (!it->is_array()) return wrong_type(at(where, "tool_calls"), "an array");
+    for (size_t k = 0; k < it->size(); ++k)
+      if (auto err = read_tool_call((*it)[k], at(where, "tool_calls") + "[" + std::to_string(k) + "]", ids)) return err;
+  }
+  if (role != "tool") return std::nullopt;
+  if (auto err = need_string(m, "tool_call_id", where)) return err;
+  if (ids.count(m["tool_call_id"].get<std::string>()) == 0)
+    return bad_request(q(at(where, "tool_call_id")) + " = " + q(m["tool_call_id"].get<std::string>()) +
+                           " answers no earlier assistant tool call",
+                       at(where, "tool_call_id"), "invalid_value");
+  return std::nullopt;
+}
+
 std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<std::string>& cacheable) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages", "missing_field");
   if (!it->is_array() || it->empty()) return bad_request("'messages' must be a non-empty array", "messages", "invalid_value");
   out = *it;
+  std::set<std::string> call_ids;
   for (size_t i = 0; i < out.size(); ++i) {
     ojson& m = out[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return bad_request("'" + where + "' must be an object", where, "invalid_type");
+    if (!m.is_object()) return bad_request(q(where) + " must be an object", where, "invalid_type");
     if (!m.contains("role") || !m["role"].is_string())
       return bad_request("'" + where + ".role' must be a string", where + ".role", "invalid_type");
     if (!known_role(m["role"].get<std::string>()))
@@ -59,7 +138,70 @@ std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<
                              "' is not one of system, developer, user, assistant, tool",
                          where + ".role", "invalid_value");
     if (auto err = read_content(m, i, cacheable)) return err;
+    if (auto err = read_tool_fields(m, where, call_ids)) return err;
   }
+  return std::nullopt;
+}
+
+// `tools`: OpenAI function tools; null or absent: none.
+std::optional<ApiError> read_tools(const ojson& doc, ojson& out) {
+  auto it = doc.find("tools");
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) return wrong_type("tools", "an array of tools");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ojson& tool = (*it)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object()) return wrong_type(where, "an object");
+    if (auto err = function_type(tool, where)) return err;
+    auto fn = tool.find("function");
+    if (fn == tool.end() || !fn->is_object()) return wrong_type(at(where, "function"), "an object");
+    if (auto err = need_string(*fn, "name", at(where, "function"))) return err;
+    if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string())
+      return wrong_type(at(where, "function.description"), "a string");
+    if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
+      return wrong_type(at(where, "function.parameters"), "a JSON schema object");
+  }
+  out = *it;
+  return std::nullopt;
+}
+
+bool has_tool(const ojson& tools, const std::string& name) {
+  if (!tools.is_array()) return false;
+  for (const ojson& t : tools)
+    if (t["function"]["name"] == name) return true;
+  return false;
+}
+
+// `tool_choice`: "auto" and "none" work; "required" and a named function need constrained decoding.
+std::optional<ApiError> read_tool_choice(const ojson& doc, const ojson& tools) {
+  auto it = doc.find("tool_choice");
+  if (it == doc.end() || it->is_null() || *it == "auto" || *it == "none") return std::nullopt;
+  std::string name;
+  if (it->is_object() && it->value("type", "") == "function" && it->contains("function") &&
+      (*it)["function"].is_object() && (*it)["function"].value("name", "") != "") {
+    name = (*it)["function"]["name"].get<std::string>();
+    if (!has_tool(tools, name))
+      return bad_request("'tool_choice' names function '" + name + "', which is not among 'tools'", "tool_choice",
+                         "invalid_value");
+  } else if (*it != "required") {
+    return bad_request("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}",
+                       "tool_choice", "invalid_value");
+  }
+  return bad_request("'tool_choice' " + (name.empty() ? std::string("\"required\"") : "naming a function") +
+                         " is not supported: it needs decoding constrained to a tool call; use \"auto\" (docs/SERVER.md)",
+                     "tool_choice", "unsupported");
+}
+
+std::optional<ApiError> read_template_kwargs(const ojson& doc, ojson& out) {
+  if (auto it = doc.find("parallel_tool_calls"); it != doc.end() && !it->is_null() && !it->is_boolean())
+    return wrong_type("parallel_tool_calls", "a boolean");
+  auto it = doc.find("chat_template_kwargs");
+  if (it == doc.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) return wrong_type("chat_template_kwargs", "an object");
+  if (it->contains("messages") || it->contains("tools"))
+    return bad_request("'chat_template_kwargs' may not set 'messages' or 'tools'", "chat_template_kwargs", "invalid_value");
+  out = *it;
   return std::nullopt;
 }
 
@@ -105,6 +247,16 @@ json chat_envelope(const CompletionMeta& meta, const char* object) {
 
 }  // namespace
 
+std::variant<text::ChatInput, ApiError> read_chat_input(const ojson& doc, std::vector<std::string>& cacheable) {
+  text::ChatInput in;
+  if (!doc.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_type");
+  if (auto err = read_messages(doc, in.messages, cacheable)) return *err;
+  if (auto err = read_tools(doc, in.tools)) return *err;
+  if (auto err = read_tool_choice(doc, in.tools)) return *err;
+  if (auto err = read_template_kwargs(doc, in.kwargs)) return *err;
+  return in;
+}
+
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, const RequestLimits& limits,
                                                        const ChatPromptBuilder& build) {
   ApiError error;
@@ -112,14 +264,18 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   if (!doc.ok()) return error;
   ChatRequest r;
   const ojson ordered = ojson::parse(body, nullptr, false);  // key order matters to templates
-  if (auto err = read_messages(ordered, r.messages, r.segment_texts)) return *err;
+  auto chat = read_chat_input(ordered, r.segment_texts);
+  if (auto* err = std::get_if<ApiError>(&chat)) return *err;
+  r.chat = std::move(std::get<text::ChatInput>(chat));
+  r.tool_calls_wanted = !r.chat.tools.is_null() && !(ordered.contains("tool_choice") && ordered["tool_choice"] == "none");
   if (auto err = read_logprobs(*doc, r.completion)) return *err;
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
-  auto ids = build(r.messages, r.rendered);
+  auto ids = build(r.chat, r.rendered);
   if (!ids.ok() && ids.status().is(StatusCode::kOutOfRange)) {  // too long to tokenize
     if (auto err = check_text_bytes(r.rendered.size(), limits, "messages")) return *err;
     return bad_request(ids.status().message(), "messages", "context_length_exceeded");
   }
+  if (!ids.ok() && ids.status().is(StatusCode::kUnimplemented)) return bad_request(ids.status().message(), "tools", "unsupported");
   if (!ids.ok()) return bad_request("chat template: " + ids.status().message(), "messages", "chat_template_error");
   r.completion.prompt = std::move(ids).value();
   r.completion.prompt_is_text = true;
@@ -128,12 +284,20 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   return r;
 }
 
-std::string chat_completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
+std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& reply, std::string_view finish_reason,
                                  const CompletionUsage& usage, const CompletionDetail* detail) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", std::string(text)}}},
-                 {"logprobs", nullptr},
-                 {"finish_reason", std::string(finish_reason)}};
+  json message = {{"role", "assistant"}, {"content", reply.content}};
+  if (!reply.calls.empty()) {
+    if (reply.content.empty()) message["content"] = nullptr;
+    message["tool_calls"] = json::array();
+    const std::string stem = "call_" + meta.id.substr(meta.id.find('-') + 1) + "_";
+    for (size_t i = 0; i < reply.calls.size(); ++i)
+      message["tool_calls"].push_back({{"id", stem + std::to_string(i)},
+                                       {"type", "function"},
+                                       {"function", {{"name", reply.calls[i].name}, {"arguments", reply.calls[i].arguments}}}});
+    finish_reason = "tool_calls";
+  }
+  json choice = {{"index", 0}, {"message", message}, {"logprobs", nullptr}, {"finish_reason", std::string(finish_reason)}};
   if (detail != nullptr && detail->tokens != nullptr && detail->logprobs >= 0) choice["logprobs"] = chat_logprobs_json(*detail);
   json j = chat_envelope(meta, "chat.completion");
   j["choices"] = json::array({std::move(choice)});

@@ -3,7 +3,7 @@
 // parse_chat_request() validates `messages` (roles system, developer, user,
 // assistant, tool; `content` a string, an array of text parts — joined with
 // "\n"; a part with "cacheable": true is a reusable segment — or null for an
-// assistant turn with tool calls) and the generation
+// assistant turn with tool calls), the tool fields (read_chat_input below) and the generation
 // fields shared with /v1/completions (max_tokens or max_completion_tokens,
 // temperature, top_p, seed, stop, stream, stream_options, cache_salt,
 // logprobs + top_logprobs), then asks `build` for the prompt tokens (the
@@ -21,31 +21,55 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api.h"
+#include "server/tool_calls.h"
+#include "text/chat_template.h"
 
 namespace kvtier::server {
 
 struct ChatRequest {
   CompletionRequest completion;      // prompt = the rendered conversation's tokens
-  nlohmann::ordered_json messages;   // validated, content as a string (key order kept for the template)
+  text::ChatInput chat;              // validated messages (content as a string, key order kept), tools, kwargs
   std::string rendered;              // the prompt as text
   // Texts of the content parts marked "cacheable": true (kvtier extension), in
   // order: reusable segments (docs/BLEND.md); ChatPrompts::segmented() finds
   // them in the rendered text.
   std::vector<std::string> segment_texts;
+  // Tools were given and tool_choice is not "none": a whole (non-streaming)
+  // reply's tool calls are parsed into message.tool_calls.
+  bool tool_calls_wanted = false;
 };
 
 // Renders `messages` with the chat template (add_generation_prompt on) and
 // tokenizes the text; an error Status becomes a 400 carrying its message.
 // A builder refuses a rendered text longer than limits.max_prompt_bytes with
 // OutOfRange before tokenizing it (a 400 "context_length_exceeded").
-using ChatPromptBuilder =
-    std::function<Result<std::vector<TokenId>>(const nlohmann::ordered_json& messages, std::string& rendered)>;
+using ChatPromptBuilder = std::function<Result<std::vector<TokenId>>(const text::ChatInput& chat, std::string& rendered)>;
+
+// What the template renders, read from a request body (also `kvtier model
+// chat-template`, so the command renders exactly what the server would):
+// - `messages` as above. An assistant message's `tool_calls` are
+//   [{id, type: "function", function: {name, arguments}}]; `arguments` given
+//   as a JSON string is parsed into an object (as vLLM does: templates
+//   iterate it), anything else that is not an object is a 400 naming the
+//   message. A `tool` message needs a `tool_call_id` answering an earlier call.
+// - `tools`: OpenAI function tools [{type: "function", function: {name,
+//   description?, parameters?}}], passed to the template as `tools`.
+// - `tool_choice`: "auto" and "none" (tools are rendered either way, so the
+//   prompt's prefix stays the same across turns); "required" and a named
+//   function would need constrained decoding and answer 400 "not supported".
+// - `parallel_tool_calls` (a boolean; accepted), `chat_template_kwargs` (an object).
+// `cacheable` collects the texts of content parts marked "cacheable": true.
+std::variant<text::ChatInput, ApiError> read_chat_input(const nlohmann::ordered_json& doc,
+                                                        std::vector<std::string>& cacheable);
 
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, const RequestLimits& limits,
                                                        const ChatPromptBuilder& build);
 
-// A whole chat.completion: one choice whose message is the assistant's text.
-std::string chat_completion_json(const CompletionMeta& meta, std::string_view text, std::string_view finish_reason,
+// A whole chat.completion: one choice whose message is the assistant's reply.
+// With tool calls: message.tool_calls ({id "call_…", type, function {name,
+// arguments}}), content null when the reply held nothing else, and
+// finish_reason "tool_calls".
+std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& reply, std::string_view finish_reason,
                                  const CompletionUsage& usage, const CompletionDetail* detail = nullptr);
 // One chat.completion.chunk: `role` adds "role": "assistant" to the delta (the
 // first chunk), `finish_reason` ends the choice, `with_choice` false gives the

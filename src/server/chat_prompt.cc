@@ -22,19 +22,15 @@ ChatPrompts ChatPrompts::unavailable(const TextCodec& codec, std::string reason)
   return ChatPrompts(&codec, std::nullopt, std::move(reason));
 }
 
-Result<std::vector<TokenId>> ChatPrompts::build(const nlohmann::ordered_json& messages, std::string& rendered,
+Result<std::vector<TokenId>> ChatPrompts::build(const text::ChatInput& chat, std::string& rendered,
                                                 size_t max_text_bytes) const {
   if (!tmpl_) return Status::InvalidArgument(unavailable_);
-  nlohmann::ordered_json context = {{"messages", messages},
-                                    {"add_generation_prompt", true},
-                                    {"bos_token", codec_->bos_token},
-                                    {"eos_token", codec_->eos_token}};
-  KVTIER_ASSIGN_OR_RETURN(rendered, tmpl_->render(context));
+  KVTIER_ASSIGN_OR_RETURN(rendered, tmpl_->render_chat(chat, codec_->bos_token, codec_->eos_token));
   if (rendered.size() > max_text_bytes)
     return Status::OutOfRange("the rendered conversation has " + std::to_string(rendered.size()) +
                               " bytes, more than the " + std::to_string(max_text_bytes) + " accepted");
   std::vector<TokenId> plain = codec_->tokenize(rendered, {.add_bos = true, .parse_special = true});
-  auto spliced = splice(messages, rendered);
+  auto spliced = splice(chat.messages, rendered);
   if (!spliced || *spliced == plain || codec_->detokenize_special(*spliced) != codec_->detokenize_special(plain))
     return plain;
   std::lock_guard lk(memo_->mu);

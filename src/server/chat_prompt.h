@@ -3,8 +3,9 @@
 // prefix cache.
 //
 // build() renders the chat template (the --chat-template file, or the
-// model's tokenizer.chat_template) with add_generation_prompt, the model's
-// bos_token/eos_token and the messages, then tokenizes the text.
+// model's tokenizer.chat_template) with the chat's variables
+// (text::ChatInput: messages, tools, chat_template_kwargs) and the model's
+// bos_token/eos_token, then tokenizes the text.
 //
 // Re-tokenizing a conversation does not always give back the tokens the model
 // generated for an earlier reply (BPE may merge a reply's text differently),
@@ -48,7 +49,7 @@ class ChatPrompts {
   bool has_template() const { return tmpl_.has_value(); }
   // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
   // OutOfRange, without tokenizing, when the text is longer than `max_text_bytes`.
-  Result<std::vector<TokenId>> build(const nlohmann::ordered_json& messages, std::string& rendered,
+  Result<std::vector<TokenId>> build(const text::ChatInput& chat, std::string& rendered,
                                      size_t max_text_bytes = SIZE_MAX) const;
   // A finished reply: `rendered` (its prompt's text, whose tokens are `prompt`) then `reply_text` (`reply`).
   void remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,

@@ -9,6 +9,14 @@
 namespace kvtier::server {
 namespace {
 
+// --tool-parser: "auto" (nullopt: chosen from the chat template) or a parser's name.
+Result<std::optional<ToolParser>> parse_tool_parser_choice(std::string_view s) {
+  if (s == "auto") return std::optional<ToolParser>();
+  if (auto p = parse_tool_parser_name(s)) return std::optional<ToolParser>(*p);
+  return Status::InvalidArgument("unknown tool parser '" + std::string(s) + "' (auto, none, hermes, llama3_json, mistral)");
+}
+std::string_view tool_parser_choice_name(const std::optional<ToolParser>& p) { return p ? tool_parser_name(*p) : "auto"; }
+
 using S = ServerConfig;
 
 OptionTable<S> make_table() {
@@ -28,6 +36,11 @@ OptionTable<S> make_table() {
   t.push_back(string_option<S>({"model.chat_template", "--chat-template", {},
                                 "Jinja chat template file for /v1/chat/completions", "the model's tokenizer.chat_template"},
                                KVTIER_FIELD(chat_template_file)));
+  t.push_back(enum_option<S>({"model.tool_parser", "--tool-parser", {},
+                              "How tool calls are read out of chat replies: auto (from the chat template), none, hermes, "
+                              "llama3_json, mistral (docs/SERVER.md)"},
+                             KVTIER_FIELD(tool_parser), parse_tool_parser_choice, tool_parser_choice_name,
+                             "auto, none, hermes, llama3_json, mistral"));
   append_options(t, runtime_option_table(), KVTIER_FIELD(runtime));
   t.push_back(string_option<S>({"blend.separator", "--blend-separator", {},
                                 "With --blend: text that splits the prompt of a request asking \"kvtier\": "

@@ -11,11 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "kvtier/status.h"
 #include "runtime/runtime.h"
+#include "server/tool_calls.h"
 
 namespace kvtier::server {
 
@@ -40,6 +42,7 @@ struct ServerConfig {
   bool metrics_public = false;         // /metrics without the API key (when one is set)
   std::string served_model_name;       // empty: the model option as given
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
+  std::optional<ToolParser> tool_parser;  // tool calls in chat replies; nullopt: from the template ("auto")
   std::string blend_separator;         // splits plain prompts into reusable segments; empty: only "segments" requests
   ServerLimits limits;
 

@@ -123,6 +123,7 @@ Status HttpServer::load_chat_template() {
   }
   auto prompts = ChatPrompts::create(codec, source);
   if (!prompts.ok() && !config_.chat_template_file.empty()) return prompts.status();
+  tool_parser_ = config_.tool_parser.value_or(tool_parser_for_template(source));
   chat_ = std::make_unique<ChatPrompts>(prompts.ok() ? std::move(prompts).value()
                                                      : ChatPrompts::unavailable(codec, prompts.status().message()));
   return Status::Ok();
@@ -292,9 +293,9 @@ void HttpServer::install_routes() {
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
-    ChatPromptBuilder build = [this](const nlohmann::ordered_json& messages, std::string& rendered) {
+    ChatPromptBuilder build = [this](const text::ChatInput& chat, std::string& rendered) {
       const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
-      return chat_->build(messages, rendered, max_bytes);
+      return chat_->build(chat, rendered, max_bytes);
     };
     auto parsed = parse_chat_request(req.body, limits_, build);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
@@ -306,7 +307,7 @@ void HttpServer::install_routes() {
         if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
       }
     }
-    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered)});
+    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
   });
 }
 
@@ -340,7 +341,8 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
   if (chat) {
     chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids);
-    return res.set_content(chat_completion_json(meta, v.delta, v.finish_reason, v.usage, &detail), kJson);
+    const ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, v.delta);
+    return res.set_content(chat_completion_json(meta, reply, v.finish_reason, v.usage, &detail), kJson);
   }
   // echo: the prompt as the model's tokens spell it, then the completion.
   const std::string text = creq.echo ? codec.detokenize(creq.prompt) + v.delta : v.delta;

@@ -57,6 +57,7 @@ class HttpServer {
     CompletionRequest request;
     Endpoint endpoint;
     std::string rendered;  // chat: the prompt's text
+    bool parse_tool_calls = false;  // chat with tools and tool_choice "auto": the reply's tool calls are parsed
   };
 
   HttpServer(const ServerConfig& config, Scheduler* scheduler);
@@ -79,6 +80,7 @@ class HttpServer {
   std::vector<TokenId> blend_separator_;  // --blend-separator's tokens (no BOS); empty: none
   ServerMetrics metrics_;
   std::unique_ptr<ChatPrompts> chat_;
+  ToolParser tool_parser_ = ToolParser::kNone;  // --tool-parser, or the one the chat template's format names
   std::shared_ptr<CacheView> view_;  // the dashboard's snapshots
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};

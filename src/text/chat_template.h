@@ -31,6 +31,18 @@ namespace jinja {
 struct Node;
 }
 
+// A chat as apply_chat_template (transformers) renders it, and vLLM's server
+// on top: the variables are messages, tools (None when absent), documents
+// (None), add_generation_prompt, bos_token, eos_token, then every key of
+// `kwargs` (a request's chat_template_kwargs, e.g. enable_thinking), which may
+// set any variable but messages and tools.
+struct ChatInput {
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools;  // null: no tools
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+};
+
 struct RenderOptions {
   int64_t now_unix_seconds = -1;              // -1: the current time; strftime_now uses it (UTC)
   size_t max_output_bytes = size_t{8} << 20;  // also the largest string a template may build
@@ -43,14 +55,22 @@ class ChatTemplate {
 
   Result<std::string> render(const nlohmann::json& context, const RenderOptions& options = {}) const;
   Result<std::string> render(const nlohmann::ordered_json& context, const RenderOptions& options = {}) const;
+  // Renders a chat (ChatInput's variables). Before rendering: Unimplemented
+  // when tools are given to a template that never mentions `tools` (they
+  // would be dropped silently); InvalidArgument when kwargs set messages or tools.
+  Result<std::string> render_chat(const ChatInput& chat, std::string_view bos_token, std::string_view eos_token,
+                                  const RenderOptions& options = {}) const;
+  // The template's source mentions `tools` (the test for tool support).
+  bool reads_tools() const { return reads_tools_; }
 
  private:
   using Body = std::vector<std::unique_ptr<const jinja::Node>>;
-  explicit ChatTemplate(std::shared_ptr<const Body> body) : body_(std::move(body)) {}
+  ChatTemplate(std::shared_ptr<const Body> body, bool reads_tools) : body_(std::move(body)), reads_tools_(reads_tools) {}
   template <class Json>
   Result<std::string> render_json(const Json& context, const RenderOptions& options) const;
 
   std::shared_ptr<const Body> body_;
+  bool reads_tools_ = false;
 };
 
 }  // namespace kvtier::text

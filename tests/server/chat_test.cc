@@ -40,9 +40,9 @@ RequestLimits limits() {
 
 // Renders as "role:content|" and spells each byte as a token.
 ChatPromptBuilder simple_builder() {
-  return [](const ojson& messages, std::string& rendered) -> Result<std::vector<TokenId>> {
+  return [](const text::ChatInput& chat, std::string& rendered) -> Result<std::vector<TokenId>> {
     rendered.clear();
-    for (const auto& m : messages) rendered += m["role"].get<std::string>() + ":" + m["content"].get<std::string>() + "|";
+    for (const auto& m : chat.messages) rendered += m["role"].get<std::string>() + ":" + m["content"].get<std::string>() + "|";
     std::vector<TokenId> ids;
     for (unsigned char c : rendered) ids.push_back(TokenId(c));
     return ids;
@@ -69,7 +69,84 @@ TEST(ChatApi, ParsesMessagesAndGenerationFields) {
   EXPECT_EQ(c.completion.logprobs, 3);
   EXPECT_TRUE(c.completion.stream);
   EXPECT_FALSE(c.completion.sampling.prompt_logprobs);
-  EXPECT_EQ(c.messages[2].contains("tool_calls"), true);  // other fields reach the template
+  EXPECT_EQ(c.chat.messages[2].contains("tool_calls"), true);  // other fields reach the template
+  EXPECT_TRUE(c.chat.tools.is_null());
+}
+
+// Tools, tool calls and tool results as an agent sends them: arguments given as a JSON string
+// reach the template as an object, key order kept.
+TEST(ChatApi, ToolRequestsReachTheTemplate) {
+  auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"Weather?"},
+      {"role":"assistant","content":"","tool_calls":[
+        {"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"unit\": \"c\"}"}},
+        {"id":"call_2","type":"function","function":{"name":"get_time","arguments":{"tz":"CET"}}}]},
+      {"role":"tool","tool_call_id":"call_1","content":"21"},{"role":"tool","tool_call_id":"call_2","content":"12:00"}],
+      "tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object"}}},
+               {"type":"function","function":{"name":"get_time"}}],
+      "tool_choice":"auto","parallel_tool_calls":true,"chat_template_kwargs":{"enable_thinking":false}})",
+                              limits(), simple_builder());
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const text::ChatInput& c = std::get<ChatRequest>(r).chat;
+  const ojson& args = c.messages[1]["tool_calls"][0]["function"]["arguments"];
+  ASSERT_TRUE(args.is_object());
+  EXPECT_EQ(args.dump(), R"({"city":"Paris","unit":"c"})");
+  EXPECT_EQ(c.messages[1]["tool_calls"][1]["function"]["arguments"]["tz"], "CET");
+  EXPECT_EQ(c.tools.size(), 2u);
+  EXPECT_EQ(c.kwargs, ojson({{"enable_thinking", false}}));
+  EXPECT_TRUE(std::holds_alternative<ChatRequest>(
+      parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"})",
+                         limits(), simple_builder())));
+}
+
+TEST(ChatApi, ToolCallsInTheResponse) {
+  const ParsedReply reply = parse_tool_calls(
+      ToolParser::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  const json j = json::parse(chat_completion_json({"chatcmpl-42", 0, "m"}, reply, "stop", {}));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_TRUE(m["content"].is_null());
+  ASSERT_EQ(m["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["tool_calls"][0]["id"], "call_42_0");
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  const json plain = json::parse(chat_completion_json({"chatcmpl-42", 0, "m"}, ParsedReply{"hi", {}}, "length", {}));
+  EXPECT_EQ(plain["choices"][0]["message"]["content"], "hi");
+  EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
+}
+
+TEST(ChatApi, MalformedToolsAreClear400s) {
+  const std::string user = R"({"role":"user","content":"x"})";
+  const std::string tool_f = R"([{"type":"function","function":{"name":"f"}}])";
+  auto err = [&](const std::string& rest) { return chat_error(R"({"messages":[)" + user + "]," + rest + "}"); };
+  EXPECT_EQ(err(R"("tools":{"f":1})").param, "tools");
+  EXPECT_EQ(err(R"("tools":[{"type":"function","function":{}}])").param, "tools[0].function.name");
+  EXPECT_EQ(err(R"("tools":[{"type":"function","function":{"name":"f","parameters":[1]}}])").param, "tools[0].function.parameters");
+  EXPECT_EQ(err(R"("tools":[{"type":"retrieval","function":{"name":"f"}}])").param, "tools[0].type");
+  EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":{"type":"function","function":{"name":"g"}})").code, "invalid_value");
+  EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":{"type":"function","function":{"name":"f"}})").code, "unsupported");
+  EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":"required")").code, "unsupported");
+  EXPECT_EQ(err(R"("tool_choice":"sometimes")").param, "tool_choice");
+  EXPECT_EQ(err(R"("parallel_tool_calls":"yes")").param, "parallel_tool_calls");
+  EXPECT_EQ(err(R"("chat_template_kwargs":[1])").param, "chat_template_kwargs");
+  EXPECT_EQ(err(R"("chat_template_kwargs":{"messages":[]})").param, "chat_template_kwargs");
+  auto call = [&](const std::string& tool_call, const std::string& after = "") {
+    return chat_error(R"({"messages":[)" + user + R"(,{"role":"assistant","content":null,"tool_calls":[)" + tool_call +
+                      "]}" + after + "]}");
+  };
+  const ApiError not_json = call(R"({"id":"c1","type":"function","function":{"name":"f","arguments":"{oops"}})");
+  EXPECT_EQ(not_json.param, "messages[1].tool_calls[0].function.arguments");
+  EXPECT_NE(not_json.message.find("{oops"), std::string::npos);
+  EXPECT_EQ(call(R"({"type":"function","function":{"name":"f","arguments":"{}"}})").param, "messages[1].tool_calls[0].id");
+  EXPECT_EQ(call(R"({"id":"c1","function":{"arguments":"{}"}})").param, "messages[1].tool_calls[0].function.name");
+  EXPECT_EQ(call(R"({"id":"c1","function":{"name":"f","arguments":"[1]"}})").param,
+            "messages[1].tool_calls[0].function.arguments");
+  EXPECT_EQ(call(R"({"id":"c1","function":{"name":"f","arguments":"{}"}})", R"(,{"role":"tool","tool_call_id":"c9","content":"r"})").param,
+            "messages[2].tool_call_id");
+  EXPECT_EQ(call(R"({"id":"c1","function":{"name":"f","arguments":"{}"}})", R"(,{"role":"tool","content":"r"})").param,
+            "messages[2].tool_call_id");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})").param, "messages[0].tool_calls");
 }
 
 TEST(ChatApi, MalformedMessagesAreClear400s) {
@@ -87,7 +164,7 @@ TEST(ChatApi, MalformedMessagesAreClear400s) {
   EXPECT_EQ(chat_error("not json").code, "invalid_json");
   // A template error is the template's message.
   auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}]})", limits(),
-                              [](const ojson&, std::string&) -> Result<std::vector<TokenId>> {
+                              [](const text::ChatInput&, std::string&) -> Result<std::vector<TokenId>> {
                                 return Status::FailedPrecondition("Conversation roles must alternate");
                               });
   ASSERT_TRUE(std::holds_alternative<ApiError>(r));
@@ -99,7 +176,7 @@ TEST(ChatApi, ResponseShapes) {
   t.ids = {65};
   t.logprobs = {{65, -0.5f, {{65, -0.5f}, {66, -1.5f}}}};
   CompletionDetail d{2, false, {}, &t, 0, [](TokenId id) { return std::string(1, char(id)); }};
-  const json whole = json::parse(chat_completion_json({"chatcmpl-1", 0, "m"}, "A", "stop", {}, &d));
+  const json whole = json::parse(chat_completion_json({"chatcmpl-1", 0, "m"}, ParsedReply{"A", {}}, "stop", {}, &d));
   EXPECT_EQ(whole["object"], "chat.completion");
   EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(whole["choices"][0]["message"]["content"], "A");
@@ -147,7 +224,7 @@ class ChatPromptsTest : public ::testing::Test {
 TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   ojson messages = ojson::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi!"}}});
   std::string r1;
-  auto p1 = prompts_->build(messages, r1);
+  auto p1 = prompts_->build({.messages = messages}, r1);
   ASSERT_TRUE(p1.ok());
   EXPECT_EQ(r1, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(*p1, plain(r1, true));
@@ -163,7 +240,7 @@ TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   messages.push_back({{"role", "assistant"}, {"content", reply}});
   messages.push_back({{"role", "user"}, {"content", "More?"}});
   std::string r2;
-  auto p2 = prompts_->build(messages, r2);
+  auto p2 = prompts_->build({.messages = messages}, r2);
   ASSERT_TRUE(p2.ok());
   ASSERT_GE(p2->size(), all.size());
   EXPECT_TRUE(std::equal(all.begin(), all.end(), p2->begin())) << "turn 2 starts with turn 1's prompt and reply ids";
@@ -173,7 +250,7 @@ TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   // A reply that was never generated here is tokenized as text.
   messages[2]["content"] = "Hello there";
   std::string r3;
-  auto p3 = prompts_->build(messages, r3);
+  auto p3 = prompts_->build({.messages = messages}, r3);
   EXPECT_EQ(*p3, plain(r3, true));
   EXPECT_EQ(prompts_->spliced(), 1u);
 }
@@ -191,16 +268,16 @@ TEST_F(ChatPromptsTest, RenderingTooLongIsRefusedBeforeTokenizing) {
   ASSERT_TRUE(p.ok());
   const ojson messages = ojson::array({{{"role", "user"}, {"content", std::string(100000, 'a')}}});
   std::string rendered;
-  auto ids = p->build(messages, rendered, 4096);
+  auto ids = p->build({.messages = messages}, rendered, 4096);
   ASSERT_FALSE(ids.ok());
   EXPECT_TRUE(ids.status().is(StatusCode::kOutOfRange)) << ids.status().to_string();
   EXPECT_EQ(tokenized, 0u);
-  EXPECT_TRUE(p->build(messages, rendered).ok());  // no limit: tokenized
+  EXPECT_TRUE(p->build({.messages = messages}, rendered).ok());  // no limit: tokenized
   EXPECT_EQ(tokenized, 1u);
 
   RequestLimits l = limits();
   l.max_prompt_bytes = 4096;
-  ChatPromptBuilder build = [&](const ojson& m, std::string& r) { return p->build(m, r, l.max_prompt_bytes); };
+  ChatPromptBuilder build = [&](const text::ChatInput& c, std::string& r) { return p->build(c, r, l.max_prompt_bytes); };
   auto parsed = parse_chat_request(ojson{{"messages", messages}}.dump(), l, build);
   ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
   const ApiError& e = std::get<ApiError>(parsed);
@@ -219,7 +296,7 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
                                       {{"type", "text"}, {"text", second}, {"cacheable", true}},
                                       {{"type", "text"}, {"text", "Which river is longest?"}}});
     const ojson body = {{"messages", ojson::array({{{"role", "user"}, {"content", parts}}})}};
-    ChatPromptBuilder build = [&](const ojson& m, std::string& r) { return prompts_->build(m, r); };
+    ChatPromptBuilder build = [&](const text::ChatInput& c, std::string& r) { return prompts_->build(c, r); };
     auto parsed = parse_chat_request(body.dump(), limits(), build);
     EXPECT_TRUE(std::holds_alternative<ChatRequest>(parsed));
     return std::get<ChatRequest>(parsed);
@@ -239,15 +316,45 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
   EXPECT_FALSE(prompts_->segmented(ab.rendered, std::vector<std::string>{"not in the text"}));
   const auto bad = parse_chat_request(
       R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","cacheable":"yes"}]}]})", limits(),
-      [&](const ojson& m, std::string& r) { return prompts_->build(m, r); });
+      [&](const text::ChatInput& c, std::string& r) { return prompts_->build(c, r); });
   EXPECT_TRUE(std::holds_alternative<ApiError>(bad));
+}
+
+// Tools reach a template that reads them (Qwen2.5 lists them in its system turn); a template
+// that never mentions tools refuses them rather than dropping them.
+TEST_F(ChatPromptsTest, ToolsRenderOrAreRefused) {
+  const ojson tools = ojson::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Weather <now> & é",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])");
+  const ojson messages = ojson::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+  std::string r;
+  ASSERT_TRUE(prompts_->build({.messages = messages, .tools = tools}, r).ok());
+  // transformers' tojson: keys in order, nothing escaped, non-ASCII kept.
+  EXPECT_NE(r.find(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather <now> & é")"),
+            std::string::npos) << r;
+  auto plain_tmpl = ChatPrompts::create(codec_, "{% for m in messages %}{{ m.content }}{% endfor %}");
+  ASSERT_TRUE(plain_tmpl.ok());
+  auto refused = plain_tmpl->build({.messages = messages, .tools = tools}, r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().is(StatusCode::kUnimplemented));
+  EXPECT_TRUE(plain_tmpl->build({.messages = messages}, r).ok());
+  const ojson body = {{"messages", messages}, {"tools", tools}};
+  auto parsed = parse_chat_request(body.dump(), limits(), [&](const text::ChatInput& c, std::string& out) {
+    return plain_tmpl->build(c, out);
+  });
+  ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
+  EXPECT_EQ(std::get<ApiError>(parsed).param, "tools");
+  // chat_template_kwargs become template variables.
+  auto kw = ChatPrompts::create(codec_, "{{ greeting }} {{ messages[0].content }}");
+  ASSERT_TRUE(kw.ok());
+  ASSERT_TRUE(kw->build({.messages = messages, .kwargs = {{"greeting", "Hello"}}}, r).ok());
+  EXPECT_EQ(r, "Hello Weather in Paris?");
 }
 
 TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
   auto none = ChatPrompts::create(codec_, "");
   ASSERT_TRUE(none.ok());
   std::string r;
-  auto ids = none->build(ojson::array({{{"role", "user"}, {"content", "x"}}}), r);
+  auto ids = none->build({.messages = ojson::array({{{"role", "user"}, {"content", "x"}}})}, r);
   ASSERT_FALSE(ids.ok());
   EXPECT_NE(ids.status().message().find("--chat-template"), std::string::npos);
   EXPECT_FALSE(ChatPrompts::create(codec_, "{% for %}").ok());

@@ -105,18 +105,33 @@ TEST(JinjaTest, Filters) {
   EXPECT_EQ(render_or_error("{% for k, v in {'b': 1, 'a': 2} | items %}{{ k }}={{ v }};{% endfor %}"), "b=1;a=2;");
 }
 
-TEST(JinjaTest, ToJsonMatchesJinja2) {
+// tojson is transformers' override (what every HF/vLLM server renders with), not jinja2's:
+// keys in insertion order, non-ASCII kept, nothing HTML-escaped, a plain string.
+TEST(JinjaTest, ToJsonMatchesTransformers) {
   EXPECT_EQ(render_or_error("{{ {'b': [1, 2.0, 1e20], 'a': '<&>\\'é😀'} | tojson }}"),
-            "{\"a\": \"\\u003c\\u0026\\u003e\\u0027\\u00e9\\ud83d\\ude00\", \"b\": [1, 2.0, 1e+20]}");
+            "{\"b\": [1, 2.0, 1e+20], \"a\": \"<&>'é😀\"}");
   EXPECT_EQ(render_or_error("{{ {'z': 1, 'a': {'y': [], 'x': {}}} | tojson(indent=2) }}"),
-            "{\n  \"a\": {\n    \"x\": {},\n    \"y\": []\n  },\n  \"z\": 1\n}");
-  EXPECT_EQ(render_or_error("{{ none | tojson }}{{ true | tojson }}{{ 'a\\u0001\"' | tojson }}"),
-            "nulltrue\"a\\u0001\\\"\"");
-  // tojson returns Markup: `+` with a plain string escapes the plain side, as in jinja2.
+            "{\n  \"z\": 1,\n  \"a\": {\n    \"y\": [],\n    \"x\": {}\n  }\n}");
+  EXPECT_EQ(render_or_error("{{ {'z': 1, 'a': 'é'} | tojson(sort_keys=true, ensure_ascii=true) }}"),
+            "{\"a\": \"\\u00e9\", \"z\": 1}");
+  EXPECT_EQ(render_or_error("{{ [1, {'a': 2}] | tojson(separators=(',', ':')) }}|{{ [1] | tojson(indent='\\t') }}"),
+            "[1,{\"a\":2}]|[\n\t1\n]");
+  EXPECT_EQ(render_or_error("{{ none | tojson }}{{ true | tojson }}{{ 'a\\u0001\"\\u007f' | tojson }}"),
+            "nulltrue\"a\\u0001\\\"\x7f\"");
+  // A plain string: `+` with another string escapes nothing.
   EXPECT_EQ(render_or_error("{{ '\"k\": ' + {'a': 1} | tojson }}|{{ ({'a': 1} | tojson)[:-1] }}"),
-            "&#34;k&#34;: {\"a\": 1}|{\"a\": 1");
+            "\"k\": {\"a\": 1}|{\"a\": 1");
   EXPECT_EQ(render_or_error("{{ nothing | tojson }}"),
             "ERROR: jinja: line 1: Object of type Undefined is not JSON serializable");
+  EXPECT_EQ(render_or_error("{{ 1 | tojson(separators=1) }}"), "ERROR: jinja: line 1: tojson: separators must be a pair of strings");
+}
+
+// transformers' {% generation %} marks assistant spans; the text is the body's.
+TEST(JinjaTest, GenerationBlocksRenderTheirBody) {
+  EXPECT_EQ(render_or_error("a{% for i in [1, 2] %}{% generation %}<{{ i * 2 }}>{% endgeneration %}{% endfor %}c"),
+            "a<2><4>c");
+  EXPECT_NE(render_or_error("{% generation %}x").find("ERROR"), std::string::npos);
+  EXPECT_NE(render_or_error("x{% endgeneration %}").find("unexpected 'endgeneration'"), std::string::npos);
 }
 
 TEST(JinjaTest, Tests) {
@@ -270,6 +285,23 @@ std::vector<std::pair<std::string, ojson>> conversations() {
   ojson tool_result = msg("tool", "{\"temperature\": 21}");
   tool_result["tool_call_id"] = "call12345";
   const ojson tools_conversation = {msg("user", "Weather in Paris?"), tool_call, tool_result};
+  // Parallel calls whose arguments, results and descriptions hold <>&' and non-ASCII text
+  // (transformers' tojson keeps them as they are), then the assistant's answer.
+  ojson parallel = msg("assistant", "");
+  parallel["tool_calls"] = ojson::parse(R"([
+    {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": {"location": "Zürich <CH> & 'Genève'", "unit": "celsius"}}},
+    {"id": "call_b", "type": "function", "function": {"name": "get_weather", "arguments": {"location": "東京", "days": 2, "hours": [9, 18]}}}])");
+  ojson result_a = msg("tool", "{\"temperature\": 18, \"note\": \"<light rain> & wind 'ouest' ☂\"}");
+  result_a["tool_call_id"] = "call_a";
+  ojson result_b = msg("tool", "晴れ, 24°C");
+  result_b["tool_call_id"] = "call_b";
+  const ojson parallel_conversation = {msg("system", "Use tools <when> needed & say 'why'."),
+                                       msg("user", "Weather in Zürich and 東京?"), parallel, result_a, result_b,
+                                       msg("assistant", "Zürich: 18°C <rain>; 東京: 24°C."), msg("user", "Thanks & bye")};
+  ojson hostile_tools = weather_tools();
+  hostile_tools[0]["function"]["description"] = "Météo <actuelle> & 'prévision' — 天気 😀";
+  hostile_tools.push_back(ojson::parse(R"({"type": "function", "function": {"name": "get_time",
+    "description": "Time in a zone", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}})"));
 
   std::vector<std::pair<std::string, ojson>> cases;
   for (bool prompt : {true, false}) {
@@ -286,6 +318,12 @@ std::vector<std::pair<std::string, ojson>> conversations() {
   cases.push_back({"unknown_role", {{"messages", {msg("user", "a"), msg("narrator", "b")}}}});
   cases.push_back({"tools", {{"messages", tools_conversation}, {"tools", weather_tools()}, {"add_generation_prompt", true}}});
   cases.push_back({"tools_no_calls", {{"messages", system_user}, {"tools", weather_tools()}}});
+  cases.push_back({"tools_parallel", {{"messages", parallel_conversation}, {"tools", hostile_tools}, {"add_generation_prompt", true}}});
+  cases.push_back({"tools_parallel_open", {{"messages", {msg("user", "Weather in Zürich and 東京?"), parallel, result_a, result_b}},
+                                           {"tools", hostile_tools},
+                                           {"add_generation_prompt", true},
+                                           {"enable_thinking", false}}});
+  cases.push_back({"tools_none", {{"messages", system_user}, {"tools", nullptr}, {"add_generation_prompt", true}}});
   return cases;
 }
 

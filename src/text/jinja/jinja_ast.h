@@ -61,6 +61,7 @@ struct Node {
     kSet,       // set targets[0][.attribute] = expr; or set (t0, t1...) = expr
     kSetBlock,  // set targets[0] %} body {% endset
     kMacro,     // macro name(params): body
+    kScope,     // body in a scope of its own ({% generation %}: transformers' assistant-span marker)
     kBreak,
     kContinue,
   };

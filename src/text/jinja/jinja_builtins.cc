@@ -244,14 +244,27 @@ Result<Value> indent_filter(const Value& value, CallArgs& args) {
   return Value::string_like(std::move(out), value);
 }
 
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False): a plain
+// string (not markup), arguments in that order.
 Result<Value> tojson_filter(CallContext& context, const Value& value, CallArgs& args) {
-  KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments("tojson", args, {"indent"}));
-  int indent = -1;
-  if (bound[0].is_int()) indent = static_cast<int>(std::clamp<int64_t>(bound[0].as_int(), 0, 1000));
-  else if (!bound[0].is_undefined() && !bound[0].is_none()) return Status::InvalidArgument("tojson indent must be an integer");
-  KVTIER_ASSIGN_OR_RETURN(std::string text, to_json_text(value, indent));
+  KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  auto given = [](const Value& v) { return !v.is_undefined() && !v.is_none(); };
+  JsonFormat f;
+  f.ensure_ascii = bound[0].truthy();
+  f.sort_keys = bound[3].truthy();
+  if (bound[1].is_string()) f.indent = bound[1].as_string();
+  else if (bound[1].is_int() || bound[1].is_bool()) f.indent = std::string(size_t(std::clamp<int64_t>(bound[1].to_int(), 0, 1000)), ' ');
+  else if (given(bound[1])) return Status::InvalidArgument("tojson: indent must be an integer or a string");
+  if (given(bound[2])) {
+    const bool pair = bound[2].is_list() && bound[2].as_list().items.size() == 2 &&
+                      bound[2].as_list().items[0].is_string() && bound[2].as_list().items[1].is_string();
+    if (!pair) return Status::InvalidArgument("tojson: separators must be a pair of strings");
+    f.item_separator_override = bound[2].as_list().items[0].as_string();
+    f.key_separator = bound[2].as_list().items[1].as_string();
+  }
+  KVTIER_ASSIGN_OR_RETURN(std::string text, to_json_text(value, f));
   KVTIER_RETURN_IF_ERROR(context.check_size(text.size()));
-  return Value::markup(std::move(text));
+  return Value(std::move(text));
 }
 
 Result<Value> string_filter(CallContext& context, std::string_view name, const Value& value, CallArgs& args) {

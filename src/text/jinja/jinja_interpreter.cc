@@ -123,6 +123,10 @@ class Renderer final : public CallContext {
         return Status::Ok();
       }
       case Node::Kind::kMacro: scope.variables[node.name] = make_macro(node); return Status::Ok();
+      case Node::Kind::kScope: {
+        Scope inner{&scope, {}};
+        return exec_body(node.body, inner, flow);
+      }
       case Node::Kind::kBreak: flow = Flow::kBreak; return Status::Ok();
       case Node::Kind::kContinue: flow = Flow::kContinue; return Status::Ok();
     }

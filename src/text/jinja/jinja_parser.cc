@@ -81,6 +81,7 @@ class StatementParser {
     if (keyword == "for") return parse_for(tag);
     if (keyword == "set") return parse_set(tag);
     if (keyword == "macro") return parse_macro(tag);
+    if (keyword == "generation") return parse_scope(tag, "endgeneration");
     if (keyword == "break" || keyword == "continue") {
       if (loop_depth_ == 0) return syntax_error(tag.line, "'" + keyword + "' outside of a for loop");
       KVTIER_RETURN_IF_ERROR(tag.parser->expect_end());
@@ -89,9 +90,21 @@ class StatementParser {
       node->line = tag.line;
       return NodePtr(std::move(node));
     }
-    static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "elif", "else"};
+    static const std::set<std::string> kEnds = {"endif", "endfor", "endset", "endmacro", "endgeneration", "elif", "else"};
     if (kEnds.count(keyword) != 0) return syntax_error(tag.line, "unexpected '" + keyword + "'");
     return syntax_error(tag.line, "unsupported statement '" + keyword + "'");
+  }
+
+  // A block whose body renders in a scope of its own, closed by `end`.
+  Result<NodePtr> parse_scope(Tag& tag, const std::string& end) {
+    KVTIER_RETURN_IF_ERROR(tag.parser->expect_end());
+    auto node = std::make_unique<Node>();
+    node->kind = Node::Kind::kScope;
+    node->line = tag.line;
+    Tag end_tag;
+    KVTIER_ASSIGN_OR_RETURN(node->body, parse_body({end}, end_tag));
+    KVTIER_RETURN_IF_ERROR(end_tag.parser->expect_end());
+    return NodePtr(std::move(node));
   }
 
   Result<NodePtr> parse_if(Tag& tag) {

@@ -109,9 +109,12 @@ bool repr_into(std::string& out, const Value& value, int depth) {
   return true;
 }
 
-void json_string(std::string& out, std::string_view text) {
+// Python's json string encoder: ensure_ascii escapes everything outside 0x20..0x7E (astral code
+// points as surrogate pairs); without it only '"', '\\' and control characters are escaped.
+void json_string(std::string& out, std::string_view text, bool ensure_ascii) {
   out += '"';
   for (size_t pos = 0; pos < text.size();) {
+    const size_t start = pos;
     const char32_t c = decode_utf8(text, pos);
     switch (c) {
       case '"': out += "\\\""; break;
@@ -121,17 +124,14 @@ void json_string(std::string& out, std::string_view text) {
       case '\t': out += "\\t"; break;
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
-      // jinja2's htmlsafe_json_dumps escapes these after json.dumps.
-      case '<': out += "\\u003c"; break;
-      case '>': out += "\\u003e"; break;
-      case '&': out += "\\u0026"; break;
-      case '\'': out += "\\u0027"; break;
       default:
-        if (c >= 0x20 && c < 0x7F) {
-          out += static_cast<char>(c);
+        if (c < 0x20) {
+          append_hex(out, "\\u", c, 4);
+        } else if (c < 0x7F || !ensure_ascii) {
+          out.append(text.substr(start, pos - start));
         } else if (c < 0x10000) {
           append_hex(out, "\\u", c, 4);
-        } else {  // ensure_ascii: a surrogate pair
+        } else {  // a surrogate pair
           const char32_t offset = c - 0x10000;
           append_hex(out, "\\u", 0xD800 + (offset >> 10), 4);
           append_hex(out, "\\u", 0xDC00 + (offset & 0x3FF), 4);
@@ -141,52 +141,53 @@ void json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-void json_newline(std::string& out, int indent, int depth) {
+void json_newline(std::string& out, const JsonFormat& f, int depth) {
+  if (!f.indent) return;
   out += '\n';
-  out.append(static_cast<size_t>(indent) * static_cast<size_t>(depth), ' ');
+  for (int i = 0; i < depth; ++i) out += *f.indent;
 }
 
-Status json_into(std::string& out, const Value& value, int indent, int depth);
+Status json_into(std::string& out, const Value& value, const JsonFormat& f, int depth);
 
-Status json_object(std::string& out, const std::vector<std::pair<std::string, Value>>& entries, int indent,
+Status json_object(std::string& out, const std::vector<std::pair<std::string, Value>>& entries, const JsonFormat& f,
                    int depth) {
   if (entries.empty()) {
     out += "{}";
     return Status::Ok();
   }
-  std::vector<const std::pair<std::string, Value>*> sorted;
-  for (const auto& entry : entries) sorted.push_back(&entry);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->first < b->first; });
+  std::vector<const std::pair<std::string, Value>*> order;
+  for (const auto& entry : entries) order.push_back(&entry);
+  if (f.sort_keys) std::stable_sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->first < b->first; });
   out += '{';
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    if (i > 0) out += indent >= 0 ? "," : ", ";
-    if (indent >= 0) json_newline(out, indent, depth + 1);
-    json_string(out, sorted[i]->first);
-    out += ": ";
-    KVTIER_RETURN_IF_ERROR(json_into(out, sorted[i]->second, indent, depth + 1));
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i > 0) out += f.item_separator();
+    json_newline(out, f, depth + 1);
+    json_string(out, order[i]->first, f.ensure_ascii);
+    out += f.key_separator;
+    KVTIER_RETURN_IF_ERROR(json_into(out, order[i]->second, f, depth + 1));
   }
-  if (indent >= 0) json_newline(out, indent, depth);
+  json_newline(out, f, depth);
   out += '}';
   return Status::Ok();
 }
 
-Status json_array(std::string& out, const List& list, int indent, int depth) {
+Status json_array(std::string& out, const List& list, const JsonFormat& f, int depth) {
   if (list.items.empty()) {
     out += "[]";
     return Status::Ok();
   }
   out += '[';
   for (size_t i = 0; i < list.items.size(); ++i) {
-    if (i > 0) out += indent >= 0 ? "," : ", ";
-    if (indent >= 0) json_newline(out, indent, depth + 1);
-    KVTIER_RETURN_IF_ERROR(json_into(out, list.items[i], indent, depth + 1));
+    if (i > 0) out += f.item_separator();
+    json_newline(out, f, depth + 1);
+    KVTIER_RETURN_IF_ERROR(json_into(out, list.items[i], f, depth + 1));
   }
-  if (indent >= 0) json_newline(out, indent, depth);
+  json_newline(out, f, depth);
   out += ']';
   return Status::Ok();
 }
 
-Status json_into(std::string& out, const Value& value, int indent, int depth) {
+Status json_into(std::string& out, const Value& value, const JsonFormat& f, int depth) {
   if (depth > kMaxNesting) return nesting_error();
   if (out.size() > kMaxTextBytes) return Status::OutOfRange("jinja: tojson output too large");
   if (value.is_none()) {
@@ -201,11 +202,11 @@ Status json_into(std::string& out, const Value& value, int indent, int depth) {
     else if (std::isinf(number)) out += number > 0 ? "Infinity" : "-Infinity";
     else out += float_repr(number);
   } else if (value.is_string()) {
-    json_string(out, value.as_string());
+    json_string(out, value.as_string(), f.ensure_ascii);
   } else if (value.is_list()) {
-    return json_array(out, value.as_list(), indent, depth);
+    return json_array(out, value.as_list(), f, depth);
   } else if (value.is_dict()) {
-    return json_object(out, value.as_dict().entries, indent, depth);
+    return json_object(out, value.as_dict().entries, f, depth);
   } else {
     const std::string type = value.is_undefined() ? "Undefined" : std::string(value.type_name());
     return Status::InvalidArgument("Object of type " + type + " is not JSON serializable");
@@ -452,9 +453,9 @@ Result<bool> less_than(const Value& lhs, const Value& rhs) {
                                  "' and '" + std::string(rhs.type_name()) + "'");
 }
 
-Result<std::string> to_json_text(const Value& value, int indent) {
+Result<std::string> to_json_text(const Value& value, const JsonFormat& format) {
   std::string out;
-  KVTIER_RETURN_IF_ERROR(json_into(out, value, indent, 0));
+  KVTIER_RETURN_IF_ERROR(json_into(out, value, format, 0));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -167,9 +168,20 @@ Result<bool> less_than(const Value& lhs, const Value& rhs);
 // Python repr() of a float: shortest round trip, "1.0", "1e+16", "inf".
 std::string float_repr(double value);
 
-// jinja2's tojson filter: json.dumps(value, sort_keys=True[, indent=indent]) with
-// <, >, &, ' escaped as \u003c, \u003e, \u0026, \u0027. indent < 0: compact.
-Result<std::string> to_json_text(const Value& value, int indent = -1);
+// Python's json.dumps(value, ensure_ascii=, indent=, separators=, sort_keys=).
+// The defaults are transformers' chat-template tojson (keys in insertion
+// order, non-ASCII kept, nothing HTML-escaped), which every HF/vLLM server
+// renders with; jinja2's own filter differs (sorted keys, <>&' escaped).
+struct JsonFormat {
+  bool ensure_ascii = false;
+  std::optional<std::string> indent;  // per level; none: one line
+  std::optional<std::string> item_separator_override;  // separators[0]
+  std::string key_separator = ": ";                     // separators[1]
+  bool sort_keys = false;
+  // json.dumps' default item separator: ", " on one line, "," with an indent.
+  std::string item_separator() const { return item_separator_override.value_or(indent ? "," : ", "); }
+};
+Result<std::string> to_json_text(const Value& value, const JsonFormat& format = {});
 
 // JSON → Value (objects keep the json type's key order) and back.
 Value from_json(const nlohmann::json& json);

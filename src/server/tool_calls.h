@@ -1,0 +1,42 @@
+// Tool calls in generated text: the formats of the shared chat templates,
+// parsed into OpenAI's message.tool_calls.
+//
+//   hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call>, one or
+//                many (Hermes 3, Qwen2.5, Qwen3); text outside the blocks is content.
+//   llama3_json  the whole reply is {"name": ..., "parameters"|"arguments": {...}},
+//                or several joined by ';', optionally after <|python_tag|> (Llama 3.1/3.2).
+//   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]; text before is content.
+//
+// Text that looks like a tool call but does not parse (bad JSON, a block cut
+// off by max_tokens, no name) is returned whole as content: never an error.
+// Pure functions; safe from any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtier::server {
+
+enum class ToolParser { kNone, kHermes, kLlama3Json, kMistral };
+
+std::string_view tool_parser_name(ToolParser p);
+// "none", "hermes", "llama3_json", "mistral" ("auto" is the caller's: tool_parser_for_template).
+std::optional<ToolParser> parse_tool_parser_name(std::string_view name);
+// The format a chat template's tool calls take, from what it writes; kNone when it names none.
+ToolParser tool_parser_for_template(std::string_view template_source);
+
+struct ToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object's text, as OpenAI sends it
+};
+
+struct ParsedReply {
+  std::string content;  // the reply without its tool calls (the whole reply when there are none)
+  std::vector<ToolCall> calls;
+};
+
+ParsedReply parse_tool_calls(ToolParser parser, std::string_view text);
+
+}  // namespace kvtier::server

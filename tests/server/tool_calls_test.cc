@@ -1,0 +1,100 @@
+// Tool calls parsed out of generated text, per format; text that does not
+// parse (including every cut-off prefix of a real call) stays content.
+#include "server/tool_calls.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace kvtier::server {
+namespace {
+
+std::string read(const std::string& rel) {
+  const char* src = std::getenv("KVTIER_SOURCE_DIR");
+  std::ifstream in(std::string(src ? src : ".") + "/" + rel, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ToolCalls, Hermes) {
+  const auto r = parse_tool_calls(ToolParser::kHermes,
+                                  "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n"
+                                  "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Zürich\"}");
+  EXPECT_EQ(r.calls[1].name, "get_time");
+  EXPECT_EQ(r.calls[1].arguments, "{}");
+  EXPECT_EQ(r.content, "Let me check.");
+}
+
+TEST(ToolCalls, Llama3Json) {
+  auto r = parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": \"x;y\"}}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].arguments, "{\"a\":\"x;y\"}");
+  EXPECT_TRUE(r.content.empty());
+  r = parse_tool_calls(ToolParser::kLlama3Json,
+                       "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"arguments\": \"{\\\"b\\\": 1}\"}");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[1].name, "g");
+  EXPECT_EQ(r.calls[1].arguments, "{\"b\":1}");
+  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "The answer is {x}.").calls.size(), 0u);
+}
+
+TEST(ToolCalls, Mistral) {
+  const auto r = parse_tool_calls(ToolParser::kMistral,
+                                  "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"q\": 1}}, {\"name\": \"g\", \"arguments\": {}}]");
+  ASSERT_EQ(r.calls.size(), 2u);
+  EXPECT_EQ(r.calls[0].arguments, "{\"q\":1}");
+  EXPECT_TRUE(r.content.empty());
+}
+
+TEST(ToolCalls, WhatDoesNotParseIsContent) {
+  for (const std::string text : {"<tool_call>{not json}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
+                                 "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "plain text <tool_call>"}) {
+    const auto r = parse_tool_calls(ToolParser::kHermes, text);
+    EXPECT_TRUE(r.calls.empty()) << text;
+    EXPECT_EQ(r.content, text);
+  }
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, "[TOOL_CALLS][{\"name\": 3}]").calls.empty());
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>").calls.empty());
+}
+
+// A reply cut at every byte (max_tokens, a disconnect) is either a whole call or plain content.
+TEST(ToolCalls, EveryPrefixIsSafe) {
+  const std::pair<ToolParser, std::string> replies[] = {
+      {ToolParser::kHermes, "ok <tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"é;}\"}}\n</tool_call>"},
+      {ToolParser::kLlama3Json, "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"s\": \"é;}\"}}"},
+      {ToolParser::kMistral, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"s\": \"é;}\"}}]"}};
+  for (const auto& [parser, reply] : replies) {
+    for (size_t n = 0; n <= reply.size(); ++n) {
+      const std::string prefix = reply.substr(0, n);
+      const ParsedReply r = parse_tool_calls(parser, prefix);
+      if (r.calls.empty()) {
+        EXPECT_EQ(r.content, prefix);
+      } else {
+        ASSERT_EQ(r.calls.size(), 1u) << prefix;
+        EXPECT_EQ(r.calls[0].arguments, "{\"s\":\"é;}\"}");
+      }
+    }
+    EXPECT_EQ(parse_tool_calls(parser, reply).calls.size(), 1u) << tool_parser_name(parser);
+  }
+}
+
+TEST(ToolCalls, ParserChosenFromTheTemplate) {
+  const std::string dir = "tests/data/chat-templates/";
+  EXPECT_EQ(tool_parser_for_template(read(dir + "Qwen-Qwen2.5-7B-Instruct.jinja")), ToolParser::kHermes);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "Qwen-Qwen3-0.6B.jinja")), ToolParser::kHermes);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")), ToolParser::kHermes);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "meta-llama-Llama-3.1-8B-Instruct.jinja")), ToolParser::kLlama3Json);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "meta-llama-Llama-3.2-3B-Instruct.jinja")), ToolParser::kLlama3Json);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "mistralai-Mistral-Nemo-Instruct-2407.jinja")), ToolParser::kMistral);
+  EXPECT_EQ(tool_parser_for_template(read(dir + "google-gemma-2-2b-it.jinja")), ToolParser::kNone);
+  EXPECT_EQ(parse_tool_parser_name("llama3_json"), ToolParser::kLlama3Json);
+  EXPECT_FALSE(parse_tool_parser_name("auto"));
+}
+
+}  // namespace
+}  // namespace kvtier::server
