@@ -21,6 +21,11 @@ std::string check_disk_region(Input data);
 std::string check_chunk_value(Input data);
 // A POST /v1/completions body (server/api.h parse_completion_request).
 std::string check_completion_request(Input data);
+// POST /v1/chat/completions with tools: a described 4xx, or an accepted request whose tool-call
+// arguments reach the template as objects.
+std::string check_chat_request(Input data);
+// Generated text through every tool-call parser: calls with names and object arguments, or the text whole.
+std::string check_tool_calls(Input data);
 // A Mooncake JSON-lines trace (sim/mooncake_trace.h), every prompt expanded.
 std::string check_mooncake_trace(Input data);
 // A kvtier JSON-lines trace (sim/kvtier_trace.h), strict and with skip_bad_lines.

@@ -6,8 +6,22 @@
 
 #include "fuzz_checks.h"
 #include "server/api.h"
+#include "server/chat_api.h"
+#include "server/tool_calls.h"
 
 namespace kvtier::fuzzing {
+
+namespace {
+
+// An ApiError as the server would send it: a described 4xx in OpenAI's error shape; empty when so.
+std::string check_error(const server::ApiError& e) {
+  if (e.http_status < 400 || e.http_status > 499 || e.message.empty()) return "an error that is not a described 4xx";
+  auto doc = nlohmann::json::parse(server::error_json(e), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.contains("error") || !doc["error"].contains("message")) return "error_json is not the error shape";
+  return {};
+}
+
+}  // namespace
 
 std::string check_completion_request(Input data) {
   server::RequestLimits limits;
@@ -21,12 +35,7 @@ std::string check_completion_request(Input data) {
   };
   const std::string_view body(reinterpret_cast<const char*>(data.data()), data.size());
   auto parsed = server::parse_completion_request(body, limits, tokenize);
-  if (auto* e = std::get_if<server::ApiError>(&parsed)) {
-    if (e->http_status < 400 || e->http_status > 499 || e->message.empty()) return "an error that is not a described 4xx";
-    auto doc = nlohmann::json::parse(server::error_json(*e), nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded() || !doc.contains("error") || !doc["error"].contains("message")) return "error_json is not the error shape";
-    return {};
-  }
+  if (auto* e = std::get_if<server::ApiError>(&parsed)) return check_error(*e);
   const auto& r = std::get<server::CompletionRequest>(parsed);
   if (r.prompt.empty()) return "accepted an empty prompt";
   for (TokenId t : r.prompt)
@@ -37,6 +46,45 @@ std::string check_completion_request(Input data) {
   for (const auto& s : r.stop)
     if (s.empty()) return "accepted an empty stop string";
   if (r.logprobs < -1 || r.logprobs > server::kMaxLogprobs) return "accepted logprobs out of range";
+  return {};
+}
+
+std::string check_chat_request(Input data) {
+  server::RequestLimits limits;
+  limits.vocab_size = 300;
+  limits.max_context = 4096;
+  limits.max_tokens = 64;
+  limits.default_max_tokens = 16;
+  // Renders the validated input the way a tools template reads it, so what reaches the template is walked.
+  const server::ChatPromptBuilder build = [](const text::ChatInput& chat, std::string& rendered) -> Result<std::vector<TokenId>> {
+    rendered = chat.messages.dump() + chat.tools.dump() + chat.kwargs.dump();
+    return std::vector<TokenId>(rendered.size() % 200 + 1, TokenId(65));
+  };
+  const std::string_view body(reinterpret_cast<const char*>(data.data()), data.size());
+  auto parsed = server::parse_chat_request(body, limits, build);
+  if (auto* e = std::get_if<server::ApiError>(&parsed)) return check_error(*e);
+  const auto& r = std::get<server::ChatRequest>(parsed);
+  for (const auto& m : r.chat.messages) {
+    if (!m.contains("tool_calls") || m["tool_calls"].is_null()) continue;
+    for (const auto& call : m["tool_calls"])
+      if (!call["function"]["arguments"].is_object()) return "a tool call's arguments reached the template as a non-object";
+  }
+  if (!r.chat.tools.is_null() && !r.chat.tools.is_array()) return "accepted tools that are not a list";
+  if (!r.chat.kwargs.is_object()) return "accepted chat_template_kwargs that are not an object";
+  return {};
+}
+
+std::string check_tool_calls(Input data) {
+  const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+  for (server::ToolParser p : {server::ToolParser::kHermes, server::ToolParser::kLlama3Json, server::ToolParser::kMistral}) {
+    const server::ParsedReply r = server::parse_tool_calls(p, text);
+    if (r.calls.empty() && r.content != text) return "a reply without tool calls lost text";
+    for (const auto& call : r.calls) {
+      if (call.name.empty()) return "a tool call without a name";
+      auto args = nlohmann::json::parse(call.arguments, nullptr, false);
+      if (args.is_discarded() || !args.is_object()) return "a tool call whose arguments are not a JSON object";
+    }
+  }
   return {};
 }
 
