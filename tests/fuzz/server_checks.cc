@@ -21,14 +21,19 @@ std::string check_error(const server::ApiError& e) {
   return {};
 }
 
+server::RequestLimits fuzz_limits(uint32_t max_context) {
+  server::RequestLimits limits;
+  limits.vocab_size = 300;
+  limits.max_context = max_context;
+  limits.max_tokens = 64;
+  limits.default_max_tokens = 16;
+  return limits;
+}
+
 }  // namespace
 
 std::string check_completion_request(Input data) {
-  server::RequestLimits limits;
-  limits.vocab_size = 300;
-  limits.max_context = 256;
-  limits.max_tokens = 64;
-  limits.default_max_tokens = 16;
+  const server::RequestLimits limits = fuzz_limits(256);
   // A byte tokenizer: every byte is one token below 256.
   const server::Tokenizer tokenize = [](std::string_view text, bool, bool) {
     return std::vector<TokenId>(text.begin(), text.end());
@@ -50,11 +55,7 @@ std::string check_completion_request(Input data) {
 }
 
 std::string check_chat_request(Input data) {
-  server::RequestLimits limits;
-  limits.vocab_size = 300;
-  limits.max_context = 4096;
-  limits.max_tokens = 64;
-  limits.default_max_tokens = 16;
+  const server::RequestLimits limits = fuzz_limits(4096);
   // Renders the validated input the way a tools template reads it, so what reaches the template is walked.
   const server::ChatPromptBuilder build = [](const text::ChatInput& chat, std::string& rendered) -> Result<std::vector<TokenId>> {
     rendered = chat.messages.dump() + chat.tools.dump() + chat.kwargs.dump();
