@@ -241,6 +241,11 @@ json chat_logprobs_json(const CompletionDetail& d) {
   return {{"content", content}};
 }
 
+// "call_" + the completion id's own part + the call's index: unique per reply, the same in both shapes.
+std::string tool_call_id(const CompletionMeta& meta, size_t index) {
+  return "call_" + meta.id.substr(meta.id.find('-') + 1) + "_" + std::to_string(index);
+}
+
 json chat_envelope(const CompletionMeta& meta, const char* object) {
   return {{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
 }
@@ -290,9 +295,8 @@ std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& 
   if (!reply.calls.empty()) {
     if (reply.content.empty()) message["content"] = nullptr;
     message["tool_calls"] = json::array();
-    const std::string stem = "call_" + meta.id.substr(meta.id.find('-') + 1) + "_";
     for (size_t i = 0; i < reply.calls.size(); ++i)
-      message["tool_calls"].push_back({{"id", stem + std::to_string(i)},
+      message["tool_calls"].push_back({{"id", tool_call_id(meta, i)},
                                        {"type", "function"},
                                        {"function", {{"name", reply.calls[i].name}, {"arguments", reply.calls[i].arguments}}}});
     finish_reason = "tool_calls";
@@ -303,6 +307,23 @@ std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& 
   j["choices"] = json::array({std::move(choice)});
   j["usage"] = usage_json(usage);
   return dump(j);
+}
+
+std::vector<std::string> chat_tool_call_chunks(const CompletionMeta& meta, const std::vector<ToolCall>& calls) {
+  std::vector<std::string> out;
+  auto chunk = [&](json call) {
+    json j = chat_envelope(meta, "chat.completion.chunk");
+    j["choices"] = json::array({{{"index", 0},
+                                 {"delta", {{"tool_calls", json::array({std::move(call)})}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+    out.push_back(dump(j));
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    chunk({{"index", i}, {"id", tool_call_id(meta, i)}, {"type", "function"}, {"function", {{"name", calls[i].name}, {"arguments", ""}}}});
+    chunk({{"index", i}, {"function", {{"arguments", calls[i].arguments}}}});
+  }
+  return out;
 }
 
 std::string chat_chunk_json(const CompletionMeta& meta, std::string_view delta, bool role,

@@ -71,6 +71,9 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
 // finish_reason "tool_calls".
 std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& reply, std::string_view finish_reason,
                                  const CompletionUsage& usage, const CompletionDetail* detail = nullptr);
+// chat.completion.chunk events streaming `calls` as OpenAI does: per call, one
+// with its index, id, type and name (arguments ""), then one with its arguments.
+std::vector<std::string> chat_tool_call_chunks(const CompletionMeta& meta, const std::vector<ToolCall>& calls);
 // One chat.completion.chunk: `role` adds "role": "assistant" to the delta (the
 // first chunk), `finish_reason` ends the choice, `with_choice` false gives the
 // usage-only chunk.

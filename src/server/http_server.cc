@@ -359,9 +359,11 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
     size_t text_offset = 0;     // bytes of text (echoed prompt included) the sent tokens span
     std::string text;           // chat: the reply so far, to remember it
     std::vector<TokenId> ids;   // chat: its tokens
+    std::optional<ToolCallStream> tools;  // chat with tools: holds back what may be a tool call
     bool sent_first = false, echoed = false, finished = false;
   };
   auto progress = std::make_shared<Progress>();
+  if (gen->parse_tool_calls) progress->tools.emplace(tool_parser_);
   const CompletionRequest& req = gen->request;
   const bool chat = gen->endpoint == Endpoint::kChat;
   const bool with_detail = req.echo || req.logprobs >= 0 || req.return_token_ids;
@@ -387,7 +389,18 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
           if (!chat) return sse_event(stream_chunk_json(meta, text, finish, usage, true, with_detail ? &d : nullptr));
           p.text += v.delta;
           p.ids.insert(p.ids.end(), v.tokens.ids.begin(), v.tokens.ids.end());
+          if (p.tools) text = p.tools->push(text);
           return sse_event(chat_chunk_json(meta, text, !p.sent_first, finish, usage, true, with_detail ? &d : nullptr));
+        };
+        // The end of a reply whose tool calls are parsed: the held-back content, the calls, then the finish.
+        auto tool_call_end = [&] {
+          std::string events = chunk(std::nullopt, nullptr);
+          p.sent_first = true;
+          const ParsedReply end = p.tools->finish();
+          if (!end.content.empty()) events += sse_event(chat_chunk_json(meta, end.content, false, std::nullopt, nullptr));
+          for (const std::string& c : chat_tool_call_chunks(meta, end.calls)) events += sse_event(c);
+          const std::string_view finish = end.calls.empty() ? std::string_view(v.finish_reason) : "tool_calls";
+          return events + sse_event(chat_chunk_json(meta, "", false, finish, &v.usage));
         };
         std::string out;
         // The first token always gets an event, even when its text is held
@@ -402,7 +415,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
             if (!v.delta.empty()) out += chunk(std::nullopt, nullptr);
             out += sse_event(error_json(error_from_status(v.error)));
           } else {
-            out += chunk(v.finish_reason, &v.usage);
+            out += p.tools ? tool_call_end() : chunk(v.finish_reason, &v.usage);
             if (request.stream_include_usage)
               out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
                                     : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));

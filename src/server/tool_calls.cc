@@ -44,8 +44,18 @@ std::optional<ToolCall> call_of_text(std::string_view text) {
 
 ParsedReply as_content(std::string_view text) { return ParsedReply{std::string(text), {}}; }
 
+constexpr std::string_view kHermesOpen = "<tool_call>", kPythonTag = "<|python_tag|>", kMistralTag = "[TOOL_CALLS]";
+
+// Where a tool call may begin in `text`: the marker, or a suffix that may grow into it; npos: nowhere.
+size_t marker_start(std::string_view text, std::string_view marker) {
+  if (size_t at = text.find(marker); at != std::string_view::npos) return at;
+  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n)
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return text.size() - n;
+  return std::string_view::npos;
+}
+
 ParsedReply parse_hermes(std::string_view text) {
-  constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
+  constexpr std::string_view kOpen = kHermesOpen, kClose = "</tool_call>";
   ParsedReply out;
   size_t from = 0;
   for (;;) {
@@ -67,8 +77,7 @@ ParsedReply parse_hermes(std::string_view text) {
 
 ParsedReply parse_llama3(std::string_view text) {
   std::string_view body = trim(text);
-  constexpr std::string_view kTag = "<|python_tag|>";
-  if (body.substr(0, kTag.size()) == kTag) body = trim(body.substr(kTag.size()));
+  if (body.substr(0, kPythonTag.size()) == kPythonTag) body = trim(body.substr(kPythonTag.size()));
   if (body.empty() || body.front() != '{') return as_content(text);
   ParsedReply out;
   // One object, or several joined by ';' (a ';' inside a string ends no object: each piece must parse).
@@ -88,10 +97,9 @@ ParsedReply parse_llama3(std::string_view text) {
 }
 
 ParsedReply parse_mistral(std::string_view text) {
-  constexpr std::string_view kTag = "[TOOL_CALLS]";
-  const size_t at = text.find(kTag);
+  const size_t at = text.find(kMistralTag);
   if (at == std::string_view::npos) return as_content(text);
-  const json j = json::parse(trim(text.substr(at + kTag.size())), nullptr, false);
+  const json j = json::parse(trim(text.substr(at + kMistralTag.size())), nullptr, false);
   if (!j.is_array() || j.empty()) return as_content(text);
   ParsedReply out;
   for (const json& item : j) {
@@ -137,6 +145,43 @@ ParsedReply parse_tool_calls(ToolParser parser, std::string_view text) {
     case ToolParser::kMistral: return parse_mistral(text);
   }
   return as_content(text);
+}
+
+size_t ToolCallStream::sendable() const {
+  const std::string_view r = reply_;
+  switch (parser_) {
+    case ToolParser::kNone: return r.size();
+    case ToolParser::kHermes: return std::min(r.size(), marker_start(r, kHermesOpen));
+    case ToolParser::kMistral: return std::min(r.size(), marker_start(r, kMistralTag));
+    case ToolParser::kLlama3Json: {
+      // The whole reply is the call: held while it opens as one could.
+      const size_t first = r.find_first_not_of(" \t\r\n");
+      if (first == std::string_view::npos) return 0;
+      const std::string_view rest = r.substr(first);
+      const bool may_be_call = rest.front() == '{' || rest.substr(0, kPythonTag.size()) == kPythonTag ||
+                               kPythonTag.substr(0, rest.size()) == rest;
+      return may_be_call ? 0 : r.size();
+    }
+  }
+  return r.size();
+}
+
+std::string ToolCallStream::push(std::string_view delta) {
+  reply_ += delta;
+  const size_t upto = std::max(sent_, sendable());
+  std::string out = reply_.substr(sent_, upto - sent_);
+  sent_ = upto;
+  return out;
+}
+
+ParsedReply ToolCallStream::finish() {
+  ParsedReply whole = parse_tool_calls(parser_, reply_);
+  if (whole.calls.empty()) return ParsedReply{reply_.substr(sent_), {}};
+  // The sent content ends where the first call begins; for Hermes, text between and after the
+  // blocks is content still to send (Llama 3's reply is all calls, Mistral's calls come last).
+  std::string rest;
+  if (parser_ == ToolParser::kHermes) rest = parse_tool_calls(parser_, std::string_view(reply_).substr(sent_)).content;
+  return ParsedReply{std::move(rest), std::move(whole.calls)};
 }
 
 }  // namespace kvtier::server

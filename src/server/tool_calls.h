@@ -39,4 +39,24 @@ struct ParsedReply {
 
 ParsedReply parse_tool_calls(ToolParser parser, std::string_view text);
 
+// A streamed reply: content is sent as it comes until it may be the start of
+// a tool call (a prefix of the format's marker, or for llama3_json a reply
+// that opens with '{' or <|python_tag|>); from there it is held back.
+// finish() parses the whole reply: the calls, and the content not yet sent
+// (all of what was held when there are no calls). Not thread-safe.
+class ToolCallStream {
+ public:
+  explicit ToolCallStream(ToolParser parser) : parser_(parser) {}
+  // The reply grew by `delta`; returns the content that may be sent now.
+  std::string push(std::string_view delta);
+  ParsedReply finish();
+
+ private:
+  size_t sendable() const;  // bytes of reply_ that can no longer become part of a tool call
+
+  ToolParser parser_;
+  std::string reply_;
+  size_t sent_ = 0;
+};
+
 }  // namespace kvtier::server

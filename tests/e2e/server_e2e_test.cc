@@ -678,5 +678,58 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
+// An agent session through the real server on Qwen2.5's template: tools in every request, the
+// client's scripted tool calls (arguments as a JSON string) and tool results appended after each
+// reply. Each turn's prompt finds the previous turn's prompt cached; tool_choice "required" is a
+// 400 (not supported); a streamed request with tools ends with a finish reason.
+TEST(ServerE2E, AgentTurnsWithToolsHitTheCache) {
+  TempDir dir;
+  const std::string model = make_vocab_model(dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja");
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/cache");
+  args[1] = model;
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "search", "description": "Search <docs> & 'notes'",
+      "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}])");
+  std::string system;
+  for (int i = 0; i < 10; ++i) system += "You are an agent: call tools to find facts about caches. ";
+  json messages = json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "Find the tiers."}}});
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(120, 0);
+  uint32_t previous_prompt = 0;
+  for (int turn = 0; turn < 3; ++turn) {
+    auto r = c.Post("/v1/chat/completions",
+                    json{{"messages", messages}, {"tools", tools}, {"tool_choice", "auto"}, {"max_tokens", 8}, {"ignore_eos", true}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json usage = json::parse(r->body)["usage"];
+    if (previous_prompt > 0) {
+      EXPECT_GE(usage["prompt_tokens_details"]["cached_tokens"].get<uint32_t>(), 0.95 * previous_prompt) << usage.dump();
+    }
+    previous_prompt = usage["prompt_tokens"];
+    const std::string id = "call_" + std::to_string(turn);
+    messages.push_back({{"role", "assistant"}, {"content", nullptr},
+                        {"tool_calls", json::array({{{"id", id}, {"type", "function"},
+                                                     {"function", {{"name", "search"}, {"arguments", "{\"q\": \"tier " + std::to_string(turn) + "\"}"}}}}})}});
+    messages.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", "Result " + std::to_string(turn) + ": host, disk, Redis."}});
+  }
+  auto required = c.Post("/v1/chat/completions", json{{"messages", messages}, {"tools", tools}, {"tool_choice", "required"}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(required);
+  EXPECT_EQ(required->status, 400);
+  EXPECT_EQ(json::parse(required->body)["error"]["code"], "unsupported");
+  auto streamed = c.Post("/v1/chat/completions",
+                         json{{"messages", messages}, {"tools", tools}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true}}.dump(),
+                         "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->body.find("\"finish_reason\":\"length\""), std::string::npos) << streamed->body;
+  EXPECT_NE(streamed->body.find("data: [DONE]"), std::string::npos);
+  EXPECT_TRUE(httplib::Client("127.0.0.1", s.port()).Get("/health"));
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

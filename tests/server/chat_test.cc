@@ -116,6 +116,22 @@ TEST(ChatApi, ToolCallsInTheResponse) {
   EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
 }
 
+TEST(ChatApi, ToolCallChunksSendTheNameThenTheArguments) {
+  const auto chunks = chat_tool_call_chunks({"chatcmpl-7", 0, "m"}, {{"f", "{\"a\":1}"}, {"g", "{}"}});
+  ASSERT_EQ(chunks.size(), 4u);
+  const json first = json::parse(chunks[0])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(first["index"], 0);
+  EXPECT_EQ(first["id"], "call_7_0");
+  EXPECT_EQ(first["type"], "function");
+  EXPECT_EQ(first["function"]["name"], "f");
+  EXPECT_EQ(first["function"]["arguments"], "");
+  const json args = json::parse(chunks[1])["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(args["index"], 0);
+  EXPECT_FALSE(args.contains("id"));
+  EXPECT_EQ(args["function"]["arguments"], "{\"a\":1}");
+  EXPECT_EQ(json::parse(chunks[2])["choices"][0]["delta"]["tool_calls"][0]["id"], "call_7_1");
+}
+
 TEST(ChatApi, MalformedToolsAreClear400s) {
   const std::string user = R"({"role":"user","content":"x"})";
   const std::string tool_f = R"([{"type":"function","function":{"name":"f"}}])";

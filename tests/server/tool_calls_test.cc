@@ -83,6 +83,37 @@ TEST(ToolCalls, EveryPrefixIsSafe) {
   }
 }
 
+// A reply streamed one byte at a time: no byte of a tool call is sent as content, plain text
+// all is, and the calls found at the end are the whole reply's.
+TEST(ToolCalls, StreamHoldsBackOnlyWhatMayBeACall) {
+  struct Case {
+    ToolParser parser;
+    std::string reply, live, rest;
+    size_t calls;
+  };
+  const Case cases[] = {
+      {ToolParser::kHermes, "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\nDone.",
+       "Let me check.\n", "Done.", 1},
+      {ToolParser::kHermes, "a <tool b <tool_cal", "a <tool b ", "<tool_cal", 0},
+      {ToolParser::kLlama3Json, "  {\"name\": \"f\", \"parameters\": {\"x\": 1}}", "", "", 1},
+      {ToolParser::kLlama3Json, "{not a call}", "", "{not a call}", 0},
+      {ToolParser::kLlama3Json, "Hello {x}", "Hello {x}", "", 0},
+      {ToolParser::kMistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", "ok ", "", 1},
+      {ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", "", 0}};
+  for (const Case& c : cases) {
+    ToolCallStream stream(c.parser);
+    std::string live;
+    for (char ch : c.reply) live += stream.push(std::string_view(&ch, 1));
+    const ParsedReply end = stream.finish();
+    EXPECT_EQ(live, c.live) << c.reply;
+    EXPECT_EQ(end.content, c.rest) << c.reply;
+    EXPECT_EQ(end.calls.size(), c.calls) << c.reply;
+    if (c.calls == 0) {
+      EXPECT_EQ(live + end.content, c.reply);
+    }
+  }
+}
+
 TEST(ToolCalls, ParserChosenFromTheTemplate) {
   const std::string dir = "tests/data/chat-templates/";
   EXPECT_EQ(tool_parser_for_template(read(dir + "Qwen-Qwen2.5-7B-Instruct.jinja")), ToolParser::kHermes);
