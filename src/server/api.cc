@@ -279,6 +279,7 @@ std::optional<ApiError> read_common_request(const json& doc, const RequestLimits
     r.model = it->get<std::string>();
   }
   if (auto err = read_max_tokens(doc, limits, min_max_tokens, r)) return err;
+  if (auto err = read_bool(doc, "return_tokens_as_token_ids", r.tokens_as_ids)) return err;
   return read_generation_fields(doc, r);
 }
 
@@ -422,10 +423,9 @@ json logprobs_json(const CompletionDetail& d) {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
   size_t offset = d.text_offset;
   auto add = [&](TokenId id, const engine::TokenLogprobs* lp) {
-    const std::string piece = d.piece(id);
-    tokens.push_back(piece);
+    tokens.push_back(d.label(id));
     offsets.push_back(offset);
-    offset += piece.size();
+    offset += d.piece(id).size();
     if (lp == nullptr) {
       token_logprobs.push_back(nullptr);
       top_logprobs.push_back(nullptr);
@@ -433,7 +433,7 @@ json logprobs_json(const CompletionDetail& d) {
     }
     token_logprobs.push_back(lp->logprob);
     json top = json::object();
-    for (const auto& [alt, logprob] : lp->top) top[d.piece(alt)] = logprob;
+    for (const auto& [alt, logprob] : lp->top) top[d.label(alt)] = logprob;
     top_logprobs.push_back(std::move(top));
   };
   const auto& plp = d.tokens->prompt_logprobs;

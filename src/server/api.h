@@ -60,6 +60,7 @@ struct CompletionRequest : GenerationRequest {
   int32_t logprobs = -1;          // 0..20: logprobs of each token and this many alternatives; -1: none
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
+  bool tokens_as_ids = false;     // return_tokens_as_token_ids: logprobs name tokens "token_id:N", as vLLM
   bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
   // "kvtier": {"blend": bool}, kvtier's own request options. blend true asks
   // to blend (with --blend-separator, the separator's pieces become segments);
@@ -143,6 +144,10 @@ struct CompletionDetail {
   const CompletionTokens* tokens = nullptr;  // completion tokens in it; prompt_logprobs go with `prompt`
   size_t text_offset = 0;                   // where this response or chunk starts in the whole text
   std::function<std::string(TokenId)> piece;  // the text of one token
+  bool tokens_as_ids = false;                 // CompletionRequest::tokens_as_ids
+
+  // How logprobs name a token: its text, or "token_id:N" (token texts collide; evaluation tools need ids).
+  std::string label(TokenId id) const { return tokens_as_ids ? "token_id:" + std::to_string(id) : piece(id); }
 
   // The bytes the tokens of this response or chunk span (to advance text_offset).
   size_t text_bytes() const;

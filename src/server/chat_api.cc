@@ -227,7 +227,7 @@ std::optional<ApiError> read_logprobs(const json& doc, CompletionRequest& r) {
 json chat_logprobs_json(const CompletionDetail& d) {
   auto entry = [&](TokenId id, float logprob) {
     const std::string piece = d.piece(id);
-    return json{{"token", piece}, {"logprob", logprob}, {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())}};
+    return json{{"token", d.label(id)}, {"logprob", logprob}, {"bytes", std::vector<uint8_t>(piece.begin(), piece.end())}};
   };
   json content = json::array();
   const auto& ids = d.tokens->ids;

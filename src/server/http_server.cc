@@ -338,7 +338,7 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   metrics_.record_completion(v.usage, v.error);
   if (!v.error.ok()) return send_error(res, error_from_status(v.error));
   const TextCodec& codec = scheduler_->model().text;
-  CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec)};
+  CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec), creq.tokens_as_ids};
   if (chat) {
     chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids);
     const ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, v.delta);
@@ -379,7 +379,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage) {
           std::string text = v.delta;
           CompletionDetail d{request.logprobs, request.return_token_ids, {}, &v.tokens, p.text_offset,
-                             token_text(scheduler_->model().text)};
+                             token_text(scheduler_->model().text), request.tokens_as_ids};
           if (request.echo && !p.echoed) {
             d.prompt = request.prompt;
             text = scheduler_->model().text.detokenize(request.prompt) + text;

@@ -305,6 +305,17 @@ TEST(ApiJsonTest, LogprobsObjectWithEcho) {
   EXPECT_EQ(c["choices"][0]["logprobs"]["text_offset"], json({3}));
   EXPECT_EQ(c["choices"][0]["token_ids"], json({4}));
   EXPECT_FALSE(c["choices"][0].contains("prompt_token_ids"));
+  // return_tokens_as_token_ids: tokens and top_logprobs keys name ids; offsets still count the text.
+  CompletionDetail ids = d;
+  ids.tokens_as_ids = true;
+  const json k = json::parse(completion_json({"cmpl-1", 0, "m"}, "bcd", "length", {}, &ids));
+  EXPECT_EQ(k["choices"][0]["logprobs"]["tokens"], json({"token_id:1", "token_id:2", "token_id:3"}));
+  EXPECT_DOUBLE_EQ(k["choices"][0]["logprobs"]["top_logprobs"][1]["token_id:4"].get<double>(), -0.25);
+  EXPECT_EQ(k["choices"][0]["logprobs"]["text_offset"], json({0, 1, 2}));
+  auto asked = parse(R"({"prompt":[1,2],"logprobs":1,"return_tokens_as_token_ids":true})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(asked));
+  EXPECT_TRUE(std::get<CompletionRequest>(asked).tokens_as_ids);
+  EXPECT_EQ(error_of(R"({"prompt":[1],"return_tokens_as_token_ids":1})").param, "return_tokens_as_token_ids");
   // Without the extras the shape is OpenAI's plain one.
   const json plain = json::parse(completion_json({"cmpl-1", 0, "m"}, "x", "stop", {}));
   EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null());

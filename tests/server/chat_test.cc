@@ -98,6 +98,22 @@ TEST(ChatApi, ToolRequestsReachTheTemplate) {
                          limits(), simple_builder())));
 }
 
+TEST(ChatApi, TokensAsTokenIds) {
+  auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1,
+                                 "return_tokens_as_token_ids":true})", limits(), simple_builder());
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r));
+  EXPECT_TRUE(std::get<ChatRequest>(r).completion.tokens_as_ids);
+  CompletionTokens t;
+  t.ids = {7};
+  t.logprobs = {{7, -0.5f, {{7, -0.5f}, {9, -1.5f}}}};
+  CompletionDetail d{1, false, {}, &t, 0, [](TokenId) { return std::string("ab"); }, true};
+  const json j = json::parse(chat_completion_json({"chatcmpl-1", 0, "m"}, ParsedReply{"ab", {}}, "stop", {}, &d));
+  const json& e = j["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(e["token"], "token_id:7");
+  EXPECT_EQ(e["bytes"], json({97, 98}));  // the token's own bytes
+  EXPECT_EQ(e["top_logprobs"][1]["token"], "token_id:9");
+}
+
 TEST(ChatApi, ToolCallsInTheResponse) {
   const ParsedReply reply = parse_tool_calls(
       ToolParser::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
