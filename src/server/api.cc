@@ -270,6 +270,19 @@ std::optional<ApiError> read_kvtier_object(const json& doc, CompletionRequest& r
   return std::nullopt;
 }
 
+uint32_t count_ignored_fields(const json& doc, std::initializer_list<std::string_view> endpoint_fields) {
+  static constexpr std::string_view kCommon[] = {
+      "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
+      "stream_options", "cache_salt", "ignore_eos", "kvtier", "n", "return_tokens_as_token_ids"};
+  uint32_t n = 0;
+  for (const auto& [key, value] : doc.items()) {
+    const bool read = std::find(std::begin(kCommon), std::end(kCommon), key) != std::end(kCommon) ||
+                      std::find(endpoint_fields.begin(), endpoint_fields.end(), key) != endpoint_fields.end();
+    n += read ? 0 : 1;
+  }
+  return n;
+}
+
 std::optional<ApiError> read_common_request(const json& doc, const RequestLimits& limits, uint32_t min_max_tokens,
                                             CompletionRequest& r) {
   r.max_tokens = limits.default_max_tokens;
@@ -383,6 +396,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   }
   if (auto err = read_bool(doc, "return_token_ids", r.return_token_ids)) return *err;
   if (auto err = read_common_request(doc, limits, r.echo ? 0 : 1, r)) return *err;
+  r.ignored_fields = count_ignored_fields(doc, {"prompt", "echo", "logprobs", "return_token_ids", "segments", "special"});
   if (auto err = finish_request(r, limits)) return *err;
   return r;
 }

@@ -61,6 +61,9 @@ struct CompletionRequest : GenerationRequest {
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
   bool tokens_as_ids = false;     // return_tokens_as_token_ids: logprobs name tokens "token_id:N", as vLLM
+  // Top-level fields of the body that kvtier does not read: accepted and
+  // ignored as vLLM does, and counted (kvtier_request_ignored_fields_total).
+  uint32_t ignored_fields = 0;
   bool parse_special = true;      // "special": false treats special-token text in the prompt as plain text
   // "kvtier": {"blend": bool}, kvtier's own request options. blend true asks
   // to blend (with --blend-separator, the separator's pieces become segments);
@@ -109,6 +112,9 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
 // The body as a JSON object, or the 400 in `error`.
 Result<nlohmann::json> parse_json_object(std::string_view body, ApiError& error);
 // model, max_tokens/max_completion_tokens (at least `min_max_tokens`), sampling, stop, stream, ignore_eos, cache_salt.
+// Top-level fields of `doc` that are neither read by every endpoint (model,
+// max_tokens, sampling, stream, cache_salt, kvtier, ...) nor in `endpoint_fields`.
+uint32_t count_ignored_fields(const nlohmann::json& doc, std::initializer_list<std::string_view> endpoint_fields);
 std::optional<ApiError> read_common_request(const nlohmann::json& doc, const RequestLimits& limits,
                                             uint32_t min_max_tokens, CompletionRequest& r);
 // Derives the sampling's logprob fields and checks prompt + max_tokens against the limits.

@@ -275,6 +275,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   r.tool_calls_wanted = !r.chat.tools.is_null() && !(ordered.contains("tool_choice") && ordered["tool_choice"] == "none");
   if (auto err = read_logprobs(*doc, r.completion)) return *err;
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
+  r.completion.ignored_fields = count_ignored_fields(*doc, {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                                            "chat_template_kwargs", "logprobs", "top_logprobs"});
   auto ids = build(r.chat, r.rendered);
   if (!ids.ok() && ids.status().is(StatusCode::kOutOfRange)) {  // too long to tokenize
     if (auto err = check_text_bytes(r.rendered.size(), limits, "messages")) return *err;

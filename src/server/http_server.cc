@@ -285,6 +285,7 @@ void HttpServer::install_routes() {
     };
     auto parsed = parse_completion_request(req.body, limits_, tokenize);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    metrics_.record_ignored_fields(std::get<CompletionRequest>(parsed).ignored_fields);
     respond(req, res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
   });
 
@@ -300,6 +301,7 @@ void HttpServer::install_routes() {
     auto parsed = parse_chat_request(req.body, limits_, build);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     ChatRequest& chat = std::get<ChatRequest>(parsed);
+    metrics_.record_ignored_fields(chat.completion.ignored_fields);
     if (!chat.segment_texts.empty()) {
       if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
         chat.completion.prompt = std::move(seg->tokens);

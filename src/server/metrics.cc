@@ -93,6 +93,12 @@ void ServerMetrics::record_client_disconnect() {
   ++client_disconnects_;
 }
 
+void ServerMetrics::record_ignored_fields(uint32_t n) {
+  if (n == 0) return;
+  std::lock_guard lk(mu_);
+  ignored_fields_ += n;
+}
+
 std::string ServerMetrics::render(const Gauges& g) const {
   std::lock_guard lk(mu_);
   std::string out;
@@ -107,6 +113,9 @@ std::string ServerMetrics::render(const Gauges& g) const {
   header(out, "kvtier_server_client_disconnects_total", "counter",
          "Generations cancelled because their client went away before the end.");
   line(out, "kvtier_server_client_disconnects_total", "", double(client_disconnects_));
+  header(out, "kvtier_request_ignored_fields_total", "counter",
+         "Top-level request fields kvtier does not read (accepted and ignored, as vLLM does).");
+  line(out, "kvtier_request_ignored_fields_total", "", double(ignored_fields_));
   header(out, "kvtier_server_prompt_tokens_total", "counter", "Prompt tokens of generations that ran.");
   line(out, "kvtier_server_prompt_tokens_total", "", double(prompt_tokens_));
   header(out, "kvtier_server_completion_tokens_total", "counter", "Generated tokens.");

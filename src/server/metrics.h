@@ -47,6 +47,8 @@ class ServerMetrics {
   void record_completion(const CompletionUsage& usage, const Status& outcome);
   // A generation cancelled because its client went away.
   void record_client_disconnect();
+  // Top-level request fields kvtier does not read (CompletionRequest::ignored_fields).
+  void record_ignored_fields(uint32_t n);
 
   struct Gauges {
     size_t waiting = 0;
@@ -59,6 +61,7 @@ class ServerMetrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> responses_;
   uint64_t completions_ok_ = 0, completions_cancelled_ = 0, completions_failed_ = 0, client_disconnects_ = 0;
+  uint64_t ignored_fields_ = 0;
   uint64_t prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0, recomputed_cached_tokens_ = 0;
   std::array<uint64_t, kNumTiers> cached_by_tier_{};
   std::array<uint64_t, kNumTiers> bytes_by_tier_{};

@@ -315,6 +315,10 @@ TEST(ApiJsonTest, LogprobsObjectWithEcho) {
   auto asked = parse(R"({"prompt":[1,2],"logprobs":1,"return_tokens_as_token_ids":true})");
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(asked));
   EXPECT_TRUE(std::get<CompletionRequest>(asked).tokens_as_ids);
+  EXPECT_EQ(std::get<CompletionRequest>(asked).ignored_fields, 0u);
+  auto extra = parse(R"({"prompt":[1],"best_of":1,"suffix":"x"})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(extra));
+  EXPECT_EQ(std::get<CompletionRequest>(extra).ignored_fields, 2u);
   EXPECT_EQ(error_of(R"({"prompt":[1],"return_tokens_as_token_ids":1})").param, "return_tokens_as_token_ids");
   // Without the extras the shape is OpenAI's plain one.
   const json plain = json::parse(completion_json({"cmpl-1", 0, "m"}, "x", "stop", {}));

@@ -35,6 +35,8 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   m.record_completion(u, Status::Ok());
   m.record_completion(CompletionUsage{}, Status::Cancelled("the client went away"));
   m.record_completion(CompletionUsage{}, Status::Internal("the engine failed"));
+  m.record_ignored_fields(2);
+  m.record_ignored_fields(0);
   const std::string text = m.render({3, 2, false});
   const auto p = kvtier::testing::parse_prometheus_text(text);
   ASSERT_TRUE(p.ok()) << p.errors.front() << "\n" << text;
@@ -52,6 +54,7 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 1);
   EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "failed"}}), 1);
   EXPECT_EQ(p.types.at("kvtier_server_e2e_latency_seconds"), "histogram");
+  EXPECT_EQ(p.value("kvtier_request_ignored_fields_total"), 2);
 }
 
 TEST(ServerMetricsTest, AppendDropsFamiliesAlreadyDeclared) {
