@@ -277,7 +277,7 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
   r.completion.ignored_fields = count_ignored_fields(*doc, {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                                             "chat_template_kwargs", "logprobs", "top_logprobs"});
-  auto ids = build(r.chat, r.rendered);
+  auto ids = build(r.chat, r.completion.cache_salt, r.rendered);
   if (!ids.ok() && ids.status().is(StatusCode::kOutOfRange)) {  // too long to tokenize
     if (auto err = check_text_bytes(r.rendered.size(), limits, "messages")) return *err;
     return bad_request(ids.status().message(), "messages", "context_length_exceeded");

@@ -43,7 +43,8 @@ struct ChatRequest {
 // tokenizes the text; an error Status becomes a 400 carrying its message.
 // A builder refuses a rendered text longer than limits.max_prompt_bytes with
 // OutOfRange before tokenizing it (a 400 "context_length_exceeded").
-using ChatPromptBuilder = std::function<Result<std::vector<TokenId>>(const text::ChatInput& chat, std::string& rendered)>;
+using ChatPromptBuilder = std::function<Result<std::vector<TokenId>>(const text::ChatInput& chat,
+                                                                      std::string_view cache_salt, std::string& rendered)>;
 
 // What the template renders, read from a request body (also `kvtier model
 // chat-template`, so the command renders exactly what the server would):

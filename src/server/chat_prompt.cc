@@ -5,7 +5,10 @@
 namespace kvtier {
 namespace {
 
-uint64_t text_hash(std::string_view text) { return XXH3_64bits(text.data(), text.size()); }
+// The memo's key: the text, seeded by the namespace's salt.
+uint64_t text_hash(std::string_view text, std::string_view salt) {
+  return XXH3_64bits_withSeed(text.data(), text.size(), XXH3_64bits(salt.data(), salt.size()));
+}
 
 }  // namespace
 
@@ -23,14 +26,14 @@ ChatPrompts ChatPrompts::unavailable(const TextCodec& codec, std::string reason)
 }
 
 Result<std::vector<TokenId>> ChatPrompts::build(const text::ChatInput& chat, std::string& rendered,
-                                                size_t max_text_bytes) const {
+                                                size_t max_text_bytes, std::string_view cache_salt) const {
   if (!tmpl_) return Status::InvalidArgument(unavailable_);
   KVTIER_ASSIGN_OR_RETURN(rendered, tmpl_->render_chat(chat, codec_->bos_token, codec_->eos_token));
   if (rendered.size() > max_text_bytes)
     return Status::OutOfRange("the rendered conversation has " + std::to_string(rendered.size()) +
                               " bytes, more than the " + std::to_string(max_text_bytes) + " accepted");
   std::vector<TokenId> plain = codec_->tokenize(rendered, {.add_bos = true, .parse_special = true});
-  auto spliced = splice(chat.messages, rendered);
+  auto spliced = splicing_ ? splice(chat.messages, rendered, cache_salt) : std::nullopt;
   if (!spliced || *spliced == plain || codec_->detokenize_special(*spliced) != codec_->detokenize_special(plain))
     return plain;
   std::lock_guard lk(memo_->mu);
@@ -61,7 +64,7 @@ std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& 
 
 // The remembered ids of the longest rendering prefix that ends an assistant message, then the rest tokenized.
 std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_json& messages,
-                                                        const std::string& rendered) const {
+                                                        const std::string& rendered, std::string_view cache_salt) const {
   std::optional<std::vector<TokenId>> best;
   size_t best_end = 0, from = 0;
   for (const auto& m : messages) {
@@ -72,7 +75,7 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
     if (at == std::string::npos) continue;
     from = at + content.size();
     std::lock_guard lk(memo_->mu);
-    auto it = memo_->ids.find(text_hash(std::string_view(rendered).substr(0, from)));
+    auto it = memo_->ids.find(text_hash(std::string_view(rendered).substr(0, from), cache_salt));
     if (it != memo_->ids.end()) best = it->second, best_end = from;
   }
   if (!best) return std::nullopt;
@@ -82,11 +85,11 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
 }
 
 void ChatPrompts::remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
-                           std::span<const TokenId> reply) {
-  if (prompt.size() + reply.size() > kMaxTokens) return;
+                           std::span<const TokenId> reply, std::string_view cache_salt) {
+  if (!splicing_ || prompt.size() + reply.size() > kMaxTokens) return;
   std::vector<TokenId> ids(prompt.begin(), prompt.end());
   ids.insert(ids.end(), reply.begin(), reply.end());
-  const uint64_t key = text_hash(rendered + reply_text);
+  const uint64_t key = text_hash(rendered + reply_text, cache_salt);
   std::lock_guard lk(memo_->mu);
   Memo& m = *memo_;
   if (auto it = m.ids.find(key); it != m.ids.end()) {  // already queued: replace in place

@@ -11,7 +11,8 @@
 // generated for an earlier reply (BPE may merge a reply's text differently),
 // and every token after the first difference misses the cache. So finished
 // replies are remembered: remember() stores the ids of "rendered prompt +
-// reply text" under a hash of that text. build() looks, at the end of each
+// reply text" under a hash of that text and the request's cache_salt (a
+// reply is spliced only into its own namespace's conversations). build() looks, at the end of each
 // assistant message in the new rendering, for a remembered text that is
 // exactly the rendering up to there; the longest one found supplies its ids
 // (the model's own tokens for that text), and only the rest is tokenized.
@@ -50,10 +51,12 @@ class ChatPrompts {
   // The prompt tokens (BOS as the vocabulary asks) and, in `rendered`, its text.
   // OutOfRange, without tokenizing, when the text is longer than `max_text_bytes`.
   Result<std::vector<TokenId>> build(const text::ChatInput& chat, std::string& rendered,
-                                     size_t max_text_bytes = SIZE_MAX) const;
+                                     size_t max_text_bytes = SIZE_MAX, std::string_view cache_salt = {}) const;
   // A finished reply: `rendered` (its prompt's text, whose tokens are `prompt`) then `reply_text` (`reply`).
   void remember(const std::string& rendered, const std::string& reply_text, std::span<const TokenId> prompt,
-                std::span<const TokenId> reply);
+                std::span<const TokenId> reply, std::string_view cache_salt = {});
+  // Off: replies are not remembered, and every prompt is its rendering tokenized (the server's --no-reply-splice).
+  void set_splicing(bool on) { splicing_ = on; }
 
   // The rendered text tokenized in pieces so that each of `segment_texts`,
   // found in order in `rendered`, is tokenized on its own (BOS only before
@@ -80,12 +83,14 @@ class ChatPrompts {
 
   ChatPrompts(const TextCodec* codec, std::optional<text::ChatTemplate> tmpl, std::string unavailable)
       : codec_(codec), tmpl_(std::move(tmpl)), unavailable_(std::move(unavailable)), memo_(std::make_unique<Memo>()) {}
-  std::optional<std::vector<TokenId>> splice(const nlohmann::ordered_json& messages, const std::string& rendered) const;
+  std::optional<std::vector<TokenId>> splice(const nlohmann::ordered_json& messages, const std::string& rendered,
+                                             std::string_view cache_salt) const;
 
   const TextCodec* codec_;
   std::optional<text::ChatTemplate> tmpl_;
   std::string unavailable_;  // why build() fails when there is no template
   std::unique_ptr<Memo> memo_;
+  bool splicing_ = true;
 };
 
 }  // namespace kvtier

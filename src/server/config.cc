@@ -41,6 +41,10 @@ OptionTable<S> make_table() {
                               "llama3_json, mistral (docs/SERVER.md)"},
                              KVTIER_FIELD(tool_parser), parse_tool_parser_choice, tool_parser_choice_name,
                              "auto, none, hermes, llama3_json, mistral"));
+  t.push_back(bool_option<S>({"model.reply_splice", "--no-reply-splice", {},
+                              "Tokenize every chat prompt from its text instead of reusing the model's own ids for earlier "
+                              "replies (whose text may re-tokenize differently and so miss the cache; docs/SERVER.md)"},
+                             KVTIER_FIELD(reply_splice)));
   append_options(t, runtime_option_table(), KVTIER_FIELD(runtime));
   t.push_back(string_option<S>({"blend.separator", "--blend-separator", {},
                                 "With --blend: text that splits the prompt of a request asking \"kvtier\": "

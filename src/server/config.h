@@ -43,6 +43,7 @@ struct ServerConfig {
   std::string served_model_name;       // empty: the model option as given
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
   std::optional<ToolParser> tool_parser;  // tool calls in chat replies; nullopt: from the template ("auto")
+  bool reply_splice = true;            // chat prompts reuse a reply's own ids (server/chat_prompt.h)
   std::string blend_separator;         // splits plain prompts into reusable segments; empty: only "segments" requests
   ServerLimits limits;
 

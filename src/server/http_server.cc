@@ -126,6 +126,7 @@ Status HttpServer::load_chat_template() {
   tool_parser_ = config_.tool_parser.value_or(tool_parser_for_template(source));
   chat_ = std::make_unique<ChatPrompts>(prompts.ok() ? std::move(prompts).value()
                                                      : ChatPrompts::unavailable(codec, prompts.status().message()));
+  chat_->set_splicing(config_.reply_splice);
   return Status::Ok();
 }
 
@@ -294,9 +295,9 @@ void HttpServer::install_routes() {
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
-    ChatPromptBuilder build = [this](const text::ChatInput& chat, std::string& rendered) {
+    ChatPromptBuilder build = [this](const text::ChatInput& chat, std::string_view salt, std::string& rendered) {
       const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
-      return chat_->build(chat, rendered, max_bytes);
+      return chat_->build(chat, rendered, max_bytes, salt);
     };
     auto parsed = parse_chat_request(req.body, limits_, build);
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
@@ -342,7 +343,7 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   const TextCodec& codec = scheduler_->model().text;
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec), creq.tokens_as_ids};
   if (chat) {
-    chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids);
+    chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids, gen.request.cache_salt);
     const ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, v.delta);
     return res.set_content(chat_completion_json(meta, reply, v.finish_reason, v.usage, &detail), kJson);
   }
@@ -421,7 +422,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
             if (request.stream_include_usage)
               out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
                                     : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
-            if (chat) chat_->remember(gen->rendered, p.text, gen->request.prompt, p.ids);
+            if (chat) chat_->remember(gen->rendered, p.text, gen->request.prompt, p.ids, gen->request.cache_salt);
           }
           out += "data: [DONE]\n\n";
         }

@@ -8,7 +8,7 @@ namespace {
 TEST(ChatReplay, SeedsAreAcceptedOrRefusedAsNamed) {
   server::RequestLimits limits;
   limits.vocab_size = 300, limits.max_context = 4096, limits.max_tokens = 64, limits.default_max_tokens = 16;
-  const server::ChatPromptBuilder build = [](const text::ChatInput&, std::string& r) -> Result<std::vector<TokenId>> {
+  const server::ChatPromptBuilder build = [](const text::ChatInput&, std::string_view, std::string& r) -> Result<std::vector<TokenId>> {
     r.assign(1, 'x');
     return std::vector<TokenId>{65};
   };

@@ -57,7 +57,7 @@ std::string check_completion_request(Input data) {
 std::string check_chat_request(Input data) {
   const server::RequestLimits limits = fuzz_limits(4096);
   // Renders the validated input the way a tools template reads it, so what reaches the template is walked.
-  const server::ChatPromptBuilder build = [](const text::ChatInput& chat, std::string& rendered) -> Result<std::vector<TokenId>> {
+  const server::ChatPromptBuilder build = [](const text::ChatInput& chat, std::string_view, std::string& rendered) -> Result<std::vector<TokenId>> {
     rendered = chat.messages.dump() + chat.tools.dump() + chat.kwargs.dump();
     return std::vector<TokenId>(rendered.size() % 200 + 1, TokenId(65));
   };

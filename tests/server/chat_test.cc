@@ -40,7 +40,7 @@ RequestLimits limits() {
 
 // Renders as "role:content|" and spells each byte as a token.
 ChatPromptBuilder simple_builder() {
-  return [](const text::ChatInput& chat, std::string& rendered) -> Result<std::vector<TokenId>> {
+  return [](const text::ChatInput& chat, std::string_view, std::string& rendered) -> Result<std::vector<TokenId>> {
     rendered.clear();
     for (const auto& m : chat.messages) rendered += m["role"].get<std::string>() + ":" + m["content"].get<std::string>() + "|";
     std::vector<TokenId> ids;
@@ -201,7 +201,7 @@ TEST(ChatApi, MalformedMessagesAreClear400s) {
   EXPECT_EQ(chat_error("not json").code, "invalid_json");
   // A template error is the template's message.
   auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}]})", limits(),
-                              [](const text::ChatInput&, std::string&) -> Result<std::vector<TokenId>> {
+                              [](const text::ChatInput&, std::string_view, std::string&) -> Result<std::vector<TokenId>> {
                                 return Status::FailedPrecondition("Conversation roles must alternate");
                               });
   ASSERT_TRUE(std::holds_alternative<ApiError>(r));
@@ -290,6 +290,18 @@ TEST_F(ChatPromptsTest, RendersAndReusesTheReplysOwnIds) {
   auto p3 = prompts_->build({.messages = messages}, r3);
   EXPECT_EQ(*p3, plain(r3, true));
   EXPECT_EQ(prompts_->spliced(), 1u);
+
+  // The memo is per namespace: another cache_salt's conversation gets no splice.
+  messages[2]["content"] = reply;
+  std::string r4;
+  auto other_tenant = prompts_->build({.messages = messages}, r4, SIZE_MAX, "tenant-b");
+  EXPECT_EQ(*other_tenant, plain(r4, true));
+  EXPECT_EQ(prompts_->spliced(), 1u);
+  // Switched off (--no-reply-splice): the same conversation is its text tokenized.
+  prompts_->set_splicing(false);
+  auto off = prompts_->build({.messages = messages}, r4);
+  EXPECT_EQ(*off, plain(r4, true));
+  EXPECT_EQ(prompts_->spliced(), 1u);
 }
 
 // A rendered conversation longer than the byte limit is refused before the
@@ -314,7 +326,7 @@ TEST_F(ChatPromptsTest, RenderingTooLongIsRefusedBeforeTokenizing) {
 
   RequestLimits l = limits();
   l.max_prompt_bytes = 4096;
-  ChatPromptBuilder build = [&](const text::ChatInput& c, std::string& r) { return p->build(c, r, l.max_prompt_bytes); };
+  ChatPromptBuilder build = [&](const text::ChatInput& c, std::string_view, std::string& r) { return p->build(c, r, l.max_prompt_bytes); };
   auto parsed = parse_chat_request(ojson{{"messages", messages}}.dump(), l, build);
   ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
   const ApiError& e = std::get<ApiError>(parsed);
@@ -333,7 +345,7 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
                                       {{"type", "text"}, {"text", second}, {"cacheable", true}},
                                       {{"type", "text"}, {"text", "Which river is longest?"}}});
     const ojson body = {{"messages", ojson::array({{{"role", "user"}, {"content", parts}}})}};
-    ChatPromptBuilder build = [&](const text::ChatInput& c, std::string& r) { return prompts_->build(c, r); };
+    ChatPromptBuilder build = [&](const text::ChatInput& c, std::string_view, std::string& r) { return prompts_->build(c, r); };
     auto parsed = parse_chat_request(body.dump(), limits(), build);
     EXPECT_TRUE(std::holds_alternative<ChatRequest>(parsed));
     return std::get<ChatRequest>(parsed);
@@ -353,7 +365,7 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
   EXPECT_FALSE(prompts_->segmented(ab.rendered, std::vector<std::string>{"not in the text"}));
   const auto bad = parse_chat_request(
       R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","cacheable":"yes"}]}]})", limits(),
-      [&](const text::ChatInput& c, std::string& r) { return prompts_->build(c, r); });
+      [&](const text::ChatInput& c, std::string_view, std::string& r) { return prompts_->build(c, r); });
   EXPECT_TRUE(std::holds_alternative<ApiError>(bad));
 }
 
@@ -375,7 +387,7 @@ TEST_F(ChatPromptsTest, ToolsRenderOrAreRefused) {
   EXPECT_TRUE(refused.status().is(StatusCode::kUnimplemented));
   EXPECT_TRUE(plain_tmpl->build({.messages = messages}, r).ok());
   const ojson body = {{"messages", messages}, {"tools", tools}};
-  auto parsed = parse_chat_request(body.dump(), limits(), [&](const text::ChatInput& c, std::string& out) {
+  auto parsed = parse_chat_request(body.dump(), limits(), [&](const text::ChatInput& c, std::string_view, std::string& out) {
     return plain_tmpl->build(c, out);
   });
   ASSERT_TRUE(std::holds_alternative<ApiError>(parsed));
