@@ -294,6 +294,7 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
 std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& reply, std::string_view finish_reason,
                                  const CompletionUsage& usage, const CompletionDetail* detail) {
   json message = {{"role", "assistant"}, {"content", reply.content}};
+  if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
   if (!reply.calls.empty()) {
     if (reply.content.empty()) message["content"] = nullptr;
     message["tool_calls"] = json::array();
@@ -330,13 +331,14 @@ std::vector<std::string> chat_tool_call_chunks(const CompletionMeta& meta, const
 
 std::string chat_chunk_json(const CompletionMeta& meta, std::string_view delta, bool role,
                             std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
-                            bool with_choice, const CompletionDetail* detail) {
+                            bool with_choice, const CompletionDetail* detail, std::string_view reasoning) {
   json j = chat_envelope(meta, "chat.completion.chunk");
   j["choices"] = json::array();
   if (with_choice) {
     json d = json::object();
     if (role) d["role"] = "assistant";
     if (!delta.empty() || role) d["content"] = std::string(delta);
+    if (!reasoning.empty()) d["reasoning_content"] = std::string(reasoning);
     json choice = {{"index", 0}, {"delta", d}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (finish_reason) choice["finish_reason"] = std::string(*finish_reason);
     if (detail != nullptr && detail->tokens != nullptr && detail->logprobs >= 0)

@@ -67,7 +67,7 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
                                                        const ChatPromptBuilder& build);
 
 // A whole chat.completion: one choice whose message is the assistant's reply.
-// With tool calls: message.tool_calls ({id "call_…", type, function {name,
+// With reasoning: message.reasoning_content. With tool calls: message.tool_calls ({id "call_…", type, function {name,
 // arguments}}), content null when the reply held nothing else, and
 // finish_reason "tool_calls".
 std::string chat_completion_json(const CompletionMeta& meta, const ParsedReply& reply, std::string_view finish_reason,
@@ -78,8 +78,10 @@ std::vector<std::string> chat_tool_call_chunks(const CompletionMeta& meta, const
 // One chat.completion.chunk: `role` adds "role": "assistant" to the delta (the
 // first chunk), `finish_reason` ends the choice, `with_choice` false gives the
 // usage-only chunk.
+// `reasoning` (--reasoning-parser think) goes out as delta.reasoning_content.
 std::string chat_chunk_json(const CompletionMeta& meta, std::string_view delta, bool role,
                             std::optional<std::string_view> finish_reason, const CompletionUsage* usage,
-                            bool with_choice = true, const CompletionDetail* detail = nullptr);
+                            bool with_choice = true, const CompletionDetail* detail = nullptr,
+                            std::string_view reasoning = {});
 
 }  // namespace kvtier::server

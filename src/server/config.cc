@@ -41,6 +41,10 @@ OptionTable<S> make_table() {
                               "llama3_json, mistral (docs/SERVER.md)"},
                              KVTIER_FIELD(tool_parser), parse_tool_parser_choice, tool_parser_choice_name,
                              "auto, none, hermes, llama3_json, mistral"));
+  t.push_back(enum_option<S>({"model.reasoning_parser", "--reasoning-parser", {},
+                              "think: a chat reply's <think>...</think> goes out as reasoning_content (Qwen3, DeepSeek-R1); "
+                              "none: all of it is content (docs/SERVER.md)"},
+                             KVTIER_FIELD(reasoning_parser), parse_reasoning_parser, reasoning_parser_name, "none, think"));
   t.push_back(bool_option<S>({"model.reply_splice", "--no-reply-splice", {},
                               "Tokenize every chat prompt from its text instead of reusing the model's own ids for earlier "
                               "replies (whose text may re-tokenize differently and so miss the cache; docs/SERVER.md)"},

@@ -17,6 +17,7 @@
 
 #include "kvtier/status.h"
 #include "runtime/runtime.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 
 namespace kvtier::server {
@@ -44,6 +45,7 @@ struct ServerConfig {
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
   std::optional<ToolParser> tool_parser;  // tool calls in chat replies; nullopt: from the template ("auto")
   bool reply_splice = true;            // chat prompts reuse a reply's own ids (server/chat_prompt.h)
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // <think> → reasoning_content (server/reasoning.h)
   std::string blend_separator;         // splits plain prompts into reusable segments; empty: only "segments" requests
   ServerLimits limits;
 

@@ -344,7 +344,11 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec), creq.tokens_as_ids};
   if (chat) {
     chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids, gen.request.cache_salt);
-    const ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, v.delta);
+    ReasoningSplit split{{}, v.delta};
+    if (config_.reasoning_parser == ReasoningParser::kThink)
+      split = split_reasoning(v.delta, prompt_opens_reasoning(gen.rendered));
+    ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, split.content);
+    reply.reasoning = std::move(split.reasoning);
     return res.set_content(chat_completion_json(meta, reply, v.finish_reason, v.usage, &detail), kJson);
   }
   // echo: the prompt as the model's tokens spell it, then the completion.
@@ -362,11 +366,14 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
     size_t text_offset = 0;     // bytes of text (echoed prompt included) the sent tokens span
     std::string text;           // chat: the reply so far, to remember it
     std::vector<TokenId> ids;   // chat: its tokens
+    std::optional<ReasoningStream> reasoning;  // --reasoning-parser think: splits off <think>...</think>
     std::optional<ToolCallStream> tools;  // chat with tools: holds back what may be a tool call
     bool sent_first = false, echoed = false, finished = false;
   };
   auto progress = std::make_shared<Progress>();
   if (gen->parse_tool_calls) progress->tools.emplace(tool_parser_);
+  if (gen->endpoint == Endpoint::kChat && config_.reasoning_parser == ReasoningParser::kThink)
+    progress->reasoning.emplace(prompt_opens_reasoning(gen->rendered));
   const CompletionRequest& req = gen->request;
   const bool chat = gen->endpoint == Endpoint::kChat;
   const bool with_detail = req.echo || req.logprobs >= 0 || req.return_token_ids;
@@ -379,7 +386,8 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         Progress& p = *progress;
         RequestState::View v = state->wait(p.cursor, p.sent_first, 1000ms);
         // One content chunk per wake-up: its text, and the tokens (and the echoed prompt) that came with it.
-        auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage) {
+        // `last`: the reply ends with this chunk (what the reasoning split held back goes out).
+        auto chunk = [&](std::optional<std::string_view> finish, const CompletionUsage* usage, bool last = false) {
           std::string text = v.delta;
           CompletionDetail d{request.logprobs, request.return_token_ids, {}, &v.tokens, p.text_offset,
                              token_text(scheduler_->model().text), request.tokens_as_ids};
@@ -392,12 +400,22 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
           if (!chat) return sse_event(stream_chunk_json(meta, text, finish, usage, true, with_detail ? &d : nullptr));
           p.text += v.delta;
           p.ids.insert(p.ids.end(), v.tokens.ids.begin(), v.tokens.ids.end());
+          std::string reasoning;
+          if (p.reasoning) {
+            ReasoningSplit s = p.reasoning->push(text);
+            if (last) {
+              ReasoningSplit rest = p.reasoning->finish();
+              s.reasoning += rest.reasoning, s.content += rest.content;
+            }
+            reasoning = std::move(s.reasoning), text = std::move(s.content);
+          }
           if (p.tools) text = p.tools->push(text);
-          return sse_event(chat_chunk_json(meta, text, !p.sent_first, finish, usage, true, with_detail ? &d : nullptr));
+          return sse_event(chat_chunk_json(meta, text, !p.sent_first, finish, usage, true, with_detail ? &d : nullptr,
+                                           reasoning));
         };
         // The end of a reply whose tool calls are parsed: the held-back content, the calls, then the finish.
         auto tool_call_end = [&] {
-          std::string events = chunk(std::nullopt, nullptr);
+          std::string events = chunk(std::nullopt, nullptr, /*last=*/true);
           p.sent_first = true;
           const ParsedReply end = p.tools->finish();
           if (!end.content.empty()) events += sse_event(chat_chunk_json(meta, end.content, false, std::nullopt, nullptr));
@@ -418,7 +436,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
             if (!v.delta.empty()) out += chunk(std::nullopt, nullptr);
             out += sse_event(error_json(error_from_status(v.error)));
           } else {
-            out += p.tools ? tool_call_end() : chunk(v.finish_reason, &v.usage);
+            out += p.tools ? tool_call_end() : chunk(v.finish_reason, &v.usage, /*last=*/true);
             if (request.stream_include_usage)
               out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
                                     : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));

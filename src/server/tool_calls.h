@@ -35,6 +35,7 @@ struct ToolCall {
 struct ParsedReply {
   std::string content;  // the reply without its tool calls (the whole reply when there are none)
   std::vector<ToolCall> calls;
+  std::string reasoning;  // with --reasoning-parser think: the <think> part (server/reasoning.h); else empty
 };
 
 ParsedReply parse_tool_calls(ToolParser parser, std::string_view text);

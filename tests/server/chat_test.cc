@@ -135,6 +135,14 @@ TEST(ChatApi, ToolCallsInTheResponse) {
   EXPECT_EQ(plain["choices"][0]["message"]["content"], "hi");
   EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
   EXPECT_EQ(plain["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(plain["choices"][0]["message"].contains("reasoning_content"));
+  // --reasoning-parser think: the reasoning beside the content, whole and streamed.
+  const json thought = json::parse(chat_completion_json({"chatcmpl-42", 0, "m"}, ParsedReply{"x = 1", {}, "x = 2 - 1"}, "stop", {}));
+  EXPECT_EQ(thought["choices"][0]["message"]["reasoning_content"], "x = 2 - 1");
+  EXPECT_EQ(thought["choices"][0]["message"]["content"], "x = 1");
+  const json chunk = json::parse(chat_chunk_json({"chatcmpl-42", 0, "m"}, "", false, std::nullopt, nullptr, true, nullptr, "hmm"));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["reasoning_content"], "hmm");
+  EXPECT_FALSE(chunk["choices"][0]["delta"].contains("content"));
 }
 
 TEST(ChatApi, ToolCallChunksSendTheNameThenTheArguments) {
