@@ -2,18 +2,12 @@
 
 #include <algorithm>
 
+#include "server/text_stream.h"
+
 namespace kvtier::server {
 namespace {
 
 constexpr std::string_view kOpen = "<think>", kClose = "</think>";
-
-// Where `tag` may begin in `text`: its position, or that of a suffix that may grow into it; npos: nowhere.
-size_t tag_start(std::string_view text, std::string_view tag) {
-  if (size_t at = text.find(tag); at != std::string_view::npos) return at;
-  for (size_t n = std::min(tag.size() - 1, text.size()); n > 0; --n)
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return text.size() - n;
-  return std::string_view::npos;
-}
 
 size_t skip_space(std::string_view s, size_t from = 0) {
   while (from < s.size() && (s[from] == ' ' || s[from] == '\n' || s[from] == '\r' || s[from] == '\t')) ++from;

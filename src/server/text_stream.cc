@@ -65,4 +65,11 @@ std::string CompletionText::finish(std::string_view text) {
   return delta + rest;
 }
 
+size_t tag_start(std::string_view text, std::string_view tag) {
+  if (size_t at = text.find(tag); at != std::string_view::npos) return at;
+  for (size_t n = std::min(tag.size() - 1, text.size()); n > 0; --n)
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return text.size() - n;
+  return std::string_view::npos;
+}
+
 }  // namespace kvtier::server

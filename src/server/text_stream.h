@@ -34,6 +34,10 @@ class CompletionText {
   bool stopped_ = false;
 };
 
+// Where `tag` may begin in a growing `text`: where it occurs, or where a suffix
+// that may still grow into it starts; npos when neither.
+size_t tag_start(std::string_view text, std::string_view tag);
+
 // Bytes at the end of `s` that start a UTF-8 sequence not yet complete (0..3).
 size_t incomplete_utf8_tail(std::string_view s);
 

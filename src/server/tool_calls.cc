@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/text_stream.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -46,13 +48,7 @@ ParsedReply as_content(std::string_view text) { return ParsedReply{std::string(t
 
 constexpr std::string_view kHermesOpen = "<tool_call>", kPythonTag = "<|python_tag|>", kMistralTag = "[TOOL_CALLS]";
 
-// Where a tool call may begin in `text`: the marker, or a suffix that may grow into it; npos: nowhere.
-size_t marker_start(std::string_view text, std::string_view marker) {
-  if (size_t at = text.find(marker); at != std::string_view::npos) return at;
-  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n)
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return text.size() - n;
-  return std::string_view::npos;
-}
+
 
 ParsedReply parse_hermes(std::string_view text) {
   constexpr std::string_view kOpen = kHermesOpen, kClose = "</tool_call>";
@@ -151,8 +147,8 @@ size_t ToolCallStream::sendable() const {
   const std::string_view r = reply_;
   switch (parser_) {
     case ToolParser::kNone: return r.size();
-    case ToolParser::kHermes: return std::min(r.size(), marker_start(r, kHermesOpen));
-    case ToolParser::kMistral: return std::min(r.size(), marker_start(r, kMistralTag));
+    case ToolParser::kHermes: return std::min(r.size(), tag_start(r, kHermesOpen));
+    case ToolParser::kMistral: return std::min(r.size(), tag_start(r, kMistralTag));
     case ToolParser::kLlama3Json: {
       // The whole reply is the call: held while it opens as one could.
       const size_t first = r.find_first_not_of(" \t\r\n");
