@@ -1,4 +1,6 @@
 #include "common/option_values.h"
+
+#include "common/strings.h"
 #include "common/option_table.h"
 
 #include <cstdio>
@@ -34,22 +36,6 @@ Result<uint64_t> unit_multiplier(std::string_view suffix) {
                                  "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
 }
 
-// 'text', built by appends (GCC 12 misreports "'" + std::string(...) under -Wrestrict).
-std::string quoted(std::string_view text) {
-  std::string q;
-  q.reserve(text.size() + 2);
-  q += '\'';
-  q.append(text);
-  q += '\'';
-  return q;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 // A whole decimal number (optional sign, fraction, exponent) and nothing else.
 Result<double> parse_double(std::string_view text) {
   const std::string s(trim(text));
@@ -57,7 +43,7 @@ Result<double> parse_double(std::string_view text) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size() || !std::isfinite(v) || s.find_first_of("xXpP") != std::string::npos)
-    return Status::InvalidArgument(quoted(text) + " is not a number");
+    return Status::InvalidArgument(kvtier::quoted(text) + " is not a number");
   return v;
 }
 
@@ -80,7 +66,7 @@ Result<bool> parse_bool(std::string_view text) {
   const std::string s = lower(trim(text));
   if (s == "true" || s == "1" || s == "yes" || s == "on") return true;
   if (s == "false" || s == "0" || s == "no" || s == "off") return false;
-  return Status::InvalidArgument(quoted(text) + " is not true or false");
+  return Status::InvalidArgument(kvtier::quoted(text) + " is not true or false");
 }
 
 Result<uint64_t> parse_uint(std::string_view text, uint64_t lo, uint64_t hi) {
@@ -88,7 +74,7 @@ Result<uint64_t> parse_uint(std::string_view text, uint64_t lo, uint64_t hi) {
   uint64_t v = 0;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size())
-    return Status::InvalidArgument(quoted(text) + " is not a whole number");
+    return Status::InvalidArgument(kvtier::quoted(text) + " is not a whole number");
   if (v < lo || v > hi)
     return Status::InvalidArgument(std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return v;
@@ -114,7 +100,7 @@ Result<double> parse_duration(std::string_view text) {
   }
   auto v = parse_double(s);
   if (!v.ok() || *v < 0)
-    return Status::InvalidArgument("duration " + quoted(text) + " is not a non-negative number of seconds (600, 1.5s, 250ms, 10m, 2h)");
+    return Status::InvalidArgument("duration " + kvtier::quoted(text) + " is not a non-negative number of seconds (600, 1.5s, 250ms, 10m, 2h)");
   return *v * unit;
 }
 

@@ -1,5 +1,7 @@
 #include "engine/memory_budget.h"
 
+#include "common/strings.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,11 +19,6 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
-  return s;
 }
 
 // The cgroup v2 directory of this process ("0::/path" in /proc/self/cgroup), or "" on v1 / none.

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "common/strings.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -47,24 +49,16 @@ std::optional<ApiError> read_content(ojson& message, size_t index, std::vector<s
 
 std::string at(const std::string& where, std::string_view field) { return where + "." + std::string(field); }
 
-// 'text' (built by appending: GCC 12 warns falsely on "'" + std::string).
-std::string q(std::string_view text) {
-  std::string out;
-  out += '\'';
-  out += text;
-  out += '\'';
-  return out;
-}
 
 ApiError wrong_type(const std::string& where, std::string_view what) {
-  return bad_request(q(where) + " must be " + std::string(what), where, "invalid_type");
+  return bad_request(kvtier::quoted(where) + " must be " + std::string(what), where, "invalid_type");
 }
 
 // A string member `field` of `obj` (at `where`), non-empty.
 std::optional<ApiError> need_string(const ojson& obj, std::string_view field, const std::string& where) {
   auto it = obj.find(field);
   if (it == obj.end() || it->is_null())
-    return bad_request(q(at(where, field)) + " is required", at(where, field), "missing_field");
+    return bad_request(kvtier::quoted(at(where, field)) + " is required", at(where, field), "missing_field");
   if (!it->is_string() || it->get_ref<const std::string&>().empty()) return wrong_type(at(where, field), "a non-empty string");
   return std::nullopt;
 }
@@ -73,7 +67,7 @@ std::optional<ApiError> need_string(const ojson& obj, std::string_view field, co
 std::optional<ApiError> function_type(const ojson& obj, const std::string& where) {
   auto it = obj.find("type");
   if (it == obj.end() || it->is_null() || *it == "function") return std::nullopt;
-  return bad_request(q(at(where, "type")) + " must be \"function\"", at(where, "type"), "invalid_value");
+  return bad_request(kvtier::quoted(at(where, "type")) + " must be \"function\"", at(where, "type"), "invalid_value");
 }
 
 // One assistant tool call; its arguments become an object, its id joins `ids`.
@@ -91,7 +85,7 @@ std::optional<ApiError> read_tool_call(ojson& call, const std::string& where, st
   } else if (args->is_string()) {
     ojson parsed = ojson::parse(args->get_ref<const std::string&>(), nullptr, false);
     if (parsed.is_discarded() || !parsed.is_object())
-      return bad_request(q(args_at) + " is not a JSON object: " + args->get<std::string>().substr(0, 200), args_at,
+      return bad_request(kvtier::quoted(args_at) + " is not a JSON object: " + args->get<std::string>().substr(0, 200), args_at,
                          "invalid_value");
     *args = std::move(parsed);
   } else if (!args->is_object()) {
@@ -106,7 +100,7 @@ std::optional<ApiError> read_tool_fields(ojson& m, const std::string& where, std
   const std::string& role = m["role"].get_ref<const std::string&>();
   if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
     if (role != "assistant")
-      return bad_request(q(at(where, "tool_calls")) + " is only allowed on assistant messages", at(where, "tool_calls"),
+      return bad_request(kvtier::quoted(at(where, "tool_calls")) + " is only allowed on assistant messages", at(where, "tool_calls"),
                          "invalid_value");
     if (!it->is_array()) return wrong_type(at(where, "tool_calls"), "an array");
     for (size_t k = 0; k < it->size(); ++k)
@@ -115,7 +109,7 @@ std::optional<ApiError> read_tool_fields(ojson& m, const std::string& where, std
   if (role != "tool") return std::nullopt;
   if (auto err = need_string(m, "tool_call_id", where)) return err;
   if (ids.count(m["tool_call_id"].get<std::string>()) == 0)
-    return bad_request(q(at(where, "tool_call_id")) + " = " + q(m["tool_call_id"].get<std::string>()) +
+    return bad_request(kvtier::quoted(at(where, "tool_call_id")) + " = " + kvtier::quoted(m["tool_call_id"].get<std::string>()) +
                            " answers no earlier assistant tool call",
                        at(where, "tool_call_id"), "invalid_value");
   return std::nullopt;
@@ -130,7 +124,7 @@ std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<
   for (size_t i = 0; i < out.size(); ++i) {
     ojson& m = out[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) return bad_request(q(where) + " must be an object", where, "invalid_type");
+    if (!m.is_object()) return bad_request(kvtier::quoted(where) + " must be an object", where, "invalid_type");
     if (!m.contains("role") || !m["role"].is_string())
       return bad_request("'" + where + ".role' must be a string", where + ".role", "invalid_type");
     if (!known_role(m["role"].get<std::string>()))

@@ -2,18 +2,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/strings.h"
 #include "server/text_stream.h"
 
 namespace kvtier::server {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::string_view trim(std::string_view s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -47,8 +42,6 @@ std::optional<ToolCall> call_of_text(std::string_view text) {
 ParsedReply as_content(std::string_view text) { return ParsedReply{std::string(text), {}}; }
 
 constexpr std::string_view kHermesOpen = "<tool_call>", kPythonTag = "<|python_tag|>", kMistralTag = "[TOOL_CALLS]";
-
-
 
 ParsedReply parse_hermes(std::string_view text) {
   constexpr std::string_view kOpen = kHermesOpen, kClose = "</tool_call>";
@@ -170,14 +163,8 @@ std::string ToolCallStream::push(std::string_view delta) {
   return out;
 }
 
-ParsedReply ToolCallStream::finish() {
-  ParsedReply whole = parse_tool_calls(parser_, reply_);
-  if (whole.calls.empty()) return ParsedReply{reply_.substr(sent_), {}};
-  // The sent content ends where the first call begins; for Hermes, text between and after the
-  // blocks is content still to send (Llama 3's reply is all calls, Mistral's calls come last).
-  std::string rest;
-  if (parser_ == ToolParser::kHermes) rest = parse_tool_calls(parser_, std::string_view(reply_).substr(sent_)).content;
-  return ParsedReply{std::move(rest), std::move(whole.calls)};
-}
+// The sent content ends before any call could begin, so the calls, and the content still to send,
+// are those of the rest of the reply.
+ParsedReply ToolCallStream::finish() { return parse_tool_calls(parser_, std::string_view(reply_).substr(sent_)); }
 
 }  // namespace kvtier::server
