@@ -579,12 +579,17 @@ TEST(ServerE2E, RealVocabularyTokensLogprobsAndEcho) {
 // chat template: multi-turn, each turn's prompt is found in the cache for at
 // least 95 % of the previous turn's prompt plus reply; streaming sends the
 // role first, then content, then the finish reason.
+// Server arguments for a model with Qwen2's vocabulary and Qwen2.5's chat template, written into `dir`.
+std::vector<std::string> qwen_chat_args(const TempDir& dir) {
+  auto args = base_args(dir.str() + "/cache");
+  args[1] = make_vocab_model(dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja");
+  return args;
+}
+
 TEST(ServerE2E, ChatTurnsHitTheCache) {
   TempDir dir;
-  const std::string model = make_vocab_model(dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja");
   ServerProcess s;
-  auto args = base_args(dir.str() + "/cache");
-  args[1] = model;
+  auto args = qwen_chat_args(dir);
   args.push_back("--blend");  // for the cacheable parts at the end
   ASSERT_TRUE(s.start(args)) << s.log();
 
@@ -684,11 +689,8 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
 // 400 (not supported); a streamed request with tools ends with a finish reason.
 TEST(ServerE2E, AgentTurnsWithToolsHitTheCache) {
   TempDir dir;
-  const std::string model = make_vocab_model(dir, "qwen2", "Qwen-Qwen2.5-7B-Instruct.jinja");
   ServerProcess s;
-  auto args = base_args(dir.str() + "/cache");
-  args[1] = model;
-  ASSERT_TRUE(s.start(args)) << s.log();
+  ASSERT_TRUE(s.start(qwen_chat_args(dir))) << s.log();
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "search", "description": "Search <docs> & 'notes'",
       "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}}}])");
   std::string system;
