@@ -31,8 +31,8 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
   cmd->add_option("--url", o.url, "Server base URL")->capture_default_str();
   cmd->add_option("--api-key", o.api_key, "Bearer token (default: none)");
   cmd->add_option("--model", o.model, "Model name (default: the first of /v1/models)");
-  cmd->add_option("--users", o.users, "Concurrent conversations")->capture_default_str();
-  cmd->add_option("--rounds", o.rounds, "Rounds per conversation")->capture_default_str();
+  cmd->add_option("--users,--sessions", o.users, "Concurrent conversations (agent sessions)")->capture_default_str();
+  cmd->add_option("--rounds,--turns", o.rounds, "Rounds per conversation (turns per agent session)")->capture_default_str();
   cmd->add_option("--system-prompt-tokens", o.system_prompt_tokens, "System prompt shared by all users")->capture_default_str();
   cmd->add_option("--history-tokens", o.history_tokens, "Each user's own context before round 1")->capture_default_str();
   cmd->add_option("--question-tokens", o.question_tokens, "Tokens of each new question")->capture_default_str();
@@ -50,6 +50,16 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
   cmd->add_option("--docs-pool", o.docs_pool, "With --rag: documents in the pool")->capture_default_str();
   cmd->add_option("--docs-per-request", o.docs_per_request, "With --rag: documents per request")->capture_default_str();
   cmd->add_option("--doc-tokens", o.doc_tokens, "With --rag: tokens per document")->capture_default_str();
+  cmd->add_flag("--agent", o.agent,
+                "Agent sessions through /v1/chat/completions: system prompt + --tools definitions, then turns of "
+                "request, scripted tool call, tool result (docs/SERVER.md)");
+  cmd->add_option("--tools", o.tools, "With --agent: tool definitions in the shared prefix")->capture_default_str();
+  cmd->add_option("--tool-result-tokens", o.tool_result_tokens, "With --agent: words of each tool result")
+      ->capture_default_str();
+  cmd->add_option("--tool-latency-ms", o.tool_latency_ms, "With --agent: how long each tool runs")->capture_default_str();
+  cmd->add_flag("--prefetch", o.prefetch, "With --agent: POST /v1/cache/prefetch when a tool starts");
+  cmd->add_option("--retain-s", o.retain_s, "With --agent: \"kvtier\": {\"retain_s\"} on every request; 0 = none")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object instead of the table");
   cmd->add_flag("--quiet", f->quiet, "No progress bar");
   cmd->callback([f, &exit_code] {

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "cache/cache_config.h"
+#include "common/clock.h"
 #include "index/prefix_index.h"
 #include "memory/block_pool.h"
 #include "planner/planner.h"
@@ -72,6 +73,8 @@ struct KVCacheOptions : CacheConfig {
   CostProfile profile;                       // link speeds and compute rates for the planner
   ModelCost model_cost;
   LoadMode load_mode = LoadMode::kLayerMajor;  // how chunk loads are issued (docs/PERF.md, bench ttft)
+  // Retention hints expire by it (tests and the replay: a ManualClock). Not owned; must outlive the cache.
+  const Clock* clock = &Clock::system();
 
   Status validate() const;
 };
@@ -204,6 +207,10 @@ struct KVCacheStats {
   uint64_t prefetched_pages = 0;       // pages read ahead into the host tier and indexed there
   uint64_t prefetch_failures = 0;      // prefetched chunks dropped (failed or corrupt load)
   uint64_t prefetch_waits = 0;         // lookups that waited for a prefetch in flight
+  uint64_t retain_hints = 0;           // retain() calls that retained something
+  uint64_t retain_expiries = 0;        // hints that ran to their end
+  uint64_t retain_yields = 0;          // hints let go early: over max_retained_share, the oldest yields
+  uint64_t retain_active = 0;          // hints in force now
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
   IndexStats index;
@@ -233,8 +240,23 @@ class KVCache {
   // counted, never inserted. A lookup whose chunks are still being
   // prefetched waits for them instead of reading them again. Uses at most
   // half of the host tier's slots; does nothing without a host tier.
-  // Returns the number of pages being prefetched.
-  Result<uint32_t> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
+  // Returns the prompt's cached pages (any tier) and how many of them are
+  // being read ahead now.
+  struct PrefetchStart {
+    uint32_t cached_pages = 0;
+    uint32_t loading_pages = 0;
+  };
+  Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
+  // Retention hint: keeps the cached whole pages of `tokens` in `ns` (the
+  // prefix cached now) in the host tier for `ttl`. They may leave the
+  // device (down to their host copy) but are never evicted from the host
+  // or dropped from the index while the hint holds (PrefixIndex::retain).
+  // The retained host pages are capped at max_retained_share of the host
+  // slots: past it the oldest hint yields (a hint never starves unhinted
+  // traffic). A second hint on the same prefix extends it. Returns the
+  // tokens retained (0: nothing cached, no host tier, or over the cap
+  // alone). Expiry is read from options().clock, at every entry point.
+  Result<uint32_t> retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl);
   // The content-addressed keys of the whole chunks of `tokens` under `ns`,
   // in prompt order: the keys the disk and remote tiers store them under.
   // Pure; at most (tokens.size()-1)/P pages count, as in lookup().
@@ -291,6 +313,14 @@ class KVCache {
     bool reads_host = false;         // reads host slots (must finish before a slot is freed)
     uint64_t bytes[kNumTiers] = {};
   };
+  // One retention hint in force (retain()).
+  struct Retention {
+    NodeHandle node;
+    Clock::time_point until;
+  };
+  // Lets go of hints whose time is up (all of them with `all`), oldest first.
+  void expire_retained(bool all = false);
+  void let_go(size_t i);
   // Chunks being read ahead into host slots (prefetch()).
   struct Prefetch {
     NsKey ns;
@@ -346,6 +376,7 @@ class KVCache {
   std::unique_ptr<Planner> planner_;
   std::deque<std::unique_ptr<Pending>> pending_;
   std::deque<std::unique_ptr<Prefetch>> prefetches_;
+  std::deque<Retention> retained_;  // in the order given or last extended: the front yields first
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;
   KVCacheStats stats_;

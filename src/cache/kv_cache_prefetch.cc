@@ -5,26 +5,26 @@
 
 namespace kvtier {
 
-Result<uint32_t> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens) {
-  if (!host_) return 0u;
+Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens) {
   KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
+  PrefetchStart out{L.cached_pages(), 0};
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
   const uint32_t lower = L.disk_pages + L.remote_pages;
-  if (lower == 0) return 0u;
+  if (!host_ || lower == 0) return out;
   // Bounded: the slots of chunks in flight never exceed half the host tier,
   // so read-ahead cannot push out everything that is cached there.
   uint32_t in_flight = 0;
   for (const auto& pf : prefetches_) in_flight += static_cast<uint32_t>(pf->slots.size());
   const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
   uint32_t pages = std::min(lower, budget / C * C);
-  if (pages == 0) return 0u;
+  if (pages == 0) return out;
 
   auto pf = std::make_unique<Prefetch>();
   allocate_slots(pages, pf->slots);
   pages = static_cast<uint32_t>(pf->slots.size()) / C * C;
   for (size_t i = pages; i < pf->slots.size(); ++i) host_->free_slot(pf->slots[i]);
   pf->slots.resize(pages);
-  if (pages == 0) return 0u;
+  if (pages == 0) return out;
 
   pf->ns = L.ns;
   pf->first_page = L.index_pages;
@@ -49,7 +49,8 @@ Result<uint32_t> KVCache::prefetch(const Namespace& ns, std::span<const TokenId>
   }
   pf->handle = std::move(h).value();
   prefetches_.push_back(std::move(pf));
-  return pages;
+  out.loading_pages = pages;
+  return out;
 }
 
 bool KVCache::await_prefetches(const NsKey& ns, std::span<const PageHash> keys) {

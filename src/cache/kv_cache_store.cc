@@ -233,6 +233,7 @@ Status KVCache::evict(TierKind tier, uint32_t pages) {
 
 void KVCache::poll() {
   (void)transfer_->poll_completions();  // results are read through the handles
+  expire_retained();
   for (auto it = prefetches_.begin(); it != prefetches_.end();) {
     if (!(*it)->handle.done()) {
       ++it;
@@ -261,6 +262,7 @@ Status KVCache::drain() {
 
 Status KVCache::flush() {
   KVTIER_RETURN_IF_ERROR(drain());
+  expire_retained(/*all=*/true);  // flushing drops what hints kept too
   // Device pages of inner nodes whose children are host-only go once those
   // children have: alternate until a round frees nothing (locked pages stay).
   auto residencies = [&] { return index_->tier_pages(TierKind::kDevice) + index_->tier_pages(TierKind::kHost); };
@@ -275,6 +277,7 @@ Status KVCache::flush() {
 
 KVCacheStats KVCache::stats() const {
   KVCacheStats s = stats_;
+  s.retain_active = retained_.size();
   s.index = index_->stats();
   s.pool = pool_->stats();
   if (host_) {

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "client/loadgen_detail.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,10 @@ using SteadyClock = std::chrono::steady_clock;
 
 double since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
 
+}  // namespace
+
+namespace loadgen_detail {
+
 httplib::Headers auth_headers(const LoadgenOptions& o) {
   httplib::Headers h;
   if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
@@ -33,6 +39,12 @@ std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o) {
   c->set_write_timeout(30, 0);
   return c;
 }
+
+}  // namespace loadgen_detail
+
+namespace {
+
+using namespace loadgen_detail;
 
 // Deterministic ids in [1, vocab): a stream per (purpose, user, round).
 std::vector<int32_t> synth_tokens(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n, uint32_t vocab) {
@@ -66,6 +78,10 @@ Result<ServerInfo> query_models(const LoadgenOptions& o) {
   return info;
 }
 
+}  // namespace
+
+namespace loadgen_detail {
+
 constexpr const char* kWords[] = {
     "the", "cache", "keeps", "every", "prefix", "a", "request", "has", "seen", "and", "loads", "it", "back", "when",
     "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again", "memory",
@@ -73,7 +89,6 @@ constexpr const char* kWords[] = {
     "long", "short", "fast", "slow", "today", "data", "page", "chunk", "write", "read", "history", "document",
 };
 
-// Deterministic prose of `n` words: a stream per (purpose, user, round), as synth_tokens.
 std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n) {
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
   std::string out;
@@ -85,9 +100,8 @@ std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32
   return out;
 }
 
-// One streamed request (a completion or a chat completion); `text` receives what was generated.
 LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model, json body,
-                       std::string* text = nullptr) {
+                       std::string* text) {
   LoadgenSample s;
   if (body.contains("prompt")) s.prompt_tokens = uint32_t(body["prompt"].size());
   body.update(json{{"max_tokens", o.answer_tokens}, {"temperature", 0}, {"stream", true},
@@ -95,7 +109,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   if (!model.empty()) body["model"] = model;
   httplib::Request req;
   req.method = "POST";
-  req.path = o.chat ? "/v1/chat/completions" : "/v1/completions";
+  req.path = o.chat || o.agent ? "/v1/chat/completions" : "/v1/completions";
   req.headers = auth_headers(o);
   req.set_header("Content-Type", "application/json");
   req.body = body.dump();
@@ -117,6 +131,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
       if (!got_first) got_first = true, s.ttft_s = since(t0);
       const json& c = j["choices"][0];
       const json* piece = c.contains("delta") ? &c["delta"] : &c;
+      if (piece->is_object() && piece->contains("tool_calls")) s.tool_calls = true;
       if (text != nullptr && piece->is_object() && piece->contains("content") && (*piece)["content"].is_string())
         *text += (*piece)["content"].get<std::string>();
       if (text != nullptr && piece->is_object() && piece->contains("text") && (*piece)["text"].is_string())
@@ -128,8 +143,12 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
       s.prompt_tokens = u.value("prompt_tokens", s.prompt_tokens);
       if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
         s.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
-      if (u.contains("kvtier") && u["kvtier"].is_object() && u["kvtier"].contains("blend") && u["kvtier"]["blend"].is_object())
-        s.blended_tokens = u["kvtier"]["blend"].value("reused_tokens", 0u);
+      const json& k = u.contains("kvtier") && u["kvtier"].is_object() ? u["kvtier"] : json::object();
+      if (k.contains("blend") && k["blend"].is_object()) s.blended_tokens = k["blend"].value("reused_tokens", 0u);
+      if (k.contains("cached_tokens_by_tier") && k["cached_tokens_by_tier"].is_object()) {
+        const char* names[] = {"device", "host", "disk", "remote"};
+        for (int t = 0; t < 4; ++t) s.cached_by_tier[t] = k["cached_tokens_by_tier"].value(names[t], 0u);
+      }
     }
   });
   std::string error_body;
@@ -160,6 +179,10 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   return s;
 }
 
+}  // namespace loadgen_detail
+
+namespace {
+
 // A RAG request: the system prompt, documents of the pool in random order (reusable segments), a question.
 json rag_body(const LoadgenOptions& o, const std::vector<int32_t>& system, std::mt19937_64& rng, uint32_t user,
               uint32_t round, uint32_t vocab) {
@@ -185,7 +208,10 @@ Status LoadgenOptions::validate() const {
   if (!(timeout_s > 0)) return Status::InvalidArgument("loadgen: --timeout must be positive");
   if (rag && (docs_per_request == 0 || docs_per_request > docs_pool || doc_tokens == 0))
     return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");
-  if (rag && chat) return Status::InvalidArgument("loadgen: --rag and --chat are exclusive");
+  if (int(rag) + int(chat) + int(agent) > 1) return Status::InvalidArgument("loadgen: --rag, --chat and --agent are exclusive");
+  if (agent && (tools == 0 || tools > 128)) return Status::InvalidArgument("loadgen: --tools must be in [1, 128]");
+  if ((prefetch || retain_s > 0) && !agent)
+    return Status::InvalidArgument("loadgen: --prefetch and --retain-s go with --agent");
   if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
     return Status::InvalidArgument("loadgen: --url must start with http:// or https://");
   return {};
@@ -239,71 +265,66 @@ Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<v
   std::mutex mu;
   size_t done = 0;
   const auto t0 = SteadyClock::now();
+  // Request k (round-major) waits for its slot with qps; none starts once the duration has run out.
+  auto may_send = [&](size_t k) {
+    if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
+                                                        std::chrono::duration<double>(double(k) / o.qps)));
+    return !(o.duration_s > 0 && since(t0) >= o.duration_s);
+  };
+  auto record = [&](size_t k, LoadgenSample s) {
+    std::lock_guard lk(mu);
+    result.samples[k] = std::move(s);
+    sent[k] = 1;
+    ++done;
+    if (progress) progress(done, total);
+  };
+  auto index = [&](uint32_t u, uint32_t r) { return size_t(r) * o.users + u; };
 
   auto chat_loop = [&](uint32_t u) {
     auto client = make_client(o);
     json messages = json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}}});
     const std::string own = synth_text(o.seed, 2, u, 0, o.history_tokens);
-    for (uint32_t r = 0; r < o.rounds; ++r) {
-      const size_t k = size_t(r) * o.users + u;
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
-                                                             std::chrono::duration<double>(double(k) / o.qps)));
-      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
       const std::string question = synth_text(o.seed, 3, u, r, o.question_tokens);
       messages.push_back({{"role", "user"}, {"content", r == 0 && !own.empty() ? own + "\n\n" + question : question}});
       std::string reply;
       LoadgenSample s = send_one(*client, o, model, json{{"messages", messages}}, &reply);
       s.user = u, s.round = r;
       messages.push_back({{"role", "assistant"}, {"content", reply}});  // the server's own reply, as a client would
-      std::lock_guard lk(mu);
-      result.samples[k] = std::move(s);
-      sent[k] = 1;
-      ++done;
-      if (progress) progress(done, total);
+      record(index(u, r), std::move(s));
     }
   };
   auto rag_loop = [&](uint32_t u) {
     auto client = make_client(o);
     std::mt19937_64 rng(o.seed * 31 + u);
-    for (uint32_t r = 0; r < o.rounds; ++r) {
-      const size_t k = size_t(r) * o.users + u;
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
-                                                             std::chrono::duration<double>(double(k) / o.qps)));
-      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
       LoadgenSample s = send_one(*client, o, model, rag_body(o, system, rng, u, r, vocab));
       s.user = u, s.round = r;
-      std::lock_guard lk(mu);
-      result.samples[k] = std::move(s);
-      sent[k] = 1;
-      ++done;
-      if (progress) progress(done, total);
+      record(index(u, r), std::move(s));
     }
   };
-  auto user_loop = [&](uint32_t u) {
-    if (o.chat) return chat_loop(u);
-    if (o.rag) return rag_loop(u);
+  auto token_loop = [&](uint32_t u) {
     auto client = make_client(o);
     std::vector<int32_t> prompt = system;
     const auto own = synth_tokens(o.seed, 2, u, 0, o.history_tokens, vocab);
     prompt.insert(prompt.end(), own.begin(), own.end());
-    for (uint32_t r = 0; r < o.rounds; ++r) {
-      const size_t k = size_t(r) * o.users + u;  // round-major arrival order
-      if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
-                                                             std::chrono::duration<double>(double(k) / o.qps)));
-      if (o.duration_s > 0 && since(t0) >= o.duration_s) break;
+    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
       const auto question = synth_tokens(o.seed, 3, u, r, o.question_tokens, vocab);
       prompt.insert(prompt.end(), question.begin(), question.end());
       LoadgenSample s = send_one(*client, o, model, json{{"prompt", prompt}});
-      s.user = u;
-      s.round = r;
+      s.user = u, s.round = r;
       const auto answer = synth_tokens(o.seed, 4, u, r, o.answer_tokens, vocab);
       prompt.insert(prompt.end(), answer.begin(), answer.end());
-      std::lock_guard lk(mu);
-      result.samples[k] = std::move(s);
-      sent[k] = 1;
-      ++done;
-      if (progress) progress(done, total);
+      record(index(u, r), std::move(s));
     }
+  };
+  auto user_loop = [&](uint32_t u) {
+    if (o.agent)
+      return run_agent_session(o, model, u, [&](uint32_t r) { return may_send(index(u, r)); },
+                               [&](uint32_t r, LoadgenSample s) { record(index(u, r), std::move(s)); });
+    if (o.chat) return chat_loop(u);
+    if (o.rag) return rag_loop(u);
+    token_loop(u);
   };
   std::vector<std::thread> threads;
   threads.reserve(o.users);
@@ -322,7 +343,7 @@ LoadgenSummary summarize(const LoadgenResult& r) {
   LoadgenSummary s;
   s.wall_s = r.wall_s;
   std::vector<double> ttft, e2e;
-  uint64_t prompt = 0, cached = 0, blended = 0, output = 0;
+  uint64_t prompt = 0, cached = 0, blended = 0, output = 0, ideal = 0, ideal_cached = 0;
   for (const auto& x : r.samples) {
     ++s.requests;
     if (!x.ok) {
@@ -336,6 +357,12 @@ LoadgenSummary summarize(const LoadgenResult& r) {
     cached += x.cached_tokens;
     blended += x.blended_tokens;
     output += x.completion_tokens;
+    for (int t = 0; t < 4; ++t) s.cached_by_tier[t] += x.cached_by_tier[t];
+    s.tool_call_replies += x.tool_calls;
+    if (x.ideal_cached_tokens > 0) {
+      ideal += x.ideal_cached_tokens;
+      ideal_cached += x.cached_tokens;
+    }
   }
   auto mean = [](const std::vector<double>& v) {
     double t = 0;
@@ -353,6 +380,7 @@ LoadgenSummary summarize(const LoadgenResult& r) {
   s.cached_share = prompt ? double(cached) / double(prompt) : 0;
   s.blended_share = prompt ? double(blended) / double(prompt) : 0;
   s.computed_share = prompt ? 1.0 - s.cached_share - s.blended_share : 0;
+  s.ideal_share = ideal ? double(ideal_cached) / double(ideal) : 0;
   return s;
 }
 
@@ -372,6 +400,19 @@ std::string summary_table(const LoadgenOptions& o, const LoadgenSummary& s) {
                 s.output_tokens_per_s, s.prompt_tokens_per_s, s.cached_share * 100, s.blended_share * 100,
                 s.computed_share * 100);
   std::string out = buf;
+  if (o.agent) {
+    std::snprintf(buf, sizeof buf,
+                  "  agent            %u tools, tool result %u words after %u ms%s%s\n"
+                  "  cached / ideal   %.1f%% (turns after the first: cached tokens over the previous turn's prompt)\n"
+                  "  cached by tier   device %llu  host %llu  disk %llu  remote %llu tokens\n"
+                  "  tool calls       %zu of %zu replies parsed into tool_calls (the client scripts its own)\n",
+                  o.tools, o.tool_result_tokens, o.tool_latency_ms, o.prefetch ? ", prefetch" : "",
+                  o.retain_s > 0 ? (", retain " + std::to_string(o.retain_s) + " s").c_str() : "",
+                  s.ideal_share * 100, (unsigned long long)s.cached_by_tier[0], (unsigned long long)s.cached_by_tier[1],
+                  (unsigned long long)s.cached_by_tier[2], (unsigned long long)s.cached_by_tier[3], s.tool_call_replies,
+                  s.requests - s.errors);
+    out += buf;
+  }
   if (!s.first_error.empty()) out += "  first error      " + s.first_error + "\n";
   return out;
 }
@@ -397,6 +438,17 @@ std::string summary_json(const LoadgenOptions& o, const LoadgenSummary& s) {
             {"cached_share", s.cached_share},
             {"blended_share", s.blended_share},
             {"computed_share", s.computed_share}};
+  if (o.agent)
+    j["agent"] = {{"tools", o.tools},
+                  {"tool_result_tokens", o.tool_result_tokens},
+                  {"tool_latency_ms", o.tool_latency_ms},
+                  {"prefetch", o.prefetch},
+                  {"retain_s", o.retain_s},
+                  {"ideal_share", s.ideal_share},
+                  {"cached_tokens_by_tier",
+                   {{"device", s.cached_by_tier[0]}, {"host", s.cached_by_tier[1]}, {"disk", s.cached_by_tier[2]},
+                    {"remote", s.cached_by_tier[3]}}},
+                  {"tool_call_replies", s.tool_call_replies}};
   if (o.rag)
     j["rag"] = {{"docs_pool", o.docs_pool}, {"docs_per_request", o.docs_per_request}, {"doc_tokens", o.doc_tokens}};
   if (!s.first_error.empty()) j["first_error"] = s.first_error;

@@ -50,6 +50,20 @@ struct LoadgenOptions {
   uint32_t docs_pool = 50;
   uint32_t docs_per_request = 6;
   uint32_t doc_tokens = 512;
+  // Agent sessions (`agent`, through /v1/chat/completions): `users`
+  // sessions of `rounds` turns share a system prompt and `tools` tool
+  // definitions. Each turn sends the conversation, then appends a scripted
+  // assistant tool call (whatever the model generated: our models are not
+  // trained for tools) and, after `tool_latency_ms`, the tool's result of
+  // `tool_result_tokens` words. With `prefetch` the client calls POST
+  // /v1/cache/prefetch when the tool starts; `retain_s` > 0 sends
+  // "kvtier": {"retain_s"} with every request.
+  bool agent = false;
+  uint32_t tools = 8;
+  uint32_t tool_result_tokens = 200;
+  uint32_t tool_latency_ms = 500;
+  bool prefetch = false;
+  uint32_t retain_s = 0;
 
   Status validate() const;
 };
@@ -62,6 +76,11 @@ struct LoadgenSample {
   double ttft_s = 0, e2e_s = 0;
   uint32_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   uint32_t blended_tokens = 0;  // segment tokens reused from cached KV by blending (usage.kvtier.blend)
+  uint32_t cached_by_tier[4] = {};  // usage.kvtier.cached_tokens_by_tier: device, host, disk, remote
+  // Agent turns after the first: every earlier token of the session (the
+  // previous turn's prompt), the most its cached tokens can be.
+  uint32_t ideal_cached_tokens = 0;
+  bool tool_calls = false;  // the server parsed the generated reply into delta.tool_calls
 };
 
 struct LoadgenSummary {
@@ -73,6 +92,11 @@ struct LoadgenSummary {
   double cached_share = 0;   // exactly cached prompt tokens / prompt tokens (from usage)
   double blended_share = 0;  // blended (approximate) prompt tokens / prompt tokens
   double computed_share = 0; // the rest: computed
+  // Agent sessions: cached tokens of the turns after the first over their
+  // ideal (LoadgenSample::ideal_cached_tokens); cached tokens by tier; replies parsed into tool calls.
+  double ideal_share = 0;
+  uint64_t cached_by_tier[4] = {};
+  size_t tool_call_replies = 0;
   std::string first_error;
 };
 

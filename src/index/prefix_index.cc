@@ -203,6 +203,7 @@ uint32_t PrefixIndex::split(uint32_t id, uint32_t at) {
   head.root = x.root;
   head.start_page = x.start_page;
   head.lock_ref = x.lock_ref;
+  head.retain_ref = x.retain_ref;
   head.n_children = 1;
   head.first_key = x.first_key;
   head.usage = x.usage;
@@ -425,6 +426,32 @@ Status PrefixIndex::unlock(NodeHandle h) {
   return Status::Ok();
 }
 
+Status PrefixIndex::retain(NodeHandle h) {
+  if (!live(h)) return Status::FailedPrecondition("retain: stale or invalid node handle");
+  for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
+    Node& n = nodes_[id];
+    if (n.retain_ref++ == 0) {
+      retained_host_ += n.tier_pages[kHost];
+      refresh(id);
+    }
+  }
+  return Status::Ok();
+}
+
+Status PrefixIndex::unretain(NodeHandle h) {
+  const Node* d = live(h);
+  if (!d) return Status::FailedPrecondition("unretain: stale or invalid node handle");
+  if (d->retain_ref == 0) return Status::FailedPrecondition("unretain: node is not retained");
+  for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
+    Node& n = nodes_[id];
+    if (--n.retain_ref == 0) {
+      retained_host_ -= n.tier_pages[kHost];
+      refresh(id);
+    }
+  }
+  return Status::Ok();
+}
+
 Status PrefixIndex::page_ref(NodeHandle h, uint32_t page_index, uint32_t& node, uint32_t& slot) const {
   const Node* d = live(h);
   if (!d) return Status::FailedPrecondition("stale or invalid node handle");
@@ -474,7 +501,7 @@ void PrefixIndex::reset() {
   roots_.clear();
   cand_[kDev].clear();
   cand_[kHost].clear();
-  live_nodes_ = pages_ = protected_pages_ = 0;
+  live_nodes_ = pages_ = protected_pages_ = retained_host_ = 0;
   ++epoch_;
   tier_pages_[kDev] = tier_pages_[kHost] = protected_tier_[kDev] = protected_tier_[kHost] = 0;
   if (opts_.record_events) events_.push_back(IndexEvent{IndexEventKind::kCleared, TierKind::kDevice, {}, {}, {}});
@@ -493,6 +520,7 @@ IndexStats PrefixIndex::stats() const {
   s.evictable_device_pages = tier_pages_[kDev] - protected_tier_[kDev];
   s.protected_host_pages = protected_tier_[kHost];
   s.evictable_host_pages = tier_pages_[kHost] - protected_tier_[kHost];
+  s.retained_host_pages = retained_host_;
   uint64_t bytes = sizeof(*this) + nodes_.capacity() * sizeof(Node) + free_.capacity() * sizeof(uint32_t) +
                    edges_.bytes() + events_.capacity() * sizeof(IndexEvent);
   bytes += arena_.reserved_bytes();

@@ -36,7 +36,12 @@
 //      Options::device_demotes) any device-only page, which moves to the
 //      host. Candidates live in a per-tier ordered set keyed by the policy,
 //      so evict() never scans locked pages.
-//  I6  Node handles carry a generation: a handle to a removed node is
+//  I6  retain_ref(parent) >= retain_ref(child). Pages of retained nodes
+//      keep their host residency (no host candidacy) and never leave the
+//      tree: on the device they only give up a page with a host copy, or
+//      demote one, so a retained path is never trimmed and its handle stays
+//      valid until unretain() or reset().
+//  I7  Node handles carry a generation: a handle to a removed node is
 //      detected (FailedPrecondition), never aliased.
 //
 // Cost: match and insert walk one probe of a flat hash table plus one memcmp
@@ -170,6 +175,7 @@ struct IndexStats {
   uint64_t protected_device_pages = 0;
   uint64_t evictable_host_pages = 0;
   uint64_t protected_host_pages = 0;
+  uint64_t retained_host_pages = 0;  // host pages of retained nodes (retain())
   uint64_t metadata_bytes = 0;  // every byte the index holds (estimate for std::set nodes)
 };
 
@@ -224,6 +230,13 @@ class PrefixIndex {
   // Protect / release the whole path from the namespace root to `node`.
   Status lock(NodeHandle node);
   Status unlock(NodeHandle node);
+
+  // Retention: keep the path from the namespace root to `node` on the host
+  // (I6) while the device stays free to evict it (down to the host copy).
+  // Counted like locks; the caller (KVCache's retention table) bounds how
+  // much it retains and when it lets go.
+  Status retain(NodeHandle node);
+  Status unretain(NodeHandle node);
 
   // Residency of page `page_index` (counted from the namespace root) on the
   // path to `node`, and changing it in place (the facade records a
@@ -341,6 +354,7 @@ class PrefixIndex {
   uint64_t tier_pages_[2] = {};
   uint64_t protected_pages_ = 0;
   uint64_t protected_tier_[2] = {};
+  uint64_t retained_host_ = 0;  // host pages of nodes with retain_ref > 0
 };
 
 }  // namespace kvtier

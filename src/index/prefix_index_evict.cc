@@ -16,6 +16,7 @@ void PrefixIndex::count_page(Node& n, PageLocation loc, int sign) {
     tier_pages_[t] += sign;
     if (n.lock_ref > 0) protected_tier_[t] += sign;
   }
+  if (n.retain_ref > 0 && has_tier(loc, kHost)) retained_host_ += sign;
   if (loc.on_device() && loc.on_host()) n.both_pages += sign;
 }
 
@@ -37,7 +38,8 @@ void PrefixIndex::tiers_changed(uint32_t id, const uint32_t old_tier_pages[2]) {
 // Puts node `id` into, or takes it out of, each tier's candidate set (I5).
 bool PrefixIndex::candidate(const Node& n, int t) const {
   if (!n.live || n.is_root || n.lock_ref > 0 || n.tier_pages[t] == 0 || n.child_with_tier[t] > 0) return false;
-  if (n.both_pages > 0 || (t == kDev && opts_.device_demotes)) return true;
+  if (n.both_pages > 0 || (t == kDev && opts_.device_demotes)) return t == kDev || n.retain_ref == 0;
+  if (n.retain_ref > 0) return false;  // I6: never trimmed
   // Only T-only pages: the one that can go is the last page of a childless node.
   const PageLocation last = n.locs[n.n - 1];
   return n.n_children == 0 && has_tier(last, t) && !has_tier(last, 1 - t);
@@ -155,7 +157,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
       count_page(n, kept, +1);
       n.locs[i] = kept;
       out.pages.push_back(EvictedPage{h, loc, false});
-    } else if (n.n_children == 0 && i + 1 == n.n_pages()) {
+    } else if (n.n_children == 0 && i + 1 == n.n_pages() && n.retain_ref == 0) {
       if (spill.fn) offer_spill(id, i, spill);
       count_page(n, loc, -1);
       --n.n;  // trim the tail page
@@ -206,7 +208,7 @@ Status PrefixIndex::check_invariants() const {
   std::vector<uint32_t> children(nodes_.size(), 0), child_tier[2];
   child_tier[0].assign(nodes_.size(), 0);
   child_tier[1].assign(nodes_.size(), 0);
-  uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, nodes = 0, roots = 0;
+  uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, retained_host = 0, nodes = 0, roots = 0;
   for (uint32_t id = 0; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
     if (!n.live) continue;
@@ -225,6 +227,7 @@ Status PrefixIndex::check_invariants() const {
     if (n.root != p.root) return fail("root mismatch", id);
     if (n.start_page != p.start_page + p.n_pages()) return fail("start_page", id);
     if (p.lock_ref < n.lock_ref) return fail("parent lock_ref below child's", id);
+    if (p.retain_ref < n.retain_ref) return fail("parent retain_ref below child's", id);
     if (n.first_key != page_key(n.tokens)) return fail("first_key", id);
     ++children[n.parent];
     uint32_t tp[2] = {}, both = 0;
@@ -244,6 +247,7 @@ Status PrefixIndex::check_invariants() const {
       tier[t] += tp[t];
       if (n.lock_ref > 0) prot_tier[t] += tp[t];
     }
+    if (n.retain_ref > 0) retained_host += tp[kHost];
     pages += n.n_pages();
     if (n.lock_ref > 0) prot += n.n_pages();
   }
@@ -281,6 +285,7 @@ Status PrefixIndex::check_invariants() const {
   if (pages != pages_ || tier[0] != tier_pages_[0] || tier[1] != tier_pages_[1]) return fail("page totals", 0);
   if (prot != protected_pages_ || prot_tier[0] != protected_tier_[0] || prot_tier[1] != protected_tier_[1])
     return fail("protected totals", 0);
+  if (retained_host != retained_host_) return fail("retained total", 0);
   return Status::Ok();
 }
 

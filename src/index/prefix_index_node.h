@@ -19,6 +19,7 @@ struct PrefixIndex::Node {
   uint32_t root = kNoNode;        // namespace root (itself for a root)
   uint32_t start_page = 0;        // pages on the path before this node
   uint32_t lock_ref = 0;
+  uint32_t retain_ref = 0;         // retain() holds on the path through this node
   uint32_t n_children = 0;
   uint32_t tier_pages[2] = {};     // own pages resident on device / host
   uint32_t both_pages = 0;         // own pages resident on both

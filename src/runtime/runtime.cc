@@ -167,6 +167,7 @@ class RuntimeImpl final : public Runtime {
     Seq s{std::move(sampler)};
     s.ns = Namespace{info_.fingerprint, "", std::string(cache_salt)};
     s.logprobs = sp.logprobs;
+    s.retain = request.retain;
     // The race of this prefill: loads stamped by the transfer workers, compute by the traced engine.
     auto trace = std::make_shared<PrefillTrace>();
     trace->num_layers = model_->config().num_layers;
@@ -221,11 +222,13 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
-  Status prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) override {
-    if (!o_.cache_enabled || prompt.empty()) return Status::Ok();
+  Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) override {
+    if (!o_.cache_enabled || prompt.empty()) return PrefetchReport{};
     for (TokenId t : prompt)
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
-    return cache_->prefetch(Namespace{info_.fingerprint, "", std::string(cache_salt)}, prompt).status();
+    KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p,
+                            cache_->prefetch(Namespace{info_.fingerprint, "", std::string(cache_salt)}, prompt));
+    return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens};
   }
 
   Result<std::vector<TokenId>> decode(std::span<const SeqId> ids) override {
@@ -261,17 +264,25 @@ class RuntimeImpl final : public Runtime {
     return it == seqs_.end() || it->second.logprobs < 0 ? nullptr : &it->second.last_logprobs;
   }
 
-  void finish(SeqId id) override {
+  uint32_t finish(SeqId id) override {
     auto it = seqs_.find(id.value());
-    if (it == seqs_.end()) return;
+    if (it == seqs_.end()) return 0;
     Seq& s = it->second;
+    uint32_t retained = 0;
     if (o_.cache_enabled) {
       // Blended KV is approximate: only the exact front is cached.
-      (void)cache_->commit(s.lease, std::span(s.tokens).first(std::min(s.kv.num_tokens, s.exact_tokens)));
+      const auto committed = std::span(s.tokens).first(std::min(s.kv.num_tokens, s.exact_tokens));
+      if (cache_->commit(s.lease, committed).ok())
+        for (const RetainHint& h : s.retain) {
+          const auto kept = cache_->retain(s.ns, committed.first(std::min<size_t>(h.tokens, committed.size())),
+                                           std::chrono::seconds(h.seconds));
+          if (kept.ok()) retained = std::max(retained, *kept);
+        }
     } else {
       cache_->release(s.lease);
     }
     seqs_.erase(it);
+    return retained;
   }
 
   RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, o_, seqs_.size()}; }
@@ -290,6 +301,7 @@ class RuntimeImpl final : public Runtime {
     int32_t logprobs = -1;        // SamplingParams::logprobs
     engine::TokenLogprobs last_logprobs;
     uint32_t exact_tokens = UINT32_MAX;  // KV past this position was blended: never committed
+    std::vector<RetainHint> retain;      // PromptRequest::retain
   };
 
   RuntimeOptions o_;

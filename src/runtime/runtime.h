@@ -67,11 +67,19 @@ struct SamplingParams {
 // What Runtime::start needs of a request. The server's requests extend it
 // (server/api.h: GenerationRequest, CompletionRequest), so one request type
 // runs from the HTTP parser down to the Runtime, never copied field by field.
+// A retention hint (KVCache::retain): keep the cached first `tokens` of the
+// sequence (prompt and completion; UINT32_MAX: all of it) for `seconds`.
+struct RetainHint {
+  uint32_t tokens = UINT32_MAX;
+  uint32_t seconds = 0;
+};
+
 struct PromptRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
   std::string cache_salt;               // isolates tenants
   std::vector<PromptSegment> segments;  // reusable pieces of the prompt (blend_prefill.h)
+  std::vector<RetainHint> retain;       // applied when the sequence ends (Runtime::finish)
 };
 
 // Where the prompt's tokens came from, for usage reporting and metrics.
@@ -212,8 +220,10 @@ class Runtime {
   // sampling asked for them (null otherwise); valid until the next call.
   virtual const engine::TokenLogprobs* last_logprobs(SeqId) const { return nullptr; }
 
-  // Ends a sequence: its full pages are committed to the cache; its pages are released.
-  virtual void finish(SeqId seq) = 0;
+  // Ends a sequence: its full pages are committed to the cache; its pages
+  // are released; its request's retention hints are applied to what was
+  // committed. Returns the tokens retained (the longest hint's; 0: none).
+  virtual uint32_t finish(SeqId seq) = 0;
 
   // Cache and runtime statistics (per tier occupancy, hits, bytes moved,
   // evictions, checksum failures, the options...). Cheap: a copy of counters.
@@ -221,7 +231,12 @@ class Runtime {
   // Starts reading the disk/remote part of the prompt's cached prefix into
   // host memory ahead of start() (a scheduler calls it for queued
   // requests). Best effort and bounded; no effect without the cache.
-  virtual Status prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) = 0;
+  // Returns the prompt's cached tokens (any tier) and how many of them are being read ahead.
+  struct PrefetchReport {
+    uint32_t cached_tokens = 0;
+    uint32_t loading_tokens = 0;
+  };
+  virtual Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
   // A copy of the prefix index's tree for display (index/tree_snapshot.h),

@@ -256,16 +256,32 @@ Result<json> parse_json_object(std::string_view body, ApiError& error) {
   return Status::InvalidArgument(error.message);
 }
 
-// "kvtier": {"blend": bool}: kvtier's own options of a request, one parser for every endpoint.
+// "kvtier": {"blend": bool, "retain_s": N, "session": "..."}: kvtier's own
+// options of a request, one parser for every endpoint.
 std::optional<ApiError> read_kvtier_object(const json& doc, CompletionRequest& r) {
   const json* ext = find_field(doc, "kvtier");
   if (ext == nullptr) return std::nullopt;
   if (!ext->is_object()) return wrong_type("kvtier", "an object", *ext);
   for (const auto& [key, value] : ext->items()) {
-    if (key != "blend")
-      return bad_request("unknown field 'kvtier." + key + "' (known: blend)", "kvtier." + key, "invalid_value");
-    if (!value.is_boolean()) return wrong_type("kvtier.blend", "a boolean", value);
-    r.blend = value.get<bool>();
+    const std::string param = "kvtier." + key;
+    if (key == "blend") {
+      if (!value.is_boolean()) return wrong_type(param.c_str(), "a boolean", value);
+      r.blend = value.get<bool>();
+    } else if (key == "retain_s") {
+      const std::optional<int64_t> v = as_integer(value);
+      if (!v || *v < 0 || *v > kMaxRetainSeconds)
+        return bad_request("kvtier.retain_s must be an integer number of seconds in [0, " +
+                               std::to_string(kMaxRetainSeconds) + "]",
+                           param, "invalid_value");
+      if (*v > 0) r.retain.push_back(RetainHint{UINT32_MAX, uint32_t(*v)});
+    } else if (key == "session") {
+      if (!value.is_string()) return wrong_type(param.c_str(), "a string", value);
+      if (value.get_ref<const std::string&>().size() > 256)
+        return bad_request("kvtier.session is longer than 256 bytes", param, "invalid_value");
+      r.session = value.get<std::string>();
+    } else {
+      return bad_request("unknown field '" + param + "' (known: blend, retain_s, session)", param, "invalid_value");
+    }
   }
   return std::nullopt;
 }
@@ -425,7 +441,8 @@ json usage_json(const CompletionUsage& u) {
           {"stored_segment_tokens", u.report.blend.stored_segment_tokens},
           {"failed_segments", u.report.blend.failed_segments}}},
         {"queue_ms", u.queue_s * 1e3},
-        {"e2e_ms", u.e2e_s * 1e3}}},
+        {"e2e_ms", u.e2e_s * 1e3},
+        {"retained_tokens", u.retained_tokens}}},
   };
   return j;
 }

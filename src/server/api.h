@@ -46,6 +46,9 @@ struct GenerationRequest : PromptRequest {
   uint32_t max_tokens = 16;       // 0: only the prompt is computed (its logprobs, with echo)
   std::vector<std::string> stop;  // stop strings (at most 4, non-empty)
   bool ignore_eos = false;        // vLLM-style extension: generate exactly max_tokens
+  // "kvtier": {"session": "..."}: an opaque id of the client's session,
+  // shown with the request in GET /v1/requests/recent (at most 256 bytes).
+  std::string session;
 };
 
 // A parsed /v1/completions or /v1/chat/completions request: the
@@ -70,7 +73,11 @@ struct CompletionRequest : GenerationRequest {
   // false never blends, even with segments. Unset: segments and cacheable
   // chat parts ask by themselves.
   std::optional<bool> blend;
+  // Retention hints ("kvtier": {"retain_s": N}, a chat message's
+  // cache_control) are PromptRequest::retain.
 };
+
+inline constexpr uint32_t kMaxRetainSeconds = 86400;
 
 inline constexpr size_t kMaxSegments = 256;
 
@@ -130,6 +137,7 @@ struct CompletionUsage {
   double queue_s = 0;    // arrival to the start of prefill
   double ttft_s = 0;     // arrival to the first token (what the client sees)
   double e2e_s = 0;      // arrival to the last token
+  uint32_t retained_tokens = 0;  // kept by the request's retention hints (Runtime::finish)
 };
 
 // The tokens of a finished completion, for logprobs and token ids in the response.

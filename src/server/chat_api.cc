@@ -1,5 +1,6 @@
 #include "server/chat_api.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/strings.h"
@@ -256,6 +257,72 @@ std::variant<text::ChatInput, ApiError> read_chat_input(const ojson& doc, std::v
   return in;
 }
 
+namespace {
+
+std::optional<ApiError> read_cache_control(const ojson& c, const std::string& where, size_t message,
+                                           std::vector<CacheControl>& out) {
+  if (c.is_null()) return std::nullopt;
+  if (!c.is_object() || c.value("type", "") != "ephemeral")
+    return bad_request(kvtier::quoted(where) + " must be {\"type\": \"ephemeral\", \"ttl\": \"5m\" or \"1h\"}", where,
+                       "invalid_value");
+  CacheControl mark{message, 300};
+  if (auto ttl = c.find("ttl"); ttl != c.end() && !ttl->is_null()) {
+    if (*ttl == "1h") mark.seconds = 3600;
+    else if (*ttl != "5m")
+      return bad_request(kvtier::quoted(where + ".ttl") + " must be \"5m\" or \"1h\"", where + ".ttl", "invalid_value");
+  }
+  for (const auto& [key, value] : c.items())
+    if (key != "type" && key != "ttl")
+      return bad_request("unknown field " + kvtier::quoted(where + "." + key) + " (known: type, ttl)", where + "." + key,
+                         "invalid_value");
+  if (!out.empty() && out.back().message == message) {
+    out.back().seconds = std::max(out.back().seconds, mark.seconds);
+    return std::nullopt;
+  }
+  if (out.size() == kMaxCacheControls)
+    return bad_request("at most " + std::to_string(kMaxCacheControls) + " messages may carry cache_control", where,
+                       "invalid_value");
+  out.push_back(mark);
+  return std::nullopt;
+}
+
+// The tokens of `chat` through message `last` (no generation prompt) that
+// begin `prompt`: where that message ends in the rendered prompt.
+Result<uint32_t> tokens_through(const text::ChatInput& chat, size_t last, std::span<const TokenId> prompt,
+                                std::string_view salt, const ChatPromptBuilder& build) {
+  text::ChatInput head = chat;
+  head.messages = ojson::array();
+  for (size_t i = 0; i <= last; ++i) head.messages.push_back(chat.messages[i]);
+  head.add_generation_prompt = false;
+  std::string rendered;
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<TokenId> ids, build(head, salt, rendered));
+  const auto diverge = std::mismatch(ids.begin(), ids.end(), prompt.begin(), prompt.end());
+  return uint32_t(diverge.first - ids.begin());
+}
+
+}  // namespace
+
+std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const ojson& doc) {
+  std::vector<CacheControl> out;
+  const auto it = doc.find("messages");
+  if (it == doc.end() || !it->is_array()) return out;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const ojson& m = (*it)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) continue;
+    if (auto c = m.find("cache_control"); c != m.end())
+      if (auto err = read_cache_control(*c, where + ".cache_control", i, out)) return *err;
+    auto content = m.find("content");
+    if (content == m.end() || !content->is_array()) continue;
+    for (size_t k = 0; k < content->size(); ++k)
+      if ((*content)[k].is_object())
+        if (auto c = (*content)[k].find("cache_control"); c != (*content)[k].end())
+          if (auto err = read_cache_control(*c, where + ".content[" + std::to_string(k) + "].cache_control", i, out))
+            return *err;
+  }
+  return out;
+}
+
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, const RequestLimits& limits,
                                                        const ChatPromptBuilder& build) {
   ApiError error;
@@ -266,6 +333,9 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   auto chat = read_chat_input(ordered, r.segment_texts);
   if (auto* err = std::get_if<ApiError>(&chat)) return *err;
   r.chat = std::move(std::get<text::ChatInput>(chat));
+  auto marks = read_cache_controls(ordered);
+  if (auto* err = std::get_if<ApiError>(&marks)) return *err;
+  const auto& controls = std::get<std::vector<CacheControl>>(marks);
   r.tool_calls_wanted = !r.chat.tools.is_null() && !(ordered.contains("tool_choice") && ordered["tool_choice"] == "none");
   if (auto err = read_logprobs(*doc, r.completion)) return *err;
   if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
@@ -282,6 +352,11 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   r.completion.prompt_is_text = true;
   if (r.completion.prompt.empty()) return bad_request("the rendered conversation is empty", "messages", "empty_prompt");
   if (auto err = finish_request(r.completion, limits)) return *err;
+  for (const CacheControl& c : controls) {
+    auto n = tokens_through(r.chat, c.message, r.completion.prompt, r.completion.cache_salt, build);
+    if (!n.ok()) return bad_request("chat template (cache_control): " + n.status().message(), "messages", "chat_template_error");
+    if (*n > 0) r.completion.retain.push_back(RetainHint{*n, c.seconds});
+  }
   return r;
 }
 

@@ -39,6 +39,17 @@ struct ChatRequest {
   bool tool_calls_wanted = false;
 };
 
+// A message's Anthropic-style retention mark, "cache_control": {"type":
+// "ephemeral", "ttl": "5m" | "1h"} (ttl absent: 5m), on the message or on
+// one of its content parts: the prompt through that message is retained
+// for the ttl (RetainHint). At most kMaxCacheControls per request.
+struct CacheControl {
+  size_t message = 0;
+  uint32_t seconds = 300;
+};
+inline constexpr size_t kMaxCacheControls = 4;
+std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const nlohmann::ordered_json& doc);
+
 // Renders `messages` with the chat template (add_generation_prompt on) and
 // tokenizes the text; an error Status becomes a 400 carrying its message.
 // A builder refuses a rendered text longer than limits.max_prompt_bytes with
@@ -60,6 +71,8 @@ using ChatPromptBuilder = std::function<Result<std::vector<TokenId>>(const text:
 //   function would need constrained decoding and answer 400 "not supported".
 // - `parallel_tool_calls` (a boolean; accepted), `chat_template_kwargs` (an object).
 // `cacheable` collects the texts of content parts marked "cacheable": true.
+// Message `cache_control` marks (read_cache_controls below) pass to the
+// template as they are.
 std::variant<text::ChatInput, ApiError> read_chat_input(const nlohmann::ordered_json& doc,
                                                         std::vector<std::string>& cacheable);
 

@@ -207,6 +207,7 @@ json record_json(const PrefillRecord& r) {
             {"recomputed_cached_tokens", rep.recomputed_cached_tokens},
             {"blended", rep.blend.blended},
             {"computed_in_full_for_logprobs", rep.computed_in_full_for_logprobs}};
+  if (!r.session.empty()) j["session"] = r.session;
   if (!rep.trace) return j;
   const PrefillTrace& trace = *rep.trace;
   j["decision"] = decision_of(trace);

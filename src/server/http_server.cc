@@ -64,7 +64,7 @@ bool same_secret(std::string_view a, std::string_view b) {
 std::string endpoint_label(const std::string& path) {
   static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
                                  "/v1/cache/stats", "/v1/cache/flush", "/dashboard", "/v1/cache/tree",
-                                 "/v1/cache/tiers", "/v1/requests/recent"};
+                                 "/v1/cache/tiers", "/v1/requests/recent", "/v1/cache/prefetch"};
   for (const char* k : kKnown)
     if (path == k) return k;
   return "other";
@@ -274,17 +274,15 @@ void HttpServer::install_routes() {
   });
 
   install_dashboard_routes(authorized);
+  install_prefetch_route(authorized);
 
   s.Post("/v1/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
     if (!authorized(req, res)) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Text prompts are tokenized here, on the connection's thread: a long
-    // prompt never holds up the scheduler (the codec is thread-safe).
-    Tokenizer tokenize = [this](std::string_view text, bool parse_special, bool add_bos) {
-      return scheduler_->model().text.tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
-    };
-    auto parsed = parse_completion_request(req.body, limits_, tokenize);
+    // prompt never holds up the scheduler.
+    auto parsed = parse_completion_request(req.body, limits_, tokenizer());
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     metrics_.record_ignored_fields(std::get<CompletionRequest>(parsed).ignored_fields);
     respond(req, res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
@@ -295,11 +293,7 @@ void HttpServer::install_routes() {
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
-    ChatPromptBuilder build = [this](const text::ChatInput& chat, std::string_view salt, std::string& rendered) {
-      const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
-      return chat_->build(chat, rendered, max_bytes, salt);
-    };
-    auto parsed = parse_chat_request(req.body, limits_, build);
+    auto parsed = parse_chat_request(req.body, limits_, chat_builder());
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     ChatRequest& chat = std::get<ChatRequest>(parsed);
     metrics_.record_ignored_fields(chat.completion.ignored_fields);
@@ -311,6 +305,55 @@ void HttpServer::install_routes() {
       }
     }
     respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
+  });
+}
+
+Tokenizer HttpServer::tokenizer() const {
+  return [this](std::string_view text, bool parse_special, bool add_bos) {
+    return scheduler_->model().text.tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
+  };
+}
+
+ChatPromptBuilder HttpServer::chat_builder() const {
+  return [this](const text::ChatInput& chat, std::string_view salt, std::string& rendered) {
+    const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
+    return chat_->build(chat, rendered, max_bytes, salt);
+  };
+}
+
+// The body of a chat or completions request (messages + tools +
+// chat_template_kwargs, or prompt; cache_salt), validated as that endpoint
+// would. The prompt's disk/remote prefix starts loading into host memory on
+// the scheduler's next turn; a request for it that arrives meanwhile waits
+// for those reads instead of issuing its own (KVCache::prefetch).
+void HttpServer::install_prefetch_route(const Authorize& authorized) {
+  http_->Post("/v1/cache/prefetch", [this, authorized](const httplib::Request& req, httplib::Response& res) {
+    if (!authorized(req, res)) return;
+    if (scheduler_->draining())
+      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    ApiError error;
+    auto doc = parse_json_object(req.body, error);
+    if (!doc.ok()) return send_error(res, error);
+    std::variant<CompletionRequest, ApiError> parsed = CompletionRequest{};
+    if (doc->contains("messages")) {
+      auto chat = parse_chat_request(req.body, limits_, chat_builder());
+      if (auto* err = std::get_if<ApiError>(&chat)) return send_error(res, *err);
+      parsed = std::move(std::get<ChatRequest>(chat).completion);
+    } else {
+      parsed = parse_completion_request(req.body, limits_, tokenizer());
+    }
+    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    const CompletionRequest& r = std::get<CompletionRequest>(parsed);
+    auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r.prompt, r.cache_salt); });
+    if (!called.ok()) return send_error(res, error_from_status(called.status()));
+    const Result<Runtime::PrefetchReport>& started = *called;
+    if (!started.ok()) return send_error(res, error_from_status(started.status()));
+    res.status = 202;
+    res.set_content(json{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
+                         {"tokens_matched", started->cached_tokens},
+                         {"tokens_loading", started->loading_tokens}}
+                        .dump(),
+                    kJson);
   });
 }
 

@@ -2,7 +2,8 @@
 //
 // Endpoints: POST /v1/completions and /v1/chat/completions (JSON or server-sent events), GET
 // /v1/models, GET /health, GET /metrics (Prometheus text), GET
-// /v1/cache/stats, POST /v1/cache/flush; the dashboard: GET /dashboard (the
+// /v1/cache/stats, POST /v1/cache/flush, POST /v1/cache/prefetch (202: the
+// prompt's disk/remote prefix starts loading into host memory); the dashboard: GET /dashboard (the
 // page, no key), GET /v1/cache/tree, /v1/cache/tiers and /v1/requests/recent
 // (its data, answered from snapshots: they never wait behind a prefill). Connection threads (cpp-httplib's
 // pool) parse and validate requests, submit them to the Scheduler and stream
@@ -22,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "server/chat_api.h"
 #include "server/chat_prompt.h"
 #include "server/config.h"
 #include "server/metrics.h"
@@ -63,6 +65,11 @@ class HttpServer {
   HttpServer(const ServerConfig& config, Scheduler* scheduler);
   Status load_chat_template();
   void install_routes();
+  // POST /v1/cache/prefetch.
+  void install_prefetch_route(const std::function<bool(const httplib::Request&, httplib::Response&)>& authorized);
+  // Text to ids and chat to ids, on the connection's thread (the codec is thread-safe).
+  Tokenizer tokenizer() const;
+  ChatPromptBuilder chat_builder() const;
   // GET /dashboard and the JSON it polls (http_dashboard.cc).
   using Authorize = std::function<bool(const httplib::Request&, httplib::Response&)>;
   void install_dashboard_routes(const Authorize& authorized);
@@ -84,6 +91,7 @@ class HttpServer {
   std::shared_ptr<CacheView> view_;  // the dashboard's snapshots
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
+  std::atomic<uint64_t> next_prefetch_{1};
 };
 
 }  // namespace kvtier::server

@@ -23,6 +23,7 @@ struct PrefillRecord {
   double queue_s = 0;          // arrival to the start of prefill
   double ttft_s = 0;           // arrival to the first token
   PrefillReport report;        // the runtime's account (report.trace: the race; may be null)
+  std::string session;         // GenerationRequest::session
 };
 
 class RequestLog {

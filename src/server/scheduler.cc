@@ -375,15 +375,16 @@ Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
   r->usage.report = started->report;
   r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
   r->usage.ttft_s = seconds_between(r->state->arrival(), options_.clock->now());
-  record_prefill(r->usage);
+  record_prefill(r->usage, r->request.session);
   Running& ref = *r;
   running_.push_back(std::move(r));
   on_token(ref, started->first_token);
   return Admission::kPrefilled;
 }
 
-void Scheduler::record_prefill(const CompletionUsage& usage) {
+void Scheduler::record_prefill(const CompletionUsage& usage, const std::string& session) {
   PrefillRecord record;
+  record.session = session;
   const auto since_arrival = std::chrono::duration<double>(usage.ttft_s);
   record.arrival_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch() - since_arrival).count();
   record.queue_s = usage.queue_s;
@@ -449,7 +450,7 @@ bool Scheduler::on_token(Running& r, TokenId token) {
 void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   if (r.ended) return;
   r.ended = true;
-  runtime_->finish(r.seq);
+  r.usage.retained_tokens = runtime_->finish(r.seq);
   ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));

@@ -192,7 +192,7 @@ class Scheduler {
   void prefetch_waiting();
   void decode_running();
   // Keeps a just-prefilled request in recent_.
-  void record_prefill(const CompletionUsage& usage);
+  void record_prefill(const CompletionUsage& usage, const std::string& session);
   // Applies one sampled token; returns true when the sequence has ended.
   bool on_token(Running& r, TokenId token);
   void end(Running& r, std::string finish_reason, Status error);

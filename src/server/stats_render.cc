@@ -54,6 +54,11 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   j["planner_pages"] = {{"in_place", s.plan_pages[0]}, {"load", s.plan_pages[1]}, {"recompute", s.plan_pages[2]}};
   j["load_failures"] = s.load_failures;
   j["prefetch"] = {{"pages", s.prefetched_pages}, {"failures", s.prefetch_failures}, {"waits", s.prefetch_waits}};
+  j["retention"] = {{"active_hints", s.retain_active},
+                    {"hints", s.retain_hints},
+                    {"expiries", s.retain_expiries},
+                    {"yields", s.retain_yields},
+                    {"host_pages", s.index.retained_host_pages}};
   j["moved_down"] = {{"demoted_pages", s.demoted_pages}, {"spilled_chunks", s.spilled_chunks}};
   j["device"] = {{"pages", s.pool.total_pages}, {"used_pages", s.pool.used_pages}, {"page_bytes", s.pool.page_bytes},
                  {"cached_pages", s.index.device_pages}};
@@ -116,6 +121,14 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
   m << "kvtier_prefetched_pages_total " << s.prefetched_pages << '\n';
   metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
   m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
+  metric("kvtier_retained_bytes", "gauge",
+         "Bytes kept from eviction by retention hints (retain_s, cache_control), per tier (the host holds them).");
+  m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n';
+  metric("kvtier_retention_hints_total", "counter",
+         "Retention hints by outcome: taken, expired (ran their time), yielded (oldest let go past --max-retained-share).");
+  m << "kvtier_retention_hints_total{outcome=\"taken\"} " << s.retain_hints << '\n'
+    << "kvtier_retention_hints_total{outcome=\"expired\"} " << s.retain_expiries << '\n'
+    << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields << '\n';
   metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
   m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
     << "kvtier_write_back_moves_total{kind=\"spilled_chunks\"} " << s.spilled_chunks << '\n';

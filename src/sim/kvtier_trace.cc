@@ -69,6 +69,7 @@ class LineParser {
     KVTIER_RETURN_IF_ERROR(read_uint(obj, "input_length", kU32, mooncake, in, has_in));
     KVTIER_RETURN_IF_ERROR(read_uint(obj, "output_length", kU32, mooncake, out, has_out));
     r.output_length = static_cast<uint32_t>(out);
+    KVTIER_RETURN_IF_ERROR(read_hints(obj, r));
 
     auto ids = obj.find("hash_ids");
     auto toks = mooncake ? obj.end() : obj.find("tokens");
@@ -122,6 +123,20 @@ class LineParser {
   }
 
  private:
+  static Status read_hints(const nlohmann::json& obj, ReplayRequest& r) {
+    uint64_t retain = 0;
+    bool has = false;
+    KVTIER_RETURN_IF_ERROR(read_uint(obj, "retain_s", 86400, false, retain, has));
+    r.retain_s = static_cast<uint32_t>(retain);
+    auto at = obj.find("prefetch_at");
+    if (at == obj.end() || at->is_null()) return Status::Ok();
+    if (!at->is_number() || !std::isfinite(at->get<double>()) || at->get<double>() < 0 ||
+        at->get<double>() > r.timestamp_ms)
+      return Status::InvalidArgument("\"prefetch_at\" must be a number of ms in [0, timestamp]");
+    r.prefetch_at_ms = at->get<double>();
+    return Status::Ok();
+  }
+
   uint32_t salt_index(const std::string& s) {
     if (s.empty()) return 0;
     auto [it, fresh] = salt_ids_.emplace(s, static_cast<uint32_t>(t_.salts.size()));

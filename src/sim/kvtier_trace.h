@@ -8,6 +8,11 @@
 //    or `hash_ids` (as in mooncake); optional `input_length`,
 //    `output_length` and `cache_salt` (a tenant salt: requests with different
 //    salts never share cache, exactly as in the server's namespaces).
+// Both formats may carry hints, as an agent's client would send them:
+// `retain_s` (seconds the request's prefix should stay: a retention hint,
+// KVCache::retain, at most 86400) and `prefetch_at` (ms on the trace's own
+// time base, at most `timestamp`: when the client asked for the prompt's
+// prefix to be read ahead, POST /v1/cache/prefetch).
 // A malformed line is an InvalidArgument naming its line number; with
 // skip_bad_lines it is counted (and the first error kept) instead.
 //
@@ -35,6 +40,8 @@ struct ReplayRequest {
   uint32_t input_length = 0;   // prompt tokens
   uint32_t output_length = 0;  // generated tokens (informational)
   uint32_t salt = 0;           // index into ReplayTrace::salts (0 = no salt)
+  uint32_t retain_s = 0;       // retention hint (0: none)
+  double prefetch_at_ms = -1;  // read-ahead hint (< 0: none)
   bool has_tokens = false;     // tokens[offset, offset+count) rather than hash_ids[...]
   uint64_t offset = 0;
   uint32_t count = 0;

@@ -166,6 +166,7 @@ Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uin
   c.selective_hits = o.selective_hits;
   c.eviction = o.eviction;
   c.hash = o.hash;
+  c.max_retained_share = o.max_retained_share;
   return c;
 }
 
@@ -254,6 +255,17 @@ std::vector<size_t> arrival_order(const ReplayTrace& t) {
   return order;
 }
 
+// The requests with a read-ahead hint, by its time.
+std::vector<size_t> prefetch_order(const ReplayTrace& t) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < t.requests.size(); ++i)
+    if (t.requests[i].prefetch_at_ms >= 0) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return t.requests[a].prefetch_at_ms < t.requests[b].prefetch_at_ms;
+  });
+  return order;
+}
+
 // Per-request timing state: arrival times and prefill service times.
 struct Queue {
   std::vector<double> arrival, svc_cached, svc_uncached;
@@ -314,6 +326,10 @@ void finish_report(const ReplayOptions& o, const sim_detail::ReplayCacheStats& s
     r.evictions[k] = st.evictions[k];
     r.hit_ratio_by_tier[k] = r.tokens ? double(r.hit_tokens_by_tier[k]) / double(r.tokens) : 0;
   }
+  r.retain_hints = st.retain_hints;
+  r.retain_expiries = st.retain_expiries;
+  r.retain_yields = st.retain_yields;
+  r.prefetched_pages = st.prefetched_pages;
   r.token_hit_ratio = r.tokens ? double(r.hit_tokens) / double(r.tokens) : 0;
   if (with_max) r.max_token_hit_ratio = r.tokens ? double(max_hits) / double(r.tokens) : 0;
   if (o.timing) {
@@ -354,13 +370,27 @@ Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, b
   sim_detail::ReplayStep step, max_step;
   uint64_t max_hits = 0;
   const double ts0 = order.empty() ? 0 : t.requests[order[0]].timestamp_ms;
+  const std::vector<size_t> prefetches = prefetch_order(t);
+  size_t next_prefetch = 0;
   for (size_t i : order) {
     const ReplayRequest& q = t.requests[i];
+    // Read-ahead hints due by this arrival run first, at their own times.
+    for (; next_prefetch < prefetches.size() &&
+           t.requests[prefetches[next_prefetch]].prefetch_at_ms <= q.timestamp_ms;
+         ++next_prefetch) {
+      const ReplayRequest& p = t.requests[prefetches[next_prefetch]];
+      if (p.input_length == 0) continue;
+      main.cache->set_time_ms(p.prefetch_at_ms - ts0);
+      src.fill(p, seq);
+      KVTIER_RETURN_IF_ERROR(main.cache->prefetch(main.ns[p.salt], seq));
+    }
+    main.cache->set_time_ms(q.timestamp_ms - ts0);
     step = {};
     if (q.input_length > 0) {
       src.fill(q, seq);
       const uint32_t whole_pages = q.input_length / o.page_tokens();
       KVTIER_RETURN_IF_ERROR(main.cache->request(main.ns[q.salt], seq, whole_pages, step));
+      if (q.retain_s > 0) KVTIER_RETURN_IF_ERROR(main.cache->retain(main.ns[q.salt], seq, whole_pages, q.retain_s));
       if (with_max) {
         KVTIER_RETURN_IF_ERROR(max.cache->request(max.ns[q.salt], seq, whole_pages, max_step));
         max_hits += uint64_t(max_step.cached_pages()) * o.page_tokens();

@@ -109,6 +109,9 @@ struct ReplayReport {
   std::array<uint64_t, kNumTiers> bytes_stored{};
   // Device and host: pages evicted; disk and remote: chunks reclaimed.
   std::array<uint64_t, kNumTiers> evictions{};
+  // The trace's hints (retain_s, prefetch_at): hints taken, expired and
+  // yielded (past max_retained_share), and pages read ahead into the host.
+  uint64_t retain_hints = 0, retain_expiries = 0, retain_yields = 0, prefetched_pages = 0;
   std::array<uint64_t, kNumTiers> capacity_pages{};  // resolved capacities (0 = absent, UINT64_MAX = unlimited)
   uint64_t skipped_lines = 0;
   // Requests whose prompt needs more pages than the device tier has: the

@@ -50,6 +50,7 @@ Result<KVCacheOptions> replay_cache_options(const ReplayCacheOptions& o) {
   c.selective_hits = o.selective_hits;
   c.eviction = o.eviction;
   c.hash = o.hash;
+  c.max_retained_share = o.max_retained_share;
   c.transfer_workers = 0;  // inline
   c.profile = placeholder_profile();
   c.model_cost = ModelCost{.dense_flops_per_token = 1, .attn_flops_per_pair = 0, .num_layers = 1,
@@ -59,8 +60,26 @@ Result<KVCacheOptions> replay_cache_options(const ReplayCacheOptions& o) {
 
 Result<std::unique_ptr<ReplayCache>> ReplayCache::create(const ReplayCacheOptions& o) {
   KVTIER_ASSIGN_OR_RETURN(KVCacheOptions co, replay_cache_options(o));
+  auto clock = std::make_unique<ManualClock>();
+  co.clock = clock.get();
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<KVCache> c, KVCache::create(co));
-  return std::unique_ptr<ReplayCache>(new ReplayCache(std::move(c), o));
+  return std::unique_ptr<ReplayCache>(new ReplayCache(std::move(clock), std::move(c), o));
+}
+
+void ReplayCache::set_time_ms(double ms) {
+  const auto t = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+  if (t <= now_) return;
+  clock_->advance(t - now_);
+  now_ = t;
+}
+
+Status ReplayCache::retain(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages,
+                           uint32_t seconds) {
+  return cache_->retain(ns, prompt.first(size_t(whole_pages) * options_.unit), std::chrono::seconds(seconds)).status();
+}
+
+Status ReplayCache::prefetch(const Namespace& ns, std::span<const TokenId> prompt) {
+  return cache_->prefetch(ns, prompt).status();
 }
 
 Status ReplayCache::request(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages,
@@ -90,6 +109,10 @@ ReplayCacheStats ReplayCache::stats() const {
   r.evictions[1] = s.evicted_pages_by_tier[1];
   r.evictions[2] = s.disk.evictions;
   r.evictions[3] = s.remote.evictions;
+  r.retain_hints = s.retain_hints;
+  r.retain_expiries = s.retain_expiries;
+  r.retain_yields = s.retain_yields;
+  r.prefetched_pages = s.prefetched_pages;
   return r;
 }
 

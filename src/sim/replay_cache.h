@@ -42,6 +42,7 @@ struct ReplayCacheOptions {
   uint32_t selective_hits = 2;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   HashAlgo hash = HashAlgo::kXXH3_128;
+  double max_retained_share = 0.5;    // CacheConfig::max_retained_share
 };
 
 // What the cache did with one request.
@@ -55,6 +56,8 @@ struct ReplayStep {
 struct ReplayCacheStats {
   std::array<uint64_t, kNumTiers> stored_pages{};  // copies into each tier (host pages; disk/remote chunk pages)
   std::array<uint64_t, kNumTiers> evictions{};     // pages (device, host) or chunks (disk, remote)
+  uint64_t retain_hints = 0, retain_expiries = 0, retain_yields = 0;  // KVCacheStats' retention counters
+  uint64_t prefetched_pages = 0;
 };
 
 class ReplayCache {
@@ -65,14 +68,23 @@ class ReplayCache {
   // then (unit 1) one token standing for a partial last page, or (unit P)
   // the partial page's tokens. Not empty. The whole pages are committed.
   Status request(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages, ReplayStep& out);
+  // The trace's time, in ms (never goes back): retention hints expire by it.
+  void set_time_ms(double ms);
+  // The hints of a request (kvtier_trace.h): retain its whole pages for
+  // `seconds`; read its prompt's disk/remote prefix into the host now.
+  Status retain(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages, uint32_t seconds);
+  Status prefetch(const Namespace& ns, std::span<const TokenId> prompt);
   // Lets the last transfers' accounting land; then stats() is complete.
   Status finish() { return cache_->drain(); }
   ReplayCacheStats stats() const;
   KVCache& cache() { return *cache_; }
 
  private:
-  explicit ReplayCache(std::unique_ptr<KVCache> c, const ReplayCacheOptions& o) : options_(o), cache_(std::move(c)) {}
+  ReplayCache(std::unique_ptr<ManualClock> clock, std::unique_ptr<KVCache> c, const ReplayCacheOptions& o)
+      : options_(o), clock_(std::move(clock)), cache_(std::move(c)) {}
   ReplayCacheOptions options_;
+  std::unique_ptr<ManualClock> clock_;  // the cache's clock (declared first: it outlives the cache)
+  Clock::duration now_{};               // clock_'s time since the trace began
   std::unique_ptr<KVCache> cache_;
 };
 

@@ -112,6 +112,10 @@ std::string format_replay_table(const ReplayReport& r) {
          num(r.hit_ratio_by_tier[k]) + "  (capacity " + cap + ", evicted " + std::to_string(r.evictions[k]) +
              (k < 2 ? " pages)" : " chunks)"));
   }
+  if (r.retain_hints + r.prefetched_pages > 0)
+    line("hints: retained / expired / yielded, pages prefetched",
+         std::to_string(r.retain_hints) + " / " + std::to_string(r.retain_expiries) + " / " +
+             std::to_string(r.retain_yields) + ", " + std::to_string(r.prefetched_pages));
   if (o.timing) {
     line("TTFT ms with cache mean/p50/p99", num(r.ttft_cached_s.mean * 1e3, "%.2f") + " / " +
                                                 num(r.ttft_cached_s.p50 * 1e3, "%.2f") + " / " +
@@ -158,6 +162,10 @@ std::string format_replay_json(const ReplayReport& r) {
       j["bytes_moved"][std::string("device_to_") + kTierNames[k]] = r.bytes_stored[k];
     }
   }
+  j["hints"] = {{"retained", r.retain_hints},
+                {"expired", r.retain_expiries},
+                {"yielded", r.retain_yields},
+                {"prefetched_pages", r.prefetched_pages}};
   if (o.timing) {
     j["ttft_ms"]["with_cache"] = latency_json(r.ttft_cached_s);
     j["ttft_ms"]["without_cache"] = latency_json(r.ttft_uncached_s);

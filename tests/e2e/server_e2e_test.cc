@@ -733,5 +733,90 @@ TEST(ServerE2E, AgentTurnsWithToolsHitTheCache) {
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
 
+// Sessions that stay warm: retention hints (cache_control on a message,
+// "kvtier": {"retain_s"}) are reported and counted; after a flush of the
+// local tiers, POST /v1/cache/prefetch reads the conversation's prefix back
+// from disk into host memory, where the next turn finds it; bad hints are 400s.
+TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
+  TempDir dir;
+  ServerProcess s;
+  ASSERT_TRUE(s.start(qwen_chat_args(dir))) << s.log();
+  std::string system;
+  for (int i = 0; i < 40; ++i) system += "You are an agent: call tools to find facts about caches. ";
+  const json messages = json::array({{{"role", "system"}, {"content", system}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}},
+                                     {{"role", "user"}, {"content", "Find the tiers."}}});
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(120, 0);
+  auto chat = [&](json body) { return c.Post("/v1/chat/completions", body.dump(), "application/json"); };
+  const json body = {{"messages", messages}, {"max_tokens", 4}, {"ignore_eos", true},
+                     {"kvtier", {{"retain_s", 600}, {"session", "agent-7"}}}};
+  auto first = chat(body);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const json usage = json::parse(first->body)["usage"];
+  EXPECT_GT(usage["kvtier"]["retained_tokens"].get<uint32_t>(), 0u) << usage.dump();
+  EXPECT_LE(usage["kvtier"]["retained_tokens"].get<uint32_t>(), usage["total_tokens"].get<uint32_t>());
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->body.find("kvtier_retained_bytes{tier=\"host\"} 0\n"), std::string::npos);
+  EXPECT_NE(metrics->body.find("kvtier_retention_hints_total{outcome=\"taken\"} 2"), std::string::npos) << metrics->body;
+  auto recent = c.Get("/v1/requests/recent");
+  ASSERT_TRUE(recent);
+  EXPECT_NE(recent->body.find("\"session\":\"agent-7\""), std::string::npos);
+
+  ASSERT_EQ(c.Post("/v1/cache/flush")->status, 200);  // device and host; the disk keeps the chunks
+  auto prefetch = c.Post("/v1/cache/prefetch", json{{"messages", messages}}.dump(), "application/json");
+  ASSERT_TRUE(prefetch);
+  ASSERT_EQ(prefetch->status, 202) << prefetch->body;
+  const json started = json::parse(prefetch->body);
+  EXPECT_EQ(started["prefetch_id"].get<std::string>().rfind("pf-", 0), 0u);
+  EXPECT_GT(started["tokens_matched"].get<uint32_t>(), 0u) << started.dump();
+  EXPECT_EQ(started["tokens_loading"], started["tokens_matched"]);
+  auto again = chat(body);
+  ASSERT_TRUE(again);
+  ASSERT_EQ(again->status, 200) << again->body;
+  const json by_tier = json::parse(again->body)["usage"]["kvtier"]["cached_tokens_by_tier"];
+  EXPECT_GT(by_tier["host"].get<uint32_t>(), 0u) << by_tier.dump();  // what the planner loads of the prefetched chunks
+  EXPECT_EQ(by_tier["disk"], 0u);
+
+  auto bad = [&](const std::string& path, const std::string& b, const std::string& param) {
+    auto r = c.Post(path, b, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << b;
+    if (!param.empty()) {
+      EXPECT_EQ(json::parse(r->body)["error"]["param"], param) << r->body;
+    }
+  };
+  json ttl = messages;
+  ttl[0]["cache_control"]["ttl"] = "2d";
+  bad("/v1/chat/completions", json{{"messages", ttl}}.dump(), "messages[0].cache_control.ttl");
+  ttl[0]["cache_control"] = {{"type", "persistent"}};
+  bad("/v1/chat/completions", json{{"messages", ttl}}.dump(), "messages[0].cache_control");
+  bad("/v1/chat/completions", json{{"messages", messages}, {"kvtier", {{"retain_s", 90000}}}}.dump(), "kvtier.retain_s");
+  bad("/v1/chat/completions", json{{"messages", messages}, {"kvtier", {{"keep", true}}}}.dump(), "kvtier.keep");
+  bad("/v1/chat/completions", json{{"messages", messages}, {"kvtier", {{"session", 7}}}}.dump(), "kvtier.session");
+  bad("/v1/cache/prefetch", "{}", "prompt");
+  bad("/v1/cache/prefetch", "not json", "");
+  bad("/v1/cache/prefetch", json{{"prompt", json::array({-1})}}.dump(), "prompt");
+  EXPECT_EQ(c.Get("/health")->status, 200);
+
+  // `kvtier loadgen --agent --prefetch --retain-s`: every turn after the first finds the previous turn's prompt.
+  server::LoadgenOptions lo;
+  lo.url = "http://127.0.0.1:" + std::to_string(s.port());
+  lo.agent = lo.prefetch = true;
+  lo.retain_s = 60;
+  lo.users = 2, lo.rounds = 3, lo.tools = 3, lo.system_prompt_tokens = 100, lo.question_tokens = 20;
+  lo.tool_result_tokens = 40, lo.tool_latency_ms = 10, lo.answer_tokens = 4;
+  auto run = server::run_loadgen(lo);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  const auto summary = server::summarize(*run);
+  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
+  EXPECT_EQ(summary.requests, 6u);
+  EXPECT_GT(summary.ideal_share, 0.9);
+  EXPECT_NE(server::summary_table(lo, summary).find("cached / ideal"), std::string::npos);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+}
+
 }  // namespace
 }  // namespace kvtier::testing

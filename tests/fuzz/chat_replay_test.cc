@@ -13,9 +13,9 @@ TEST(ChatReplay, SeedsAreAcceptedOrRefusedAsNamed) {
     return std::vector<TokenId>{65};
   };
   const auto seeds = corpus_files("chat");
-  ASSERT_GE(seeds.size(), 5u);
+  ASSERT_GE(seeds.size(), 6u);
   for (const auto& [name, body] : seeds) {
-    const bool valid = name == "agent_turn.json" || name == "plain.json";
+    const bool valid = name == "agent_turn.json" || name == "plain.json" || name == "retention.json";
     auto r = server::parse_chat_request({reinterpret_cast<const char*>(body.data()), body.size()}, limits, build);
     EXPECT_EQ(std::holds_alternative<server::ChatRequest>(r), valid) << name;
   }

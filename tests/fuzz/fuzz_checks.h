@@ -26,6 +26,12 @@ std::string check_completion_request(Input data);
 std::string check_chat_request(Input data);
 // Generated text through every tool-call parser: calls with names and object arguments, or the text whole.
 std::string check_tool_calls(Input data);
+// A chat template (text/chat_template.h): parsed, and rendered on a conversation with tools within
+// bounded steps and output; a refusal or a render error carries a message.
+std::string check_chat_template(Input data);
+// Text through the byte-level BPE tokenizer of KVTIER_FUZZ_VOCAB (Qwen2's): ids inside the vocabulary;
+// valid UTF-8 comes back whole from decode(encode(text)).
+std::string check_tokenizer(Input data);
 // A Mooncake JSON-lines trace (sim/mooncake_trace.h), every prompt expanded.
 std::string check_mooncake_trace(Input data);
 // A kvtier JSON-lines trace (sim/kvtier_trace.h), strict and with skip_bad_lines.

@@ -72,6 +72,11 @@ std::string check_chat_request(Input data) {
   }
   if (!r.chat.tools.is_null() && !r.chat.tools.is_array()) return "accepted tools that are not a list";
   if (!r.chat.kwargs.is_object()) return "accepted chat_template_kwargs that are not an object";
+  for (const RetainHint& h : r.completion.retain) {
+    if (h.seconds == 0 || h.seconds > server::kMaxRetainSeconds) return "a retention hint outside (0, 86400] seconds";
+    if (h.tokens != UINT32_MAX && h.tokens > r.completion.prompt.size()) return "a retention hint past the prompt";
+  }
+  if (r.completion.session.size() > 256) return "accepted a session id over 256 bytes";
   return {};
 }
 

@@ -36,6 +36,7 @@ struct Held {
   NodeHandle node;
   int ns;
   std::vector<TokenId> prefix;  // the matched pages' tokens
+  bool retained = false;        // retain() instead of lock()
 };
 
 class Model {
@@ -165,20 +166,24 @@ class Model {
     const auto t = prompt();
     ix_->match(ns_[ns], t, m_);
     if (m_.matched_pages == 0) return;
-    ASSERT_TRUE(ix_->lock(m_.deepest).ok());
-    held_.push_back(Held{m_.deepest, ns, std::vector<TokenId>(t.begin(), t.begin() + m_.matched_pages * P_)});
+    const bool retain = pick(2) == 0;
+    ASSERT_TRUE((retain ? ix_->retain(m_.deepest) : ix_->lock(m_.deepest)).ok());
+    held_.push_back(
+        Held{m_.deepest, ns, std::vector<TokenId>(t.begin(), t.begin() + m_.matched_pages * P_), retain});
   }
+
+  Status let_go(const Held& h) { return h.retained ? ix_->unretain(h.node) : ix_->unlock(h.node); }
 
   void do_unlock() {
     if (held_.empty()) return;
     const size_t i = pick(static_cast<uint32_t>(held_.size()));
-    ASSERT_TRUE(ix_->unlock(held_[i].node).ok());
+    ASSERT_TRUE(let_go(held_[i]).ok());
     held_.erase(held_.begin() + i);
   }
 
-  bool locked(const Key& k) const {
+  bool locked(const Key& k, bool retained = false) const {
     for (const Held& h : held_)
-      if (h.ns == k.first && k.second.size() <= h.prefix.size() &&
+      if (h.retained == retained && h.ns == k.first && k.second.size() <= h.prefix.size() &&
           std::equal(k.second.begin(), k.second.end(), h.prefix.begin()))
         return true;
     return false;
@@ -203,9 +208,12 @@ class Model {
       EXPECT_EQ(p.location, e.loc);
       EXPECT_TRUE(e.loc.in(tier));
       EXPECT_FALSE(locked(k)) << "evicted a locked page";
+      const bool retained = locked(k, /*retained=*/true);
+      EXPECT_FALSE(retained && tier == TierKind::kHost) << "evicted a retained page from the host";
       if (tier == TierKind::kDevice) e.loc.device = PageId();
       else e.loc.host = SlotId();
       EXPECT_EQ(p.removed, !e.loc.any());
+      EXPECT_FALSE(retained && p.removed) << "a retained page left the index";
       if (!e.loc.any()) {
         oracle_.erase(k);
         by_hash_.erase(it);
@@ -229,7 +237,7 @@ class Model {
 
   // Unlock everything and evict both tiers until nothing is left: no leaked nodes.
   void do_drain() {
-    for (const Held& h : held_) ASSERT_TRUE(ix_->unlock(h.node).ok());
+    for (const Held& h : held_) ASSERT_TRUE(let_go(h).ok());
     held_.clear();
     for (int round = 0; round < 100000; ++round) {
       const uint32_t a = evict(1000, TierKind::kDevice);
@@ -244,11 +252,16 @@ class Model {
 
   void check_counts() {
     const IndexStats s = ix_->stats();
-    uint64_t dev = 0, host = 0, prot_min = 0;
+    uint64_t dev = 0, host = 0, prot_min = 0, retained_min = 0;
     for (const auto& [k, e] : oracle_) {
       dev += e.loc.on_device();
       host += e.loc.on_host();
       prot_min += locked(k);
+      retained_min += e.loc.on_host() && locked(k, /*retained=*/true);
+    }
+    ASSERT_GE(s.retained_host_pages, retained_min);
+    if (std::none_of(held_.begin(), held_.end(), [](const Held& h) { return h.retained; })) {
+      ASSERT_EQ(s.retained_host_pages, 0u);
     }
     ASSERT_EQ(s.pages, oracle_.size());
     ASSERT_EQ(s.device_pages, dev);

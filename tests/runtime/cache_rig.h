@@ -38,6 +38,8 @@ struct RigOptions {
   std::string disk_dir;                        // empty: a fresh directory of the rig's own (removed after)
   bool layerwise = true;
   std::shared_ptr<const engine::Model> model;  // null: the tiny preset, seed 3
+  const Clock* clock = &Clock::system();       // retention hints expire by it
+  double max_retained_share = 0.5;
 };
 
 struct Outcome {
@@ -78,6 +80,8 @@ class CacheRig {
     co.host_codec = o.host_codec;
     co.layerwise = o.layerwise;
     co.device = o.device;
+    co.clock = o.clock;
+    co.max_retained_share = o.max_retained_share;
     co.profile.gemm_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.attn_flops_per_s = o.fast_links ? 1e6 : 1e12;
     co.profile.link(TierKind::kHost) = {0, 1e12};

@@ -419,3 +419,47 @@ TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
 
 }  // namespace
 }  // namespace kvtier::server
+
+namespace kvtier::server {
+namespace {
+
+// cache_control marks the prompt through its message; "kvtier": {"retain_s"} the whole sequence.
+TEST(ChatApi, RetentionHintsMarkTheirPrefix) {
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"system","content":"sys","cache_control":{"type":"ephemeral"}},
+                      {"role":"user","content":[{"type":"text","text":"doc","cache_control":{"type":"ephemeral","ttl":"1h"}}]},
+                      {"role":"user","content":"q"}],
+          "kvtier":{"retain_s":30,"session":"s-1"}})",
+      limits(), simple_builder());
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const CompletionRequest& c = std::get<ChatRequest>(r).completion;
+  ASSERT_EQ(c.retain.size(), 3u);
+  EXPECT_EQ(c.retain[0].tokens, UINT32_MAX);  // retain_s: everything committed
+  EXPECT_EQ(c.retain[0].seconds, 30u);
+  EXPECT_EQ(c.retain[1].tokens, std::string("system:sys|").size());
+  EXPECT_EQ(c.retain[1].seconds, 300u);  // the default ttl, 5m
+  EXPECT_EQ(c.retain[2].tokens, std::string("system:sys|user:doc|").size());
+  EXPECT_EQ(c.retain[2].seconds, 3600u);
+  EXPECT_EQ(c.session, "s-1");
+  EXPECT_EQ(c.ignored_fields, 0u);
+}
+
+TEST(ChatApi, BadRetentionHintsAre400s) {
+  const std::string m = R"({"role":"user","content":"x"})";
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":{"type":"ephemeral","ttl":"2d"}}]})").param,
+            "messages[0].cache_control.ttl");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":"yes"}]})").param,
+            "messages[0].cache_control");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":{"type":"ephemeral","max":1}}]})").param,
+            "messages[0].cache_control.max");
+  std::string five = R"({"messages":[)";
+  for (int i = 0; i < 5; ++i) five += std::string(i ? "," : "") + R"({"role":"user","content":"x","cache_control":{"type":"ephemeral"}})";
+  EXPECT_EQ(chat_error(five + "]}").param, "messages[4].cache_control");
+  EXPECT_EQ(chat_error(R"({"messages":[)" + m + R"(],"kvtier":{"retain_s":86401}})").param, "kvtier.retain_s");
+  EXPECT_EQ(chat_error(R"({"messages":[)" + m + R"(],"kvtier":{"retain_s":1.5}})").param, "kvtier.retain_s");
+  EXPECT_EQ(chat_error(R"({"messages":[)" + m + R"(],"kvtier":{"session":["a"]}})").param, "kvtier.session");
+  EXPECT_EQ(chat_error(R"({"messages":[)" + m + R"(],"kvtier":{"pin":true}})").param, "kvtier.pin");
+}
+
+}  // namespace
+}  // namespace kvtier::server

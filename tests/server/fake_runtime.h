@@ -170,10 +170,10 @@ class FakeRuntime final : public Runtime {
     return st;
   }
 
-  Status prefetch(std::span<const TokenId> prompt, std::string_view) override {
+  Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view) override {
     std::lock_guard lk(s_->mu);
     s_->log.push_back("prefetch:" + std::to_string(prompt.empty() ? -1 : prompt.front()));
-    return Status::Ok();
+    return PrefetchReport{};
   }
 
   Result<std::vector<TokenId>> decode(std::span<const SeqId> seqs) override {
@@ -191,7 +191,7 @@ class FakeRuntime final : public Runtime {
     return out;
   }
 
-  void finish(SeqId seq) override {
+  uint32_t finish(SeqId seq) override {
     std::lock_guard lk(s_->mu);
     auto it = seqs_.find(seq.value());
     if (it != seqs_.end()) {
@@ -202,6 +202,7 @@ class FakeRuntime final : public Runtime {
     s_->finished.insert(seq.value());
     s_->log.push_back("finish");
     s_->cv.notify_all();
+    return 0;
   }
 
   // Recognisable values: 7 requests, 1 running, host tier of 1 slot.

@@ -414,3 +414,75 @@ TEST_F(ReplayOnSharedTrace, SweepWritesCsvAndSvg) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// A 4096-token prompt of its own hash ids, with optional hints.
+std::string hinted(double ts, int id, const std::string& hints = "") {
+  std::string ids;
+  for (int b = 0; b < 8; ++b) ids += (b ? ", " : "") + std::to_string(id * 100 + b);
+  return "{\"timestamp\": " + std::to_string(ts) + ", \"input_length\": 4096, \"output_length\": 4, \"hash_ids\": [" +
+         ids + "]" + hints + "}\n";
+}
+
+// 20 other prompts, enough to push any unhinted prompt out of device and host.
+std::string pressure(double ts0) {
+  std::string text;
+  for (int c = 1; c <= 20; ++c) text += hinted(ts0 + c, c);
+  return text;
+}
+
+TEST(ReplayHints, RetainedPrefixSurvivesPressureUntilItExpires) {
+  ReplayOptions o = opts();
+  o.device = Capacity::tokens(3 * 4096);
+  o.host = Capacity::tokens(8 * 4096);
+  for (bool hint : {false, true}) {
+    const std::string text = hinted(0, 0, hint ? ", \"retain_s\": 600" : "") + pressure(1) + hinted(30, 0) +
+                             pressure(700000) + hinted(700030, 0);
+    auto t = parse_replay_trace(text, TraceReadOptions{});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    auto r = run_replay(o, *t);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // Only A's return at 30 s can hit (4080 tokens: whole pages before its last token), and only when retained;
+    // by 700 s the hint has run out and pressure takes A as any other prompt.
+    EXPECT_EQ(r->hit_tokens, hint ? 4080u : 0u) << "hint " << hint;
+    EXPECT_EQ(r->retain_hints, hint ? 1u : 0u);
+    EXPECT_EQ(r->retain_expiries, hint ? 1u : 0u);
+  }
+}
+
+TEST(ReplayHints, PrefetchMovesADiskHitToTheHost) {
+  ReplayOptions o = opts();
+  o.device = Capacity::tokens(3 * 4096);
+  o.host = Capacity::tokens(2 * 4096);
+  o.disk = Capacity::tokens(64 * 4096);
+  o.disk_region_bytes = size_t(256) << 20;
+  uint64_t hits[2] = {};
+  for (bool hint : {false, true}) {
+    const std::string text = hinted(0, 0) + pressure(1) + hinted(30, 0, hint ? ", \"prefetch_at\": 25" : "");
+    auto t = parse_replay_trace(text, TraceReadOptions{});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    auto r = run_replay(o, *t);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // A's whole chunks come back either way: from the disk, or read ahead into the host before it arrives.
+    hits[hint] = r->hit_tokens;
+    EXPECT_EQ(r->hit_tokens_by_tier[int(TierKind::kHost)], hint ? r->hit_tokens : 0u);
+    EXPECT_EQ(r->hit_tokens_by_tier[int(TierKind::kDisk)], hint ? 0u : r->hit_tokens);
+    EXPECT_EQ(r->prefetched_pages, hint ? r->hit_tokens / 16 : 0u);
+  }
+  EXPECT_GT(hits[0], 0u);
+  EXPECT_EQ(hits[0], hits[1]);
+}
+
+TEST(ReplayHints, BadHintsNameTheirLine) {
+  for (const std::string& hints : {std::string(", \"retain_s\": 90000"), std::string(", \"retain_s\": -1"),
+                                   std::string(", \"prefetch_at\": 50"), std::string(", \"prefetch_at\": \"soon\"")}) {
+    auto t = parse_replay_trace(hinted(0, 0) + hinted(10, 1, hints), TraceReadOptions{});
+    ASSERT_FALSE(t.ok()) << hints;
+    EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace kvtier

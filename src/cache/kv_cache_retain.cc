@@ -1,0 +1,55 @@
+// KVCache: retention hints (retain()): prefixes kept in the host tier for a while.
+#include <algorithm>
+#include <cmath>
+
+#include "cache/kv_cache.h"
+
+namespace kvtier {
+
+Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl) {
+  poll();
+  if (!host_ || options_.max_retained_share <= 0 || ttl <= Clock::duration::zero()) return 0u;
+  const uint32_t P = options_.geometry.page_tokens;
+  MatchResult m;
+  index_->match(index_->namespace_key(ns), tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
+  if (m.matched_pages == 0) return 0u;
+  const Clock::time_point until = options_.clock->now() + ttl;
+  auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == m.deepest; });
+  if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
+    Retention r{same->node, std::max(same->until, until)};
+    retained_.erase(same);
+    retained_.push_back(r);
+  } else {
+    KVTIER_RETURN_IF_ERROR(index_->retain(m.deepest));
+    retained_.push_back(Retention{m.deepest, until});
+  }
+  const auto cap = static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots()));
+  while (!retained_.empty() && index_->stats().retained_host_pages > cap) {
+    let_go(0);
+    ++stats_.retain_yields;
+  }
+  const bool kept = !retained_.empty() && retained_.back().node == m.deepest;
+  if (!kept) return 0u;
+  ++stats_.retain_hints;
+  return m.matched_pages * P;
+}
+
+void KVCache::let_go(size_t i) {
+  (void)index_->unretain(retained_[i].node);  // cannot fail: a retained node is never removed (PrefixIndex I6)
+  retained_.erase(retained_.begin() + static_cast<std::ptrdiff_t>(i));
+}
+
+void KVCache::expire_retained(bool all) {
+  if (retained_.empty()) return;
+  const Clock::time_point now = options_.clock->now();
+  for (size_t i = 0; i < retained_.size();) {
+    if (!all && retained_[i].until > now) {
+      ++i;
+      continue;
+    }
+    let_go(i);
+    if (!all) ++stats_.retain_expiries;
+  }
+}
+
+}  // namespace kvtier

@@ -1,0 +1,72 @@
+// kvtier loadgen --agent: sessions of tool-calling turns (loadgen.h).
+#include <chrono>
+#include <thread>
+
+#include "client/loadgen_detail.h"
+
+namespace kvtier::server::loadgen_detail {
+namespace {
+
+using nlohmann::json;
+
+// The shared tool definitions: `n` functions with a description and a schema.
+json agent_tools(const LoadgenOptions& o) {
+  json tools = json::array();
+  for (uint32_t i = 0; i < o.tools; ++i)
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", "tool_" + std::to_string(i)},
+                       {"description", synth_text(o.seed, 6, i, 0, 24)},
+                       {"parameters",
+                        {{"type", "object"},
+                         {"properties", {{"query", {{"type", "string"}, {"description", "what to look up"}}}}},
+                         {"required", json::array({"query"})}}}}}});
+  return tools;
+}
+
+// The assistant's scripted tool call of a turn, as a replaying client appends it.
+json scripted_call(const LoadgenOptions& o, uint32_t session, uint32_t turn) {
+  const std::string id = "call_" + std::to_string(session) + "_" + std::to_string(turn);
+  const json args = {{"query", synth_text(o.seed, 7, session, turn, 8)}};
+  return {{"role", "assistant"},
+          {"content", nullptr},
+          {"tool_calls", json::array({{{"id", id},
+                                       {"type", "function"},
+                                       {"function", {{"name", "tool_" + std::to_string(turn % o.tools)},
+                                                     {"arguments", args.dump()}}}}})}};
+}
+
+// POST /v1/cache/prefetch of the conversation so far; best effort (its answer is not a sample).
+void prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
+  (void)client.Post("/v1/cache/prefetch", auth_headers(o), body.dump(), "application/json");
+}
+
+}  // namespace
+
+void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32_t session,
+                       const std::function<bool(uint32_t turn)>& may_send,
+                       const std::function<void(uint32_t turn, LoadgenSample)>& record) {
+  auto client = make_client(o);
+  json request = {{"tools", agent_tools(o)},
+                  {"messages", json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}},
+                                            {{"role", "user"}, {"content", synth_text(o.seed, 3, session, 0, o.question_tokens)}}})}};
+  if (o.retain_s > 0) request["kvtier"] = {{"retain_s", o.retain_s}, {"session", "agent-" + std::to_string(session)}};
+  uint32_t previous_prompt = 0;
+  for (uint32_t turn = 0; turn < o.rounds && may_send(turn); ++turn) {
+    LoadgenSample s = send_one(*client, o, model, request);
+    s.user = session, s.round = turn;
+    s.ideal_cached_tokens = previous_prompt;
+    previous_prompt = s.ok ? s.prompt_tokens : 0;
+    record(turn, std::move(s));
+    if (turn + 1 == o.rounds) break;
+    // The tool runs: the client may ask for the prefix to be read ahead meanwhile.
+    request["messages"].push_back(scripted_call(o, session, turn));
+    if (o.prefetch) prefetch(*client, o, request);
+    std::this_thread::sleep_for(std::chrono::milliseconds(o.tool_latency_ms));
+    request["messages"].push_back({{"role", "tool"},
+                                   {"tool_call_id", request["messages"].back()["tool_calls"][0]["id"]},
+                                   {"content", synth_text(o.seed, 8, session, turn, o.tool_result_tokens)}});
+  }
+}
+
+}  // namespace kvtier::server::loadgen_detail

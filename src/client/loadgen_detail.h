@@ -1,0 +1,30 @@
+// The load generator's pieces shared by its workloads (internal to src/client).
+#pragma once
+
+#include <httplib.h>
+
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "client/loadgen.h"
+
+namespace kvtier::server::loadgen_detail {
+
+std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o);
+httplib::Headers auth_headers(const LoadgenOptions& o);
+// Deterministic prose of `n` words: a stream per (purpose, user, round).
+std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n);
+// One streamed request (a completion; a chat completion with o.chat or
+// o.agent); `text` receives what was generated.
+LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model,
+                       nlohmann::json body, std::string* text = nullptr);
+// One agent session (loadgen_agent.cc): `may_send(turn)` says whether the
+// turn may start now (waiting for its slot with qps), `record` keeps each
+// turn's sample.
+void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32_t session,
+                       const std::function<bool(uint32_t turn)>& may_send,
+                       const std::function<void(uint32_t turn, LoadgenSample)>& record);
+
+}  // namespace kvtier::server::loadgen_detail

@@ -1,0 +1,99 @@
+// Retention hints (KVCache::retain): a retained prefix survives host
+// pressure that evicts it without the hint, until its time is up; the
+// retained share is capped and the oldest hint yields past it.
+#include <gtest/gtest.h>
+
+#include "cache_rig.h"
+
+namespace kvtier::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// Device 12 pages, host 8 (retention cap 4), no disk: each 65-token prompt
+// commits 4 whole pages (plus a decoded one), so three more prompts push
+// every earlier page out of both tiers.
+RigOptions small_tiers(const Clock* clock) {
+  RigOptions o;
+  o.device_pages = 12;
+  o.host_pages = 8;
+  o.disk = false;
+  o.clock = clock;
+  return o;
+}
+
+uint32_t cached_pages(CacheRig& rig, std::span<const TokenId> prompt) {
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  EXPECT_TRUE(look.ok());
+  return look.ok() ? look->cached_pages() : 0;
+}
+
+void pressure(CacheRig& rig, uint32_t seed) {
+  for (uint32_t i = 0; i < 3; ++i) rig.cached(CacheRig::random_tokens(65, seed + i), 2);
+}
+
+TEST(CacheRetain, RetainedPrefixSurvivesPressureUntilItExpires) {
+  ManualClock clock;
+  for (bool hint : {false, true}) {
+    CacheRig rig(small_tiers(&clock));
+    const auto a = CacheRig::random_tokens(65, 1);
+    rig.cached(a, 2);
+    if (hint) {
+      auto r = rig.cache->retain(rig.ns, a, seconds(60));
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      EXPECT_EQ(*r, 64u);
+    }
+    pressure(rig, 100);
+    EXPECT_EQ(cached_pages(rig, a), hint ? 4u : 0u) << "hint " << hint;
+    ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+    if (!hint) continue;
+    EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 4u);
+    EXPECT_EQ(rig.cache->stats().retain_active, 1u);
+    // Its time runs out: the next pressure takes it like any other prefix.
+    clock.advance(seconds(61));
+    pressure(rig, 200);
+    EXPECT_EQ(cached_pages(rig, a), 0u);
+    const KVCacheStats s = rig.cache->stats();
+    EXPECT_EQ(s.retain_expiries, 1u);
+    EXPECT_EQ(s.retain_active, 0u);
+    EXPECT_EQ(s.index.retained_host_pages, 0u);
+  }
+}
+
+TEST(CacheRetain, OldestHintYieldsPastTheCap) {
+  ManualClock clock;
+  CacheRig rig(small_tiers(&clock));
+  const auto a = CacheRig::random_tokens(65, 1), b = CacheRig::random_tokens(65, 2);
+  rig.cached(a, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 64u);
+  rig.cached(b, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, b, seconds(60)), 64u);  // 8 retained pages > the cap of 4: a yields
+  pressure(rig, 100);
+  EXPECT_EQ(cached_pages(rig, a), 0u);
+  EXPECT_EQ(cached_pages(rig, b), 4u);
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.retain_yields, 1u);
+  EXPECT_EQ(s.retain_hints, 2u);
+  // A hint on what is not cached retains nothing; without a host share, nothing either.
+  EXPECT_EQ(*rig.cache->retain(rig.ns, CacheRig::random_tokens(65, 9), seconds(60)), 0u);
+  RigOptions none = small_tiers(&clock);
+  none.max_retained_share = 0;
+  CacheRig off(none);
+  off.cached(a, 2);
+  EXPECT_EQ(*off.cache->retain(off.ns, a, seconds(60)), 0u);
+}
+
+TEST(CacheRetain, FlushDropsRetainedPages) {
+  ManualClock clock;
+  CacheRig rig(small_tiers(&clock));
+  const auto a = CacheRig::random_tokens(65, 1);
+  rig.cached(a, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 64u);
+  ASSERT_TRUE(rig.cache->flush().ok());
+  EXPECT_EQ(cached_pages(rig, a), 0u);
+  EXPECT_EQ(rig.cache->stats().retain_active, 0u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
+}  // namespace
+}  // namespace kvtier::testing
