@@ -49,8 +49,9 @@ struct CacheConfig : TierConfig {
   // (docs/PERF.md). 0: moves run inline, done when each call returns.
   uint32_t transfer_workers = 4;
   std::string profile_path;                  // calibration profile; empty: calibrate at start
-  // Share of the host tier that retention hints (KVCache::retain) may keep
-  // from eviction; past it the oldest hint yields. 0: hints are ignored.
+  // Share of the host tier, and of the disk tier's regions, that retention
+  // hints (KVCache::retain) may keep from eviction; past it the earliest
+  // hint yields. 0: hints are ignored.
   double max_retained_share = 0.5;
 
   // A lossy host codec needs a policy that stores down from device pages

@@ -199,6 +199,7 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   env.host_memory = host_memory_options(o.device);  // DMA straight from the arena beside a GPU
   env.host_evicts_chunks = false;                   // slots are owned by the index's eviction
   env.disk_auth = o.disk_auth;
+  env.clock = o.clock;
   KVTIER_ASSIGN_OR_RETURN(TierSet tiers, make_tiers(o, cg, env));
   c->host_ = std::move(tiers.host);
   c->disk_ = o.disk ? o.disk : std::move(tiers.disk);

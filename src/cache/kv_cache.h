@@ -248,14 +248,16 @@ class KVCache {
   };
   Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
   // Retention hint: keeps the cached whole pages of `tokens` in `ns` (the
-  // prefix cached now) in the host tier for `ttl`. They may leave the
-  // device (down to their host copy) but are never evicted from the host
-  // or dropped from the index while the hint holds (PrefixIndex::retain).
-  // The retained host pages are capped at max_retained_share of the host
-  // slots: past it the oldest hint yields (a hint never starves unhinted
-  // traffic). A second hint on the same prefix extends it. Returns the
-  // tokens retained (0: nothing cached, no host tier, or over the cap
-  // alone). Expiry is read from options().clock, at every entry point.
+  // prefix cached now) for `ttl`. On the host: they may leave the device
+  // (down to their host copy) but are never evicted from the host or
+  // dropped from the index while the hint holds (PrefixIndex::retain). On
+  // the disk: the regions holding the prefix's whole chunks are skipped by
+  // reclaim (Tier::retain). Each tier holds at most max_retained_share of
+  // itself: past it the earliest hint yields (a hint never starves
+  // unhinted traffic). A second hint on the same prefix extends it. Returns
+  // the tokens retained in either tier (0: nothing cached, no host or disk
+  // tier, or over the cap alone). Expiry is read from options().clock (the
+  // disk's from TierEnv::clock, the same one), at every entry point.
   Result<uint32_t> retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl);
   // The content-addressed keys of the whole chunks of `tokens` under `ns`,
   // in prompt order: the keys the disk and remote tiers store them under.
@@ -318,6 +320,8 @@ class KVCache {
     NodeHandle node;
     Clock::time_point until;
   };
+  // retain() on the host tier: the hint's node in the retention table; the pages retained (0: none).
+  uint32_t retain_on_host(const Namespace& ns, std::span<const TokenId> tokens, Clock::time_point until);
   // Lets go of hints whose time is up (all of them with `all`), oldest first.
   void expire_retained(bool all = false);
   void let_go(size_t i);

@@ -8,19 +8,33 @@ namespace kvtier {
 
 Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl) {
   poll();
-  if (!host_ || options_.max_retained_share <= 0 || ttl <= Clock::duration::zero()) return 0u;
+  if (options_.max_retained_share <= 0 || ttl <= Clock::duration::zero()) return 0u;
+  const Clock::time_point until = options_.clock->now() + ttl;
+  const uint32_t P = options_.geometry.page_tokens;
+  uint32_t pages = host_ ? retain_on_host(ns, tokens, until) : 0;
+  // The disk holds the regions of the prefix's whole chunks back from reclaim as well: the host share is
+  // capped, and a prefix the host let go (or never had) comes back from the disk instead of being recomputed.
+  if (disk_) {
+    const std::vector<ChunkKey> keys = chunk_keys(ns, tokens);
+    const size_t held = disk_->retain(keys, until, options_.max_retained_share);
+    pages = std::max(pages, uint32_t(held) * options_.chunk_pages);
+  }
+  if (pages > 0) ++stats_.retain_hints;
+  return pages * P;
+}
+
+uint32_t KVCache::retain_on_host(const Namespace& ns, std::span<const TokenId> tokens, Clock::time_point until) {
   const uint32_t P = options_.geometry.page_tokens;
   MatchResult m;
   index_->match(index_->namespace_key(ns), tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
-  if (m.matched_pages == 0) return 0u;
-  const Clock::time_point until = options_.clock->now() + ttl;
+  if (m.matched_pages == 0) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == m.deepest; });
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
     Retention r{same->node, std::max(same->until, until)};
     retained_.erase(same);
     retained_.push_back(r);
   } else {
-    KVTIER_RETURN_IF_ERROR(index_->retain(m.deepest));
+    if (!index_->retain(m.deepest).ok()) return 0;
     retained_.push_back(Retention{m.deepest, until});
   }
   const auto cap = static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots()));
@@ -28,10 +42,7 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
     let_go(0);
     ++stats_.retain_yields;
   }
-  const bool kept = !retained_.empty() && retained_.back().node == m.deepest;
-  if (!kept) return 0u;
-  ++stats_.retain_hints;
-  return m.matched_pages * P;
+  return !retained_.empty() && retained_.back().node == m.deepest ? m.matched_pages : 0;
 }
 
 void KVCache::let_go(size_t i) {

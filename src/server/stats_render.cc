@@ -58,7 +58,9 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
                     {"hints", s.retain_hints},
                     {"expiries", s.retain_expiries},
                     {"yields", s.retain_yields},
-                    {"host_pages", s.index.retained_host_pages}};
+                    {"host_pages", s.index.retained_host_pages},
+                    {"disk_bytes", s.disk.retained_bytes},
+                    {"disk_yields", s.disk.retain_yields}};
   j["moved_down"] = {{"demoted_pages", s.demoted_pages}, {"spilled_chunks", s.spilled_chunks}};
   j["device"] = {{"pages", s.pool.total_pages}, {"used_pages", s.pool.used_pages}, {"page_bytes", s.pool.page_bytes},
                  {"cached_pages", s.index.device_pages}};
@@ -122,13 +124,14 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
   metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
   m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
   metric("kvtier_retained_bytes", "gauge",
-         "Bytes kept from eviction by retention hints (retain_s, cache_control), per tier (the host holds them).");
-  m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n';
+         "Bytes kept from eviction by retention hints (retain_s, cache_control), per tier (disk: whole regions).");
+  m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n'
+    << "kvtier_retained_bytes{tier=\"disk\"} " << s.disk.retained_bytes << '\n';
   metric("kvtier_retention_hints_total", "counter",
          "Retention hints by outcome: taken, expired (ran their time), yielded (oldest let go past --max-retained-share).");
   m << "kvtier_retention_hints_total{outcome=\"taken\"} " << s.retain_hints << '\n'
     << "kvtier_retention_hints_total{outcome=\"expired\"} " << s.retain_expiries << '\n'
-    << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields << '\n';
+    << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields + s.disk.retain_yields << '\n';
   metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
   m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
     << "kvtier_write_back_moves_total{kind=\"spilled_chunks\"} " << s.spilled_chunks << '\n';

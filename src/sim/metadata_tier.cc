@@ -18,9 +18,21 @@ Result<std::unique_ptr<MetadataTier>> MetadataTier::create(const MetadataTierOpt
   return std::unique_ptr<MetadataTier>(new MetadataTier(o));
 }
 
+size_t MetadataTier::retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) {
+  std::lock_guard lk(mu_);
+  const auto cap = static_cast<uint32_t>(max_share * options_.regions);
+  size_t n = 0;
+  for (; n < keys.size(); ++n) {
+    auto it = index_.find(keys[n]);
+    if (it == index_.end()) break;
+    stats_.retain_yields += reclaim_order_.retain(it->second.region, until, cap);
+  }
+  return n;
+}
+
 void MetadataTier::reclaim_one_locked() {
   const std::optional<uint32_t> active = has_active_ ? std::optional(next_region_ - 1) : std::nullopt;
-  const auto victim = reclaim_order_.victim(active);
+  const auto victim = reclaim_order_.victim(active, options_.clock->now());
   if (!victim) return;
   reclaim_order_.remove(*victim);
   auto it = region_keys_.find(*victim);
@@ -106,6 +118,8 @@ TierStats MetadataTier::stats() const {
   s.capacity_bytes = uint64_t(options_.regions) * options_.chunks_per_region * options_.geometry.chunk_pages * page_bytes;
   s.entries = index_.size();
   s.bytes = held_pages_ * page_bytes;
+  s.retained_bytes = reclaim_order_.held(options_.clock->now()) * options_.chunks_per_region *
+                     options_.geometry.chunk_pages * page_bytes;
   return s;
 }
 

@@ -35,6 +35,7 @@ struct MetadataTierOptions {
   uint32_t regions = 0;            // >= 1
   uint32_t chunks_per_region = 1;  // >= 1
   EvictionOrder reclaim = EvictionOrder::kFifo;
+  const Clock* clock = &Clock::system();  // retention holds expire by it; must outlive the tier
 
   Status validate() const;
 };
@@ -53,6 +54,8 @@ class MetadataTier final : public Tier {
   // bytes: the held chunks at their payload size; capacity_bytes: every region full.
   TierStats stats() const override;
   bool degraded() const override { return false; }
+  // As DiskTier: regions holding retained entries are skipped by reclaim while held.
+  size_t retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) override;
 
  private:
   struct Entry {

@@ -41,16 +41,18 @@ Result<KVCacheOptions> replay_cache_options(const ReplayCacheOptions& o) {
   const ChunkGeometry cg{c.geometry, o.chunk_pages};
   if (o.disk_regions > 0) {
     KVTIER_ASSIGN_OR_RETURN(c.disk, MetadataTier::create({cg, TierKind::kDisk, o.disk_regions, o.disk_chunks_per_region,
-                                                          o.disk_reclaim}));
+                                                          o.disk_reclaim, o.clock}));
   }
   if (o.remote_chunks > 0) {
-    KVTIER_ASSIGN_OR_RETURN(c.remote, MetadataTier::create({cg, TierKind::kRemote, o.remote_chunks, 1, o.remote_reclaim}));
+    KVTIER_ASSIGN_OR_RETURN(c.remote,
+                            MetadataTier::create({cg, TierKind::kRemote, o.remote_chunks, 1, o.remote_reclaim, o.clock}));
   }
   c.write_policy = o.write_policy;
   c.selective_hits = o.selective_hits;
   c.eviction = o.eviction;
   c.hash = o.hash;
   c.max_retained_share = o.max_retained_share;
+  c.clock = o.clock;
   c.transfer_workers = 0;  // inline
   c.profile = placeholder_profile();
   c.model_cost = ModelCost{.dense_flops_per_token = 1, .attn_flops_per_pair = 0, .num_layers = 1,
@@ -59,9 +61,10 @@ Result<KVCacheOptions> replay_cache_options(const ReplayCacheOptions& o) {
 }
 
 Result<std::unique_ptr<ReplayCache>> ReplayCache::create(const ReplayCacheOptions& o) {
-  KVTIER_ASSIGN_OR_RETURN(KVCacheOptions co, replay_cache_options(o));
   auto clock = std::make_unique<ManualClock>();
-  co.clock = clock.get();
+  ReplayCacheOptions with_clock = o;
+  with_clock.clock = clock.get();
+  KVTIER_ASSIGN_OR_RETURN(KVCacheOptions co, replay_cache_options(with_clock));
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<KVCache> c, KVCache::create(co));
   return std::unique_ptr<ReplayCache>(new ReplayCache(std::move(clock), std::move(c), o));
 }

@@ -43,6 +43,7 @@ struct ReplayCacheOptions {
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   HashAlgo hash = HashAlgo::kXXH3_128;
   double max_retained_share = 0.5;    // CacheConfig::max_retained_share
+  const Clock* clock = &Clock::system();  // the cache's and the disk's (ReplayCache gives its trace clock)
 };
 
 // What the cache did with one request.

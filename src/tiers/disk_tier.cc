@@ -335,8 +335,21 @@ void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
   index_.erase(it);
 }
 
+size_t DiskTier::retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) {
+  std::lock_guard lk(mu_);
+  const auto cap = static_cast<uint32_t>(max_share * max_regions_);
+  size_t n = 0;
+  for (; n < keys.size(); ++n) {
+    auto it = index_.find(keys[n]);
+    if (it == index_.end()) break;
+    stats_.retain_yields += reclaim_order_.retain(it->second.region->id, until, cap);
+  }
+  return n;
+}
+
 void DiskTier::reclaim_one_locked() {
-  const auto victim_id = reclaim_order_.victim(active_ ? std::optional(active_->id) : std::nullopt);
+  const auto victim_id =
+      reclaim_order_.victim(active_ ? std::optional(active_->id) : std::nullopt, options_.clock->now());
   if (!victim_id) return;
   const std::shared_ptr<Region> victim = regions_.at(*victim_id);
   reclaim_order_.remove(victim->id);
@@ -471,6 +484,7 @@ TierStats DiskTier::stats() const {
   s.skipped_files = open_report_.skipped_regions;
   s.bytes = 0;
   for (const auto& [id, r] : regions_) s.bytes += r->used;
+  s.retained_bytes = reclaim_order_.held(options_.clock->now()) * options_.region_bytes;
   return s;
 }
 

@@ -84,6 +84,7 @@ struct DiskTierOptions {
   // 1: everything at once.
   uint32_t read_waves = 4;
   FileSystem* fs = nullptr;                 // nullptr: FileSystem::posix()
+  const Clock* clock = &Clock::system();    // retention holds expire by it (retain()); must outlive the tier
   // Tier secret: entries are written authenticated and only authenticated
   // entries that verify under it are served (restart drops the rest, counted
   // in forged_entries); null: plain checksummed entries.
@@ -132,6 +133,9 @@ class DiskTier final : public Tier {
   Status flush() override;
   TierStats stats() const override;
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
+  // A region holding a retained entry is skipped by reclaim while the hold
+  // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).
+  size_t retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) override;
 
   const DiskOpenReport& open_report() const { return open_report_; }
   // The region file path of a region id (tests corrupt files through it).

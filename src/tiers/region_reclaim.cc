@@ -1,5 +1,7 @@
 #include "tiers/region_reclaim.h"
 
+#include <algorithm>
+
 namespace kvtier {
 
 void RegionReclaimOrder::add(uint32_t region, uint64_t tick) {
@@ -19,16 +21,52 @@ void RegionReclaimOrder::touch(uint32_t region, uint64_t tick) {
 }
 
 void RegionReclaimOrder::remove(uint32_t region) {
+  release(region);
   auto it = key_of_.find(region);
   if (it == key_of_.end()) return;
   queue_.erase({it->second, region});
   key_of_.erase(it);
 }
 
-std::optional<uint32_t> RegionReclaimOrder::victim(std::optional<uint32_t> active) const {
-  for (const auto& [k, region] : queue_)
-    if (region != active) return region;
-  return std::nullopt;
+void RegionReclaimOrder::release(uint32_t region) {
+  auto h = holds_.find(region);
+  if (h == holds_.end()) return;
+  grants_.erase({h->second.grant, region});
+  holds_.erase(h);
+}
+
+size_t RegionReclaimOrder::held(Clock::time_point now) const {
+  return size_t(std::count_if(holds_.begin(), holds_.end(), [&](const auto& h) { return h.second.until > now; }));
+}
+
+uint32_t RegionReclaimOrder::retain(uint32_t region, Clock::time_point until, uint32_t max_regions) {
+  if (!key_of_.count(region) || max_regions == 0) return 0;
+  auto h = holds_.find(region);
+  if (h != holds_.end()) {
+    until = std::max(until, h->second.until);
+    release(region);
+  }
+  holds_[region] = Hold{until, next_grant_};
+  grants_.emplace(next_grant_++, region);
+  uint32_t yielded = 0;
+  while (holds_.size() > max_regions) {
+    release(grants_.begin()->second);
+    ++yielded;
+  }
+  return yielded;
+}
+
+std::optional<uint32_t> RegionReclaimOrder::victim(std::optional<uint32_t> active, Clock::time_point now) {
+  std::optional<uint32_t> first;
+  for (const auto& [k, region] : queue_) {
+    if (region == active) continue;
+    if (!first) first = region;
+    auto h = holds_.find(region);
+    if (h != holds_.end() && h->second.until <= now) release(region);
+    else if (h != holds_.end()) continue;
+    return region;
+  }
+  return first;  // every region is held: the first in order goes anyway
 }
 
 }  // namespace kvtier

@@ -30,6 +30,7 @@
 #include <span>
 #include <string>
 
+#include "common/clock.h"
 #include "tiers/chunk_format.h"
 
 namespace kvtier {
@@ -66,6 +67,8 @@ struct TierStats {
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
+  uint64_t retained_bytes = 0;  // held back from reclaim by retention hints (disk: whole regions)
+  uint64_t retain_yields = 0;   // holds let go early to stay within the retained share
 };
 
 enum class EvictionOrder : uint8_t { kFifo = 0, kLru = 1 };
@@ -89,6 +92,14 @@ class Tier {
   virtual Status flush() = 0;
   virtual TierStats stats() const = 0;
   virtual bool degraded() const = 0;
+  // Retention hint (KVCache::retain): the leading run of `keys` this tier
+  // holds stays until `until` (by its own clock), within `max_share` of its
+  // capacity (past it the earliest hold yields). Returns that run's length.
+  // A tier that cannot hold entries back retains nothing (0).
+  virtual size_t retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) {
+    (void)keys, (void)until, (void)max_share;
+    return 0;
+  }
 
   // Single-op conveniences over the batched forms.
   Status put(const ChunkKey& key, std::span<const PageHash> page_hashes, std::span<const std::byte> payload) {

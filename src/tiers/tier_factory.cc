@@ -37,6 +37,7 @@ Result<std::shared_ptr<Tier>> make_disk(const TierConfig& c, const ChunkGeometry
   d.region_bytes = c.disk_region_bytes;
   d.direct_io = c.disk_direct_io;
   d.fs = env.disk_fs;
+  d.clock = env.clock;
   d.accept_lossy = c.serves_lossy();
   if (env.disk_auth) {
     d.auth = env.disk_auth;

@@ -56,6 +56,7 @@ struct TierEnv {
   bool host_evicts_chunks = true;            // false: the caller's index owns host slots (KVCache)
   // A ready disk key (tests); null: from tier_secret_file when disk_authenticate.
   std::shared_ptr<const ChunkAuth> disk_auth;
+  const Clock* clock = &Clock::system();     // retention holds on disk expire by it; must outlive the tiers
 };
 
 struct TierSet {

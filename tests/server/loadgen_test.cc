@@ -32,6 +32,19 @@ TEST(LoadgenTest, OptionsAreValidated) {
   o = {};
   o.url = "ftp://x";
   EXPECT_FALSE(o.validate().ok());
+  o = {};
+  o.agent = o.prefetch = true;
+  o.retain_s = 60;
+  EXPECT_TRUE(o.validate().ok());
+  o.chat = true;  // one workload at a time
+  EXPECT_FALSE(o.validate().ok());
+  o = {};
+  o.prefetch = true;  // agent hints without agent sessions
+  EXPECT_FALSE(o.validate().ok());
+  o = {};
+  o.agent = true;
+  o.tools = 0;
+  EXPECT_FALSE(o.validate().ok());
 }
 
 TEST(LoadgenTest, UnreachableServerIsAnError) {

@@ -452,6 +452,24 @@ TEST(ReplayHints, RetainedPrefixSurvivesPressureUntilItExpires) {
   }
 }
 
+// Without a host tier the hint holds the disk regions of the prefix's whole chunks back from reclaim.
+TEST(ReplayHints, RetainedChunksSurviveDiskReclaim) {
+  ReplayOptions o = opts();
+  o.device = Capacity::tokens(3 * 4096);
+  o.disk = Capacity::tokens(8 * 4096);
+  o.disk_region_bytes = size_t(256) << 20;  // seven 32 MiB chunk entries a region
+  for (bool hint : {false, true}) {
+    const std::string text = hinted(0, 0, hint ? ", \"retain_s\": 600" : "") + pressure(1) + hinted(30, 0);
+    auto t = parse_replay_trace(text, TraceReadOptions{});
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    auto r = run_replay(o, *t);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    // The retained chunks: the whole chunks before the prompt's last token (15 of 16 chunks of 256 tokens).
+    EXPECT_EQ(r->hit_tokens_by_tier[int(TierKind::kDisk)], hint ? 15u * 256 : 0u) << "hint " << hint;
+    EXPECT_GT(r->evictions[int(TierKind::kDisk)], 0u);
+  }
+}
+
 TEST(ReplayHints, PrefetchMovesADiskHitToTheHost) {
   ReplayOptions o = opts();
   o.device = Capacity::tokens(3 * 4096);

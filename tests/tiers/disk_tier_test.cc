@@ -511,3 +511,46 @@ TEST(DiskTier, PoolToHostToDiskToHostToPoolIsBitExact) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+using namespace testing_util;
+
+// Retention on disk: a region holding a retained chunk is skipped by reclaim
+// until the hold's time is up; holds are capped (the earliest yields); a log
+// whose every region is held still takes writes.
+TEST(DiskTier, RetainedRegionsSurviveReclaimUntilTheyExpire) {
+  TempDir dir;
+  const ChunkGeometry g = small_geometry();
+  ManualClock clock;
+  DiskTierOptions o = disk_options(dir.path(), g);
+  o.clock = &clock;
+  auto t = std::move(DiskTier::create(o)).value();
+  const auto first = put_all(*t, g, 1, 2);  // region 0
+  const ChunkKey keys[] = {first[0].key, first[1].key, make_chunk(g, test_ns(1), 999).key};
+  EXPECT_EQ(t->retain(keys, clock.now() + std::chrono::seconds(60), 0.5), 2u);  // the leading run it holds
+  EXPECT_GT(t->stats().retained_bytes, 0u);
+  put_all(*t, g, 1, 200, 2);  // 100 more regions through a log of 64: FIFO reclaims past region 0
+  EXPECT_TRUE(t->exists(first[0].key));
+  EXPECT_TRUE(t->exists(first[1].key));
+  EXPECT_GT(t->stats().evictions, 0u);
+  clock.advance(std::chrono::seconds(61));
+  EXPECT_EQ(t->stats().retained_bytes, 0u);
+  put_all(*t, g, 1, 200, 300);
+  EXPECT_FALSE(t->exists(first[0].key));
+
+  // The cap: 0.5 of 64 regions; holding 40 regions' chunks makes the 8 earliest yield.
+  const auto many = put_all(*t, g, 2, 80);
+  for (size_t i = 0; i < many.size(); i += 2) (void)t->retain({&many[i].key, 1}, clock.now() + std::chrono::hours(1), 0.5);
+  EXPECT_EQ(t->stats().retain_yields, 8u);
+  EXPECT_EQ(t->stats().retained_bytes, 32 * o.region_bytes);
+  // Every region held (share 1): writes still go through, reclaiming in order.
+  for (size_t i = 0; i < many.size(); i += 2) (void)t->retain({&many[i].key, 1}, clock.now() + std::chrono::hours(1), 1.0);
+  const auto more = put_all(*t, g, 3, 200);
+  for (size_t i = more.size() - 20; i < more.size(); ++i) expect_exact(*t, more[i]);
+  EXPECT_FALSE(t->degraded());
+}
+
+}  // namespace
+}  // namespace kvtier
