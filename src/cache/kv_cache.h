@@ -381,6 +381,7 @@ class KVCache {
   std::deque<std::unique_ptr<Pending>> pending_;
   std::deque<std::unique_ptr<Prefetch>> prefetches_;
   std::deque<Retention> retained_;  // in the order given or last extended: the front yields first
+  Clock::time_point next_expiry_ = Clock::time_point::max();  // no hint ends before it
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;
   KVCacheStats stats_;

@@ -1,4 +1,4 @@
-// KVCache: retention hints (retain()): prefixes kept in the host tier for a while.
+// KVCache: retention hints (retain()): prefixes kept in the host tier, and their chunks' disk regions, for a while.
 #include <algorithm>
 #include <cmath>
 
@@ -37,6 +37,7 @@ uint32_t KVCache::retain_on_host(const Namespace& ns, std::span<const TokenId> t
     if (!index_->retain(m.deepest).ok()) return 0;
     retained_.push_back(Retention{m.deepest, until});
   }
+  next_expiry_ = std::min(next_expiry_, until);
   const auto cap = static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots()));
   while (!retained_.empty() && index_->stats().retained_host_pages > cap) {
     let_go(0);
@@ -50,11 +51,15 @@ void KVCache::let_go(size_t i) {
   retained_.erase(retained_.begin() + static_cast<std::ptrdiff_t>(i));
 }
 
+// Every entry point calls it: O(1) until the earliest hint's time comes.
 void KVCache::expire_retained(bool all) {
   if (retained_.empty()) return;
   const Clock::time_point now = options_.clock->now();
+  if (!all && now < next_expiry_) return;
+  next_expiry_ = Clock::time_point::max();
   for (size_t i = 0; i < retained_.size();) {
     if (!all && retained_[i].until > now) {
+      next_expiry_ = std::min(next_expiry_, retained_[i].until);
       ++i;
       continue;
     }

@@ -40,48 +40,6 @@ std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o) {
   return c;
 }
 
-}  // namespace loadgen_detail
-
-namespace {
-
-using namespace loadgen_detail;
-
-// Deterministic ids in [1, vocab): a stream per (purpose, user, round).
-std::vector<int32_t> synth_tokens(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n, uint32_t vocab) {
-  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
-  std::uniform_int_distribution<int32_t> dist(1, int32_t(vocab) - 1);
-  std::vector<int32_t> out(n);
-  for (auto& t : out) t = dist(rng);
-  return out;
-}
-
-struct ServerInfo {
-  std::string model;
-  uint32_t vocab = 0;
-};
-
-Result<ServerInfo> query_models(const LoadgenOptions& o) {
-  auto c = make_client(o);
-  auto res = c->Get("/v1/models", auth_headers(o));
-  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
-  if (res->status != 200)
-    return Status::Unavailable("GET /v1/models returned HTTP " + std::to_string(res->status) + ": " + res->body);
-  const json j = json::parse(res->body, nullptr, false);
-  ServerInfo info;
-  if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
-    const json& m = j["data"][0];
-    if (m.contains("id") && m["id"].is_string()) info.model = m["id"].get<std::string>();
-    if (m.contains("kvtier") && m["kvtier"].is_object() && m["kvtier"].contains("vocab_size") &&
-        m["kvtier"]["vocab_size"].is_number_unsigned())
-      info.vocab = m["kvtier"]["vocab_size"].get<uint32_t>();
-  }
-  return info;
-}
-
-}  // namespace
-
-namespace loadgen_detail {
-
 constexpr const char* kWords[] = {
     "the", "cache", "keeps", "every", "prefix", "a", "request", "has", "seen", "and", "loads", "it", "back", "when",
     "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again", "memory",
@@ -182,6 +140,40 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
 }  // namespace loadgen_detail
 
 namespace {
+
+using namespace loadgen_detail;
+
+// Deterministic ids in [1, vocab): a stream per (purpose, user, round).
+std::vector<int32_t> synth_tokens(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32_t n, uint32_t vocab) {
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull ^ (a << 40) ^ (b << 20) ^ c);
+  std::uniform_int_distribution<int32_t> dist(1, int32_t(vocab) - 1);
+  std::vector<int32_t> out(n);
+  for (auto& t : out) t = dist(rng);
+  return out;
+}
+
+struct ServerInfo {
+  std::string model;
+  uint32_t vocab = 0;
+};
+
+Result<ServerInfo> query_models(const LoadgenOptions& o) {
+  auto c = make_client(o);
+  auto res = c->Get("/v1/models", auth_headers(o));
+  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
+  if (res->status != 200)
+    return Status::Unavailable("GET /v1/models returned HTTP " + std::to_string(res->status) + ": " + res->body);
+  const json j = json::parse(res->body, nullptr, false);
+  ServerInfo info;
+  if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
+    const json& m = j["data"][0];
+    if (m.contains("id") && m["id"].is_string()) info.model = m["id"].get<std::string>();
+    if (m.contains("kvtier") && m["kvtier"].is_object() && m["kvtier"].contains("vocab_size") &&
+        m["kvtier"]["vocab_size"].is_number_unsigned())
+      info.vocab = m["kvtier"]["vocab_size"].get<uint32_t>();
+  }
+  return info;
+}
 
 // A RAG request: the system prompt, documents of the pool in random order (reusable segments), a question.
 json rag_body(const LoadgenOptions& o, const std::vector<int32_t>& system, std::mt19937_64& rng, uint32_t user,

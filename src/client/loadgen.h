@@ -1,6 +1,8 @@
 // Loadgen: a multi-round chat workload against any OpenAI-compatible server
 // (modelled on LMCache's multi-round QA benchmark). With `chat` it drives
-// /v1/chat/completions with text messages instead (see LoadgenOptions::chat).
+// /v1/chat/completions with text messages instead (see LoadgenOptions::chat);
+// `rag` sends documents as reusable segments; `agent` runs tool-calling
+// sessions (LoadgenOptions::agent).
 //
 // `users` conversations run side by side. Every prompt of user u, round r is
 //   system prompt (shared by all users) + u's own history

@@ -398,59 +398,34 @@ const PrefixIndex::Node* PrefixIndex::live(NodeHandle h) const {
   return n.live && n.generation == h.generation_ ? &n : nullptr;
 }
 
-Status PrefixIndex::lock(NodeHandle h) {
-  if (!live(h)) return Status::FailedPrecondition("lock: stale or invalid node handle");
-  for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
-    Node& n = nodes_[id];
-    if (n.lock_ref++ == 0) {
-      protected_pages_ += n.n_pages();
-      for (int t = 0; t < 2; ++t) protected_tier_[t] += n.tier_pages[t];
-      refresh(id);
-    }
-  }
-  return Status::Ok();
-}
-
-Status PrefixIndex::unlock(NodeHandle h) {
+// Locks and retentions are counts on the whole path from a node to its root
+// (I4, I6). A node whose count leaves or reaches zero moves its pages into or
+// out of the counted totals, and its candidacy is refreshed.
+Status PrefixIndex::change_path_ref(NodeHandle h, uint32_t Node::*ref, int sign, const char* what) {
   const Node* d = live(h);
-  if (!d) return Status::FailedPrecondition("unlock: stale or invalid node handle");
-  if (d->lock_ref == 0) return Status::FailedPrecondition("unlock: node is not locked");
+  if (!d) return Status::FailedPrecondition(std::string(what) + ": stale or invalid node handle");
+  if (sign < 0 && d->*ref == 0) return Status::FailedPrecondition(std::string(what) + ": node holds no such reference");
+  const bool lock = ref == &Node::lock_ref;
   for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
     Node& n = nodes_[id];
-    if (--n.lock_ref == 0) {
-      protected_pages_ -= n.n_pages();
-      for (int t = 0; t < 2; ++t) protected_tier_[t] -= n.tier_pages[t];
-      refresh(id);
+    const bool was = n.*ref > 0;
+    n.*ref += uint32_t(sign);
+    if (was == (n.*ref > 0)) continue;
+    if (lock) {
+      protected_pages_ += uint64_t(int64_t(sign) * n.n_pages());
+      for (int t = 0; t < 2; ++t) protected_tier_[t] += uint64_t(int64_t(sign) * n.tier_pages[t]);
+    } else {
+      retained_host_ += uint64_t(int64_t(sign) * n.tier_pages[kHost]);
     }
+    refresh(id);
   }
   return Status::Ok();
 }
 
-Status PrefixIndex::retain(NodeHandle h) {
-  if (!live(h)) return Status::FailedPrecondition("retain: stale or invalid node handle");
-  for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
-    Node& n = nodes_[id];
-    if (n.retain_ref++ == 0) {
-      retained_host_ += n.tier_pages[kHost];
-      refresh(id);
-    }
-  }
-  return Status::Ok();
-}
-
-Status PrefixIndex::unretain(NodeHandle h) {
-  const Node* d = live(h);
-  if (!d) return Status::FailedPrecondition("unretain: stale or invalid node handle");
-  if (d->retain_ref == 0) return Status::FailedPrecondition("unretain: node is not retained");
-  for (uint32_t id = h.index_; id != kNoNode; id = nodes_[id].parent) {
-    Node& n = nodes_[id];
-    if (--n.retain_ref == 0) {
-      retained_host_ -= n.tier_pages[kHost];
-      refresh(id);
-    }
-  }
-  return Status::Ok();
-}
+Status PrefixIndex::lock(NodeHandle h) { return change_path_ref(h, &Node::lock_ref, +1, "lock"); }
+Status PrefixIndex::unlock(NodeHandle h) { return change_path_ref(h, &Node::lock_ref, -1, "unlock"); }
+Status PrefixIndex::retain(NodeHandle h) { return change_path_ref(h, &Node::retain_ref, +1, "retain"); }
+Status PrefixIndex::unretain(NodeHandle h) { return change_path_ref(h, &Node::retain_ref, -1, "unretain"); }
 
 Status PrefixIndex::page_ref(NodeHandle h, uint32_t page_index, uint32_t& node, uint32_t& slot) const {
   const Node* d = live(h);

@@ -321,6 +321,8 @@ class PrefixIndex {
   bool wasteful(const Node& n) const;  // over half of its block is dead
   void compact();
   const Node* live(NodeHandle h) const;
+  // lock/unlock (ref = lock_ref) and retain/unretain (retain_ref): `sign` on the path from h to its root.
+  Status change_path_ref(NodeHandle h, uint32_t Node::*ref, int sign, const char* what);
   Status page_ref(NodeHandle h, uint32_t page_index, uint32_t& node, uint32_t& slot) const;
 
   // Residency bookkeeping (prefix_index_evict.cc).

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 33 section 5: agent sessions (`kvtier loadgen --agent`) against `kvtier serve`, with and without
+# retention hints and prefetch, and against llama.cpp's llama-server on the same GGUF (--jinja), on a
+# workload whose sessions together exceed the device and host tiers (the disk holds the rest).
+# One server at a time, a fresh cache directory per run. llama.cpp is the peer, built by
+# ../shared/tools/build-llama-cpp.sh for measurements only; pass "" as LLAMA_BIN_DIR to skip it.
+# Usage: scripts/agent_bench.sh LLAMA_BIN_DIR MODEL.gguf [REPETITIONS] [OUT_DIR]
+# Prints one JSON line per run (server, config, repetition, loadgen's summary) and keeps them in OUT_DIR.
+set -euo pipefail
+L=${1?usage: scripts/agent_bench.sh LLAMA_BIN_DIR MODEL.gguf [REPETITIONS] [OUT_DIR]}
+M=${2:?model file}
+N=${3:-3}
+O=${4:-/tmp/kvtier-agent}
+K=$PWD/build/tools/kvtier
+mkdir -p "$O"
+# 8 sessions of 6 turns: a shared system prompt with 8 tools, then tool results of 60 words after 400 ms.
+LOAD=(--agent --sessions 8 --turns 6 --tools 8 --system-prompt-tokens 300 --question-tokens 40
+      --tool-result-tokens 60 --tool-latency-ms 400 --answer-tokens 8 --json --quiet)
+
+wait_up() {  # PORT
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null && curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null && return 0
+    sleep 0.5
+  done
+  echo "server on port $1 did not come up" >&2
+  return 1
+}
+
+stop() {  # PID: a signal, then (llama-server waits on a second one after a run) another, then KILL
+  kill -INT "$1" 2>/dev/null || true
+  for sig in TERM INT KILL; do
+    for _ in $(seq 1 20); do kill -0 "$1" 2>/dev/null || break 2; sleep 0.5; done
+    kill -"$sig" "$1" 2>/dev/null || true
+  done
+  wait "$1" 2>/dev/null || true
+}
+
+one_run() {  # NAME CONFIG REP PORT "LOADGEN FLAGS" -- server command...
+  local name=$1 config=$2 rep=$3 port=$4 flags=$5
+  shift 6
+  "$@" >"$O/$name-$config-$rep.log" 2>&1 &
+  local pid=$!
+  wait_up "$port"
+  # shellcheck disable=SC2086 # flags are words
+  "$K" loadgen --url "http://127.0.0.1:$port" "${LOAD[@]}" $flags >"$O/$name-$config-$rep.json" || true
+  stop "$pid"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({"server": sys.argv[2], "config": sys.argv[3], "rep": int(sys.argv[4]), **j}))' \
+    "$O/$name-$config-$rep.json" "$name" "$config" "$rep"
+}
+
+for rep in $(seq 1 "$N"); do
+  for config in plain retain prefetch both; do
+    case $config in
+      plain) flags="" ;;
+      retain) flags="--retain-s 600" ;;
+      prefetch) flags="--prefetch" ;;
+      both) flags="--prefetch --retain-s 600" ;;
+    esac
+    D="$O/disk-$config-$rep"
+    rm -rf "$D" && mkdir -p "$D"
+    # Device 24 MiB and host 24 MiB of f16 KV (8 KiB a token on the small preset: 3072 tokens each) against
+    # eight sessions of about 2000 tokens each.
+    one_run kvtier "$config" "$rep" 8082 "$flags" -- "$K" serve --model "$M" --kv-dtype f16 --device-capacity 24MiB \
+      --host-capacity 24MiB --disk-dir "$D" --threads 2 --port 8082
+  done
+  if [ -n "$L" ]; then
+    one_run llama.cpp plain "$rep" 8081 "" -- "$L/llama-server" -m "$M" -t 2 -c 32768 -np 4 --cache-ram 48 --jinja --port 8081
+  fi
+done | tee "$O/runs.jsonl"
