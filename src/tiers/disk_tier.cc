@@ -344,6 +344,10 @@ size_t DiskTier::retain(std::span<const ChunkKey> keys, Clock::time_point until,
     if (it == index_.end()) break;
     stats_.retain_yields += reclaim_order_.retain(it->second.region->id, until, cap);
   }
+  // The rest may still be on its way (a write-through put not yet made): held when it lands. Bounded.
+  pending_hold_cap_ = cap;
+  if (pending_holds_.size() + (keys.size() - n) > kMaxPendingHolds) pending_holds_.clear();
+  for (size_t k = n; k < keys.size(); ++k) pending_holds_[keys[k]] = until;
   return n;
 }
 
@@ -432,6 +436,10 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   }
   index_.emplace(op.key, std::move(loc));
   active_->keys.push_back(op.key);
+  if (auto hold = pending_holds_.find(op.key); hold != pending_holds_.end()) {  // retained before it landed
+    stats_.retain_yields += reclaim_order_.retain(active_->id, hold->second, pending_hold_cap_);
+    pending_holds_.erase(hold);
+  }
   cursor_ += lay.entry_bytes;
   active_->used = cursor_;
   if (cursor_ - submitted_ >= options_.write_stretch_bytes) submit_locked(false, false);

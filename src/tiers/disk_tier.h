@@ -135,6 +135,7 @@ class DiskTier final : public Tier {
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
   // A region holding a retained entry is skipped by reclaim while the hold
   // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).
+  // Keys past the leading run held now are held when their put lands.
   size_t retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) override;
 
   const DiskOpenReport& open_report() const { return open_report_; }
@@ -205,6 +206,10 @@ class DiskTier final : public Tier {
   uint64_t next_sequence_ = 1;
   uint64_t tick_ = 0;
   RegionReclaimOrder reclaim_order_;  // which region is reclaimed next (tiers/region_reclaim.h)
+  // retain() of chunks not here yet: held when their put lands (at most kMaxPendingHolds, then forgotten).
+  static constexpr size_t kMaxPendingHolds = 4096;
+  std::unordered_map<ChunkKey, Clock::time_point, ChunkKeyHasher> pending_holds_;
+  uint32_t pending_hold_cap_ = 0;
   TierStats stats_;
   DiskOpenReport open_report_;
   std::atomic<bool> degraded_{false};

@@ -528,12 +528,15 @@ TEST(DiskTier, RetainedRegionsSurviveReclaimUntilTheyExpire) {
   o.clock = &clock;
   auto t = std::move(DiskTier::create(o)).value();
   const auto first = put_all(*t, g, 1, 2);  // region 0
-  const ChunkKey keys[] = {first[0].key, first[1].key, make_chunk(g, test_ns(1), 999).key};
+  const TestChunk late = make_chunk(g, test_ns(1), 999);
+  const ChunkKey keys[] = {first[0].key, first[1].key, late.key};
   EXPECT_EQ(t->retain(keys, clock.now() + std::chrono::seconds(60), 0.5), 2u);  // the leading run it holds
   EXPECT_GT(t->stats().retained_bytes, 0u);
+  ASSERT_TRUE(t->put(late.key, late.hashes, late.payload).ok());  // retained before it landed: held now
   put_all(*t, g, 1, 200, 2);  // 100 more regions through a log of 64: FIFO reclaims past region 0
   EXPECT_TRUE(t->exists(first[0].key));
   EXPECT_TRUE(t->exists(first[1].key));
+  EXPECT_TRUE(t->exists(late.key));
   EXPECT_GT(t->stats().evictions, 0u);
   clock.advance(std::chrono::seconds(61));
   EXPECT_EQ(t->stats().retained_bytes, 0u);
