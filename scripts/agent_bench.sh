@@ -17,23 +17,8 @@ mkdir -p "$O"
 LOAD=(--agent --sessions 8 --turns 6 --tools 8 --system-prompt-tokens 300 --question-tokens 40
       --tool-result-tokens 60 --tool-latency-ms 400 --answer-tokens 8 --json --quiet)
 
-wait_up() {  # PORT
-  for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null && return 0
-    sleep 0.5
-  done
-  echo "server on port $1 did not come up" >&2
-  return 1
-}
-
-stop() {  # PID: a signal, then (llama-server waits on a second one after a run) another, then KILL
-  kill -INT "$1" 2>/dev/null || true
-  for sig in TERM INT KILL; do
-    for _ in $(seq 1 20); do kill -0 "$1" 2>/dev/null || break 2; sleep 0.5; done
-    kill -"$sig" "$1" 2>/dev/null || true
-  done
-  wait "$1" 2>/dev/null || true
-}
+# shellcheck source=scripts/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
 
 one_run() {  # NAME CONFIG REP PORT "LOADGEN FLAGS" -- server command...
   local name=$1 config=$2 rep=$3 port=$4 flags=$5

@@ -15,23 +15,8 @@ mkdir -p "$O"
 LOAD=(--chat --users 8 --rounds 3 --system-prompt-tokens 600 --history-tokens 1200 --question-tokens 24
       --answer-tokens 16 --json --quiet)
 
-wait_up() {  # PORT
-  for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null && return 0
-    sleep 0.5
-  done
-  echo "server on port $1 did not come up" >&2
-  return 1
-}
-
-stop() {  # PID: a signal, then (llama-server waits on a second one after a run) another, then KILL
-  kill -INT "$1" 2>/dev/null || true
-  for sig in TERM INT KILL; do
-    for _ in $(seq 1 20); do kill -0 "$1" 2>/dev/null || break 2; sleep 0.5; done
-    kill -"$sig" "$1" 2>/dev/null || true
-  done
-  wait "$1" 2>/dev/null || true
-}
+# shellcheck source=scripts/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
 
 one_run() {  # NAME REP RUN PORT -- server command...
   local name=$1 rep=$2 run=$3 port=$4

@@ -31,6 +31,19 @@ std::vector<std::string> base_args(const std::string& disk_dir) {
           "--disk-capacity", "256MiB", "--threads", "1", "--max-tokens", "30000", "--shutdown-grace", "30"};
 }
 
+// Runs the load generator; every request must succeed, `requests` of them.
+server::LoadgenSummary run_clean_loadgen(const server::LoadgenOptions& lo, size_t requests) {
+  auto run = server::run_loadgen(lo);
+  if (!run.ok()) {
+    ADD_FAILURE() << run.status().to_string();
+    return {};
+  }
+  const auto summary = server::summarize(*run);
+  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
+  EXPECT_EQ(summary.requests, requests);
+  return summary;
+}
+
 Reply post(int port, const json& body, httplib::Headers h = {}) { return post_json(port, "/v1/completions", body, h); }
 Reply post_raw(int port, const std::string& body) {
   httplib::Client c("127.0.0.1", port);
@@ -285,11 +298,7 @@ TEST_F(SharedServer, LoadgenRagReportsBlendedShare) {
   lo.users = 2, lo.rounds = 3, lo.docs_pool = 4, lo.docs_per_request = 3, lo.doc_tokens = 64;
   lo.system_prompt_tokens = 40, lo.question_tokens = 10, lo.answer_tokens = 2;
   lo.seed = 7;
-  auto run = server::run_loadgen(lo);
-  ASSERT_TRUE(run.ok()) << run.status().to_string();
-  const auto summary = server::summarize(*run);
-  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
-  EXPECT_EQ(summary.requests, 6u);
+  const server::LoadgenSummary summary = run_clean_loadgen(lo, 6);
   EXPECT_GT(summary.blended_share, 0.2);
   EXPECT_NEAR(summary.cached_share + summary.blended_share + summary.computed_share, 1.0, 1e-9);
 }
@@ -673,11 +682,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   lo.chat = true;
   lo.users = 2, lo.rounds = 3, lo.system_prompt_tokens = 200, lo.history_tokens = 50, lo.question_tokens = 30;
   lo.answer_tokens = 8;
-  auto run = server::run_loadgen(lo);
-  ASSERT_TRUE(run.ok()) << run.status().to_string();
-  const auto summary = server::summarize(*run);
-  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
-  EXPECT_EQ(summary.requests, 6u);
+  const server::LoadgenSummary summary = run_clean_loadgen(lo, 6);
   EXPECT_GT(summary.cached_share, 0.5);
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
@@ -807,11 +812,7 @@ TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
   lo.retain_s = 60;
   lo.users = 2, lo.rounds = 3, lo.tools = 3, lo.system_prompt_tokens = 100, lo.question_tokens = 20;
   lo.tool_result_tokens = 40, lo.tool_latency_ms = 10, lo.answer_tokens = 4;
-  auto run = server::run_loadgen(lo);
-  ASSERT_TRUE(run.ok()) << run.status().to_string();
-  const auto summary = server::summarize(*run);
-  EXPECT_EQ(summary.errors, 0u) << summary.first_error;
-  EXPECT_EQ(summary.requests, 6u);
+  const server::LoadgenSummary summary = run_clean_loadgen(lo, 6);
   EXPECT_GT(summary.ideal_share, 0.9);
   EXPECT_NE(server::summary_table(lo, summary).find("cached / ideal"), std::string::npos);
   s.signal(SIGTERM);
