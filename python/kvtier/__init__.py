@@ -73,7 +73,8 @@ class Cache:
         chunk_pages, write_policy ('write_through'|'write_back'|'selective'),
         selective_hits, eviction ('lru'|'lfu'|'fifo'|'priority'|'slru'),
         hash ('xxh3'|'sha256'), layerwise, transfer_workers, remote
-        ('redis://host:port'), profile (a `kvtier calibrate` JSON path or dict;
+        ('redis://host:port': needs tier_secret_file, a file of >= 16 secret
+        bytes, or KVTIER_TIER_SECRET, else remote_insecure=True), profile (a `kvtier calibrate` JSON path or dict;
         default: always load cached KV), model_cost (Model.model_cost(geometry)).
 
     A context manager; close() releases live leases, waits for background

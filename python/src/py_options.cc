@@ -60,6 +60,7 @@ KVCacheOptions cache_options(const KVGeometry& geometry, const py::dict& options
       throw StatusError(Status::InvalidArgument("Cache: unknown option '" + key + "' (docs/CONFIG.md lists them)"));
     }
   }
+  throw_if_error(require_authenticated_remote(o));  // remote= needs tier_secret_file (or remote_insecure=True)
   return o;
 }
 

@@ -55,7 +55,8 @@ std::span<std::byte> buffer_bytes(const py::buffer& b, bool writable) {
 std::shared_ptr<StoreHandle> open_store(const KVGeometry& g, const py::handle& model_id, uint32_t chunk_pages,
                                         const py::dict& options) {
   static const std::set<std::string> allowed = {"host_capacity", "disk_dir",       "disk_capacity",
-                                                "disk_region_bytes", "disk_direct_io", "remote"};
+                                                "disk_region_bytes", "disk_direct_io", "remote",
+                                                "remote_insecure", "tier_secret_file", "remote_password_file"};
   for (auto [k, v] : options)
     if (!allowed.count(py::cast<std::string>(k)))
       throw StatusError(Status::InvalidArgument("Store: unknown option '" + py::cast<std::string>(k) + "'"));

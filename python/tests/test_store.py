@@ -88,14 +88,27 @@ def test_corrupt_chunks_are_misses_not_bytes(geometry, tmp_path):
         assert store.exists(["a", "b"]) == 0
 
 
+def test_remote_without_a_tier_secret_is_refused(geometry, tmp_path, redis_url):
+    """remote= needs tier_secret_file (or KVTIER_TIER_SECRET) unless remote_insecure=True says otherwise."""
+    with pytest.raises(kvtier.Error, match="tier-secret-file"):
+        open_cache(geometry, tmp_path / "a", remote=redis_url)
+    with pytest.raises(kvtier.Error, match="tier-secret-file"):
+        kvtier.Store(geometry, "m", chunk_pages=2, host_capacity=0, remote=redis_url)
+    with open_cache(geometry, tmp_path / "b", remote=redis_url, remote_insecure=True) as c:
+        assert c.stats()["remote_present"]
+
+
 def test_remote_tier_shared_by_a_cache_and_a_store(geometry, tmp_path, redis_url):
     """remote='redis://...': one Cache's chunks are another Cache's remote hits (bit-exact) and a Store's keys."""
     tokens = list(range(700, 700 + 4 * 9 + 1))
-    with open_cache(geometry, tmp_path / "a", remote=redis_url) as a:
+    secret = tmp_path / "tier-secret"
+    secret.write_text("a-tier-secret-of-32-bytes-000000\n")
+    auth = dict(remote=redis_url, tier_secret_file=str(secret))
+    with open_cache(geometry, tmp_path / "a", **auth) as a:
         kv = commit_prompt(a, tokens, seed=11)
         assert a.stats()["remote_present"] and not a.stats()["remote_degraded"]
         keys = a.chunk_keys(tokens)
-    with open_cache(geometry, tmp_path / "b", remote=redis_url) as b:  # empty host and disk
+    with open_cache(geometry, tmp_path / "b", **auth) as b:  # empty host and disk
         match = b.lookup(tokens)
         assert match.cached_tokens == 32 and set(match.tiers) == {"remote"}
         lease = b.load(match)
@@ -105,7 +118,7 @@ def test_remote_tier_shared_by_a_cache_and_a_store(geometry, tmp_path, redis_url
         got = b.pool[lease.pages[pos // geometry.page_tokens], :, :, pos % geometry.page_tokens]
         assert np.array_equal(got, kv[:32])
         lease.release()
-    with kvtier.Store(geometry, "test-model", chunk_pages=2, host_capacity=0, remote=redis_url) as store:
+    with kvtier.Store(geometry, "test-model", chunk_pages=2, host_capacity=0, **auth) as store:
         assert store.exists(keys) == 4
         out = store.empty_payload()
         assert store.get(keys[:1], [out]) == [True]

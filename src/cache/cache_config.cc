@@ -65,14 +65,19 @@ OptionTable<C> make_table() {
                                       KVTIER_FIELD(remote_url));
   remote.print = [](const C& c) { return redact_url_credentials(c.remote_url); };  // a password in the URL is never shown
   t.push_back(std::move(remote));
-  t.push_back(string_option<C>({"cache.remote_password_file", "--remote-password-file", {},
-                                "Redis password read from this file instead of the URL", "the URL's, if any"},
+  t.push_back(string_option<C>({"cache.remote_password_file", "--remote-password-file", "remote_password_file",
+                                "Redis password read from this file (else KVTIER_REDIS_PASSWORD) instead of the URL",
+                                "the URL's, if any"},
                                KVTIER_FIELD(remote_password_file)));
-  t.push_back(string_option<C>({"cache.tier_secret_file", "--tier-secret-file", {},
-                                "Shared secret (>= 16 bytes) that authenticates remote entries and keys their names "
-                                "(docs/SECURITY.md)",
+  t.push_back(string_option<C>({"cache.tier_secret_file", "--tier-secret-file", "tier_secret_file",
+                                "Shared secret (>= 16 bytes; else KVTIER_TIER_SECRET) that authenticates remote entries "
+                                "and keys their names (docs/SECURITY.md)",
                                 "none"},
                                KVTIER_FIELD(tier_secret_file)));
+  t.push_back(bool_option<C>({"cache.remote_insecure", "--remote-insecure", "remote_insecure",
+                              "Allow a remote tier without a tier secret: its entries are neither authenticated nor "
+                              "keyed (anyone who can write to the Redis can serve forged KV)"},
+                             KVTIER_FIELD(remote_insecure)));
   t.push_back(bool_option<C>({"cache.disk_authenticate", "--disk-authenticate", {},
                               "Authenticate disk entries with the tier secret too"},
                              KVTIER_FIELD(disk_authenticate)));

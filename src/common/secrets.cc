@@ -1,5 +1,8 @@
 #include "common/secrets.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "common/file_text.h"
 
 namespace kvtier {
@@ -14,6 +17,25 @@ Result<std::string> read_secret_file(const std::string& path, std::string_view w
     return Status::InvalidArgument(std::string(what) + " '" + path + "' holds fewer than " + std::to_string(min_bytes) +
                                    " bytes");
   return s;
+}
+
+Result<std::optional<std::string>> read_secret(const std::string& file, const char* env, std::string_view what,
+                                               size_t min_bytes) {
+  if (!file.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(std::string s, read_secret_file(file, what, min_bytes));
+    return std::optional<std::string>(std::move(s));
+  }
+  const char* v = std::getenv(env);
+  if (v == nullptr || *v == '\0') return std::optional<std::string>();
+  if (std::strlen(v) < min_bytes)
+    return Status::InvalidArgument(std::string(what) + " from " + env + " holds fewer than " + std::to_string(min_bytes) +
+                                   " bytes");
+  return std::optional<std::string>(std::string(v));
+}
+
+bool secret_given(const std::string& file, const char* env) {
+  const char* v = std::getenv(env);
+  return !file.empty() || (v != nullptr && *v != '\0');
 }
 
 std::string redact_url_credentials(std::string_view url) {

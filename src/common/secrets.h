@@ -3,6 +3,7 @@
 // logged or put in an error message. Stateless and thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -14,6 +15,14 @@ namespace kvtier {
 // when it cannot be read or holds fewer than `min_bytes`; messages name
 // `what` and the path, never the contents.
 Result<std::string> read_secret_file(const std::string& path, std::string_view what, size_t min_bytes);
+
+// The secret in `file` when one is named (read_secret_file), else the value
+// of the environment variable `env` when it is set and not empty (at least
+// `min_bytes`), else nullopt. Messages name the file or the variable only.
+Result<std::optional<std::string>> read_secret(const std::string& file, const char* env, std::string_view what,
+                                               size_t min_bytes);
+// Whether `file` is named or `env` is set and not empty.
+bool secret_given(const std::string& file, const char* env);
 
 // `scheme://user:password@host...` → `scheme://user:<redacted>@host...`
 // (and `scheme://password@host` → `scheme://<redacted>@host`); any other

@@ -118,6 +118,12 @@ PageHash namespace_seed(const Namespace& ns, HashAlgo algo) {
     buf.append(reinterpret_cast<const char*>(&n), 8);
     buf.append(*s);
   }
+  if (!ns.tenant.empty()) {  // absent field: the seeds of a deployment without tenants
+    buf.append("\0tenant", 7);
+    const uint64_t n = ns.tenant.size();
+    buf.append(reinterpret_cast<const char*>(&n), 8);
+    buf.append(ns.tenant);
+  }
   return hash_bytes(algo, buf.data(), buf.size());
 }
 

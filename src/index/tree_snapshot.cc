@@ -253,6 +253,7 @@ TreeSnapshot PrefixIndex::snapshot(const TreeSnapshotOptions& options) const {
     r.hits = n.usage.hits;
     r.last_access = n.usage.last_access;
     if (n.is_root) r.namespace_id = n.ns_seed.lo;
+    else if (n.n > 0 && n.hashes != nullptr) r.page_hash = n.hashes[0].lo;
     const uint32_t label = std::min<uint32_t>(options.label_tokens, n.n * P_);
     r.label_begin = uint32_t(full.label_tokens.size());
     r.label_count = label;

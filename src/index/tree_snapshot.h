@@ -43,6 +43,7 @@ struct TreeNodeRecord {
   uint32_t label_begin = 0;         // first tokens of its own pages: TreeSnapshot::label_tokens[begin, begin + count)
   uint32_t label_count = 0;
   uint64_t namespace_id = 0;        // namespace roots: the low 64 bits of the namespace seed
+  uint64_t page_hash = 0;           // nodes: the low 64 bits of the hash of its first page (a label without text)
   bool is_namespace() const { return parent == kNoTreeParent; }
 };
 

@@ -144,7 +144,6 @@ class RuntimeImpl final : public Runtime {
     const auto t0 = SteadyClock::now();
     const std::span<const TokenId> prompt = request.prompt;
     const SamplingParams& sp = request.sampling;
-    const std::string_view cache_salt = request.cache_salt;
     const std::span<const PromptSegment> segments = request.segments;
     if (prompt.empty()) return Status::InvalidArgument("prompt is empty");
     for (size_t i = 0; i < prompt.size(); ++i)
@@ -165,7 +164,7 @@ class RuntimeImpl final : public Runtime {
                                               .temperature = sp.temperature, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed}));
 
     Seq s{std::move(sampler)};
-    s.ns = Namespace{info_.fingerprint, "", std::string(cache_salt)};
+    s.ns = namespace_of(request);
     s.logprobs = sp.logprobs;
     s.retain = request.retain;
     // The race of this prefill: loads stamped by the transfer workers, compute by the traced engine.
@@ -222,12 +221,13 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
-  Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) override {
+  Result<PrefetchReport> prefetch(const PromptRequest& request) override {
+    const std::span<const TokenId> prompt = request.prompt;
     if (!o_.cache_enabled || prompt.empty()) return PrefetchReport{};
     for (TokenId t : prompt)
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
     KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p,
-                            cache_->prefetch(Namespace{info_.fingerprint, "", std::string(cache_salt)}, prompt));
+                            cache_->prefetch(namespace_of(request), prompt));
     return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens};
   }
 
@@ -292,6 +292,11 @@ class RuntimeImpl final : public Runtime {
   }
 
  private:
+  // The one place a request's namespace is formed: the model, its tenant, its salt.
+  Namespace namespace_of(const PromptRequest& r) const {
+    return Namespace{.model_fingerprint = info_.fingerprint, .adapter_id = {}, .cache_salt = r.cache_salt, .tenant = r.tenant};
+  }
+
   struct Seq {
     engine::Sampler sampler;
     Namespace ns;

@@ -77,7 +77,8 @@ struct RetainHint {
 struct PromptRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
-  std::string cache_salt;               // isolates tenants
+  std::string cache_salt;               // the client's isolation salt (within its tenant)
+  std::string tenant;                   // the authenticated tenant (server/auth.h); "": none
   std::vector<PromptSegment> segments;  // reusable pieces of the prompt (blend_prefill.h)
   std::vector<RetainHint> retain;       // applied when the sequence ends (Runtime::finish)
 };
@@ -185,7 +186,8 @@ class Runtime {
   virtual const ModelInfo& model() const = 0;
 
   // Starts a sequence and prefills its prompt (cache lookup, plan, loads,
-  // compute of the rest). `cache_salt` isolates tenants. Fails with
+  // compute of the rest). The request's tenant and cache_salt are part of
+  // its Namespace: requests of two tenants never share a page. Fails with
   // InvalidArgument for empty prompts, out-of-vocabulary ids or prompts that
   // do not fit the context or the whole device pool (model().max_kv_tokens),
   // and with Busy when max_sequences are running or running sequences hold
@@ -236,7 +238,8 @@ class Runtime {
     uint32_t cached_tokens = 0;
     uint32_t loading_tokens = 0;
   };
-  virtual Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view cache_salt) = 0;
+  // Only the request's prompt, tenant and cache_salt are read.
+  virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
   // A copy of the prefix index's tree for display (index/tree_snapshot.h),

@@ -11,8 +11,8 @@ Status RuntimeOptions::validate() const {
   if (device_bytes == 0) return Status::InvalidArgument("cache.device_capacity must be > 0");
   if (max_sequences == 0) return Status::InvalidArgument("limits.max_sequences must be at least 1");
   KVTIER_RETURN_IF_ERROR(blend.validate());
-  if (disk_authenticate && tier_secret_file.empty())
-    return Status::InvalidArgument("cache.disk_authenticate needs a tier secret file");
+  if (disk_authenticate && !has_tier_secret(*this))
+    return Status::InvalidArgument("cache.disk_authenticate needs a tier secret (--tier-secret-file or KVTIER_TIER_SECRET)");
   return Status::Ok();
 }
 

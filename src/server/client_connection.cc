@@ -57,14 +57,40 @@ std::optional<ClientConnection> ClientConnection::find(std::string_view local_ad
 }
 
 bool ClientConnection::closed() const {
-  pollfd watched{fd_, POLLIN | POLLRDHUP, 0};
+  // POLLHUP: both directions are shut (a reset, or our side too); POLLERR: a
+  // pending error (ECONNRESET). POLLRDHUP alone is a half-close: still answered.
+  pollfd watched{fd_, POLLIN, 0};
   if (poll(&watched, 1, 0) <= 0) return false;
-  if ((watched.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) != 0) return true;
+  if ((watched.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return true;
   if ((watched.revents & POLLIN) == 0) return false;
-  // Readable: more bytes (a pipelined request) or the end of the stream.
+  // Readable: more bytes (a pipelined request), the end of the stream (a
+  // half-close: not gone), or an error.
   char byte;
   const ssize_t n = recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+}  // namespace kvtier::server
+
+namespace kvtier::server {
+
+bool ClientConnection::half_closed() const {
+  pollfd watched{fd_, POLLIN, 0};
+  if (poll(&watched, 1, 0) <= 0 || (watched.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return false;
+  char byte;
+  return (watched.revents & POLLIN) != 0 && recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+bool ClientConnection::send_all(std::string_view bytes) const {
+  while (!bytes.empty()) {
+    pollfd room{fd_, POLLOUT, 0};
+    if (poll(&room, 1, 30000) <= 0 || (room.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) return false;
+    const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(size_t(n));
+  }
+  return true;
 }
 
 }  // namespace kvtier::server

@@ -23,10 +23,19 @@ class ClientConnection {
   static std::optional<ClientConnection> find(std::string_view local_addr, int local_port,
                                               std::string_view remote_addr, int remote_port);
 
-  // True once the client has closed or reset its side of the connection. A
-  // client that half-closes (shutdown for writing) after sending its request
-  // counts as gone too: it cannot be told apart from one that closed.
+  // True once the connection is gone: the client reset it, or both of its
+  // directions are shut. An end of stream on read (the client's FIN) is not
+  // enough: a client may half-close (shutdown for writing) after sending its
+  // request and still read the answer. A client that close()s without a
+  // reset looks the same until the answer is written (then it resets), so
+  // its request runs to its end (max_tokens, the request timeout).
   bool closed() const;
+  // The client shut its writing side (its FIN arrived) and the connection
+  // is not reset: it may still read an answer.
+  bool half_closed() const;
+  // Writes all of `bytes` (each send waits at most 30 s for room); false
+  // when the connection fails.
+  bool send_all(std::string_view bytes) const;
 
  private:
   explicit ClientConnection(int fd) : fd_(fd) {}

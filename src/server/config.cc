@@ -24,12 +24,31 @@ OptionTable<S> make_table() {
   t.push_back(string_option<S>({"server.host", "--host", {}, "Listen address"}, KVTIER_FIELD(host)));
   t.push_back(uint_option<S>({"server.port", "--port", {}, "Listen port; 0 picks a free one (printed at startup)"},
                              KVTIER_FIELD(port), 0, 65535));
-  t.push_back(string_option<S>({"server.api_key", "--api-key", {}, "Require 'Authorization: Bearer <key>' on /v1/*",
+  t.push_back(string_option<S>({"server.api_key", "--api-key", {},
+                                "Legacy: one key for clients (and the admin without --admin-key-file), visible in ps; "
+                                "prefer KVTIER_API_KEY or --api-key-file (docs/SECURITY.md)",
                                 "none, no authentication", true},
                                KVTIER_FIELD(api_key)));
+  t.push_back(string_option<S>({"server.api_key_file", "--api-key-file", {},
+                                "File holding the one client key (not readable by every user); else KVTIER_API_KEY", "none"},
+                               KVTIER_FIELD(api_key_file)));
+  t.push_back(string_option<S>({"server.api_keys_file", "--api-keys-file", {},
+                                "Tenant keys, one per line: KEY TENANT [device=SIZE] [host=SIZE] [disk=SIZE]; each "
+                                "tenant's requests run in its own namespace; SIGHUP reloads it (docs/SECURITY.md)",
+                                "none"},
+                               KVTIER_FIELD(api_keys_file)));
+  t.push_back(string_option<S>({"server.admin_key_file", "--admin-key-file", {},
+                                "File holding the admin key, the only key for flush, the cache's views and /metrics; "
+                                "else KVTIER_ADMIN_KEY",
+                                "none"},
+                               KVTIER_FIELD(admin_key_file)));
   t.push_back(bool_option<S>({"server.metrics_public", "--metrics-public", {},
-                              "Serve /metrics without the API key (else it needs the key when one is set)"},
+                              "Serve /metrics without a key (else it needs the admin key when keys are set)"},
                              KVTIER_FIELD(metrics_public)));
+  t.push_back(bool_option<S>({"server.dashboard_labels", "--dashboard-labels", {},
+                              "Label the dashboard's tree with each node's first words (prompt text; admin only); "
+                              "else token counts and hash prefixes"},
+                             KVTIER_FIELD(dashboard_labels)));
   t.push_back(string_option<S>({"server.served_model_name", "--served-model-name", {},
                                 "Name reported by /v1/models and in responses", "the model option as given"},
                                KVTIER_FIELD(served_model_name)));
@@ -152,6 +171,7 @@ Status ServerLimits::validate() const {
 Status ServerConfig::validate() const {
   if (host.empty()) return Status::InvalidArgument("server.host must not be empty");
   KVTIER_RETURN_IF_ERROR(limits.validate());
+  KVTIER_RETURN_IF_ERROR(require_authenticated_remote(runtime));
   return runtime.validate();
 }
 

@@ -39,8 +39,14 @@ struct ServerConfig {
   RuntimeOptions runtime;
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                // 0: any free port (the chosen one is printed)
-  std::string api_key;                 // empty: no authentication
-  bool metrics_public = false;         // /metrics without the API key (when one is set)
+  // Keys (server/auth.h). api_key is the legacy literal (argv or TOML: a
+  // warning at start); the *_file fields name files of secrets.
+  std::string api_key;                 // empty: none (nor KVTIER_API_KEY / api_key_file: no authentication)
+  std::string api_key_file;            // the lone client key, from a file
+  std::string admin_key_file;          // the admin key (else KVTIER_ADMIN_KEY)
+  std::string api_keys_file;           // tenant keys: `KEY TENANT [device=SIZE] [host=SIZE] [disk=SIZE]` per line
+  bool metrics_public = false;         // /metrics without the admin key (when keys are set)
+  bool dashboard_labels = false;       // the tree's nodes labelled with their first words (admin only)
   std::string served_model_name;       // empty: the model option as given
   std::string chat_template_file;      // Jinja chat template; empty: the model's tokenizer.chat_template
   std::optional<ToolParser> tool_parser;  // tool calls in chat replies; nullopt: from the template ("auto")

@@ -16,16 +16,23 @@ std::string json_string(std::string_view text) {
   return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-// A node's first words: its label tokens decoded, control characters as spaces.
-std::string label_of(const TreeSnapshot& s, const TreeNodeRecord& n, const TextCodec& codec) {
+// A node's first words: its label tokens decoded, control characters as
+// spaces; without a codec (no --dashboard-labels), its size and hash prefix.
+std::string label_of(const TreeSnapshot& s, const TreeNodeRecord& n, const TextCodec* codec) {
   if (n.is_namespace() && n.aggregate == 0) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "namespace %08llx", static_cast<unsigned long long>(n.namespace_id >> 32));
     return buf;
   }
   if (n.aggregate > 0) return std::to_string(n.aggregate) + " smaller branches";
-  if (n.label_count == 0 || !codec.detokenize) return {};
-  std::string text = codec.detokenize(std::span(s.label_tokens).subspan(n.label_begin, n.label_count));
+  if (codec == nullptr) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%llu tokens #%08llx", static_cast<unsigned long long>(uint64_t(n.pages) * s.page_tokens),
+                  static_cast<unsigned long long>(n.page_hash >> 32));
+    return buf;
+  }
+  if (n.label_count == 0 || !codec->detokenize) return {};
+  std::string text = codec->detokenize(std::span(s.label_tokens).subspan(n.label_begin, n.label_count));
   for (char& c : text)
     if (static_cast<unsigned char>(c) < 0x20) c = ' ';
   return text;
@@ -43,7 +50,7 @@ void append_number(std::string& out, uint64_t v) {
 }
 
 // One record, written by hand: a 20000-node tree must render in a few milliseconds.
-void append_node(std::string& out, const TreeSnapshot& s, size_t i, const TextCodec& codec) {
+void append_node(std::string& out, const TreeSnapshot& s, size_t i, const TextCodec* codec) {
   const TreeNodeRecord& n = s.nodes[i];
   const uint64_t P = s.page_tokens;
   auto field = [&](const char* name, uint64_t v) {
@@ -232,7 +239,7 @@ std::optional<uint64_t> query_count(const std::string& value, uint64_t fallback,
   return v;
 }
 
-std::string tree_json(const PublishedTree* tree, uint32_t max_nodes, const TextCodec& codec,
+std::string tree_json(const PublishedTree* tree, uint32_t max_nodes, const TextCodec* codec,
                       std::chrono::steady_clock::time_point now) {
   if (tree == nullptr) return R"({"available":false,"nodes":[]})";
   const TreeSnapshot shown = summarize_tree(tree->snapshot, max_nodes);

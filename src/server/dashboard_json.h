@@ -27,8 +27,10 @@ inline constexpr size_t kDefaultRecentRequests = 32;
 std::optional<uint64_t> query_count(const std::string& value, uint64_t fallback, uint64_t min, uint64_t max);
 
 // The tree reduced to `max_nodes` records, each labelled with its first
-// words when `codec` decodes them. `tree` may be null (nothing taken yet).
-std::string tree_json(const PublishedTree* tree, uint32_t max_nodes, const TextCodec& codec,
+// words when `codec` decodes them; a null `codec` labels nodes with their
+// token count and hash prefix only (no prompt text). `tree` may be null
+// (nothing taken yet).
+std::string tree_json(const PublishedTree* tree, uint32_t max_nodes, const TextCodec* codec,
                       std::chrono::steady_clock::time_point now);
 
 // Occupancy and capacity per tier, hit ratio by tier over the last 1 and 5

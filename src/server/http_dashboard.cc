@@ -1,5 +1,5 @@
 // The dashboard's routes of HttpServer: the page itself (no key: it holds no
-// data) and the JSON it polls (the API key when one is set).
+// data) and the JSON it polls (the admin key when keys are set).
 #include <httplib.h>
 
 #include "server/cache_view.h"
@@ -26,7 +26,7 @@ void bad_count(httplib::Response& res, const std::string& name, uint64_t min, ui
 
 }  // namespace
 
-void HttpServer::install_dashboard_routes(const Authorize& authorized) {
+void HttpServer::install_dashboard_routes() {
   httplib::Server& s = *http_;
   s.Get("/dashboard", [](const httplib::Request&, httplib::Response& res) {
     res.set_header("Content-Security-Policy", kPagePolicy);
@@ -36,25 +36,25 @@ void HttpServer::install_dashboard_routes(const Authorize& authorized) {
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
 
-  s.Get("/v1/cache/tree", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/cache/tree", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
     const auto max_nodes = query_count(req.get_param_value("max_nodes"), kDefaultTreeNodes, 1, kMaxTreeNodes);
     if (!max_nodes) return bad_count(res, "max_nodes", 1, kMaxTreeNodes);
     const auto tree = view_->tree();
     res.set_header("Cache-Control", "no-store");
-    res.set_content(tree_json(tree.get(), uint32_t(*max_nodes), scheduler_->model().text, std::chrono::steady_clock::now()),
-                    kJson);
+    const TextCodec* labels = config_.dashboard_labels ? &scheduler_->model().text : nullptr;
+    res.set_content(tree_json(tree.get(), uint32_t(*max_nodes), labels, std::chrono::steady_clock::now()), kJson);
   });
 
-  s.Get("/v1/cache/tiers", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/cache/tiers", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
     const std::vector<TierSample> samples = view_->samples();
     res.set_header("Cache-Control", "no-store");
     res.set_content(tiers_json(samples), kJson);
   });
 
-  s.Get("/v1/requests/recent", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/requests/recent", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
     const size_t capacity = scheduler_->recent().capacity();
     const auto limit = query_count(req.get_param_value("limit"), std::min(kDefaultRecentRequests, capacity), 1, capacity);
     if (!limit) return bad_count(res, "limit", 1, capacity);

@@ -54,13 +54,6 @@ std::string new_completion_id() {
   return buf;
 }
 
-// Constant-time comparison: the API key must not leak through timing.
-bool same_secret(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
-}
-
 std::string endpoint_label(const std::string& path) {
   static const char* kKnown[] = {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
                                  "/v1/cache/stats", "/v1/cache/flush", "/dashboard", "/v1/cache/tree",
@@ -95,10 +88,21 @@ void widen_listen_backlog(uint16_t port) {
   closedir(dir);
 }
 
+// A whole (non-streaming) response as HTTP/1.1 bytes, the connection closed after it.
+std::string whole_response_bytes(const httplib::Response& res) {
+  // The reason phrase is informative only (RFC 9112 §4): clients read the code.
+  const int status = res.status == -1 ? 200 : res.status;  // httplib's default, applied after the handler
+  std::string out = "HTTP/1.1 " + std::to_string(status) + (status < 400 ? " OK\r\n" : " Error\r\n");
+  for (const auto& [name, value] : res.headers)
+    if (name != "Content-Length" && name != "Connection") out += name + ": " + value + "\r\n";
+  out += "Content-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n";
+  return out + res.body;
+}
+
 }  // namespace
 
-HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler)
-    : config_(config), scheduler_(scheduler), http_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler, std::shared_ptr<const KeyRing> keys)
+    : config_(config), scheduler_(scheduler), keys_(std::move(keys)), http_(std::make_unique<httplib::Server>()) {
   model_name_ = config.served_model_name.empty() ? config.runtime.model : config.served_model_name;
   RequestLimits configured;
   configured.max_prompt_tokens = config.limits.max_prompt_tokens;
@@ -130,10 +134,14 @@ Status HttpServer::load_chat_template() {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& config, Scheduler* scheduler) {
+Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& config, Scheduler* scheduler,
+                                                       std::shared_ptr<const KeyRing> keys) {
   KVTIER_RETURN_IF_ERROR(config.validate());
   if (scheduler == nullptr) return Status::InvalidArgument("http server: scheduler is null");
-  auto s = std::unique_ptr<HttpServer>(new HttpServer(config, scheduler));
+  if (keys == nullptr) {
+    KVTIER_ASSIGN_OR_RETURN(keys, KeyRing::create(config));
+  }
+  auto s = std::unique_ptr<HttpServer>(new HttpServer(config, scheduler, std::move(keys)));
   KVTIER_RETURN_IF_ERROR(s->load_chat_template());
   auto post = [scheduler](std::function<void(Runtime&)> fn) { return scheduler->post(std::move(fn)); };
   KVTIER_ASSIGN_OR_RETURN(s->view_, CacheView::create(CacheViewOptions{}, post));
@@ -178,6 +186,30 @@ void HttpServer::stop() {
   if (http_->is_running()) http_->stop();
 }
 
+std::optional<Principal> HttpServer::authorize(const httplib::Request& req, httplib::Response& res, Access access) const {
+  std::string given = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (given.rfind(kBearer, 0) == 0) given = given.substr(kBearer.size());
+  else given = req.get_header_value("X-Api-Key");
+  std::optional<Principal> who = keys_->authenticate(given);
+  ApiError e;
+  if (!who) {
+    e.http_status = 401;
+    e.type = "authentication_error";
+    e.code = "invalid_api_key";
+    e.message = given.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key";
+  } else if (access == Access::kAdmin && !who->admin) {
+    e.http_status = 403;
+    e.type = "permission_error";
+    e.code = "admin_only";
+    e.message = req.path + " needs the admin key";
+  } else {
+    return who;
+  }
+  send_error(res, e);
+  return std::nullopt;
+}
+
 void HttpServer::install_routes() {
   httplib::Server& s = *http_;
   const uint32_t threads = config_.limits.http_threads;
@@ -206,45 +238,29 @@ void HttpServer::install_routes() {
     send_error(res, e);
   });
 
-  // Authentication for /v1/*: every route below calls this first.
-  auto authorized = [this](const httplib::Request& req, httplib::Response& res) {
-    if (config_.api_key.empty()) return true;
-    std::string given = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
-    if (given.rfind(kBearer, 0) == 0) given = given.substr(kBearer.size());
-    else given = req.get_header_value("X-Api-Key");
-    if (same_secret(given, config_.api_key)) return true;
-    ApiError e;
-    e.http_status = 401;
-    e.type = "authentication_error";
-    e.code = "invalid_api_key";
-    e.message = given.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key";
-    send_error(res, e);
-    return false;
-  };
-
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const auto c = scheduler_->counts();
     const bool draining = scheduler_->draining();
     res.status = draining ? 503 : 200;
-    res.set_content(json{{"status", draining ? "shutting_down" : "ok"},
-                         {"model", model_name_},
-                         {"waiting", c.waiting},
-                         {"running", c.running},
-                         {"max_prompt_tokens", max_prompt_tokens(limits_)},
-                         {"max_kv_tokens", limits_.max_kv_tokens}}
-                        .dump(),
-                    kJson);
+    json body{{"status", draining ? "shutting_down" : "ok"},
+              {"model", model_name_},
+              {"waiting", c.waiting},
+              {"running", c.running},
+              {"max_prompt_tokens", max_prompt_tokens(limits_)},
+              {"max_kv_tokens", limits_.max_kv_tokens},
+              {"auth", auth_mode_name(keys_->mode())}};
+    if (!config_.runtime.remote_url.empty()) body["remote_authenticated"] = has_tier_secret(config_.runtime);
+    res.set_content(body.dump(), kJson);
   });
 
-  s.Get("/v1/models", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kClient)) return;
     res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now()), kJson);
   });
 
-  // /metrics needs the API key like /v1/* unless the operator made it public (--metrics-public).
-  s.Get("/metrics", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!config_.metrics_public && !authorized(req, res)) return;
+  // /metrics needs the admin key unless the operator made it public (--metrics-public).
+  s.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!config_.metrics_public && !authorize(req, res, Access::kAdmin)) return;
     const auto c = scheduler_->counts();
     std::string text = metrics_.render({c.waiting, c.running, scheduler_->draining()});
     auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
@@ -256,8 +272,8 @@ void HttpServer::install_routes() {
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
 
-  s.Get("/v1/cache/stats", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Get("/v1/cache/stats", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
     auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
     if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
     const auto c = scheduler_->counts();
@@ -265,38 +281,43 @@ void HttpServer::install_routes() {
                     kJson);
   });
 
-  s.Post("/v1/cache/flush", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Post("/v1/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
     const Status st = scheduler_->call([](Runtime& r) { return r.flush(); });
     if (st.code() == StatusCode::kUnavailable) return send_error(res, error_from_status(st));
     if (!st.ok()) return send_error(res, error_from_status(Status::Internal("flush failed: " + st.to_string())));
     res.set_content(json{{"flushed", true}}.dump(), kJson);
   });
 
-  install_dashboard_routes(authorized);
-  install_prefetch_route(authorized);
+  install_dashboard_routes();
+  install_prefetch_route();
 
-  s.Post("/v1/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto who = authorize(req, res, Access::kClient);
+    if (!who) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Text prompts are tokenized here, on the connection's thread: a long
     // prompt never holds up the scheduler.
     auto parsed = parse_completion_request(req.body, limits_, tokenizer());
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    metrics_.record_ignored_fields(std::get<CompletionRequest>(parsed).ignored_fields);
-    respond(req, res, {std::move(std::get<CompletionRequest>(parsed)), Endpoint::kCompletions, {}});
+    CompletionRequest& r = std::get<CompletionRequest>(parsed);
+    metrics_.record_ignored_fields(r.ignored_fields);
+    r.tenant = who->tenant;
+    respond(req, res, {std::move(r), Endpoint::kCompletions, {}});
   });
 
-  s.Post("/v1/chat/completions", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto who = authorize(req, res, Access::kClient);
+    if (!who) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
-    auto parsed = parse_chat_request(req.body, limits_, chat_builder());
+    auto parsed = parse_chat_request(req.body, limits_, chat_builder(who->tenant));
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
     ChatRequest& chat = std::get<ChatRequest>(parsed);
     metrics_.record_ignored_fields(chat.completion.ignored_fields);
+    chat.completion.tenant = who->tenant;
     if (!chat.segment_texts.empty()) {
       if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
         chat.completion.prompt = std::move(seg->tokens);
@@ -314,10 +335,20 @@ Tokenizer HttpServer::tokenizer() const {
   };
 }
 
-ChatPromptBuilder HttpServer::chat_builder() const {
-  return [this](const text::ChatInput& chat, std::string_view salt, std::string& rendered) {
+namespace {
+// The chat memo's scope: a tenant's remembered replies are never spliced into another's prompts.
+std::string memo_scope(std::string_view tenant, std::string_view salt) {
+  std::string s(tenant);
+  s += '\0';
+  s += salt;
+  return s;
+}
+}  // namespace
+
+ChatPromptBuilder HttpServer::chat_builder(const std::string& tenant) const {
+  return [this, tenant](const text::ChatInput& chat, std::string_view salt, std::string& rendered) {
     const size_t max_bytes = limits_.max_prompt_bytes == 0 ? SIZE_MAX : size_t(limits_.max_prompt_bytes);
-    return chat_->build(chat, rendered, max_bytes, salt);
+    return chat_->build(chat, rendered, max_bytes, memo_scope(tenant, salt));
   };
 }
 
@@ -326,9 +357,10 @@ ChatPromptBuilder HttpServer::chat_builder() const {
 // would. The prompt's disk/remote prefix starts loading into host memory on
 // the scheduler's next turn; a request for it that arrives meanwhile waits
 // for those reads instead of issuing its own (KVCache::prefetch).
-void HttpServer::install_prefetch_route(const Authorize& authorized) {
-  http_->Post("/v1/cache/prefetch", [this, authorized](const httplib::Request& req, httplib::Response& res) {
-    if (!authorized(req, res)) return;
+void HttpServer::install_prefetch_route() {
+  http_->Post("/v1/cache/prefetch", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto who = authorize(req, res, Access::kClient);
+    if (!who) return;
     if (scheduler_->draining())
       return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
     ApiError error;
@@ -336,15 +368,16 @@ void HttpServer::install_prefetch_route(const Authorize& authorized) {
     if (!doc.ok()) return send_error(res, error);
     std::variant<CompletionRequest, ApiError> parsed = CompletionRequest{};
     if (doc->contains("messages")) {
-      auto chat = parse_chat_request(req.body, limits_, chat_builder());
+      auto chat = parse_chat_request(req.body, limits_, chat_builder(who->tenant));
       if (auto* err = std::get_if<ApiError>(&chat)) return send_error(res, *err);
       parsed = std::move(std::get<ChatRequest>(chat).completion);
     } else {
       parsed = parse_completion_request(req.body, limits_, tokenizer());
     }
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    const CompletionRequest& r = std::get<CompletionRequest>(parsed);
-    auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r.prompt, r.cache_salt); });
+    CompletionRequest& r = std::get<CompletionRequest>(parsed);
+    r.tenant = who->tenant;
+    auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r); });
     if (!called.ok()) return send_error(res, error_from_status(called.status()));
     const Result<Runtime::PrefetchReport>& started = *called;
     if (!started.ok()) return send_error(res, error_from_status(started.status()));
@@ -357,8 +390,8 @@ void HttpServer::install_prefetch_route(const Authorize& authorized) {
   });
 }
 
-RequestState::View HttpServer::wait_watching_client(const httplib::Request& req, RequestState& state) {
-  const auto connection = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+RequestState::View HttpServer::wait_watching_client(const std::optional<ClientConnection>& connection,
+                                                    RequestState& state) {
   for (;;) {
     if (auto v = state.wait_done(kClientCheckInterval)) return *std::move(v);
     if (connection && connection->closed()) {
@@ -374,19 +407,33 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   // Segments ask to blend; "kvtier": {"blend": true} asks for the separator's; false never blends.
   if (creq.blend == false) g.segments.clear();
   if (creq.blend == true && g.segments.empty()) g.segments = segments_between(g.prompt, blend_separator_);
+  // Found before the request is queued, while the client is surely there (a reset socket has no peer to match).
+  const auto connection =
+      creq.stream ? std::nullopt : ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   auto submitted = scheduler_->submit(std::move(g));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   std::shared_ptr<RequestState> state = std::move(submitted).value();
   const bool chat = gen.endpoint == Endpoint::kChat;
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
   if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta);
-  RequestState::View v = wait_watching_client(req, *state);
+  answer_whole(connection, res, gen, *state, meta);
+  // httplib 0.11 takes a client's FIN for a hang-up and will not write the
+  // answer; a client that half-closed after sending gets it written here.
+  if (connection && connection->half_closed()) connection->send_all(whole_response_bytes(res));
+}
+
+void HttpServer::answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res,
+                              const Generation& gen, RequestState& state, const CompletionMeta& meta) {
+  const CompletionRequest& creq = gen.request;
+  const bool chat = gen.endpoint == Endpoint::kChat;
+  RequestState::View v = wait_watching_client(connection, state);
   metrics_.record_completion(v.usage, v.error);
   if (!v.error.ok()) return send_error(res, error_from_status(v.error));
   const TextCodec& codec = scheduler_->model().text;
   CompletionDetail detail{creq.logprobs, creq.return_token_ids, {}, &v.tokens, 0, token_text(codec), creq.tokens_as_ids};
   if (chat) {
-    chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids, gen.request.cache_salt);
+    chat_->remember(gen.rendered, v.delta, gen.request.prompt, v.tokens.ids,
+                    memo_scope(gen.request.tenant, gen.request.cache_salt));
     ReasoningSplit split{{}, v.delta};
     if (config_.reasoning_parser == ReasoningParser::kThink)
       split = split_reasoning(v.delta, prompt_opens_reasoning(gen.rendered));
@@ -483,7 +530,9 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
             if (request.stream_include_usage)
               out += sse_event(chat ? chat_chunk_json(meta, "", false, std::nullopt, &v.usage, false)
                                     : stream_chunk_json(meta, "", std::nullopt, &v.usage, false));
-            if (chat) chat_->remember(gen->rendered, p.text, gen->request.prompt, p.ids, gen->request.cache_salt);
+            if (chat)
+              chat_->remember(gen->rendered, p.text, gen->request.prompt, p.ids,
+                              memo_scope(gen->request.tenant, gen->request.cache_salt));
           }
           out += "data: [DONE]\n\n";
         }

@@ -8,8 +8,10 @@
 // (its data, answered from snapshots: they never wait behind a prefill). Connection threads (cpp-httplib's
 // pool) parse and validate requests, submit them to the Scheduler and stream
 // results back; everything that touches the Runtime goes through
-// Scheduler::call(). When an API key is configured every /v1/* endpoint
-// requires "Authorization: Bearer <key>" (401 otherwise).
+// Scheduler::call(). With keys configured (server/auth.h) every endpoint but
+// /health and the dashboard page requires "Authorization: Bearer <key>"
+// (401 otherwise); the cache's views, flush and /metrics only the admin's
+// (403 for a client's). A request runs in its key's tenant's namespace.
 // Requests that could never run (a prompt or prompt + max_tokens beyond the
 // context or the device KV pool, a text too long to tokenize) get a 400
 // before they are queued (RequestLimits); /v1/models and /health show the
@@ -23,8 +25,10 @@
 #include <memory>
 #include <string>
 
+#include "server/auth.h"
 #include "server/chat_api.h"
 #include "server/chat_prompt.h"
+#include "server/client_connection.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
@@ -41,7 +45,9 @@ class CacheView;
 
 class HttpServer {
  public:
-  static Result<std::unique_ptr<HttpServer>> create(const ServerConfig& config, Scheduler* scheduler);
+  // `keys`: the server's keys (server/auth.h); null: read from `config`.
+  static Result<std::unique_ptr<HttpServer>> create(const ServerConfig& config, Scheduler* scheduler,
+                                                    std::shared_ptr<const KeyRing> keys = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -62,26 +68,34 @@ class HttpServer {
     bool parse_tool_calls = false;  // chat with tools and tool_choice "auto": the reply's tool calls are parsed
   };
 
-  HttpServer(const ServerConfig& config, Scheduler* scheduler);
+  HttpServer(const ServerConfig& config, Scheduler* scheduler, std::shared_ptr<const KeyRing> keys);
   Status load_chat_template();
   void install_routes();
   // POST /v1/cache/prefetch.
-  void install_prefetch_route(const std::function<bool(const httplib::Request&, httplib::Response&)>& authorized);
-  // Text to ids and chat to ids, on the connection's thread (the codec is thread-safe).
+  void install_prefetch_route();
+  // Who sent the request, when it may use an endpoint of `access`; else
+  // nullopt with the 401 (no or unknown key) or 403 (not the admin) written.
+  enum class Access { kClient, kAdmin };
+  std::optional<Principal> authorize(const httplib::Request& req, httplib::Response& res, Access access) const;
+  // Text to ids and chat to ids, on the connection's thread (the codec is
+  // thread-safe); chat prompts' memo is kept per tenant and salt.
   Tokenizer tokenizer() const;
-  ChatPromptBuilder chat_builder() const;
+  ChatPromptBuilder chat_builder(const std::string& tenant) const;
   // GET /dashboard and the JSON it polls (http_dashboard.cc).
-  using Authorize = std::function<bool(const httplib::Request&, httplib::Response&)>;
-  void install_dashboard_routes(const Authorize& authorized);
+  void install_dashboard_routes();
   // Submits a parsed request and answers it, whole or as server-sent events.
   void respond(const httplib::Request& req, httplib::Response& res, Generation gen);
+  // The whole (non-streaming) answer of a submitted request, into `res`.
+  void answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res, const Generation& gen,
+                    RequestState& state, const CompletionMeta& meta);
   // Waits for a whole (non-streaming) result; cancels the request when its client hangs up meanwhile.
-  RequestState::View wait_watching_client(const httplib::Request& req, RequestState& state);
+  RequestState::View wait_watching_client(const std::optional<ClientConnection>& connection, RequestState& state);
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
               const CompletionMeta& meta);
 
   ServerConfig config_;
   Scheduler* scheduler_;
+  std::shared_ptr<const KeyRing> keys_;
   std::string model_name_;
   RequestLimits limits_;
   std::vector<TokenId> blend_separator_;  // --blend-separator's tokens (no BOS); empty: none

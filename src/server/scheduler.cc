@@ -302,16 +302,19 @@ void Scheduler::step() {
 }
 
 void Scheduler::prefetch_waiting() {
-  std::vector<std::pair<std::vector<TokenId>, std::string>> todo;
+  std::vector<PromptRequest> todo;
   {
     std::lock_guard lk(mu_);
     for (auto& w : waiting_) {
       if (w.prefetched) continue;
       w.prefetched = true;
-      todo.emplace_back(w.request.prompt, w.request.cache_salt);
+      PromptRequest& p = todo.emplace_back();
+      p.prompt = w.request.prompt;
+      p.cache_salt = w.request.cache_salt;
+      p.tenant = w.request.tenant;
     }
   }
-  for (auto& [prompt, salt] : todo) (void)runtime_->prefetch(prompt, salt);  // best effort; start() decides
+  for (const PromptRequest& p : todo) (void)runtime_->prefetch(p);  // best effort; start() decides
 }
 
 std::optional<size_t> Scheduler::next_admissible_locked() const {

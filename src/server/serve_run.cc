@@ -11,6 +11,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/secrets.h"
+#include "server/auth.h"
 #include "server/http_server.h"
 #include "server/scheduler.h"
 #include "common/option_values.h"
@@ -41,12 +43,14 @@ class SignalRoute {
     sa.sa_flags = SA_RESTART;
     ::sigaction(SIGINT, &sa, &old_int_);
     ::sigaction(SIGTERM, &sa, &old_term_);
+    ::sigaction(SIGHUP, &sa, &old_hup_);
     ok_ = true;
   }
   ~SignalRoute() {
     if (!ok_) return;
     ::sigaction(SIGINT, &old_int_, nullptr);
     ::sigaction(SIGTERM, &old_term_, nullptr);
+    ::sigaction(SIGHUP, &old_hup_, nullptr);
     ::close(g_signal_pipe[0]);
     ::close(g_signal_pipe[1]);
     g_signal_pipe[0] = g_signal_pipe[1] = -1;
@@ -62,8 +66,31 @@ class SignalRoute {
 
  private:
   bool ok_ = false;
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {}, old_term_ {}, old_hup_ {};
 };
+
+bool loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "::1" || host == "localhost" || host.rfind("127.", 0) == 0;
+}
+
+// What an operator must hear at start about the set-up's security (docs/SECURITY.md).
+std::vector<std::string> insecurity_warnings(const ServerConfig& config, AuthMode auth) {
+  std::vector<std::string> out;
+  if (auth == AuthMode::kNone && !loopback(config.host))
+    out.push_back("listening on " + config.host + " without any key: anyone who reaches it may use and flush the "
+                  "cache (give --api-keys-file and --admin-key-file)");
+  if (!config.runtime.remote_url.empty() && !has_tier_secret(config.runtime))
+    out.push_back("--remote-insecure: remote entries are neither authenticated nor keyed");
+  if (redact_url_credentials(config.runtime.remote_url) != config.runtime.remote_url)
+    out.push_back("the Redis password is in the --remote URL (visible in ps): use KVTIER_REDIS_PASSWORD or "
+                  "--remote-password-file");
+  return out;
+}
+
+void say(std::FILE* log, const std::string& line) {
+  std::fprintf(log, "kvtier serve: %s\n", line.c_str());
+  std::fflush(log);
+}
 
 }  // namespace
 
@@ -73,6 +100,11 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   if (!signals.ok()) return Status::FromErrno(errno, "cannot set up the signal pipe");
   // A client that hangs up must be a failed write, not a dead server.
   ::signal(SIGPIPE, SIG_IGN);
+  // The keys first: a bad keys file stops the start before the model loads.
+  std::vector<std::string> warnings;
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<KeyRing> keys, KeyRing::create(config, &warnings));
+  for (std::string& w : insecurity_warnings(config, keys->mode())) warnings.push_back(std::move(w));
+  for (const std::string& w : warnings) say(log, "warning: " + w);
 
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Runtime> runtime, Runtime::create(config.runtime));
   const ModelInfo model = runtime->model();
@@ -81,7 +113,7 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   so.max_running = config.runtime.max_sequences;
   so.request_timeout_s = config.limits.request_timeout_s;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::create(so, std::move(runtime)));
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http, HttpServer::create(config, scheduler.get()));
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http, HttpServer::create(config, scheduler.get(), keys));
   KVTIER_ASSIGN_OR_RETURN(const uint16_t port, http->bind());
 
   std::fprintf(log,
@@ -92,6 +124,7 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
                format_size(config.runtime.host_bytes).c_str(),
                config.runtime.disk_dir.empty() ? "none" : format_size(config.runtime.disk_bytes).c_str(),
                config.runtime.disk_dir.empty() ? "" : " at ", config.runtime.disk_dir.c_str());
+  std::fprintf(log, "kvtier serve: authentication %s\n", std::string(auth_mode_name(keys->mode())).c_str());
   std::fprintf(log, "kvtier serve: listening on http://%s:%u\n", config.host.c_str(), unsigned(port));
   std::fflush(log);
 
@@ -107,6 +140,12 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   });
   while (!serving_done.load()) {
     const int sig = signals.wait(100);
+    if (sig == SIGHUP) {  // reload the keys; a bad file keeps the ones in use
+      const Status st = keys->reload();
+      say(log, st.ok() ? "SIGHUP: keys reloaded (" + std::string(auth_mode_name(keys->mode())) + ")"
+                       : "SIGHUP: keys not reloaded, the old ones stay: " + st.message());
+      continue;
+    }
     if (sig != SIGINT && sig != SIGTERM) continue;
     std::fprintf(log, "kvtier serve: %s received, draining (grace %.1fs)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                  config.limits.shutdown_grace_s);

@@ -60,8 +60,8 @@ struct ChunkAuth::Keys {
   }
 };
 
-Result<std::string> read_tier_secret_file(const std::string& path) {
-  return read_secret_file(path, "tier secret file", kMinTierSecretBytes);
+Result<std::optional<std::string>> read_tier_secret(const std::string& path) {
+  return read_secret(path, kTierSecretEnv, path.empty() ? "tier secret" : "tier secret file", kMinTierSecretBytes);
 }
 
 ChunkAuth::ChunkAuth(std::unique_ptr<Keys> k) : keys_(std::move(k)) {}

@@ -46,9 +46,11 @@ using ChunkNonce = std::array<uint8_t, kChunkNonceBytes>;
 using LayerTag = std::array<uint8_t, kChunkLayerTagBytes>;
 using EntryTag = std::array<uint8_t, kChunkEntryTagBytes>;
 
-// Reads a tier secret file (read_secret_file, common/secrets.h): at least
-// kMinTierSecretBytes bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`.
-Result<std::string> read_tier_secret_file(const std::string& path);
+// The tier secret (read_secret, common/secrets.h): from `path` when named,
+// else from KVTIER_TIER_SECRET; at least kMinTierSecretBytes bytes, e.g.
+// `head -c 32 /dev/urandom | base64 > FILE`. nullopt: neither is given.
+inline constexpr const char* kTierSecretEnv = "KVTIER_TIER_SECRET";
+Result<std::optional<std::string>> read_tier_secret(const std::string& path);
 
 class ChunkAuth {
  public:

@@ -11,11 +11,11 @@ ChunkGeometry with_codec(ChunkGeometry g, KvCodec codec) {
   return g;
 }
 
-// The tier secret's key, when a secret file is configured; null otherwise.
+// The tier secret's key, when a secret is given; null otherwise.
 Result<std::shared_ptr<const ChunkAuth>> secret_key(const TierConfig& c) {
-  if (c.tier_secret_file.empty()) return std::shared_ptr<const ChunkAuth>();
-  KVTIER_ASSIGN_OR_RETURN(std::string secret, read_tier_secret_file(c.tier_secret_file));
-  return ChunkAuth::create(secret);
+  KVTIER_ASSIGN_OR_RETURN(const std::optional<std::string> secret, read_tier_secret(c.tier_secret_file));
+  if (!secret) return std::shared_ptr<const ChunkAuth>();
+  return ChunkAuth::create(*secret);
 }
 
 Result<std::unique_ptr<HostTier>> make_host(const TierConfig& c, const ChunkGeometry& g, const TierEnv& env) {
@@ -43,7 +43,7 @@ Result<std::shared_ptr<Tier>> make_disk(const TierConfig& c, const ChunkGeometry
     d.auth = env.disk_auth;
   } else if (c.disk_authenticate) {
     KVTIER_ASSIGN_OR_RETURN(d.auth, secret_key(c));
-    if (!d.auth) return Status::InvalidArgument("disk_authenticate needs a tier secret file");
+    if (!d.auth) return Status::InvalidArgument("disk_authenticate needs a tier secret (--tier-secret-file or KVTIER_TIER_SECRET)");
   }
   auto disk = DiskTier::create(d);
   if (!disk.ok()) return Status(disk.status().code(), "disk tier at " + c.disk_dir + ": " + disk.status().message());
@@ -52,12 +52,21 @@ Result<std::shared_ptr<Tier>> make_disk(const TierConfig& c, const ChunkGeometry
 
 }  // namespace
 
+bool has_tier_secret(const TierConfig& c) { return secret_given(c.tier_secret_file, kTierSecretEnv); }
+
+Status require_authenticated_remote(const TierConfig& c) {
+  if (c.remote_url.empty() || c.remote_insecure || has_tier_secret(c)) return Status::Ok();
+  return Status::InvalidArgument(
+      "--remote without a tier secret: anyone who can write to that Redis could serve forged KV and read others' "
+      "entries. Give --tier-secret-file FILE (or KVTIER_TIER_SECRET), or --remote-insecure to run unauthenticated");
+}
+
 Result<std::shared_ptr<RemoteTier>> make_remote_tier(const TierConfig& c, const ChunkGeometry& g) {
   if (c.remote_url.empty()) return std::shared_ptr<RemoteTier>();
   KVTIER_ASSIGN_OR_RETURN(RemoteTierOptions ro, RemoteTierOptions::from_url(c.remote_url, with_codec(g, c.remote_codec)));
-  if (!c.remote_password_file.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(ro.redis.password, read_secret_file(c.remote_password_file, "remote password file", 1));
-  }
+  KVTIER_ASSIGN_OR_RETURN(const std::optional<std::string> password,
+                          read_secret(c.remote_password_file, kRedisPasswordEnv, "remote password", 1));
+  if (password) ro.redis.password = *password;
   KVTIER_ASSIGN_OR_RETURN(ro.auth, secret_key(c));
   ro.accept_lossy = c.serves_lossy();  // one rule for every tier
   KVTIER_ASSIGN_OR_RETURN(auto remote, RemoteTier::create(ro));  // Redis down is not fatal: the tier starts degraded

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "memory/device_memory.h"
@@ -31,8 +32,9 @@ struct TierConfig {
   size_t disk_region_bytes = size_t(64) << 20;
   bool disk_direct_io = true;
   std::string remote_url;                    // "redis://host:port[,host:port]"; empty: no remote tier
-  std::string remote_password_file;          // Redis password from this file (overrides the URL's)
-  std::string tier_secret_file;              // shared secret: remote entries authenticated (docs/SECURITY.md)
+  std::string remote_password_file;          // Redis password from this file (else KVTIER_REDIS_PASSWORD, else the URL's)
+  std::string tier_secret_file;              // shared secret (else KVTIER_TIER_SECRET): remote entries authenticated (docs/SECURITY.md)
+  bool remote_insecure = false;              // a remote tier without a tier secret is allowed (require_authenticated_remote)
   bool disk_authenticate = false;            // with tier_secret_file: disk entries too
   // Chunk codecs (tiers/kv_codec.h). Tiers whose codecs are all none serve
   // exact KV only: lossy entries, whoever wrote them, are misses
@@ -64,6 +66,15 @@ struct TierSet {
   std::shared_ptr<Tier> disk;                // null without disk_dir
   std::shared_ptr<Tier> remote;              // null without remote_url; a Redis that is down starts degraded
 };
+
+inline constexpr const char* kRedisPasswordEnv = "KVTIER_REDIS_PASSWORD";
+
+// Whether a tier secret is given (tier_secret_file or KVTIER_TIER_SECRET).
+bool has_tier_secret(const TierConfig& config);
+// The server's and the Python package's rule (benches and the replay are
+// exempt): a remote tier needs a tier secret, unless remote_insecure says
+// otherwise. The error names --tier-secret-file.
+Status require_authenticated_remote(const TierConfig& config);
 
 // Builds every tier `config` names, for chunks of `chunks` (its codec is
 // replaced by each tier's). Errors name the tier: a disk directory that

@@ -71,5 +71,23 @@ TEST(PageHash, NamespacesDiffer) {
   EXPECT_NE(sa, namespace_seed(d, HashAlgo::kXXH3_128));
 }
 
+// A tenant is its own namespace; without one the seed is the pinned one above.
+TEST(PageHash, TenantsDifferAndNoTenantKeepsTheSeed) {
+  Namespace a = test_ns(), b = test_ns(), c = test_ns();
+  b.tenant = "acme";
+  c.tenant = "globex";
+  const PageHash sa = namespace_seed(a, HashAlgo::kXXH3_128);
+  EXPECT_EQ(sa.to_hex(), "91ed130ab4769378dbd4c40905d7c3ff");
+  EXPECT_NE(sa, namespace_seed(b, HashAlgo::kXXH3_128));
+  EXPECT_NE(namespace_seed(b, HashAlgo::kXXH3_128), namespace_seed(c, HashAlgo::kXXH3_128));
+  // A salt cannot spell a tenant: the tenant's field is tagged and length-prefixed.
+  Namespace forged = test_ns();
+  forged.cache_salt = std::string("salt\0tenant", 11) + std::string("\x04\0\0\0\0\0\0\0", 8) + "acme";
+  EXPECT_NE(namespace_seed(forged, HashAlgo::kXXH3_128), namespace_seed(b, HashAlgo::kXXH3_128));
+  Namespace same_salt_other_tenant = b;
+  same_salt_other_tenant.tenant = "acme2";
+  EXPECT_NE(namespace_seed(same_salt_other_tenant, HashAlgo::kSHA256), namespace_seed(b, HashAlgo::kSHA256));
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <cstdio>
@@ -410,6 +412,119 @@ TEST(ServerE2E, RedisPasswordNeverShows) {
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
   EXPECT_EQ(s.log().find("hunter2"), std::string::npos) << s.log();
+}
+
+// Runs `kvtier <args>` to its end; its exit code and output (stdout and stderr).
+std::pair<int, std::string> run_kvtier(const std::string& args) {
+  std::string out;
+  int rc = -1;
+  if (FILE* p = ::popen((kvtier_binary() + " " + args + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    const int status = ::pclose(p);
+    rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  return {rc, out};
+}
+
+std::string private_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// Tenant keys on the real server: two tenants sending the same prompt with
+// the same salt never share a hit (the tenant is part of the namespace, so
+// of every tier's keys), a tenant's key gets 403 on the admin endpoints,
+// SIGHUP reloads the keys file, and no secret (keys, tier secret, Redis
+// password from the environment) reaches the log, --print-config, /health or
+// an error body.
+TEST(ServerE2E, TenantKeysSecretsAndReload) {
+  TempDir dir;
+  const std::string acme = "acme-e2e-key-0123456789", globex = "globex-e2e-key-0123456789",
+                    fresh = "fresh-e2e-key-0123456789", admin = "admin-e2e-key-0123456789",
+                    tier_secret = "tier-secret-from-env-0123456789", redis_pw = "redis-pw-from-env-42";
+  const std::string keys = private_file(dir.str() + "/keys", acme + " acme host=64MiB\n" + globex + " globex\n");
+  const std::string admin_file = private_file(dir.str() + "/admin", admin + "\n");
+  ::setenv("KVTIER_TIER_SECRET", tier_secret.c_str(), 1);
+  ::setenv("KVTIER_REDIS_PASSWORD", redis_pw.c_str(), 1);
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/disk");
+  args.insert(args.end(), {"--api-keys-file", keys, "--admin-key-file", admin_file, "--remote",
+                           "redis://127.0.0.1:1?connect_timeout_ms=50&timeout_ms=100&backoff_ms=10"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const auto printed = run_kvtier("serve --model tiny --api-keys-file " + keys + " --admin-key-file " + admin_file +
+                                  " --remote redis://127.0.0.1:1 --print-config");
+  ::unsetenv("KVTIER_TIER_SECRET");
+  ::unsetenv("KVTIER_REDIS_PASSWORD");
+  EXPECT_EQ(printed.first, 0) << printed.second;
+  auto bearer = [](const std::string& k) { return httplib::Headers{{"Authorization", "Bearer " + k}}; };
+  const json req = {{"prompt", ids(96)}, {"max_tokens", 1}, {"cache_salt", "same-salt"}};
+  auto cached = [&](const std::string& key) {
+    const Reply r = post(s.port(), req, bearer(key));
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+    return r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  EXPECT_EQ(cached(acme), 0);
+  EXPECT_EQ(cached(globex), 0) << "globex hit acme's prompt";
+  EXPECT_GT(cached(acme), 0) << "acme's own prompt must hit";
+  httplib::Client c("127.0.0.1", s.port());
+  std::string bodies;
+  for (const char* path : {"/v1/cache/stats", "/v1/cache/tree", "/metrics"}) {
+    auto denied = c.Get(path, bearer(acme));
+    ASSERT_TRUE(denied);
+    EXPECT_EQ(denied->status, 403) << path;
+    bodies += denied->body;
+    EXPECT_EQ(c.Get(path, bearer(admin))->status, 200) << path;
+  }
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  const json h = json::parse(health->body);
+  EXPECT_EQ(h["auth"], "tenant-keys");
+  EXPECT_EQ(h["remote_authenticated"], true);
+  bodies += health->body + post(s.port(), req, bearer("wrong-key-0123456789")).body.dump();
+  // SIGHUP: globex's key is replaced by a fresh one, without a restart.
+  private_file(keys, acme + " acme host=64MiB\n" + fresh + " globex\n");
+  s.signal(SIGHUP);
+  EXPECT_TRUE(wait_until([&] { return post(s.port(), req, bearer(fresh)).status == 200; })) << s.log();
+  EXPECT_EQ(post(s.port(), req, bearer(globex)).status, 401);
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+  EXPECT_NE(s.log().find("SIGHUP: keys reloaded"), std::string::npos) << s.log();
+  for (const std::string& secret : {acme, globex, fresh, admin, tier_secret, redis_pw}) {
+    EXPECT_EQ(s.log().find(secret), std::string::npos) << "the log shows a secret";
+    EXPECT_EQ(printed.second.find(secret), std::string::npos) << "--print-config shows a secret";
+    EXPECT_EQ(bodies.find(secret), std::string::npos) << "a response shows a secret";
+  }
+}
+
+// --remote without a tier secret stops at config validation (before Redis,
+// before the model), naming the flag; --remote-insecure runs with a warning
+// and says so in /health. A keys file others may read is refused too.
+TEST(ServerE2E, InsecureSetUpsAreRefusedOrLoud) {
+  TempDir dir;
+  ::unsetenv("KVTIER_TIER_SECRET");
+  const auto refused = run_kvtier("serve --model tiny --port 0 --remote redis://127.0.0.1:1");
+  EXPECT_NE(refused.first, 0);
+  EXPECT_NE(refused.second.find("--tier-secret-file"), std::string::npos) << refused.second;
+  const std::string keys = dir.str() + "/keys";
+  std::ofstream(keys) << "acme-e2e-key-0123456789 acme\n";
+  ::chmod(keys.c_str(), 0644);
+  const auto readable = run_kvtier("serve --model tiny --port 0 --api-keys-file " + keys);
+  EXPECT_NE(readable.first, 0);
+  EXPECT_NE(readable.second.find("readable by every user"), std::string::npos) << readable.second;
+  ServerProcess s;
+  auto args = base_args(dir.str() + "/disk");
+  args.insert(args.end(), {"--remote", "redis://127.0.0.1:1?connect_timeout_ms=50&timeout_ms=100&backoff_ms=10",
+                           "--remote-insecure", "--host", "0.0.0.0"});
+  ASSERT_TRUE(s.start(args)) << s.log();
+  const Reply h = get(s.port(), "/health");
+  EXPECT_EQ(h.body["remote_authenticated"], false);
+  EXPECT_EQ(h.body["auth"], "none");
+  s.signal(SIGTERM);
+  EXPECT_EQ(s.wait_exit(), 0) << s.log();
+  EXPECT_NE(s.log().find("warning: --remote-insecure"), std::string::npos) << s.log();
+  EXPECT_NE(s.log().find("warning: listening on 0.0.0.0 without any key"), std::string::npos) << s.log();
 }
 
 TEST(ServerE2E, QueueFullIs429) {

@@ -157,7 +157,7 @@ TEST(DashboardJson, TreeJsonLabelsAndCounts) {
     text.push_back('\x82');
     return text;
   };
-  const json j = json::parse(tree_json(&tree, 2000, codec, tree.taken));
+  const json j = json::parse(tree_json(&tree, 2000, &codec, tree.taken));
   EXPECT_TRUE(j["available"]);
   EXPECT_EQ(j["total_tokens"], (2 + 3) * P);
   ASSERT_EQ(j["nodes"].size(), 5u);
@@ -165,8 +165,15 @@ TEST(DashboardJson, TreeJsonLabelsAndCounts) {
   EXPECT_EQ(j["nodes"][0]["parent"], -1);
   EXPECT_EQ(j["nodes"][1]["label"].get<std::string>().substr(0, 2), "t8");
   EXPECT_EQ(j["nodes"][2]["tokens"], P);
-  EXPECT_EQ(json::parse(tree_json(&tree, 2, codec, tree.taken))["nodes"].size(), 2u);
-  EXPECT_FALSE(json::parse(tree_json(nullptr, 10, codec, tree.taken))["available"]);
+  EXPECT_EQ(json::parse(tree_json(&tree, 2, &codec, tree.taken))["nodes"].size(), 2u);
+  EXPECT_FALSE(json::parse(tree_json(nullptr, 10, &codec, tree.taken))["available"]);
+  // Without --dashboard-labels no prompt text leaves: a size and a hash prefix.
+  const json bare = json::parse(tree_json(&tree, 2000, nullptr, tree.taken));
+  ASSERT_EQ(bare["nodes"].size(), 5u);
+  const std::string label = bare["nodes"][1]["label"];
+  EXPECT_EQ(label.find("t8"), std::string::npos) << label;
+  EXPECT_EQ(label.rfind(std::to_string(bare["nodes"][1]["tokens"].get<uint64_t>()) + " tokens #", 0), 0u) << label;
+  EXPECT_EQ(label.size(), label.find('#') + 9) << label;
 }
 
 TEST(DashboardJson, QueryCount) {

@@ -5,7 +5,7 @@
 // decode step adds one (wrapping within 1..35), unless `eos_after` is set, in
 // which case the n-th generated token is EOS. A prompt's cached tokens are
 // its longest whole-page (4-token) prefix shared with an earlier finished
-// prompt of the same salt, all reported as "host". Every call is logged;
+// prompt of the same tenant and salt, all reported as "host". Every call is logged;
 // `gate_start` blocks start() until opened, so tests can hold the scheduler.
 // With `pool_tokens` set, a device pool of that many tokens (4-token pages)
 // is modelled: it is max_kv_tokens, a prompt longer than it is invalid, and
@@ -129,7 +129,8 @@ class FakeRuntime final : public Runtime {
   using Runtime::start;
   Result<Started> start(const PromptRequest& request) override {
     const std::span<const TokenId> prompt = request.prompt;
-    const std::string_view salt = request.cache_salt;
+    // The namespace as the real runtime forms it: the tenant, then the salt within it.
+    const std::string salt = request.tenant + '\0' + request.cache_salt;
     std::unique_lock lk(s_->mu);
     s_->in_start = true;
     s_->cv.notify_all();
@@ -152,7 +153,7 @@ class FakeRuntime final : public Runtime {
     st.seq = SeqId(next_seq_++);
     st.report.prompt_tokens = uint32_t(prompt.size());
     size_t best = 0;
-    for (const auto& old : done_prompts_[std::string(salt)]) {
+    for (const auto& old : done_prompts_[salt]) {
       size_t n = 0;
       while (n < old.size() && n < prompt.size() && old[n] == prompt[n]) ++n;
       best = std::max(best, n);
@@ -161,7 +162,7 @@ class FakeRuntime final : public Runtime {
     st.report.cached_tokens = uint32_t(best);
     st.report.cached_tokens_by_tier[int(TierKind::kHost)] = uint32_t(best);
     st.report.ttft_s = 0.001;
-    seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), std::string(salt), 0, 0};
+    seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), salt, 0, 0};
     st.first_token = next_token(seqs_[st.seq.value()], prompt.back());
     s_->live.insert(st.seq.value());
     s_->started.push_back(prompt.front());
@@ -170,7 +171,8 @@ class FakeRuntime final : public Runtime {
     return st;
   }
 
-  Result<PrefetchReport> prefetch(std::span<const TokenId> prompt, std::string_view) override {
+  Result<PrefetchReport> prefetch(const PromptRequest& request) override {
+    const std::vector<TokenId>& prompt = request.prompt;
     std::lock_guard lk(s_->mu);
     s_->log.push_back("prefetch:" + std::to_string(prompt.empty() ? -1 : prompt.front()));
     return PrefetchReport{};

@@ -9,10 +9,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "e2e/e2e_util.h"
 #include "e2e/prom_check.h"
 #include "server/fake_runtime.h"
 #include "client/loadgen.h"
@@ -237,6 +241,70 @@ TEST_F(HttpServerTest, ApiKey) {
   EXPECT_NE(m->body.find("kvtier_running_sequences 1"), std::string::npos);
 }
 
+// A file of keys, readable by its owner only.
+std::string private_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+constexpr const char* kAcme = "acme-key-0123456789";
+constexpr const char* kAcme2 = "acme-key-second-0123";
+constexpr const char* kGlobex = "globex-key-0123456789";
+constexpr const char* kAdmin = "admin-key-0123456789";
+
+httplib::Headers bearer(const char* key) { return {{"Authorization", std::string("Bearer ") + key}}; }
+
+// Tenant keys: a tenant's requests run in its own namespace (no hit on
+// another's prompt, same salt or not); the admin key alone reaches the
+// cache's views, flush and /metrics; /health says which mode is on.
+TEST_F(HttpServerTest, TenantKeysIsolateTenantsAndOnlyTheAdminSeesTheCache) {
+  kvtier::testing::TempDir dir;
+  start([&](ServerConfig& c) {
+    c.api_keys_file = private_file(dir.str() + "/keys", std::string(kAcme) + " acme\n" + kAcme2 + " acme\n" + kGlobex +
+                                                            " globex\n");
+    c.admin_key_file = private_file(dir.str() + "/admin", std::string(kAdmin) + "\n");
+  });
+  const std::string body = R"({"prompt":[1,2,3,4,5,6,7,8,9],"max_tokens":1,"cache_salt":"shared"})";
+  auto cached = [&](const char* key) {
+    auto r = post(body, bearer(key));
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  };
+  EXPECT_EQ(cached(kAcme), 0);
+  EXPECT_EQ(cached(kGlobex), 0) << "another tenant hit acme's prompt";
+  EXPECT_EQ(cached(kAdmin), 0) << "the admin's completions have a namespace of their own";
+  EXPECT_EQ(cached(kAcme2), 8) << "two keys of one tenant share its namespace";
+  EXPECT_EQ(post(body)->status, 401);
+  EXPECT_EQ(post(body, bearer("unknown-key-0123456789"))->status, 401);
+  EXPECT_EQ(client().Get("/v1/models", bearer(kGlobex))->status, 200);
+  for (const char* path : {"/v1/cache/stats", "/v1/cache/tree", "/v1/cache/tiers", "/v1/requests/recent", "/metrics"}) {
+    auto tenant = client().Get(path, bearer(kAcme));
+    EXPECT_EQ(tenant->status, 403) << path;
+    EXPECT_EQ(json::parse(tenant->body)["error"]["code"], "admin_only") << path;
+    EXPECT_EQ(client().Get(path)->status, 401) << path;
+    EXPECT_EQ(client().Get(path, bearer(kAdmin))->status, 200) << path;
+  }
+  EXPECT_EQ(client().Post("/v1/cache/flush", bearer(kAcme), "", "application/json")->status, 403);
+  EXPECT_EQ(client().Post("/v1/cache/flush", bearer(kAdmin), "", "application/json")->status, 200);
+  auto health = client().Get("/health");
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["auth"], "tenant-keys");
+  EXPECT_FALSE(json::parse(health->body).contains("remote_authenticated"));
+  EXPECT_EQ(client().Get("/dashboard")->status, 200);  // the page holds no data
+}
+
+// A client key beside an admin key: the client may not flush; its namespace is today's.
+TEST_F(HttpServerTest, AdminKeyApartFromTheClientKey) {
+  ::setenv("KVTIER_ADMIN_KEY", kAdmin, 1);  // read when the server starts
+  start([](ServerConfig& c) { c.api_key = "sekret"; });
+  ::unsetenv("KVTIER_ADMIN_KEY");
+  EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})", bearer("sekret"))->status, 200);
+  EXPECT_EQ(client().Post("/v1/cache/flush", bearer("sekret"), "", "application/json")->status, 403);
+  EXPECT_EQ(client().Get("/metrics", bearer(kAdmin))->status, 200);
+  EXPECT_EQ(json::parse(client().Get("/health")->body)["auth"], "api-key");
+}
+
 TEST_F(HttpServerTest, MetricsPublicServesMetricsWithoutTheKey) {
   start([](ServerConfig& c) {
     c.api_key = "sekret";
@@ -306,6 +374,8 @@ TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
   const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":64,"ignore_eos":true})");
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  const linger reset{1, 0};  // close with a reset, as a client that gives up does
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
   ::close(fd);
   const auto give_up = std::chrono::steady_clock::now() + 20s;  // a hang is a failure, not a timing check
   while (sched_->counts().cancels == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
@@ -329,6 +399,27 @@ TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
   EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 1);
   EXPECT_LT(p.value("kvtier_server_completion_tokens_total"), 64);
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);  // the server goes on
+}
+
+// A client that half-closes after sending (shutdown for writing) still gets
+// its whole answer: a FIN is not a hang-up. Held in start() until the
+// half-close has surely arrived, so the handler sees it while it waits.
+TEST_F(HttpServerTest, HalfClosedClientIsStillAnswered) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true})");
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+  std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
+  fake_->open_gate();
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+  ::close(fd);
+  ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+  const json body = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
+  EXPECT_EQ(body["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(sched_->counts().cancels, 0u);
 }
 
 // A client that waits for its whole answer is not mistaken for one that left.

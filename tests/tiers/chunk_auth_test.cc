@@ -100,14 +100,32 @@ TEST(ChunkAuth, SecretFileIsReadWithoutItsTrailingNewline) {
   TempDir dir;
   const std::string path = dir.path() + "/secret";
   std::ofstream(path) << "0123456789abcdef0123\n";
-  auto s = read_tier_secret_file(path);
+  auto s = read_tier_secret(path);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
-  EXPECT_EQ(*s, "0123456789abcdef0123");
+  EXPECT_EQ(**s, "0123456789abcdef0123");
   std::ofstream(path) << "tooshort\n";
-  auto bad = read_tier_secret_file(path);
+  auto bad = read_tier_secret(path);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(bad.status().message().find("tooshort"), std::string::npos);  // the contents never reach a message
-  EXPECT_EQ(read_tier_secret_file(dir.path() + "/missing").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_tier_secret(dir.path() + "/missing").status().code(), StatusCode::kInvalidArgument);
+}
+
+// Without a file the secret comes from KVTIER_TIER_SECRET; neither: none.
+TEST(ChunkAuth, SecretFromTheEnvironment) {
+  ::unsetenv(kTierSecretEnv);
+  auto none = read_tier_secret("");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  ::setenv(kTierSecretEnv, "from-the-environment-0123", 1);
+  auto env = read_tier_secret("");
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(**env, "from-the-environment-0123");
+  ::setenv(kTierSecretEnv, "short", 1);
+  auto bad = read_tier_secret("");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find(kTierSecretEnv), std::string::npos);
+  EXPECT_EQ(bad.status().message().find("short "), std::string::npos);
+  ::unsetenv(kTierSecretEnv);
 }
 
 }  // namespace
