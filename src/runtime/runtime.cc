@@ -239,6 +239,7 @@ class RuntimeImpl final : public Runtime {
       auto it = seqs_.find(id.value());
       if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
       Seq& s = it->second;
+      if (s.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is preempted");
       if (s.kv.num_tokens + 1 >= info_.max_context)
         return Status::OutOfRange("sequence " + std::to_string(id.value()) + " reached the context limit");
       KVTIER_RETURN_IF_ERROR(cache_->grow(s.lease, s.kv.num_tokens + 1));
@@ -264,12 +265,58 @@ class RuntimeImpl final : public Runtime {
     return it == seqs_.end() || it->second.logprobs < 0 ? nullptr : &it->second.last_logprobs;
   }
 
+  Result<bool> preempt(SeqId id) override {
+    auto it = seqs_.find(id.value());
+    if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
+    Seq& s = it->second;
+    if (s.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is already preempted");
+    BlockPool& pool = cache_->pool();
+    const size_t page_bytes = pool.geometry().page_bytes();
+    const size_t pages = (s.kv.num_tokens + o_.page_tokens - 1) / o_.page_tokens;
+    const bool raw = preempted_bytes_ + pages * page_bytes <= o_.host_bytes / 4;
+    if (raw) {
+      s.saved.resize(pages * page_bytes);
+      std::vector<ByteCopy> copies(pages);
+      for (size_t i = 0; i < pages; ++i) copies[i] = {s.saved.data() + i * page_bytes, pool.page(s.kv.pages[i]), page_bytes};
+      KVTIER_RETURN_IF_ERROR(pool.memory().copy(copies));
+      preempted_bytes_ += s.saved.size();
+    }
+    cache_->release(s.lease);  // its pages go back to the pool (shared prefix pages stay cached)
+    s.kv.pages.clear();
+    s.preempted = true;
+    ++(raw ? counters_.preempted_raw : counters_.preempted_recompute);
+    return raw;
+  }
+
+  Status resume(SeqId id) override {
+    auto it = seqs_.find(id.value());
+    if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
+    Seq& s = it->second;
+    if (!s.preempted) return Status::Ok();
+    if (s.saved.empty()) return recompute_kv(s);
+    KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache_->fresh(s.ns, s.kv.num_tokens));  // Busy: not yet
+    BlockPool& pool = cache_->pool();
+    const size_t page_bytes = pool.geometry().page_bytes();
+    std::vector<ByteCopy> copies(s.saved.size() / page_bytes);
+    for (size_t i = 0; i < copies.size(); ++i)
+      copies[i] = {pool.page(lease.pages()[i]), s.saved.data() + i * page_bytes, page_bytes};
+    KVTIER_RETURN_IF_ERROR(pool.memory().copy(copies));
+    preempted_bytes_ -= s.saved.size();
+    std::vector<std::byte>().swap(s.saved);
+    s.lease = std::move(lease);
+    s.kv.pages = s.lease.pages();
+    s.preempted = false;
+    return Status::Ok();
+  }
+
   uint32_t finish(SeqId id) override {
     auto it = seqs_.find(id.value());
     if (it == seqs_.end()) return 0;
     Seq& s = it->second;
     uint32_t retained = 0;
-    if (o_.cache_enabled) {
+    if (s.preempted) {  // nothing on the device to commit
+      preempted_bytes_ -= s.saved.size();
+    } else if (o_.cache_enabled) {
       // Blended KV is approximate: only the exact front is cached.
       const auto committed = std::span(s.tokens).first(std::min(s.kv.num_tokens, s.exact_tokens));
       if (cache_->commit(s.lease, committed).ok())
@@ -307,7 +354,30 @@ class RuntimeImpl final : public Runtime {
     engine::TokenLogprobs last_logprobs;
     uint32_t exact_tokens = UINT32_MAX;  // KV past this position was blended: never committed
     std::vector<RetainHint> retain;      // PromptRequest::retain
+    bool preempted = false;              // its KV is off the device pool (preempt())
+    std::vector<std::byte> saved;        // preempted raw: its pages' bytes; empty: recomputed at resume()
   };
+
+  // A preempted sequence whose KV was dropped: recomputed from its tokens
+  // (the cached prefix reused, as for a prompt). The last sampled token is
+  // not in the KV yet: decode() feeds it next.
+  Status recompute_kv(Seq& s) {
+    const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
+    CacheLease lease;
+    if (o_.cache_enabled) {
+      KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, known));
+      const Plan plan = cache_->plan(look);
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->apply(std::move(look), plan));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
+    }
+    engine::SequenceKV kv;
+    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known).status());
+    s.lease = std::move(lease);
+    s.kv = std::move(kv);
+    s.preempted = false;
+    return Status::Ok();
+  }
 
   RuntimeOptions o_;
   ServingStack stack_;
@@ -318,6 +388,7 @@ class RuntimeImpl final : public Runtime {
   ModelInfo info_;
   std::unordered_map<uint64_t, Seq> seqs_;
   uint64_t next_seq_ = 1;
+  size_t preempted_bytes_ = 0;  // of every Seq::saved
   RuntimeCounters counters_;
 };
 

@@ -106,6 +106,10 @@ struct RuntimeCounters {
   uint64_t cached_tokens_by_tier[kNumTiers] = {};
   uint64_t decode_tokens = 0;
   double ttft_seconds_sum = 0;
+  // Preemption (Runtime::preempt): sequences whose KV left the device pool,
+  // kept raw in host memory or dropped to be recomputed at resume().
+  uint64_t preempted_raw = 0;
+  uint64_t preempted_recompute = 0;
   // Non-prefix reuse (BlendReport), apart from exact cache hits.
   uint64_t blended_requests = 0;
   uint64_t blended_tokens = 0;          // segment KV kept (approximate)
@@ -221,6 +225,18 @@ class Runtime {
   // The log-probabilities of the sequence's last sampled token, when its
   // sampling asked for them (null otherwise); valid until the next call.
   virtual const engine::TokenLogprobs* last_logprobs(SeqId) const { return nullptr; }
+
+  // Preemption, for sequences that together outgrow the device pool while
+  // decoding: preempt() takes the sequence's KV off the device pool — copied
+  // raw into host memory (never through a codec) while the preempted copies
+  // fit a quarter of the host tier's capacity, else dropped — and keeps its
+  // tokens and sampler; decode() refuses it until resume() puts its KV back
+  // in fresh pages (copied, or recomputed from its tokens: Busy while they do
+  // not fit). Its output is the one it would have had unpreempted (exactly so
+  // for the raw copy; recomputed KV matches to the engine's rounding).
+  // Returns true when the KV was kept raw.
+  virtual Result<bool> preempt(SeqId seq) = 0;
+  virtual Status resume(SeqId seq) = 0;
 
   // Ends a sequence: its full pages are committed to the cache; its pages
   // are released; its request's retention hints are applied to what was

@@ -48,7 +48,8 @@ struct Principal {
 // The namespace of the admin key's own completions: ':' is not allowed in tenant names.
 inline constexpr std::string_view kAdminTenant = ":admin";
 
-// A tenant's byte quotas per tier; 0: none.
+// A tenant's byte quotas per tier; 0: none. Parsed and checked (a tenant's
+// keys must agree), not yet enforced: a warning at start says so.
 struct TenantQuota {
   uint64_t device = 0, host = 0, disk = 0;
   bool operator==(const TenantQuota&) const = default;

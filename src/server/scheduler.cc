@@ -133,6 +133,8 @@ struct Scheduler::Running {
   CompletionUsage usage;
   RequestState::Clock::time_point deadline;
   bool ended = false;
+  bool paused = false;               // preempted: its KV is off the device pool (Runtime::preempt)
+  uint64_t resume_tried_at = 0;      // room_epoch_ when resume() last found no room
 
   explicit Running(GenerationRequest r) : request(std::move(r)), text(request.stop) {}
 };
@@ -240,7 +242,7 @@ size_t Scheduler::drain(std::chrono::milliseconds grace) {
 
 Scheduler::Counts Scheduler::counts() const {
   std::lock_guard lk(mu_);
-  return {waiting_.size(), running_count_, steps_, cancels_};
+  return {waiting_.size(), running_count_, steps_, cancels_, preemptions_};
 }
 
 void Scheduler::loop() {
@@ -295,7 +297,7 @@ void Scheduler::step() {
     else if (now > r->deadline) end(*r, {}, Status::Unavailable("the request timed out"));
   }
   std::erase_if(running_, [](const auto& r) { return r->ended; });
-  admit();
+  if (resume_paused()) admit();  // new requests wait while a paused one does not fit
   prefetch_waiting();  // their lower-tier reads overlap the decode below
   decode_running();
   std::erase_if(running_, [](const auto& r) { return r->ended; });
@@ -397,27 +399,60 @@ void Scheduler::record_prefill(const CompletionUsage& usage, const std::string& 
 }
 
 void Scheduler::decode_running() {
-  std::vector<SeqId> seqs;
-  std::vector<Running*> batch;
-  for (auto& r : running_)
-    if (!r->ended) {
-      seqs.push_back(r->seq);
-      batch.push_back(r.get());
+  for (;;) {
+    std::vector<SeqId> seqs;
+    std::vector<Running*> batch;
+    for (auto& r : running_)
+      if (!r->ended && !r->paused) {
+        seqs.push_back(r->seq);
+        batch.push_back(r.get());
+      }
+    if (seqs.empty()) return;
+    auto tokens = runtime_->decode(seqs);
+    if (tokens.ok() && tokens->size() == seqs.size()) {
+      for (size_t i = 0; i < batch.size(); ++i) on_token(*batch[i], (*tokens)[i]);
+      return;
     }
-  if (seqs.empty()) return;
-  auto tokens = runtime_->decode(seqs);
-  if (tokens.ok() && tokens->size() == seqs.size()) {
-    for (size_t i = 0; i < batch.size(); ++i) on_token(*batch[i], (*tokens)[i]);
+    // Out of device pages: the youngest sequence pauses and the others go on.
+    if (!tokens.ok() && tokens.status().is(StatusCode::kBusy) && batch.size() > 1) {
+      pause(*batch.back());
+      continue;
+    }
+    // The batch failed: decode one by one so a single bad sequence (context
+    // full) fails alone instead of taking the others with it.
+    for (Running* r : batch) {
+      const SeqId one[] = {r->seq};
+      auto t = runtime_->decode(one);
+      if (t.ok() && t->size() == 1) on_token(*r, (*t)[0]);
+      else end(*r, {}, t.ok() ? Status::Internal("decode returned a wrong number of tokens") : t.status());
+    }
     return;
   }
-  // The batch failed: decode one by one so a single bad sequence (out of
-  // pages, context full) fails alone instead of taking the others with it.
-  for (Running* r : batch) {
-    const SeqId one[] = {r->seq};
-    auto t = runtime_->decode(one);
-    if (t.ok() && t->size() == 1) on_token(*r, (*t)[0]);
-    else end(*r, {}, t.ok() ? Status::Internal("decode returned a wrong number of tokens") : t.status());
+}
+
+void Scheduler::pause(Running& r) {
+  auto kept = runtime_->preempt(r.seq);
+  if (!kept.ok()) return end(r, {}, kept.status());
+  r.paused = true;
+  r.resume_tried_at = room_epoch_;  // back once room appears: a sequence ends
+  std::lock_guard lk(mu_);
+  ++preemptions_;
+}
+
+bool Scheduler::resume_paused() {
+  const bool others_decode = std::any_of(running_.begin(), running_.end(), [](const auto& r) { return !r->paused; });
+  for (auto& r : running_) {  // oldest first: a younger one never resumes ahead of it
+    if (!r->paused) continue;
+    if (others_decode && r->resume_tried_at == room_epoch_) return false;  // no room has appeared since
+    const Status st = runtime_->resume(r->seq);
+    if (st.is(StatusCode::kBusy)) {
+      r->resume_tried_at = room_epoch_;
+      return false;
+    }
+    r->paused = false;
+    if (!st.ok()) end(*r, {}, st);
   }
+  return true;
 }
 
 bool Scheduler::on_token(Running& r, TokenId token) {

@@ -21,6 +21,11 @@
 // ended, or `retry_idle` passed with nothing running), never in a busy loop.
 // After `max_passes` later requests have started ahead of it, no other
 // request starts until it has, so it cannot starve.
+// Running sequences that together outgrow the device pool while decoding
+// never fail for it: the youngest is preempted (Runtime::preempt: its KV
+// leaves the pool, raw to host memory or dropped for recompute) and paused;
+// paused sequences resume, oldest first, once a sequence ends, and no new
+// request is admitted while one is paused. Their output is unchanged.
 // Each prefill is kept in a small log (recent()) with its per-layer trace,
 // for the dashboard's per-request race.
 // Everything public is thread-safe. The Runtime is created by the caller,
@@ -173,6 +178,7 @@ class Scheduler {
     size_t running = 0;
     uint64_t steps = 0;  // decode steps so far
     uint64_t cancels = 0;  // RequestState::cancel() calls that took effect (a client went away, or shutdown)
+    uint64_t preemptions = 0;  // running sequences paused because together they outgrew the device pool
   };
   Counts counts() const;
 
@@ -190,7 +196,14 @@ class Scheduler {
   std::optional<size_t> next_admissible_locked() const;
   // Asks the runtime to read ahead the cached prefixes of requests still queued.
   void prefetch_waiting();
+  // One decode step for every running sequence that is not paused. When
+  // they outgrow the device pool (the runtime answers Busy) the youngest is
+  // preempted (pause()) and the rest try again.
   void decode_running();
+  void pause(Running& r);
+  // Resumes paused sequences, oldest first, once room may have appeared;
+  // true when none is left paused (new requests may then be admitted).
+  bool resume_paused();
   // Keeps a just-prefilled request in recent_.
   void record_prefill(const CompletionUsage& usage, const std::string& session);
   // Applies one sampled token; returns true when the sequence has ended.
@@ -219,6 +232,7 @@ class Scheduler {
   size_t running_count_ = 0;  // mirror of running_.size() for counts()
   uint64_t steps_ = 0;
   uint64_t cancels_ = 0;
+  uint64_t preemptions_ = 0;
   bool wake_ = false;  // a cancel arrived
   uint64_t room_epoch_ = 0;  // bumped whenever room may have appeared (a sequence ended, an idle retry); scheduler thread only
 

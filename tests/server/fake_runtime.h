@@ -171,6 +171,10 @@ class FakeRuntime final : public Runtime {
     return st;
   }
 
+  // Preemption is not modelled: the fake's pages do not grow while decoding.
+  Result<bool> preempt(SeqId) override { return Status::Unimplemented("fake: no preemption"); }
+  Status resume(SeqId) override { return Status::Ok(); }
+
   Result<PrefetchReport> prefetch(const PromptRequest& request) override {
     const std::vector<TokenId>& prompt = request.prompt;
     std::lock_guard lk(s_->mu);

@@ -31,11 +31,13 @@ function loadKey() {
   }
 }
 
-function askForKey(refused) {
+function askForKey(refused, notAdmin) {
   const form = document.getElementById('key-form');
   if (!form.hidden) return;
   form.hidden = false;
-  setStatus(refused ? 'the API key was refused: enter it again' : 'an API key is needed', true);
+  const why = notAdmin ? 'this key is not the admin key: enter the admin key'
+    : refused ? 'the key was refused: enter it again' : 'the admin key is needed';
+  setStatus(why, true);
   document.getElementById('key-input').focus();
 }
 
@@ -56,8 +58,8 @@ async function getJson(path) {
     reportError('fetch ' + path + ' failed: ' + e.message);
     return null;
   }
-  if (res.status === 401) {
-    askForKey(state.apiKey !== '');
+  if (res.status === 401 || res.status === 403) {
+    askForKey(state.apiKey !== '', res.status === 403);
     return null;
   }
   if (!res.ok) {
