@@ -1,5 +1,9 @@
 #include "common/secrets.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +35,16 @@ Result<std::optional<std::string>> read_secret(const std::string& file, const ch
     return Status::InvalidArgument(std::string(what) + " from " + env + " holds fewer than " + std::to_string(min_bytes) +
                                    " bytes");
   return std::optional<std::string>(std::string(v));
+}
+
+Status require_private_file(const std::string& path, std::string_view what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "cannot read the " + std::string(what) + " " + path);
+  if ((st.st_mode & S_IROTH) == 0) return Status::Ok();
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+  return Status::InvalidArgument("the " + std::string(what) + " " + path + " is readable by every user (mode " + mode +
+                                 "): it holds secrets; run chmod o-r " + path);
 }
 
 bool secret_given(const std::string& file, const char* env) {

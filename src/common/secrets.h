@@ -21,6 +21,10 @@ Result<std::string> read_secret_file(const std::string& path, std::string_view w
 // `min_bytes`), else nullopt. Messages name the file or the variable only.
 Result<std::optional<std::string>> read_secret(const std::string& file, const char* env, std::string_view what,
                                                size_t min_bytes);
+// A file of secrets must not be readable by every user: mode o+r is an
+// error that gives the reason and the chmod that fixes it.
+Status require_private_file(const std::string& path, std::string_view what);
+
 // Whether `file` is named or `env` is set and not empty.
 bool secret_given(const std::string& file, const char* env);
 

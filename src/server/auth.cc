@@ -1,16 +1,12 @@
 #include "server/auth.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <cctype>
 #include <mutex>
 
 #include "common/file_text.h"
 #include "common/option_values.h"
+#include "common/secrets.h"
 #include "server/config.h"
 
 namespace kvtier::server {
@@ -64,24 +60,15 @@ Status apply_quota(std::string_view word, TenantQuota& q, std::string_view origi
   return Status::Ok();
 }
 
-// The one key of a source: a file (not readable by others), else the environment variable.
+// The one key of a source: a file (not readable by others), else the environment variable; "" when neither is given.
 Result<std::string> key_from(const std::string& file, const char* env, std::string_view what) {
-  std::string key;
-  std::string origin;
-  if (!file.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(key, read_private_file(file, what));
-    while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
-    origin = file;
-  } else if (const char* v = std::getenv(env); v != nullptr && *v != '\0') {
-    key = v;
-    origin = env;
-  } else {
-    return std::string();
-  }
-  if (key.size() < kMinKeyChars || !printable_key(key))
-    return Status::InvalidArgument(std::string(what) + " from " + origin + " must be one line of at least " +
-                                   std::to_string(kMinKeyChars) + " printable characters without spaces");
-  return key;
+  if (!file.empty()) KVTIER_RETURN_IF_ERROR(require_private_file(file, what));
+  KVTIER_ASSIGN_OR_RETURN(const std::optional<std::string> key, read_secret(file, env, what, kMinKeyChars));
+  if (!key) return std::string();
+  if (!printable_key(*key))
+    return Status::InvalidArgument(std::string(what) + " from " + (file.empty() ? std::string(env) : file) +
+                                   " must be one line of printable characters without spaces");
+  return *key;
 }
 
 }  // namespace
@@ -127,19 +114,6 @@ Result<std::vector<TenantKey>> parse_tenant_keys(std::string_view text, std::str
   return out;
 }
 
-Result<std::string> read_private_file(const std::string& path, std::string_view what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return Status::FromErrno(errno, "cannot read the " + std::string(what) + " " + path);
-  if ((st.st_mode & S_IROTH) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
-    return Status::InvalidArgument("the " + std::string(what) + " " + path + " is readable by every user (mode " + mode +
-                                   "): it holds secrets; run chmod o-r " + path);
-  }
-  return read_file(path, what);
-}
-
 KeyRing::KeyRing(const ServerConfig& config) : config_(std::make_unique<ServerConfig>(config)) {}
 
 Result<KeyRing::Keys> KeyRing::load(const ServerConfig& c, std::vector<std::string>* warnings) {
@@ -160,7 +134,8 @@ Result<KeyRing::Keys> KeyRing::load(const ServerConfig& c, std::vector<std::stri
     if (!client.empty())
       return Status::InvalidArgument("an API key (--api-key, --api-key-file or KVTIER_API_KEY) cannot be combined with "
                                      "--api-keys-file: list every client key, with its tenant, in that file");
-    KVTIER_ASSIGN_OR_RETURN(const std::string text, read_private_file(c.api_keys_file, "tenant keys file"));
+    KVTIER_RETURN_IF_ERROR(require_private_file(c.api_keys_file, "tenant keys file"));
+    KVTIER_ASSIGN_OR_RETURN(const std::string text, read_file(c.api_keys_file, "tenant keys file"));
     KVTIER_ASSIGN_OR_RETURN(tenants, parse_tenant_keys(text, c.api_keys_file));
     if (tenants.empty()) return Status::InvalidArgument("the tenant keys file " + c.api_keys_file + " lists no key");
   }

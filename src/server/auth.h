@@ -66,10 +66,6 @@ struct TenantKey {
 // an unknown or malformed quota, a key listed twice, two quotas for one tenant.
 Result<std::vector<TenantKey>> parse_tenant_keys(std::string_view text, std::string_view origin);
 
-// A file of secrets: its bytes, once it is not readable by every user
-// (mode o+r is refused with the reason and the chmod that fixes it).
-Result<std::string> read_private_file(const std::string& path, std::string_view what);
-
 class KeyRing {
  public:
   // Reads every key source the config names (and KVTIER_API_KEY,
