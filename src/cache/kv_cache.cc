@@ -237,7 +237,7 @@ ChunkKey KVCache::chunk_key(const NsKey& ns, std::span<const PageHash> hashes, u
 std::vector<ChunkKey> KVCache::chunk_keys(const Namespace& ns, std::span<const TokenId> tokens) const {
   const uint32_t P = options_.geometry.page_tokens;
   const size_t pages = tokens.empty() ? 0 : (tokens.size() - 1) / P;
-  const NsKey key = index_->namespace_key(ns);
+  const NsKey key{namespace_seed(ns, options_.hash)};  // the seed alone names chunks
   std::vector<PageHash> hashes;
   hash_pages(options_.hash, key.seed, tokens.first(pages * P), P, hashes);
   std::vector<ChunkKey> keys;

@@ -29,6 +29,7 @@
 
 #include <array>
 #include <deque>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "cache/cache_config.h"
+#include "cache/tenant_quota.h"
 #include "common/clock.h"
 #include "index/prefix_index.h"
 #include "memory/block_pool.h"
@@ -213,6 +215,16 @@ struct KVCacheStats {
   uint64_t retain_active = 0;          // hints in force now
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
+  uint64_t quota_evicted_pages = 0;    // pages a tenant over its quota gave up (set_tenant_quotas)
+  // Each tenant's cached bytes on the device and the host (the index's
+  // count; "" is requests without a tenant) with its quota, for tenants with
+  // pages or a quota.
+  struct Tenant {
+    std::string name;
+    uint64_t device_bytes = 0, host_bytes = 0;
+    TenantQuota quota;
+  };
+  std::vector<Tenant> tenants;
   IndexStats index;
   BlockPoolStats pool;
   uint32_t host_slots = 0, host_free_slots = 0;
@@ -283,6 +295,16 @@ class KVCache {
   Status commit(CacheLease& lease, std::span<const TokenId> tokens);
   // Releases without caching.
   void release(CacheLease& lease);
+
+  // Per-tenant budgets (the server reads them from its keys file; a new set
+  // replaces the old). After every commit, a tenant over its device or host
+  // budget gives up its own cached pages there, coldest first in the
+  // eviction policy's order, until it is within it; other tenants' pages in
+  // that tier are never taken for it (a page leaving the device still moves
+  // down as any eviction does). Pages in use by running sequences stay (they
+  // count, and go once released). Disk budgets are kept and reported, not
+  // enforced.
+  void set_tenant_quotas(std::map<std::string, TenantQuota> quotas);
 
   // Evicts up to `pages` cached pages from the device or host tier, leaves
   // first in policy order (what the cache does itself under pressure; exposed
@@ -359,8 +381,12 @@ class KVCache {
   // Up to n host slots (evicting cached host pages as needed); returns how many.
   uint32_t allocate_slots(uint32_t n, std::vector<SlotId>& out);
   // `move_down`: apply the write policy's demotion/spill (false when flushing).
-  Status evict_device(uint32_t n, bool move_down = true);
-  Status evict_host(uint32_t n, bool move_down = true);
+  // `tenant`: only that tenant's pages (PrefixIndex::evict).
+  Status evict_device(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
+  Status evict_host(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
+  // Brings every tenant over a device or host quota back within it (kv_cache_quota.cc).
+  void enforce_quotas();
+  std::vector<KVCacheStats::Tenant> tenant_stats() const;
   // commit() in steps (kv_cache_store.cc), and the write policy
   // (kv_cache_write.cc): host copies of the committed pages, then whole
   // chunks down to disk and remote.
@@ -381,6 +407,7 @@ class KVCache {
   std::deque<std::unique_ptr<Pending>> pending_;
   std::deque<std::unique_ptr<Prefetch>> prefetches_;
   std::deque<Retention> retained_;  // in the order given or last extended: the front yields first
+  std::map<std::string, TenantQuota> quotas_;  // set_tenant_quotas
   Clock::time_point next_expiry_ = Clock::time_point::max();  // no hint ends before it
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;

@@ -15,6 +15,7 @@ Status KVCache::commit(CacheLease& lease, std::span<const TokenId> tokens) {
   if (!lease.valid()) return Status::FailedPrecondition("commit: lease is not active");
   Status st = commit_state(*lease.s_, tokens);
   lease.s_.reset();  // commit_state released it, whatever the outcome
+  enforce_quotas();
   return st;
 }
 
@@ -116,7 +117,7 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
 
 // Device eviction. With write-back, a page without a host copy is first
 // copied to a host slot (demotion) so it stays cached one tier down.
-Status KVCache::evict_device(uint32_t n, bool move_down) {
+Status KVCache::evict_device(uint32_t n, bool move_down, uint32_t tenant) {
   PrefixIndex::DemoteFn demote;
   if (move_down && options_.write_policy == WritePolicy::kWriteBack && host_) {
     // Room first (host eviction cannot run inside the device eviction), then
@@ -143,7 +144,7 @@ Status KVCache::evict_device(uint32_t n, bool move_down) {
       return *slot;
     };
   }
-  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kDevice, evict_scratch_, demote));
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kDevice, evict_scratch_, demote, {}, tenant));
   for (const EvictedPage& e : evict_scratch_.pages) {
     pool_->unref(e.location.device);
     ++stats_.evicted_pages_by_tier[0];
@@ -161,7 +162,7 @@ uint32_t KVCache::allocate_slots(uint32_t n, std::vector<SlotId>& out) {
 // Host eviction. With write-back, each whole chunk whose last page leaves
 // the index is first stored to disk and the remote store (spilled) from
 // where its pages are; the slots it reads are freed once that store is done.
-Status KVCache::evict_host(uint32_t n, bool move_down) {
+Status KVCache::evict_host(uint32_t n, bool move_down, uint32_t tenant) {
   if (!host_) return Status::Ok();
   // A slot about to be freed may still be receiving a copy or feeding a spill.
   for (auto& pd : pending_)
@@ -198,7 +199,7 @@ Status KVCache::evict_host(uint32_t n, bool move_down) {
       }
     };
   }
-  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kHost, evict_scratch_, {}, hook));
+  KVTIER_RETURN_IF_ERROR(index_->evict(n, TierKind::kHost, evict_scratch_, {}, hook, tenant));
   // Slots read by the spill batch stay allocated until it is done.
   std::unordered_set<uint32_t> read_slots;
   for (const StoreMove& mv : batch.stores)
@@ -278,6 +279,7 @@ Status KVCache::flush() {
 KVCacheStats KVCache::stats() const {
   KVCacheStats s = stats_;
   s.retain_active = retained_.size();
+  s.tenants = tenant_stats();
   s.index = index_->stats();
   s.pool = pool_->stats();
   if (host_) {

@@ -135,6 +135,17 @@ void PrefixIndex::adopt_payload(Node& n, const Node& from) {
 
 bool PrefixIndex::wasteful(const Node& n) const { return n.block.bytes > 2 * payload_bytes(n.n) + 4096; }
 
+uint32_t PrefixIndex::tenant_id(const std::string& tenant) {
+  auto [it, fresh] = tenant_ids_.emplace(tenant, uint32_t(tenant_names_.size()));
+  if (fresh) {
+    tenant_names_.push_back(tenant);
+    tenant_pages_.push_back({0, 0});
+  }
+  return it->second;
+}
+
+NsKey PrefixIndex::namespace_key(const Namespace& ns) { return NsKey{namespace_seed(ns, opts_.hash_algo), tenant_id(ns.tenant)}; }
+
 uint32_t PrefixIndex::root_of(NsKey ns, bool create) {
   auto it = roots_.find(ns.seed);
   if (it != roots_.end()) return it->second;
@@ -144,6 +155,7 @@ uint32_t PrefixIndex::root_of(NsKey ns, bool create) {
   r.is_root = true;
   r.root = id;
   r.ns_seed = ns.seed;
+  r.tenant = ns.tenant < tenant_pages_.size() ? ns.tenant : 0;
   roots_.emplace(ns.seed, id);
   return id;
 }
@@ -479,6 +491,7 @@ void PrefixIndex::reset() {
   live_nodes_ = pages_ = protected_pages_ = retained_host_ = 0;
   ++epoch_;
   tier_pages_[kDev] = tier_pages_[kHost] = protected_tier_[kDev] = protected_tier_[kHost] = 0;
+  for (auto& t : tenant_pages_) t = {0, 0};
   if (opts_.record_events) events_.push_back(IndexEvent{IndexEventKind::kCleared, TierKind::kDevice, {}, {}, {}});
 }
 
@@ -515,7 +528,7 @@ void PrefixIndex::emit(IndexEventKind kind, int t, const Node& n, uint32_t slot,
   IndexEvent e;
   e.kind = kind;
   e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
-  e.ns = NsKey{nodes_[n.root].ns_seed};
+  e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
   e.hash = opts_.store_hashes ? n.hashes[slot] : PageHash{};
   e.location = loc;
   events_.push_back(e);

@@ -55,6 +55,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <memory>
 #include <set>
@@ -88,11 +89,15 @@ struct PageLocation {
   bool operator==(const PageLocation&) const = default;
 };
 
-// A namespace as the index keys it: its chain seed (namespace_seed()).
+// A namespace as the index keys it: its chain seed (namespace_seed()), and
+// the index's small id of its tenant (0: none), which the seed already
+// determines; the id lets the index count and evict per tenant.
 struct NsKey {
   PageHash seed;
+  uint32_t tenant = 0;
   bool operator==(const NsKey&) const = default;
 };
+inline constexpr uint32_t kAnyTenant = UINT32_MAX;  // evict(): any tenant's pages
 
 // Handle to a node: the deepest node of a matched or inserted path. Valid
 // until that node is removed (eviction trims it away, or reset()); a stale
@@ -203,7 +208,18 @@ class PrefixIndex {
 
   const Options& options() const { return opts_; }
   uint32_t page_tokens() const { return P_; }
-  NsKey namespace_key(const Namespace& ns) const { return NsKey{namespace_seed(ns, opts_.hash_algo)}; }
+  // The namespace's key; a tenant seen for the first time gets the next id.
+  NsKey namespace_key(const Namespace& ns);
+  // The id of `tenant` ("" is 0), registered if new.
+  uint32_t tenant_id(const std::string& tenant);
+  // Tenants by id (0 is "", no tenant) and their cached pages in `tier`
+  // (kDevice or kHost), kept where residency is counted. O(1).
+  uint32_t tenant_count() const { return uint32_t(tenant_names_.size()); }
+  const std::string& tenant_name(uint32_t id) const { return tenant_names_[id]; }
+  uint64_t tenant_pages(uint32_t tenant, TierKind tier) const {
+    if (tenant >= tenant_pages_.size() || (tier != TierKind::kDevice && tier != TierKind::kHost)) return 0;
+    return tenant_pages_[tenant][tier == TierKind::kDevice ? 0 : 1];
+  }
 
   // Longest cached page-aligned prefix of `tokens` in `ns`. Marks the walked
   // nodes used (policy bookkeeping), otherwise read-only. With
@@ -269,8 +285,10 @@ class PrefixIndex {
     uint32_t run_pages;  // no initializer: a nested aggregate used as a default argument; value-initialize it
     std::function<void(NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locations)> fn;
   };
+  // `tenant`: only that tenant's candidates, in the same order (a tenant
+  // over its quota gives up its own cold pages first); kAnyTenant: all.
   Status evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote = {},
-               const SpillHook& spill = {});
+               const SpillHook& spill = {}, uint32_t tenant = kAnyTenant);
 
   // Drops everything (all namespaces). Outstanding handles become stale.
   void reset();
@@ -357,6 +375,9 @@ class PrefixIndex {
   uint64_t protected_pages_ = 0;
   uint64_t protected_tier_[2] = {};
   uint64_t retained_host_ = 0;  // host pages of nodes with retain_ref > 0
+  std::vector<std::string> tenant_names_{std::string()};       // by tenant id; 0: none
+  std::unordered_map<std::string, uint32_t> tenant_ids_{{std::string(), 0u}};
+  std::vector<std::array<uint64_t, 2>> tenant_pages_{{0, 0}};  // per tenant id: device, host
 };
 
 }  // namespace kvtier

@@ -10,10 +10,12 @@
 namespace kvtier {
 
 void PrefixIndex::count_page(Node& n, PageLocation loc, int sign) {
+  std::array<uint64_t, 2>& tenant = tenant_pages_[nodes_[n.root].tenant];
   for (int t = 0; t < 2; ++t) {
     if (!has_tier(loc, t)) continue;
     n.tier_pages[t] += sign;
     tier_pages_[t] += sign;
+    tenant[t] += sign;
     if (n.lock_ref > 0) protected_tier_[t] += sign;
   }
   if (n.retain_ref > 0 && has_tier(loc, kHost)) retained_host_ += sign;
@@ -72,7 +74,7 @@ void PrefixIndex::rekey(Node& n, uint32_t id) {
 }
 
 Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote,
-                          const SpillHook& spill) {
+                          const SpillHook& spill, uint32_t tenant) {
   out.freed = 0;
   out.pages.clear();
   if (tier != TierKind::kDevice && tier != TierKind::kHost)
@@ -87,6 +89,10 @@ Status PrefixIndex::evict(uint32_t n_pages, TierKind tier, EvictResult& out, con
   // page whose demotion failed or was not offered) is unchanged, so the
   // walk goes on past it; any progress may reorder the set: restart.
   for (auto it = cand_[t].begin(); need > 0 && it != cand_[t].end();) {
+    if (tenant != kAnyTenant && nodes_[nodes_[it->node].root].tenant != tenant) {
+      ++it;
+      continue;
+    }
     const uint32_t before = need;
     evict_from(it->node, t, need, out, t == kDev ? demote : DemoteFn(), t == kHost ? spill : no_spill);
     it = need == before ? std::next(it) : cand_[t].begin();
@@ -119,7 +125,7 @@ void PrefixIndex::offer_spill(uint32_t id, uint32_t i, const SpillHook& spill) {
     locs[k] = nodes_[node].locs[at];
     --at;
   }
-  spill.fn(NsKey{nodes_[n.root].ns_seed}, hashes, locs);
+  spill.fn(NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant}, hashes, locs);
 }
 
 void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& out, const DemoteFn& demote,
@@ -172,7 +178,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
       IndexEvent e;
       e.kind = IndexEventKind::kRemoved;
       e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
-      e.ns = NsKey{nodes_[n.root].ns_seed};
+      e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
       e.hash = h;
       e.location = loc;
       events_.push_back(e);
@@ -209,6 +215,7 @@ Status PrefixIndex::check_invariants() const {
   child_tier[0].assign(nodes_.size(), 0);
   child_tier[1].assign(nodes_.size(), 0);
   uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, retained_host = 0, nodes = 0, roots = 0;
+  std::vector<std::array<uint64_t, 2>> tenant_tier(tenant_pages_.size(), {0, 0});
   for (uint32_t id = 0; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
     if (!n.live) continue;
@@ -248,6 +255,7 @@ Status PrefixIndex::check_invariants() const {
       if (n.lock_ref > 0) prot_tier[t] += tp[t];
     }
     if (n.retain_ref > 0) retained_host += tp[kHost];
+    for (int t = 0; t < 2; ++t) tenant_tier[nodes_[n.root].tenant][t] += tp[t];
     pages += n.n_pages();
     if (n.lock_ref > 0) prot += n.n_pages();
   }
@@ -286,6 +294,7 @@ Status PrefixIndex::check_invariants() const {
   if (prot != protected_pages_ || prot_tier[0] != protected_tier_[0] || prot_tier[1] != protected_tier_[1])
     return fail("protected totals", 0);
   if (retained_host != retained_host_) return fail("retained total", 0);
+  if (tenant_tier != tenant_pages_) return fail("tenant totals", 0);
   return Status::Ok();
 }
 

@@ -32,6 +32,7 @@ struct PrefixIndex::Node {
   NodeUsage usage;
   EvictKey key;                    // key under which the node sits in cand_ sets
   PageHash ns_seed;                // roots only
+  uint32_t tenant = 0;             // roots only: NsKey::tenant
   // Per-page arrays in one arena block laid out [hashes | locs | tokens],
   // each `cap` pages long; the first `n` pages are in use.
   index_detail::ArenaBlock block;

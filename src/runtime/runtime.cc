@@ -334,6 +334,9 @@ class RuntimeImpl final : public Runtime {
 
   RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, o_, seqs_.size()}; }
   Status flush() override { return cache_->flush(); }
+  void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) override {
+    cache_->set_tenant_quotas(std::move(quotas));
+  }
   TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const override {
     return cache_->index().snapshot(options);
   }

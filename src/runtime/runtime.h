@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -256,6 +257,8 @@ class Runtime {
   };
   // Only the request's prompt, tenant and cache_salt are read.
   virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;
+  // Per-tenant budgets per tier (KVCache::set_tenant_quotas); replaces the previous set.
+  virtual void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
   // A copy of the prefix index's tree for display (index/tree_snapshot.h),

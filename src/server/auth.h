@@ -29,6 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cache/tenant_quota.h"
 #include "common/page_hash.h"
 #include "kvtier/status.h"
 
@@ -47,13 +48,6 @@ struct Principal {
 
 // The namespace of the admin key's own completions: ':' is not allowed in tenant names.
 inline constexpr std::string_view kAdminTenant = ":admin";
-
-// A tenant's byte quotas per tier; 0: none. Parsed and checked (a tenant's
-// keys must agree), not yet enforced: a warning at start says so.
-struct TenantQuota {
-  uint64_t device = 0, host = 0, disk = 0;
-  bool operator==(const TenantQuota&) const = default;
-};
 
 struct TenantKey {
   std::string key;
@@ -79,7 +73,7 @@ class KeyRing {
   std::optional<Principal> authenticate(std::string_view key) const;
   // Re-reads every source (SIGHUP); on an error the keys in use stay and the error says why.
   Status reload();
-  // Each tenant's quotas, from the keys file.
+  // Each tenant's quotas, from the keys file (the server hands them to the cache).
   std::map<std::string, TenantQuota> quotas() const;
 
  private:

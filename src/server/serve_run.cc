@@ -113,6 +113,14 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   so.max_running = config.runtime.max_sequences;
   so.request_timeout_s = config.limits.request_timeout_s;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::create(so, std::move(runtime)));
+  // Each tenant's quotas go to the cache, now and at every reload.
+  auto apply_quotas = [&scheduler, &keys] {
+    (void)scheduler->call([q = keys->quotas()](Runtime& r) mutable {
+      r.set_tenant_quotas(std::move(q));
+      return 0;
+    });
+  };
+  apply_quotas();
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<HttpServer> http, HttpServer::create(config, scheduler.get(), keys));
   KVTIER_ASSIGN_OR_RETURN(const uint16_t port, http->bind());
 
@@ -142,6 +150,7 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
     const int sig = signals.wait(100);
     if (sig == SIGHUP) {  // reload the keys; a bad file keeps the ones in use
       const Status st = keys->reload();
+      if (st.ok()) apply_quotas();
       say(log, st.ok() ? "SIGHUP: keys reloaded (" + std::string(auth_mode_name(keys->mode())) + ")"
                        : "SIGHUP: keys not reloaded, the old ones stay: " + st.message());
       continue;

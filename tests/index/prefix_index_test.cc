@@ -52,6 +52,33 @@ std::vector<TokenId> iota_tokens(size_t n, TokenId start = 1) {
   return v;
 }
 
+// Tenants: each tenant's pages are counted where residency is counted, and an
+// eviction for one tenant takes only its pages, even when another's are colder.
+TEST(PrefixIndex, TenantPagesAndEvictionForOneTenant) {
+  auto ix = make(4);
+  Namespace acme, globex;
+  acme.tenant = "acme";
+  globex.tenant = "globex";
+  const NsKey g = ix->namespace_key(globex), a = ix->namespace_key(acme);
+  EXPECT_EQ(ix->namespace_key(Namespace{}).tenant, 0u);
+  ASSERT_NE(a.tenant, g.tenant);
+  EXPECT_EQ(ix->tenant_name(a.tenant), "acme");
+  put(*ix, g, iota_tokens(16), 100);  // globex first: the coldest pages are its
+  put(*ix, a, iota_tokens(16), 0);    // the same tokens, another tenant: a tree of its own
+  EXPECT_EQ(ix->tenant_pages(a.tenant, TierKind::kDevice), 4u);
+  EXPECT_EQ(ix->tenant_pages(g.tenant, TierKind::kDevice), 4u);
+  EvictResult out;
+  ASSERT_TRUE(ix->evict(3, TierKind::kDevice, out, {}, {}, a.tenant).ok());
+  EXPECT_EQ(out.freed, 3u);
+  for (const EvictedPage& e : out.pages) EXPECT_LT(e.location.device.value(), 100u) << "globex lost a page for acme";
+  EXPECT_EQ(ix->tenant_pages(a.tenant, TierKind::kDevice), 1u);
+  EXPECT_EQ(ix->tenant_pages(g.tenant, TierKind::kDevice), 4u);
+  EXPECT_EQ(matched(*ix, g, iota_tokens(17)), 4u);
+  ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+  ix->reset();
+  EXPECT_EQ(ix->tenant_pages(g.tenant, TierKind::kDevice), 0u);
+}
+
 TEST(PrefixIndex, OptionsValidate) {
   PrefixIndex::Options o;
   o.page_tokens = 0;

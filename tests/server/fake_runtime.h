@@ -171,6 +171,7 @@ class FakeRuntime final : public Runtime {
     return st;
   }
 
+  void set_tenant_quotas(std::map<std::string, TenantQuota>) override {}
   // Preemption is not modelled: the fake's pages do not grow while decoding.
   Result<bool> preempt(SeqId) override { return Status::Unimplemented("fake: no preemption"); }
   Status resume(SeqId) override { return Status::Ok(); }

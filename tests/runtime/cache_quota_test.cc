@@ -1,0 +1,57 @@
+// Per-tenant quotas (KVCache::set_tenant_quotas): a tenant over its device or
+// host budget gives up its own coldest pages after each commit; another
+// tenant's pages, colder or not, stay.
+#include <gtest/gtest.h>
+
+#include "cache_rig.h"
+
+namespace kvtier::testing {
+namespace {
+
+uint32_t cached_pages(CacheRig& rig, std::span<const TokenId> prompt) {
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  EXPECT_TRUE(look.ok());
+  return look.ok() ? look->cached_pages() : 0;
+}
+
+const KVCacheStats::Tenant* find(const KVCacheStats& s, const std::string& name) {
+  for (const auto& t : s.tenants)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 64;
+  o.disk = false;
+  CacheRig rig(o);
+  const uint64_t page = rig.cache->options().geometry.page_bytes();
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 5 * page, .host = 6 * page, .disk = 0}}});
+  // globex first (the coldest pages are its), then acme: each 65-token prompt commits 4 whole pages.
+  rig.ns.tenant = "globex";
+  const auto g0 = CacheRig::random_tokens(65, 10);
+  rig.cached(g0, 2);
+  for (uint32_t i = 1; i < 3; ++i) rig.cached(CacheRig::random_tokens(65, 10 + i), 2);
+  rig.ns.tenant = "acme";
+  std::vector<TokenId> last;
+  for (uint32_t i = 0; i < 3; ++i) rig.cached(last = CacheRig::random_tokens(65, 20 + i), 2);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  const KVCacheStats s = rig.cache->stats();
+  const auto* acme = find(s, "acme");
+  const auto* globex = find(s, "globex");
+  ASSERT_TRUE(acme && globex);
+  EXPECT_LE(acme->device_bytes, 5 * page);
+  EXPECT_LE(acme->host_bytes, 6 * page);
+  EXPECT_GT(acme->host_bytes, 0u);
+  EXPECT_EQ(acme->quota.host, 6 * page);
+  EXPECT_EQ(globex->device_bytes, 12 * page) << "globex gave up pages for acme's quota";
+  EXPECT_EQ(globex->host_bytes, 12 * page);
+  EXPECT_GT(s.quota_evicted_pages, 0u);
+  EXPECT_GT(cached_pages(rig, last), 0u) << "acme's newest prompt went first";
+  rig.ns.tenant = "globex";
+  EXPECT_EQ(cached_pages(rig, g0), 4u);
+}
+
+}  // namespace
+}  // namespace kvtier::testing
