@@ -477,6 +477,14 @@ TEST(ServerE2E, TenantKeysSecretsAndReload) {
     bodies += denied->body;
     EXPECT_EQ(c.Get(path, bearer(admin))->status, 200) << path;
   }
+  // Each tenant's cached bytes and quota, for the admin.
+  auto metrics = c.Get("/metrics", bearer(admin));
+  ASSERT_TRUE(metrics);
+  auto prom = parse_prometheus_text(metrics->body);
+  ASSERT_TRUE(prom.ok()) << prom.errors.front();
+  EXPECT_GT(prom.value("kvtier_tenant_bytes", {{"tenant", "acme"}, {"tier", "device"}}), 0);
+  EXPECT_GT(prom.value("kvtier_tenant_bytes", {{"tenant", "globex"}, {"tier", "device"}}), 0);
+  EXPECT_EQ(prom.value("kvtier_tenant_quota_bytes", {{"tenant", "acme"}, {"tier", "host"}}), double(64 << 20));
   auto health = c.Get("/health");
   ASSERT_TRUE(health);
   const json h = json::parse(health->body);
