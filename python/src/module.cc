@@ -1,4 +1,7 @@
 // The _kvtier extension module: errors, token and id conversions, KVGeometry.
+#include <cstdlib>
+
+#include "common/secrets.h"
 #include <cstring>
 
 #include "bindings.h"
@@ -99,6 +102,7 @@ void register_geometry(py::module_& m) {
 }  // namespace kvtier::python
 
 PYBIND11_MODULE(_kvtier, m) {
+  kvtier::set_secret_lookup([](const char* name) -> const char* { return std::getenv(name); });  // KVTIER_TIER_SECRET, KVTIER_REDIS_PASSWORD
   m.doc() = "kvtier's C++ API (see the kvtier package and docs/PYTHON.md).";
   using namespace kvtier::python;
   register_errors(m);

@@ -23,13 +23,21 @@ Result<std::string> read_secret_file(const std::string& path, std::string_view w
   return s;
 }
 
+namespace {
+SecretLookup g_lookup = nullptr;
+
+const char* lookup(const char* name) { return g_lookup ? g_lookup(name) : nullptr; }
+}  // namespace
+
+void set_secret_lookup(SecretLookup l) { g_lookup = l; }
+
 Result<std::optional<std::string>> read_secret(const std::string& file, const char* env, std::string_view what,
                                                size_t min_bytes) {
   if (!file.empty()) {
     KVTIER_ASSIGN_OR_RETURN(std::string s, read_secret_file(file, what, min_bytes));
     return std::optional<std::string>(std::move(s));
   }
-  const char* v = std::getenv(env);
+  const char* v = lookup(env);
   if (v == nullptr || *v == '\0') return std::optional<std::string>();
   if (std::strlen(v) < min_bytes)
     return Status::InvalidArgument(std::string(what) + " from " + env + " holds fewer than " + std::to_string(min_bytes) +
@@ -48,7 +56,7 @@ Status require_private_file(const std::string& path, std::string_view what) {
 }
 
 bool secret_given(const std::string& file, const char* env) {
-  const char* v = std::getenv(env);
+  const char* v = lookup(env);
   return !file.empty() || (v != nullptr && *v != '\0');
 }
 

@@ -16,6 +16,13 @@ namespace kvtier {
 // `what` and the path, never the contents.
 Result<std::string> read_secret_file(const std::string& path, std::string_view what, size_t min_bytes);
 
+// Where named secrets come from besides files: the program's edge (the
+// kvtier executable, the Python module) installs a lookup at start-up,
+// usually std::getenv; the library itself never reads the environment.
+// Without one, only files give secrets. Install before any other thread runs.
+using SecretLookup = const char* (*)(const char* name);
+void set_secret_lookup(SecretLookup lookup);
+
 // The secret in `file` when one is named (read_secret_file), else the value
 // of the environment variable `env` when it is set and not empty (at least
 // `min_bytes`), else nullopt. Messages name the file or the variable only.
@@ -25,7 +32,7 @@ Result<std::optional<std::string>> read_secret(const std::string& file, const ch
 // error that gives the reason and the chmod that fixes it.
 Status require_private_file(const std::string& path, std::string_view what);
 
-// Whether `file` is named or `env` is set and not empty.
+// Whether `file` is named or `env` is set (by the installed lookup) and not empty.
 bool secret_given(const std::string& file, const char* env);
 
 // `scheme://user:password@host...` → `scheme://user:<redacted>@host...`

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "e2e/e2e_util.h"
+#include "common/secrets.h"
 #include "server/config.h"
 
 namespace kvtier::server {
@@ -32,6 +33,7 @@ std::string write(const TempDir& dir, const std::string& name, const std::string
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    set_secret_lookup([](const char* name) -> const char* { return std::getenv(name); });  // as the executable's main() does
     ::unsetenv("KVTIER_API_KEY");
     ::unsetenv("KVTIER_ADMIN_KEY");
   }

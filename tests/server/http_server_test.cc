@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <cstdlib>
+#include "common/secrets.h"
 #include "e2e/e2e_util.h"
 #include "e2e/prom_check.h"
 #include "server/fake_runtime.h"
@@ -296,6 +298,7 @@ TEST_F(HttpServerTest, TenantKeysIsolateTenantsAndOnlyTheAdminSeesTheCache) {
 
 // A client key beside an admin key: the client may not flush; its namespace is today's.
 TEST_F(HttpServerTest, AdminKeyApartFromTheClientKey) {
+  set_secret_lookup([](const char* name) -> const char* { return std::getenv(name); });  // as the executable's main() does
   ::setenv("KVTIER_ADMIN_KEY", kAdmin, 1);  // read when the server starts
   start([](ServerConfig& c) { c.api_key = "sekret"; });
   ::unsetenv("KVTIER_ADMIN_KEY");

@@ -3,6 +3,10 @@
 // tag, under another secret, or with any byte changed.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
+#include "common/secrets.h"
+
 #include <fstream>
 
 #include "tier_test_util.h"
@@ -112,6 +116,7 @@ TEST(ChunkAuth, SecretFileIsReadWithoutItsTrailingNewline) {
 
 // Without a file the secret comes from KVTIER_TIER_SECRET; neither: none.
 TEST(ChunkAuth, SecretFromTheEnvironment) {
+  set_secret_lookup([](const char* name) -> const char* { return std::getenv(name); });  // as the executable's main() does
   ::unsetenv(kTierSecretEnv);
   auto none = read_tier_secret("");
   ASSERT_TRUE(none.ok());
