@@ -2,6 +2,10 @@
 
 #include <sys/mman.h>
 
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
 #include <atomic>
 
 #include <cerrno>
@@ -34,7 +38,53 @@ DeviceMemoryOptions host_memory_options(MemoryBackend backend) {
   return o;
 }
 
+namespace {
+
+// A batch this large leaves nothing of the destination worth caching (it is
+// far past a core's L2 and a good share of L3): its copies of at least
+// kStreamCopyBytes store around the cache. glibc's memcpy does the same for
+// one copy past its own threshold, but a batch of page slices (16-64 KiB
+// each: gathers into chunks, scatters into pages) stays below it and pays a
+// read for ownership of every destination line: about 0.6 of memcpy's
+// bandwidth on the development VM, where streaming stores reach it.
+constexpr size_t kStreamBatchBytes = size_t(4) << 20;
+constexpr size_t kStreamCopyBytes = 4096;
+
+#if defined(__x86_64__)
+// n >= 16 bytes with non-temporal stores (SSE2: every x86-64 CPU has them).
+void stream_copy(std::byte* dst, const std::byte* src, size_t n) {
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  std::memcpy(dst, src, head);
+  dst += head, src += head, n -= head;
+  for (; n >= 64; n -= 64, dst += 64, src += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+  }
+  std::memcpy(dst, src, n);
+}
+#endif
+
+}  // namespace
+
 Status copy_host(std::span<const ByteCopy> copies) {
+  size_t total = 0;
+  for (const ByteCopy& c : copies) total += c.bytes;
+#if defined(__x86_64__)
+  if (total >= kStreamBatchBytes) {
+    for (const ByteCopy& c : copies) {
+      if (c.bytes >= kStreamCopyBytes) stream_copy(c.dst, c.src, c.bytes);
+      else std::memcpy(c.dst, c.src, c.bytes);
+    }
+    _mm_sfence();  // streaming stores are weakly ordered: visible before whoever waits on this copy reads
+    return Status::Ok();
+  }
+#endif
   for (const ByteCopy& c : copies) std::memcpy(c.dst, c.src, c.bytes);
   return Status::Ok();
 }

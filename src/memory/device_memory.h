@@ -39,8 +39,10 @@ struct ByteCopy {
   size_t bytes = 0;
 };
 
-// Runs host-to-host copies with memcpy (what DeviceMemory::copy does for
-// host memory).
+// Runs host-to-host copies (what DeviceMemory::copy does for host memory):
+// memcpy, or, for a batch of 4 MiB or more, streaming stores that bypass the
+// cache for each copy of 4 KiB or more (a bulk move's destination is not
+// read back soon; the copies are visible to other threads on return).
 Status copy_host(std::span<const ByteCopy> copies);
 
 // Options for memory on `backend` that holds KV pages (device allocations
