@@ -215,13 +215,14 @@ struct KVCacheStats {
   uint64_t retain_active = 0;          // hints in force now
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
-  uint64_t quota_evicted_pages = 0;    // pages a tenant over its quota gave up (set_tenant_quotas)
+  uint64_t quota_evicted_pages = 0;    // pages a tenant over its quota gave up (set_tenant_quotas), every tier
   // Each tenant's cached bytes on the device and the host (the index's
-  // count; "" is requests without a tenant) with its quota, for tenants with
-  // pages or a quota.
+  // count) and on disk (its entries' bytes in the log, for the namespaces
+  // this process has written), with its quota ("" is requests without a
+  // tenant), for tenants with bytes or a quota.
   struct Tenant {
     std::string name;
-    uint64_t device_bytes = 0, host_bytes = 0;
+    uint64_t device_bytes = 0, host_bytes = 0, disk_bytes = 0;
     TenantQuota quota;
   };
   std::vector<Tenant> tenants;
@@ -302,9 +303,15 @@ class KVCache {
   // eviction policy's order, until it is within it; other tenants' pages in
   // that tier are never taken for it (a page leaving the device still moves
   // down as any eviction does). Pages in use by running sequences stay (they
-  // count, and go once released). Disk budgets are kept and reported, not
-  // enforced.
+  // count, and go once released). On disk, a tenant over its budget gives up
+  // its oldest entries (Tier::trim_namespaces): the log frees their space
+  // when it reclaims their region, so the budget bounds what a tenant holds,
+  // not how fast its writes age the log. The disk count covers the
+  // namespaces written since start (a tenant's older entries count from its
+  // first write after a restart).
   void set_tenant_quotas(std::map<std::string, TenantQuota> quotas);
+  // One tenant's bytes per tier and quota, as stats() lists them ("": no tenant).
+  KVCacheStats::Tenant tenant_usage(const std::string& tenant);
 
   // Evicts up to `pages` cached pages from the device or host tier, leaves
   // first in policy order (what the cache does itself under pressure; exposed
@@ -384,9 +391,14 @@ class KVCache {
   // `tenant`: only that tenant's pages (PrefixIndex::evict).
   Status evict_device(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
   Status evict_host(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
-  // Brings every tenant over a device or host quota back within it (kv_cache_quota.cc).
+  // Brings every tenant over a quota back within it (kv_cache_quota.cc).
   void enforce_quotas();
+  // Records that `ns` writes to disk: a tenant's disk bytes are those of its namespaces there.
+  void note_disk_namespace(const NsKey& ns);
+  // The bytes of a tenant's namespaces on disk (0 without a disk tier).
+  uint64_t tenant_disk_bytes(uint32_t tenant) const;
   std::vector<KVCacheStats::Tenant> tenant_stats() const;
+  KVCacheStats::Tenant tenant_record(uint32_t id) const;
   // commit() in steps (kv_cache_store.cc), and the write policy
   // (kv_cache_write.cc): host copies of the committed pages, then whole
   // chunks down to disk and remote.
@@ -408,6 +420,12 @@ class KVCache {
   std::deque<std::unique_ptr<Prefetch>> prefetches_;
   std::deque<Retention> retained_;  // in the order given or last extended: the front yields first
   std::map<std::string, TenantQuota> quotas_;  // set_tenant_quotas
+  // Per tenant id: the namespace seeds it has written to disk, and the set's size when last pruned.
+  struct DiskSeeds {
+    std::vector<PageHash> seeds;
+    size_t pruned_at = 0;
+  };
+  std::map<uint32_t, DiskSeeds> disk_seeds_;
   Clock::time_point next_expiry_ = Clock::time_point::max();  // no hint ends before it
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;

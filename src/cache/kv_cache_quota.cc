@@ -1,4 +1,6 @@
-// KVCache: per-tenant quotas on the device and host tiers (set_tenant_quotas).
+// KVCache: per-tenant quotas on the device, host and disk tiers (set_tenant_quotas).
+#include <algorithm>
+
 #include "cache/kv_cache.h"
 
 namespace kvtier {
@@ -23,20 +25,51 @@ void KVCache::enforce_quotas() {
       (void)(tier == TierKind::kDevice ? evict_device(over, true, id) : evict_host(over, true, id));
       stats_.quota_evicted_pages += before - std::min(before, index_->tenant_pages(id, tier));
     }
+    // Disk: what landed so far (writes still in flight count from the next commit on).
+    auto seeds = disk_seeds_.find(id);
+    if (quota.disk == 0 || !disk_ || seeds == disk_seeds_.end()) continue;
+    if (disk_->namespace_bytes(seeds->second.seeds) > quota.disk)
+      stats_.quota_evicted_pages += disk_->trim_namespaces(seeds->second.seeds, quota.disk);
   }
+}
+
+void KVCache::note_disk_namespace(const NsKey& ns) {
+  if (!disk_) return;
+  DiskSeeds& d = disk_seeds_[ns.tenant];
+  if (std::find(d.seeds.begin(), d.seeds.end(), ns.seed) != d.seeds.end()) return;
+  // A client may open many namespaces (cache_salt): the set drops those with nothing left on disk
+  // each time it doubles, so it stays within the log's own count of namespaces.
+  if (d.seeds.size() >= 2 * std::max<size_t>(d.pruned_at, 8)) {
+    std::erase_if(d.seeds, [&](const PageHash& s) { return disk_->namespace_bytes({&s, 1}) == 0; });
+    d.pruned_at = d.seeds.size();
+  }
+  d.seeds.push_back(ns.seed);
+}
+
+uint64_t KVCache::tenant_disk_bytes(uint32_t tenant) const {
+  auto it = disk_seeds_.find(tenant);
+  return it == disk_seeds_.end() || !disk_ ? 0 : disk_->namespace_bytes(it->second.seeds);
+}
+
+KVCacheStats::Tenant KVCache::tenant_usage(const std::string& tenant) { return tenant_record(index_->tenant_id(tenant)); }
+
+KVCacheStats::Tenant KVCache::tenant_record(uint32_t id) const {
+  const uint64_t page_bytes = options_.geometry.page_bytes();
+  KVCacheStats::Tenant t;
+  t.name = index_->tenant_name(id);
+  t.device_bytes = index_->tenant_pages(id, TierKind::kDevice) * page_bytes;
+  t.host_bytes = index_->tenant_pages(id, TierKind::kHost) * page_bytes;
+  t.disk_bytes = tenant_disk_bytes(id);
+  if (auto q = quotas_.find(t.name); q != quotas_.end()) t.quota = q->second;
+  return t;
 }
 
 std::vector<KVCacheStats::Tenant> KVCache::tenant_stats() const {
   std::vector<KVCacheStats::Tenant> out;
-  const uint64_t page_bytes = options_.geometry.page_bytes();
   for (uint32_t id = 0; id < index_->tenant_count(); ++id) {
-    KVCacheStats::Tenant t;
-    t.name = index_->tenant_name(id);
-    t.device_bytes = index_->tenant_pages(id, TierKind::kDevice) * page_bytes;
-    t.host_bytes = index_->tenant_pages(id, TierKind::kHost) * page_bytes;
-    if (auto q = quotas_.find(t.name); q != quotas_.end()) t.quota = q->second;
+    KVCacheStats::Tenant t = tenant_record(id);
     const bool quota = !(t.quota == TenantQuota{});
-    if (t.device_bytes > 0 || t.host_bytes > 0 || quota) out.push_back(std::move(t));
+    if (t.device_bytes > 0 || t.host_bytes > 0 || t.disk_bytes > 0 || quota) out.push_back(std::move(t));
   }
   return out;
 }

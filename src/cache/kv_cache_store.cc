@@ -179,6 +179,7 @@ Status KVCache::evict_host(uint32_t n, bool move_down, uint32_t tenant) {
     hook.run_pages = options_.chunk_pages;
     hook.fn = [&](NsKey ns, std::span<const PageHash> hashes, std::span<const PageLocation> locs) {
       if (std::any_of(locs.begin(), locs.end(), [](const PageLocation& l) { return l.lossy; })) return;  // never stored as exact
+      note_disk_namespace(ns);
       for (Tier* tier : below) {
         if (tier->exists_prefix(ns.seed, hashes.last(1)) == 1) continue;
         StoreMove mv;

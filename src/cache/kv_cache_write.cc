@@ -47,6 +47,7 @@ void KVCache::copy_to_host(const NodeHandle& deepest, Committed& c) {
 void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages) {
   const uint32_t C = options_.chunk_pages;
   const uint32_t chunks = static_cast<uint32_t>(hashes.size()) / C;
+  if (chunks > 0) note_disk_namespace(ns);
   for (Tier* tier : {static_cast<Tier*>(disk_.get()), remote_.get()}) {
     if (!tier || tier->degraded() || chunks == 0) continue;
     auto pd = std::make_unique<Pending>();

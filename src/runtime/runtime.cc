@@ -337,6 +337,7 @@ class RuntimeImpl final : public Runtime {
   void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) override {
     cache_->set_tenant_quotas(std::move(quotas));
   }
+  KVCacheStats::Tenant tenant_usage(const std::string& tenant) override { return cache_->tenant_usage(tenant); }
   TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const override {
     return cache_->index().snapshot(options);
   }

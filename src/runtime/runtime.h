@@ -259,6 +259,8 @@ class Runtime {
   virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;
   // Per-tenant budgets per tier (KVCache::set_tenant_quotas); replaces the previous set.
   virtual void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) = 0;
+  // A tenant's cached bytes per tier now, and its quota (what a response's usage reports).
+  virtual KVCacheStats::Tenant tenant_usage(const std::string& tenant) = 0;
   // Drops every cached entry on every local tier (running sequences keep their pages).
   virtual Status flush() = 0;
   // A copy of the prefix index's tree for display (index/tree_snapshot.h),

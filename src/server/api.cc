@@ -3,6 +3,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "server/stats_render.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -444,6 +446,7 @@ json usage_json(const CompletionUsage& u) {
         {"e2e_ms", u.e2e_s * 1e3},
         {"retained_tokens", u.retained_tokens}}},
   };
+  if (u.tenant) j["kvtier"]["tenant"] = tenant_json(*u.tenant);
   return j;
 }
 

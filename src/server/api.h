@@ -138,6 +138,8 @@ struct CompletionUsage {
   double ttft_s = 0;     // arrival to the first token (what the client sees)
   double e2e_s = 0;      // arrival to the last token
   uint32_t retained_tokens = 0;  // kept by the request's retention hints (Runtime::finish)
+  // The request's tenant's cached bytes per tier and quota once it ended (tenant keys only).
+  std::optional<KVCacheStats::Tenant> tenant;
 };
 
 // The tokens of a finished completion, for logprobs and token ids in the response.

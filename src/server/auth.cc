@@ -150,9 +150,6 @@ Result<KeyRing::Keys> KeyRing::load(const ServerConfig& c, std::vector<std::stri
   if (!client.empty() && admin.empty())
     warn("one key is both the clients' key and the admin key: any client may flush the cache and read its views; "
          "give the admin its own with --admin-key-file (docs/SECURITY.md)");
-  if (std::any_of(tenants.begin(), tenants.end(), [](const TenantKey& t) { return t.quota.disk != 0; }))
-    warn("disk= quotas are read and reported but not enforced yet: tenants share the disk tier (device= and host= "
-         "are enforced)");
   if (!tenants.empty() && admin.empty())
     warn("tenant keys without an admin key: the admin endpoints (flush, the cache's views, /metrics) answer 403 to everyone");
   return k;

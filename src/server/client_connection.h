@@ -8,8 +8,9 @@
 // the one it found last on this thread first: httplib serves a keep-alive
 // connection on one thread). closed() peeks without consuming anything, so
 // httplib reads the connection as if nobody had looked.
-// Borrows the descriptor: use it only while the handler runs (httplib closes
-// the socket after the handler returns). Safe from any thread.
+// Borrows the descriptor: use it only while httplib serves the request (the
+// handler, then a streamed answer's content provider and its releaser;
+// httplib closes the socket after them). Safe from any thread.
 #pragma once
 
 #include <optional>

@@ -99,6 +99,18 @@ std::string whole_response_bytes(const httplib::Response& res) {
   return out + res.body;
 }
 
+// The head of a streamed answer written past httplib (HttpServer::stream), the connection closed after it.
+constexpr std::string_view kRawStreamHead =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\n"
+    "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+
+// `data` as one chunk of a chunked body (RFC 9112 §7.1).
+std::string chunk_frame(std::string_view data) {
+  char size[20];
+  const int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  return std::string(size, size_t(n)) + std::string(data) + "\r\n";
+}
+
 }  // namespace
 
 HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler, std::shared_ptr<const KeyRing> keys)
@@ -408,14 +420,13 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   if (creq.blend == false) g.segments.clear();
   if (creq.blend == true && g.segments.empty()) g.segments = segments_between(g.prompt, blend_separator_);
   // Found before the request is queued, while the client is surely there (a reset socket has no peer to match).
-  const auto connection =
-      creq.stream ? std::nullopt : ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  const auto connection = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   auto submitted = scheduler_->submit(std::move(g));
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   std::shared_ptr<RequestState> state = std::move(submitted).value();
   const bool chat = gen.endpoint == Endpoint::kChat;
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
-  if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta);
+  if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta, connection);
   answer_whole(connection, res, gen, *state, meta);
   // httplib 0.11 takes a client's FIN for a hang-up and will not write the
   // answer; a client that half-closed after sending gets it written here.
@@ -448,7 +459,8 @@ void HttpServer::answer_whole(const std::optional<ClientConnection>& connection,
 }
 
 void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation> gen,
-                        std::shared_ptr<RequestState> state, const CompletionMeta& meta) {
+                        std::shared_ptr<RequestState> state, const CompletionMeta& meta,
+                        std::optional<ClientConnection> connection) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   struct Progress {
@@ -459,6 +471,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
     std::optional<ReasoningStream> reasoning;  // --reasoning-parser think: splits off <think>...</think>
     std::optional<ToolCallStream> tools;  // chat with tools: holds back what may be a tool call
     bool sent_first = false, echoed = false, finished = false;
+    bool provider_called = false;  // httplib wrote the headers
   };
   auto progress = std::make_shared<Progress>();
   if (gen->parse_tool_calls) progress->tools.emplace(tool_parser_);
@@ -467,9 +480,8 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
   const CompletionRequest& req = gen->request;
   const bool chat = gen->endpoint == Endpoint::kChat;
   const bool with_detail = req.echo || req.logprobs >= 0 || req.return_token_ids;
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, state, meta, progress, gen, chat, with_detail](size_t, httplib::DataSink& sink) {
+  // One wake-up of the stream: the events to send (a comment when idle) and what the request's state was.
+  auto step = [this, state, meta, progress, gen, chat, with_detail]() -> std::pair<std::string, RequestState::View> {
         const CompletionRequest& request = gen->request;
         // Wait for text; send a comment line when idle so a vanished client
         // is noticed (the write fails) even while the request is queued.
@@ -537,18 +549,52 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
           out += "data: [DONE]\n\n";
         }
         if (out.empty()) out = ": waiting\n\n";
+        return {std::move(out), std::move(v)};
+  };
+  // httplib 0.11 writes nothing to a client whose FIN arrived, but one that
+  // half-closed after sending its request still reads: the rest of the
+  // stream (and the head, when httplib wrote none) goes out here, framed as
+  // httplib frames it. False when the client is gone.
+  auto finish_raw = [this, state, progress, step, connection](std::string out, RequestState::View v, bool head) {
+    std::string bytes = head ? std::string(kRawStreamHead) : std::string();
+    for (;;) {
+      bytes += chunk_frame(out);
+      if (v.done) bytes += "0\r\n\r\n";
+      if (!connection->send_all(bytes)) {
+        if (state->cancel()) metrics_.record_client_disconnect();
+        return false;
+      }
+      if (v.done) break;
+      std::tie(out, v) = step();
+      bytes.clear();
+    }
+    progress->finished = true;
+    metrics_.record_completion(v.usage, v.error);
+    return true;
+  };
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, state, progress, step, finish_raw, connection](size_t, httplib::DataSink& sink) {
+        progress->provider_called = true;
+        auto [out, v] = step();
         if (!sink.write(out.data(), out.size())) {
+          if (connection && connection->half_closed()) return finish_raw(std::move(out), std::move(v), false);
           if (state->cancel()) metrics_.record_client_disconnect();
           return false;
         }
         if (v.done) {
-          p.finished = true;
+          progress->finished = true;
           metrics_.record_completion(v.usage, v.error);
           sink.done();
         }
         return true;
       },
-      [this, state, progress](bool success) {
+      [this, state, progress, step, finish_raw, connection](bool success) {
+        // httplib could not even write the head: a client that half-closed gets the whole stream here.
+        if (!success && !progress->provider_called && connection && connection->half_closed()) {
+          auto [out, v] = step();
+          (void)finish_raw(std::move(out), std::move(v), true);
+        }
         // Client gone (or server stopping) before the end: free the sequence.
         if (!success || !progress->finished) {
           state->cancel();

@@ -90,8 +90,9 @@ class HttpServer {
                     RequestState& state, const CompletionMeta& meta);
   // Waits for a whole (non-streaming) result; cancels the request when its client hangs up meanwhile.
   RequestState::View wait_watching_client(const std::optional<ClientConnection>& connection, RequestState& state);
+  // `connection`: where a client that half-closed gets the stream httplib will not write to it.
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
-              const CompletionMeta& meta);
+              const CompletionMeta& meta, std::optional<ClientConnection> connection);
 
   ServerConfig config_;
   Scheduler* scheduler_;

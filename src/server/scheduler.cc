@@ -489,6 +489,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   if (r.ended) return;
   r.ended = true;
   r.usage.retained_tokens = runtime_->finish(r.seq);
+  if (!r.request.tenant.empty()) r.usage.tenant = runtime_->tenant_usage(r.request.tenant);
   ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
   if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));

@@ -16,5 +16,7 @@ namespace kvtier::server {
 nlohmann::json runtime_stats_json(const RuntimeStats& stats);
 // Prometheus text lines for the cache and the runtime (HELP and TYPE once each).
 std::string runtime_metrics_text(const RuntimeStats& stats);
+// One tenant's bytes per tier and quota (the stats' `tenants` list, a response's usage.kvtier.tenant).
+nlohmann::json tenant_json(const KVCacheStats::Tenant& t);
 
 }  // namespace kvtier::server

@@ -174,8 +174,8 @@ void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan&
   for (ScannedEntry& e : scan.entries) {
     next_sequence_ = std::max(next_sequence_, e.sequence + 1);
     if (index_.count(e.key)) drop_locked(e.key, nullptr);  // a newer copy wins (ids ascend)
-    index_.emplace(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, e.codec, std::move(e.layer_checksums),
-                              std::move(e.auth_meta)});
+    add_entry_locked(e.key, Loc{region, e.offset, e.num_pages, e.payload_offset, e.codec, std::move(e.layer_checksums),
+                                std::move(e.auth_meta)});
     region->keys.push_back(e.key);
   }
   open_report_.dropped_corrupt += scan.dropped_corrupt;
@@ -209,8 +209,7 @@ Status DiskTier::take_failure_locked() {
 void DiskTier::drop_unwritten_locked() {
   for (auto it = index_.begin(); it != index_.end();) {
     const Loc& l = it->second;
-    const uint64_t end = l.offset + chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
-    if (l.region->buffer >= 0 && end > l.region->written) it = index_.erase(it);
+    if (l.region->buffer >= 0 && l.offset + entry_bytes(l) > l.region->written) it = erase_entry_locked(it);
     else ++it;
   }
 }
@@ -332,7 +331,53 @@ void DiskTier::apply_jobs_locked(std::vector<WriteJob>& jobs) {
 void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
   auto it = index_.find(key);
   if (it == index_.end() || (expected && it->second.region.get() != expected)) return;
-  index_.erase(it);
+  erase_entry_locked(it);
+}
+
+void DiskTier::add_entry_locked(const ChunkKey& key, Loc loc) {
+  ns_bytes_[key.ns] += entry_bytes(loc);
+  index_.emplace(key, std::move(loc));
+}
+
+DiskTier::Index::iterator DiskTier::erase_entry_locked(Index::iterator it) {
+  auto ns = ns_bytes_.find(it->first.ns);
+  ns->second -= std::min(ns->second, entry_bytes(it->second));
+  if (ns->second == 0) ns_bytes_.erase(ns);
+  return index_.erase(it);
+}
+
+uint64_t DiskTier::entry_bytes(const Loc& l) const {
+  return chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
+}
+
+uint64_t DiskTier::namespace_bytes(std::span<const PageHash> ns) const {
+  std::lock_guard lk(mu_);
+  uint64_t bytes = 0;
+  for (const PageHash& h : ns)
+    if (auto it = ns_bytes_.find(h); it != ns_bytes_.end()) bytes += it->second;
+  return bytes;
+}
+
+uint64_t DiskTier::trim_namespaces(std::span<const PageHash> ns, uint64_t keep_bytes) {
+  std::lock_guard lk(mu_);
+  auto held = [&] {
+    uint64_t bytes = 0;
+    for (const PageHash& h : ns)
+      if (auto it = ns_bytes_.find(h); it != ns_bytes_.end()) bytes += it->second;
+    return bytes;
+  };
+  uint64_t bytes = held(), pages = 0;
+  for (auto r = regions_.begin(); r != regions_.end() && bytes > keep_bytes; ++r)
+    for (const ChunkKey& k : r->second->keys) {
+      if (bytes <= keep_bytes) break;
+      if (std::find(ns.begin(), ns.end(), k.ns) == ns.end()) continue;
+      auto it = index_.find(k);
+      if (it == index_.end() || it->second.region != r->second) continue;
+      bytes -= std::min(bytes, entry_bytes(it->second));
+      pages += it->second.num_pages;
+      erase_entry_locked(it);
+    }
+  return pages;
 }
 
 size_t DiskTier::retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) {
@@ -362,7 +407,7 @@ void DiskTier::reclaim_one_locked() {
   for (const ChunkKey& k : victim->keys) {
     auto it = index_.find(k);
     if (it != index_.end() && it->second.region == victim) {
-      index_.erase(it);
+      erase_entry_locked(it);
       ++stats_.evictions;
     }
   }
@@ -434,7 +479,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
     loc.layer_sums.resize(options_.geometry.kv.num_layers);
     std::memcpy(loc.layer_sums.data(), at + sizeof(ChunkHeader) + n * 16, loc.layer_sums.size() * 8);
   }
-  index_.emplace(op.key, std::move(loc));
+  add_entry_locked(op.key, std::move(loc));
   active_->keys.push_back(op.key);
   if (auto hold = pending_holds_.find(op.key); hold != pending_holds_.end()) {  // retained before it landed
     stats_.retain_yields += reclaim_order_.retain(active_->id, hold->second, pending_hold_cap_);

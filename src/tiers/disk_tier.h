@@ -137,6 +137,12 @@ class DiskTier final : public Tier {
   // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).
   // Keys past the leading run held now are held when their put lands.
   size_t retain(std::span<const ChunkKey> keys, Clock::time_point until, double max_share) override;
+  // An entry's bytes are its encoded size in the log. Trimming drops the
+  // oldest entries first (region order, then write order) from the index;
+  // their space returns when reclaim takes their region, as for any entry
+  // the log has superseded.
+  uint64_t namespace_bytes(std::span<const PageHash> ns) const override;
+  uint64_t trim_namespaces(std::span<const PageHash> ns, uint64_t keep_bytes) override;
 
   const DiskOpenReport& open_report() const { return open_report_; }
   // The region file path of a region id (tests corrupt files through it).
@@ -183,6 +189,10 @@ class DiskTier final : public Tier {
   void apply_jobs_locked(std::vector<WriteJob>& jobs);
   void reclaim_one_locked();
   void drop_locked(const ChunkKey& key, const Region* expected);
+  // Every index insert and erase goes through these two (they keep ns_bytes_).
+  void add_entry_locked(const ChunkKey& key, Loc loc);
+  Index::iterator erase_entry_locked(Index::iterator it);
+  uint64_t entry_bytes(const Loc& loc) const;
   void drop_unwritten_locked();
   void fail_locked(const Status& s);
   Status take_failure_locked();
@@ -196,6 +206,7 @@ class DiskTier final : public Tier {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // writer work, write completions, free buffers
   Index index_;
+  std::unordered_map<PageHash, uint64_t, PageHashHasher> ns_bytes_;  // entry bytes per namespace (no zeros)
   std::map<uint32_t, std::shared_ptr<Region>> regions_;  // by id (= age)
   std::shared_ptr<Region> active_;
   AlignedBuffer buffers_[2];  // region buffers; Region::buffer names the one a region's bytes are in

@@ -101,6 +101,19 @@ class Tier {
     return 0;
   }
 
+  // What a tenant's quota counts in this tier (KVCache::set_tenant_quotas): the
+  // bytes its entries of the namespaces `ns` take (0 where the tier does not
+  // count them), and dropping the oldest of those entries until they take at
+  // most keep_bytes (returns the pages dropped; 0 where it cannot).
+  virtual uint64_t namespace_bytes(std::span<const PageHash> ns) const {
+    (void)ns;
+    return 0;
+  }
+  virtual uint64_t trim_namespaces(std::span<const PageHash> ns, uint64_t keep_bytes) {
+    (void)ns, (void)keep_bytes;
+    return 0;
+  }
+
   // Single-op conveniences over the batched forms.
   Status put(const ChunkKey& key, std::span<const PageHash> page_hashes, std::span<const std::byte> payload) {
     PutOp op{key, page_hashes, payload, {}};

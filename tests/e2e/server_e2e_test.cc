@@ -444,7 +444,7 @@ TEST(ServerE2E, TenantKeysSecretsAndReload) {
   const std::string acme = "acme-e2e-key-0123456789", globex = "globex-e2e-key-0123456789",
                     fresh = "fresh-e2e-key-0123456789", admin = "admin-e2e-key-0123456789",
                     tier_secret = "tier-secret-from-env-0123456789", redis_pw = "redis-pw-from-env-42";
-  const std::string keys = private_file(dir.str() + "/keys", acme + " acme host=64MiB\n" + globex + " globex\n");
+  const std::string keys = private_file(dir.str() + "/keys", acme + " acme host=64MiB disk=1GiB\n" + globex + " globex\n");
   const std::string admin_file = private_file(dir.str() + "/admin", admin + "\n");
   ::setenv("KVTIER_TIER_SECRET", tier_secret.c_str(), 1);
   ::setenv("KVTIER_REDIS_PASSWORD", redis_pw.c_str(), 1);
@@ -460,14 +460,22 @@ TEST(ServerE2E, TenantKeysSecretsAndReload) {
   EXPECT_EQ(printed.first, 0) << printed.second;
   auto bearer = [](const std::string& k) { return httplib::Headers{{"Authorization", "Bearer " + k}}; };
   const json req = {{"prompt", ids(96)}, {"max_tokens", 1}, {"cache_salt", "same-salt"}};
+  json usage;
   auto cached = [&](const std::string& key) {
     const Reply r = post(s.port(), req, bearer(key));
     EXPECT_EQ(r.status, 200) << r.body.dump();
+    usage = r.body["usage"];
     return r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
   };
   EXPECT_EQ(cached(acme), 0);
   EXPECT_EQ(cached(globex), 0) << "globex hit acme's prompt";
   EXPECT_GT(cached(acme), 0) << "acme's own prompt must hit";
+  // Each response reports its tenant's cached bytes and quotas.
+  const json tenant = usage["kvtier"]["tenant"];
+  EXPECT_EQ(tenant["tenant"], "acme") << usage.dump();
+  EXPECT_GT(tenant["device_bytes"].get<uint64_t>(), 0u) << usage.dump();
+  EXPECT_EQ(tenant["quota"]["host_bytes"].get<uint64_t>(), uint64_t(64) << 20);
+  EXPECT_EQ(tenant["quota"]["disk_bytes"].get<uint64_t>(), uint64_t(1) << 30);
   httplib::Client c("127.0.0.1", s.port());
   std::string bodies;
   for (const char* path : {"/v1/cache/stats", "/v1/cache/tree", "/metrics"}) {
@@ -492,7 +500,7 @@ TEST(ServerE2E, TenantKeysSecretsAndReload) {
   EXPECT_EQ(h["remote_authenticated"], true);
   bodies += health->body + post(s.port(), req, bearer("wrong-key-0123456789")).body.dump();
   // SIGHUP: globex's key is replaced by a fresh one, without a restart.
-  private_file(keys, acme + " acme host=64MiB\n" + fresh + " globex\n");
+  private_file(keys, acme + " acme host=64MiB disk=1GiB\n" + fresh + " globex\n");
   s.signal(SIGHUP);
   EXPECT_TRUE(wait_until([&] { return post(s.port(), req, bearer(fresh)).status == 200; })) << s.log();
   EXPECT_EQ(post(s.port(), req, bearer(globex)).status, 401);

@@ -1,6 +1,7 @@
 // Per-tenant quotas (KVCache::set_tenant_quotas): a tenant over its device or
-// host budget gives up its own coldest pages after each commit; another
-// tenant's pages, colder or not, stay.
+// host budget gives up its own coldest pages after each commit, one over its
+// disk budget its oldest disk entries; another tenant's pages, colder or not,
+// stay.
 #include <gtest/gtest.h>
 
 #include "cache_rig.h"
@@ -51,6 +52,48 @@ TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
   EXPECT_GT(cached_pages(rig, last), 0u) << "acme's newest prompt went first";
   rig.ns.tenant = "globex";
   EXPECT_EQ(cached_pages(rig, g0), 4u);
+}
+
+TEST(CacheQuota, TenantOverItsDiskQuotaGivesUpItsOwnOldestEntries) {
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 64;
+  CacheRig rig(o);
+  // Each 65-token prompt commits 4 pages: one whole chunk, written through to disk.
+  auto commit = [&](const std::string& tenant, const std::vector<TokenId>& prompt) {
+    rig.ns.tenant = tenant;
+    rig.cached(prompt, 1);
+    ASSERT_TRUE(rig.cache->drain().ok());  // the chunk's put has landed before the next commit counts it
+  };
+  std::vector<std::vector<TokenId>> globex, acme;
+  for (uint32_t i = 0; i < 3; ++i) commit("globex", globex.emplace_back(CacheRig::random_tokens(65, 10 + i)));
+  const KVCacheStats before = rig.cache->stats();
+  const auto* g = find(before, "globex");
+  ASSERT_TRUE(g);
+  const uint64_t entry = g->disk_bytes / 3;
+  ASSERT_GT(entry, 0u);
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 0, .disk = 2 * entry}}});
+  for (uint32_t i = 0; i < 5; ++i) {
+    commit("acme", acme.emplace_back(CacheRig::random_tokens(65, 20 + i)));
+    const KVCacheStats now = rig.cache->stats();
+    const auto* a = find(now, "acme");
+    ASSERT_TRUE(a);
+    EXPECT_LE(a->disk_bytes, 3 * entry) << "at most the budget plus the chunk that landed since the last commit";
+  }
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 0, .disk = 2 * entry}}});  // enforces now
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(find(s, "acme")->disk_bytes, 2 * entry);
+  EXPECT_EQ(find(s, "acme")->quota.disk, 2 * entry);
+  EXPECT_EQ(find(s, "globex")->disk_bytes, 3 * entry) << "globex gave up disk entries for acme's quota";
+  EXPECT_EQ(s.quota_evicted_pages, 3u * 4u);
+  // With the device and host emptied, what is cached is what the disk holds.
+  ASSERT_TRUE(rig.cache->flush().ok());
+  rig.ns.tenant = "acme";
+  EXPECT_EQ(cached_pages(rig, acme[0]), 0u) << "acme's oldest entry should have gone";
+  EXPECT_EQ(cached_pages(rig, acme[3]), 4u);
+  EXPECT_EQ(cached_pages(rig, acme[4]), 4u);
+  rig.ns.tenant = "globex";
+  EXPECT_EQ(cached_pages(rig, globex[0]), 4u);
 }
 
 }  // namespace

@@ -172,6 +172,7 @@ class FakeRuntime final : public Runtime {
   }
 
   void set_tenant_quotas(std::map<std::string, TenantQuota>) override {}
+  KVCacheStats::Tenant tenant_usage(const std::string& tenant) override { return {.name = tenant}; }
   // Preemption is not modelled: the fake's pages do not grow while decoding.
   Result<bool> preempt(SeqId) override { return Status::Unimplemented("fake: no preemption"); }
   Status resume(SeqId) override { return Status::Ok(); }

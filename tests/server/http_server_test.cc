@@ -277,6 +277,8 @@ TEST_F(HttpServerTest, TenantKeysIsolateTenantsAndOnlyTheAdminSeesTheCache) {
   EXPECT_EQ(cached(kGlobex), 0) << "another tenant hit acme's prompt";
   EXPECT_EQ(cached(kAdmin), 0) << "the admin's completions have a namespace of their own";
   EXPECT_EQ(cached(kAcme2), 8) << "two keys of one tenant share its namespace";
+  const json usage = json::parse(post(body, bearer(kGlobex))->body)["usage"]["kvtier"];
+  EXPECT_EQ(usage["tenant"]["tenant"], "globex") << usage.dump();  // its bytes per tier: the e2e test
   EXPECT_EQ(post(body)->status, 401);
   EXPECT_EQ(post(body, bearer("unknown-key-0123456789"))->status, 401);
   EXPECT_EQ(client().Get("/v1/models", bearer(kGlobex))->status, 200);
@@ -302,7 +304,9 @@ TEST_F(HttpServerTest, AdminKeyApartFromTheClientKey) {
   ::setenv("KVTIER_ADMIN_KEY", kAdmin, 1);  // read when the server starts
   start([](ServerConfig& c) { c.api_key = "sekret"; });
   ::unsetenv("KVTIER_ADMIN_KEY");
-  EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})", bearer("sekret"))->status, 200);
+  auto r = post(R"({"prompt":[1],"max_tokens":1})", bearer("sekret"));
+  EXPECT_EQ(r->status, 200);
+  EXPECT_FALSE(json::parse(r->body)["usage"]["kvtier"].contains("tenant")) << "no tenant, no tenant usage";
   EXPECT_EQ(client().Post("/v1/cache/flush", bearer("sekret"), "", "application/json")->status, 403);
   EXPECT_EQ(client().Get("/metrics", bearer(kAdmin))->status, 200);
   EXPECT_EQ(json::parse(client().Get("/health")->body)["auth"], "api-key");
@@ -422,6 +426,43 @@ TEST_F(HttpServerTest, HalfClosedClientIsStillAnswered) {
   ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
   const json body = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
   EXPECT_EQ(body["usage"]["completion_tokens"], 16);
+  EXPECT_EQ(sched_->counts().cancels, 0u);
+}
+
+// The same for a streamed answer, whether the client's FIN arrives before the
+// answer's head (the whole stream is written past httplib) or after it (the
+// rest is): every event arrives, framed as chunks, and nothing is cancelled.
+TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  for (const bool before_head : {true, false}) {
+    SCOPED_TRACE(before_head ? "FIN before the head" : "FIN mid-stream");
+    {
+      std::lock_guard lk(fake_->mu);
+      fake_->gate_closed = true;
+      fake_->in_start = false;
+    }
+    const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true,"stream":true})");
+    ASSERT_GE(fd, 0);
+    if (before_head) ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+    if (!before_head) {
+      std::string head;
+      char c;
+      while (head.find("\r\n\r\n") == std::string::npos && ::recv(fd, &c, 1, 0) == 1) head += c;
+      ASSERT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+      ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    }
+    std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
+    fake_->open_gate();
+    std::string reply;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+    ::close(fd);
+    if (before_head) EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+    EXPECT_NE(reply.find("\"completion_tokens\":16"), std::string::npos) << reply;
+    EXPECT_NE(reply.find("data: [DONE]"), std::string::npos) << reply;
+    EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";
+  }
   EXPECT_EQ(sched_->counts().cancels, 0u);
 }
 

@@ -52,6 +52,46 @@ void flip_byte(const std::string& path, uint64_t offset) {
   f.write(&b, 1);
 }
 
+// What a tenant's disk quota counts and trims (KVCache::set_tenant_quotas): bytes per namespace,
+// kept through reclaim, erase and a restart; trimming drops the oldest entries of the namespaces
+// asked for and nothing else.
+TEST(DiskTier, NamespaceBytesAndTrimOldestFirst) {
+  TempDir dir;
+  auto g = small_geometry();
+  const uint64_t entry = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
+  const PageHash a = test_ns(1), b = test_ns(2), c = test_ns(3);
+  std::vector<TestChunk> in_a, in_b;
+  {
+    auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+    in_a = put_all(*t, g, 1, 5);
+    in_b = put_all(*t, g, 2, 3);
+    EXPECT_EQ(t->namespace_bytes({&a, 1}), 5 * entry);
+    EXPECT_EQ(t->namespace_bytes({&b, 1}), 3 * entry);
+    const PageHash both[] = {a, b, c};
+    EXPECT_EQ(t->namespace_bytes(both), 8 * entry);
+    ASSERT_TRUE(t->erase(in_a[4].key).ok());
+    EXPECT_EQ(t->namespace_bytes({&a, 1}), 4 * entry);
+    ASSERT_TRUE(t->flush().ok());
+  }
+  auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+  EXPECT_EQ(t->namespace_bytes({&a, 1}), 4 * entry) << "rebuilt on reopen";
+  EXPECT_EQ(t->trim_namespaces({&a, 1}, 2 * entry + entry / 2), 2u * g.chunk_pages);
+  EXPECT_EQ(t->namespace_bytes({&a, 1}), 2 * entry);
+  EXPECT_FALSE(t->exists(in_a[0].key));
+  EXPECT_FALSE(t->exists(in_a[1].key));
+  expect_exact(*t, in_a[2]);
+  expect_exact(*t, in_a[3]);
+  for (auto& ch : in_b) expect_exact(*t, ch);
+  EXPECT_EQ(t->trim_namespaces({&c, 1}, 0), 0u);
+  EXPECT_EQ(t->trim_namespaces({&a, 1}, 0), 2u * g.chunk_pages);
+  EXPECT_EQ(t->namespace_bytes({&a, 1}), 0u);
+  EXPECT_EQ(t->namespace_bytes({&b, 1}), 3 * entry);
+  // Reclaim takes the counts with it: fill past capacity with another namespace.
+  (void)put_all(*t, g, 3, 200);
+  EXPECT_EQ(t->namespace_bytes({&b, 1}), 0u);
+  EXPECT_EQ(t->namespace_bytes({&c, 1}), t->stats().entries * entry);
+}
+
 TEST(DiskTier, WarmRestartServesWhatWasDurable) {
   TempDir dir;
   auto g = small_geometry();
