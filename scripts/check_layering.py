@@ -28,6 +28,7 @@ USES = {
     "sim": ["cache", "model"],
     "client": ["common"],
     "server": ["runtime"],
+    "router": ["server", "client"],
     "cuda": ["engine"],
 }
 

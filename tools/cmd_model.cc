@@ -78,11 +78,6 @@ Result<std::string> read_text(const std::string& path) {
   return ss.str();
 }
 
-// A preset name gives the synthetic vocabulary of that preset; anything else is a GGUF file.
-Result<text::Vocab> vocab_of(const std::string& model) {
-  if (auto preset = engine::model_preset(model); preset.ok()) return text::Vocab::synthetic(preset->vocab_size);
-  return engine::load_gguf_vocab(model);
-}
 
 // The preset's shape with the architecture and RoPE scaling asked for.
 Result<engine::ModelConfig> make_config(const Make& mk) {

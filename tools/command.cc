@@ -1,5 +1,8 @@
 #include "command.h"
 
+#include "engine/gguf.h"
+#include "engine/synthetic.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -16,6 +19,11 @@ CommandRegistration::CommandRegistration(std::string name, CommandSetup setup) {
   auto& cmds = registered_commands();
   cmds.emplace_back(std::move(name), std::move(setup));
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+}
+
+Result<text::Vocab> vocab_of(const std::string& model) {
+  if (auto preset = engine::model_preset(model); preset.ok()) return text::Vocab::synthetic(preset->vocab_size);
+  return engine::load_gguf_vocab(model);
 }
 
 int report(const Status& s) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvtier/status.h"
+#include "text/vocab.h"
 
 namespace kvtier::cli {
 
@@ -27,6 +28,10 @@ std::vector<std::pair<std::string, CommandSetup>>& registered_commands();
 
 // Prints "kvtier: error: <status>" to stderr and returns 1, or 0 for OK.
 int report(const Status& s);
+
+// A model's tokenizer keys alone (`model tokenize`, `model chat-template`, `route`): a preset name gives
+// that preset's synthetic vocabulary; anything else is read as a GGUF file.
+Result<text::Vocab> vocab_of(const std::string& model);
 
 // "512,2048" -> {512, 2048}; a clear InvalidArgument naming `flag` otherwise.
 Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::string_view flag);

@@ -307,8 +307,9 @@ class KVCache {
   // its oldest entries (Tier::trim_namespaces): the log frees their space
   // when it reclaims their region, so the budget bounds what a tenant holds,
   // not how fast its writes age the log. The disk count covers the
-  // namespaces written since start (a tenant's older entries count from its
-  // first write after a restart).
+  // namespaces written since start (a tenant's older entries, trimmed ones
+  // included, count again from its first write after a restart, and are
+  // trimmed again).
   void set_tenant_quotas(std::map<std::string, TenantQuota> quotas);
   // One tenant's bytes per tier and quota, as stats() lists them ("": no tenant).
   KVCacheStats::Tenant tenant_usage(const std::string& tenant);

@@ -110,6 +110,22 @@ void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, St
   trace.loads_submitted_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
+}  // namespace
+
+TextCodec text_codec(const text::Tokenizer& tok, const text::Vocab& vocab) {
+  TextCodec c;
+  c.tokenize = [tok](std::string_view text, const text::EncodeOptions& options) { return tok.encode(text, options); };
+  c.detokenize = [tok](std::span<const TokenId> ids) { return tok.decode(ids); };
+  c.detokenize_special = [tok](std::span<const TokenId> ids) { return tok.decode(ids, true); };
+  c.chat_template = vocab.chat_template;
+  c.bos_token = vocab.tokens[size_t(vocab.bos)];
+  c.eos_token = vocab.tokens[size_t(vocab.eos)];
+  for (const std::string& token : vocab.tokens) c.max_token_bytes = std::max(c.max_token_bytes, uint32_t(token.size()));
+  return c;
+}
+
+namespace {
+
 class RuntimeImpl final : public Runtime {
  public:
   RuntimeImpl(RuntimeOptions o, ServingStack stack, text::Tokenizer tok)
@@ -121,17 +137,7 @@ class RuntimeImpl final : public Runtime {
     info_.weight_bytes = model_->weights().bytes();
     info_.eos = tok_.eos();
     info_.end_of_generation = tok_.end_of_generation_ids();
-    info_.text.tokenize = [tok = tok_](std::string_view text, const text::EncodeOptions& options) {
-      return tok.encode(text, options);
-    };
-    info_.text.detokenize = [tok = tok_](std::span<const TokenId> ids) { return tok.decode(ids); };
-    info_.text.detokenize_special = [tok = tok_](std::span<const TokenId> ids) { return tok.decode(ids, true); };
-    const text::Vocab& vocab = model_->vocab();
-    info_.text.chat_template = vocab.chat_template;
-    info_.text.bos_token = vocab.tokens[size_t(vocab.bos)];
-    info_.text.eos_token = vocab.tokens[size_t(vocab.eos)];
-    for (const std::string& token : vocab.tokens)
-      info_.text.max_token_bytes = std::max(info_.text.max_token_bytes, uint32_t(token.size()));
+    info_.text = text_codec(tok_, model_->vocab());
     info_.fingerprint = model_->fingerprint();
     const uint64_t pool_tokens = uint64_t(cache_->pool().num_pages()) * o_.page_tokens;
     info_.max_kv_tokens = uint32_t(std::min<uint64_t>(pool_tokens, UINT32_MAX));
@@ -332,6 +338,7 @@ class RuntimeImpl final : public Runtime {
     return retained;
   }
 
+  uint32_t free_device_pages() const override { return cache_->pool().free_pages(); }
   RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, o_, seqs_.size()}; }
   Status flush() override { return cache_->flush(); }
   void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) override {

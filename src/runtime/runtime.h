@@ -147,6 +147,10 @@ struct TextCodec {
   uint32_t max_token_bytes = 0;
 };
 
+// The codec of a tokenizer and its vocabulary (what a Runtime's ModelInfo
+// holds; the router builds one from a model file's tokenizer keys alone).
+TextCodec text_codec(const text::Tokenizer& tok, const text::Vocab& vocab);
+
 struct ModelInfo {
   std::string name;
   uint32_t vocab_size = 0;
@@ -247,6 +251,9 @@ class Runtime {
   // Cache and runtime statistics (per tier occupancy, hits, bytes moved,
   // evictions, checksum failures, the options...). Cheap: a copy of counters.
   virtual RuntimeStats stats() const = 0;
+  // Device pages on the pool's free list now (cached pages not in use are
+  // not counted: they are reclaimed on demand). Cheap; /health reports it.
+  virtual uint32_t free_device_pages() const { return 0; }
   // Starts reading the disk/remote part of the prompt's cached prefix into
   // host memory ahead of start() (a scheduler calls it for queued
   // requests). Best effort and bounded; no effect without the cache.

@@ -1,12 +1,14 @@
 #include "server/client_connection.h"
 
 #include <dirent.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_bytes_sent (glibc's netinet/tcp.h lags)
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 
@@ -79,6 +81,15 @@ bool ClientConnection::half_closed() const {
   if (poll(&watched, 1, 0) <= 0 || (watched.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) return false;
   char byte;
   return (watched.revents & POLLIN) != 0 && recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+std::optional<uint64_t> ClientConnection::bytes_sent() const {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (getsockopt(fd_, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_sent) + sizeof info.tcpi_bytes_sent)
+    return std::nullopt;
+  return info.tcpi_bytes_sent;
 }
 
 bool ClientConnection::send_all(std::string_view bytes) const {

@@ -13,6 +13,7 @@
 // httplib closes the socket after them). Safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -37,6 +38,9 @@ class ClientConnection {
   // Writes all of `bytes` (each send waits at most 30 s for room); false
   // when the connection fails.
   bool send_all(std::string_view bytes) const;
+  // Bytes this side has sent on the connection so far (TCP_INFO), or
+  // nullopt when the kernel does not say: whether anything went out since.
+  std::optional<uint64_t> bytes_sent() const;
 
  private:
   explicit ClientConnection(int fd) : fd_(fd) {}

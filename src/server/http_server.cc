@@ -258,11 +258,26 @@ void HttpServer::install_routes() {
               {"model", model_name_},
               {"waiting", c.waiting},
               {"running", c.running},
+              {"free_device_pages", c.free_device_pages},
               {"max_prompt_tokens", max_prompt_tokens(limits_)},
               {"max_kv_tokens", limits_.max_kv_tokens},
               {"auth", auth_mode_name(keys_->mode())}};
     if (!config_.runtime.remote_url.empty()) body["remote_authenticated"] = has_tier_secret(config_.runtime);
     res.set_content(body.dump(), kJson);
+  });
+
+  // What a router needs to hash prompts into the same pages as this instance (docs/SCALING.md).
+  s.Get("/v1/cache/config", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kClient)) return;
+    const RuntimeOptions& o = config_.runtime;
+    res.set_content(json{{"model", model_name_},
+                         {"model_fingerprint", scheduler_->model().fingerprint.to_hex()},
+                         {"page_tokens", o.page_tokens},
+                         {"chunk_pages", o.chunk_pages},
+                         {"hash", hash_algo_name(o.hash)},
+                         {"cache_enabled", o.cache_enabled}}
+                        .dump(),
+                    kJson);
   });
 
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -471,9 +486,11 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
     std::optional<ReasoningStream> reasoning;  // --reasoning-parser think: splits off <think>...</think>
     std::optional<ToolCallStream> tools;  // chat with tools: holds back what may be a tool call
     bool sent_first = false, echoed = false, finished = false;
-    bool provider_called = false;  // httplib wrote the headers
+    // The connection's bytes sent when the handler returned: httplib wrote the head once they grew.
+    std::optional<uint64_t> sent_at_start;
   };
   auto progress = std::make_shared<Progress>();
+  if (connection) progress->sent_at_start = connection->bytes_sent();
   if (gen->parse_tool_calls) progress->tools.emplace(tool_parser_);
   if (gen->endpoint == Endpoint::kChat && config_.reasoning_parser == ReasoningParser::kThink)
     progress->reasoning.emplace(prompt_opens_reasoning(gen->rendered));
@@ -575,10 +592,14 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, state, progress, step, finish_raw, connection](size_t, httplib::DataSink& sink) {
-        progress->provider_called = true;
         auto [out, v] = step();
         if (!sink.write(out.data(), out.size())) {
-          if (connection && connection->half_closed()) return finish_raw(std::move(out), std::move(v), false);
+          if (connection && connection->half_closed()) {
+            // httplib calls the provider even when it could not write the head: then nothing went out.
+            const auto sent = connection->bytes_sent();
+            const bool head_sent = sent && progress->sent_at_start && *sent > *progress->sent_at_start;
+            return finish_raw(std::move(out), std::move(v), !head_sent);
+          }
           if (state->cancel()) metrics_.record_client_disconnect();
           return false;
         }
@@ -590,8 +611,9 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
         return true;
       },
       [this, state, progress, step, finish_raw, connection](bool success) {
-        // httplib could not even write the head: a client that half-closed gets the whole stream here.
-        if (!success && !progress->provider_called && connection && connection->half_closed()) {
+        // httplib gave up before calling the provider: a client that half-closed gets the whole stream here.
+        if (!success && !progress->finished && connection && connection->half_closed() && progress->sent_at_start &&
+            connection->bytes_sent() == progress->sent_at_start) {
           auto [out, v] = step();
           (void)finish_raw(std::move(out), std::move(v), true);
         }

@@ -158,6 +158,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(const SchedulerOptions& opt
 
 Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime)
     : options_(options), runtime_(std::move(runtime)), model_(runtime_->model()), recent_(options.recent_requests) {
+  free_pages_ = runtime_->free_device_pages();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -242,7 +243,7 @@ size_t Scheduler::drain(std::chrono::milliseconds grace) {
 
 Scheduler::Counts Scheduler::counts() const {
   std::lock_guard lk(mu_);
-  return {waiting_.size(), running_count_, steps_, cancels_, preemptions_};
+  return {waiting_.size(), running_count_, steps_, cancels_, preemptions_, free_pages_};
 }
 
 void Scheduler::loop() {
@@ -275,8 +276,10 @@ void Scheduler::loop() {
     if (stopping)
       for (auto& r : running_) r->state->cancel();
     step();
+    const uint32_t free_pages = runtime_->free_device_pages();
     lk.lock();
     running_count_ = running_.size();
+    free_pages_ = free_pages;
     ++steps_;
     cv_.notify_all();  // drain() watches the counts
     if (stopping_ && waiting_.empty() && running_.empty()) break;

@@ -179,6 +179,7 @@ class Scheduler {
     uint64_t steps = 0;  // decode steps so far
     uint64_t cancels = 0;  // RequestState::cancel() calls that took effect (a client went away, or shutdown)
     uint64_t preemptions = 0;  // running sequences paused because together they outgrew the device pool
+    uint32_t free_device_pages = 0;  // after the last step (Runtime::free_device_pages)
   };
   Counts counts() const;
 
@@ -230,6 +231,7 @@ class Scheduler {
   bool stopping_ = false;
   bool stopped_ = false;
   size_t running_count_ = 0;  // mirror of running_.size() for counts()
+  uint32_t free_pages_ = 0;   // Runtime::free_device_pages() after the last step
   uint64_t steps_ = 0;
   uint64_t cancels_ = 0;
   uint64_t preemptions_ = 0;

@@ -1,8 +1,5 @@
 #include "server/serve_run.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,59 +12,11 @@
 #include "server/auth.h"
 #include "server/http_server.h"
 #include "server/scheduler.h"
+#include "server/signal_route.h"
 #include "common/option_values.h"
 
 namespace kvtier::server {
 namespace {
-
-// The shutdown signals go through a self-pipe: the handler only write()s the
-// signal number (async-signal-safe), the main thread reads it. A handler,
-// not sigwait(), because threads that exist before us (OpenBLAS starts its
-// pool when the library loads) would otherwise take the default action.
-int g_signal_pipe[2] = {-1, -1};
-
-extern "C" void on_shutdown_signal(int sig) {
-  const unsigned char b = static_cast<unsigned char>(sig);
-  const int saved = errno;
-  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &b, 1);
-  errno = saved;
-}
-
-class SignalRoute {
- public:
-  SignalRoute() {
-    if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
-    struct sigaction sa {};
-    sa.sa_handler = on_shutdown_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-    ::sigaction(SIGHUP, &sa, &old_hup_);
-    ok_ = true;
-  }
-  ~SignalRoute() {
-    if (!ok_) return;
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-    ::sigaction(SIGHUP, &old_hup_, nullptr);
-    ::close(g_signal_pipe[0]);
-    ::close(g_signal_pipe[1]);
-    g_signal_pipe[0] = g_signal_pipe[1] = -1;
-  }
-  bool ok() const { return ok_; }
-  // The next signal number, or 0 after `timeout_ms` without one.
-  int wait(int timeout_ms) const {
-    pollfd p{g_signal_pipe[0], POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return 0;
-    unsigned char b = 0;
-    return ::read(g_signal_pipe[0], &b, 1) == 1 ? int(b) : 0;
-  }
-
- private:
-  bool ok_ = false;
-  struct sigaction old_int_ {}, old_term_ {}, old_hup_ {};
-};
 
 bool loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "::1" || host == "localhost" || host.rfind("127.", 0) == 0;

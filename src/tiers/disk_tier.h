@@ -140,7 +140,8 @@ class DiskTier final : public Tier {
   // An entry's bytes are its encoded size in the log. Trimming drops the
   // oldest entries first (region order, then write order) from the index;
   // their space returns when reclaim takes their region, as for any entry
-  // the log has superseded.
+  // the log has superseded. As with erase(), nothing is written: reopening
+  // the directory finds what the log still holds (the cache trims again).
   uint64_t namespace_bytes(std::span<const PageHash> ns) const override;
   uint64_t trim_namespaces(std::span<const PageHash> ns, uint64_t keep_bytes) override;
 

@@ -443,7 +443,9 @@ TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
     }
     const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true,"stream":true})");
     ASSERT_GE(fd, 0);
-    if (before_head) ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    if (before_head) {
+      ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+    }
     ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
     if (!before_head) {
       std::string head;
@@ -458,7 +460,9 @@ TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
     char buf[4096];
     for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
     ::close(fd);
-    if (before_head) EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+    if (before_head) {
+      EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
+    }
     EXPECT_NE(reply.find("\"completion_tokens\":16"), std::string::npos) << reply;
     EXPECT_NE(reply.find("data: [DONE]"), std::string::npos) << reply;
     EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";

@@ -1,0 +1,245 @@
+#include "router/router.h"
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/page_hash.h"
+#include "common/secrets.h"
+#include "server/config.h"
+#include "router/router_impl.h"
+#include "server/signal_route.h"
+#include "server/chat_api.h"
+#include "text/tokenizer.h"
+
+namespace kvtier::router {
+
+using nlohmann::json;
+
+Status RouterOptions::validate() const {
+  if (backends.empty()) return Status::InvalidArgument("route: give at least one --backend URL");
+  for (const std::string& b : backends) KVTIER_RETURN_IF_ERROR(parse_backend_url(b).status());
+  if (port < 0 || port > 65535) return Status::InvalidArgument("route: --port must be in [0, 65535]");
+  if (health_interval_ms == 0 || probe_timeout_ms == 0)
+    return Status::InvalidArgument("route: the health interval and probe timeout must be > 0");
+  if (max_tracked_pages == 0) return Status::InvalidArgument("route: --max-tracked-pages must be > 0");
+  if (threads == 0) return Status::InvalidArgument("route: --threads must be > 0");
+  return Status::Ok();
+}
+
+namespace {
+
+void send_error(httplib::Response& res, int status, std::string type, std::string code, std::string message) {
+  server::ApiError e;
+  e.http_status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  res.status = status;
+  res.set_content(server::error_json(e), "application/json");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Router>> Router::create(RouterOptions options, std::optional<text::Vocab> vocab) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  if (options.policy == RoutePolicy::kCacheAware && !vocab)
+    return Status::InvalidArgument("route: the cache-aware policy needs --model (its tokenizer and chat template)");
+  auto impl = std::make_unique<Impl>();
+  impl->o = std::move(options);
+  for (const std::string& url : impl->o.backends)
+    impl->backends.push_back(BackendState{*parse_backend_url(url), false, "not probed yet", {}, std::nullopt, 0,
+                                          PrefixTracker(impl->o.max_tracked_pages), 0});
+  if (vocab) {
+    KVTIER_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::create(*vocab));
+    impl->codec = text_codec(tok, *vocab);
+    impl->limits.vocab_size = uint32_t(vocab->tokens.size());
+    auto chat = ChatPrompts::create(*impl->codec, vocab->chat_template);
+    impl->chat = chat.ok() ? std::move(chat).value() : ChatPrompts::unavailable(*impl->codec, chat.status().message());
+    impl->chat->set_splicing(false);  // the router never sees replies: it hashes what re-tokenizing gives
+  }
+  impl->limits.max_context = impl->limits.max_prompt_tokens = UINT32_MAX / 2;  // the backends enforce their limits
+  impl->limits.max_tokens = UINT32_MAX / 4;
+  if (!impl->o.api_keys_file.empty()) {
+    server::ServerConfig sc;
+    sc.api_keys_file = impl->o.api_keys_file;
+    KVTIER_ASSIGN_OR_RETURN(impl->keys, server::KeyRing::create(sc));
+  }
+  if (!impl->o.backend_admin_key_file.empty()) {
+    KVTIER_RETURN_IF_ERROR(require_private_file(impl->o.backend_admin_key_file, "--backend-admin-key-file"));
+    KVTIER_ASSIGN_OR_RETURN(impl->backend_key, read_secret_file(impl->o.backend_admin_key_file, "--backend-admin-key-file", 16));
+  }
+  return std::unique_ptr<Router>(new Router(std::move(impl)));
+}
+
+Router::Router(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->install_routes(); }
+
+Router::~Router() {
+  stop();
+  if (impl_->health_thread.joinable()) impl_->health_thread.join();
+}
+
+Result<int> Router::bind() {
+  Impl& m = *impl_;
+  const int threads = int(m.o.threads);
+  m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;
+  if (port < 0 || (m.o.port != 0 && !m.http.bind_to_port(m.o.host.c_str(), m.o.port)))
+    return Status::Unavailable("route: cannot listen on " + m.o.host + ":" + std::to_string(m.o.port));
+  m.probe_all();
+  m.health_thread = std::thread([&m] { m.health_loop(); });
+  return port;
+}
+
+void Router::serve() { impl_->http.listen_after_bind(); }
+
+void Router::stop() {
+  {
+    std::lock_guard lk(impl_->stop_mu);
+    impl_->stopping = true;
+  }
+  impl_->stop_cv.notify_all();
+  impl_->http.stop();
+}
+
+Status Router::reload_keys() { return impl_->keys ? impl_->keys->reload() : Status::Ok(); }
+
+std::vector<BackendStatus> Router::backends() const {
+  std::lock_guard lk(impl_->mu);
+  std::vector<BackendStatus> out;
+  for (const BackendState& b : impl_->backends)
+    out.push_back({b.addr.url, b.healthy, b.reason, b.health, b.in_flight, b.tracker.size(), b.routed});
+  return out;
+}
+
+// ---- health ----
+
+void Router::Impl::health_loop() {
+  std::unique_lock lk(stop_mu);
+  while (!stop_cv.wait_for(lk, std::chrono::milliseconds(o.health_interval_ms), [&] { return stopping; })) {
+    lk.unlock();
+    probe_all();
+    lk.lock();
+  }
+}
+
+void Router::Impl::probe_all() {
+  const Millis timeout(o.probe_timeout_ms);
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const BackendAddress addr = backends[i].addr;  // immutable after create
+    Result<BackendHealth> h = probe_health(addr, timeout);
+    bool need_config = false;
+    {
+      std::lock_guard lk(mu);
+      need_config = h.ok() && !backends[i].config;
+    }
+    std::optional<Result<BackendCacheConfig>> c;
+    if (need_config) c = probe_cache_config(addr, backend_key, timeout);
+    std::lock_guard lk(mu);
+    BackendState& b = backends[i];
+    if (c && c->ok()) {
+      if (!reference) reference = **c;
+      b.config = **c;
+    }
+    if (!h.ok()) {
+      b.healthy = false, b.reason = h.status().message();
+    } else if (b.config && reference && !(b.config->fingerprint == reference->fingerprint &&
+                                          b.config->page_tokens == reference->page_tokens &&
+                                          b.config->hash == reference->hash)) {
+      b.healthy = false, b.reason = "serves another model or page layout (fingerprint " + b.config->fingerprint.to_hex() +
+                                    ") than the first backend that answered (" + reference->fingerprint.to_hex() + ")";
+    } else {
+      b.healthy = true, b.reason.clear(), b.health = *h;
+    }
+  }
+}
+
+// ---- requests ----
+
+std::optional<std::string> Router::Impl::tenant_of(const httplib::Request& req, httplib::Response& res) const {
+  if (!keys) return std::string();
+  std::string given = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  given = given.rfind(kBearer, 0) == 0 ? given.substr(kBearer.size()) : req.get_header_value("X-Api-Key");
+  if (auto who = keys->authenticate(given)) return who->tenant;
+  send_error(res, 401, "authentication_error", "invalid_api_key",
+             given.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");
+  return std::nullopt;
+}
+
+std::vector<PageHash> Router::Impl::page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const {
+  std::optional<BackendCacheConfig> cfg;
+  {
+    std::lock_guard lk(mu);
+    cfg = reference;
+  }
+  if (!codec || !cfg || !cfg->cache_enabled) return {};
+  const server::Tokenizer tokenize = [this](std::string_view text, bool parse_special, bool add_bos) {
+    return codec->tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
+  };
+  std::optional<server::CompletionRequest> r;
+  const bool chat_shape = ep == Endpoint::kChat || (ep == Endpoint::kPrefetch && body.find("\"messages\"") != std::string::npos);
+  if (chat_shape) {
+    auto build = [this](const text::ChatInput& in, std::string_view, std::string& rendered) {
+      return chat->build(in, rendered);
+    };
+    auto parsed = server::parse_chat_request(body, limits, build);
+    if (auto* c = std::get_if<server::ChatRequest>(&parsed)) r = std::move(c->completion);
+  } else {
+    auto parsed = server::parse_completion_request(body, limits, tokenize);
+    if (auto* c = std::get_if<server::CompletionRequest>(&parsed)) r = std::move(*c);
+  }
+  if (!r) return {};  // the backend answers the error
+  const Namespace ns{.model_fingerprint = cfg->fingerprint, .adapter_id = {}, .cache_salt = r->cache_salt, .tenant = tenant};
+  const size_t full = r->prompt.size() / cfg->page_tokens * cfg->page_tokens;
+  std::vector<PageHash> chain;
+  hash_pages(cfg->hash, namespace_seed(ns, cfg->hash), std::span(r->prompt).first(full), cfg->page_tokens, chain);
+  return chain;
+}
+
+// ---- the command ----
+
+Status run_router(RouterOptions options, std::optional<text::Vocab> vocab, std::FILE* log) {
+  server::SignalRoute signals;
+  if (!signals.ok()) return Status::FromErrno(errno, "cannot set up the signal pipe");
+  const std::string host = options.host;
+  const RoutePolicy policy = options.policy;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Router> router, Router::create(std::move(options), std::move(vocab)));
+  KVTIER_ASSIGN_OR_RETURN(int port, router->bind());
+  std::fprintf(log, "kvtier route: listening on http://%s:%d, %s\n", host.c_str(), port,
+               std::string(policy_name(policy)).c_str());
+  std::vector<bool> up;
+  for (const BackendStatus& b : router->backends()) {
+    std::fprintf(log, "kvtier route: backend %s %s%s\n", b.url.c_str(), b.healthy ? "up" : "down: ",
+                 b.healthy ? "" : b.reason.c_str());
+    up.push_back(b.healthy);
+  }
+  std::fflush(log);
+  std::thread server([&] { router->serve(); });
+  for (;;) {
+    const int sig = signals.wait(500);
+    if (sig == SIGINT || sig == SIGTERM) break;
+    if (sig == SIGHUP) {
+      const Status st = router->reload_keys();
+      std::fprintf(log, "kvtier route: SIGHUP: %s\n", st.ok() ? "keys reloaded" : ("keys not reloaded: " + st.message()).c_str());
+    }
+    const auto now = router->backends();
+    for (size_t i = 0; i < now.size(); ++i)
+      if (now[i].healthy != up[i]) {
+        up[i] = now[i].healthy;
+        std::fprintf(log, "kvtier route: backend %s %s%s\n", now[i].url.c_str(), up[i] ? "up" : "down: ",
+                     up[i] ? "" : now[i].reason.c_str());
+      }
+    std::fflush(log);
+  }
+  std::fprintf(log, "kvtier route: stopping\n");
+  router->stop();
+  server.join();
+  return Status::Ok();
+}
+
+}  // namespace kvtier::router

@@ -1,0 +1,85 @@
+// Internal to the router's sources: Router::Impl, its backends' state and
+// the forwarding functions (router_forward.cc).
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "router/prefix_tracker.h"
+#include "router/router.h"
+#include "runtime/runtime.h"
+#include "server/api.h"
+#include "server/auth.h"
+#include "server/chat_prompt.h"
+
+namespace kvtier::router {
+
+// One backend as the router sees it; guarded by Impl::mu.
+struct BackendState {
+  BackendAddress addr;
+  bool healthy = false;
+  std::string reason = "not probed yet";
+  BackendHealth health;
+  std::optional<BackendCacheConfig> config;
+  uint32_t in_flight = 0;
+  PrefixTracker tracker;
+  uint64_t routed = 0;
+};
+
+enum class Endpoint : uint8_t { kCompletions, kChat, kPrefetch };
+
+// Counters for /metrics; guarded by Impl::mu.
+struct RouterCounters {
+  uint64_t routed[3] = {};  // by RouteReason
+  uint64_t failovers = 0;   // attempts that found their backend unreachable
+  uint64_t unroutable = 0;  // requests answered 503: no backend up
+  uint64_t matched_pages = 0, request_pages = 0;
+  double decide_s = 0;  // time spent rendering, hashing and choosing
+  uint64_t decisions = 0;
+};
+
+struct Router::Impl {
+  RouterOptions o;
+  std::optional<TextCodec> codec;
+  std::optional<ChatPrompts> chat;
+  std::unique_ptr<server::KeyRing> keys;  // with api_keys_file
+  std::string backend_key;
+  server::RequestLimits limits;
+
+  mutable std::mutex mu;
+  std::vector<BackendState> backends;
+  std::optional<BackendCacheConfig> reference;  // the first backend's: others must agree to be routed to
+  uint64_t rotation = 0;
+  RouterCounters counters;
+
+  httplib::Server http;
+  std::thread health_thread;
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  void install_routes();
+  void health_loop();
+  void probe_all();
+  // Authenticates against the keys file (when given): the tenant, or an error already sent.
+  std::optional<std::string> tenant_of(const httplib::Request& req, httplib::Response& res) const;
+  // The request's page hashes as the backends would form them (empty when they cannot be known).
+  std::vector<PageHash> page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const;
+  void route(Endpoint ep, const httplib::Request& req, httplib::Response& res);
+  // Under mu.
+  std::string health_json() const;
+  std::string metrics_text() const;
+};
+
+// What a forward attempt came to: an answer was (or is being) relayed, or the backend could not be reached.
+enum class Forwarded : uint8_t { kAnswered, kUnreachable };
+// Sends the request to `b` and relays its answer into `res` (a stream chunk by chunk through a
+// content provider; `done` runs once the relay is over, whatever its outcome, with the backend's status).
+Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
+                  std::string& unreachable_why, std::function<void(int status)> done);
+
+}  // namespace kvtier::router

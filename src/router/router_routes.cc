@@ -1,0 +1,172 @@
+// The router's HTTP routes: pass-through of the OpenAI endpoints, its own
+// /health and /metrics.
+#include <chrono>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "router/router_impl.h"
+
+namespace kvtier::router {
+
+using nlohmann::json;
+
+namespace {
+
+void send_error(httplib::Response& res, int status, std::string code, std::string message) {
+  server::ApiError e;
+  e.http_status = status;
+  e.type = status == 503 ? "server_error" : "invalid_request_error";
+  e.code = std::move(code);
+  e.message = std::move(message);
+  res.status = status;
+  res.set_content(server::error_json(e), "application/json");
+}
+
+bool wants_stream(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return false;
+  auto s = j.find("stream");
+  return s != j.end() && s->is_boolean() && s->get<bool>();
+}
+
+}  // namespace
+
+void Router::Impl::install_routes() {
+  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kCompletions, q, r); });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kChat, q, r); });
+  http.Post("/v1/cache/prefetch", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kPrefetch, q, r); });
+  http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& res) {
+    std::vector<BackendAddress> up;
+    {
+      std::lock_guard lk(mu);
+      for (const BackendState& b : backends)
+        if (b.healthy) up.push_back(b.addr);
+    }
+    for (const BackendAddress& b : up) {
+      httplib::Client c(b.host, b.port);
+      c.set_connection_timeout(2, 0);
+      httplib::Headers h;
+      for (const char* name : {"Authorization", "X-Api-Key"})
+        if (q.has_header(name)) h.emplace(name, q.get_header_value(name));
+      if (auto r = c.Get("/v1/models", h)) {
+        res.status = r->status;
+        return res.set_content(r->body, "application/json");
+      }
+    }
+    send_error(res, 503, "no_backend", "no backend is up");
+  });
+  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lk(mu);
+    bool any = false;
+    for (const BackendState& b : backends) any = any || b.healthy;
+    res.status = any ? 200 : 503;
+    res.set_content(health_json(), "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lk(mu);
+    res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+  const auto tenant = tenant_of(req, res);
+  if (!tenant) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<PageHash> chain = page_chain(ep, req.body, *tenant);
+  const bool stream = ep != Endpoint::kPrefetch && wants_stream(req.body);
+  std::set<size_t> tried;
+  for (;;) {
+    std::optional<RouteChoice> choice;
+    BackendAddress addr;
+    {
+      std::lock_guard lk(mu);
+      std::vector<BackendView> views;
+      for (size_t i = 0; i < backends.size(); ++i) {
+        const BackendState& b = backends[i];
+        views.push_back({b.healthy && !tried.count(i), b.in_flight + b.health.waiting, b.tracker.match(chain)});
+      }
+      choice = choose_backend(o.policy, views, rotation, o.balance_slack);
+      if (!choice) {
+        ++counters.unroutable;
+        break;
+      }
+      BackendState& b = backends[choice->backend];
+      ++b.in_flight, ++b.routed;
+      ++counters.routed[size_t(choice->reason)];
+      counters.matched_pages += views[choice->backend].matched_pages;
+      counters.request_pages += chain.size();
+      if (tried.empty()) {
+        counters.decide_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++counters.decisions;
+      }
+      addr = b.addr;
+    }
+    const size_t i = choice->backend;
+    auto done = [this, i, chain](int status) {
+      std::lock_guard lk(mu);
+      --backends[i].in_flight;
+      if (status == 200) backends[i].tracker.insert(chain);  // its pages are there now, in some tier
+    };
+    std::string why;
+    if (forward(addr, req, stream, res, why, done) == Forwarded::kAnswered) return;
+    std::lock_guard lk(mu);
+    --backends[i].in_flight;
+    backends[i].healthy = false;
+    backends[i].reason = "unreachable: " + why;
+    backends[i].tracker.clear();  // a restarted backend may hold nothing (its disk tier survives: relearned as routed)
+    ++counters.failovers;
+    tried.insert(i);
+  }
+  send_error(res, 503, "no_backend", tried.empty() ? "no backend is up" : "no backend could be reached");
+}
+
+std::string Router::Impl::health_json() const {
+  json list = json::array();
+  for (const BackendState& b : backends)
+    list.push_back({{"url", b.addr.url},
+                    {"healthy", b.healthy},
+                    {"reason", b.reason},
+                    {"waiting", b.health.waiting},
+                    {"running", b.health.running},
+                    {"free_device_pages", b.health.free_device_pages},
+                    {"in_flight", b.in_flight},
+                    {"tracked_pages", b.tracker.size()},
+                    {"routed", b.routed}});
+  json j = {{"status", "ok"}, {"policy", policy_name(o.policy)}, {"backends", list}};
+  if (reference) j["model_fingerprint"] = reference->fingerprint.to_hex();
+  return j.dump();
+}
+
+std::string Router::Impl::metrics_text() const {
+  std::ostringstream m;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    m << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  };
+  head("kvtier_router_backend_up", "gauge", "1 when the backend answers its health probe and agrees with its peers.");
+  for (const BackendState& b : backends) m << "kvtier_router_backend_up{backend=\"" << b.addr.url << "\"} " << b.healthy << '\n';
+  head("kvtier_router_backend_requests_total", "counter", "Requests sent to each backend (failed attempts included).");
+  for (const BackendState& b : backends)
+    m << "kvtier_router_backend_requests_total{backend=\"" << b.addr.url << "\"} " << b.routed << '\n';
+  head("kvtier_router_backend_in_flight", "gauge", "Requests being answered by each backend through this router.");
+  for (const BackendState& b : backends)
+    m << "kvtier_router_backend_in_flight{backend=\"" << b.addr.url << "\"} " << b.in_flight << '\n';
+  head("kvtier_router_decisions_total", "counter", "Routing decisions by reason: cache (a backend held a prefix), load, rotation.");
+  for (RouteReason r : {RouteReason::kCache, RouteReason::kLoad, RouteReason::kRotation})
+    m << "kvtier_router_decisions_total{reason=\"" << reason_name(r) << "\"} " << counters.routed[size_t(r)] << '\n';
+  head("kvtier_router_matched_pages_total", "counter", "Prompt pages the chosen backend was believed to hold.");
+  m << "kvtier_router_matched_pages_total " << counters.matched_pages << '\n';
+  head("kvtier_router_request_pages_total", "counter", "Whole prompt pages of routed requests.");
+  m << "kvtier_router_request_pages_total " << counters.request_pages << '\n';
+  head("kvtier_router_failovers_total", "counter", "Attempts whose backend could not be reached (the request went to the next).");
+  m << "kvtier_router_failovers_total " << counters.failovers << '\n';
+  head("kvtier_router_unroutable_total", "counter", "Requests answered 503 because no backend was up.");
+  m << "kvtier_router_unroutable_total " << counters.unroutable << '\n';
+  head("kvtier_router_decision_seconds", "summary", "Time to render, tokenize, hash and choose, per request.");
+  m << "kvtier_router_decision_seconds_sum " << counters.decide_s << "\nkvtier_router_decision_seconds_count "
+    << counters.decisions << '\n';
+  return m.str();
+}
+
+}  // namespace kvtier::router

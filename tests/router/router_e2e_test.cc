@@ -1,0 +1,221 @@
+// `kvtier route` end to end: the real router (in this process) in front of
+// real `kvtier serve` backends (tiny model) on loopback. Each test waits on
+// events (a backend's answer, a probe's outcome), never on a duration.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "e2e/e2e_util.h"
+#include "e2e/server_process.h"
+#include "router/router.h"
+
+namespace kvtier::router {
+namespace {
+
+using nlohmann::json;
+using testing::Reply;
+using testing::ServerProcess;
+using testing::TempDir;
+
+std::vector<std::string> backend_args(const std::string& dir) {
+  return {"--model", "tiny", "--disk-dir", dir, "--device-capacity", "16MiB", "--host-capacity", "16MiB",
+          "--disk-capacity", "256MiB", "--threads", "1", "--shutdown-grace", "5"};
+}
+
+// A conversation's prompt: 64 ids of its own (four 16-token pages), then `turn` more pages.
+json prompt(int conversation, int turn) {
+  json ids = json::array();
+  for (int i = 0; i < 64 + 16 * turn; ++i) ids.push_back(1 + (conversation * 131 + i * 7) % 500);
+  return ids;
+}
+
+class RouterE2E : public ::testing::Test {
+ protected:
+  void start_backends(int n) {
+    for (int i = 0; i < n; ++i) {
+      backends_.push_back(std::make_unique<ServerProcess>());
+      ASSERT_TRUE(backends_.back()->start(backend_args(dir_.str() + "/b" + std::to_string(i)))) << backends_.back()->log();
+    }
+  }
+  void start_router(RoutePolicy policy, std::vector<std::string> extra = {}) {
+    RouterOptions o;
+    for (auto& b : backends_) o.backends.push_back("http://127.0.0.1:" + std::to_string(b->port()));
+    for (auto& e : extra) o.backends.push_back(e);
+    o.port = 0;
+    o.policy = policy;
+    o.health_interval_ms = 50;
+    o.threads = 8;
+    auto r = Router::create(o, *text::Vocab::synthetic(512));
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    router_ = std::move(r).value();
+    auto port = router_->bind();
+    ASSERT_TRUE(port.ok()) << port.status().to_string();
+    port_ = *port;
+    serving_ = std::thread([this] { router_->serve(); });
+  }
+  void TearDown() override {
+    if (router_) router_->stop();
+    if (serving_.joinable()) serving_.join();
+  }
+  // The completion's cached tokens, and which backend answered (by its routed count rising).
+  std::pair<int, size_t> complete(int conversation, int turn) {
+    const auto before = router_->backends();
+    const Reply r = testing::post_json(port_, "/v1/completions",
+                                       {{"prompt", prompt(conversation, turn)}, {"max_tokens", 1}});
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+    const auto after = router_->backends();
+    size_t which = 0;
+    for (size_t i = 0; i < after.size(); ++i)
+      if (after[i].routed > before[i].routed) which = i;
+    const int cached = r.status == 200 ? r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() : -1;
+    return {cached, which};
+  }
+  bool wait_backend(size_t i, bool healthy) {
+    for (int k = 0; k < 2000; ++k) {  // bounded: 2000 probes' worth of polls
+      if (router_->backends()[i].healthy == healthy) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+  TempDir dir_;
+  std::vector<std::unique_ptr<ServerProcess>> backends_;
+  std::unique_ptr<Router> router_;
+  std::thread serving_;
+  int port_ = 0;
+};
+
+// Each conversation keeps going to the backend that holds its prefix, so every
+// turn after the first hits that backend's cache; new conversations spread.
+TEST_F(RouterE2E, CacheAwareKeepsEachConversationOnItsBackend) {
+  start_backends(2);
+  start_router(RoutePolicy::kCacheAware);
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  std::vector<size_t> home(4);
+  std::vector<int> per_backend(2);
+  for (int c = 0; c < 4; ++c) {
+    auto [cached, which] = complete(c, 0);
+    EXPECT_EQ(cached, 0);
+    home[c] = which;
+    ++per_backend[which];
+  }
+  EXPECT_EQ(per_backend, (std::vector<int>{2, 2})) << "new conversations should spread over idle backends";
+  for (int turn = 1; turn <= 2; ++turn)
+    for (int c = 0; c < 4; ++c) {
+      auto [cached, which] = complete(c, turn);
+      EXPECT_EQ(which, home[c]) << "conversation " << c << " turn " << turn;
+      EXPECT_GE(cached, 64) << "conversation " << c << " turn " << turn;
+    }
+  httplib::Client m("127.0.0.1", port_);
+  auto metrics = m.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("kvtier_router_decisions_total{reason=\"cache\"} 8"), std::string::npos) << metrics->body;
+  auto health = m.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["backends"].size(), 2u);
+}
+
+// A stream is relayed as it arrives: the fake backend sends its second event
+// only once the client has received the first through the router (an event,
+// not a delay, orders them), so a buffering router would hang, not pass.
+TEST_F(RouterE2E, StreamsAreRelayedAsTheyArrive) {
+  httplib::Server fake;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_seen = false;
+  fake.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok","waiting":0,"running":0})", "application/json");
+  });
+  fake.Post("/v1/completions", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [&, sent = 0](size_t, httplib::DataSink& sink) mutable {
+      if (sent++ == 0) return sink.write("data: one\n\n", 11);
+      std::unique_lock lk(mu);
+      if (!cv.wait_for(lk, std::chrono::seconds(60), [&] { return first_seen; })) return false;
+      sink.write("data: [DONE]\n\n", 14);
+      sink.done();
+      return true;
+    });
+  });
+  const int fport = fake.bind_to_any_port("127.0.0.1");
+  std::thread fthread([&] { fake.listen_after_bind(); });
+  start_router(RoutePolicy::kRoundRobin, {"http://127.0.0.1:" + std::to_string(fport)});
+  ASSERT_TRUE(wait_backend(0, true));
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(120, 0);
+  std::string body;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", true}}.dump();
+  req.headers.emplace("Content-Type", "application/json");
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    body.append(d, n);
+    if (body.find("data: one") != std::string::npos) {
+      std::lock_guard lk(mu);
+      first_seen = true;
+      cv.notify_all();
+    }
+    return true;
+  };
+  auto r = c.send(req);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(body, "data: one\n\ndata: [DONE]\n\n");
+  router_->stop();
+  if (serving_.joinable()) serving_.join();
+  fake.stop();
+  fthread.join();
+}
+
+// A real backend's streams, errors and models come back as the backend gave them.
+TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
+  start_backends(1);
+  start_router(RoutePolicy::kRoundRobin);
+  ASSERT_TRUE(wait_backend(0, true));
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(120, 0);
+  auto r = c.Post("/v1/completions",
+                  json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"ignore_eos", true}, {"stream", true}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("\"completion_tokens\":8"), std::string::npos) << r->body;
+  const Reply bad = testing::post_json(port_, "/v1/completions", {{"prompt", prompt(7, 0)}, {"max_tokens", -1}});
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_TRUE(bad.body.contains("error")) << bad.body.dump();
+  EXPECT_EQ(testing::get_json(port_, "/v1/models").status, 200);
+}
+
+// A backend that dies is routed around: no request fails; one that answers
+// its probe with garbage is down, and the router keeps serving.
+TEST_F(RouterE2E, DeadAndGarbageBackendsAreRoutedAround) {
+  httplib::Server garbage;
+  garbage.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\": 7", "text/plain"); });
+  garbage.Post(".*", [](const httplib::Request&, httplib::Response& res) { res.set_content("not json", "text/plain"); });
+  const int gport = garbage.bind_to_any_port("127.0.0.1");
+  std::thread gthread([&] { garbage.listen_after_bind(); });
+  start_backends(2);
+  start_router(RoutePolicy::kCacheAware, {"http://127.0.0.1:" + std::to_string(gport)});
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  EXPECT_FALSE(router_->backends()[2].healthy);
+  EXPECT_NE(router_->backends()[2].reason.find("JSON"), std::string::npos) << router_->backends()[2].reason;
+  for (int c = 0; c < 4; ++c) (void)complete(c, 0);
+  backends_[0]->signal(SIGKILL);
+  (void)backends_[0]->wait_exit();
+  for (int c = 0; c < 4; ++c) {  // half of these were homed on the dead backend
+    auto [cached, which] = complete(c, 1);
+    EXPECT_GE(cached, 0);
+    EXPECT_EQ(which == 0, false);
+  }
+  EXPECT_FALSE(router_->backends()[0].healthy);
+  garbage.stop();
+  gthread.join();
+}
+
+}  // namespace
+}  // namespace kvtier::router

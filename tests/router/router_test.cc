@@ -1,0 +1,90 @@
+// The router's pure parts: what a backend is believed to hold, the routing
+// decision on scripted backend states, backend URLs.
+#include <gtest/gtest.h>
+
+#include "router/backend.h"
+#include "router/policy.h"
+#include "router/prefix_tracker.h"
+
+namespace kvtier::router {
+namespace {
+
+std::vector<PageHash> chain(uint64_t conversation, size_t pages) {
+  std::vector<PageHash> c;
+  for (size_t i = 0; i < pages; ++i) c.push_back(PageHash{conversation * 1000 + i, conversation});
+  return c;
+}
+
+TEST(PrefixTracker, MatchesLeadingPagesAndForgetsTheLeastRecent) {
+  PrefixTracker t(10);
+  const auto a = chain(1, 6), b = chain(2, 6);
+  t.insert(std::span(a).first(4));
+  EXPECT_EQ(t.match(a), 4u);
+  EXPECT_EQ(t.match(b), 0u);
+  EXPECT_EQ(t.match({}), 0u);
+  t.insert(b);  // 10 hashes: full
+  EXPECT_EQ(t.size(), 10u);
+  t.insert(a);  // a's two new pages push out b's deepest two (its least recent)
+  EXPECT_EQ(t.size(), 10u);
+  EXPECT_EQ(t.match(a), 6u);
+  EXPECT_EQ(t.match(b), 4u);
+  t.clear();
+  EXPECT_EQ(t.match(a), 0u);
+}
+
+TEST(RoutePolicy, CacheAwarePicksTheLongestPrefixUnlessItIsOverloaded) {
+  uint64_t rotation = 0;
+  std::vector<BackendView> v = {{true, 3, 2}, {true, 1, 9}, {true, 0, 0}};
+  auto c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->backend, 1u);
+  EXPECT_EQ(c->reason, RouteReason::kCache);
+  v[1].load = 5;  // 5 > 0 + 4: the least loaded instead
+  c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
+  EXPECT_EQ(c->backend, 2u);
+  EXPECT_EQ(c->reason, RouteReason::kLoad);
+  v[1].healthy = false;  // the best match is down: the next best within the slack
+  c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
+  EXPECT_EQ(c->backend, 0u);
+  EXPECT_EQ(c->reason, RouteReason::kCache);
+}
+
+TEST(RoutePolicy, NewConversationsRotateAmongEquallyLoadedBackends) {
+  uint64_t rotation = 0;
+  const std::vector<BackendView> v = {{true, 0, 0}, {true, 0, 0}, {true, 0, 0}};
+  std::vector<int> seen(3);
+  for (int i = 0; i < 6; ++i) ++seen[choose_backend(RoutePolicy::kCacheAware, v, rotation, 4)->backend];
+  EXPECT_EQ(seen, (std::vector<int>{2, 2, 2}));
+}
+
+TEST(RoutePolicy, RoundRobinAndLeastLoadedSkipDownBackends) {
+  uint64_t rotation = 0;
+  const std::vector<BackendView> v = {{true, 7, 0}, {false, 0, 9}, {true, 2, 0}};
+  std::vector<size_t> rr;
+  for (int i = 0; i < 4; ++i) rr.push_back(choose_backend(RoutePolicy::kRoundRobin, v, rotation, 4)->backend);
+  EXPECT_EQ(rr, (std::vector<size_t>{0, 2, 2, 0}));
+  EXPECT_EQ(choose_backend(RoutePolicy::kLeastLoaded, v, rotation, 4)->backend, 2u);
+  const std::vector<BackendView> down = {{false, 0, 0}, {false, 0, 0}};
+  EXPECT_FALSE(choose_backend(RoutePolicy::kCacheAware, down, rotation, 4));
+  EXPECT_FALSE(choose_backend(RoutePolicy::kRoundRobin, {}, rotation, 4));
+}
+
+TEST(RoutePolicy, NamesRoundTrip) {
+  for (RoutePolicy p : {RoutePolicy::kCacheAware, RoutePolicy::kRoundRobin, RoutePolicy::kLeastLoaded})
+    EXPECT_EQ(*parse_policy(policy_name(p)), p);
+  EXPECT_FALSE(parse_policy("random").ok());
+}
+
+TEST(BackendUrl, ParsesHostAndPortAndRefusesTheRest) {
+  auto a = parse_backend_url("http://127.0.0.1:8081");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 8081);
+  EXPECT_EQ(parse_backend_url("http://node-3:80/")->host, "node-3");
+  for (const char* bad : {"127.0.0.1:8081", "https://a:1", "http://a", "http://a:0", "http://a:99999", "http://a:1/v1",
+                          "http://:80", "http://a:x"})
+    EXPECT_FALSE(parse_backend_url(bad).ok()) << bad;
+}
+
+}  // namespace
+}  // namespace kvtier::router
