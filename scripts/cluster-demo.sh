@@ -5,7 +5,8 @@
 #
 # Usage: scripts/cluster-demo.sh [POLICY] [USERS] [ROUNDS]
 #   POLICY: cache-aware (default), round-robin or least-loaded. KVTIER: the binary (build/tools/kvtier).
-# Each backend gets small device and host tiers, so no single one could hold every conversation.
+#   Environment: INSTANCES (3), CAPACITY (8MiB: each instance's device and host tiers, small so that no
+#   single one holds every conversation), REDIS (1: the shared remote tier; 0: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/server_lib.sh
@@ -31,20 +32,23 @@ REDIS_PORT=${REDIS_PORT:-6391}
 redis-server --port "$REDIS_PORT" --save '' --appendonly no --bind 127.0.0.1 >"$D/redis.log" 2>&1 &
 PIDS+=($!)
 BACKENDS=()
-for i in 1 2 3; do
+INSTANCES=${INSTANCES:-3}
+CAPACITY=${CAPACITY:-8MiB}
+REMOTE=()
+[ "${REDIS:-1}" = 1 ] && REMOTE=(--remote "redis://127.0.0.1:$REDIS_PORT" --tier-secret-file "$D/tier.secret")
+for i in $(seq 1 "$INSTANCES"); do
   port=$((8190 + i))
-  "$K" serve --model "$MODEL" --port "$port" --threads 1 --device-capacity 8MiB --host-capacity 8MiB \
-    --disk-dir "$D/disk$i" --disk-capacity 256MiB \
-    --remote "redis://127.0.0.1:$REDIS_PORT" --tier-secret-file "$D/tier.secret" >"$D/backend$i.log" 2>&1 &
+  "$K" serve --model "$MODEL" --port "$port" --threads 1 --device-capacity "$CAPACITY" --host-capacity "$CAPACITY" \
+    --disk-dir "$D/disk$i" --disk-capacity 256MiB "${REMOTE[@]}" >"$D/backend$i.log" 2>&1 &
   PIDS+=($!)
   BACKENDS+=(--backend "http://127.0.0.1:$port")
 done
-for i in 1 2 3; do wait_up $((8190 + i)); done
+for i in $(seq 1 "$INSTANCES"); do wait_up $((8190 + i)); done
 "$K" route --model "$MODEL" --port 8190 --policy "$POLICY" "${BACKENDS[@]}" >"$D/router.log" 2>&1 &
 PIDS+=($!)
 wait_up 8190
 
-echo "== loadgen --chat through the router ($POLICY), $USERS users x $ROUNDS rounds"
+echo "== loadgen --chat through the router ($POLICY; $INSTANCES instances of $CAPACITY device + host; Redis ${REDIS:-1}), $USERS users x $ROUNDS rounds"
 "$K" loadgen --url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens 200 \
   --history-tokens 400 --question-tokens 24 --answer-tokens 8 --quiet
 echo "== the router's view"
