@@ -408,6 +408,17 @@ TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);  // the server goes on
 }
 
+// After a client half-closed: lets the held request run, then reads what the server writes until it closes.
+std::string release_and_read_to_end(FakeShared& fake, int fd) {
+  std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
+  fake.open_gate();
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+  ::close(fd);
+  return reply;
+}
+
 // A client that half-closes after sending (shutdown for writing) still gets
 // its whole answer: a FIN is not a hang-up. Held in start() until the
 // half-close has surely arrived, so the handler sees it while it waits.
@@ -417,12 +428,7 @@ TEST_F(HttpServerTest, HalfClosedClientIsStillAnswered) {
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
   ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
-  std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
-  fake_->open_gate();
-  std::string reply;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
-  ::close(fd);
+  const std::string reply = release_and_read_to_end(*fake_, fd);
   ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
   const json body = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
   EXPECT_EQ(body["usage"]["completion_tokens"], 16);
@@ -454,12 +460,7 @@ TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
       ASSERT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
       ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
     }
-    std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
-    fake_->open_gate();
-    std::string reply;
-    char buf[4096];
-    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
-    ::close(fd);
+    const std::string reply = release_and_read_to_end(*fake_, fd);
     if (before_head) {
       EXPECT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
     }
