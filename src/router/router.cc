@@ -2,23 +2,18 @@
 
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
+#include <thread>
 
 #include "common/page_hash.h"
 #include "common/secrets.h"
-#include "server/config.h"
 #include "router/router_impl.h"
-#include "server/signal_route.h"
 #include "server/chat_api.h"
+#include "server/config.h"
+#include "server/signal_route.h"
 #include "text/tokenizer.h"
 
 namespace kvtier::router {
-
-using nlohmann::json;
 
 Status RouterOptions::validate() const {
   if (backends.empty()) return Status::InvalidArgument("route: give at least one --backend URL");
@@ -95,7 +90,15 @@ Result<int> Router::bind() {
   return port;
 }
 
-void Router::serve() { impl_->http.listen_after_bind(); }
+void Router::serve() {
+  {
+    std::lock_guard lk(impl_->stop_mu);
+    if (impl_->stopping) return;
+    impl_->serving = true;
+  }
+  impl_->http.listen_after_bind();
+  impl_->serving = false;
+}
 
 void Router::stop() {
   {
@@ -103,6 +106,9 @@ void Router::stop() {
     impl_->stopping = true;
   }
   impl_->stop_cv.notify_all();
+  // httplib's stop() does nothing before its listen loop runs: a serve() that is entering it is
+  // waited for (one that has not started will not: it sees `stopping`).
+  while (impl_->serving.load() && !impl_->http.is_running()) std::this_thread::yield();
   impl_->http.stop();
 }
 
@@ -147,6 +153,7 @@ void Router::Impl::probe_all() {
     }
     if (!h.ok()) {
       b.healthy = false, b.reason = h.status().message();
+      b.config.reset();  // asked again when it is back: it may come back with another model
     } else if (b.config && reference && !(b.config->fingerprint == reference->fingerprint &&
                                           b.config->page_tokens == reference->page_tokens &&
                                           b.config->hash == reference->hash)) {

@@ -61,6 +61,7 @@ struct Router::Impl {
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopping = false;
+  std::atomic<bool> serving{false};  // serve() is in (or entering) httplib's listen loop
 
   void install_routes();
   void health_loop();
