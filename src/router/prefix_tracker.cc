@@ -2,10 +2,20 @@
 
 namespace kvtier::router {
 
+// What is held is prefix-closed along any chain: insert() touches a page's
+// ancestors after the page itself (they come earlier in the same chain, and
+// every chain through a page passes its ancestors), so a page is never less
+// recent than its ancestors and the LRU drops descendants first. The leading
+// run is therefore found by binary search: about log2(pages) lookups.
 uint32_t PrefixTracker::match(std::span<const PageHash> chain) const {
-  uint32_t n = 0;
-  while (n < chain.size() && where_.count(chain[n])) ++n;
-  return n;
+  if (chain.empty() || !where_.count(chain[0])) return 0;  // most backends hold none of a given prompt
+  size_t lo = 1, hi = chain.size();  // chain[0, lo) held; chain[hi] not (or the end)
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo + 1) / 2;
+    if (where_.count(chain[mid - 1])) lo = mid;
+    else hi = mid - 1;
+  }
+  return uint32_t(lo);
 }
 
 void PrefixTracker::insert(std::span<const PageHash> chain) {

@@ -21,6 +21,10 @@ namespace kvtier::router {
 class PrefixTracker {
  public:
   explicit PrefixTracker(size_t capacity) : capacity_(capacity) {}
+  PrefixTracker(PrefixTracker&&) = default;  // list iterators stay valid across a move, not a copy
+  PrefixTracker& operator=(PrefixTracker&&) = default;
+  PrefixTracker(const PrefixTracker&) = delete;
+  PrefixTracker& operator=(const PrefixTracker&) = delete;
 
   // How many leading hashes of `chain` are held.
   uint32_t match(std::span<const PageHash> chain) const;

@@ -2,6 +2,8 @@
 // decision on scripted backend states, backend URLs.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "router/backend.h"
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
@@ -30,6 +32,26 @@ TEST(PrefixTracker, MatchesLeadingPagesAndForgetsTheLeastRecent) {
   EXPECT_EQ(t.match(b), 4u);
   t.clear();
   EXPECT_EQ(t.match(a), 0u);
+}
+
+// match() finds the leading run by binary search, which relies on what is held being
+// prefix-closed along every chain; checked against a linear scan through random inserts of
+// chains that share prefixes (a tree of conversations) into a tracker that keeps evicting.
+TEST(PrefixTracker, BinaryMatchEqualsTheLeadingRunUnderEviction) {
+  std::mt19937 rng(11);
+  PrefixTracker t(200);
+  auto chain_of = [](uint32_t branch, uint32_t depth) {  // 8 trunks, each page of a branch shared by its children
+    std::vector<PageHash> c;
+    for (uint32_t d = 0; d < depth; ++d) c.push_back(PageHash{(branch >> (2 * (depth - d))) * 100 + d, 7});
+    return c;
+  };
+  for (int step = 0; step < 3000; ++step) {
+    const auto c = chain_of(rng() % 4096, 1 + rng() % 12);
+    if (rng() % 2) t.insert(std::span(c).first(1 + rng() % c.size()));
+    uint32_t linear = 0;  // a one-page span's match is that page's presence
+    while (linear < c.size() && t.match(std::span(c).subspan(linear, 1)) == 1) ++linear;
+    ASSERT_EQ(t.match(c), linear) << "step " << step;
+  }
 }
 
 TEST(RoutePolicy, CacheAwarePicksTheLongestPrefixUnlessItIsOverloaded) {
