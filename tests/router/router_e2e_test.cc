@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <sys/stat.h>
+
 #include <condition_variable>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -40,7 +44,8 @@ class RouterE2E : public ::testing::Test {
       ASSERT_TRUE(backends_.back()->start(backend_args(dir_.str() + "/b" + std::to_string(i)))) << backends_.back()->log();
     }
   }
-  void start_router(RoutePolicy policy, std::vector<std::string> extra = {}) {
+  void start_router(RoutePolicy policy, std::vector<std::string> extra = {},
+                    std::function<void(RouterOptions&)> tweak = {}) {
     RouterOptions o;
     for (auto& b : backends_) o.backends.push_back("http://127.0.0.1:" + std::to_string(b->port()));
     for (auto& e : extra) o.backends.push_back(e);
@@ -48,6 +53,7 @@ class RouterE2E : public ::testing::Test {
     o.policy = policy;
     o.health_interval_ms = 50;
     o.threads = 8;
+    if (tweak) tweak(o);
     auto r = Router::create(o, *text::Vocab::synthetic(512));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     router_ = std::move(r).value();
@@ -215,6 +221,63 @@ TEST_F(RouterE2E, DeadAndGarbageBackendsAreRoutedAround) {
   EXPECT_FALSE(router_->backends()[0].healthy);
   garbage.stop();
   gthread.join();
+}
+
+std::string private_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  ::chmod(path.c_str(), 0600);
+  return path;
+}
+
+// With the backends' tenant keys the router checks keys itself (unknown: 401,
+// never forwarded), forwards the client's key, reads the backends' config
+// with the admin key, and hashes each tenant apart: two tenants sending the
+// same prompt are two conversations, each kept on its own backend.
+TEST_F(RouterE2E, TenantKeysAreCheckedAndHashedApart) {
+  const std::string acme = "acme-router-key-0123456789", globex = "globex-router-key-0123456789",
+                    admin = "admin-router-key-0123456789";
+  const std::string keys = private_file(dir_.str() + "/keys", acme + " acme\n" + globex + " globex\n");
+  const std::string admin_file = private_file(dir_.str() + "/admin", admin + "\n");
+  for (int i = 0; i < 2; ++i) {
+    backends_.push_back(std::make_unique<ServerProcess>());
+    auto args = backend_args(dir_.str() + "/b" + std::to_string(i));
+    args.insert(args.end(), {"--api-keys-file", keys, "--admin-key-file", admin_file});
+    ASSERT_TRUE(backends_.back()->start(args)) << backends_.back()->log();
+  }
+  start_router(RoutePolicy::kCacheAware, {}, [&](RouterOptions& o) {
+    o.api_keys_file = keys;
+    o.backend_admin_key_file = admin_file;
+  });
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  auto send = [&](const std::string& key, int turn) {
+    return testing::post_json(port_, "/v1/completions", {{"prompt", prompt(3, turn)}, {"max_tokens", 1}},
+                              {{"Authorization", "Bearer " + key}});
+  };
+  EXPECT_EQ(testing::post_json(port_, "/v1/completions", {{"prompt", prompt(3, 0)}, {"max_tokens", 1}}).status, 401);
+  EXPECT_EQ(send("unknown-key-0123456789", 0).status, 401);
+  EXPECT_EQ(router_->backends()[0].routed + router_->backends()[1].routed, 0u) << "a 401 never reaches a backend";
+  // The same prompt from two tenants: two conversations, spread over the idle backends.
+  std::vector<uint64_t> before = {0, 0};
+  auto home = [&] {
+    const auto now = router_->backends();
+    const size_t which = now[1].routed > before[1] ? 1 : 0;
+    before = {now[0].routed, now[1].routed};
+    return which;
+  };
+  Reply r = send(acme, 0);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const size_t acme_home = home();
+  r = send(globex, 0);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const size_t globex_home = home();
+  EXPECT_NE(acme_home, globex_home) << "globex's prompt was taken for acme's conversation";
+  EXPECT_EQ(r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  for (const auto& [key, where] : {std::pair{acme, acme_home}, std::pair{globex, globex_home}}) {
+    r = send(key, 1);
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_EQ(home(), where);
+    EXPECT_GE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64);
+  }
 }
 
 }  // namespace
