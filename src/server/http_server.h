@@ -93,6 +93,15 @@ class HttpServer {
   // `connection`: where a client that half-closed gets the stream httplib will not write to it.
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
               const CompletionMeta& meta, std::optional<ClientConnection> connection);
+  // One streamed answer's state (http_server.cc), and its steps: the events of one wake-up (a comment
+  // when idle) with the request's state then; one content chunk; the end of a reply with tool calls;
+  // the rest of the stream written past httplib to a client that half-closed (false: it is gone).
+  struct StreamJob;
+  std::pair<std::string, RequestState::View> stream_step(StreamJob& job);
+  std::string stream_chunk(StreamJob& job, const RequestState::View& v, std::optional<std::string_view> finish,
+                           const CompletionUsage* usage, bool last);
+  std::string stream_tool_call_end(StreamJob& job, const RequestState::View& v);
+  bool stream_rest_raw(StreamJob& job, std::string out, RequestState::View v, bool head);
 
   ServerConfig config_;
   Scheduler* scheduler_;
