@@ -222,6 +222,80 @@ std::optional<Principal> HttpServer::authorize(const httplib::Request& req, http
   return std::nullopt;
 }
 
+// The cache's own endpoints: its config (any key), statistics and flush (admin).
+void HttpServer::install_cache_routes() {
+  httplib::Server& s = *http_;
+  s.Get("/v1/cache/config", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kClient)) return;
+    const RuntimeOptions& o = config_.runtime;
+    res.set_content(json{{"model", model_name_},
+                         {"model_fingerprint", scheduler_->model().fingerprint.to_hex()},
+                         {"page_tokens", o.page_tokens},
+                         {"chunk_pages", o.chunk_pages},
+                         {"hash", hash_algo_name(o.hash)},
+                         {"cache_enabled", o.cache_enabled}}
+                        .dump(),
+                    kJson);
+  });
+
+  s.Get("/v1/cache/stats", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
+    auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
+    if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
+    const auto c = scheduler_->counts();
+    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}.dump(),
+                    kJson);
+  });
+
+  s.Post("/v1/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kAdmin)) return;
+    const Status st = scheduler_->call([](Runtime& r) { return r.flush(); });
+    if (st.code() == StatusCode::kUnavailable) return send_error(res, error_from_status(st));
+    if (!st.ok()) return send_error(res, error_from_status(Status::Internal("flush failed: " + st.to_string())));
+    res.set_content(json{{"flushed", true}}.dump(), kJson);
+  });
+}
+
+// The OpenAI endpoints that generate: completions and chat completions.
+void HttpServer::install_generation_routes() {
+  httplib::Server& s = *http_;
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto who = authorize(req, res, Access::kClient);
+    if (!who) return;
+    if (scheduler_->draining())
+      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    // Text prompts are tokenized here, on the connection's thread: a long
+    // prompt never holds up the scheduler.
+    auto parsed = parse_completion_request(req.body, limits_, tokenizer());
+    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    CompletionRequest& r = std::get<CompletionRequest>(parsed);
+    metrics_.record_ignored_fields(r.ignored_fields);
+    r.tenant = who->tenant;
+    respond(req, res, {std::move(r), Endpoint::kCompletions, {}});
+  });
+
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto who = authorize(req, res, Access::kClient);
+    if (!who) return;
+    if (scheduler_->draining())
+      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
+    auto parsed = parse_chat_request(req.body, limits_, chat_builder(who->tenant));
+    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    ChatRequest& chat = std::get<ChatRequest>(parsed);
+    metrics_.record_ignored_fields(chat.completion.ignored_fields);
+    chat.completion.tenant = who->tenant;
+    if (!chat.segment_texts.empty()) {
+      if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
+        chat.completion.prompt = std::move(seg->tokens);
+        chat.completion.segments = std::move(seg->segments);
+        if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
+      }
+    }
+    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
+  });
+}
+
 void HttpServer::install_routes() {
   httplib::Server& s = *http_;
   const uint32_t threads = config_.limits.http_threads;
@@ -267,19 +341,6 @@ void HttpServer::install_routes() {
   });
 
   // What a router needs to hash prompts into the same pages as this instance (docs/SCALING.md).
-  s.Get("/v1/cache/config", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorize(req, res, Access::kClient)) return;
-    const RuntimeOptions& o = config_.runtime;
-    res.set_content(json{{"model", model_name_},
-                         {"model_fingerprint", scheduler_->model().fingerprint.to_hex()},
-                         {"page_tokens", o.page_tokens},
-                         {"chunk_pages", o.chunk_pages},
-                         {"hash", hash_algo_name(o.hash)},
-                         {"cache_enabled", o.cache_enabled}}
-                        .dump(),
-                    kJson);
-  });
-
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, Access::kClient)) return;
     res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now()), kJson);
@@ -299,61 +360,10 @@ void HttpServer::install_routes() {
     res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
   });
 
-  s.Get("/v1/cache/stats", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorize(req, res, Access::kAdmin)) return;
-    auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
-    if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
-    const auto c = scheduler_->counts();
-    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}.dump(),
-                    kJson);
-  });
-
-  s.Post("/v1/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!authorize(req, res, Access::kAdmin)) return;
-    const Status st = scheduler_->call([](Runtime& r) { return r.flush(); });
-    if (st.code() == StatusCode::kUnavailable) return send_error(res, error_from_status(st));
-    if (!st.ok()) return send_error(res, error_from_status(Status::Internal("flush failed: " + st.to_string())));
-    res.set_content(json{{"flushed", true}}.dump(), kJson);
-  });
-
+  install_cache_routes();
   install_dashboard_routes();
   install_prefetch_route();
-
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    const auto who = authorize(req, res, Access::kClient);
-    if (!who) return;
-    if (scheduler_->draining())
-      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
-    // Text prompts are tokenized here, on the connection's thread: a long
-    // prompt never holds up the scheduler.
-    auto parsed = parse_completion_request(req.body, limits_, tokenizer());
-    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    CompletionRequest& r = std::get<CompletionRequest>(parsed);
-    metrics_.record_ignored_fields(r.ignored_fields);
-    r.tenant = who->tenant;
-    respond(req, res, {std::move(r), Endpoint::kCompletions, {}});
-  });
-
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    const auto who = authorize(req, res, Access::kClient);
-    if (!who) return;
-    if (scheduler_->draining())
-      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
-    // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
-    auto parsed = parse_chat_request(req.body, limits_, chat_builder(who->tenant));
-    if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
-    ChatRequest& chat = std::get<ChatRequest>(parsed);
-    metrics_.record_ignored_fields(chat.completion.ignored_fields);
-    chat.completion.tenant = who->tenant;
-    if (!chat.segment_texts.empty()) {
-      if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
-        chat.completion.prompt = std::move(seg->tokens);
-        chat.completion.segments = std::move(seg->segments);
-        if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
-      }
-    }
-    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
-  });
+  install_generation_routes();
 }
 
 Tokenizer HttpServer::tokenizer() const {

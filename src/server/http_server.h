@@ -73,6 +73,8 @@ class HttpServer {
   void install_routes();
   // POST /v1/cache/prefetch.
   void install_prefetch_route();
+  void install_cache_routes();
+  void install_generation_routes();
   // Who sent the request, when it may use an endpoint of `access`; else
   // nullopt with the 401 (no or unknown key) or 403 (not the admin) written.
   enum class Access { kClient, kAdmin };
