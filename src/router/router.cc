@@ -26,8 +26,6 @@ Status RouterOptions::validate() const {
   return Status::Ok();
 }
 
-namespace {
-
 void send_error(httplib::Response& res, int status, std::string type, std::string code, std::string message) {
   server::ApiError e;
   e.http_status = status;
@@ -37,8 +35,6 @@ void send_error(httplib::Response& res, int status, std::string type, std::strin
   res.status = status;
   res.set_content(server::error_json(e), "application/json");
 }
-
-}  // namespace
 
 Result<std::unique_ptr<Router>> Router::create(RouterOptions options, std::optional<text::Vocab> vocab) {
   KVTIER_RETURN_IF_ERROR(options.validate());
@@ -169,9 +165,7 @@ void Router::Impl::probe_all() {
 
 std::optional<std::string> Router::Impl::tenant_of(const httplib::Request& req, httplib::Response& res) const {
   if (!keys) return std::string();
-  std::string given = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  given = given.rfind(kBearer, 0) == 0 ? given.substr(kBearer.size()) : req.get_header_value("X-Api-Key");
+  const std::string given = server::request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"));
   if (auto who = keys->authenticate(given)) return who->tenant;
   send_error(res, 401, "authentication_error", "invalid_api_key",
              given.empty() ? "missing API key: send 'Authorization: Bearer <key>'" : "invalid API key");

@@ -6,10 +6,6 @@
 #include "router/router_impl.h"
 
 namespace kvtier::router {
-namespace {
-
-constexpr int kConnectTimeoutS = 2;
-constexpr int kReadTimeoutS = 3600;  // a long generation streams or answers within it
 
 httplib::Headers passed_headers(const httplib::Request& req) {
   httplib::Headers h;
@@ -17,6 +13,11 @@ httplib::Headers passed_headers(const httplib::Request& req) {
     if (req.has_header(name)) h.emplace(name, req.get_header_value(name));
   return h;
 }
+
+namespace {
+
+constexpr int kConnectTimeoutS = 2;
+constexpr int kReadTimeoutS = 3600;  // a long generation streams or answers within it
 
 void set_timeouts(httplib::Client& c) {
   c.set_connection_timeout(kConnectTimeoutS, 0);

@@ -76,6 +76,11 @@ struct Router::Impl {
   std::string metrics_text() const;
 };
 
+// An OpenAI-shaped error answer.
+void send_error(httplib::Response& res, int status, std::string type, std::string code, std::string message);
+// The client's headers a backend needs: its key (Authorization, X-Api-Key).
+httplib::Headers passed_headers(const httplib::Request& req);
+
 // What a forward attempt came to: an answer was (or is being) relayed, or the backend could not be reached.
 enum class Forwarded : uint8_t { kAnswered, kUnreachable };
 // Sends the request to `b` and relays its answer into `res` (a stream chunk by chunk through a

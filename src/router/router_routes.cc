@@ -14,16 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-void send_error(httplib::Response& res, int status, std::string code, std::string message) {
-  server::ApiError e;
-  e.http_status = status;
-  e.type = status == 503 ? "server_error" : "invalid_request_error";
-  e.code = std::move(code);
-  e.message = std::move(message);
-  res.status = status;
-  res.set_content(server::error_json(e), "application/json");
-}
-
 bool wants_stream(const std::string& body) {
   auto j = json::parse(body, nullptr, false);
   if (!j.is_object()) return false;
@@ -47,15 +37,12 @@ void Router::Impl::install_routes() {
     for (const BackendAddress& b : up) {
       httplib::Client c(b.host, b.port);
       c.set_connection_timeout(2, 0);
-      httplib::Headers h;
-      for (const char* name : {"Authorization", "X-Api-Key"})
-        if (q.has_header(name)) h.emplace(name, q.get_header_value(name));
-      if (auto r = c.Get("/v1/models", h)) {
+      if (auto r = c.Get("/v1/models", passed_headers(q))) {
         res.status = r->status;
         return res.set_content(r->body, "application/json");
       }
     }
-    send_error(res, 503, "no_backend", "no backend is up");
+    send_error(res, 503, "server_error", "no_backend", "no backend is up");
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lk(mu);
@@ -119,7 +106,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
     ++counters.failovers;
     tried.insert(i);
   }
-  send_error(res, 503, "no_backend", tried.empty() ? "no backend is up" : "no backend could be reached");
+  send_error(res, 503, "server_error", "no_backend", tried.empty() ? "no backend is up" : "no backend could be reached");
 }
 
 std::string Router::Impl::health_json() const {

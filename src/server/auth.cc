@@ -73,6 +73,11 @@ Result<std::string> key_from(const std::string& file, const char* env, std::stri
 
 }  // namespace
 
+std::string request_key(std::string_view authorization, std::string_view x_api_key) {
+  constexpr std::string_view kBearer = "Bearer ";
+  return std::string(authorization.substr(0, kBearer.size()) == kBearer ? authorization.substr(kBearer.size()) : x_api_key);
+}
+
 std::string_view auth_mode_name(AuthMode m) {
   switch (m) {
     case AuthMode::kNone: return "none";

@@ -60,6 +60,9 @@ struct TenantKey {
 // an unknown or malformed quota, a key listed twice, two quotas for one tenant.
 Result<std::vector<TenantKey>> parse_tenant_keys(std::string_view text, std::string_view origin);
 
+// The key a request carries: `Authorization: Bearer KEY`, else `X-Api-Key` (empty: none).
+std::string request_key(std::string_view authorization, std::string_view x_api_key);
+
 class KeyRing {
  public:
   // Reads every key source the config names (and KVTIER_API_KEY,
