@@ -53,12 +53,12 @@ using QuantizeFn = void (*)(const float* x, size_t n, void* out);
 // Σ w[i] * a[i] over n elements: `w` a row of the weight type, `a` an activation row of its act_type.
 using DotFn = float (*)(size_t n, const void* w, const void* a);
 
-// The dots of one weight row with kDotN activation rows a[0..kDotN) into out[0..kDotN): the
-// weight blocks are unpacked once for all of them (prefill's GEMM). Contract: out[j] is bit for
-// bit dot(n, w, a[j]) — the same integer sums and the same f32 operations in the same order —
-// so a token's result never depends on whether it shared a call.
-inline constexpr int kDotN = 4;
-using DotNFn = void (*)(size_t n, const void* w, const void* const* a, float* out);
+// The dots of one weight row with `count` activation rows a[0..count) into out[0..count), 1 ≤
+// count ≤ kDotN: the weight blocks are unpacked once for all of them (prefill's GEMM). Contract:
+// out[j] is bit for bit dot(n, w, a[j]) — the same integer sums and the same f32 operations in the
+// same order — so a token's result never depends on which tokens shared its call.
+inline constexpr int kDotN = 16;
+using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count, float* out);
 
 struct Kernels {
   Isa isa;

@@ -1,9 +1,11 @@
 // AVX2 K-quant kernels: quantize_q8k and the Q2_K .. Q6_K dots against
 // BlockQ8K rows, computing the integers of qdot_kquant_scalar.cc straight from
-// the packed bits. Per super-block: unsigned weights × signed activations by
-// _mm256_maddubs_epi16 (pair sums fit int16: at most 2 · 63 · 128), group
-// scales by _mm256_madd_epi16 into int32, the mins (and Q3_K/Q6_K's constant
-// offset) through the activations' bsums, then one f32 FMA with d_w · d_a.
+// the packed bits. Per super-block: the weights are unpacked once into eight
+// 32-byte chunks and eight int16 scale vectors (shared by every activation row
+// of a many-row call), then per activation row unsigned weights × signed
+// activations by _mm256_maddubs_epi16 (pair sums fit int16: at most 2 · 63 ·
+// 128), group scales by _mm256_madd_epi16 into int32, the mins (and Q3_K/Q6_K's
+// constant offset) through the activations' bsums, then one f32 FMA.
 // Compiled with -mavx2 -mfma -mf16c; only called after cpu_has(Isa::kAvx2).
 #include <immintrin.h>
 
@@ -78,11 +80,14 @@ KQ_INLINE __m256i half_scales(__m256i scales16, int h) {
                 : _mm256_permute2x128_si256(scales16, scales16, 0x11);
 }
 
-// Σ_g scale_g · Σ_{i in g} q_i a_i over a super-block, `scales16` holding scale g in int16 lane g
-// and chunk(x, h, s) giving chunk (h, s)'s q as 32 unsigned bytes.
+// A super-block unpacked for its dots: chunk c = 4h + s's q as 32 unsigned bytes, and the int16
+// scales of its two groups (the low and high 128-bit lanes of maddubs' output), from `scales16`
+// holding scale g in int16 lane g and chunk(x, h, s) giving chunk (h, s).
+struct Unpacked {
+  __m256i q[8], scale[8];
+};
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
-KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16) {
-  __m256i sum = _mm256_setzero_si256();
+KQ_INLINE void unpack_groups(const Block& x, __m256i scales16, Unpacked& u) {
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const __m256i sc = half_scales(scales16, h);
@@ -91,31 +96,28 @@ KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16
                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
-      sum = _mm256_add_epi32(sum, scaled_dot32(chunk(x, h, s), a.qs + 128 * h + 32 * s, _mm256_shuffle_epi8(sc, sel)));
+      u.q[4 * h + s] = chunk(x, h, s);
+      u.scale[4 * h + s] = _mm256_shuffle_epi8(sc, sel);
       sel = _mm256_add_epi8(sel, bytes(4));
     }
   }
+}
+
+// Σ_c scale_c · Σ_{i in c} q_i a_i over an unpacked super-block (chunk c: elements 32c ..): 8
+// int32 lanes, exact.
+KQ_INLINE __m256i unpacked_dot(const Unpacked& u, const BlockQ8K& a) {
+  __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) sum = _mm256_add_epi32(sum, scaled_dot32(u.q[c], a.qs + 32 * c, u.scale[c]));
   return sum;
 }
 
-// groups_dot of one weight super-block with kDotN activation blocks: each chunk unpacked once.
-// Integer sums are exact, so sum[t] equals groups_dot(x, *a[t], scales16) bit for bit.
+// The same for one activation block, unpacking as it goes (Q2_K and Q3_K, which have no many-row kernel).
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
-KQ_INLINE void groups_dot_n(const Block& x, const BlockQ8K* const* a, __m256i scales16, __m256i* sum) {
-  for (int t = 0; t < kDotN; ++t) sum[t] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i sc = half_scales(scales16, h);
-    __m256i sel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      const __m256i q = chunk(x, h, s), scs = _mm256_shuffle_epi8(sc, sel);
-      for (int t = 0; t < kDotN; ++t)
-        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q, a[t]->qs + 128 * h + 32 * s, scs));
-      sel = _mm256_add_epi8(sel, bytes(4));
-    }
-  }
+KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16) {
+  Unpacked u;
+  unpack_groups<Block, chunk>(x, scales16, u);
+  return unpacked_dot(u, a);
 }
 
 // Σ_g scale_g · bsums_g: 8 int32 lanes (what a per-group min or constant offset costs).
@@ -193,42 +195,17 @@ KQ_INLINE __m256i q6_k_chunk(const BlockQ6K& x, int h, int s) {
   return _mm256_or_si256(_mm256_and_si256(low, bytes(0x0F)), _mm256_and_si256(high, bytes(0x30)));
 }
 
-// Q6_K: value d · scale · (q - 32); the -32 goes through bsums.
-float dot_q6_k(size_t n, const void* w, const void* act) {
-  const auto* wb = static_cast<const BlockQ6K*>(w);
-  const auto* ab = static_cast<const BlockQ8K*>(act);
-  __m256 acc = _mm256_setzero_ps();
-  for (size_t b = 0; b < n / kQK; ++b) {
-    const BlockQ6K& x = wb[b];
-    const BlockQ8K& a = ab[b];
-    prefetch_ahead(&x);
-    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
-    const __m256i offset = _mm256_slli_epi32(bsums_dot(scales16, a), 5);
-    const __m256i sumi = _mm256_sub_epi32(groups_dot<BlockQ6K, q6_k_chunk>(x, a, scales16), offset);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * f16_at(x.d)), _mm256_cvtepi32_ps(sumi), acc);
+// One Q6_K super-block (value d · scale · (q - 32); the -32 goes through bsums) against `count`
+// activation blocks, unpacked once; per activation the same f32 operations whatever the count.
+KQ_INLINE void q6_k_block(const BlockQ6K& x, const BlockQ8K* const* a, int count, __m256* acc) {
+  const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+  Unpacked u;
+  unpack_groups<BlockQ6K, q6_k_chunk>(x, scales16, u);
+  const float d = f16_at(x.d);
+  for (int t = 0; t < count; ++t) {
+    const __m256i sumi = _mm256_sub_epi32(unpacked_dot(u, *a[t]), _mm256_slli_epi32(bsums_dot(scales16, *a[t]), 5));
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
   }
-  return hsum(acc);
-}
-
-// kDotN rows of activations at once; per row the same operations as dot_q6_k.
-void dot_n_q6_k(size_t n, const void* w, const void* const* act, float* out) {
-  const auto* wb = static_cast<const BlockQ6K*>(w);
-  __m256 acc[kDotN];
-  for (int t = 0; t < kDotN; ++t) acc[t] = _mm256_setzero_ps();
-  for (size_t b = 0; b < n / kQK; ++b) {
-    const BlockQ6K& x = wb[b];
-    const BlockQ8K* a[kDotN];
-    for (int t = 0; t < kDotN; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
-    const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
-    __m256i sums[kDotN];
-    groups_dot_n<BlockQ6K, q6_k_chunk>(x, a, scales16, sums);
-    const float d = f16_at(x.d);
-    for (int t = 0; t < kDotN; ++t) {
-      const __m256i sumi = _mm256_sub_epi32(sums[t], _mm256_slli_epi32(bsums_dot(scales16, *a[t]), 5));
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
-    }
-  }
-  for (int t = 0; t < kDotN; ++t) out[t] = hsum(acc[t]);
 }
 
 // --- Q4_K, Q5_K: eight sub-blocks of 32, each with a 6-bit scale and min -----------
@@ -245,13 +222,6 @@ KQ_INLINE __m128i k4_scales_mins(const uint8_t* packed) {
   const __m128i high =
       _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(w, 0x40), 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
   return _mm_or_si128(low, high);
-}
-
-// Σ_j min_j · (bsums_2j + bsums_2j+1): 4 int32 lanes.
-KQ_INLINE __m128i k4_mins_dot(__m128i scales_mins, const BlockQ8K& a) {
-  const __m256i bsums = load(a.bsums);
-  const __m128i sub_block_sums = _mm_hadd_epi16(_mm256_castsi256_si128(bsums), _mm256_extracti128_si256(bsums, 1));
-  return _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(scales_mins, 8)), sub_block_sums);
 }
 
 // Q4_K pair k: sub-blocks 2k and 2k + 1 are the low and high nibbles of qs[32k ..].
@@ -273,79 +243,67 @@ KQ_INLINE void q5_k_pair(const BlockQ5K& x, int k, __m256i q[2]) {
                          _mm256_and_si256(high_hi, bytes(0x10)));
 }
 
-// Σ_j scale_j · Σ_{i in sub-block j} q_i a_i, pair(x, k, q) giving the q of sub-blocks 2k and 2k + 1.
-// Scale j as int16 in every lane is a byte shuffle of the scale bytes: (j, zero) repeated.
-template <typename Block, void (*pair)(const Block&, int, __m256i*)>
-KQ_INLINE __m256i k4_dot(const Block& x, const BlockQ8K& a, __m128i scales_mins) {
-  const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
-  __m256i sel = _mm256_set1_epi16(int16_t(0x8000)), sum = _mm256_setzero_si256();  // scale 0
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) {
-    __m256i q[2];
-    pair(x, k, q);
-    const __m256i sc_lo = _mm256_shuffle_epi8(sc, sel);
-    const __m256i sc_hi = _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1)));
-    sum = _mm256_add_epi32(sum, scaled_dot32(q[0], a.qs + 64 * k, sc_lo));
-    sum = _mm256_add_epi32(sum, scaled_dot32(q[1], a.qs + 64 * k + 32, sc_hi));
-    sel = _mm256_add_epi16(sel, _mm256_set1_epi16(2));
-  }
-  return sum;
+// The int16 lanes that make _mm256_madd_epi16 give min_j · (bsums_2j + bsums_2j+1) in int32 lane
+// j: min j (byte 8 + j of scales_mins) in lanes 2j and 2j + 1.
+KQ_INLINE __m256i k4_mins_pairs(__m128i scales_mins) {
+  return _mm256_cvtepu8_epi16(
+      _mm_shuffle_epi8(scales_mins, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
 }
 
-// Q4_K/Q5_K: value d · scale · q - dmin · min.
+// One super-block of a Q4_K/Q5_K row against `count` activation blocks, adding each one's value
+// d_a · (d · Σ_j scale_j Σ_{i in j} q_i a_i - dmin · Σ_j min_j bsums32_j) into acc[t]. The weights are
+// unpacked once (into registers or the stack) for all of them; per activation the integer sums are
+// exact, and the f32 operations are the same whatever the count (the scaled sums and the mins
+// share one vector: pairwise integer sums of both, [d d -dmin -dmin] per 128-bit lane, one FMA),
+// so a row's result never depends on the rows sharing the call.
 template <typename Block, void (*pair)(const Block&, int, __m256i*)>
-float dot_k4(size_t n, const void* w, const void* act) {
+KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m256* acc) {
+  const __m128i scales_mins = k4_scales_mins(x.scales);
+  Unpacked u;  // sub-block j is chunk j; its scale as int16 in every lane: (byte j, zero) shuffled
+  const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
+  __m256i sel = _mm256_set1_epi16(int16_t(0x8000));
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    u.scale[j] = _mm256_shuffle_epi8(sc, sel);
+    sel = _mm256_add_epi16(sel, _mm256_set1_epi16(1));
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) pair(x, k, u.q + 2 * k);
+  const __m256i mins = k4_mins_pairs(scales_mins);
+  const float d = f16_at(x.d), dmin = f16_at(x.dmin);
+  const __m256 dd = _mm256_setr_ps(d, d, -dmin, -dmin, d, d, -dmin, -dmin);
+  for (int t = 0; t < count; ++t) {
+    const __m256i both = _mm256_hadd_epi32(unpacked_dot(u, *a[t]), _mm256_madd_epi16(mins, load(a[t]->bsums)));
+    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(a[t]->d), dd), _mm256_cvtepi32_ps(both), acc[t]);
+  }
+}
+
+// A row's dot, one super-block at a time by block_fn (count 1), the weights prefetched ahead.
+template <typename Block, void (*block_fn)(const Block&, const BlockQ8K* const*, int, __m256*)>
+float dot_blocks(size_t n, const void* w, const void* act) {
   const auto* wb = static_cast<const Block*>(w);
   const auto* ab = static_cast<const BlockQ8K*>(act);
   __m256 acc = _mm256_setzero_ps();
-  __m128 acc_min = _mm_setzero_ps();
   for (size_t b = 0; b < n / kQK; ++b) {
-    const Block& x = wb[b];
-    const BlockQ8K& a = ab[b];
-    prefetch_ahead(&x);
-    const __m128i scales_mins = k4_scales_mins(x.scales);
-    const __m256i sumi = k4_dot<Block, pair>(x, a, scales_mins);
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(a.d * f16_at(x.d)), _mm256_cvtepi32_ps(sumi), acc);
-    acc_min = _mm_fmadd_ps(_mm_set1_ps(a.d * f16_at(x.dmin)), _mm_cvtepi32_ps(k4_mins_dot(scales_mins, a)), acc_min);
+    prefetch_ahead(&wb[b]);
+    const BlockQ8K* a = ab + b;
+    block_fn(wb[b], &a, 1, &acc);
   }
-  return hsum(acc) - hsum(acc_min);
+  return hsum(acc);
 }
 
-// kDotN rows of activations at once; per row the same operations as dot_k4.
-template <typename Block, void (*pair)(const Block&, int, __m256i*)>
-void dot_n_k4(size_t n, const void* w, const void* const* act, float* out) {
+// `count` (≤ kDotN) activation rows at once; per row the same operations as dot_blocks.
+template <typename Block, void (*block_fn)(const Block&, const BlockQ8K* const*, int, __m256*)>
+void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, float* out) {
   const auto* wb = static_cast<const Block*>(w);
   __m256 acc[kDotN];
-  __m128 acc_min[kDotN];
-  for (int t = 0; t < kDotN; ++t) acc[t] = _mm256_setzero_ps(), acc_min[t] = _mm_setzero_ps();
+  for (int t = 0; t < count; ++t) acc[t] = _mm256_setzero_ps();
   for (size_t b = 0; b < n / kQK; ++b) {
-    const Block& x = wb[b];
     const BlockQ8K* a[kDotN];
-    for (int t = 0; t < kDotN; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
-    const __m128i scales_mins = k4_scales_mins(x.scales);
-    const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
-    __m256i sum[kDotN];
-    for (int t = 0; t < kDotN; ++t) sum[t] = _mm256_setzero_si256();
-    __m256i sel = _mm256_set1_epi16(int16_t(0x8000));
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      __m256i q[2];
-      pair(x, k, q);
-      const __m256i sc_lo = _mm256_shuffle_epi8(sc, sel);
-      const __m256i sc_hi = _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1)));
-      for (int t = 0; t < kDotN; ++t) {
-        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q[0], a[t]->qs + 64 * k, sc_lo));
-        sum[t] = _mm256_add_epi32(sum[t], scaled_dot32(q[1], a[t]->qs + 64 * k + 32, sc_hi));
-      }
-      sel = _mm256_add_epi16(sel, _mm256_set1_epi16(2));
-    }
-    const float d = f16_at(x.d), dmin = f16_at(x.dmin);
-    for (int t = 0; t < kDotN; ++t) {
-      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sum[t]), acc[t]);
-      acc_min[t] = _mm_fmadd_ps(_mm_set1_ps(a[t]->d * dmin), _mm_cvtepi32_ps(k4_mins_dot(scales_mins, *a[t])), acc_min[t]);
-    }
+    for (int t = 0; t < count; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
+    block_fn(wb[b], a, count, acc);
   }
-  for (int t = 0; t < kDotN; ++t) out[t] = hsum(acc[t]) - hsum(acc_min[t]);
+  for (int t = 0; t < count; ++t) out[t] = hsum(acc[t]);
 }
 
 // --- quantize_q8k ---------------------------------------------------------------------
@@ -404,12 +362,12 @@ void fill_kquant_avx2(Kernels& k) {
   k.quantize_q8k = quantize_q8k;
   k.dot[uint32_t(GgufType::kQ2_K)] = dot_q2_k;
   k.dot[uint32_t(GgufType::kQ3_K)] = dot_q3_k;
-  k.dot[uint32_t(GgufType::kQ4_K)] = dot_k4<BlockQ4K, q4_k_pair>;
-  k.dot[uint32_t(GgufType::kQ5_K)] = dot_k4<BlockQ5K, q5_k_pair>;
-  k.dot[uint32_t(GgufType::kQ6_K)] = dot_q6_k;
-  k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_k4<BlockQ4K, q4_k_pair>;
-  k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_k4<BlockQ5K, q5_k_pair>;
-  k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_q6_k;
+  k.dot[uint32_t(GgufType::kQ4_K)] = dot_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
+  k.dot[uint32_t(GgufType::kQ5_K)] = dot_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
+  k.dot[uint32_t(GgufType::kQ6_K)] = dot_blocks<BlockQ6K, q6_k_block>;
+  k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
+  k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
+  k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
 }
 
 }  // namespace kvtier::engine::qdot::impl

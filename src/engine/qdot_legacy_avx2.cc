@@ -7,6 +7,7 @@
 // Compiled with -mavx2 -mfma -mf16c; called only after cpu_has(Isa::kAvx2).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "engine/half.h"
@@ -159,31 +160,44 @@ float dot_q8(size_t n, const void* w, const void* a) {
   return hsum(_mm256_add_ps(even.v, odd.v)) + (even.min + odd.min);
 }
 
-// kDotN activation rows at once, each block's weights unpacked once: per row the same integer
-// lanes (the sign trick split: |q| once, the activation's sign per row) and the same f32
-// operations in the same order as dot_q8, so each out[t] is dot_q8's value bit for bit.
+// `count` (≤ kDotN) activation rows at once. The weights are unpacked eight blocks at a time (|q|
+// for the sign trick once, the activation's sign per row), then each row runs over them: per row
+// the same integer lanes and the same f32 operations in the same order as dot_q8 (a chunk starts
+// at an even block, so the even/odd split is dot_q8's), so each out[t] is dot_q8's value bit for bit.
 template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
-void dot_n_q8(size_t n, const void* w, const void* const* act, float* out) {
+void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float* out) {
+  constexpr size_t kChunk = 8;
   const auto* wb = static_cast<const uint8_t*>(w);
   const size_t blocks = n / kBlock;
   Acc even[kDotN], odd[kDotN];
-  auto add = [&](size_t b, Acc* acc) {
-    const uint8_t* blk = wb + b * kBytes;
-    const __m256i q = W(blk);
-    const __m256i uq = kSigned ? _mm256_sign_epi8(q, q) : q;
-    for (int t = 0; t < kDotN; ++t) {
-      const BlockQ8& a = static_cast<const BlockQ8*>(act[t])[b];
-      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs));
-      const __m256i pairs = _mm256_maddubs_epi16(uq, kSigned ? _mm256_sign_epi8(qa, q) : qa);
-      const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-      acc[t].v = _mm256_fmadd_ps(_mm256_set1_ps(half_at(blk) * a.d), products, acc[t].v);
-      if constexpr (kHasMin) acc[t].min += half_at(blk + 2) * a.s;
+  for (size_t b0 = 0; b0 < blocks; b0 += kChunk) {
+    const size_t nb = std::min(kChunk, blocks - b0);
+    __m256i q[kChunk], uq[kChunk];
+    float dw[kChunk], mw[kChunk];
+    for (size_t j = 0; j < nb; ++j) {
+      const uint8_t* blk = wb + (b0 + j) * kBytes;
+      q[j] = W(blk);
+      uq[j] = kSigned ? _mm256_sign_epi8(q[j], q[j]) : q[j];
+      dw[j] = half_at(blk);
+      mw[j] = kHasMin ? half_at(blk + 2) : 0.0f;
     }
-  };
-  size_t b = 0;
-  for (; b + 2 <= blocks; b += 2) add(b, even), add(b + 1, odd);
-  if (b < blocks) add(b, even);
-  for (int t = 0; t < kDotN; ++t) out[t] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
+    for (int t = 0; t < count; ++t) {
+      const BlockQ8* ab = static_cast<const BlockQ8*>(act[t]) + b0;
+      __m256 v[2] = {even[t].v, odd[t].v};
+      float min[2] = {even[t].min, odd[t].min};
+#pragma GCC unroll 8
+      for (size_t j = 0; j < kChunk; ++j) {
+        if (j == nb) break;
+        const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs));
+        const __m256i pairs = _mm256_maddubs_epi16(uq[j], kSigned ? _mm256_sign_epi8(qa, q[j]) : qa);
+        const __m256 products = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+        v[j % 2] = _mm256_fmadd_ps(_mm256_set1_ps(dw[j] * ab[j].d), products, v[j % 2]);
+        if constexpr (kHasMin) min[j % 2] += mw[j] * ab[j].s;
+      }
+      even[t] = {v[0], min[0]}, odd[t] = {v[1], min[1]};
+    }
+  }
+  for (int t = 0; t < count; ++t) out[t] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
 // Eight 16-bit floats at p (any alignment) widened to f32.

@@ -190,11 +190,14 @@ TEST_P(QdotKquant, DotNIsBitIdenticalToDotPerRow) {
       std::vector<std::vector<BlockQ8K>> acts;
       const void* a[kDotN];
       for (int j = 0; j < kDotN; ++j) acts.push_back(random_activations(n, rng)), a[j] = acts.back().data();
-      float got[kDotN];
-      dot_n(n, row.data(), a, got);
-      for (int j = 0; j < kDotN; ++j) {
-        const float want = k_->dot[uint32_t(layout.type)](n, row.data(), acts[j].data());
-        EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0) << "row " << j << ": " << got[j] << " vs " << want;
+      for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
+        float got[kDotN];
+        dot_n(n, row.data(), a, count, got);
+        for (int j = 0; j < count; ++j) {
+          const float want = k_->dot[uint32_t(layout.type)](n, row.data(), acts[j].data());
+          EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0)
+              << "row " << j << " of " << count << ": " << got[j] << " vs " << want;
+        }
       }
       ++checked;
     }

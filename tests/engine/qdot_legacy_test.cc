@@ -170,11 +170,14 @@ TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
       std::vector<std::vector<BlockQ8>> acts;
       const void* a[kDotN];
       for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k, random_activations(n, rng))), a[j] = acts.back().data();
-      float got[kDotN];
-      dot_n(n, w.data(), a, got);
-      for (int j = 0; j < kDotN; ++j) {
-        const float want = k->dot[uint32_t(type)](n, w.data(), acts[j].data());
-        EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0) << name(type) << " n=" << n << " row " << j;
+      for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
+        float got[kDotN];
+        dot_n(n, w.data(), a, count, got);
+        for (int j = 0; j < count; ++j) {
+          const float want = k->dot[uint32_t(type)](n, w.data(), acts[j].data());
+          EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0)
+              << name(type) << " n=" << n << " row " << j << " of " << count;
+        }
       }
       ++checked;
     }
