@@ -112,12 +112,23 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked& u, const BlockQ8K& a) {
   return sum;
 }
 
-// The same for one activation block, unpacking as it goes (Q2_K and Q3_K, which have no many-row kernel).
+// unpacked_dot's integers for one activation block, unpacking each chunk as it is used (a row's
+// dot: only a few vectors live at once, where unpacking all sixteen first would spill them).
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
 KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16) {
-  Unpacked u;
-  unpack_groups<Block, chunk>(x, scales16, u);
-  return unpacked_dot(u, a);
+  __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m256i sc = half_scales(scales16, h);
+    __m256i sel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+#pragma GCC unroll 4
+    for (int s = 0; s < 4; ++s) {
+      sum = _mm256_add_epi32(sum, scaled_dot32(chunk(x, h, s), a.qs + 128 * h + 32 * s, _mm256_shuffle_epi8(sc, sel)));
+      sel = _mm256_add_epi8(sel, bytes(4));
+    }
+  }
+  return sum;
 }
 
 // Σ_g scale_g · bsums_g: 8 int32 lanes (what a per-group min or constant offset costs).
@@ -195,17 +206,36 @@ KQ_INLINE __m256i q6_k_chunk(const BlockQ6K& x, int h, int s) {
   return _mm256_or_si256(_mm256_and_si256(low, bytes(0x0F)), _mm256_and_si256(high, bytes(0x30)));
 }
 
-// One Q6_K super-block (value d · scale · (q - 32); the -32 goes through bsums) against `count`
-// activation blocks, unpacked once; per activation the same f32 operations whatever the count.
+// Q6_K: value d · scale · (q - 32); the -32 goes through bsums. Adds one super-block's value,
+// given its integer sum, into acc: the f32 operations of every Q6_K kernel.
+KQ_INLINE __m256 q6_k_accumulate(__m256i sum, __m256i scales16, const BlockQ8K& a, float d, __m256 acc) {
+  const __m256i sumi = _mm256_sub_epi32(sum, _mm256_slli_epi32(bsums_dot(scales16, a), 5));
+  return _mm256_fmadd_ps(_mm256_set1_ps(a.d * d), _mm256_cvtepi32_ps(sumi), acc);
+}
+KQ_INLINE __m256i q6_k_scales(const BlockQ6K& x) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+}
+
+float dot_q6_k(size_t n, const void* w, const void* act) {
+  const auto* wb = static_cast<const BlockQ6K*>(w);
+  const auto* ab = static_cast<const BlockQ8K*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const BlockQ6K& x = wb[b];
+    prefetch_ahead(&x);
+    const __m256i scales16 = q6_k_scales(x);
+    acc = q6_k_accumulate(groups_dot<BlockQ6K, q6_k_chunk>(x, ab[b], scales16), scales16, ab[b], f16_at(x.d), acc);
+  }
+  return hsum(acc);
+}
+
+// One Q6_K super-block against `count` activation blocks, unpacked once (dot_n_blocks).
 KQ_INLINE void q6_k_block(const BlockQ6K& x, const BlockQ8K* const* a, int count, __m256* acc) {
-  const __m256i scales16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+  const __m256i scales16 = q6_k_scales(x);
   Unpacked u;
   unpack_groups<BlockQ6K, q6_k_chunk>(x, scales16, u);
   const float d = f16_at(x.d);
-  for (int t = 0; t < count; ++t) {
-    const __m256i sumi = _mm256_sub_epi32(unpacked_dot(u, *a[t]), _mm256_slli_epi32(bsums_dot(scales16, *a[t]), 5));
-    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d * d), _mm256_cvtepi32_ps(sumi), acc[t]);
-  }
+  for (int t = 0; t < count; ++t) acc[t] = q6_k_accumulate(unpacked_dot(u, *a[t]), scales16, *a[t], d, acc[t]);
 }
 
 // --- Q4_K, Q5_K: eight sub-blocks of 32, each with a 6-bit scale and min -----------
@@ -250,12 +280,55 @@ KQ_INLINE __m256i k4_mins_pairs(__m128i scales_mins) {
       _mm_shuffle_epi8(scales_mins, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)));
 }
 
-// One super-block of a Q4_K/Q5_K row against `count` activation blocks, adding each one's value
-// d_a · (d · Σ_j scale_j Σ_{i in j} q_i a_i - dmin · Σ_j min_j bsums32_j) into acc[t]. The weights are
-// unpacked once (into registers or the stack) for all of them; per activation the integer sums are
-// exact, and the f32 operations are the same whatever the count (the scaled sums and the mins
-// share one vector: pairwise integer sums of both, [d d -dmin -dmin] per 128-bit lane, one FMA),
-// so a row's result never depends on the rows sharing the call.
+// Adds one Q4_K/Q5_K super-block's value d_a · (d · Σ_j scale_j Σ_{i in j} q_i a_i - dmin · Σ_j
+// min_j bsums32_j), given its integer sum, into acc: the f32 operations of every Q4_K/Q5_K kernel
+// (the scaled sums and the mins share one vector: pairwise integer sums of both, [d d -dmin -dmin]
+// per 128-bit lane, one FMA), so a row's result never depends on the rows sharing the call.
+KQ_INLINE __m256 k4_accumulate(__m256i sum, __m256i mins, const BlockQ8K& a, __m256 dd, __m256 acc) {
+  const __m256i both = _mm256_hadd_epi32(sum, _mm256_madd_epi16(mins, load(a.bsums)));
+  return _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(a.d), dd), _mm256_cvtepi32_ps(both), acc);
+}
+template <typename Block>
+KQ_INLINE __m256 k4_dd(const Block& x) {
+  const float d = f16_at(x.d), dmin = f16_at(x.dmin);
+  return _mm256_setr_ps(d, d, -dmin, -dmin, d, d, -dmin, -dmin);
+}
+
+// Σ_j scale_j · Σ_{i in sub-block j} q_i a_i, unpacking each pair as it is used (a row's dot).
+// Scale j as int16 in every lane is a byte shuffle of the scale bytes: (j, zero) repeated.
+template <typename Block, void (*pair)(const Block&, int, __m256i*)>
+KQ_INLINE __m256i k4_dot(const Block& x, const BlockQ8K& a, __m128i scales_mins) {
+  const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
+  __m256i sel = _mm256_set1_epi16(int16_t(0x8000)), sum = _mm256_setzero_si256();  // scale 0
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m256i q[2];
+    pair(x, k, q);
+    const __m256i sc_lo = _mm256_shuffle_epi8(sc, sel);
+    const __m256i sc_hi = _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1)));
+    sum = _mm256_add_epi32(sum, scaled_dot32(q[0], a.qs + 64 * k, sc_lo));
+    sum = _mm256_add_epi32(sum, scaled_dot32(q[1], a.qs + 64 * k + 32, sc_hi));
+    sel = _mm256_add_epi16(sel, _mm256_set1_epi16(2));
+  }
+  return sum;
+}
+
+// Q4_K/Q5_K: value d · scale · q - dmin · min.
+template <typename Block, void (*pair)(const Block&, int, __m256i*)>
+float dot_k4(size_t n, const void* w, const void* act) {
+  const auto* wb = static_cast<const Block*>(w);
+  const auto* ab = static_cast<const BlockQ8K*>(act);
+  __m256 acc = _mm256_setzero_ps();
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const Block& x = wb[b];
+    prefetch_ahead(&x);
+    const __m128i scales_mins = k4_scales_mins(x.scales);
+    acc = k4_accumulate(k4_dot<Block, pair>(x, ab[b], scales_mins), k4_mins_pairs(scales_mins), ab[b], k4_dd(x), acc);
+  }
+  return hsum(acc);
+}
+
+// One Q4_K/Q5_K super-block against `count` activation blocks, unpacked once (dot_n_blocks).
 template <typename Block, void (*pair)(const Block&, int, __m256i*)>
 KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m256* acc) {
   const __m128i scales_mins = k4_scales_mins(x.scales);
@@ -270,29 +343,12 @@ KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) pair(x, k, u.q + 2 * k);
   const __m256i mins = k4_mins_pairs(scales_mins);
-  const float d = f16_at(x.d), dmin = f16_at(x.dmin);
-  const __m256 dd = _mm256_setr_ps(d, d, -dmin, -dmin, d, d, -dmin, -dmin);
-  for (int t = 0; t < count; ++t) {
-    const __m256i both = _mm256_hadd_epi32(unpacked_dot(u, *a[t]), _mm256_madd_epi16(mins, load(a[t]->bsums)));
-    acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(a[t]->d), dd), _mm256_cvtepi32_ps(both), acc[t]);
-  }
+  const __m256 dd = k4_dd(x);
+  for (int t = 0; t < count; ++t) acc[t] = k4_accumulate(unpacked_dot(u, *a[t]), mins, *a[t], dd, acc[t]);
 }
 
-// A row's dot, one super-block at a time by block_fn (count 1), the weights prefetched ahead.
-template <typename Block, void (*block_fn)(const Block&, const BlockQ8K* const*, int, __m256*)>
-float dot_blocks(size_t n, const void* w, const void* act) {
-  const auto* wb = static_cast<const Block*>(w);
-  const auto* ab = static_cast<const BlockQ8K*>(act);
-  __m256 acc = _mm256_setzero_ps();
-  for (size_t b = 0; b < n / kQK; ++b) {
-    prefetch_ahead(&wb[b]);
-    const BlockQ8K* a = ab + b;
-    block_fn(wb[b], &a, 1, &acc);
-  }
-  return hsum(acc);
-}
-
-// `count` (≤ kDotN) activation rows at once; per row the same operations as dot_blocks.
+// `count` (≤ kDotN) activation rows at once, each super-block by block_fn; per row the same
+// operations as the type's row dot.
 template <typename Block, void (*block_fn)(const Block&, const BlockQ8K* const*, int, __m256*)>
 void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, float* out) {
   const auto* wb = static_cast<const Block*>(w);
@@ -362,9 +418,9 @@ void fill_kquant_avx2(Kernels& k) {
   k.quantize_q8k = quantize_q8k;
   k.dot[uint32_t(GgufType::kQ2_K)] = dot_q2_k;
   k.dot[uint32_t(GgufType::kQ3_K)] = dot_q3_k;
-  k.dot[uint32_t(GgufType::kQ4_K)] = dot_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
-  k.dot[uint32_t(GgufType::kQ5_K)] = dot_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
-  k.dot[uint32_t(GgufType::kQ6_K)] = dot_blocks<BlockQ6K, q6_k_block>;
+  k.dot[uint32_t(GgufType::kQ4_K)] = dot_k4<BlockQ4K, q4_k_pair>;
+  k.dot[uint32_t(GgufType::kQ5_K)] = dot_k4<BlockQ5K, q5_k_pair>;
+  k.dot[uint32_t(GgufType::kQ6_K)] = dot_q6_k;
   k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
