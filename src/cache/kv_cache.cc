@@ -266,6 +266,8 @@ Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> 
   L.prompt_tokens = tokens.size();
   L.lookup_pages = static_cast<uint32_t>((tokens.size() - 1) / P);
   index_->match(L.ns, tokens.first(size_t(L.lookup_pages) * P), L.match, /*hash_remainder=*/true);
+  // Host pages being copied into the device (prefetch): wait, they are found there.
+  if (!promotions_.empty() && await_promotions(L.ns)) return find(ns, tokens);
   const uint32_t m = L.match.matched_pages;
   L.index_pages = m;
 

@@ -209,6 +209,7 @@ struct KVCacheStats {
   uint64_t prefetched_pages = 0;       // pages read ahead into the host tier and indexed there
   uint64_t prefetch_failures = 0;      // prefetched chunks dropped (failed or corrupt load)
   uint64_t prefetch_waits = 0;         // lookups that waited for a prefetch in flight
+  uint64_t promoted_pages = 0;         // prefetched host pages copied on into free device pages
   uint64_t retain_hints = 0;           // retain() calls that retained something
   uint64_t retain_expiries = 0;        // hints that ran to their end
   uint64_t retain_yields = 0;          // hints let go early: over max_retained_share, the oldest yields
@@ -252,12 +253,20 @@ class KVCache {
   // them one tier up; a chunk that fails to load or verify is dropped and
   // counted, never inserted. A lookup whose chunks are still being
   // prefetched waits for them instead of reading them again. Uses at most
-  // half of the host tier's slots; does nothing without a host tier.
-  // Returns the prompt's cached pages (any tier) and how many of them are
-  // being read ahead now.
+  // half of the host tier's slots; reads nothing without a host tier.
+  // Then, where device pages are free, the prompt's host-only pages (those
+  // cached there now, and the read-ahead ones once they land) are copied on
+  // into free device pages, at most half of those free and never by
+  // evicting, so the request finds them in place; a lookup in the
+  // namespace waits for those copies. Promoted pages are ordinary cached
+  // device pages (evictable, counted against a tenant's device quota from
+  // its next commit on).
+  // Returns the prompt's cached pages (any tier), how many of them are
+  // being read ahead now, and how many are being copied into the device now.
   struct PrefetchStart {
     uint32_t cached_pages = 0;
     uint32_t loading_pages = 0;
+    uint32_t promoting_pages = 0;
   };
   Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
   // Retention hint: keeps the cached whole pages of `tokens` in `ns` (the
@@ -366,6 +375,14 @@ class KVCache {
     std::vector<TierKind> chunk_from; // where each chunk is read from
     TransferHandle handle;
   };
+  // Host-only pages of a prompt being copied into free device pages (promote()).
+  struct Promotion {
+    NsKey ns;
+    NodeHandle node;            // the prompt's deepest cached node, locked while the copies run
+    std::vector<uint32_t> at;   // the pages' positions in the prompt
+    std::vector<PageId> pages;  // their new device pages (one reference each, ours until indexed)
+    TransferHandle handle;
+  };
   friend class CacheLease;
   friend struct CacheLeaseState;  // its lossy-token counts feed stats_
   explicit KVCache(const KVCacheOptions& o);
@@ -383,8 +400,15 @@ class KVCache {
   Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);
   // Waits for the prefetches reading any of `keys`; true when it waited.
   bool await_prefetches(const NsKey& ns, std::span<const PageHash> keys);
-  // Indexes what a finished prefetch read (or frees its slots).
+  // Indexes what a finished prefetch read (or frees its slots), then promotes it.
   void finish_prefetch(Prefetch& pf);
+  // Starts copying the host-only cached pages of `tokens` (whole pages) into
+  // free device pages, at most half of those free; returns how many.
+  uint32_t promote(const NsKey& ns, std::span<const TokenId> tokens);
+  // Gives each page of a finished promotion to the index as its device copy (or frees it).
+  void finish_promotion(Promotion& pr);
+  // Waits for the promotions in `ns`; true when there were any.
+  bool await_promotions(const NsKey& ns);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);
   // Up to n host slots (evicting cached host pages as needed); returns how many.
   uint32_t allocate_slots(uint32_t n, std::vector<SlotId>& out);
@@ -419,6 +443,7 @@ class KVCache {
   std::unique_ptr<Planner> planner_;
   std::deque<std::unique_ptr<Pending>> pending_;
   std::deque<std::unique_ptr<Prefetch>> prefetches_;
+  std::deque<std::unique_ptr<Promotion>> promotions_;
   std::deque<Retention> retained_;  // in the order given or last extended: the front yields first
   std::map<std::string, TenantQuota> quotas_;  // set_tenant_quotas
   // Per tenant id: the namespace seeds it has written to disk, and the set's size when last pruned.

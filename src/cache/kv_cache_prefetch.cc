@@ -1,4 +1,5 @@
-// KVCache: read-ahead of disk and remote chunks into the host tier.
+// KVCache: read-ahead of disk and remote chunks into the host tier, and of
+// host pages on into free device pages.
 #include <algorithm>
 
 #include "cache/kv_cache.h"
@@ -9,6 +10,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
   PrefetchStart out{L.cached_pages(), 0};
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
+  out.promoting_pages = promote(L.ns, tokens.first(size_t(L.index_pages) * P));
   const uint32_t lower = L.disk_pages + L.remote_pages;
   if (!host_ || lower == 0) return out;
   // Bounded: the slots of chunks in flight never exceed half the host tier,
@@ -109,6 +111,68 @@ void KVCache::finish_prefetch(Prefetch& pf) {
     }
   }
   for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
+  if (taken > 0) promote(pf.ns, std::span(pf.tokens).first(size_t(pf.first_page + keep) * P));
+}
+
+uint32_t KVCache::promote(const NsKey& ns, std::span<const TokenId> tokens) {
+  const uint32_t budget = pool_->free_pages() / 2;
+  if (budget == 0 || tokens.empty()) return 0;
+  MatchResult m;
+  index_->match(ns, tokens, m, /*hash_remainder=*/false);
+  auto pr = std::make_unique<Promotion>();
+  for (uint32_t p = 0; p < m.matched_pages && pr->at.size() < budget; ++p)
+    if (m.locations[p].on_host() && !m.locations[p].on_device()) pr->at.push_back(p);
+  if (pr->at.empty() || !pool_->allocate(uint32_t(pr->at.size()), pr->pages).ok()) return 0;
+  // Locked, the path's host pages stay where the copies read them until they land.
+  if (!index_->lock(m.deepest).ok()) {
+    for (PageId pg : pr->pages) pool_->unref(pg);
+    return 0;
+  }
+  pr->ns = ns;
+  pr->node = m.deepest;
+  TransferBatch batch;
+  for (size_t i = 0; i < pr->at.size(); ++i)
+    batch.copies.push_back({PageLoc::host(m.locations[pr->at[i]].host), PageLoc::pool(pr->pages[i])});
+  // A host slot may still be receiving a write-through copy: let it land first.
+  for (auto& pd : pending_)
+    if (pd->writes_host) (void)pd->handle.wait_all();
+  auto h = transfer_->submit(std::move(batch));
+  if (!h.ok()) {
+    (void)index_->unlock(pr->node);
+    for (PageId pg : pr->pages) pool_->unref(pg);
+    return 0;
+  }
+  pr->handle = std::move(h).value();
+  const uint32_t n = uint32_t(pr->at.size());
+  promotions_.push_back(std::move(pr));
+  return n;
+}
+
+void KVCache::finish_promotion(Promotion& pr) {
+  (void)index_->unlock(pr.node);
+  const TransferResult r = pr.handle.result();
+  // A lossy host codec decoded the copies: the device pages are approximate (as a load from the host is).
+  const bool lossy_host = kv_codec_lossy(options_.host_codec);
+  for (size_t i = 0; i < pr.at.size(); ++i) {
+    const bool copied = !r.cancelled && i < r.copies.size() && r.copies[i].ok();
+    // The page may have reached the device by another route meanwhile (a request's own load).
+    auto loc = index_->location(pr.node, pr.at[i]);
+    const bool place = copied && loc.ok() && loc->on_host() && !loc->on_device() &&
+                       index_->set_location(pr.node, pr.at[i], {pr.pages[i], loc->host, loc->lossy || lossy_host}).ok();
+    if (place) {
+      ++stats_.promoted_pages;  // the index holds our reference now
+    } else {
+      pool_->unref(pr.pages[i]);
+    }
+  }
+}
+
+bool KVCache::await_promotions(const NsKey& ns) {
+  bool any = false;
+  for (auto& pr : promotions_)
+    if (pr->ns == ns) (void)pr->handle.wait_all(), any = true;
+  if (any) poll();
+  return any;
 }
 
 }  // namespace kvtier

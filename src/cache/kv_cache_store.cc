@@ -244,6 +244,14 @@ void KVCache::poll() {
     finish_prefetch(**it);
     it = prefetches_.erase(it);
   }
+  for (auto it = promotions_.begin(); it != promotions_.end();) {
+    if (!(*it)->handle.done()) {
+      ++it;
+      continue;
+    }
+    finish_promotion(**it);
+    it = promotions_.erase(it);
+  }
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
@@ -256,6 +264,8 @@ void KVCache::poll() {
 Status KVCache::drain() {
   for (auto& pd : pending_) (void)pd->handle.wait_all();
   for (auto& pf : prefetches_) (void)pf->handle.wait_all();
+  poll();  // a finished prefetch may start promotions
+  for (auto& pr : promotions_) (void)pr->handle.wait_all();
   poll();
   Status st;
   if (disk_) st = disk_->flush();

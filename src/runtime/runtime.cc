@@ -234,7 +234,8 @@ class RuntimeImpl final : public Runtime {
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
     KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p,
                             cache_->prefetch(namespace_of(request), prompt));
-    return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens};
+    return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens,
+                          p.promoting_pages * o_.page_tokens};
   }
 
   Result<std::vector<TokenId>> decode(std::span<const SeqId> ids) override {

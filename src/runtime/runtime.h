@@ -260,7 +260,8 @@ class Runtime {
   // Returns the prompt's cached tokens (any tier) and how many of them are being read ahead.
   struct PrefetchReport {
     uint32_t cached_tokens = 0;
-    uint32_t loading_tokens = 0;
+    uint32_t loading_tokens = 0;    // being read from disk or remote into the host tier
+    uint32_t promoting_tokens = 0;  // being copied from the host tier into free device pages
   };
   // Only the request's prompt, tenant and cache_salt are read.
   virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;

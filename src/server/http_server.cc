@@ -405,7 +405,8 @@ void HttpServer::install_prefetch_route() {
     res.status = 202;
     res.set_content(json{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
                          {"tokens_matched", started->cached_tokens},
-                         {"tokens_loading", started->loading_tokens}}
+                         {"tokens_loading", started->loading_tokens},
+                         {"tokens_to_device", started->promoting_tokens}}
                         .dump(),
                     kJson);
   });

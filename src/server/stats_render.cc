@@ -61,7 +61,10 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   }
   j["planner_pages"] = {{"in_place", s.plan_pages[0]}, {"load", s.plan_pages[1]}, {"recompute", s.plan_pages[2]}};
   j["load_failures"] = s.load_failures;
-  j["prefetch"] = {{"pages", s.prefetched_pages}, {"failures", s.prefetch_failures}, {"waits", s.prefetch_waits}};
+  j["prefetch"] = {{"pages", s.prefetched_pages},
+                   {"failures", s.prefetch_failures},
+                   {"waits", s.prefetch_waits},
+                   {"promoted_pages", s.promoted_pages}};
   j["retention"] = {{"active_hints", s.retain_active},
                     {"hints", s.retain_hints},
                     {"expiries", s.retain_expiries},
@@ -134,6 +137,8 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
   m << "kvtier_prefetched_pages_total " << s.prefetched_pages << '\n';
   metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
   m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
+  metric("kvtier_promoted_pages_total", "counter", "Prefetched host pages copied on into free device pages.");
+  m << "kvtier_promoted_pages_total " << s.promoted_pages << '\n';
   metric("kvtier_retained_bytes", "gauge",
          "Bytes kept from eviction by retention hints (retain_s, cache_control), per tier (disk: whole regions).");
   m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n'

@@ -908,12 +908,17 @@ TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
   EXPECT_EQ(started["prefetch_id"].get<std::string>().rfind("pf-", 0), 0u);
   EXPECT_GT(started["tokens_matched"].get<uint32_t>(), 0u) << started.dump();
   EXPECT_EQ(started["tokens_loading"], started["tokens_matched"]);
+  EXPECT_EQ(started["tokens_to_device"], 0u);  // they reach the host first, then free device pages
   auto again = chat(body);
   ASSERT_TRUE(again);
   ASSERT_EQ(again->status, 200) << again->body;
   const json by_tier = json::parse(again->body)["usage"]["kvtier"]["cached_tokens_by_tier"];
-  EXPECT_GT(by_tier["host"].get<uint32_t>(), 0u) << by_tier.dump();  // what the planner loads of the prefetched chunks
+  // The prefetched chunks, on the host and then (the device's pages being free) on the device.
+  EXPECT_GT(by_tier["device"].get<uint32_t>(), 0u) << by_tier.dump();
   EXPECT_EQ(by_tier["disk"], 0u);
+  auto promoted = c.Get("/metrics");
+  ASSERT_TRUE(promoted);
+  EXPECT_EQ(promoted->body.find("kvtier_promoted_pages_total 0\n"), std::string::npos) << promoted->body;
 
   auto bad = [&](const std::string& path, const std::string& b, const std::string& param) {
     auto r = c.Post(path, b, "application/json");

@@ -1,11 +1,12 @@
-// Read-ahead: disk chunks prefetched into the host tier are served from the
-// host with the recompute's output; corrupt ones are dropped, never indexed.
+// Read-ahead: disk chunks prefetched into the host tier, and host pages on into
+// free device pages, are served with the recompute's output; corrupt chunks
+// are dropped, never indexed; promotion never evicts.
 #include "cache_rig.h"
 
 namespace kvtier::testing {
 namespace {
 
-constexpr uint32_t kHost = 1, kDisk = 2;
+constexpr uint32_t kDevice = 0, kHost = 1, kDisk = 2;
 
 // Cached once, then only on disk (device and host flushed).
 Outcome only_on_disk(CacheRig& rig, std::span<const TokenId> prompt) {
@@ -17,7 +18,7 @@ Outcome only_on_disk(CacheRig& rig, std::span<const TokenId> prompt) {
   return ref;
 }
 
-TEST(CachePrefetch, DiskChunksLandOnTheHostAndServeExactly) {
+TEST(CachePrefetch, DiskChunksLandOnTheHostThenTheDeviceAndServeExactly) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(300, 21);
   Outcome ref = only_on_disk(rig, prompt);
@@ -25,13 +26,65 @@ TEST(CachePrefetch, DiskChunksLandOnTheHostAndServeExactly) {
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   EXPECT_EQ(n->loading_pages, 16u);  // 4 whole chunks of 4 pages
   EXPECT_EQ(n->cached_pages, 16u);
+  EXPECT_EQ(n->promoting_pages, 0u);  // nothing on the host yet
   ASSERT_TRUE(rig.cache->drain().ok());
   auto st = rig.cache->stats();
   EXPECT_EQ(st.prefetched_pages, 16u);
+  EXPECT_EQ(st.promoted_pages, 16u);  // the device's 256 pages are free
   EXPECT_EQ(st.index.host_pages, 16u);
+  EXPECT_EQ(st.index.device_pages, 16u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
   Outcome hit = rig.cached(prompt, 8);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 256u);  // in place
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 0u);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 0u);
+  expect_same(hit, ref, 1e-5);
+}
+
+TEST(CachePrefetch, HostPagesGoOnIntoTheDevice) {
+  CacheRig rig;
+  auto prompt = CacheRig::random_tokens(300, 26);
+  Outcome ref = rig.reference(prompt, 8);
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 1000).ok());  // the host copies stay
+  ASSERT_EQ(rig.cache->stats().index.device_pages, 0u);
+  auto n = rig.cache->prefetch(rig.ns, prompt);
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(n->loading_pages, 0u);
+  EXPECT_EQ(n->promoting_pages, 18u);  // the prompt's whole pages but its last token's
+  Outcome hit = rig.cached(prompt, 8);  // waits for the copies, then uses them in place
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 288u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 0u);
+  expect_same(hit, ref, 1e-5);
+  EXPECT_EQ(rig.cache->stats().promoted_pages, 18u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
+TEST(CachePrefetch, PromotionTakesOnlyHalfTheFreeDevicePagesAndNeverEvicts) {
+  RigOptions o;
+  o.device_pages = 40;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 27);
+  Outcome ref = only_on_disk(rig, prompt);
+  // A running sequence holds 30 of the 40 pages: 10 are free.
+  auto other = CacheRig::random_tokens(470, 28);
+  auto held = rig.cache->fresh(rig.ns, other.size());
+  ASSERT_TRUE(held.ok());
+  ASSERT_EQ(rig.cache->pool().free_pages(), 10u);
+  const uint64_t evicted = rig.cache->stats().evicted_pages_by_tier[kDevice];
+  ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());
+  ASSERT_TRUE(rig.cache->drain().ok());
+  auto st = rig.cache->stats();
+  EXPECT_EQ(st.prefetched_pages, 16u);
+  EXPECT_EQ(st.promoted_pages, 5u);  // half of the 10 free pages
+  EXPECT_EQ(st.evicted_pages_by_tier[kDevice], evicted);
+  EXPECT_EQ(rig.cache->pool().free_pages(), 5u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  rig.cache->release(*held);
+  Outcome hit = rig.cached(prompt, 8);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 80u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 176u);
   expect_same(hit, ref, 1e-5);
 }
 
@@ -43,7 +96,9 @@ TEST(CachePrefetch, LookupWaitsForChunksInFlightInsteadOfReadingThemTwice) {
   ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());
   Outcome hit = rig.cached(prompt, 8);  // right away: the reads may still be in flight
   expect_same(hit, ref, 1e-5);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost] + hit.report.reused_tokens_by_tier[kDisk], 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice] + hit.report.reused_tokens_by_tier[kHost] +
+                hit.report.reused_tokens_by_tier[kDisk],
+            256u);
   ASSERT_TRUE(rig.cache->drain().ok());
   // Every chunk crossed from the disk exactly once.
   EXPECT_EQ(rig.cache->stats().bytes_loaded_by_tier[kDisk] - before, 16u * rig.cache->geometry().page_bytes());
@@ -80,7 +135,7 @@ TEST(CachePrefetch, UsesAtMostHalfTheHostTier) {
   ASSERT_TRUE(rig.cache->drain().ok());
   EXPECT_LE(rig.cache->stats().index.host_pages, 12u);
   Outcome hit = rig.cached(prompt, 8);
-  EXPECT_GT(hit.report.reused_tokens_by_tier[kHost], 0u);
+  EXPECT_GT(hit.report.reused_tokens_by_tier[kDevice] + hit.report.reused_tokens_by_tier[kHost], 0u);
   expect_same(hit, ref, 1e-5);
 }
 
