@@ -269,6 +269,9 @@ class KVCache {
     uint32_t promoting_pages = 0;
   };
   Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
+  // The leading whole pages of `tokens` (all but its last token) cached on
+  // the device or host now: the index alone, no waiting, no counting.
+  uint32_t cached_prefix_pages(const Namespace& ns, std::span<const TokenId> tokens);
   // Retention hint: keeps the cached whole pages of `tokens` in `ns` (the
   // prefix cached now) for `ttl`. On the host: they may leave the device
   // (down to their host copy) but are never evicted from the host or
@@ -455,6 +458,7 @@ class KVCache {
   Clock::time_point next_expiry_ = Clock::time_point::max();  // no hint ends before it
   std::unordered_map<PageHash, uint32_t, PageHashHasher> chunk_hits_;  // selective policy
   EvictResult evict_scratch_;
+  MatchResult peek_;  // cached_prefix_pages()' scratch
   KVCacheStats stats_;
 };
 

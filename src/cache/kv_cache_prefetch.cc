@@ -55,6 +55,13 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   return out;
 }
 
+uint32_t KVCache::cached_prefix_pages(const Namespace& ns, std::span<const TokenId> tokens) {
+  const uint32_t P = options_.geometry.page_tokens;
+  if (tokens.empty()) return 0;
+  index_->match(index_->namespace_key(ns), tokens.first((tokens.size() - 1) / P * P), peek_, /*hash_remainder=*/false);
+  return peek_.matched_pages;
+}
+
 bool KVCache::await_prefetches(const NsKey& ns, std::span<const PageHash> keys) {
   bool waited = false;
   // A prefetch that finished since the caller's poll() is still waited on (a

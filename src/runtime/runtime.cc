@@ -227,6 +227,11 @@ class RuntimeImpl final : public Runtime {
     return out;
   }
 
+  uint32_t cached_prefix_tokens(const PromptRequest& request) override {
+    if (!o_.cache_enabled || request.prompt.empty()) return 0;
+    return cache_->cached_prefix_pages(namespace_of(request), request.prompt) * o_.page_tokens;
+  }
+
   Result<PrefetchReport> prefetch(const PromptRequest& request) override {
     const std::span<const TokenId> prompt = request.prompt;
     if (!o_.cache_enabled || prompt.empty()) return PrefetchReport{};

@@ -265,6 +265,10 @@ class Runtime {
   };
   // Only the request's prompt, tenant and cache_salt are read.
   virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;
+  // Tokens of the prompt whose KV is cached on the device or host now (the
+  // prefix index only: a pure read, microseconds; 0 without the cache). The
+  // scheduler orders its queue by what is left to compute.
+  virtual uint32_t cached_prefix_tokens(const PromptRequest& request) = 0;
   // Per-tenant budgets per tier (KVCache::set_tenant_quotas); replaces the previous set.
   virtual void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) = 0;
   // A tenant's cached bytes per tier now, and its quota (what a response's usage reports).

@@ -306,6 +306,15 @@ void Scheduler::step() {
   std::erase_if(running_, [](const auto& r) { return r->ended; });
 }
 
+// What the runtime's cache calls read of a request: its prompt and namespace.
+PromptRequest Scheduler::prompt_of(const GenerationRequest& r) {
+  PromptRequest p;
+  p.prompt = r.prompt;
+  p.cache_salt = r.cache_salt;
+  p.tenant = r.tenant;
+  return p;
+}
+
 void Scheduler::prefetch_waiting() {
   std::vector<PromptRequest> todo;
   {
@@ -313,22 +322,39 @@ void Scheduler::prefetch_waiting() {
     for (auto& w : waiting_) {
       if (w.prefetched) continue;
       w.prefetched = true;
-      PromptRequest& p = todo.emplace_back();
-      p.prompt = w.request.prompt;
-      p.cache_salt = w.request.cache_salt;
-      p.tenant = w.request.tenant;
+      todo.push_back(prompt_of(w.request));
     }
   }
   for (const PromptRequest& p : todo) (void)runtime_->prefetch(p);  // best effort; start() decides
 }
 
+std::string_view schedule_policy_name(SchedulePolicy p) { return p == SchedulePolicy::kFcfs ? "fcfs" : "cached-first"; }
+
+Result<SchedulePolicy> parse_schedule_policy(std::string_view name) {
+  if (name == "fcfs") return SchedulePolicy::kFcfs;
+  if (name == "cached-first") return SchedulePolicy::kCachedFirst;
+  return Status::InvalidArgument("unknown schedule policy '" + std::string(name) + "' (fcfs, cached-first)");
+}
+
 std::optional<size_t> Scheduler::next_admissible_locked() const {
-  for (size_t i = 0; i < waiting_.size(); ++i) {
+  std::optional<size_t> best;
+  uint64_t best_left = 0;
+  uint32_t seen = 0;
+  for (size_t i = 0; i < waiting_.size() && seen < kScheduleWindow; ++i) {
     const Waiting& w = waiting_[i];
-    if (!w.blocked || w.blocked_at != room_epoch_ || w.state->cancelled()) return i;
-    if (w.passed >= options_.max_passes) return std::nullopt;  // it has waited long enough: nobody else goes first
+    if (w.state->cancelled()) return i;  // answered at once
+    const bool admissible = !w.blocked || w.blocked_at != room_epoch_;
+    // It has waited long enough: nobody else goes first. (Every request before it was passed
+    // at least as often, so it is the first one due.)
+    if (w.passed >= options_.max_passes) return admissible ? std::optional<size_t>(i) : std::nullopt;
+    if (!admissible) continue;
+    if (options_.policy == SchedulePolicy::kFcfs) return i;
+    ++seen;
+    const size_t prompt = w.request.prompt.size();
+    const uint64_t left = prompt - std::min<size_t>(prompt, runtime_->cached_prefix_tokens(prompt_of(w.request)));
+    if (!best || left < best_left) best = i, best_left = left;
   }
-  return std::nullopt;
+  return best;
 }
 
 void Scheduler::admit() {

@@ -6,7 +6,9 @@
 //      (Runtime::finish frees their pages);
 //   2. admit at most `prefills_per_step` waiting requests (Runtime::start:
 //      cache lookup + prefill), so prefill of a newcomer is interleaved with
-//      the decode steps of running streams instead of stalling them;
+//      the decode steps of running streams instead of stalling them; which
+//      one first is SchedulerOptions::policy's choice (by default the one
+//      with the least left to compute, server/schedule_policy.h);
 //   3. decode every running sequence in one Runtime::decode batch.
 // A sequence ends on EOS, a stop string, max_tokens or the context limit;
 // its text is published incrementally (stop strings are cut off).
@@ -49,6 +51,7 @@
 #include "runtime/runtime.h"
 #include "server/api.h"
 #include "server/request_log.h"
+#include "server/schedule_policy.h"
 
 namespace kvtier::server {
 
@@ -121,7 +124,8 @@ struct SchedulerOptions {
   uint32_t max_running = 64;         // sequences decoded together
   uint32_t prefills_per_step = 1;    // admissions between two decode steps
   double request_timeout_s = 600;
-  uint32_t max_passes = 64;          // later requests that may start ahead of one waiting for room
+  uint32_t max_passes = 64;          // later requests that may start ahead of one (waiting for room, or by policy)
+  SchedulePolicy policy = SchedulePolicy::kCachedFirst;  // admission order (server/schedule_policy.h)
   std::chrono::milliseconds retry_idle{50};  // retry of requests waiting for room when nothing runs
   uint32_t recent_requests = 64;     // prefills kept in recent() (GET /v1/requests/recent)
   // Arrival, deadlines, TTFT and end-to-end times are read from it (tests: a ManualClock).
@@ -193,8 +197,11 @@ class Scheduler {
   struct Waiting;
   // Runtime::start for one request taken from the queue; kNoRoom leaves `w` intact.
   Admission start_waiting(Waiting& w);
-  // The index of the next waiting request to try, if any may start. Holds mu_.
+  // The index of the next waiting request to try, if any may start, by options_.policy
+  // (server/schedule_policy.h) over the first kScheduleWindow admissible ones. Holds mu_.
+  static constexpr uint32_t kScheduleWindow = 16;
   std::optional<size_t> next_admissible_locked() const;
+  static PromptRequest prompt_of(const GenerationRequest& r);
   // Asks the runtime to read ahead the cached prefixes of requests still queued.
   void prefetch_waiting();
   // One decode step for every running sequence that is not paused. When

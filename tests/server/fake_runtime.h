@@ -152,13 +152,7 @@ class FakeRuntime final : public Runtime {
     Started st;
     st.seq = SeqId(next_seq_++);
     st.report.prompt_tokens = uint32_t(prompt.size());
-    size_t best = 0;
-    for (const auto& old : done_prompts_[salt]) {
-      size_t n = 0;
-      while (n < old.size() && n < prompt.size() && old[n] == prompt[n]) ++n;
-      best = std::max(best, n);
-    }
-    best = std::min(best, prompt.size() - 1) / 4 * 4;
+    const size_t best = cached_locked(prompt, salt);
     st.report.cached_tokens = uint32_t(best);
     st.report.cached_tokens_by_tier[int(TierKind::kHost)] = uint32_t(best);
     st.report.ttft_s = 0.001;
@@ -176,6 +170,21 @@ class FakeRuntime final : public Runtime {
   // Preemption is not modelled: the fake's pages do not grow while decoding.
   Result<bool> preempt(SeqId) override { return Status::Unimplemented("fake: no preemption"); }
   Status resume(SeqId) override { return Status::Ok(); }
+
+  uint32_t cached_prefix_tokens(const PromptRequest& request) override {
+    std::lock_guard lk(s_->mu);
+    return uint32_t(cached_locked(request.prompt, request.tenant + '\0' + request.cache_salt));
+  }
+  // The fake's cache: the longest common prefix with a finished prompt of the namespace, in pages of 4.
+  size_t cached_locked(std::span<const TokenId> prompt, const std::string& salt) {
+    size_t best = 0;
+    for (const auto& old : done_prompts_[salt]) {
+      size_t n = 0;
+      while (n < old.size() && n < prompt.size() && old[n] == prompt[n]) ++n;
+      best = std::max(best, n);
+    }
+    return prompt.empty() ? 0 : std::min(best, prompt.size() - 1) / 4 * 4;
+  }
 
   Result<PrefetchReport> prefetch(const PromptRequest& request) override {
     const std::vector<TokenId>& prompt = request.prompt;

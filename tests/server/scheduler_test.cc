@@ -191,6 +191,40 @@ TEST(SchedulerTest, QueuedRequestsArePrefetchedOnceBeforeTheyStart) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "prefetch:4"), 1);
 }
 
+// Two requests queue behind a running one: a newcomer, then a returning conversation whose
+// prompt is mostly cached. cached-first starts the returning one first; fcfs keeps arrival order.
+void queue_newcomer_then_returning(SchedulePolicy policy, TokenId want_first) {
+  SchedulerOptions o;
+  o.max_running = 1;
+  o.policy = policy;
+  Fixture f(o);
+  std::vector<TokenId> chat(40);
+  for (size_t i = 0; i < chat.size(); ++i) chat[i] = TokenId(1 + i % 30);
+  ASSERT_TRUE(f.submit(chat, 2)->wait_done().error.ok());  // now cached
+  {
+    std::lock_guard lk(f.fake->mu);
+    f.fake->gate_closed = true;
+  }
+  auto busy = f.submit({31, 32}, 2);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->in_start; }));  // held inside start(): the others queue
+  std::vector<TokenId> newcomer(30, 33);
+  std::vector<TokenId> returning = chat;
+  returning.insert(returning.end(), {34, 35, 36});
+  auto a = f.submit(newcomer, 2);
+  auto b = f.submit(returning, 2);
+  f.fake->open_gate();
+  for (auto& s : {busy, a, b}) ASSERT_TRUE(s->wait_done().error.ok());
+  std::lock_guard lk(f.fake->mu);
+  ASSERT_EQ(f.fake->started.size(), 4u);
+  EXPECT_EQ(f.fake->started[2], want_first) << schedule_policy_name(policy);
+}
+
+TEST(SchedulerTest, CachedFirstStartsTheRequestWithLeastLeftToCompute) {
+  queue_newcomer_then_returning(SchedulePolicy::kCachedFirst, 1);
+}
+
+TEST(SchedulerTest, FcfsKeepsArrivalOrder) { queue_newcomer_then_returning(SchedulePolicy::kFcfs, 33); }
+
 TEST(SchedulerTest, DrainRefusesNewWorkAndCancelsAfterGrace) {
   Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
   auto quick = f.submit({1}, 3);
