@@ -77,9 +77,9 @@ OptionTable<S> make_table() {
   t.push_back(uint_option<S>({"limits.max_queue", "--max-queue", {}, "Waiting requests before 429"},
                              KVTIER_FIELD(limits.max_queue), 1, 1u << 24));
   t.push_back(enum_option<S>({"limits.schedule", "--schedule", {},
-                              "Which waiting request starts next: cached-first (the least left to compute, the prefix "
-                              "cached on the device or host not counted; none waits past 64 later ones) or fcfs "
-                              "(arrival order)"},
+                              "Which waiting request starts next: fcfs (arrival order) or cached-first (the least left "
+                              "to compute, the prefix cached on the device or host not counted; none waits past 64 "
+                              "later ones)"},
                              KVTIER_FIELD(limits.schedule), parse_schedule_policy, schedule_policy_name,
                              "fcfs, cached-first"));
   t.push_back(uint_option<S>({"limits.max_tokens", "--max-tokens", {}, "Largest max_tokens a request may ask for"},

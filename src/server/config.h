@@ -32,7 +32,7 @@ struct ServerLimits {
   double shutdown_grace_s = 10;        // SIGINT/SIGTERM: time in-flight requests get to finish
   uint32_t http_threads = 64;          // connection threads (one per open stream)
   size_t max_body_bytes = size_t(16) << 20;
-  SchedulePolicy schedule = SchedulePolicy::kCachedFirst;  // admission order (server/schedule_policy.h)
+  SchedulePolicy schedule = SchedulePolicy::kFcfs;  // admission order (server/schedule_policy.h)
 
   Status validate() const;
 };

@@ -7,8 +7,8 @@
 //   2. admit at most `prefills_per_step` waiting requests (Runtime::start:
 //      cache lookup + prefill), so prefill of a newcomer is interleaved with
 //      the decode steps of running streams instead of stalling them; which
-//      one first is SchedulerOptions::policy's choice (by default the one
-//      with the least left to compute, server/schedule_policy.h);
+//      one first is SchedulerOptions::policy's choice (arrival order, or the
+//      one with the least left to compute: server/schedule_policy.h);
 //   3. decode every running sequence in one Runtime::decode batch.
 // A sequence ends on EOS, a stop string, max_tokens or the context limit;
 // its text is published incrementally (stop strings are cut off).
@@ -125,7 +125,7 @@ struct SchedulerOptions {
   uint32_t prefills_per_step = 1;    // admissions between two decode steps
   double request_timeout_s = 600;
   uint32_t max_passes = 64;          // later requests that may start ahead of one (waiting for room, or by policy)
-  SchedulePolicy policy = SchedulePolicy::kCachedFirst;  // admission order (server/schedule_policy.h)
+  SchedulePolicy policy = SchedulePolicy::kFcfs;  // admission order (server/schedule_policy.h)
   std::chrono::milliseconds retry_idle{50};  // retry of requests waiting for room when nothing runs
   uint32_t recent_requests = 64;     // prefills kept in recent() (GET /v1/requests/recent)
   // Arrival, deadlines, TTFT and end-to-end times are read from it (tests: a ManualClock).
