@@ -102,9 +102,10 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
     const uint64_t before = stats_.evicted_pages_by_tier[0];
     KVTIER_RETURN_IF_ERROR(evict_device(n - pool_->free_pages()));
     if (stats_.evicted_pages_by_tier[0] == before) {
-      // Pages held by background stores come back once those finish.
-      if (pending_.empty()) break;
-      (void)pending_.front()->handle.wait_all();
+      // Pages held by background stores come back once those finish; pages being
+      // promoted (prefetch) become evictable once theirs land.
+      if (pending_.empty() && promotions_.empty()) break;
+      (void)(pending_.empty() ? promotions_.front()->handle : pending_.front()->handle).wait_all();
       poll();
     }
   }
