@@ -234,25 +234,28 @@ Status KVCache::evict(TierKind tier, uint32_t pages) {
   return Status::InvalidArgument("evict: only the device and host tiers are evicted by the cache");
 }
 
+namespace {
+
+// Applies `finish` to each transfer of `q` that is done (they finish in any order) and drops it.
+template <typename T, typename Fn>
+void finish_done(std::deque<std::unique_ptr<T>>& q, Fn&& finish) {
+  for (auto it = q.begin(); it != q.end();) {
+    if (!(*it)->handle.done()) {
+      ++it;
+      continue;
+    }
+    finish(**it);
+    it = q.erase(it);
+  }
+}
+
+}  // namespace
+
 void KVCache::poll() {
   (void)transfer_->poll_completions();  // results are read through the handles
   expire_retained();
-  for (auto it = prefetches_.begin(); it != prefetches_.end();) {
-    if (!(*it)->handle.done()) {
-      ++it;
-      continue;
-    }
-    finish_prefetch(**it);
-    it = prefetches_.erase(it);
-  }
-  for (auto it = promotions_.begin(); it != promotions_.end();) {
-    if (!(*it)->handle.done()) {
-      ++it;
-      continue;
-    }
-    finish_promotion(**it);
-    it = promotions_.erase(it);
-  }
+  finish_done(prefetches_, [this](Prefetch& pf) { finish_prefetch(pf); });  // may start promotions
+  finish_done(promotions_, [this](Promotion& pr) { finish_promotion(pr); });
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
