@@ -468,13 +468,18 @@ Status PrefixIndex::set_location(NodeHandle h, uint32_t page_index, PageLocation
   count_page(n, old, -1);
   count_page(n, loc, +1);
   n.locs[slot] = loc;
+  // A page whose one residency is replaced by the other tier's moved; otherwise each tier's change is
+  // its own event (a new id in the same tier: removed, then stored).
+  const bool crossed = opts_.record_events && old.on_device() != old.on_host() && loc.on_device() != loc.on_host() &&
+                       old.on_device() != loc.on_device();
+  if (crossed) emit(IndexEventKind::kMoved, loc.on_device() ? kDev : kHost, n, slot, loc);
   for (int t = 0; t < 2; ++t) {
     if (has_tier(loc, t)) n.scan_end[t] = std::max(n.scan_end[t], slot + 1);
-    if (!opts_.record_events) continue;
+    if (!opts_.record_events || crossed) continue;
     const bool was = has_tier(old, t), is = has_tier(loc, t);
-    const bool moved = was && is && (t == kDev ? old.device != loc.device : old.host != loc.host);
-    if (was && (!is || moved)) emit(IndexEventKind::kRemoved, t, n, slot, old);
-    if (is && (!was || moved)) emit(IndexEventKind::kStored, t, n, slot, loc);
+    const bool replaced = was && is && (t == kDev ? old.device != loc.device : old.host != loc.host);
+    if (was && (!is || replaced)) emit(IndexEventKind::kRemoved, t, n, slot, old);
+    if (is && (!was || replaced)) emit(IndexEventKind::kStored, t, n, slot, loc);
   }
   tiers_changed(id, old_tp);
   return Status::Ok();
@@ -528,6 +533,7 @@ void PrefixIndex::emit(IndexEventKind kind, int t, const Node& n, uint32_t slot,
   IndexEvent e;
   e.kind = kind;
   e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
+  e.from = kind == IndexEventKind::kMoved ? (t == kDev ? TierKind::kHost : TierKind::kDevice) : e.tier;
   e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
   e.hash = opts_.store_hashes ? n.hashes[slot] : PageHash{};
   e.location = loc;

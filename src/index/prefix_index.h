@@ -158,11 +158,13 @@ enum class IndexEventKind : uint8_t {
   kStored = 0,   // a page gained a residency in `tier`
   kRemoved = 1,  // a page lost its residency in `tier`
   kCleared = 2,  // reset(): everything is gone (no per-page events follow)
+  kMoved = 3,    // a page's one residency went from `from` to `tier` (device -> host: demotion)
 };
 
 struct IndexEvent {
   IndexEventKind kind = IndexEventKind::kStored;
   TierKind tier = TierKind::kDevice;
+  TierKind from = TierKind::kDevice;  // kMoved: the tier it left
   NsKey ns;
   PageHash hash;
   PageLocation location;

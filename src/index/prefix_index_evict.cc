@@ -139,6 +139,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
     PageLocation loc = n.locs[i];
     if (!has_tier(loc, t)) continue;
     const PageHash h = opts_.store_hashes ? n.hashes[i] : PageHash{};
+    bool demoted = false;
     if (demote && !has_tier(loc, 1 - t)) {
       // Write-back: the page moves down to a host slot instead of leaving.
       const SlotId slot = demote(loc, h);
@@ -150,6 +151,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
         n.locs[i] = with_host;
         loc = with_host;
         n.scan_end[1 - t] = std::max(n.scan_end[1 - t], i + 1);
+        demoted = true;
       }
     }
     if (has_tier(loc, 1 - t)) {
@@ -175,9 +177,10 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
     }
     --need;
     if (opts_.record_events) {
-      IndexEvent e;
-      e.kind = IndexEventKind::kRemoved;
-      e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
+      IndexEvent e;  // a demoted page moved down; any other lost its residency in t
+      e.kind = demoted ? IndexEventKind::kMoved : IndexEventKind::kRemoved;
+      e.from = t == kDev ? TierKind::kDevice : TierKind::kHost;
+      e.tier = demoted ? TierKind::kHost : e.from;
       e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
       e.hash = h;
       e.location = loc;

@@ -430,6 +430,53 @@ TEST(PrefixIndex, EventsReportStoredAndRemovedPagesWithMatchingHashes) {
   EXPECT_EQ(ev[0].kind, IndexEventKind::kCleared);
 }
 
+// A page whose one residency changes tier is one `moved` event (what a router's view of the
+// tiers needs); a copy into the other tier is a `stored` one.
+TEST(PrefixIndex, EventsReportADemotionAsAMoveAndACopyAsAStore) {
+  PrefixIndex::Options o;
+  o.page_tokens = 2;
+  o.device_demotes = true;
+  o.record_events = true;
+  auto ix = std::move(PrefixIndex::create(o)).value();
+  const NsKey ns = ns_of("");
+  const InsertResult r = put(*ix, ns, {1, 1, 2, 2}, 10);
+  std::vector<PageHash> want;
+  hash_pages(HashAlgo::kXXH3_128, ns.seed, std::vector<TokenId>{1, 1, 2, 2}, 2, want);
+  std::vector<IndexEvent> ev;
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 2u);
+  uint32_t next_slot = 0;
+  PrefixIndex::DemoteFn demote = [&](const PageLocation&, const PageHash&) { return SlotId(next_slot++); };
+  EvictResult er;
+  ASSERT_TRUE(ix->evict(2, TierKind::kDevice, er, demote).ok());
+  ev.clear();
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 2u);
+  for (const IndexEvent& e : ev) {
+    EXPECT_EQ(e.kind, IndexEventKind::kMoved);
+    EXPECT_EQ(e.from, TierKind::kDevice);
+    EXPECT_EQ(e.tier, TierKind::kHost);
+  }
+  EXPECT_EQ(ev[0].hash, want[1]);  // leaves first
+  EXPECT_EQ(ev[1].hash, want[0]);
+  // Page 0 gains a device copy (prefetch's promotion): stored. Page 1 moves back up alone: moved.
+  auto loc0 = ix->location(r.deepest, 0);
+  ASSERT_TRUE(loc0.ok());
+  ASSERT_TRUE(ix->set_location(r.deepest, 0, {PageId(20), loc0->host}).ok());
+  ASSERT_TRUE(ix->set_location(r.deepest, 1, {PageId(21), SlotId()}).ok());
+  ev.clear();
+  ix->take_events(ev);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, IndexEventKind::kStored);
+  EXPECT_EQ(ev[0].tier, TierKind::kDevice);
+  EXPECT_EQ(ev[0].hash, want[0]);
+  EXPECT_EQ(ev[1].kind, IndexEventKind::kMoved);
+  EXPECT_EQ(ev[1].from, TierKind::kHost);
+  EXPECT_EQ(ev[1].tier, TierKind::kDevice);
+  EXPECT_EQ(ev[1].hash, want[1]);
+  EXPECT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+}
+
 TEST(PrefixIndex, ResetZeroesEveryCount) {
   auto ix = make(4);
   const NsKey ns = ns_of("");
