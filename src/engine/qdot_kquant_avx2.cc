@@ -80,14 +80,11 @@ KQ_INLINE __m256i half_scales(__m256i scales16, int h) {
                 : _mm256_permute2x128_si256(scales16, scales16, 0x11);
 }
 
-// A super-block unpacked for its dots: chunk c = 4h + s's q as 32 unsigned bytes, and the int16
-// scales of its two groups (the low and high 128-bit lanes of maddubs' output), from `scales16`
-// holding scale g in int16 lane g and chunk(x, h, s) giving chunk (h, s).
-struct Unpacked {
-  __m256i q[8], scale[8];
-};
-template <typename Block, __m256i (*chunk)(const Block&, int, int)>
-KQ_INLINE void unpack_groups(const Block& x, __m256i scales16, Unpacked& u) {
+// Calls fn(c, q, scale) for each chunk c = 4h + s of a super-block, in order: its q as 32
+// unsigned bytes (chunk(x, h, s)) and the int16 scales of its two groups (the low and high 128-bit
+// lanes of maddubs' output) from `scales16`, which holds scale g in int16 lane g.
+template <typename Block, __m256i (*chunk)(const Block&, int, int), typename Fn>
+KQ_INLINE void for_each_chunk(const Block& x, __m256i scales16, Fn&& fn) {
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const __m256i sc = half_scales(scales16, h);
@@ -96,11 +93,19 @@ KQ_INLINE void unpack_groups(const Block& x, __m256i scales16, Unpacked& u) {
                                    2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
 #pragma GCC unroll 4
     for (int s = 0; s < 4; ++s) {
-      u.q[4 * h + s] = chunk(x, h, s);
-      u.scale[4 * h + s] = _mm256_shuffle_epi8(sc, sel);
+      fn(4 * h + s, chunk(x, h, s), _mm256_shuffle_epi8(sc, sel));
       sel = _mm256_add_epi8(sel, bytes(4));
     }
   }
+}
+
+// A super-block unpacked for the dots of many activation rows: chunk c's q and scales.
+struct Unpacked {
+  __m256i q[8], scale[8];
+};
+template <typename Block, __m256i (*chunk)(const Block&, int, int)>
+KQ_INLINE void unpack_groups(const Block& x, __m256i scales16, Unpacked& u) {
+  for_each_chunk<Block, chunk>(x, scales16, [&](int c, __m256i q, __m256i scale) { u.q[c] = q, u.scale[c] = scale; });
 }
 
 // Σ_c scale_c · Σ_{i in c} q_i a_i over an unpacked super-block (chunk c: elements 32c ..): 8
@@ -117,17 +122,9 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked& u, const BlockQ8K& a) {
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
 KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16) {
   __m256i sum = _mm256_setzero_si256();
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i sc = half_scales(scales16, h);
-    __m256i sel = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                   2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-#pragma GCC unroll 4
-    for (int s = 0; s < 4; ++s) {
-      sum = _mm256_add_epi32(sum, scaled_dot32(chunk(x, h, s), a.qs + 128 * h + 32 * s, _mm256_shuffle_epi8(sc, sel)));
-      sel = _mm256_add_epi8(sel, bytes(4));
-    }
-  }
+  for_each_chunk<Block, chunk>(x, scales16, [&](int c, __m256i q, __m256i scale) {
+    sum = _mm256_add_epi32(sum, scaled_dot32(q, a.qs + 32 * c, scale));
+  });
   return sum;
 }
 
