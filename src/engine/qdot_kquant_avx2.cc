@@ -291,22 +291,30 @@ KQ_INLINE __m256 k4_dd(const Block& x) {
   return _mm256_setr_ps(d, d, -dmin, -dmin, d, d, -dmin, -dmin);
 }
 
-// Σ_j scale_j · Σ_{i in sub-block j} q_i a_i, unpacking each pair as it is used (a row's dot).
-// Scale j as int16 in every lane is a byte shuffle of the scale bytes: (j, zero) repeated.
-template <typename Block, void (*pair)(const Block&, int, __m256i*)>
-KQ_INLINE __m256i k4_dot(const Block& x, const BlockQ8K& a, __m128i scales_mins) {
+// Calls fn(j, q, scale) for each sub-block j of a Q4_K/Q5_K super-block, in order: its q as 32
+// unsigned bytes (pair(x, k, q) gives sub-blocks 2k and 2k + 1) and its scale as int16 in every
+// lane, a byte shuffle of the scale bytes: (j, zero) repeated.
+template <typename Block, void (*pair)(const Block&, int, __m256i*), typename Fn>
+KQ_INLINE void for_each_sub_block(const Block& x, __m128i scales_mins, Fn&& fn) {
   const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
-  __m256i sel = _mm256_set1_epi16(int16_t(0x8000)), sum = _mm256_setzero_si256();  // scale 0
+  __m256i sel = _mm256_set1_epi16(int16_t(0x8000));  // scale 0
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     __m256i q[2];
     pair(x, k, q);
-    const __m256i sc_lo = _mm256_shuffle_epi8(sc, sel);
-    const __m256i sc_hi = _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1)));
-    sum = _mm256_add_epi32(sum, scaled_dot32(q[0], a.qs + 64 * k, sc_lo));
-    sum = _mm256_add_epi32(sum, scaled_dot32(q[1], a.qs + 64 * k + 32, sc_hi));
+    fn(2 * k, q[0], _mm256_shuffle_epi8(sc, sel));
+    fn(2 * k + 1, q[1], _mm256_shuffle_epi8(sc, _mm256_add_epi16(sel, _mm256_set1_epi16(1))));
     sel = _mm256_add_epi16(sel, _mm256_set1_epi16(2));
   }
+}
+
+// Σ_j scale_j · Σ_{i in sub-block j} q_i a_i, unpacking each pair as it is used (a row's dot).
+template <typename Block, void (*pair)(const Block&, int, __m256i*)>
+KQ_INLINE __m256i k4_dot(const Block& x, const BlockQ8K& a, __m128i scales_mins) {
+  __m256i sum = _mm256_setzero_si256();
+  for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) {
+    sum = _mm256_add_epi32(sum, scaled_dot32(q, a.qs + 32 * j, scale));
+  });
   return sum;
 }
 
@@ -329,16 +337,8 @@ float dot_k4(size_t n, const void* w, const void* act) {
 template <typename Block, void (*pair)(const Block&, int, __m256i*)>
 KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m256* acc) {
   const __m128i scales_mins = k4_scales_mins(x.scales);
-  Unpacked u;  // sub-block j is chunk j; its scale as int16 in every lane: (byte j, zero) shuffled
-  const __m256i sc = _mm256_broadcastsi128_si256(scales_mins);
-  __m256i sel = _mm256_set1_epi16(int16_t(0x8000));
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    u.scale[j] = _mm256_shuffle_epi8(sc, sel);
-    sel = _mm256_add_epi16(sel, _mm256_set1_epi16(1));
-  }
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) pair(x, k, u.q + 2 * k);
+  Unpacked u;  // sub-block j is chunk j
+  for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) { u.q[j] = q, u.scale[j] = scale; });
   const __m256i mins = k4_mins_pairs(scales_mins);
   const __m256 dd = k4_dd(x);
   for (int t = 0; t < count; ++t) acc[t] = k4_accumulate(unpacked_dot(u, *a[t]), mins, *a[t], dd, acc[t]);
