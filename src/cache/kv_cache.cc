@@ -414,11 +414,7 @@ Status KVCache::submit_loads(CacheLeaseState& lease, const CacheLookup& L, const
     (lo < a.b ? lease.front_load_pages_ : lease.back_load_pages_).push_back(lo);
     (lo < a.b ? front : back).loads.push_back(std::move(mv));
   }
-  if (host_loads) {
-    // A host slot may still be receiving a write-through copy: let it land first.
-    for (auto& pd : pending_)
-      if (pd->writes_host) (void)pd->handle.wait_all();
-  }
+  if (host_loads) await_host_writes();
   for (auto [batch, handle] : {std::pair{&front, &lease.front_}, std::pair{&back, &lease.back_}}) {
     if (batch->copies.empty() && batch->loads.empty()) continue;
     KVTIER_ASSIGN_OR_RETURN(*handle, transfer_->submit(std::move(*batch)));

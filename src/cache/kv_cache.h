@@ -410,6 +410,9 @@ class KVCache {
   uint32_t promote(const NsKey& ns, std::span<const TokenId> tokens);
   // Gives each page of a finished promotion to the index as its device copy (or frees it).
   void finish_promotion(Promotion& pr);
+  // Waits for the background writes into host slots: a slot about to be read (a load, a
+  // promotion) may still be receiving a write-through copy.
+  void await_host_writes();
   // Waits for the promotions in `ns`; true when there were any.
   bool await_promotions(const NsKey& ns);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);

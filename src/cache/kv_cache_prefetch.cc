@@ -140,9 +140,7 @@ uint32_t KVCache::promote(const NsKey& ns, std::span<const TokenId> tokens) {
   TransferBatch batch;
   for (size_t i = 0; i < pr->at.size(); ++i)
     batch.copies.push_back({PageLoc::host(m.locations[pr->at[i]].host), PageLoc::pool(pr->pages[i])});
-  // A host slot may still be receiving a write-through copy: let it land first.
-  for (auto& pd : pending_)
-    if (pd->writes_host) (void)pd->handle.wait_all();
+  await_host_writes();
   auto h = transfer_->submit(std::move(batch));
   if (!h.ok()) {
     (void)index_->unlock(pr->node);

@@ -265,6 +265,11 @@ void KVCache::poll() {
   }
 }
 
+void KVCache::await_host_writes() {
+  for (auto& pd : pending_)
+    if (pd->writes_host) (void)pd->handle.wait_all();
+}
+
 Status KVCache::drain() {
   for (auto& pd : pending_) (void)pd->handle.wait_all();
   for (auto& pf : prefetches_) (void)pf->handle.wait_all();
