@@ -204,6 +204,8 @@ Result<std::unique_ptr<KVCache>> KVCache::create(const KVCacheOptions& o) {
   c->host_ = std::move(tiers.host);
   c->disk_ = o.disk ? o.disk : std::move(tiers.disk);
   c->remote_ = o.remote ? o.remote : std::move(tiers.remote);
+  for (Tier* t : {c->disk_.get(), c->remote_.get()})
+    if (t) t->set_event_log(c->events_);
 
   TransferEngineOptions to;
   to.workers = o.transfer_workers;

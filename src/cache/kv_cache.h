@@ -339,6 +339,18 @@ class KVCache {
   Status drain();
 
   KVCacheStats stats() const;
+
+  // What the cache gains and loses, for a listener that follows it (GET
+  // /v1/cache/events; tiers/kv_events.h): the index's page events and the
+  // disk and remote tiers' chunk events, recorded only while the log has a
+  // listener. The log is thread-safe; publish_events() and event_snapshot()
+  // are the control thread's.
+  const std::shared_ptr<KvEventLog>& events() const { return events_; }
+  // Moves the index's events into the log (every entry point does too).
+  void publish_events();
+  // Everything the cache holds on the device, host and disk now, with the log's number then.
+  KvSnapshot event_snapshot();
+
   const KVCacheOptions& options() const { return options_; }
   const KVGeometry& geometry() const { return options_.geometry; }
   BlockPool& pool() { return *pool_; }
@@ -440,6 +452,8 @@ class KVCache {
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 
   KVCacheOptions options_;
+  std::shared_ptr<KvEventLog> events_ = std::make_shared<KvEventLog>();
+  std::vector<IndexEvent> index_events_;  // publish_events()' scratch
   std::unique_ptr<PrefixIndex> index_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<HostTier> host_;

@@ -263,6 +263,40 @@ void KVCache::poll() {
     for (SlotId s : pd.slots) host_->free_slot(s);
     pending_.pop_front();
   }
+  publish_events();
+}
+
+void KVCache::publish_events() {
+  const bool on = events_->active();
+  if (index_->record_events() != on) index_->set_record_events(on);
+  if (!on) return;
+  index_events_.clear();
+  index_->take_events(index_events_);
+  std::vector<KvEvent> out;
+  out.reserve(index_events_.size());
+  for (const IndexEvent& e : index_events_) {
+    if (e.kind == IndexEventKind::kCleared) {  // the index holds both tiers' pages
+      out.push_back(KvEvent{KvEventKind::kCleared, TierKind::kDevice, TierKind::kDevice, KvEventUnit::kPage, {}});
+      out.push_back(KvEvent{KvEventKind::kCleared, TierKind::kHost, TierKind::kHost, KvEventUnit::kPage, {}});
+      continue;
+    }
+    const KvEventKind kind = e.kind == IndexEventKind::kStored  ? KvEventKind::kStored
+                             : e.kind == IndexEventKind::kMoved ? KvEventKind::kMoved
+                                                                : KvEventKind::kRemoved;
+    out.push_back(KvEvent{kind, e.tier, e.from, KvEventUnit::kPage, e.hash});
+  }
+  events_->append(out);
+}
+
+KvSnapshot KVCache::event_snapshot() {
+  publish_events();
+  KvSnapshot s;
+  // The number first: a change after it is in the snapshot, in the events after it, or both, which a
+  // reader applying them to sets of hashes takes the same way.
+  s.seq = events_->seq();
+  index_->resident_hashes(s.device, s.host);
+  if (disk_) s.disk = disk_->held_chunks();
+  return s;
 }
 
 void KVCache::await_host_writes() {

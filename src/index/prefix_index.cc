@@ -529,6 +529,22 @@ void PrefixIndex::take_events(std::vector<IndexEvent>& out) {
   events_.clear();
 }
 
+void PrefixIndex::set_record_events(bool on) {
+  opts_.record_events = on;
+  if (!on) events_ = {};
+}
+
+void PrefixIndex::resident_hashes(std::vector<PageHash>& device, std::vector<PageHash>& host) const {
+  if (!opts_.store_hashes) return;
+  for (const Node& n : nodes_) {
+    if (!n.live) continue;
+    for (uint32_t i = 0; i < n.n_pages(); ++i) {
+      if (n.locs[i].on_device()) device.push_back(n.hashes[i]);
+      if (n.locs[i].on_host()) host.push_back(n.hashes[i]);
+    }
+  }
+}
+
 void PrefixIndex::emit(IndexEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc) {
   IndexEvent e;
   e.kind = kind;

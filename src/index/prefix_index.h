@@ -305,6 +305,12 @@ class PrefixIndex {
   TreeSnapshot snapshot(const TreeSnapshotOptions& options) const;
   // Moves queued events (record_events) into `out` (appended).
   void take_events(std::vector<IndexEvent>& out);
+  // Turns event recording on or off from now on (off drops what is queued).
+  void set_record_events(bool on);
+  bool record_events() const { return opts_.record_events; }
+  // The hashes of every cached page resident on the device and on the host
+  // (a page in both is in both), appended. O(pages); empty without store_hashes.
+  void resident_hashes(std::vector<PageHash>& device, std::vector<PageHash>& host) const;
   // Full O(size) recount of every invariant above; for tests.
   Status check_invariants() const;
 

@@ -54,18 +54,17 @@ Result<uint32_t> count_field(const nlohmann::json& j, const char* name, const st
   return it->get<uint32_t>();
 }
 
-// 32 hex digits, hi then lo (PageHash::to_hex).
-Result<PageHash> hash_from_hex(std::string_view hex, const std::string& where) {
+}  // namespace
+
+Result<PageHash> hash_from_hex(std::string_view hex, const std::string& what) {
   PageHash h;
   auto half = [&](std::string_view digits, uint64_t& out) {
     return digits.size() == 16 && std::from_chars(digits.data(), digits.data() + 16, out, 16).ptr == digits.data() + 16;
   };
   if (hex.size() != 32 || !half(hex.substr(0, 16), h.hi) || !half(hex.substr(16), h.lo))
-    return Status::Corruption(where + ": 'model_fingerprint' is not 32 hex digits");
+    return Status::Corruption(what + " is not 32 hex digits");
   return h;
 }
-
-}  // namespace
 
 Result<BackendHealth> probe_health(const BackendAddress& b, Millis timeout) {
   KVTIER_ASSIGN_OR_RETURN(nlohmann::json j, get_json(b, "/health", "", timeout, true));
@@ -89,7 +88,7 @@ Result<BackendCacheConfig> probe_cache_config(const BackendAddress& b, const std
       !hash->is_string())
     return Status::Corruption(where + ": 'model', 'model_fingerprint' or 'hash' missing");
   c.model = model->get<std::string>();
-  KVTIER_ASSIGN_OR_RETURN(c.fingerprint, hash_from_hex(fp->get<std::string>(), where));
+  KVTIER_ASSIGN_OR_RETURN(c.fingerprint, hash_from_hex(fp->get<std::string>(), where + ": 'model_fingerprint'"));
   KVTIER_ASSIGN_OR_RETURN(c.hash, parse_hash_algo(hash->get<std::string>()));
   KVTIER_ASSIGN_OR_RETURN(c.page_tokens, count_field(j, "page_tokens", where));
   KVTIER_ASSIGN_OR_RETURN(c.chunk_pages, count_field(j, "chunk_pages", where));

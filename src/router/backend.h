@@ -37,6 +37,9 @@ struct BackendCacheConfig {
   bool operator==(const BackendCacheConfig&) const = default;
 };
 
+// A PageHash from its 32 hex digits (PageHash::to_hex); an error says `what` is not one.
+Result<PageHash> hash_from_hex(std::string_view hex, const std::string& what);
+
 using Millis = std::chrono::milliseconds;
 // 200 with {"status": "ok", waiting, running[, free_device_pages]}; a 503
 // (shutting down), a connection failure or garbage is an error saying which.

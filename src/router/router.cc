@@ -7,6 +7,7 @@
 
 #include "common/page_hash.h"
 #include "common/secrets.h"
+#include "router/event_follower.h"
 #include "router/router_impl.h"
 #include "server/chat_api.h"
 #include "server/config.h"
@@ -43,8 +44,7 @@ Result<std::unique_ptr<Router>> Router::create(RouterOptions options, std::optio
   auto impl = std::make_unique<Impl>();
   impl->o = std::move(options);
   for (const std::string& url : impl->o.backends)
-    impl->backends.push_back(BackendState{*parse_backend_url(url), false, "not probed yet", {}, std::nullopt, 0,
-                                          PrefixTracker(impl->o.max_tracked_pages), 0});
+    impl->backends.emplace_back(*parse_backend_url(url), impl->o.max_tracked_pages);
   if (vocab) {
     KVTIER_ASSIGN_OR_RETURN(text::Tokenizer tok, text::Tokenizer::create(*vocab));
     impl->codec = text_codec(tok, *vocab);
@@ -72,6 +72,7 @@ Router::Router(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->ins
 Router::~Router() {
   stop();
   if (impl_->health_thread.joinable()) impl_->health_thread.join();
+  for (std::thread& t : impl_->event_threads) t.join();
 }
 
 Result<int> Router::bind() {
@@ -83,6 +84,8 @@ Result<int> Router::bind() {
     return Status::Unavailable("route: cannot listen on " + m.o.host + ":" + std::to_string(m.o.port));
   m.probe_all();
   m.health_thread = std::thread([&m] { m.health_loop(); });
+  if (m.o.policy == RoutePolicy::kCacheAware)
+    for (size_t i = 0; i < m.backends.size(); ++i) m.event_threads.emplace_back([&m, i] { m.events_loop(i); });
   return port;
 }
 
@@ -120,13 +123,40 @@ std::vector<BackendStatus> Router::backends() const {
 
 // ---- health ----
 
-void Router::Impl::health_loop() {
+bool Router::Impl::stopped() {
+  std::lock_guard lk(stop_mu);
+  return stopping;
+}
+
+bool Router::Impl::pause(std::chrono::milliseconds d) {
   std::unique_lock lk(stop_mu);
-  while (!stop_cv.wait_for(lk, std::chrono::milliseconds(o.health_interval_ms), [&] { return stopping; })) {
-    lk.unlock();
-    probe_all();
-    lk.lock();
-  }
+  return !stop_cv.wait_for(lk, d, [&] { return stopping; });
+}
+
+void Router::Impl::health_loop() {
+  while (pause(std::chrono::milliseconds(o.health_interval_ms))) probe_all();
+}
+
+// ---- what each backend holds ----
+
+void Router::Impl::events_loop(size_t i) {
+  const BackendAddress addr = backends[i].addr;  // immutable after create
+  std::optional<uint64_t> since;
+  auto apply = [&](EventMessage&& m) {
+    std::lock_guard lk(mu);
+    BackendState& b = backends[i];
+    if (m.snapshot) b.held.reset(m.device, m.host, m.disk);
+    for (const EventMessage::Record& r : m.records) b.held.apply(r.kind, r.tier, r.from, r.hashes);
+    b.events_seq = since = m.seq;
+    b.events_live = true;
+    b.events_reason.clear();
+  };
+  do {
+    const Status st = follow_events(addr, backend_key, since, apply, [&] { return !stopped(); });
+    std::lock_guard lk(mu);
+    backends[i].events_live = false;
+    backends[i].events_reason = st.ok() ? "stream ended" : st.message();
+  } while (pause(std::chrono::milliseconds(o.health_interval_ms)));
 }
 
 void Router::Impl::probe_all() {

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "router/held_index.h"
 #include "router/prefix_tracker.h"
 #include "router/router.h"
 #include "runtime/runtime.h"
@@ -20,6 +21,7 @@ namespace kvtier::router {
 
 // One backend as the router sees it; guarded by Impl::mu.
 struct BackendState {
+  BackendState(BackendAddress a, size_t max_tracked_pages) : addr(std::move(a)), tracker(max_tracked_pages) {}
   BackendAddress addr;
   bool healthy = false;
   std::string reason = "not probed yet";
@@ -27,6 +29,10 @@ struct BackendState {
   std::optional<BackendCacheConfig> config;
   uint32_t in_flight = 0;
   PrefixTracker tracker;
+  HeldIndex held;                 // what its /v1/cache/events says it holds
+  std::optional<uint64_t> events_seq;  // the last event number applied
+  bool events_live = false;
+  std::string events_reason = "not followed yet";
   uint64_t routed = 0;
 };
 
@@ -58,6 +64,7 @@ struct Router::Impl {
 
   httplib::Server http;
   std::thread health_thread;
+  std::vector<std::thread> event_threads;  // one per backend (cache-aware only)
   std::mutex stop_mu;
   std::condition_variable stop_cv;
   bool stopping = false;
@@ -66,6 +73,11 @@ struct Router::Impl {
   void install_routes();
   void health_loop();
   void probe_all();
+  // Follows backend i's /v1/cache/events into its HeldIndex, resyncing after every break, until stop.
+  void events_loop(size_t i);
+  bool stopped();
+  // Waits up to `d` or until stop; false once stopping.
+  bool pause(std::chrono::milliseconds d);
   // Authenticates against the keys file (when given): the tenant, or an error already sent.
   std::optional<std::string> tenant_of(const httplib::Request& req, httplib::Response& res) const;
   // The request's page hashes as the backends would form them (empty when they cannot be known).

@@ -57,6 +57,17 @@ void Router::Impl::install_routes() {
   });
 }
 
+namespace {
+
+// The leading pages of `chain` a backend holds in any tier, by what its event stream said, or by
+// what was routed there (its events may lag, or not be followed).
+uint32_t believed_pages(const BackendState& b, std::span<const PageHash> chain) {
+  const uint32_t chunk_pages = b.config ? b.config->chunk_pages : 0;
+  return std::max(b.tracker.match(chain), b.held.match(chain, chunk_pages).pages());
+}
+
+}  // namespace
+
 void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
   const auto tenant = tenant_of(req, res);
   if (!tenant) return;
@@ -72,7 +83,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       std::vector<BackendView> views;
       for (size_t i = 0; i < backends.size(); ++i) {
         const BackendState& b = backends[i];
-        views.push_back({b.healthy && !tried.count(i), b.in_flight + b.health.waiting, b.tracker.match(chain)});
+        views.push_back({b.healthy && !tried.count(i), b.in_flight + b.health.waiting, believed_pages(b, chain)});
       }
       choice = choose_backend(o.policy, views, rotation, o.balance_slack);
       if (!choice) {
@@ -120,6 +131,11 @@ std::string Router::Impl::health_json() const {
                     {"free_device_pages", b.health.free_device_pages},
                     {"in_flight", b.in_flight},
                     {"tracked_pages", b.tracker.size()},
+                    {"events", {{"live", b.events_live},
+                                {"reason", b.events_reason},
+                                {"seq", b.events_seq.value_or(0)},
+                                {"pages", b.held.pages()},
+                                {"disk_chunks", b.held.chunks()}}},
                     {"routed", b.routed}});
   json j = {{"status", "ok"}, {"policy", policy_name(o.policy)}, {"backends", list}};
   if (reference) j["model_fingerprint"] = reference->fingerprint.to_hex();

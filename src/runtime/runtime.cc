@@ -354,6 +354,9 @@ class RuntimeImpl final : public Runtime {
   TreeSnapshot cache_tree(const TreeSnapshotOptions& options) const override {
     return cache_->index().snapshot(options);
   }
+  std::shared_ptr<KvEventLog> cache_events() const override { return cache_->events(); }
+  void publish_cache_events() override { cache_->publish_events(); }
+  KvSnapshot cache_event_snapshot() override { return cache_->event_snapshot(); }
 
  private:
   // The one place a request's namespace is formed: the model, its tenant, its salt.

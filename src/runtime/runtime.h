@@ -281,6 +281,11 @@ class Runtime {
     (void)options;
     return {};
   }
+  // The cache's event log (KVCache::events; thread-safe); null without a cache.
+  virtual std::shared_ptr<KvEventLog> cache_events() const { return nullptr; }
+  // KVCache::publish_events and event_snapshot (empty without a cache).
+  virtual void publish_cache_events() {}
+  virtual KvSnapshot cache_event_snapshot() { return {}; }
 };
 
 }  // namespace kvtier

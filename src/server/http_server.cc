@@ -32,11 +32,6 @@ constexpr const char* kJson = "application/json";
 // How often a handler waiting for a whole result looks whether its client is still there.
 constexpr auto kClientCheckInterval = 100ms;
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(error_json(e), kJson);
-}
-
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -98,6 +93,12 @@ std::string whole_response_bytes(const httplib::Response& res) {
 }
 
 }  // namespace
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.http_status;
+  res.set_content(error_json(e), kJson);
+}
+
 
 std::function<std::string(TokenId)> token_text(const TextCodec& codec) {
   return [&codec](TokenId id) { return codec.detokenize(std::span(&id, 1)); };
@@ -357,6 +358,7 @@ void HttpServer::install_routes() {
   install_cache_routes();
   install_dashboard_routes();
   install_prefetch_route();
+  install_events_route();
   install_generation_routes();
 }
 

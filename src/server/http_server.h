@@ -2,7 +2,8 @@
 //
 // Endpoints: POST /v1/completions and /v1/chat/completions (JSON or server-sent events), GET
 // /v1/models, GET /health, GET /metrics (Prometheus text), GET
-// /v1/cache/stats, POST /v1/cache/flush, POST /v1/cache/prefetch (202: the
+// /v1/cache/stats, GET /v1/cache/events (server-sent events of what the cache gains and loses, for a
+// router: http_events.cc), POST /v1/cache/flush, POST /v1/cache/prefetch (202: the
 // prompt's disk/remote prefix starts loading into host memory); the dashboard: GET /dashboard (the
 // page, no key), GET /v1/cache/tree, /v1/cache/tiers and /v1/requests/recent
 // (its data, answered from snapshots: they never wait behind a prefill). Connection threads (cpp-httplib's
@@ -85,6 +86,10 @@ class HttpServer {
   ChatPromptBuilder chat_builder(const std::string& tenant) const;
   // GET /dashboard and the JSON it polls (http_dashboard.cc).
   void install_dashboard_routes();
+  // GET /v1/cache/events (http_events.cc): one listener's stream, and its next message.
+  struct EventStream;
+  void install_events_route();
+  std::string next_events(EventStream& s);
   // Submits a parsed request and answers it, whole or as server-sent events.
   void respond(const httplib::Request& req, httplib::Response& res, Generation gen);
   // The whole (non-streaming) answer of a submitted request, into `res`.
@@ -118,6 +123,7 @@ class HttpServer {
   std::unique_ptr<httplib::Server> http_;
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
   std::atomic<uint64_t> next_prefetch_{1};
+  std::atomic<uint32_t> event_listeners_{0};
 };
 
 }  // namespace kvtier::server

@@ -7,8 +7,16 @@
 #include <string_view>
 
 #include "runtime/runtime.h"
+#include "server/api.h"
+
+namespace httplib {
+struct Response;
+}
 
 namespace kvtier::server {
+
+// An OpenAI-shaped error answer.
+void send_error(httplib::Response& res, const ApiError& e);
 
 // A token's text, for logprobs.
 std::function<std::string(TokenId)> token_text(const TextCodec& codec);

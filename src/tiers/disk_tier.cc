@@ -337,9 +337,11 @@ void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
 void DiskTier::add_entry_locked(const ChunkKey& key, Loc loc) {
   ns_bytes_[key.ns] += entry_bytes(loc);
   index_.emplace(key, std::move(loc));
+  report_chunk(KvEventKind::kStored, key);
 }
 
 DiskTier::Index::iterator DiskTier::erase_entry_locked(Index::iterator it) {
+  report_chunk(KvEventKind::kRemoved, it->first);
   auto ns = ns_bytes_.find(it->first.ns);
   ns->second -= std::min(ns->second, entry_bytes(it->second));
   if (ns->second == 0) ns_bytes_.erase(ns);
@@ -348,6 +350,14 @@ DiskTier::Index::iterator DiskTier::erase_entry_locked(Index::iterator it) {
 
 uint64_t DiskTier::entry_bytes(const Loc& l) const {
   return chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
+}
+
+std::vector<PageHash> DiskTier::held_chunks() const {
+  std::lock_guard lk(mu_);
+  std::vector<PageHash> out;
+  out.reserve(index_.size());
+  for (const auto& [key, loc] : index_) out.push_back(key.hash);
+  return out;
 }
 
 uint64_t DiskTier::namespace_bytes(std::span<const PageHash> ns) const {

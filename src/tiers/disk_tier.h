@@ -143,6 +143,8 @@ class DiskTier final : public Tier {
   // the log has superseded. As with erase(), nothing is written: reopening
   // the directory finds what the log still holds (the cache trims again).
   uint64_t namespace_bytes(std::span<const PageHash> ns) const override;
+  // The hash of every chunk in the index.
+  std::vector<PageHash> held_chunks() const override;
   uint64_t trim_namespaces(std::span<const PageHash> ns, uint64_t keep_bytes) override;
 
   const DiskOpenReport& open_report() const { return open_report_; }

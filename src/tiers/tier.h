@@ -27,11 +27,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "tiers/chunk_format.h"
+#include "tiers/kv_events.h"
 
 namespace kvtier {
 
@@ -132,8 +135,24 @@ class Tier {
   }
   bool exists(const ChunkKey& key) { return exists_prefix(key.ns, {&key.hash, 1}) == 1; }
 
+  // Chunk events (tiers/kv_events.h): from now on the tier reports each
+  // chunk it stores and each it drops (reclaim, trim, erase, corrupt or
+  // forged) to `log` while the log is active. Set before the tier is shared
+  // with other threads (null: none).
+  void set_event_log(std::shared_ptr<KvEventLog> log) { events_ = std::move(log); }
+  // The hashes of the chunks this tier holds that it can list (a snapshot's
+  // `disk`; a tier that cannot list, as a shared remote store, gives none).
+  virtual std::vector<PageHash> held_chunks() const { return {}; }
+
  protected:
   Tier() = default;
+  // Reports one chunk event (stored or removed) of this tier.
+  void report_chunk(KvEventKind what, const ChunkKey& key) const {
+    if (events_ && events_->active()) events_->append(KvEvent{what, kind(), kind(), KvEventUnit::kChunk, key.hash});
+  }
+
+ private:
+  std::shared_ptr<KvEventLog> events_;
 };
 
 // Validates a get op against a chunk of n pages; resolves kAllLayers. Shared by implementations.

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -91,6 +92,111 @@ TEST(DiskTier, NamespaceBytesAndTrimOldestFirst) {
   (void)put_all(*t, g, 3, 200);
   EXPECT_EQ(t->namespace_bytes({&b, 1}), 0u);
   EXPECT_EQ(t->namespace_bytes({&c, 1}), t->stats().entries * entry);
+}
+
+// The log's numbering: a reader resumes after the last number it saw; a
+// number outside the window, from before a time nobody listened, or from
+// the future is a gap.
+TEST(KvEventLog, ResumesInsideItsWindowAndReportsEveryGap) {
+  KvEventLog log(4, std::chrono::milliseconds(0));  // stops recording as soon as the last listener leaves
+  auto event = [](uint64_t i) { return KvEvent{KvEventKind::kStored, TierKind::kHost, TierKind::kHost, KvEventUnit::kPage, PageHash{i, i}}; };
+  log.append(event(1));
+  EXPECT_EQ(log.seq(), 0u);  // nobody listens
+  std::vector<KvEvent> out;
+  uint64_t last = 0;
+  {
+    KvEventLog::Subscription a(log);
+    const uint64_t s0 = log.seq();
+    for (uint64_t i = 1; i <= 3; ++i) log.append(event(i));
+    ASSERT_TRUE(log.read_since(s0, 2, out, last));
+    EXPECT_EQ(out, (std::vector<KvEvent>{event(1), event(2)}));
+    EXPECT_EQ(last, s0 + 2);
+    out.clear();
+    ASSERT_TRUE(log.read_since(last, 10, out, last));
+    EXPECT_EQ(out, std::vector<KvEvent>{event(3)});
+    EXPECT_FALSE(log.wait_past(last, std::chrono::milliseconds(0)));
+    for (uint64_t i = 4; i <= 8; ++i) log.append(event(i));  // the window keeps 4: 5..8
+    out.clear();
+    EXPECT_FALSE(log.read_since(last, 10, out, last));  // 4 fell out
+    EXPECT_TRUE(out.empty());
+    ASSERT_TRUE(log.read_since(log.seq() - 4, 10, out, last));
+    EXPECT_EQ(out.front(), event(5));
+    EXPECT_FALSE(log.read_since(log.seq() + 1, 10, out, last));  // not a number this log gave
+  }
+  const uint64_t before = log.seq();
+  log.append(event(9));  // nobody listens: lost
+  KvEventLog::Subscription b(log);
+  out.clear();
+  EXPECT_FALSE(log.read_since(before, 10, out, last));  // so a reader of the old run needs a snapshot
+  EXPECT_TRUE(log.read_since(log.seq(), 10, out, last));
+  EXPECT_TRUE(out.empty());
+}
+
+// With a linger, a listener that comes back (a router reconnecting) resumes: what happened
+// while it was away is still numbered after its last number.
+TEST(KvEventLog, AListenerThatComesBackWithinTheLingerResumes) {
+  KvEventLog log(16, std::chrono::hours(1));
+  auto event = [](uint64_t i) { return KvEvent{KvEventKind::kRemoved, TierKind::kDevice, TierKind::kDevice, KvEventUnit::kPage, PageHash{i, 0}}; };
+  uint64_t seen = 0;
+  {
+    KvEventLog::Subscription a(log);
+    log.append(event(1));
+    seen = log.seq();
+  }
+  log.append(event(2));  // nobody listens, but the log lingers
+  KvEventLog::Subscription again(log);
+  std::vector<KvEvent> out;
+  uint64_t last = 0;
+  ASSERT_TRUE(log.read_since(seen, 10, out, last));
+  EXPECT_EQ(out, std::vector<KvEvent>{event(2)});
+}
+
+// Chunk events (tiers/kv_events.h): nothing while no one listens; then every
+// chunk stored, erased, reclaimed or found corrupt, by the hash of its last page.
+TEST(DiskTier, ChunkEventsReportStoresAndEveryWayAnEntryLeaves) {
+  TempDir dir;
+  auto g = small_geometry();
+  FaultFileSystem fs(FileSystem::posix());
+  auto log = std::make_shared<KvEventLog>();
+  auto t = DiskTier::create(disk_options(dir.path(), g, &fs)).value();
+  t->set_event_log(log);
+  (void)put_all(*t, g, 1, 2);  // no listener: not recorded
+  EXPECT_EQ(log->seq(), 0u);
+
+  KvEventLog::Subscription listening(*log);
+  const uint64_t start = log->seq();
+  auto chunks = put_all(*t, g, 1, 3, 10);
+  ASSERT_TRUE(t->erase(chunks[0].key).ok());
+  ASSERT_TRUE(t->flush().ok());
+  fs.add_rule({.kind = FaultKind::kFlipBytes, .op = FaultOp::kRead, .times = 1, .path_contains = "region-"});
+  std::vector<std::byte> out(chunks[1].payload.size());
+  ASSERT_EQ(t->get(chunks[1].key, out).status().code(), StatusCode::kCorruption);
+  fs.clear_rules();
+
+  std::vector<KvEvent> ev;
+  uint64_t last = 0;
+  ASSERT_TRUE(log->read_since(start, 100, ev, last));
+  auto chunk = [](KvEventKind k, const TestChunk& c) {
+    return KvEvent{k, TierKind::kDisk, TierKind::kDisk, KvEventUnit::kChunk, c.key.hash};
+  };
+  const std::vector<KvEvent> want = {chunk(KvEventKind::kStored, chunks[0]), chunk(KvEventKind::kStored, chunks[1]),
+                                     chunk(KvEventKind::kStored, chunks[2]), chunk(KvEventKind::kRemoved, chunks[0]),
+                                     chunk(KvEventKind::kRemoved, chunks[1])};
+  EXPECT_EQ(ev, want);
+  EXPECT_EQ(last, log->seq());
+  std::vector<PageHash> held = t->held_chunks();
+  EXPECT_EQ(held.size(), 3u);  // the two put before anyone listened, and chunks[2]
+  EXPECT_NE(std::find(held.begin(), held.end(), chunks[2].key.hash), held.end());
+
+  // Reclaim: filling the tier past its capacity removes the oldest region's entries, each reported.
+  ev.clear();
+  const uint64_t before = log->seq();
+  (void)put_all(*t, g, 2, 200);
+  ASSERT_TRUE(log->read_since(before, 1000, ev, last));
+  const auto removed = std::count_if(ev.begin(), ev.end(), [](const KvEvent& e) { return e.kind == KvEventKind::kRemoved; });
+  EXPECT_EQ(uint64_t(removed), t->stats().evictions);
+  EXPECT_GT(removed, 0);
+  EXPECT_EQ(t->held_chunks().size(), t->stats().entries);
 }
 
 TEST(DiskTier, WarmRestartServesWhatWasDurable) {

@@ -171,6 +171,7 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
       } else {
         ++counters_.puts;
         counters_.bytes_put += op.payload.size();
+        report_chunk(KvEventKind::kStored, op.key);
       }
     }
     note_result(!transport.ok() ? transport : oom ? Status::NoSpace("redis: OOM") : Status::Ok());
@@ -188,6 +189,7 @@ void RemoteTier::drop_corrupt(const ChunkKey& key, bool forged) {
   ++(forged ? counters_.forged : counters_.checksum_failures);
   const std::string k = key_of(key);
   (void)client_->command({"DEL", k});  // best effort: a later put rewrites it anyway
+  report_chunk(KvEventKind::kRemoved, key);
 }
 
 void RemoteTier::get_batch(std::span<GetOp> ops) {
@@ -404,6 +406,7 @@ Status RemoteTier::erase(const ChunkKey& key) {
   note_result(r.status());
   if (!r.ok()) return r.status();
   if ((*r)->type != REDIS_REPLY_INTEGER) return Status::IOError(reply_error(r->get()));
+  report_chunk(KvEventKind::kRemoved, key);
   return Status::Ok();
 }
 
