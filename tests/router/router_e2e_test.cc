@@ -125,6 +125,39 @@ TEST_F(RouterE2E, CacheAwareKeepsEachConversationOnItsBackend) {
   EXPECT_EQ(json::parse(health->body)["backends"].size(), 2u);
 }
 
+// The router follows each backend's /v1/cache/events: prefixes cached there
+// by requests that never went through it steer its choice. The holders
+// (1, 1, 0, 0) are not a pattern rotation among idle backends could produce.
+TEST_F(RouterE2E, EventStreamsShowWhatBackendsGotBehindTheRoutersBack) {
+  start_backends(2);
+  start_router(RoutePolicy::kCacheAware);
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  const size_t holder[] = {1, 1, 0, 0};
+  for (int c = 0; c < 4; ++c) {
+    const Reply r = testing::post_json(backends_[holder[c]]->port(), "/v1/completions",
+                                       {{"prompt", prompt(20 + c, 0)}, {"max_tokens", 1}});
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+  }
+  // Each backend holds two conversations of four pages; wait (bounded) until the router has seen them.
+  httplib::Client m("127.0.0.1", port_);
+  bool seen = false;
+  for (int k = 0; k < 2000 && !seen; ++k) {
+    auto h = m.Get("/health");
+    ASSERT_TRUE(h);
+    const json b = json::parse(h->body)["backends"];
+    seen = b[0]["events"]["pages"].get<int>() >= 8 && b[1]["events"]["pages"].get<int>() >= 8;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(seen) << m.Get("/health")->body;
+  for (int c = 0; c < 4; ++c) {
+    auto [cached, which] = complete(20 + c, 1);
+    EXPECT_EQ(which, holder[c]) << "conversation " << c;
+    EXPECT_GE(cached, 48) << "conversation " << c;
+  }
+  const json health = json::parse(m.Get("/health")->body);
+  EXPECT_TRUE(health["backends"][0]["events"]["live"].get<bool>()) << health.dump();
+}
+
 // A stream is relayed as it arrives: the fake backend sends its second event
 // only once the client has received the first through the router (an event,
 // not a delay, orders them), so a buffering router would hang, not pass.

@@ -5,6 +5,8 @@
 #include <random>
 
 #include "router/backend.h"
+#include "router/event_follower.h"
+#include "router/held_index.h"
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
 
@@ -15,6 +17,79 @@ std::vector<PageHash> chain(uint64_t conversation, size_t pages) {
   std::vector<PageHash> c;
   for (size_t i = 0; i < pages; ++i) c.push_back(PageHash{conversation * 1000 + i, conversation});
   return c;
+}
+
+// What a backend's events say it holds: pages one by one in the index,
+// then whole chunks on disk, as the backend's own lookup would find them.
+TEST(HeldIndex, MatchesPagesThenDiskChunksAndFollowsMovesAndRemovals) {
+  HeldIndex h;
+  const auto a = chain(1, 12);
+  // Pages 0-1 on the device, 2-3 on the host, chunks of 4: chunk 1 (pages 4-7) on disk, chunk 2 not.
+  h.reset({a[0], a[1]}, {a[2], a[3]}, {a[7], a[11]});
+  EXPECT_EQ(h.match(a, 4).device, 2u);
+  EXPECT_EQ(h.match(a, 4).host, 2u);
+  EXPECT_EQ(h.match(a, 4).disk, 8u);  // chunks 1 and 2 (its last page's hash is the key)
+  EXPECT_EQ(h.match(std::span(a).first(10), 4).pages(), 8u);  // a chunk past the chain's end does not count
+  // Page 1 demoted to the host, page 0 removed from the device: nothing leads any more.
+  const PageHash one[] = {a[1]}, zero[] = {a[0]};
+  h.apply(KvEventKind::kMoved, TierKind::kHost, TierKind::kDevice, one);
+  h.apply(KvEventKind::kRemoved, TierKind::kDevice, TierKind::kDevice, zero);
+  EXPECT_EQ(h.match(a, 4).pages(), 0u);
+  h.apply(KvEventKind::kStored, TierKind::kHost, TierKind::kHost, zero);
+  EXPECT_EQ(h.match(a, 4).host, 4u);
+  // Chunk 0 on disk serves a page the index lost from its position to the chunk's end.
+  const PageHash three[] = {a[3]};
+  h.apply(KvEventKind::kRemoved, TierKind::kHost, TierKind::kHost, three);
+  EXPECT_EQ(h.match(a, 4).pages(), 3u);
+  h.apply(KvEventKind::kStored, TierKind::kDisk, TierKind::kDisk, three);
+  EXPECT_EQ(h.match(a, 4).disk, 9u);
+  // Clearing the host leaves the device (empty now) and the disk.
+  h.apply(KvEventKind::kCleared, TierKind::kHost, TierKind::kHost, {});
+  EXPECT_EQ(h.pages(), 0u);
+  EXPECT_EQ(h.match(a, 4).disk, 12u);
+  const PageHash on_remote[] = {a[0]};
+  h.apply(KvEventKind::kStored, TierKind::kRemote, TierKind::kRemote, on_remote);  // shared: not this backend's
+  EXPECT_EQ(h.pages(), 0u);
+}
+
+TEST(EventFollower, ParsesMessagesSplitAnywhereAndRefusesGarbage) {
+  const PageHash x{0x1122334455667788ull, 0x99aabbccddeeff00ull};
+  const std::string hex = x.to_hex();
+  const std::string stream = ": keep-alive\n\nid: 7\nevent: snapshot\ndata: {\"seq\": 7, \"tiers\": {\"device\": [\"" + hex +
+                             "\"], \"host\": [], \"disk\": []}}\n\nid: 9\nevent: kv\ndata: {\"seq\": 9, \"events\": "
+                             "[{\"kind\": \"moved\", \"tier\": \"host\", \"from\": \"device\", \"unit\": \"page\", \"hashes\": [\"" +
+                             hex + "\"]}]}\n\n";
+  for (size_t step : {size_t(1), size_t(5), stream.size()}) {
+    SseSplitter split(1 << 20);
+    std::vector<EventMessage> got;
+    for (size_t i = 0; i < stream.size(); i += step) {
+      const Status st = split.feed(std::string_view(stream).substr(i, step), [&](std::string_view ev, std::string_view data) {
+        auto m = parse_event_message(ev, data);
+        if (!m.ok()) return m.status();
+        got.push_back(std::move(m).value());
+        return Status::Ok();
+      });
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    }
+    ASSERT_EQ(got.size(), 2u) << "step " << step;
+    EXPECT_TRUE(got[0].snapshot);
+    EXPECT_EQ(got[0].seq, 7u);
+    EXPECT_EQ(got[0].device, std::vector<PageHash>{x});
+    EXPECT_FALSE(got[1].snapshot);
+    ASSERT_EQ(got[1].records.size(), 1u);
+    EXPECT_EQ(got[1].records[0].kind, KvEventKind::kMoved);
+    EXPECT_EQ(got[1].records[0].tier, TierKind::kHost);
+    EXPECT_EQ(got[1].records[0].from, TierKind::kDevice);
+    EXPECT_EQ(got[1].records[0].hashes, std::vector<PageHash>{x});
+  }
+  for (const char* bad : {"{", "[]", "{\"events\": []}", "{\"seq\": 1, \"events\": [{\"kind\": \"eaten\", \"tier\": \"host\"}]}",
+                          "{\"seq\": 1, \"events\": [{\"kind\": \"stored\", \"tier\": \"moon\"}]}",
+                          "{\"seq\": 1, \"events\": [{\"kind\": \"stored\", \"tier\": \"host\", \"hashes\": [\"xyz\"]}]}",
+                          "{\"seq\": 1, \"events\": [{\"kind\": \"moved\", \"tier\": \"host\", \"hashes\": []}]}"})
+    EXPECT_FALSE(parse_event_message("kv", bad).ok()) << bad;
+  EXPECT_FALSE(parse_event_message("gossip", "{\"seq\": 1}").ok());
+  SseSplitter small(64);
+  EXPECT_FALSE(small.feed(std::string(100, 'x'), [](std::string_view, std::string_view) { return Status::Ok(); }).ok());
 }
 
 TEST(PrefixTracker, MatchesLeadingPagesAndForgetsTheLeastRecent) {
