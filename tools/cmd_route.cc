@@ -36,7 +36,7 @@ const kvtier::cli::CommandRegistration kRoute("route", [](CLI::App& root, int& e
   cmd->add_option("--api-keys-file", o.api_keys_file,
                   "The backends' tenant keys file: the router checks keys and hashes each tenant's prompts apart");
   cmd->add_option("--backend-admin-key-file", o.backend_admin_key_file,
-                  "A key the backends accept, for their /v1/cache/config (when they have keys)");
+                  "The backends' admin key, for their /v1/cache/config and /v1/cache/events (when they have keys)");
   cmd->add_option("--health-interval-ms", o.health_interval_ms, "Backend health probes every this many ms")
       ->capture_default_str();
   cmd->add_option("--max-tracked-pages", o.max_tracked_pages, "Page hashes remembered per backend (LRU)")
