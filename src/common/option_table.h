@@ -181,4 +181,27 @@ const Option<T>* find_python_option(const OptionTable<T>& table, std::string_vie
 
 std::string_view option_kind_name(OptionKind kind);
 
+// docs/CONFIG.md: text safe in a Markdown table cell, and the same as code (empty stays empty).
+std::string markdown_cell(std::string_view text);
+std::string markdown_code(std::string_view text);
+// The rows of `table` in TOML section `section` as a Markdown table
+// (key, flag, Python, kind, default, what), with its header.
+template <class T>
+std::string option_rows_markdown(const OptionTable<T>& table, std::string_view section) {
+  std::string out = "| key | flag | Python | kind | default | what |\n|---|---|---|---|---|---|\n";
+  for (const Option<T>& row : table) {
+    if (row.section() != section) continue;
+    std::string what = markdown_cell(row.info.help);
+    if (!row.choices.empty()) what += " (" + markdown_cell(row.choices) + ")";
+    if (row.info.secret) what += " Secret: never printed, logged or returned.";
+    if (row.info.scopes & kScopeReplay) what += " *replay*";
+    const std::string d = row.default_text();
+    std::string dflt = markdown_code(d);
+    if (d.empty() && !row.info.unset.empty()) (dflt = "(") += markdown_cell(row.info.unset) + ")";
+    out += "| `" + std::string(row.name()) + "` | " + markdown_code(row.info.flag) + " | " + markdown_code(row.info.python) +
+           " | " + std::string(option_kind_name(row.kind)) + " | " + dflt + " | " + what + " |\n";
+  }
+  return out;
+}
+
 }  // namespace kvtier

@@ -49,6 +49,20 @@ Result<double> parse_double(std::string_view text) {
 
 }  // namespace
 
+std::string markdown_cell(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string markdown_code(std::string_view text) {
+  if (text.empty()) return "";
+  std::string out("`");  // by appends (GCC 12 misreports "`" + std::string under -Wrestrict)
+  out += markdown_cell(text);
+  out += "`";
+  return out;
+}
+
 std::string_view option_kind_name(OptionKind kind) {
   switch (kind) {
     case OptionKind::kString: return "text";

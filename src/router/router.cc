@@ -27,6 +27,42 @@ Status RouterOptions::validate() const {
   return Status::Ok();
 }
 
+const OptionTable<RouterOptions>& router_option_table() {
+  using R = RouterOptions;
+  static const OptionTable<R> table = [] {
+    OptionTable<R> t;
+    t.push_back(string_option<R>({"route.host", "--host", {}, "Listen address"}, KVTIER_FIELD(host)));
+    t.push_back(uint_option<R>({"route.port", "--port", {}, "Listen port (0: any free port)"}, KVTIER_FIELD(port), 0, 65535));
+    t.push_back(enum_option<R>({"route.policy", "--policy", {}, "Which backend takes a request (docs/SCALING.md)"},
+                               KVTIER_FIELD(policy), parse_policy, policy_name, "cache-aware, round-robin, least-loaded"));
+    t.push_back(string_option<R>({"route.api_keys_file", "--api-keys-file", {},
+                                  "The backends' tenant keys file: the router checks keys and hashes each tenant's prompts "
+                                  "apart",
+                                  "none: keys are not checked"},
+                                 KVTIER_FIELD(api_keys_file)));
+    t.push_back(string_option<R>({"route.backend_admin_key_file", "--backend-admin-key-file", {},
+                                  "The backends' admin key, for their /v1/cache/config and /v1/cache/events",
+                                  "none: the backends have no keys"},
+                                 KVTIER_FIELD(backend_admin_key_file)));
+    t.push_back(uint_option<R>({"route.health_interval_ms", "--health-interval-ms", {},
+                                "Backend health probes (and event-stream retries) every this many ms"},
+                               KVTIER_FIELD(health_interval_ms), 1, 3600000));
+    t.push_back(uint_option<R>({"route.probe_timeout_ms", "--probe-timeout-ms", {}, "A health probe's timeout, ms"},
+                               KVTIER_FIELD(probe_timeout_ms), 1, 600000));
+    t.push_back(uint_option<R>({"route.max_tracked_pages", "--max-tracked-pages", {},
+                                "Page hashes remembered per backend of what was routed there (LRU)"},
+                               KVTIER_FIELD(max_tracked_pages), 1, uint64_t(1) << 32));
+    t.push_back(uint_option<R>({"route.balance_slack", "--balance-slack", {},
+                                "cache-aware sends a request to the least loaded backend instead once the cached one has "
+                                "this many more requests"},
+                               KVTIER_FIELD(balance_slack), 0, 1u << 20));
+    t.push_back(uint_option<R>({"route.threads", "--threads", {}, "HTTP threads (each open stream holds one)"},
+                               KVTIER_FIELD(threads), 1, 4096));
+    return t;
+  }();
+  return table;
+}
+
 void send_error(httplib::Response& res, int status, std::string type, std::string code, std::string message) {
   server::ApiError e;
   e.http_status = status;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/option_table.h"
 #include "kvtier/status.h"
 #include "router/backend.h"
 #include "router/policy.h"
@@ -46,6 +47,10 @@ struct RouterOptions {
   uint32_t threads = 64;                       // HTTP threads (a stream holds one while it lasts)
   Status validate() const;
 };
+
+// The options of `kvtier route` but its --backend list and --model (the command's own), one row each
+// (common/option_table.h: flags, docs/CONFIG.md's [route] section).
+const OptionTable<RouterOptions>& router_option_table();
 
 struct BackendStatus {
   std::string url;

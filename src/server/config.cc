@@ -227,32 +227,6 @@ std::string to_toml(const ServerConfig& c) {
   return os.str();
 }
 
-namespace {
-
-std::string cell(std::string_view text) {
-  std::string out;
-  for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
-  return out;
-}
-
-// `text`, built by appends (GCC 12 misreports "`" + std::string under -Wrestrict).
-std::string wrapped(std::string_view open, const std::string& text, std::string_view close) {
-  std::string out(open);
-  out += text;
-  out += close;
-  return out;
-}
-
-std::string code(std::string_view text) { return text.empty() ? "" : wrapped("`", cell(text), "`"); }
-
-std::string default_cell(const Option<S>& row) {
-  const std::string d = row.default_text();
-  if (!d.empty()) return code(d);
-  return row.info.unset.empty() ? "" : wrapped("(", cell(row.info.unset), ")");
-}
-
-}  // namespace
-
 std::string config_markdown() {
   std::ostringstream os;
   os << "# Configuration\n\n"
@@ -266,18 +240,8 @@ std::string config_markdown() {
         "`MB`, `GB`, `TB` decimal), an integer in TOML or Python; *duration* is seconds: `600`, `90s`, `250ms`, `10m`, "
         "`2h`; every *bool* option has two flags, `--x` (on) and `--no-x` (off); the table names the one that changes the default. Replay tier capacities are their own kind "
         "(tokens or bytes; docs/REPLAY.md).\n";
-  for (std::string_view section : sections()) {
-    os << "\n## [" << section << "]\n\n| key | flag | Python | kind | default | what |\n|---|---|---|---|---|---|\n";
-    for (const Option<S>& row : server_option_table()) {
-      if (row.section() != section) continue;
-      std::string what = cell(row.info.help);
-      if (!row.choices.empty()) what += " (" + cell(row.choices) + ")";
-      if (row.info.secret) what += " Secret: never printed, logged or returned.";
-      if (row.info.scopes & kScopeReplay) what += " *replay*";
-      os << "| `" << row.name() << "` | " << code(row.info.flag) << " | " << code(row.info.python) << " | "
-         << option_kind_name(row.kind) << " | " << default_cell(row) << " | " << what << " |\n";
-    }
-  }
+  for (std::string_view section : sections())
+    os << "\n## [" << section << "]\n\n" << option_rows_markdown(server_option_table(), section);
   return os.str();
 }
 
