@@ -7,19 +7,12 @@
 
 namespace {
 
-// `kvtier route`'s table (flags only: the router reads no config file).
-std::string route_markdown() {
-  return "\n## [route]\n\n`kvtier route`'s options (docs/SCALING.md), as flags only; besides them it takes `--backend URL` "
-         "(repeat for each instance) and `--model FILE`.\n\n" +
-         kvtier::option_rows_markdown(kvtier::router::router_option_table(), "route");
-}
-
 const kvtier::cli::CommandRegistration kConfig("config", [](CLI::App& root, int& exit_code) {
   auto markdown = std::make_shared<bool>(false);
   CLI::App* cmd = root.add_subcommand("config", "Print every option's default as TOML, or with --markdown docs/CONFIG.md");
   cmd->add_flag("--markdown", *markdown, "Print docs/CONFIG.md (the option tables as Markdown)");
   cmd->callback([markdown, &exit_code] {
-    const std::string text = *markdown ? kvtier::server::config_markdown() + route_markdown() : kvtier::server::to_toml({});
+    const std::string text = *markdown ? kvtier::server::config_markdown() + kvtier::router::route_config_markdown() : kvtier::server::to_toml({});
     std::fputs(text.c_str(), stdout);
     exit_code = 0;
   });

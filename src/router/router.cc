@@ -63,6 +63,12 @@ const OptionTable<RouterOptions>& router_option_table() {
   return table;
 }
 
+std::string route_config_markdown() {
+  return "\n## [route]\n\n`kvtier route`'s options (docs/SCALING.md), as flags only; besides them it takes `--backend URL` "
+         "(repeat for each instance) and `--model FILE`.\n\n" +
+         option_rows_markdown(router_option_table(), "route");
+}
+
 void send_error(httplib::Response& res, int status, std::string type, std::string code, std::string message) {
   server::ApiError e;
   e.http_status = status;

@@ -51,6 +51,8 @@ struct RouterOptions {
 // The options of `kvtier route` but its --backend list and --model (the command's own), one row each
 // (common/option_table.h: flags, docs/CONFIG.md's [route] section).
 const OptionTable<RouterOptions>& router_option_table();
+// Its section of docs/CONFIG.md, after the server's (server::config_markdown()).
+std::string route_config_markdown();
 
 struct BackendStatus {
   std::string url;

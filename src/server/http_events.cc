@@ -7,7 +7,7 @@
 // gets `event: snapshot` first: every page hash on the device and the host
 // and every chunk hash on disk, with the log's number then. After it, `event:
 // kv` messages carry the events numbered after the last message, batched
-// (one message per wake-up, at most kMaxBatch events). Every message's `id:`
+// (everything since the previous message, at most kMaxBatch events). Every message's `id:`
 // is its number, so a client that reconnects with since=that id misses
 // nothing. Each open stream holds a connection thread: at most
 // kMaxListenersShare of them may follow events at once (429 past it).

@@ -2,6 +2,7 @@
 // decision on scripted backend states, backend URLs.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 
 #include "router/backend.h"
@@ -9,6 +10,8 @@
 #include "router/held_index.h"
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
+#include "router/router.h"
+#include "server/config.h"
 
 namespace kvtier::router {
 namespace {
@@ -181,6 +184,19 @@ TEST(BackendUrl, ParsesHostAndPortAndRefusesTheRest) {
   for (const char* bad : {"127.0.0.1:8081", "https://a:1", "http://a", "http://a:0", "http://a:99999", "http://a:1/v1",
                           "http://:80", "http://a:x"})
     EXPECT_FALSE(parse_backend_url(bad).ok()) << bad;
+}
+
+TEST(RouterOptions, ConfigDocHasTheRoutersTable) {
+  // docs/CONFIG.md is `kvtier config --markdown`: the server's sections, then the router's.
+  std::ifstream f(std::string(KVTIER_SOURCE_DIR) + "/docs/CONFIG.md");
+  ASSERT_TRUE(f.good());
+  const std::string committed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(committed, server::config_markdown() + route_config_markdown())
+      << "docs/CONFIG.md is stale: run `build/tools/kvtier config --markdown > docs/CONFIG.md`";
+  RouterOptions o;
+  ASSERT_TRUE(find_option(router_option_table(), "route.policy")->apply(o, "round-robin", "--policy").ok());
+  EXPECT_EQ(o.policy, RoutePolicy::kRoundRobin);
+  EXPECT_FALSE(find_option(router_option_table(), "route.port")->apply(o, "70000", "--port").ok());
 }
 
 }  // namespace

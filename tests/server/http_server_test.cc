@@ -566,7 +566,13 @@ TEST_F(HttpServerTest, ModelsHealthStatsMetrics) {
   EXPECT_EQ(stats["cache"]["config"]["model"]["name"], "fake");
   for (const Option<RuntimeOptions>& row : runtime_option_table())  // every option, codecs included
     EXPECT_TRUE(stats["cache"]["config"][std::string(row.section())].contains(std::string(row.name()))) << row.info.key;
+  // httplib counts a response (its logger) after writing it, so the client may read /metrics first on a
+  // loaded machine: read it until the completion's response is counted (bounded).
   auto m = client().Get("/metrics");
+  for (int i = 0; i < 2000 && m && m->body.find("endpoint=\"/v1/completions\",code=\"200\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    m = client().Get("/metrics");
+  }
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   const auto p = kvtier::testing::parse_prometheus_text(m->body);

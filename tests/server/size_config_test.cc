@@ -300,7 +300,9 @@ TEST(OptionTableTest, ConfigDocIsGeneratedFromTheTable) {
   std::ifstream f(std::string(KVTIER_SOURCE_DIR) + "/docs/CONFIG.md");
   ASSERT_TRUE(f.good());
   const std::string committed((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(committed, config_markdown()) << "docs/CONFIG.md is stale: run `build/tools/kvtier config --markdown > docs/CONFIG.md`";
+  // The server's sections come first; the router's follows (checked by router_test).
+  EXPECT_EQ(committed.substr(0, config_markdown().size()), config_markdown())
+      << "docs/CONFIG.md is stale: run `build/tools/kvtier config --markdown > docs/CONFIG.md`";
 }
 
 }  // namespace
