@@ -169,7 +169,8 @@ void CacheLeaseState::wait_all() {
 
 // ---------------------------------------------------------------- cache ----
 
-KVCache::KVCache(const KVCacheOptions& o) : options_(o) {}
+KVCache::KVCache(const KVCacheOptions& o)
+    : options_(o), events_(std::make_shared<KvEventLog>(KvEventLog::kCapacity, KvEventLog::kLinger, o.clock)) {}
 
 KVCache::~KVCache() {
   if (transfer_) (void)drain();  // no transfer engine: create() failed before any transfer

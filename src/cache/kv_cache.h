@@ -452,7 +452,7 @@ class KVCache {
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 
   KVCacheOptions options_;
-  std::shared_ptr<KvEventLog> events_ = std::make_shared<KvEventLog>();
+  std::shared_ptr<KvEventLog> events_;  // lingers by options_.clock
   std::vector<IndexEvent> index_events_;  // publish_events()' scratch
   std::unique_ptr<PrefixIndex> index_;
   std::unique_ptr<BlockPool> pool_;

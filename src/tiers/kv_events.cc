@@ -31,11 +31,11 @@ void KvEventLog::subscribe() {
 void KvEventLog::unsubscribe() {
   std::lock_guard lock(mu_);
   if (--listeners_ > 0) return;
-  idle_since_ = std::chrono::steady_clock::now();
+  idle_since_ = clock_->now();
   if (linger_.count() == 0) stop_locked();
 }
 
-bool KvEventLog::lingered_out_locked() const { return std::chrono::steady_clock::now() - idle_since_ > linger_; }
+bool KvEventLog::lingered_out_locked() const { return clock_->now() - idle_since_ > linger_; }
 
 void KvEventLog::stop_locked() {
   recording_.store(false, std::memory_order_relaxed);

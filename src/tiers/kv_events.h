@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/clock.h"
 #include "kvtier/types.h"
 
 namespace kvtier {
@@ -62,8 +63,12 @@ struct KvSnapshot {
 
 class KvEventLog {
  public:
-  explicit KvEventLog(size_t capacity = 1 << 16, std::chrono::milliseconds linger = std::chrono::seconds(60))
-      : capacity_(capacity ? capacity : 1), linger_(linger) {}
+  static constexpr size_t kCapacity = size_t(1) << 16;
+  static constexpr std::chrono::milliseconds kLinger = std::chrono::seconds(60);
+  // `clock`: the linger's time (tests: a ManualClock). Not owned; must outlive the log.
+  explicit KvEventLog(size_t capacity = kCapacity, std::chrono::milliseconds linger = kLinger,
+                      const Clock* clock = &Clock::system())
+      : capacity_(capacity ? capacity : 1), linger_(linger), clock_(clock) {}
   KvEventLog(const KvEventLog&) = delete;
   KvEventLog& operator=(const KvEventLog&) = delete;
 
@@ -106,9 +111,10 @@ class KvEventLog {
 
   const size_t capacity_;
   const std::chrono::milliseconds linger_;
+  const Clock* clock_;
   std::atomic<bool> recording_{false};
   uint32_t listeners_ = 0;
-  std::chrono::steady_clock::time_point idle_since_;  // when the last listener left
+  Clock::time_point idle_since_;  // when the last listener left
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::deque<KvEvent> kept_;  // numbered first_ .. seq_

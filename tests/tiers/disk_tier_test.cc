@@ -133,9 +133,10 @@ TEST(KvEventLog, ResumesInsideItsWindowAndReportsEveryGap) {
 }
 
 // With a linger, a listener that comes back (a router reconnecting) resumes: what happened
-// while it was away is still numbered after its last number.
+// while it was away is still numbered after its last number. Past the linger the log stops.
 TEST(KvEventLog, AListenerThatComesBackWithinTheLingerResumes) {
-  KvEventLog log(16, std::chrono::hours(1));
+  ManualClock clock;
+  KvEventLog log(16, std::chrono::seconds(60), &clock);
   auto event = [](uint64_t i) { return KvEvent{KvEventKind::kRemoved, TierKind::kDevice, TierKind::kDevice, KvEventUnit::kPage, PageHash{i, 0}}; };
   uint64_t seen = 0;
   {
@@ -143,12 +144,22 @@ TEST(KvEventLog, AListenerThatComesBackWithinTheLingerResumes) {
     log.append(event(1));
     seen = log.seq();
   }
+  clock.advance(std::chrono::seconds(59));
   log.append(event(2));  // nobody listens, but the log lingers
-  KvEventLog::Subscription again(log);
   std::vector<KvEvent> out;
   uint64_t last = 0;
-  ASSERT_TRUE(log.read_since(seen, 10, out, last));
-  EXPECT_EQ(out, std::vector<KvEvent>{event(2)});
+  {
+    KvEventLog::Subscription again(log);
+    ASSERT_TRUE(log.read_since(seen, 10, out, last));
+    EXPECT_EQ(out, std::vector<KvEvent>{event(2)});
+    seen = last;
+  }
+  clock.advance(std::chrono::seconds(61));
+  log.append(event(3));  // past the linger: not recorded, and the log stops
+  EXPECT_FALSE(log.active());
+  EXPECT_EQ(log.seq(), seen);
+  KvEventLog::Subscription late(log);
+  EXPECT_FALSE(log.read_since(seen, 10, out, last));  // what it missed is gone: a snapshot is needed
 }
 
 // Chunk events (tiers/kv_events.h): nothing while no one listens; then every
