@@ -1,5 +1,7 @@
 #include "tiers/kv_events.h"
 
+#include <random>
+
 namespace kvtier {
 
 std::string_view kv_event_kind_name(KvEventKind k) {
@@ -17,8 +19,22 @@ std::string_view kv_event_unit_name(KvEventUnit u) { return u == KvEventUnit::kP
 KvEventLog::Subscription::Subscription(KvEventLog& log) : log_(log) { log_.subscribe(); }
 KvEventLog::Subscription::~Subscription() { log_.unsubscribe(); }
 
+namespace {
+
+// Where a log's numbers start: at random in [2^40, 2^52), so that a number from another run of the
+// server (a router that followed it before a restart) is never mistaken for one of this run's, and
+// every number stays exact as a JSON number in any reader (below 2^53).
+uint64_t random_first_seq() {
+  std::random_device rd;
+  const uint64_t r = (uint64_t(rd()) << 32) | rd();
+  return (uint64_t(1) << 40) + r % ((uint64_t(1) << 52) - (uint64_t(1) << 40));
+}
+
+}  // namespace
+
 void KvEventLog::subscribe() {
   std::lock_guard lock(mu_);
+  if (seq_ == 0) seq_ = first_ = random_first_seq();  // the first listener ever: this run's numbers begin
   if (listeners_++ > 0) return;
   if (recording_.load(std::memory_order_relaxed) && !lingered_out_locked()) return;  // back in time: resumable
   if (recording_.load(std::memory_order_relaxed)) stop_locked();

@@ -132,6 +132,21 @@ TEST(KvEventLog, ResumesInsideItsWindowAndReportsEveryGap) {
   EXPECT_TRUE(out.empty());
 }
 
+// Numbers from another log (the same server before a restart) are gaps, never this log's.
+TEST(KvEventLog, ANumberFromAnotherRunIsAGap) {
+  auto event = [](uint64_t i) { return KvEvent{KvEventKind::kStored, TierKind::kDisk, TierKind::kDisk, KvEventUnit::kChunk, PageHash{i, 1}}; };
+  KvEventLog before, after;
+  KvEventLog::Subscription a(before), b(after);
+  for (uint64_t i = 0; i < 3; ++i) before.append(event(i));
+  for (uint64_t i = 0; i < 5; ++i) after.append(event(i));
+  std::vector<KvEvent> out;
+  uint64_t last = 0;
+  EXPECT_FALSE(after.read_since(before.seq(), 10, out, last));
+  EXPECT_FALSE(after.read_since(before.seq() - 2, 10, out, last));
+  EXPECT_TRUE(out.empty());
+  EXPECT_LT(after.seq(), uint64_t(1) << 53);  // exact as a JSON number anywhere
+}
+
 // With a linger, a listener that comes back (a router reconnecting) resumes: what happened
 // while it was away is still numbered after its last number. Past the linger the log stops.
 TEST(KvEventLog, AListenerThatComesBackWithinTheLingerResumes) {
