@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 namespace kvtier {
 
@@ -26,6 +27,57 @@ Result<Planner> Planner::create(const PlannerOptions& o, const CostProfile& p, c
   KVTIER_RETURN_IF_ERROR(p.validate());
   KVTIER_RETURN_IF_ERROR(m.validate());
   return Planner(o, p, m);
+}
+
+namespace {
+constexpr const char* kPlannerFormat = "kvtier-planner-v1";
+constexpr TierKind kLoadTiers[] = {TierKind::kHost, TierKind::kDisk, TierKind::kRemote};
+}  // namespace
+
+std::string Planner::to_json() const {
+  nlohmann::json enc;
+  for (TierKind t : kLoadTiers) {
+    const TierEncoding& e = model_.encoding[size_t(t)];
+    enc[std::string(tier_name(t))] = {{"stored_fraction", e.stored_fraction}, {"decode_bytes_per_s", e.decode_bytes_per_s}};
+  }
+  return nlohmann::json{{"format", kPlannerFormat},
+                        {"page_tokens", options_.page_tokens},
+                        {"layerwise", options_.layerwise},
+                        {"profile", nlohmann::json::parse(profile_.to_json())},
+                        {"model",
+                         {{"dense_flops_per_token", model_.dense_flops_per_token},
+                          {"attn_flops_per_pair", model_.attn_flops_per_pair},
+                          {"num_layers", model_.num_layers},
+                          {"kv_bytes_per_token", model_.kv_bytes_per_token},
+                          {"encoding", enc}}}}
+      .dump();
+}
+
+Result<Planner> Planner::from_json(const std::string& text) {
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("format", "") != kPlannerFormat)
+    return Status::InvalidArgument(std::string("planner: not a JSON object of format ") + kPlannerFormat);
+  PlannerOptions o;
+  ModelCost m;
+  std::string profile;
+  try {
+    o.page_tokens = j.at("page_tokens").get<uint32_t>();
+    o.layerwise = j.at("layerwise").get<bool>();
+    profile = j.at("profile").dump();
+    const auto& jm = j.at("model");
+    m.dense_flops_per_token = jm.at("dense_flops_per_token").get<double>();
+    m.attn_flops_per_pair = jm.at("attn_flops_per_pair").get<double>();
+    m.num_layers = jm.at("num_layers").get<uint32_t>();
+    m.kv_bytes_per_token = jm.at("kv_bytes_per_token").get<size_t>();
+    for (TierKind t : kLoadTiers) {
+      const auto& e = jm.at("encoding").at(std::string(tier_name(t)));
+      m.encoding[size_t(t)] = {e.at("stored_fraction").get<double>(), e.at("decode_bytes_per_s").get<double>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::InvalidArgument(std::string("planner: ") + e.what());
+  }
+  KVTIER_ASSIGN_OR_RETURN(CostProfile p, CostProfile::from_json(profile));
+  return create(o, p, m);
 }
 
 // Timeline model. Every tier link loads all of its pages in one aggregated,

@@ -99,6 +99,12 @@ class Planner {
   const ModelCost& model() const { return model_; }
   const PlannerOptions& options() const { return options_; }
 
+  // Everything the planner prices with, as JSON ("kvtier-planner-v1"): an
+  // instance publishes it (GET /v1/cache/config) so that a router prices a
+  // prompt on it exactly as its own planner would. from_json validates.
+  std::string to_json() const;
+  static Result<Planner> from_json(const std::string& text);
+
  private:
   Planner(const PlannerOptions& o, const CostProfile& p, const ModelCost& m) : options_(o), profile_(p), model_(m) {}
   // A plan of `segments` covering `cached_pages`, with its counts and predictions.

@@ -94,6 +94,15 @@ Result<BackendCacheConfig> probe_cache_config(const BackendAddress& b, const std
   KVTIER_ASSIGN_OR_RETURN(c.chunk_pages, count_field(j, "chunk_pages", where));
   if (c.page_tokens == 0) return Status::Corruption(where + ": page_tokens is 0");
   if (auto e = j.find("cache_enabled"); e != j.end() && e->is_boolean()) c.cache_enabled = e->get<bool>();
+  if (auto p = j.find("planner"); p != j.end() && !p->is_null()) {
+    auto planner = Planner::from_json(p->dump());
+    if (!planner.ok()) return Status::Corruption(where + ": 'planner': " + planner.status().message());
+    c.planner = std::make_shared<const Planner>(std::move(*planner));
+  }
+  if (auto r = j.find("remote_store"); r != j.end() && !r->is_null()) {
+    if (!r->is_string()) return Status::Corruption(where + ": 'remote_store' is not a string");
+    c.remote_store = r->get<std::string>();
+  }
   return c;
 }
 

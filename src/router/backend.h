@@ -8,10 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kvtier/namespace.h"
 #include "kvtier/status.h"
+#include "planner/planner.h"
 
 namespace kvtier::router {
 
@@ -34,7 +36,10 @@ struct BackendCacheConfig {
   uint32_t page_tokens = 0, chunk_pages = 0;
   HashAlgo hash = HashAlgo::kXXH3_128;
   bool cache_enabled = true;
-  bool operator==(const BackendCacheConfig&) const = default;
+  // Its planner's inputs, to price a prompt there as it would (null: it did
+  // not publish them: another server, or an older kvtier).
+  std::shared_ptr<const Planner> planner;
+  std::string remote_store;  // its shared remote store's name (empty: none)
 };
 
 // A PageHash from its 32 hex digits (PageHash::to_hex); an error says `what` is not one.

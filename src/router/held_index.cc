@@ -10,27 +10,30 @@ uint8_t bit_of(TierKind t) { return t == TierKind::kDevice ? 1 : t == TierKind::
 void HeldIndex::clear() {
   pages_.clear();
   disk_.clear();
+  remote_.clear();
 }
 
 void HeldIndex::reset(const std::vector<PageHash>& device, const std::vector<PageHash>& host,
                       const std::vector<PageHash>& disk) {
-  clear();
+  pages_.clear();
+  disk_.clear();
   for (const PageHash& h : device) pages_[h] |= kDeviceBit;
   for (const PageHash& h : host) pages_[h] |= kHostBit;
   disk_.insert(disk.begin(), disk.end());
 }
 
 void HeldIndex::apply(KvEventKind kind, TierKind tier, TierKind from, std::span<const PageHash> hashes) {
-  if (tier == TierKind::kDisk) {
-    if (kind == KvEventKind::kCleared) disk_.clear();
+  if (tier == TierKind::kDisk || tier == TierKind::kRemote) {
+    auto& set = tier == TierKind::kDisk ? disk_ : remote_;
+    if (kind == KvEventKind::kCleared) set.clear();
     for (const PageHash& h : hashes) {
-      if (kind == KvEventKind::kStored || kind == KvEventKind::kMoved) disk_.insert(h);
-      if (kind == KvEventKind::kRemoved) disk_.erase(h);
+      if (kind == KvEventKind::kStored || kind == KvEventKind::kMoved) set.insert(h);
+      if (kind == KvEventKind::kRemoved) set.erase(h);
     }
+    while (remote_.size() > kMaxRemoteChunks) remote_.erase(remote_.begin());
     return;
   }
   const uint8_t bit = bit_of(tier);
-  if (bit == 0) return;  // the remote tier is shared: not one backend's
   if (kind == KvEventKind::kCleared) {
     for (auto it = pages_.begin(); it != pages_.end();) {
       it->second &= uint8_t(~bit);
@@ -48,19 +51,43 @@ void HeldIndex::apply(KvEventKind kind, TierKind tier, TierKind from, std::span<
   }
 }
 
-HeldIndex::Match HeldIndex::match(std::span<const PageHash> chain, uint32_t chunk_pages) const {
+uint32_t HeldIndex::Match::pages() const {
+  uint32_t n = 0;
+  for (const CachedRun& r : runs) n += r.pages;
+  return n;
+}
+
+uint32_t HeldIndex::Match::on(TierKind t) const {
+  uint32_t n = 0;
+  for (const CachedRun& r : runs) n += r.tier == t ? r.pages : 0;
+  return n;
+}
+
+size_t HeldIndex::chunk_end(const std::unordered_set<PageHash, PageHashHasher>& set, std::span<const PageHash> chain,
+                            size_t i, size_t chunk_pages) {
+  const size_t end = (i / chunk_pages + 1) * chunk_pages;
+  return end <= chain.size() && set.count(chain[end - 1]) ? end : i;
+}
+
+HeldIndex::Match HeldIndex::match(std::span<const PageHash> chain, uint32_t chunk_pages, const HeldIndex* shared) const {
   Match m;
+  auto add = [&](TierKind t, size_t pages) {
+    if (m.runs.empty() || m.runs.back().tier != t) m.runs.push_back({t, 0});
+    m.runs.back().pages += uint32_t(pages);
+  };
   const size_t C = chunk_pages ? chunk_pages : 1;
   for (size_t i = 0; i < chain.size();) {
     if (auto it = pages_.find(chain[i]); it != pages_.end()) {
-      ++((it->second & kDeviceBit) ? m.device : m.host);
+      add((it->second & kDeviceBit) ? TierKind::kDevice : TierKind::kHost, 1);
       ++i;
       continue;
     }
-    // A chunk on disk serves its pages from i to its end (the ones before i are in the index).
-    const size_t end = (i / C + 1) * C;
-    if (end > chain.size() || !disk_.count(chain[end - 1])) break;
-    m.disk += uint32_t(end - i);
+    // A chunk on disk (or in the shared store) serves its pages from i to its end (the ones before i are in the index).
+    size_t end = chunk_end(disk_, chain, i, C);
+    const TierKind t = end > i ? TierKind::kDisk : TierKind::kRemote;
+    if (end == i && shared) end = chunk_end(shared->remote_, chain, i, C);
+    if (end == i) break;
+    add(t, end - i);
     i = end;
   }
   return m;

@@ -52,6 +52,17 @@ std::optional<RouteChoice> choose_backend(RoutePolicy policy, std::span<const Ba
   if (!least) return std::nullopt;
   if (policy == RoutePolicy::kRoundRobin) return RouteChoice{*best_of(backends, start, [](auto&, auto&) { return false; }), RouteReason::kRotation};
   if (policy == RoutePolicy::kLeastLoaded) return RouteChoice{*least, RouteReason::kLoad};
+  bool priced = true;
+  for (const BackendView& v : backends) priced = priced && (!v.healthy || v.predicted_s >= 0);
+  if (priced) {  // the least loaded of those within kPriceTie of the cheapest
+    const auto cheapest = best_of(backends, start, [](const BackendView& a, const BackendView& b) { return a.predicted_s < b.predicted_s; });
+    const double limit = backends[*cheapest].predicted_s / (1 - kPriceTie);
+    const auto pick = best_of(backends, start, [&](const BackendView& a, const BackendView& b) {
+      const bool a_in = a.predicted_s <= limit, b_in = b.predicted_s <= limit;
+      return a_in != b_in ? a_in : a.load < b.load;
+    });
+    return RouteChoice{*pick, backends[*pick].matched_pages > 0 ? RouteReason::kCache : RouteReason::kLoad};
+  }
   const auto cached = best_of(backends, start, [](const BackendView& a, const BackendView& b) {
     return a.matched_pages > b.matched_pages || (a.matched_pages == b.matched_pages && a.load < b.load);
   });

@@ -53,8 +53,8 @@ const OptionTable<RouterOptions>& router_option_table() {
                                 "Page hashes remembered per backend of what was routed there (LRU)"},
                                KVTIER_FIELD(max_tracked_pages), 1, uint64_t(1) << 32));
     t.push_back(uint_option<R>({"route.balance_slack", "--balance-slack", {},
-                                "cache-aware sends a request to the least loaded backend instead once the cached one has "
-                                "this many more requests"},
+                                "Where a backend does not publish its planner: cache-aware sends a request to the least "
+                                "loaded backend instead once the cached one has this many more requests"},
                                KVTIER_FIELD(balance_slack), 0, 1u << 20));
     t.push_back(uint_option<R>({"route.threads", "--threads", {}, "HTTP threads (each open stream holds one)"},
                                KVTIER_FIELD(threads), 1, 4096));
@@ -188,7 +188,11 @@ void Router::Impl::events_loop(size_t i) {
     std::lock_guard lk(mu);
     BackendState& b = backends[i];
     if (m.snapshot) b.held.reset(m.device, m.host, m.disk);
-    for (const EventMessage::Record& r : m.records) b.held.apply(r.kind, r.tier, r.from, r.hashes);
+    const std::string* store = b.config && !b.config->remote_store.empty() ? &b.config->remote_store : nullptr;
+    for (const EventMessage::Record& r : m.records) {
+      if (r.tier != TierKind::kRemote) b.held.apply(r.kind, r.tier, r.from, r.hashes);
+      else if (store) stores[*store].apply(r.kind, r.tier, r.from, r.hashes);  // shared: counts for all its users
+    }
     b.events_seq = since = m.seq;
     b.events_live = true;
     b.events_reason.clear();
@@ -244,7 +248,7 @@ std::optional<std::string> Router::Impl::tenant_of(const httplib::Request& req, 
   return std::nullopt;
 }
 
-std::vector<PageHash> Router::Impl::page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const {
+RoutedPrompt Router::Impl::page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const {
   std::optional<BackendCacheConfig> cfg;
   {
     std::lock_guard lk(mu);
@@ -269,9 +273,10 @@ std::vector<PageHash> Router::Impl::page_chain(Endpoint ep, const std::string& b
   if (!r) return {};  // the backend answers the error
   const Namespace ns{.model_fingerprint = cfg->fingerprint, .adapter_id = {}, .cache_salt = r->cache_salt, .tenant = tenant};
   const size_t full = r->prompt.size() / cfg->page_tokens * cfg->page_tokens;
-  std::vector<PageHash> chain;
-  hash_pages(cfg->hash, namespace_seed(ns, cfg->hash), std::span(r->prompt).first(full), cfg->page_tokens, chain);
-  return chain;
+  RoutedPrompt p;
+  p.tokens = r->prompt.size();
+  hash_pages(cfg->hash, namespace_seed(ns, cfg->hash), std::span(r->prompt).first(full), cfg->page_tokens, p.chain);
+  return p;
 }
 
 // ---- the command ----

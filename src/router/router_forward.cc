@@ -3,6 +3,8 @@
 // provider writes what it read, so nothing is buffered past one chunk).
 #include <deque>
 
+#include <nlohmann/json.hpp>
+
 #include "router/router_impl.h"
 
 namespace kvtier::router {
@@ -34,6 +36,7 @@ struct Relay {
   int status = 0;
   std::string content_type;
   std::string error;  // set when done without a head: the backend could not be reached
+  std::string tail;   // the stream's last bytes (its usage, where it sends one)
   std::thread reader;
 };
 
@@ -52,6 +55,8 @@ void read_backend(const BackendAddress& b, httplib::Request r, const std::shared
     std::lock_guard lk(relay->mu);
     if (relay->cancelled) return false;  // the client left: closing the connection cancels the backend's sequence
     relay->chunks.emplace_back(data, n);
+    relay->tail.append(data, n);
+    if (relay->tail.size() > 2 * kTailBytes) relay->tail.erase(0, relay->tail.size() - kTailBytes);
     relay->cv.notify_all();
     return true;
   };
@@ -63,7 +68,7 @@ void read_backend(const BackendAddress& b, httplib::Request r, const std::shared
 }
 
 Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, httplib::Response& res,
-                         std::string& why, std::function<void(int)> done) {
+                         std::string& why, std::function<void(int, std::string_view)> done) {
   auto relay = std::make_shared<Relay>();
   httplib::Request out;
   out.method = "POST";
@@ -103,7 +108,7 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
           relay->cancelled = true;
         }
         relay->reader.join();
-        done(relay->status);
+        done(relay->status, relay->tail);
       });
   return Forwarded::kAnswered;
 }
@@ -111,7 +116,7 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
 }  // namespace
 
 Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
-                  std::string& why, std::function<void(int)> done) {
+                  std::string& why, std::function<void(int, std::string_view)> done) {
   if (stream) return forward_stream(b, req, res, why, std::move(done));
   httplib::Client c(b.host, b.port);
   set_timeouts(c);
@@ -123,8 +128,29 @@ Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool str
   res.status = r->status;
   res.set_content(r->body, r->get_header_value("Content-Type").empty() ? "application/json"
                                                                         : r->get_header_value("Content-Type"));
-  done(r->status);
+  done(r->status, r->body);
   return Forwarded::kAnswered;
+}
+
+std::optional<uint64_t> reported_cached_tokens(std::string_view text) {
+  auto cached_of = [](const nlohmann::json& j) -> std::optional<uint64_t> {
+    if (!j.is_object() || !j.contains("usage")) return std::nullopt;
+    const auto& d = j["usage"].value("prompt_tokens_details", nlohmann::json());
+    if (!d.is_object() || !d.contains("cached_tokens") || !d["cached_tokens"].is_number_unsigned()) return std::nullopt;
+    return d["cached_tokens"].get<uint64_t>();
+  };
+  if (auto whole = nlohmann::json::parse(text, nullptr, false); !whole.is_discarded()) return cached_of(whole);
+  // A stream: the last `data:` line that carries a usage.
+  for (size_t end = text.size(); end > 0;) {
+    const size_t start = text.rfind('\n', end - 1);
+    const std::string_view line = text.substr(start == std::string_view::npos ? 0 : start + 1,
+                                              end - (start == std::string_view::npos ? 0 : start + 1));
+    if (line.starts_with("data: ") && line.find("\"usage\"") != std::string_view::npos)
+      if (auto n = cached_of(nlohmann::json::parse(line.substr(6), nullptr, false))) return n;
+    if (start == std::string_view::npos) break;
+    end = start;
+  }
+  return std::nullopt;
 }
 
 }  // namespace kvtier::router

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -34,6 +35,7 @@ struct BackendState {
   bool events_live = false;
   std::string events_reason = "not followed yet";
   uint64_t routed = 0;
+  double mean_price_s = 0;  // moving average of the predicted cost of the requests routed here (its queue's price)
 };
 
 enum class Endpoint : uint8_t { kCompletions, kChat, kPrefetch };
@@ -46,6 +48,22 @@ struct RouterCounters {
   uint64_t matched_pages = 0, request_pages = 0;
   double decide_s = 0;  // time spent rendering, hashing and choosing
   uint64_t decisions = 0;
+  // Requests whose backend reported its cached tokens, against what the router predicted.
+  uint64_t compared = 0, predicted_cached = 0, actual_cached = 0, cached_abs_error = 0;
+};
+
+// A request's prompt as the backends would see it: its whole pages' hashes and its length.
+struct RoutedPrompt {
+  std::vector<PageHash> chain;
+  size_t tokens = 0;
+};
+
+// What the router believes a backend holds of a prompt, and what that is worth there.
+struct Belief {
+  uint32_t pages = 0;           // leading pages held, in any tier
+  uint32_t reused_pages = 0;    // of those, the ones its planner would use (all, unpriced)
+  double price_s = -1;          // predicted time to first token, its queue aside (< 0: no planner)
+  double full_s = 0;            // the same with nothing cached
 };
 
 struct Router::Impl {
@@ -59,6 +77,7 @@ struct Router::Impl {
   mutable std::mutex mu;
   std::vector<BackendState> backends;
   std::optional<BackendCacheConfig> reference;  // the first backend's: others must agree to be routed to
+  std::map<std::string, HeldIndex> stores;      // by remote_store: chunks any of its backends put there
   uint64_t rotation = 0;
   RouterCounters counters;
 
@@ -81,7 +100,9 @@ struct Router::Impl {
   // Authenticates against the keys file (when given): the tenant, or an error already sent.
   std::optional<std::string> tenant_of(const httplib::Request& req, httplib::Response& res) const;
   // The request's page hashes as the backends would form them (empty when they cannot be known).
-  std::vector<PageHash> page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const;
+  RoutedPrompt page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const;
+  // Under mu: what backend b holds of `p` (its events, what was routed there, its shared store), priced.
+  Belief believe(const BackendState& b, const RoutedPrompt& p) const;
   void route(Endpoint ep, const httplib::Request& req, httplib::Response& res);
   // Under mu.
   std::string health_json() const;
@@ -96,8 +117,13 @@ httplib::Headers passed_headers(const httplib::Request& req);
 // What a forward attempt came to: an answer was (or is being) relayed, or the backend could not be reached.
 enum class Forwarded : uint8_t { kAnswered, kUnreachable };
 // Sends the request to `b` and relays its answer into `res` (a stream chunk by chunk through a
-// content provider; `done` runs once the relay is over, whatever its outcome, with the backend's status).
+// content provider; `done` runs once the relay is over, whatever its outcome, with the backend's status
+// and the answer's body, or a stream's last kTailBytes).
+inline constexpr size_t kTailBytes = 16384;
 Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
-                  std::string& unreachable_why, std::function<void(int status)> done);
+                  std::string& unreachable_why, std::function<void(int status, std::string_view tail)> done);
+// The cached tokens a backend's answer reports (usage.prompt_tokens_details.cached_tokens), from a
+// whole JSON body or the last usage-bearing `data:` line of a stream's tail; nullopt when it says none.
+std::optional<uint64_t> reported_cached_tokens(std::string_view body_or_tail);
 
 }  // namespace kvtier::router

@@ -59,31 +59,67 @@ void Router::Impl::install_routes() {
 
 namespace {
 
-// The leading pages of `chain` a backend holds in any tier, by what its event stream said, or by
-// what was routed there (its events may lag, or not be followed).
-uint32_t believed_pages(const BackendState& b, std::span<const PageHash> chain) {
-  const uint32_t chunk_pages = b.config ? b.config->chunk_pages : 0;
-  return std::max(b.tracker.match(chain), b.held.match(chain, chunk_pages).pages());
+constexpr double kPriceAverageWeight = 0.2;  // of the newest request in a backend's moving average
+
+// Each backend prices with its own calibration, and instances of one
+// deployment on the same hardware calibrate a few to tens of percent apart:
+// taken as they are, the one that measured fastest would take every request
+// its cache does not decide. So a price is kept as the share of the prompt's
+// full prefill it leaves to wait for (what the cache and the tiers decide),
+// on one scale for all: the mean full prefill over the backends.
+void normalize_prices(std::vector<Belief>& beliefs) {
+  double sum = 0;
+  size_t n = 0;
+  for (const Belief& b : beliefs)
+    if (b.price_s >= 0 && b.full_s > 0) sum += b.full_s, ++n;
+  for (Belief& b : beliefs)
+    if (b.price_s >= 0) b.price_s = b.full_s > 0 ? b.price_s / b.full_s * (sum / double(n)) : 0;
 }
 
 }  // namespace
+
+Belief Router::Impl::believe(const BackendState& b, const RoutedPrompt& p) const {
+  const uint32_t chunk_pages = b.config ? b.config->chunk_pages : 0;
+  const auto store = b.config && !b.config->remote_store.empty() ? stores.find(b.config->remote_store) : stores.end();
+  HeldIndex::Match m = b.held.match(p.chain, chunk_pages, store == stores.end() ? nullptr : &store->second);
+  // Pages routed there that its events have not shown (they lag, or are not followed): just computed,
+  // so on its device most likely.
+  if (const uint32_t routed = b.tracker.match(p.chain); routed > m.pages())
+    m.runs.push_back({TierKind::kDevice, routed - m.pages()});
+  Belief out{m.pages(), m.pages(), -1};
+  if (!b.config || !b.config->planner || p.tokens == 0) return out;
+  // A backend computes at least the prompt's last token: a prompt of whole pages reuses one page fewer.
+  const uint32_t P = b.config->page_tokens;
+  if (size_t(m.pages()) * P >= p.tokens && !m.runs.empty() && --m.runs.back().pages == 0) m.runs.pop_back();
+  const Plan plan = b.config->planner->plan(m.runs, p.tokens);
+  out.reused_pages = plan.reused_pages();
+  out.price_s = plan.predicted_s;
+  out.full_s = plan.recompute_all_s;
+  return out;
+}
 
 void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
   const auto tenant = tenant_of(req, res);
   if (!tenant) return;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<PageHash> chain = page_chain(ep, req.body, *tenant);
+  const RoutedPrompt prompt = page_chain(ep, req.body, *tenant);
   const bool stream = ep != Endpoint::kPrefetch && wants_stream(req.body);
   std::set<size_t> tried;
   for (;;) {
     std::optional<RouteChoice> choice;
     BackendAddress addr;
+    uint64_t predicted_cached = 0;
     {
       std::lock_guard lk(mu);
+      std::vector<Belief> beliefs;
+      for (const BackendState& b : backends) beliefs.push_back(believe(b, prompt));
+      normalize_prices(beliefs);
       std::vector<BackendView> views;
       for (size_t i = 0; i < backends.size(); ++i) {
         const BackendState& b = backends[i];
-        views.push_back({b.healthy && !tried.count(i), b.in_flight + b.health.waiting, believed_pages(b, chain)});
+        const uint32_t load = b.in_flight + b.health.waiting;
+        const double price = beliefs[i].price_s;
+        views.push_back({b.healthy && !tried.count(i), load, beliefs[i].pages, price < 0 ? -1 : price + load * b.mean_price_s});
       }
       choice = choose_backend(o.policy, views, rotation, o.balance_slack);
       if (!choice) {
@@ -91,21 +127,33 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
         break;
       }
       BackendState& b = backends[choice->backend];
+      const Belief& chosen = beliefs[choice->backend];
       ++b.in_flight, ++b.routed;
+      if (chosen.price_s >= 0)
+        b.mean_price_s = b.mean_price_s == 0 ? chosen.price_s
+                                             : (1 - kPriceAverageWeight) * b.mean_price_s + kPriceAverageWeight * chosen.price_s;
       ++counters.routed[size_t(choice->reason)];
-      counters.matched_pages += views[choice->backend].matched_pages;
-      counters.request_pages += chain.size();
+      counters.matched_pages += chosen.pages;
+      counters.request_pages += prompt.chain.size();
       if (tried.empty()) {
         counters.decide_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         ++counters.decisions;
       }
+      if (b.config) predicted_cached = uint64_t(chosen.reused_pages) * b.config->page_tokens;
       addr = b.addr;
     }
     const size_t i = choice->backend;
-    auto done = [this, i, chain](int status) {
+    auto done = [this, i, chain = prompt.chain, predicted_cached](int status, std::string_view tail) {
+      const auto actual = status == 200 ? reported_cached_tokens(tail) : std::nullopt;
       std::lock_guard lk(mu);
       --backends[i].in_flight;
       if (status == 200) backends[i].tracker.insert(chain);  // its pages are there now, in some tier
+      if (actual) {
+        ++counters.compared;
+        counters.predicted_cached += predicted_cached;
+        counters.actual_cached += *actual;
+        counters.cached_abs_error += predicted_cached > *actual ? predicted_cached - *actual : *actual - predicted_cached;
+      }
     };
     std::string why;
     if (forward(addr, req, stream, res, why, done) == Forwarded::kAnswered) return;
@@ -136,8 +184,12 @@ std::string Router::Impl::health_json() const {
                                 {"seq", b.events_seq.value_or(0)},
                                 {"pages", b.held.pages()},
                                 {"disk_chunks", b.held.chunks()}}},
+                    {"priced", b.config && b.config->planner != nullptr},
+                    {"remote_store", b.config && !b.config->remote_store.empty() ? json(b.config->remote_store) : json(nullptr)},
                     {"routed", b.routed}});
-  json j = {{"status", "ok"}, {"policy", policy_name(o.policy)}, {"backends", list}};
+  json shared = json::object();
+  for (const auto& [name, held] : stores) shared[name] = {{"chunks", held.remote_chunks()}};
+  json j = {{"status", "ok"}, {"policy", policy_name(o.policy)}, {"backends", list}, {"remote_stores", shared}};
   if (reference) j["model_fingerprint"] = reference->fingerprint.to_hex();
   return j.dump();
 }
@@ -158,14 +210,23 @@ std::string Router::Impl::metrics_text() const {
   head("kvtier_router_decisions_total", "counter", "Routing decisions by reason: cache (a backend held a prefix), load, rotation.");
   for (RouteReason r : {RouteReason::kCache, RouteReason::kLoad, RouteReason::kRotation})
     m << "kvtier_router_decisions_total{reason=\"" << reason_name(r) << "\"} " << counters.routed[size_t(r)] << '\n';
-  head("kvtier_router_matched_pages_total", "counter", "Prompt pages the chosen backend was believed to hold.");
-  m << "kvtier_router_matched_pages_total " << counters.matched_pages << '\n';
-  head("kvtier_router_request_pages_total", "counter", "Whole prompt pages of routed requests.");
-  m << "kvtier_router_request_pages_total " << counters.request_pages << '\n';
-  head("kvtier_router_failovers_total", "counter", "Attempts whose backend could not be reached (the request went to the next).");
-  m << "kvtier_router_failovers_total " << counters.failovers << '\n';
-  head("kvtier_router_unroutable_total", "counter", "Requests answered 503 because no backend was up.");
-  m << "kvtier_router_unroutable_total " << counters.unroutable << '\n';
+  auto scalar = [&](const char* name, const char* help, uint64_t value) {
+    head(name, "counter", help);
+    m << name << ' ' << value << '\n';
+  };
+  scalar("kvtier_router_matched_pages_total", "Prompt pages the chosen backend was believed to hold.", counters.matched_pages);
+  scalar("kvtier_router_request_pages_total", "Whole prompt pages of routed requests.", counters.request_pages);
+  scalar("kvtier_router_failovers_total", "Attempts whose backend could not be reached (the request went to the next).",
+         counters.failovers);
+  scalar("kvtier_router_unroutable_total", "Requests answered 503 because no backend was up.", counters.unroutable);
+  scalar("kvtier_router_cached_tokens_compared_total",
+         "Answers whose backend reported its cached tokens (non-streamed, or streamed with a usage).", counters.compared);
+  scalar("kvtier_router_predicted_cached_tokens_total", "Of those answers: the cached tokens the router predicted.",
+         counters.predicted_cached);
+  scalar("kvtier_router_actual_cached_tokens_total", "Of those answers: the cached tokens the backends reported.",
+         counters.actual_cached);
+  scalar("kvtier_router_cached_tokens_error_total", "Of those answers: the sum of |predicted - reported| cached tokens.",
+         counters.cached_abs_error);
   head("kvtier_router_decision_seconds", "summary", "Time to render, tokenize, hash and choose, per request.");
   m << "kvtier_router_decision_seconds_sum " << counters.decide_s << "\nkvtier_router_decision_seconds_count "
     << counters.decisions << '\n';

@@ -12,6 +12,7 @@
 #include "runtime/cached_prefill.h"
 #include "runtime/prefill_trace.h"
 #include "runtime/calibration.h"
+#include "common/page_hash.h"
 #include "common/secrets.h"
 #include "tiers/tier_factory.h"
 
@@ -126,6 +127,21 @@ TextCodec text_codec(const text::Tokenizer& tok, const text::Vocab& vocab) {
 
 namespace {
 
+// Names the shared store behind a remote tier's URL by a digest of its sorted
+// seed addresses: instances given the same store (in any order) agree, and
+// the name says nothing of where it is or how to log in.
+std::string remote_store_id(const std::string& url, const ChunkGeometry& geometry) {
+  if (url.empty()) return {};
+  auto r = RemoteTierOptions::from_url(url, geometry);
+  if (!r.ok()) return {};
+  std::vector<std::string> seeds;
+  for (const RedisEndpoint& e : r->redis.seeds) seeds.push_back(e.to_string());
+  std::sort(seeds.begin(), seeds.end());
+  std::string all;
+  for (const std::string& s : seeds) all += s + ",";
+  return hash_bytes(HashAlgo::kXXH3_128, all.data(), all.size()).to_hex();
+}
+
 class RuntimeImpl final : public Runtime {
  public:
   RuntimeImpl(RuntimeOptions o, ServingStack stack, text::Tokenizer tok)
@@ -141,6 +157,8 @@ class RuntimeImpl final : public Runtime {
     info_.fingerprint = model_->fingerprint();
     const uint64_t pool_tokens = uint64_t(cache_->pool().num_pages()) * o_.page_tokens;
     info_.max_kv_tokens = uint32_t(std::min<uint64_t>(pool_tokens, UINT32_MAX));
+    info_.planner = std::make_shared<const Planner>(cache_->planner());
+    info_.remote_store = remote_store_id(o_.remote_url, ChunkGeometry{cache_->options().geometry, o_.chunk_pages});
   }
 
   const ModelInfo& model() const override { return info_; }

@@ -164,6 +164,13 @@ struct ModelInfo {
   // (0: no limit known). A request whose prompt plus completion exceeds it
   // can never run, however long it waits.
   uint32_t max_kv_tokens = 0;
+  // What a router needs to price a prompt here as this instance's planner
+  // does (null: not known, e.g. a test runtime), and which shared remote
+  // store its remote tier is: a digest of the store's addresses, never the
+  // addresses or credentials (empty: no remote tier). GET /v1/cache/config
+  // publishes both.
+  std::shared_ptr<const Planner> planner;
+  std::string remote_store;
 
   bool is_end_of_generation(TokenId t) const {
     return std::binary_search(end_of_generation.begin(), end_of_generation.end(), t);

@@ -223,14 +223,16 @@ void HttpServer::install_cache_routes() {
   s.Get("/v1/cache/config", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, Access::kClient)) return;
     const RuntimeOptions& o = config_.runtime;
-    res.set_content(json{{"model", model_name_},
-                         {"model_fingerprint", scheduler_->model().fingerprint.to_hex()},
-                         {"page_tokens", o.page_tokens},
-                         {"chunk_pages", o.chunk_pages},
-                         {"hash", hash_algo_name(o.hash)},
-                         {"cache_enabled", o.cache_enabled}}
-                        .dump(),
-                    kJson);
+    const ModelInfo& m = scheduler_->model();
+    json j{{"model", model_name_},
+           {"model_fingerprint", m.fingerprint.to_hex()},
+           {"page_tokens", o.page_tokens},
+           {"chunk_pages", o.chunk_pages},
+           {"hash", hash_algo_name(o.hash)},
+           {"cache_enabled", o.cache_enabled},
+           {"remote_store", m.remote_store.empty() ? json(nullptr) : json(m.remote_store)}};
+    if (m.planner) j["planner"] = json::parse(m.planner->to_json());
+    res.set_content(j.dump(), kJson);
   });
 
   s.Get("/v1/cache/stats", [this](const httplib::Request& req, httplib::Response& res) {

@@ -199,6 +199,36 @@ TEST(Planner, RandomMatchesAreWellFormedAndOptimalInFamily) {
   }
 }
 
+// What an instance publishes for a router: the same prices for every match, and garbage refused.
+TEST(Planner, JsonRoundTripPricesAlike) {
+  ModelCost m = synthetic_model();
+  m.encoding[size_t(TierKind::kDisk)] = {0.53, 5e9};
+  CostProfile p = synthetic_profile();
+  p.link(TierKind::kRemote) = {};  // no remote tier: never loaded from
+  const Planner pl = make(false, p, m);
+  auto back = Planner::from_json(pl.to_json());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->options().page_tokens, 16u);
+  EXPECT_FALSE(back->options().layerwise);
+  std::mt19937 rng(3);
+  for (int i = 0; i < 50; ++i) {
+    std::vector<CachedRun> runs;
+    uint32_t pages = 0;
+    for (int r = rng() % 4; r >= 0; --r) {
+      runs.push_back({TierKind(rng() % kNumTiers), 1 + uint32_t(rng() % 200)});
+      pages += runs.back().pages;
+    }
+    const size_t tokens = pages * 16 + 1 + rng() % 500;
+    EXPECT_DOUBLE_EQ(back->plan(runs, tokens).predicted_s, pl.plan(runs, tokens).predicted_s);
+    EXPECT_EQ(back->plan(runs, tokens).reused_pages(), pl.plan(runs, tokens).reused_pages());
+  }
+  EXPECT_FALSE(Planner::from_json("{}").ok());
+  EXPECT_FALSE(Planner::from_json("[1]").ok());
+  std::string bad = pl.to_json();
+  bad.replace(bad.find("\"num_layers\":32"), 16, "\"num_layers\":0");
+  EXPECT_FALSE(Planner::from_json(bad).ok());
+}
+
 TEST(CostProfile, JsonRoundTripAndValidation) {
   CostProfile p = synthetic_profile();
   p.source = "test";

@@ -14,6 +14,7 @@
 
 #include "e2e/e2e_util.h"
 #include "e2e/server_process.h"
+#include "remote/redis_fixture.h"
 #include "router/router.h"
 
 namespace kvtier::router {
@@ -38,10 +39,12 @@ json prompt(int conversation, int turn) {
 
 class RouterE2E : public ::testing::Test {
  protected:
-  void start_backends(int n) {
+  void start_backends(int n, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < n; ++i) {
       backends_.push_back(std::make_unique<ServerProcess>());
-      ASSERT_TRUE(backends_.back()->start(backend_args(dir_.str() + "/b" + std::to_string(i)))) << backends_.back()->log();
+      auto args = backend_args(dir_.str() + "/b" + std::to_string(i));
+      args.insert(args.end(), extra.begin(), extra.end());
+      ASSERT_TRUE(backends_.back()->start(args)) << backends_.back()->log();
     }
   }
   void start_router(RoutePolicy policy, std::vector<std::string> extra = {},
@@ -119,10 +122,21 @@ TEST_F(RouterE2E, CacheAwareKeepsEachConversationOnItsBackend) {
   auto metrics = m.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("kvtier_router_decisions_total{reason=\"cache\"} 8"), std::string::npos) << metrics->body;
+  // Every answer reported its cached tokens; the router's prediction (priced by each backend's own
+  // planner) is off by at most the one page a backend may compute anyway.
+  const auto value = [&](const std::string& name) {
+    const size_t at = metrics->body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(metrics->body.substr(at + name.size() + 2));
+  };
+  EXPECT_EQ(value("kvtier_router_cached_tokens_compared_total"), 12) << metrics->body;
+  EXPECT_GE(value("kvtier_router_predicted_cached_tokens_total"), 8 * 48) << metrics->body;
+  EXPECT_LE(value("kvtier_router_cached_tokens_error_total"), 8 * 16) << metrics->body;
   auto health = m.Get("/health");
   ASSERT_TRUE(health);
   EXPECT_EQ(health->status, 200);
-  EXPECT_EQ(json::parse(health->body)["backends"].size(), 2u);
+  const json h = json::parse(health->body);
+  EXPECT_EQ(h["backends"].size(), 2u);
+  EXPECT_TRUE(h["backends"][0]["priced"].get<bool>()) << h.dump();
 }
 
 // The router follows each backend's /v1/cache/events: prefixes cached there
@@ -254,6 +268,54 @@ TEST_F(RouterE2E, DeadAndGarbageBackendsAreRoutedAround) {
   EXPECT_FALSE(router_->backends()[0].healthy);
   garbage.stop();
   gthread.join();
+}
+
+// Backends sharing one Redis tier: the chunks one of them puts there count
+// for every backend of that store. A conversation computed on backend 0
+// behind the router's back is continued after backend 0 died: the router
+// believes backend 1 holds its prefix (in the store) and it does.
+TEST_F(RouterE2E, SharedStoreChunksCountForEveryBackend) {
+  testing::RedisServer redis;
+  const Status up = redis.start();
+  ASSERT_TRUE(up.ok()) << up.to_string();
+  start_backends(2, {"--remote", redis.url(), "--remote-insecure", "--chunk-pages", "2"});
+  start_router(RoutePolicy::kCacheAware);
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  httplib::Client m("127.0.0.1", port_);
+  json health;
+  // The store's chunks are known from events alone (no snapshot lists them): follow both streams first.
+  for (int k = 0; k < 2000; ++k) {
+    health = json::parse(m.Get("/health")->body);
+    if (health["backends"][0]["events"]["live"].get<bool>() && health["backends"][1]["events"]["live"].get<bool>()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const Reply first = testing::post_json(backends_[0]->port(), "/v1/completions", {{"prompt", prompt(40, 2)}, {"max_tokens", 1}});
+  ASSERT_EQ(first.status, 200) << first.body.dump();
+  // 96 tokens: five whole pages cached, two chunks of two pages written through to Redis.
+  for (int k = 0; k < 2000; ++k) {
+    health = json::parse(m.Get("/health")->body);
+    const json& stores = health["remote_stores"];
+    if (stores.size() == 1 && stores.begin()->at("chunks").get<int>() >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(health["remote_stores"].size(), 1u) << health.dump();
+  EXPECT_GE(health["remote_stores"].begin()->at("chunks").get<int>(), 2) << health.dump();
+  EXPECT_EQ(health["backends"][0]["remote_store"], health["backends"][1]["remote_store"]) << health.dump();
+  EXPECT_EQ(health["backends"][0]["remote_store"].get<std::string>(), health["remote_stores"].begin().key());
+  backends_[0]->signal(SIGKILL);
+  (void)backends_[0]->wait_exit();
+  ASSERT_TRUE(wait_backend(0, false));
+  const std::string before = m.Get("/metrics")->body;
+  auto [cached, which] = complete(40, 3);
+  EXPECT_EQ(which, 1u);
+  EXPECT_GE(cached, 64) << "the prefix should come back from the shared store";
+  const auto value = [](const std::string& body, const std::string& name) {
+    const size_t at = body.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size() + 2));
+  };
+  const std::string after = m.Get("/metrics")->body;
+  EXPECT_GE(value(after, "kvtier_router_matched_pages_total") - value(before, "kvtier_router_matched_pages_total"), 4)
+      << "the router should have believed backend 1 holds the stored chunks";
 }
 
 std::string private_file(const std::string& path, const std::string& text) {

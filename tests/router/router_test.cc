@@ -10,6 +10,7 @@
 #include "router/held_index.h"
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
+#include "router/router_impl.h"
 #include "router/router.h"
 #include "server/config.h"
 
@@ -29,9 +30,9 @@ TEST(HeldIndex, MatchesPagesThenDiskChunksAndFollowsMovesAndRemovals) {
   const auto a = chain(1, 12);
   // Pages 0-1 on the device, 2-3 on the host, chunks of 4: chunk 1 (pages 4-7) on disk, chunk 2 not.
   h.reset({a[0], a[1]}, {a[2], a[3]}, {a[7], a[11]});
-  EXPECT_EQ(h.match(a, 4).device, 2u);
-  EXPECT_EQ(h.match(a, 4).host, 2u);
-  EXPECT_EQ(h.match(a, 4).disk, 8u);  // chunks 1 and 2 (its last page's hash is the key)
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDevice), 2u);
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kHost), 2u);
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 8u);  // chunks 1 and 2 (its last page's hash is the key)
   EXPECT_EQ(h.match(std::span(a).first(10), 4).pages(), 8u);  // a chunk past the chain's end does not count
   // Page 1 demoted to the host, page 0 removed from the device: nothing leads any more.
   const PageHash one[] = {a[1]}, zero[] = {a[0]};
@@ -39,20 +40,54 @@ TEST(HeldIndex, MatchesPagesThenDiskChunksAndFollowsMovesAndRemovals) {
   h.apply(KvEventKind::kRemoved, TierKind::kDevice, TierKind::kDevice, zero);
   EXPECT_EQ(h.match(a, 4).pages(), 0u);
   h.apply(KvEventKind::kStored, TierKind::kHost, TierKind::kHost, zero);
-  EXPECT_EQ(h.match(a, 4).host, 4u);
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kHost), 4u);
   // Chunk 0 on disk serves a page the index lost from its position to the chunk's end.
   const PageHash three[] = {a[3]};
   h.apply(KvEventKind::kRemoved, TierKind::kHost, TierKind::kHost, three);
   EXPECT_EQ(h.match(a, 4).pages(), 3u);
   h.apply(KvEventKind::kStored, TierKind::kDisk, TierKind::kDisk, three);
-  EXPECT_EQ(h.match(a, 4).disk, 9u);
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 9u);
   // Clearing the host leaves the device (empty now) and the disk.
   h.apply(KvEventKind::kCleared, TierKind::kHost, TierKind::kHost, {});
   EXPECT_EQ(h.pages(), 0u);
-  EXPECT_EQ(h.match(a, 4).disk, 12u);
-  const PageHash on_remote[] = {a[0]};
-  h.apply(KvEventKind::kStored, TierKind::kRemote, TierKind::kRemote, on_remote);  // shared: not this backend's
-  EXPECT_EQ(h.pages(), 0u);
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 12u);
+}
+
+// A shared store's chunks serve where the backend's own tiers end, in the order of its lookup.
+TEST(HeldIndex, SharedStoreChunksCountAfterTheBackendsOwnTiers) {
+  HeldIndex own, store;
+  const auto a = chain(2, 12);
+  own.reset({a[0]}, {a[1], a[2], a[3]}, {a[7]});  // pages 0-3, then chunk 1 on disk
+  const PageHash last[] = {a[11], a[3]};
+  store.apply(KvEventKind::kStored, TierKind::kRemote, TierKind::kRemote, last);
+  EXPECT_EQ(own.match(a, 4).pages(), 8u);
+  const HeldIndex::Match m = own.match(a, 4, &store);
+  ASSERT_EQ(m.runs.size(), 4u);
+  EXPECT_EQ(m.runs[0].tier, TierKind::kDevice);
+  EXPECT_EQ(m.runs[1].tier, TierKind::kHost);
+  EXPECT_EQ(m.runs[1].pages, 3u);
+  EXPECT_EQ(m.runs[2].tier, TierKind::kDisk);
+  EXPECT_EQ(m.runs[3].tier, TierKind::kRemote);
+  EXPECT_EQ(m.on(TierKind::kRemote), 4u);
+  EXPECT_EQ(store.remote_chunks(), 2u);
+  // Removed from the store (found corrupt, or erased): no longer counted.
+  const PageHash gone[] = {a[11]};
+  store.apply(KvEventKind::kRemoved, TierKind::kRemote, TierKind::kRemote, gone);
+  EXPECT_EQ(own.match(a, 4, &store).pages(), 8u);
+  // A snapshot of the backend leaves the store's chunks (no snapshot lists them).
+  store.reset({}, {}, {});
+  EXPECT_EQ(store.remote_chunks(), 1u);
+}
+
+TEST(RouterForward, ReadsTheCachedTokensABackendReports) {
+  EXPECT_EQ(reported_cached_tokens(R"({"usage": {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}})"), 32u);
+  EXPECT_EQ(reported_cached_tokens(R"({"usage": {"prompt_tokens": 40}})"), std::nullopt);
+  EXPECT_EQ(reported_cached_tokens("not json"), std::nullopt);
+  // A stream's tail: the last data line with a usage, whatever is cut off before it.
+  const std::string tail = "ed\": 1}\n\ndata: {\"choices\": []}\n\ndata: {\"choices\": [], \"usage\": "
+                           "{\"prompt_tokens_details\": {\"cached_tokens\": 48}}}\n\ndata: [DONE]\n\n";
+  EXPECT_EQ(reported_cached_tokens(tail), 48u);
+  EXPECT_EQ(reported_cached_tokens("data: {\"choices\": []}\n\ndata: [DONE]\n\n"), std::nullopt);
 }
 
 TEST(EventFollower, ParsesMessagesSplitAnywhereAndRefusesGarbage) {
@@ -147,6 +182,33 @@ TEST(RoutePolicy, CacheAwarePicksTheLongestPrefixUnlessItIsOverloaded) {
   c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
   EXPECT_EQ(c->backend, 0u);
   EXPECT_EQ(c->reason, RouteReason::kCache);
+}
+
+// Priced backends: the lowest predicted time to first token, unless it is a tie with the least loaded.
+TEST(RoutePolicy, CacheAwarePicksTheLowestPredictedTimeWhenEveryBackendIsPriced) {
+  uint64_t rotation = 0;
+  // Backend 0 holds more pages but on a slow tier, and is busier: backend 1's price is lower.
+  std::vector<BackendView> v = {{true, 2, 9, 0.30}, {true, 1, 6, 0.10}, {true, 0, 0, 0.50}};
+  auto c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->backend, 1u);
+  EXPECT_EQ(c->reason, RouteReason::kCache);
+  // Within kPriceTie of the lowest price: the least loaded of those.
+  v[0].predicted_s = 0.60;
+  v[1].predicted_s = 0.50 * (1 - kPriceTie / 2);
+  c = choose_backend(RoutePolicy::kCacheAware, v, rotation, 4);
+  EXPECT_EQ(c->backend, 2u);
+  EXPECT_EQ(c->reason, RouteReason::kLoad);
+  // No slack rule when priced: a much busier backend still wins if its price says so.
+  v = {{true, 40, 9, 0.05}, {true, 0, 0, 0.50}};
+  EXPECT_EQ(choose_backend(RoutePolicy::kCacheAware, v, rotation, 4)->backend, 0u);
+  // One backend without a price (another server): the held-pages rule for all.
+  v[1].predicted_s = -1;
+  EXPECT_EQ(choose_backend(RoutePolicy::kCacheAware, v, rotation, 4)->backend, 1u);  // 40 > 0 + 4
+  // A down backend's missing price does not matter.
+  v[1].healthy = false;
+  v.push_back({true, 0, 0, 0.5});
+  EXPECT_EQ(choose_backend(RoutePolicy::kCacheAware, v, rotation, 4)->backend, 0u);
 }
 
 TEST(RoutePolicy, NewConversationsRotateAmongEquallyLoadedBackends) {
