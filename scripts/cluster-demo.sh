@@ -6,7 +6,8 @@
 # Usage: scripts/cluster-demo.sh [POLICY] [USERS] [ROUNDS]
 #   POLICY: cache-aware (default), round-robin or least-loaded. KVTIER: the binary (build/tools/kvtier).
 #   Environment: INSTANCES (3), CAPACITY (8MiB: each instance's device and host tiers, small so that no
-#   single one holds every conversation), REDIS (1: the shared remote tier; 0: none).
+#   single one holds every conversation), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
+#   the second instance is killed with SIGKILL that long into the load; the summary counts what failed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/server_lib.sh
@@ -49,8 +50,19 @@ PIDS+=($!)
 wait_up 8190
 
 echo "== loadgen --chat through the router ($POLICY; $INSTANCES instances of $CAPACITY device + host; Redis ${REDIS:-1}), $USERS users x $ROUNDS rounds"
-"$K" loadgen --url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens 200 \
-  --history-tokens 400 --question-tokens 24 --answer-tokens 8 --quiet
+LOAD=(--url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens 200
+  --history-tokens 400 --question-tokens 24 --answer-tokens 8 --quiet)
+if [ -n "${KILL_AFTER:-}" ]; then
+  "$K" loadgen "${LOAD[@]}" --json >"$D/loadgen.json" &
+  LOADGEN=$!
+  sleep "$KILL_AFTER"
+  echo "== killing instance 2 (SIGKILL) ${KILL_AFTER}s into the load"
+  kill -KILL "${PIDS[2]}"
+  wait "$LOADGEN" || true
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({k: j[k] for k in ("requests", "errors", "cached_share", "ttft_ms") if k in j}))' "$D/loadgen.json"
+else
+  "$K" loadgen "${LOAD[@]}"
+fi
 echo "== the router's view"
 curl -s http://127.0.0.1:8190/health | python3 -m json.tool
-curl -s http://127.0.0.1:8190/metrics | grep -E '^kvtier_router_(decisions|failovers|matched|request_pages)'
+curl -s http://127.0.0.1:8190/metrics | grep -E '^kvtier_router_(decisions|failovers|cut_streams|matched|request_pages|predicted|actual|cached_tokens)'

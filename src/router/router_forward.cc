@@ -37,6 +37,11 @@ struct Relay {
   std::string content_type;
   std::string error;  // set when done without a head: the backend could not be reached
   std::string tail;   // the stream's last bytes (its usage, where it sends one)
+  // The answer has begun: its first event (`data:`) arrived. Until then nothing is relayed, so a
+  // backend that dies while the request waits in its queue (sending at most keep-alive comments)
+  // leaves the request free to go elsewhere.
+  bool begun = false;
+  bool failed = false;  // the backend's connection failed before the answer's end
   std::thread reader;
 };
 
@@ -56,13 +61,15 @@ void read_backend(const BackendAddress& b, httplib::Request r, const std::shared
     if (relay->cancelled) return false;  // the client left: closing the connection cancels the backend's sequence
     relay->chunks.emplace_back(data, n);
     relay->tail.append(data, n);
+    relay->begun = relay->begun || relay->tail.find("data:") != std::string::npos;
     if (relay->tail.size() > 2 * kTailBytes) relay->tail.erase(0, relay->tail.size() - kTailBytes);
     relay->cv.notify_all();
     return true;
   };
   auto result = c.send(r);
   std::lock_guard lk(relay->mu);
-  if (!result && !relay->head) relay->error = httplib::to_string(result.error());
+  if (!result) relay->error = httplib::to_string(result.error());
+  relay->failed = !result && !relay->cancelled;
   relay->done = true;
   relay->cv.notify_all();
 }
@@ -79,8 +86,8 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
   relay->reader = std::thread([b, out = std::move(out), relay]() mutable { read_backend(b, std::move(out), relay); });
   {
     std::unique_lock lk(relay->mu);
-    relay->cv.wait(lk, [&] { return relay->head || relay->done; });
-    if (!relay->head) {
+    relay->cv.wait(lk, [&] { return (relay->head && relay->begun) || relay->done; });
+    if (!relay->begun && relay->failed) {  // nothing relayed yet: another backend may take it
       why = relay->error.empty() ? "no answer" : relay->error;
       lk.unlock();
       relay->reader.join();
@@ -108,7 +115,7 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
           relay->cancelled = true;
         }
         relay->reader.join();
-        done(relay->status, relay->tail);
+        done(relay->failed ? kCutStream : relay->status, relay->tail);  // the reader has ended: no lock needed
       });
   return Forwarded::kAnswered;
 }

@@ -45,6 +45,7 @@ struct RouterCounters {
   uint64_t routed[3] = {};  // by RouteReason
   uint64_t failovers = 0;   // attempts that found their backend unreachable
   uint64_t unroutable = 0;  // requests answered 503: no backend up
+  uint64_t cut_streams = 0; // streams whose backend went away after they began (the client saw them end early)
   uint64_t matched_pages = 0, request_pages = 0;
   double decide_s = 0;  // time spent rendering, hashing and choosing
   uint64_t decisions = 0;
@@ -119,6 +120,8 @@ enum class Forwarded : uint8_t { kAnswered, kUnreachable };
 // Sends the request to `b` and relays its answer into `res` (a stream chunk by chunk through a
 // content provider; `done` runs once the relay is over, whatever its outcome, with the backend's status
 // and the answer's body, or a stream's last kTailBytes).
+// The status `done` gets for a stream its backend cut off after it began (it reaches the client cut).
+inline constexpr int kCutStream = 0;
 inline constexpr size_t kTailBytes = 16384;
 Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
                   std::string& unreachable_why, std::function<void(int status, std::string_view tail)> done);

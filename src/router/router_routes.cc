@@ -148,6 +148,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       std::lock_guard lk(mu);
       --backends[i].in_flight;
       if (status == 200) backends[i].tracker.insert(chain);  // its pages are there now, in some tier
+      if (status == kCutStream) ++counters.cut_streams;
       if (actual) {
         ++counters.compared;
         counters.predicted_cached += predicted_cached;
@@ -219,6 +220,8 @@ std::string Router::Impl::metrics_text() const {
   scalar("kvtier_router_failovers_total", "Attempts whose backend could not be reached (the request went to the next).",
          counters.failovers);
   scalar("kvtier_router_unroutable_total", "Requests answered 503 because no backend was up.", counters.unroutable);
+  scalar("kvtier_router_cut_streams_total", "Streams whose backend went away after they began (relayed as far as they got).",
+         counters.cut_streams);
   scalar("kvtier_router_cached_tokens_compared_total",
          "Answers whose backend reported its cached tokens (non-streamed, or streamed with a usage).", counters.compared);
   scalar("kvtier_router_predicted_cached_tokens_total", "Of those answers: the cached tokens the router predicted.",

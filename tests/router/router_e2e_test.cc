@@ -224,6 +224,50 @@ TEST_F(RouterE2E, StreamsAreRelayedAsTheyArrive) {
   fthread.join();
 }
 
+// A backend that goes away while a stream request waits in its queue (it has
+// sent the head and keep-alive comments, no event yet) loses nothing: the
+// router has relayed nothing and sends the request to another backend.
+TEST_F(RouterE2E, AStreamNotYetBegunGoesElsewhereWhenItsBackendDies) {
+  httplib::Server dying, good;
+  for (httplib::Server* s : {&dying, &good})
+    s->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok","waiting":0,"running":0})", "application/json");
+    });
+  dying.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [sent = false](size_t, httplib::DataSink& sink) mutable {
+      if (sent) return false;  // the connection drops without its last chunk
+      sent = true;
+      return sink.write(": keep-alive\n\n", 14);
+    });
+  });
+  good.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("data: ok\n\ndata: [DONE]\n\n", "text/event-stream");
+  });
+  const int dport = dying.bind_to_any_port("127.0.0.1"), gport = good.bind_to_any_port("127.0.0.1");
+  std::thread dthread([&] { dying.listen_after_bind(); }), gthread([&] { good.listen_after_bind(); });
+  start_router(RoutePolicy::kRoundRobin, {"http://127.0.0.1:" + std::to_string(dport), "http://127.0.0.1:" + std::to_string(gport)});
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(120, 0);
+  for (int i = 0; i < 2; ++i) {  // round-robin: at least one of the two goes to the dying backend first
+    ASSERT_TRUE(wait_backend(0, true));
+    auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 1}, {"stream", true}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r->body, "data: ok\n\ndata: [DONE]\n\n");
+  }
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_EQ(metrics.find("kvtier_router_failovers_total 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("kvtier_router_cut_streams_total 0\n"), std::string::npos) << metrics;
+  router_->stop();
+  if (serving_.joinable()) serving_.join();
+  dying.stop();
+  good.stop();
+  dthread.join();
+  gthread.join();
+}
+
 // A real backend's streams, errors and models come back as the backend gave them.
 TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
   start_backends(1);
