@@ -38,7 +38,8 @@ for rep in $(seq 1 "$N"); do
   one_run 8195 direct "$rep"
   one_run 8196 router "$rep"
 done | tee "$O/runs.jsonl"
-python3 - "$O/runs.jsonl" <<'PY'
+curl -s http://127.0.0.1:8196/metrics | grep -E '^kvtier_router_decision_seconds_(sum|count)' >"$O/decision.txt"
+python3 - "$O/runs.jsonl" "$O/decision.txt" <<'PY'
 import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda via, f: statistics.median(r[f] for r in runs if r["via"] == via)
@@ -46,5 +47,7 @@ out = {}
 for f in ("ttft_p50_ms", "ttft_p99_ms"):
     out[f] = {"direct": med("direct", f), "router": med("router", f), "added_ms": med("router", f) - med("direct", f)}
 out["cached_share"] = {"direct": med("direct", "cached_share"), "router": med("router", "cached_share")}
+d = dict(l.split() for l in open(sys.argv[2]))
+out["decision_ms_mean"] = 1e3 * float(d["kvtier_router_decision_seconds_sum"]) / max(1.0, float(d["kvtier_router_decision_seconds_count"]))
 print(json.dumps(out))
 PY

@@ -3,7 +3,7 @@
 //
 // cache-aware: where every healthy backend has a predicted time to first
 //   token (its planner's price of the prompt given what it holds in each
-//   tier, plus its queue), the least loaded of those within kPriceTie of
+//   tier, plus its prefill queue), the least loaded of those within kPriceTie of
 //   the lowest (the first in rotation among equals, so equal backends share
 //   new conversations): ties and cold prompts go to the least loaded.
 //   Where a price is missing (a backend that does not publish its planner),

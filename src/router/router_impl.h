@@ -35,7 +35,9 @@ struct BackendState {
   bool events_live = false;
   std::string events_reason = "not followed yet";
   uint64_t routed = 0;
-  double mean_price_s = 0;  // moving average of the predicted cost of the requests routed here (its queue's price)
+  // The predicted prefill of the requests routed here whose answers have not begun: what a new
+  // request waits for before its own (decoding ones interleave with it and are not counted).
+  double prefill_queue_s = 0;
 };
 
 enum class Endpoint : uint8_t { kCompletions, kChat, kPrefetch };

@@ -59,8 +59,6 @@ void Router::Impl::install_routes() {
 
 namespace {
 
-constexpr double kPriceAverageWeight = 0.2;  // of the newest request in a backend's moving average
-
 // Each backend prices with its own calibration, and instances of one
 // deployment on the same hardware calibrate a few to tens of percent apart:
 // taken as they are, the one that measured fastest would take every request
@@ -109,6 +107,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
     std::optional<RouteChoice> choice;
     BackendAddress addr;
     uint64_t predicted_cached = 0;
+    double queued_s = 0;  // its price in the chosen backend's prefill queue, until its answer begins
     {
       std::lock_guard lk(mu);
       std::vector<Belief> beliefs;
@@ -119,7 +118,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
         const BackendState& b = backends[i];
         const uint32_t load = b.in_flight + b.health.waiting;
         const double price = beliefs[i].price_s;
-        views.push_back({b.healthy && !tried.count(i), load, beliefs[i].pages, price < 0 ? -1 : price + load * b.mean_price_s});
+        views.push_back({b.healthy && !tried.count(i), load, beliefs[i].pages, price < 0 ? -1 : price + b.prefill_queue_s});
       }
       choice = choose_backend(o.policy, views, rotation, o.balance_slack);
       if (!choice) {
@@ -129,9 +128,8 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       BackendState& b = backends[choice->backend];
       const Belief& chosen = beliefs[choice->backend];
       ++b.in_flight, ++b.routed;
-      if (chosen.price_s >= 0)
-        b.mean_price_s = b.mean_price_s == 0 ? chosen.price_s
-                                             : (1 - kPriceAverageWeight) * b.mean_price_s + kPriceAverageWeight * chosen.price_s;
+      queued_s = std::max(0.0, chosen.price_s);
+      b.prefill_queue_s += queued_s;
       ++counters.routed[size_t(choice->reason)];
       counters.matched_pages += chosen.pages;
       counters.request_pages += prompt.chain.size();
@@ -157,8 +155,10 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       }
     };
     std::string why;
-    if (forward(addr, req, stream, res, why, done) == Forwarded::kAnswered) return;
+    const Forwarded f = forward(addr, req, stream, res, why, done);  // returns once the answer has begun
     std::lock_guard lk(mu);
+    backends[i].prefill_queue_s = std::max(0.0, backends[i].prefill_queue_s - queued_s);
+    if (f == Forwarded::kAnswered) return;
     --backends[i].in_flight;
     backends[i].healthy = false;
     backends[i].reason = "unreachable: " + why;
