@@ -37,6 +37,15 @@ struct KvCodecKernels {
   void (*f16_to_f32)(const uint16_t* in, size_t n, float* out);
 };
 
+// by_dtype and make_kernels are in an unnamed namespace: each kernel file
+// gets its own copy. Their template arguments are class templates from each
+// file's anonymous namespace, and GCC does not give such instantiations
+// internal linkage (it emits them as weak symbols with the same mangled name
+// in every file), so as ordinary templates the linker kept one file's copy
+// for both tables: the "avx2" table ran the scalar loops, unnoticed by tests
+// that compared the two tables' results (CodecKernels.TablesAreDistinct).
+namespace {
+
 // DType -> template instance: Op<T>::run(args...). Each kernel file defines
 // its Ops (KVTIER_KERNEL_OP, in its own anonymous namespace) over its
 // templates `name_t<T>` and dispatches its table entries through this.
@@ -86,6 +95,8 @@ KvCodecKernels make_kernels(const char* name, void (*f32_to_f16)(const float*, s
       f16_to_f32,
   };
 }
+
+}  // namespace
 
 const KvCodecKernels& scalar_kernels();
 // The AVX2+F16C kernels, or nullptr when this build has none.

@@ -311,6 +311,24 @@ TEST(KvCodec, RandomEncodedBytesDecodeSafely) {
   }
 }
 
+// Every entry of the native table is its own code, not the scalar one: the
+// bit-for-bit test below cannot tell them apart when they are the same
+// function (as they were while GCC merged the two files' make_kernels).
+TEST(KvCodec, NativeAndScalarTablesAreDistinct) {
+  const auto* native = detail::native_kernels();
+  if (native == nullptr) GTEST_SKIP() << "no native kernels in this build";
+  const auto& scalar = detail::scalar_kernels();
+  const auto as_void = [](auto f) { return reinterpret_cast<const void*>(f); };
+  EXPECT_NE(as_void(native->q8_encode), as_void(scalar.q8_encode));
+  EXPECT_NE(as_void(native->q8_decode), as_void(scalar.q8_decode));
+  EXPECT_NE(as_void(native->q4_encode), as_void(scalar.q4_encode));
+  EXPECT_NE(as_void(native->q4_decode), as_void(scalar.q4_decode));
+  EXPECT_NE(as_void(native->q4_encode_channels), as_void(scalar.q4_encode_channels));
+  EXPECT_NE(as_void(native->q4_decode_channels), as_void(scalar.q4_decode_channels));
+  EXPECT_NE(as_void(native->f32_to_f16), as_void(scalar.f32_to_f16));
+  EXPECT_NE(as_void(native->f16_to_f32), as_void(scalar.f16_to_f32));
+}
+
 TEST(KvCodec, NativeKernelsMatchScalarBitForBit) {
   const auto* native = detail::native_kernels();
   if (native == nullptr) GTEST_SKIP() << "no native kernels in this build";
