@@ -1,5 +1,7 @@
 #include "client/loadgen.h"
 
+#include "client/sse.h"
+
 #include <httplib.h>
 
 #include "client/loadgen_detail.h"
@@ -74,7 +76,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   const auto t0 = SteadyClock::now();
   bool got_first = false, done = false;
   std::string error;
-  SseParser parser([&](std::string_view data) {
+  auto on_data = [&](std::string_view data) {
     if (data == "[DONE]") {
       done = true;
       return;
@@ -108,7 +110,8 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
         for (int t = 0; t < 4; ++t) s.cached_by_tier[t] = k["cached_tokens_by_tier"].value(names[t], 0u);
       }
     }
-  });
+  };
+  client::SseReader sse;
   std::string error_body;
   req.response_handler = [&](const httplib::Response& r) {
     s.http_status = r.status;
@@ -116,7 +119,10 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
     if (s.http_status != 200) error_body.append(data, n);
-    else parser.feed(std::string_view(data, n));
+    else if (const Status st = sse.feed_data({data, n}, on_data); !st.ok()) {
+      error = st.message();
+      return false;
+    }
     return true;
   };
   auto res = client.send(req);
@@ -207,32 +213,6 @@ Status LoadgenOptions::validate() const {
   if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
     return Status::InvalidArgument("loadgen: --url must start with http:// or https://");
   return {};
-}
-
-void SseParser::feed(std::string_view bytes) {
-  buffer_.append(bytes);
-  size_t start = 0;
-  for (;;) {
-    const size_t end = buffer_.find("\n\n", start);
-    if (end == std::string::npos) break;
-    std::string_view event(buffer_.data() + start, end - start);
-    // An event may span several lines; only "data:" lines matter here.
-    size_t pos = 0;
-    while (pos <= event.size()) {
-      size_t nl = event.find('\n', pos);
-      if (nl == std::string_view::npos) nl = event.size();
-      std::string_view line = event.substr(pos, nl - pos);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      if (line.rfind("data:", 0) == 0) {
-        line.remove_prefix(5);
-        if (!line.empty() && line.front() == ' ') line.remove_prefix(1);
-        on_event_(line);
-      }
-      pos = nl + 1;
-    }
-    start = end + 2;
-  }
-  buffer_.erase(0, start);
 }
 
 double percentile(std::vector<double> v, double p) {

@@ -117,16 +117,4 @@ std::string summary_json(const LoadgenOptions& options, const LoadgenSummary& s)
 // Nearest-rank percentile of unsorted values (p in [0, 100]); 0 for none.
 double percentile(std::vector<double> values, double p);
 
-// Splits a server-sent-event stream: feed() bytes as they arrive; every
-// complete "data: ..." payload is passed to on_event.
-class SseParser {
- public:
-  explicit SseParser(std::function<void(std::string_view data)> on_event) : on_event_(std::move(on_event)) {}
-  void feed(std::string_view bytes);
-
- private:
-  std::function<void(std::string_view)> on_event_;
-  std::string buffer_;
-};
-
 }  // namespace kvtier::server

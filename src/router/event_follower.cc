@@ -1,5 +1,7 @@
 #include "router/event_follower.h"
 
+#include "client/sse.h"
+
 #include <httplib.h>
 
 #include <nlohmann/json.hpp>
@@ -80,27 +82,6 @@ Result<EventMessage> parse_event_message(std::string_view event, std::string_vie
   return m;
 }
 
-Status SseSplitter::feed(std::string_view bytes,
-                         const std::function<Status(std::string_view event, std::string_view data)>& on) {
-  buf_.append(bytes);
-  size_t end;
-  while ((end = buf_.find("\n\n")) != std::string::npos) {
-    std::string_view block(buf_.data(), end), event, data;
-    while (!block.empty()) {
-      const size_t nl = block.find('\n');
-      const std::string_view line = block.substr(0, nl);
-      block = nl == std::string_view::npos ? std::string_view() : block.substr(nl + 1);
-      if (line.substr(0, 7) == "event: ") event = line.substr(7);
-      if (line.substr(0, 6) == "data: ") data = line.substr(6);
-    }
-    const Status st = event.empty() ? Status::Ok() : on(event, data);  // a comment or a bare id: nothing to do
-    buf_.erase(0, end + 2);
-    KVTIER_RETURN_IF_ERROR(st);
-  }
-  if (buf_.size() > max_bytes_) return Status::Corruption("events: a message over " + std::to_string(max_bytes_) + " bytes");
-  return Status::Ok();
-}
-
 Status follow_events(const BackendAddress& b, const std::string& key, std::optional<uint64_t> since,
                      const std::function<void(EventMessage&&)>& on_message, const std::function<bool()>& keep_going) {
   httplib::Client c(b.host, b.port);
@@ -109,14 +90,15 @@ Status follow_events(const BackendAddress& b, const std::string& key, std::optio
   httplib::Headers headers;
   if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
   const std::string path = "/v1/cache/events" + (since ? "?since=" + std::to_string(*since) : std::string());
-  SseSplitter split(kMaxMessageBytes);
+  client::SseReader split(kMaxMessageBytes);
   Status failed;
   int status = 0;
   auto r = c.Get(
       path, headers, [&](const httplib::Response& res) { return (status = res.status) == 200; },
       [&](const char* data, size_t n) {
-        failed = split.feed({data, n}, [&](std::string_view event, std::string_view body) {
-          KVTIER_ASSIGN_OR_RETURN(EventMessage m, parse_event_message(event, body));
+        failed = split.feed({data, n}, [&](const client::SseMessage& sse) {
+          if (sse.event.empty()) return Status::Ok();  // a bare id: nothing to do
+          KVTIER_ASSIGN_OR_RETURN(EventMessage m, parse_event_message(sse.event, sse.data));
           on_message(std::move(m));
           return Status::Ok();
         });

@@ -1,6 +1,6 @@
 // Following a backend's GET /v1/cache/events (server-sent events; the
-// format is docs/SERVER.md's): the byte stream split into messages, each
-// message parsed into typed values, and a blocking follow loop. Anything that
+// format is docs/SERVER.md's): each message (client/sse.h splits the
+// stream) parsed into typed values, and a blocking follow loop. Anything that
 // is not a well-formed message ends the follow with an error (the router then
 // resyncs from a snapshot), never a crash.
 #pragma once
@@ -30,18 +30,6 @@ struct EventMessage {
 
 // One message from its `event:` name ("snapshot" or "kv") and `data:` JSON.
 Result<EventMessage> parse_event_message(std::string_view event, std::string_view data);
-
-// Splits a server-sent-event byte stream into (event, data) pairs; comments and
-// fields it does not use are skipped. Bounded: a message over max_bytes is an error.
-class SseSplitter {
- public:
-  explicit SseSplitter(size_t max_bytes) : max_bytes_(max_bytes) {}
-  Status feed(std::string_view bytes, const std::function<Status(std::string_view event, std::string_view data)>& on);
-
- private:
-  size_t max_bytes_;
-  std::string buf_;
-};
 
 // Follows `b`'s events after `since` (nullopt: from a snapshot), handing each
 // message to `on_message` until the stream ends or fails, a message is

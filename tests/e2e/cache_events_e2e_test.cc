@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "client/sse.h"
 #include "e2e/e2e_util.h"
 #include "e2e/server_process.h"
 
@@ -48,25 +49,15 @@ int follow(int port, const std::string& path, const std::function<bool(const Sse
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(limit.count(), 0);
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  std::string buf;
+  client::SseReader sse;
   bool more = true;
   auto r = c.Get(path, [&](const char* data, size_t n) {
-    buf.append(data, n);
-    for (size_t end; more && (end = buf.find("\n\n")) != std::string::npos; buf.erase(0, end + 2)) {
-      SseMessage m;
-      std::string_view block(buf.data(), end);
-      bool any = false;
-      while (!block.empty()) {
-        const size_t nl = block.find('\n');
-        const std::string_view line = block.substr(0, nl);
-        block = nl == std::string_view::npos ? std::string_view() : block.substr(nl + 1);
-        if (line.rfind("id: ", 0) == 0) m.id = std::stoull(std::string(line.substr(4)));
-        if (line.rfind("event: ", 0) == 0) m.event = line.substr(7), any = true;
-        if (line.rfind("data: ", 0) == 0) m.data = json::parse(line.substr(6));
-      }
-      if (any) more = on(m);
-    }
-    return more && std::chrono::steady_clock::now() < deadline;
+    const Status st = sse.feed({data, n}, [&](const client::SseMessage& raw) {
+      if (!more || raw.event.empty()) return Status::Ok();
+      more = on(SseMessage{raw.id.empty() ? 0 : std::stoull(raw.id), raw.event, json::parse(raw.data)});
+      return Status::Ok();
+    });
+    return st.ok() && more && std::chrono::steady_clock::now() < deadline;
   });
   if (r) return r->status;
   return more ? 0 : 200;  // stopped by `on`: the status was 200 (httplib reports the cancel as an error)

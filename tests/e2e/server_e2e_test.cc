@@ -19,6 +19,7 @@
 #include "e2e/server_process.h"
 #include "engine/gguf.h"
 #include "client/loadgen.h"
+#include "client/sse.h"
 #include "test_data.h"
 #include "text/tokenizer.h"
 
@@ -68,7 +69,8 @@ StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<b
   StreamResult out;
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(120, 0);
-  server::SseParser parser([&](std::string_view d) {
+  client::SseReader sse;
+  auto on_data = [&](std::string_view d) {
     out.events.emplace_back(d);
     if (events_seen) ++*events_seen;
     if (d == "[DONE]") {
@@ -78,7 +80,7 @@ StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<b
     const json j = json::parse(d, nullptr, false);
     if (j.contains("choices") && !j["choices"].empty()) out.text += j["choices"][0]["text"].get<std::string>();
     if (j.contains("usage")) out.usage = j["usage"];
-  });
+  };
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -89,7 +91,7 @@ StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<b
     return true;
   };
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-    parser.feed(std::string_view(d, n));
+    if (!sse.feed_data({d, n}, on_data).ok()) return false;
     if (stop != nullptr && stop->load()) return false;
     return stop_after == 0 || int(out.events.size()) < stop_after;
   };
@@ -789,17 +791,18 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   std::vector<json> chunks;
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(120, 0);
-  server::SseParser parser([&](std::string_view d) {
-    if (d != "[DONE]") chunks.push_back(json::parse(d));
-  });
+  client::SseReader sse;
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/chat/completions";
   req.body = json{{"messages", messages}, {"max_tokens", 4}, {"ignore_eos", true}, {"stream", true}}.dump();
   req.set_header("Content-Type", "application/json");
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-    parser.feed(std::string_view(d, n));
-    return true;
+    return sse
+        .feed_data({d, n}, [&](std::string_view data) {
+          if (data != "[DONE]") chunks.push_back(json::parse(data));
+        })
+        .ok();
   };
   ASSERT_TRUE(c.send(req));
   ASSERT_GE(chunks.size(), 2u);

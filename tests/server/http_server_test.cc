@@ -2,6 +2,8 @@
 #include "server/http_server.h"
 
 #include <gtest/gtest.h>
+
+#include "client/sse.h"
 #include <httplib.h>
 
 #include <arpa/inet.h>
@@ -83,7 +85,7 @@ std::vector<std::string> stream_events(int port, const std::string& body, int* s
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(20, 0);
   std::vector<std::string> events;
-  SseParser parser([&](std::string_view d) { events.emplace_back(d); });
+  client::SseReader sse;
   httplib::Request req;
   req.method = "POST";
   req.path = "/v1/completions";
@@ -94,8 +96,8 @@ std::vector<std::string> stream_events(int port, const std::string& body, int* s
     return true;
   };
   req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-    parser.feed(std::string_view(d, n));
-    return stop_after == 0 || int(events.size()) < stop_after;
+    return sse.feed_data({d, n}, [&](std::string_view data) { events.emplace_back(data); }).ok() &&
+           (stop_after == 0 || int(events.size()) < stop_after);
   };
   auto res = c.send(req);
   if (!res && error) *error = httplib::to_string(res.error());

@@ -1,4 +1,5 @@
 #include "client/loadgen.h"
+#include "client/sse.h"
 
 #include <gtest/gtest.h>
 
@@ -15,13 +16,37 @@ TEST(LoadgenTest, Percentiles) {
   EXPECT_EQ(percentile(v, 0), 1);
 }
 
-TEST(LoadgenTest, SseParserHandlesSplitsAndMultipleEvents) {
-  std::vector<std::string> got;
-  SseParser p([&](std::string_view d) { got.emplace_back(d); });
-  p.feed("data: {\"a\":1}\n");
-  p.feed("\ndata: x\n\n: comment\n\ndata:");
-  p.feed(" [DONE]\n\n");
-  EXPECT_EQ(got, (std::vector<std::string>{"{\"a\":1}", "x", "[DONE]"}));
+// One reader for every event stream: messages split anywhere, named events,
+// ids, several data lines, CRLF line ends, comments, and a bound.
+TEST(SseReader, SplitsMessagesFedInAnyPieces) {
+  const std::string stream =
+      ": hello\n\ndata: {\"a\":1}\n\nid: 7\r\nevent: kv\r\ndata: one\r\ndata:two\r\n\r\ndata:\n\n"
+      "event: snapshot\nid: 8\nretry: 5\n\ndata: [DONE]\n\n";
+  for (size_t step : {size_t(1), size_t(3), stream.size()}) {
+    client::SseReader r;
+    std::vector<client::SseMessage> got;
+    for (size_t i = 0; i < stream.size(); i += step)
+      ASSERT_TRUE(r.feed(std::string_view(stream).substr(i, step), [&](const client::SseMessage& m) {
+                     got.push_back(m);
+                     return Status::Ok();
+                   }).ok());
+    ASSERT_EQ(got.size(), 5u) << "step " << step;
+    EXPECT_EQ(got[0].data, "{\"a\":1}");
+    EXPECT_TRUE(got[0].event.empty());
+    EXPECT_EQ(got[1].event, "kv");
+    EXPECT_EQ(got[1].id, "7");
+    EXPECT_EQ(got[1].data, "one\ntwo");
+    EXPECT_TRUE(got[2].has_data);
+    EXPECT_EQ(got[2].data, "");
+    EXPECT_EQ(got[3].event, "snapshot");
+    EXPECT_FALSE(got[3].has_data);
+    EXPECT_EQ(got[4].data, "[DONE]");
+  }
+  // A handler's error stops the feed; an unfinished message past the bound is an error.
+  client::SseReader r;
+  EXPECT_TRUE(r.feed("data: x\n\n", [](const client::SseMessage&) { return Status::Corruption("no"); }).is(StatusCode::kCorruption));
+  client::SseReader small(64);
+  EXPECT_FALSE(small.feed(std::string(100, 'x'), [](const client::SseMessage&) { return Status::Ok(); }).ok());
 }
 
 TEST(LoadgenTest, OptionsAreValidated) {
