@@ -22,7 +22,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   struct Pending {
     GetOp* op;
     Loc loc;
-    AlignedBuffer bounce;  // used when the target range is not O_DIRECT-aligned
+    std::span<std::byte> bounce;  // used when the target range is not O_DIRECT-aligned (or is encoded)
     size_t skip = 0;       // bytes before the wanted range inside `bounce`
     uint32_t units_left = 0;
     int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
@@ -31,6 +31,11 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   std::vector<Unit> units;
   std::vector<IoOp> io;
   std::vector<uint32_t> io_unit;  // unit of each I/O
+  // Bounce buffers, kept per thread and reused: faulting in fresh pages for
+  // every chunk of every layer cost as much as reading it (encoded entries
+  // all come through here).
+  thread_local std::vector<AlignedBuffer> tl_bounce;
+  size_t bounces = 0;
   // Reads of at most io_block_bytes (many huge reads in flight overrun the
   // device queue and io_uring falls back to blocking workers), cut at layer
   // boundaries so that each unit can be verified on its own.
@@ -90,7 +95,11 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         Pending& p = pending.back();
         const uint64_t start = align_down(off);
         p.skip = off - start;
-        p.bounce = AlignedBuffer(align_up(off + len) - start);
+        const size_t need = align_up(off + len) - start;
+        if (tl_bounce.size() == bounces) tl_bounce.emplace_back();
+        AlignedBuffer& buf = tl_bounce[bounces++];
+        if (buf.size() < need) buf = AlignedBuffer(need);
+        p.bounce = buf.span().first(need);
         add_unit(c, 0, op.num_layers, f, start, p.bounce.data(), p.bounce.size());
       }
     }
