@@ -2,14 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <vector>
 
 #include "common/page_hash.h"
+#include "planner/planner.h"
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
+#include "router/pricing.h"
 
 namespace kvtier {
 
@@ -26,6 +29,21 @@ void conversation_tokens(uint64_t c, uint32_t n, std::vector<TokenId>& out) {
   out.resize(n);
   std::mt19937 rng(uint32_t(c * 2654435761u + 1));
   for (uint32_t i = 0; i < n; ++i) out[i] = TokenId(rng() % 32000);
+}
+
+// A machine and model for the planners: a CPU's compute, host, disk and remote links, a 1B-class model.
+CostProfile bench_profile() {
+  CostProfile p;
+  p.gemm_flops_per_s = p.attn_flops_per_s = 50e9;
+  p.link(TierKind::kDevice) = {0, 1e18};
+  p.link(TierKind::kHost) = {20e-6, 10e9};
+  p.link(TierKind::kDisk) = {200e-6, 2e9};
+  p.link(TierKind::kRemote) = {500e-6, 1e9};
+  return p;
+}
+ModelCost bench_model() {
+  return ModelCost{.dense_flops_per_token = 2.5e9, .attn_flops_per_pair = 4.0 * 32 * 64 * 16, .num_layers = 16,
+                   .kv_bytes_per_token = 32768};
 }
 
 double percentile(std::vector<double>& v, double q) {
@@ -56,15 +74,28 @@ Result<RouteBenchReport> run_route_bench(const RouteBenchOptions& o) {
   std::vector<double> decide(o.requests), hash(o.requests);
   std::mt19937_64 pick(7);
   uint64_t rotation = 0;
+  // Every backend priced by a planner (as `kvtier serve` publishes one); their event views empty, so
+  // the trackers say what they hold.
+  const std::vector<router::HeldIndex> held(o.backends);
+  router::BackendCacheConfig config;
+  config.page_tokens = o.page_tokens;
+  config.chunk_pages = 16;
+  KVTIER_ASSIGN_OR_RETURN(Planner planner, Planner::create({.page_tokens = o.page_tokens}, bench_profile(), bench_model()));
+  config.planner = std::make_shared<const Planner>(std::move(planner));
   std::vector<router::BackendView> views(o.backends);
+  std::vector<router::Belief> beliefs(o.backends);
+  router::RoutedPrompt prompt;
   for (uint32_t i = 0; i < o.requests; ++i) {
     const uint64_t c = pick() % o.conversations;
     conversation_tokens(c, o.prompt_tokens + o.page_tokens, tokens);  // the prefix, then one new page
     const auto t0 = Clock::now();
-    chain.clear();
-    hash_pages(HashAlgo::kXXH3_128, seed, tokens, o.page_tokens, chain);
+    prompt.chain.clear();
+    prompt.tokens = tokens.size();
+    hash_pages(HashAlgo::kXXH3_128, seed, tokens, o.page_tokens, prompt.chain);
     const auto t1 = Clock::now();
-    for (uint32_t b = 0; b < o.backends; ++b) views[b] = {true, 0, trackers[b].match(chain)};
+    for (uint32_t b = 0; b < o.backends; ++b) beliefs[b] = router::believe(held[b], trackers[b], nullptr, &config, prompt);
+    router::normalize_prices(beliefs);
+    for (uint32_t b = 0; b < o.backends; ++b) views[b] = {true, 0, beliefs[b].pages, beliefs[b].price_s};
     const auto choice = router::choose_backend(router::RoutePolicy::kCacheAware, views, rotation, 4);
     const auto t2 = Clock::now();
     r.cache_routed += choice && choice->backend == c % o.backends;
@@ -96,7 +127,7 @@ std::string RouteBenchReport::to_table() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%u backends, %llu conversations of %u tokens (%llu pages tracked), %u requests\n"
-                "decision (hash + match + choose)  p50 %.2f us  p99 %.2f us\n"
+                "decision (hash + match + price + choose)  p50 %.2f us  p99 %.2f us\n"
                 "hashing the prompt alone           p50 %.2f us  (decision / hash %.2f)\n"
                 "routed to the backend holding the prefix: %llu of %u\n",
                 options.backends, (unsigned long long)options.conversations, options.prompt_tokens,

@@ -1,7 +1,8 @@
 // The router's decision cost behind `kvtier bench route`: backends' trackers
 // filled with the page chains of many cached conversations, then requests that
 // continue random conversations, each hashed into its page chain, matched on
-// every backend and routed (router/policy.h). Reported per request, beside
+// every backend, priced by a planner per backend and routed (router/pricing.h,
+// router/policy.h: the router's own functions). Reported per request, beside
 // hashing the prompt alone (what any KV-aware router must do). Single-threaded.
 #pragma once
 
@@ -24,7 +25,7 @@ struct RouteBenchOptions {
 struct RouteBenchReport {
   RouteBenchOptions options;
   uint64_t tracked_pages = 0;
-  double decision_p50_us = 0, decision_p99_us = 0;  // hash + match on every backend + choose
+  double decision_p50_us = 0, decision_p99_us = 0;  // hash + match and price on every backend + choose
   double hash_p50_us = 0;                           // hashing the prompt's pages alone
   double decision_over_hash = 0;                    // p50s
   uint64_t cache_routed = 0;                        // requests routed to the backend holding their prefix

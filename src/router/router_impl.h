@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "router/held_index.h"
+#include "router/pricing.h"
 #include "router/prefix_tracker.h"
 #include "router/router.h"
 #include "runtime/runtime.h"
@@ -53,20 +54,6 @@ struct RouterCounters {
   uint64_t decisions = 0;
   // Requests whose backend reported its cached tokens, against what the router predicted.
   uint64_t compared = 0, predicted_cached = 0, actual_cached = 0, cached_abs_error = 0;
-};
-
-// A request's prompt as the backends would see it: its whole pages' hashes and its length.
-struct RoutedPrompt {
-  std::vector<PageHash> chain;
-  size_t tokens = 0;
-};
-
-// What the router believes a backend holds of a prompt, and what that is worth there.
-struct Belief {
-  uint32_t pages = 0;           // leading pages held, in any tier
-  uint32_t reused_pages = 0;    // of those, the ones its planner would use (all, unpriced)
-  double price_s = -1;          // predicted time to first token, its queue aside (< 0: no planner)
-  double full_s = 0;            // the same with nothing cached
 };
 
 struct Router::Impl {

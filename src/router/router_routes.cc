@@ -57,43 +57,10 @@ void Router::Impl::install_routes() {
   });
 }
 
-namespace {
-
-// Each backend prices with its own calibration, and instances of one
-// deployment on the same hardware calibrate a few to tens of percent apart:
-// taken as they are, the one that measured fastest would take every request
-// its cache does not decide. So a price is kept as the share of the prompt's
-// full prefill it leaves to wait for (what the cache and the tiers decide),
-// on one scale for all: the mean full prefill over the backends.
-void normalize_prices(std::vector<Belief>& beliefs) {
-  double sum = 0;
-  size_t n = 0;
-  for (const Belief& b : beliefs)
-    if (b.price_s >= 0 && b.full_s > 0) sum += b.full_s, ++n;
-  for (Belief& b : beliefs)
-    if (b.price_s >= 0) b.price_s = b.full_s > 0 ? b.price_s / b.full_s * (sum / double(n)) : 0;
-}
-
-}  // namespace
-
 Belief Router::Impl::believe(const BackendState& b, const RoutedPrompt& p) const {
-  const uint32_t chunk_pages = b.config ? b.config->chunk_pages : 0;
   const auto store = b.config && !b.config->remote_store.empty() ? stores.find(b.config->remote_store) : stores.end();
-  HeldIndex::Match m = b.held.match(p.chain, chunk_pages, store == stores.end() ? nullptr : &store->second);
-  // Pages routed there that its events have not shown (they lag, or are not followed): just computed,
-  // so on its device most likely.
-  if (const uint32_t routed = b.tracker.match(p.chain); routed > m.pages())
-    m.runs.push_back({TierKind::kDevice, routed - m.pages()});
-  Belief out{m.pages(), m.pages(), -1};
-  if (!b.config || !b.config->planner || p.tokens == 0) return out;
-  // A backend computes at least the prompt's last token: a prompt of whole pages reuses one page fewer.
-  const uint32_t P = b.config->page_tokens;
-  if (size_t(m.pages()) * P >= p.tokens && !m.runs.empty() && --m.runs.back().pages == 0) m.runs.pop_back();
-  const Plan plan = b.config->planner->plan(m.runs, p.tokens);
-  out.reused_pages = plan.reused_pages();
-  out.price_s = plan.predicted_s;
-  out.full_s = plan.recompute_all_s;
-  return out;
+  return router::believe(b.held, b.tracker, store == stores.end() ? nullptr : &store->second,
+                         b.config ? &*b.config : nullptr, p);
 }
 
 void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
