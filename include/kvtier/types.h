@@ -47,6 +47,17 @@ enum class TierKind : uint8_t { kDevice = 0, kHost = 1, kDisk = 2, kRemote = 3 }
 inline constexpr int kNumTiers = 4;
 std::string_view tier_name(TierKind t);
 
+// What happened to a page's (or a disk/remote chunk's) residency in a tier:
+// the index records these, the tiers report them, and GET /v1/cache/events
+// publishes them (tiers/kv_events.h).
+enum class KvEventKind : uint8_t {
+  kStored,   // gained a residency in the tier
+  kMoved,    // its one residency went from one tier to another (device -> host: demotion)
+  kRemoved,  // lost its residency in the tier
+  kCleared,  // everything in the tier is gone (no per-page events follow)
+};
+std::string_view kv_event_kind_name(KvEventKind k);  // "stored" | "moved" | "removed" | "cleared"
+
 // 128-bit page hash. Identifies a page *and its whole prefix* (DESIGN §4).
 struct PageHash {
   uint64_t lo = 0;

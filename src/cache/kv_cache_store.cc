@@ -275,15 +275,12 @@ void KVCache::publish_events() {
   std::vector<KvEvent> out;
   out.reserve(index_events_.size());
   for (const IndexEvent& e : index_events_) {
-    if (e.kind == IndexEventKind::kCleared) {  // the index holds both tiers' pages
+    if (e.kind == KvEventKind::kCleared) {  // the index holds both tiers' pages
       out.push_back(KvEvent{KvEventKind::kCleared, TierKind::kDevice, TierKind::kDevice, KvEventUnit::kPage, {}});
       out.push_back(KvEvent{KvEventKind::kCleared, TierKind::kHost, TierKind::kHost, KvEventUnit::kPage, {}});
       continue;
     }
-    const KvEventKind kind = e.kind == IndexEventKind::kStored  ? KvEventKind::kStored
-                             : e.kind == IndexEventKind::kMoved ? KvEventKind::kMoved
-                                                                : KvEventKind::kRemoved;
-    out.push_back(KvEvent{kind, e.tier, e.from, KvEventUnit::kPage, e.hash});
+    out.push_back(KvEvent{e.kind, e.tier, e.from, KvEventUnit::kPage, e.hash});
   }
   events_->append(out);
 }

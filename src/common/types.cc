@@ -58,6 +58,16 @@ std::string_view tier_name(TierKind t) {
   return "unknown";
 }
 
+std::string_view kv_event_kind_name(KvEventKind k) {
+  switch (k) {
+    case KvEventKind::kStored: return "stored";
+    case KvEventKind::kMoved: return "moved";
+    case KvEventKind::kRemoved: return "removed";
+    case KvEventKind::kCleared: return "cleared";
+  }
+  return "?";
+}
+
 std::string PageHash::to_hex() const {
   char buf[33];
   std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(hi),

@@ -392,7 +392,7 @@ Result<InsertResult> PrefixIndex::finish_insert(uint32_t node, uint32_t pos, std
   if (opts_.record_events)
     for (uint32_t i = 0; i < n_new; ++i)
       for (int t = 0; t < 2; ++t)
-        if (has_tier(l.locs[i], t)) emit(IndexEventKind::kStored, t, l, i, l.locs[i]);
+        if (has_tier(l.locs[i], t)) emit(KvEventKind::kStored, t, l, i, l.locs[i]);
   edges_.insert(node, l.first_key, leaf);
   ++parent.n_children;
   ++live_nodes_;
@@ -472,14 +472,14 @@ Status PrefixIndex::set_location(NodeHandle h, uint32_t page_index, PageLocation
   // its own event (a new id in the same tier: removed, then stored).
   const bool crossed = opts_.record_events && old.on_device() != old.on_host() && loc.on_device() != loc.on_host() &&
                        old.on_device() != loc.on_device();
-  if (crossed) emit(IndexEventKind::kMoved, loc.on_device() ? kDev : kHost, n, slot, loc);
+  if (crossed) emit(KvEventKind::kMoved, loc.on_device() ? kDev : kHost, n, slot, loc);
   for (int t = 0; t < 2; ++t) {
     if (has_tier(loc, t)) n.scan_end[t] = std::max(n.scan_end[t], slot + 1);
     if (!opts_.record_events || crossed) continue;
     const bool was = has_tier(old, t), is = has_tier(loc, t);
     const bool replaced = was && is && (t == kDev ? old.device != loc.device : old.host != loc.host);
-    if (was && (!is || replaced)) emit(IndexEventKind::kRemoved, t, n, slot, old);
-    if (is && (!was || replaced)) emit(IndexEventKind::kStored, t, n, slot, loc);
+    if (was && (!is || replaced)) emit(KvEventKind::kRemoved, t, n, slot, old);
+    if (is && (!was || replaced)) emit(KvEventKind::kStored, t, n, slot, loc);
   }
   tiers_changed(id, old_tp);
   return Status::Ok();
@@ -497,7 +497,7 @@ void PrefixIndex::reset() {
   ++epoch_;
   tier_pages_[kDev] = tier_pages_[kHost] = protected_tier_[kDev] = protected_tier_[kHost] = 0;
   for (auto& t : tenant_pages_) t = {0, 0};
-  if (opts_.record_events) events_.push_back(IndexEvent{IndexEventKind::kCleared, TierKind::kDevice, {}, {}, {}});
+  if (opts_.record_events) events_.push_back(IndexEvent{KvEventKind::kCleared, TierKind::kDevice, {}, {}, {}});
 }
 
 IndexStats PrefixIndex::stats() const {
@@ -545,11 +545,11 @@ void PrefixIndex::resident_hashes(std::vector<PageHash>& device, std::vector<Pag
   }
 }
 
-void PrefixIndex::emit(IndexEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc) {
+void PrefixIndex::emit(KvEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc) {
   IndexEvent e;
   e.kind = kind;
   e.tier = t == kDev ? TierKind::kDevice : TierKind::kHost;
-  e.from = kind == IndexEventKind::kMoved ? (t == kDev ? TierKind::kHost : TierKind::kDevice) : e.tier;
+  e.from = kind == KvEventKind::kMoved ? (t == kDev ? TierKind::kHost : TierKind::kDevice) : e.tier;
   e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
   e.hash = opts_.store_hashes ? n.hashes[slot] : PageHash{};
   e.location = loc;

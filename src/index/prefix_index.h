@@ -154,15 +154,9 @@ struct EvictResult {
   std::vector<EvictedPage> pages;
 };
 
-enum class IndexEventKind : uint8_t {
-  kStored = 0,   // a page gained a residency in `tier`
-  kRemoved = 1,  // a page lost its residency in `tier`
-  kCleared = 2,  // reset(): everything is gone (no per-page events follow)
-  kMoved = 3,    // a page's one residency went from `from` to `tier` (device -> host: demotion)
-};
-
+// A page's residency changed (kCleared: reset(), both tiers at once).
 struct IndexEvent {
-  IndexEventKind kind = IndexEventKind::kStored;
+  KvEventKind kind = KvEventKind::kStored;
   TierKind tier = TierKind::kDevice;
   TierKind from = TierKind::kDevice;  // kMoved: the tier it left
   NsKey ns;
@@ -362,7 +356,7 @@ class PrefixIndex {
   // Offers the chunk ending at page i of node id to the spill hook (see evict()).
   void offer_spill(uint32_t id, uint32_t i, const SpillHook& spill);
   void remove_leaf(uint32_t id);
-  void emit(IndexEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
+  void emit(KvEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
 
   Options opts_;
   uint32_t P_;

@@ -178,7 +178,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
     --need;
     if (opts_.record_events) {
       IndexEvent e;  // a demoted page moved down; any other lost its residency in t
-      e.kind = demoted ? IndexEventKind::kMoved : IndexEventKind::kRemoved;
+      e.kind = demoted ? KvEventKind::kMoved : KvEventKind::kRemoved;
       e.from = t == kDev ? TierKind::kDevice : TierKind::kHost;
       e.tier = demoted ? TierKind::kHost : e.from;
       e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};

@@ -4,16 +4,6 @@
 
 namespace kvtier {
 
-std::string_view kv_event_kind_name(KvEventKind k) {
-  switch (k) {
-    case KvEventKind::kStored: return "stored";
-    case KvEventKind::kMoved: return "moved";
-    case KvEventKind::kRemoved: return "removed";
-    case KvEventKind::kCleared: return "cleared";
-  }
-  return "?";
-}
-
 std::string_view kv_event_unit_name(KvEventUnit u) { return u == KvEventUnit::kPage ? "page" : "chunk"; }
 
 KvEventLog::Subscription::Subscription(KvEventLog& log) : log_(log) { log_.subscribe(); }

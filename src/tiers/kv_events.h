@@ -39,9 +39,7 @@
 
 namespace kvtier {
 
-enum class KvEventKind : uint8_t { kStored, kMoved, kRemoved, kCleared };
-enum class KvEventUnit : uint8_t { kPage, kChunk };
-std::string_view kv_event_kind_name(KvEventKind k);   // "stored" | "moved" | "removed" | "cleared"
+enum class KvEventUnit : uint8_t { kPage, kChunk };  // the kind of event: KvEventKind (kvtier/types.h)
 std::string_view kv_event_unit_name(KvEventUnit u);   // "page" | "chunk"
 
 struct KvEvent {

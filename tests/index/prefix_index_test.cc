@@ -409,7 +409,7 @@ TEST(PrefixIndex, EventsReportStoredAndRemovedPagesWithMatchingHashes) {
   std::vector<PageHash> want;
   hash_pages(HashAlgo::kXXH3_128, ns.seed, iota_tokens(12), 4, want);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(ev[i].kind, IndexEventKind::kStored);
+    EXPECT_EQ(ev[i].kind, KvEventKind::kStored);
     EXPECT_EQ(ev[i].hash, want[i]);
     EXPECT_EQ(ev[i].ns, ns);
   }
@@ -419,7 +419,7 @@ TEST(PrefixIndex, EventsReportStoredAndRemovedPagesWithMatchingHashes) {
   ix->take_events(ev);
   ASSERT_EQ(ev.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(ev[i].kind, IndexEventKind::kRemoved);
+    EXPECT_EQ(ev[i].kind, KvEventKind::kRemoved);
     EXPECT_EQ(ev[i].hash, er.pages[i].hash);
     EXPECT_EQ(ev[i].hash, want[2 - i]);
   }
@@ -427,7 +427,7 @@ TEST(PrefixIndex, EventsReportStoredAndRemovedPagesWithMatchingHashes) {
   ev.clear();
   ix->take_events(ev);
   ASSERT_EQ(ev.size(), 1u);
-  EXPECT_EQ(ev[0].kind, IndexEventKind::kCleared);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kCleared);
 }
 
 // A page whose one residency changes tier is one `moved` event (what a router's view of the
@@ -453,7 +453,7 @@ TEST(PrefixIndex, EventsReportADemotionAsAMoveAndACopyAsAStore) {
   ix->take_events(ev);
   ASSERT_EQ(ev.size(), 2u);
   for (const IndexEvent& e : ev) {
-    EXPECT_EQ(e.kind, IndexEventKind::kMoved);
+    EXPECT_EQ(e.kind, KvEventKind::kMoved);
     EXPECT_EQ(e.from, TierKind::kDevice);
     EXPECT_EQ(e.tier, TierKind::kHost);
   }
@@ -467,10 +467,10 @@ TEST(PrefixIndex, EventsReportADemotionAsAMoveAndACopyAsAStore) {
   ev.clear();
   ix->take_events(ev);
   ASSERT_EQ(ev.size(), 2u);
-  EXPECT_EQ(ev[0].kind, IndexEventKind::kStored);
+  EXPECT_EQ(ev[0].kind, KvEventKind::kStored);
   EXPECT_EQ(ev[0].tier, TierKind::kDevice);
   EXPECT_EQ(ev[0].hash, want[0]);
-  EXPECT_EQ(ev[1].kind, IndexEventKind::kMoved);
+  EXPECT_EQ(ev[1].kind, KvEventKind::kMoved);
   EXPECT_EQ(ev[1].from, TierKind::kHost);
   EXPECT_EQ(ev[1].tier, TierKind::kDevice);
   EXPECT_EQ(ev[1].hash, want[1]);
