@@ -13,6 +13,7 @@
 #include "router/policy.h"
 #include "router/prefix_tracker.h"
 #include "router/pricing.h"
+#include "sim/timing_model.h"
 
 namespace kvtier {
 
@@ -29,21 +30,6 @@ void conversation_tokens(uint64_t c, uint32_t n, std::vector<TokenId>& out) {
   out.resize(n);
   std::mt19937 rng(uint32_t(c * 2654435761u + 1));
   for (uint32_t i = 0; i < n; ++i) out[i] = TokenId(rng() % 32000);
-}
-
-// A machine and model for the planners: a CPU's compute, host, disk and remote links, a 1B-class model.
-CostProfile bench_profile() {
-  CostProfile p;
-  p.gemm_flops_per_s = p.attn_flops_per_s = 50e9;
-  p.link(TierKind::kDevice) = {0, 1e18};
-  p.link(TierKind::kHost) = {20e-6, 10e9};
-  p.link(TierKind::kDisk) = {200e-6, 2e9};
-  p.link(TierKind::kRemote) = {500e-6, 1e9};
-  return p;
-}
-ModelCost bench_model() {
-  return ModelCost{.dense_flops_per_token = 2.5e9, .attn_flops_per_pair = 4.0 * 32 * 64 * 16, .num_layers = 16,
-                   .kv_bytes_per_token = 32768};
 }
 
 double percentile(std::vector<double>& v, double q) {
@@ -80,7 +66,10 @@ Result<RouteBenchReport> run_route_bench(const RouteBenchOptions& o) {
   router::BackendCacheConfig config;
   config.page_tokens = o.page_tokens;
   config.chunk_pages = 16;
-  KVTIER_ASSIGN_OR_RETURN(Planner planner, Planner::create({.page_tokens = o.page_tokens}, bench_profile(), bench_model()));
+  // The replay's presets: a machine (its host, disk and remote links) and a model's cost per token.
+  KVTIER_ASSIGN_OR_RETURN(const CostProfile machine, hardware_preset("h100-pcie5"));
+  KVTIER_ASSIGN_OR_RETURN(const ReplayModel model, replay_model_preset("llama-3-8b", DType::kF16, o.page_tokens));
+  KVTIER_ASSIGN_OR_RETURN(Planner planner, Planner::create({.page_tokens = o.page_tokens}, machine, model.cost));
   config.planner = std::make_shared<const Planner>(std::move(planner));
   std::vector<router::BackendView> views(o.backends);
   std::vector<router::Belief> beliefs(o.backends);

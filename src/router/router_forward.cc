@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "client/sse.h"
+
 #include "router/router_impl.h"
 
 namespace kvtier::router {
@@ -147,16 +149,13 @@ std::optional<uint64_t> reported_cached_tokens(std::string_view text) {
     return d["cached_tokens"].get<uint64_t>();
   };
   if (auto whole = nlohmann::json::parse(text, nullptr, false); !whole.is_discarded()) return cached_of(whole);
-  // A stream: the last `data:` line that carries a usage.
-  for (size_t end = text.size(); end > 0;) {
-    const size_t start = text.rfind('\n', end - 1);
-    const std::string_view line = text.substr(start == std::string_view::npos ? 0 : start + 1,
-                                              end - (start == std::string_view::npos ? 0 : start + 1));
-    if (line.starts_with("data: ") && line.find("\"usage\"") != std::string_view::npos)
-      if (auto n = cached_of(nlohmann::json::parse(line.substr(6), nullptr, false))) return n;
-    if (start == std::string_view::npos) break;
-    end = start;
-  }
+  // A stream's tail: the last event that carries a usage (a message cut off at the tail's start is no field).
+  std::optional<uint64_t> last;
+  client::SseReader sse;
+  (void)sse.feed_data(text, [&](std::string_view data) {
+    if (auto n = cached_of(nlohmann::json::parse(data, nullptr, false))) last = n;
+  });
+  if (last) return last;
   return std::nullopt;
 }
 
