@@ -75,28 +75,47 @@ uint64_t decode_bytes(const Model& m) {
   return n;
 }
 
-// GB/s of Matmul::run with one row on the largest part of each weight type.
+// Matmul::run on `tokens` rows of `w`, with `kernels` (median of 7 runs).
+KernelBenchRow time_matmul(WorkerPool& pool, const Linear& w, uint32_t tokens, const qdot::Kernels& kernels) {
+  Matmul mm(pool, /*split_gemm=*/true, /*exact=*/false, kernels);
+  std::vector<float> x(size_t(tokens) * w.cols(), 0.5f), y(size_t(tokens) * w.rows());
+  std::vector<double> seconds;
+  for (int rep = 0; rep < 7; ++rep) {
+    const auto t0 = SteadyClock::now();
+    mm.run(x.data(), tokens, w, y.data(), uint32_t(w.rows()), 0.0f);
+    seconds.push_back(since(t0));
+  }
+  const double s = median(seconds);
+  return {.op = tokens == 1 ? "gemv" : "gemm",
+          .isa = std::string(qdot::isa_name(kernels.isa)),
+          .gbps = double(w.bytes()) / s / 1e9,
+          .gmacs = double(tokens) * double(w.rows()) * double(w.cols()) / s / 1e9};
+}
+
+// Each weight type's largest part, one token (decode's gemv) and kGemmTokens (prefill's GEMM),
+// with every SIMD kernel set the CPU has, so a figure says which set ran.
 std::vector<KernelBenchRow> measure_kernels(const Model& m, uint32_t threads) {
+  constexpr uint32_t kGemmTokens = 64;
   std::map<GgufType, const WeightPart*> largest;
   for (const Linear* w : matrices(m))
     for (const WeightPart& p : w->parts())
       if (!largest.count(p.type()) || largest[p.type()]->bytes() < p.bytes()) largest[p.type()] = &p;
   WorkerPool pool(threads);
-  Matmul mm(pool, /*split_gemm=*/true, /*exact=*/false);
   std::vector<KernelBenchRow> rows;
   for (const auto& [type, part] : largest) {
     Linear one;
     if (!one.append(*part).ok()) continue;
-    std::vector<float> x(one.cols(), 0.5f), y(one.rows());
-    std::vector<double> gbps;
-    for (int rep = 0; rep < 7; ++rep) {
-      const auto t0 = SteadyClock::now();
-      mm.run(x.data(), 1, one, y.data(), uint32_t(one.rows()), 0.0f);
-      gbps.push_back(double(part->bytes()) / since(t0) / 1e9);
+    for (qdot::Isa isa : qdot::kAllIsas) {
+      const qdot::Kernels* kernels = qdot::kernels(isa);
+      if (!kernels || isa == qdot::Isa::kScalar) continue;
+      for (uint32_t tokens : {1u, kGemmTokens}) {
+        KernelBenchRow row = time_matmul(pool, one, tokens, *kernels);
+        row.type = std::string(gguf_type_name(type));
+        if (type == GgufType::kF32) row.isa = "blas";
+        rows.push_back(std::move(row));
+      }
+      if (type == GgufType::kF32) break;  // BLAS, whatever the set
     }
-    const bool blas = type == GgufType::kF32;
-    rows.push_back({std::string(gguf_type_name(type)), "gemv", blas ? "blas" : std::string(qdot::isa_name(mm.kernels().isa)),
-                    median(gbps)});
   }
   return rows;
 }
@@ -192,6 +211,7 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
   for (EngineBenchRow& row : rep.rows) row.ratio_to_sgemm = row.prefill_gflops / rep.sgemm_peak_gflops;
   rep.memcpy_gbps = measure_memcpy_gbps(rep.threads);
   rep.decode_ceiling_tokens_per_s = rep.memcpy_gbps * 1e9 / double(rep.decode_weight_bytes);
+  rep.isa = std::string(qdot::isa_name(qdot::best().isa));
   rep.kernels = measure_kernels(*model, rep.threads);
   return rep;
 }

@@ -42,15 +42,17 @@ struct EngineBenchRow {
 // One weight type's matrix–vector product on the model's largest matrix of that type.
 struct KernelBenchRow {
   std::string type;  // "q4_K", ...
-  std::string op;    // "gemv"
-  std::string isa;   // the kernel set: "avx2", "scalar"
+  std::string op;    // "gemv" (one token: decode), "gemm" (kGemmTokens tokens: prefill)
+  std::string isa;   // the kernel set: "avx2", "avxvnni", "avx512vnni"; "blas" for F32
   double gbps = 0;   // weight bytes streamed per second (median of runs)
+  double gmacs = 0;  // multiply-adds per second / 1e9 (tokens × rows × columns)
 };
 
 struct EngineBenchReport {
   std::string model;
   std::string text;  // where the prompts came from
   std::string kv_dtype;
+  std::string isa;  // the quantized kernel set the engine ran (qdot::best())
   uint32_t threads = 0;
   double sgemm_peak_gflops = 0;
   uint64_t rss_bytes = 0;     // resident set after loading and running the prompts (VmRSS), before the sgemm,

@@ -48,13 +48,15 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
     }
     if (f->json) {
       nlohmann::json j = {{"bench", "engine"},          {"model", r->model},     {"text", r->text}, {"kv_dtype", r->kv_dtype},
+                          {"isa", r->isa},
                           {"threads", r->threads},      {"sgemm_peak_gflops", r->sgemm_peak_gflops},
                           {"rss_bytes", r->rss_bytes},  {"baseline_rss_bytes", r->baseline_rss_bytes},
                           {"weight_bytes", r->weight_bytes},
                           {"decode_weight_bytes", r->decode_weight_bytes}, {"memcpy_gbps", r->memcpy_gbps},
                           {"decode_ceiling_tokens_per_s", r->decode_ceiling_tokens_per_s},
                           {"kernels", nlohmann::json::array()}};
-      for (const auto& k : r->kernels) j["kernels"].push_back({{"type", k.type}, {"op", k.op}, {"isa", k.isa}, {"gbps", k.gbps}});
+      for (const auto& k : r->kernels)
+        j["kernels"].push_back({{"type", k.type}, {"op", k.op}, {"isa", k.isa}, {"gbps", k.gbps}, {"gmacs", k.gmacs}});
       for (const auto& row : r->rows)
         j["prompts"].push_back({{"prompt_tokens", row.prompt_tokens},
                                 {"prefill_seconds", row.prefill_seconds},
@@ -66,15 +68,16 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
                                 {"decode_attention_share", row.decode_attention_share}});
       std::printf("%s\n", j.dump().c_str());
     } else {
-      std::printf("model %s, KV %s, %u threads, sgemm peak %.1f GFLOP/s\n", r->model.c_str(), r->kv_dtype.c_str(),
-                  r->threads, r->sgemm_peak_gflops);
+      std::printf("model %s, KV %s, %u threads, kernels %s, sgemm peak %.1f GFLOP/s\n", r->model.c_str(),
+                  r->kv_dtype.c_str(), r->threads, r->isa.c_str(), r->sgemm_peak_gflops);
       std::printf("weights %.1f MiB resident (%.1f MiB read per decoded token), RSS %.1f MiB (%.1f before loading); "
                   "memcpy %.1f GB/s -> decode ceiling %.1f tok/s\n",
                   r->weight_bytes / 1048576.0, r->decode_weight_bytes / 1048576.0, r->rss_bytes / 1048576.0,
                   r->baseline_rss_bytes / 1048576.0,
                   r->memcpy_gbps, r->decode_ceiling_tokens_per_s);
       for (const auto& k : r->kernels)
-        std::printf("  kernel %-5s %s (%s): %.1f GB/s\n", k.type.c_str(), k.op.c_str(), k.isa.c_str(), k.gbps);
+        std::printf("  kernel %-5s %s (%s): %.1f GB/s, %.1f GMAC/s\n", k.type.c_str(), k.op.c_str(), k.isa.c_str(), k.gbps,
+                    k.gmacs);
       std::printf("%8s %12s %12s %12s %10s %10s %12s %12s\n", "prompt", "prefill_s", "prefill_tok/s", "prefill_GF/s",
                   "vs_sgemm", "attn_share", "decode_tok/s", "dec_attn_sh");
       for (const auto& row : r->rows)

@@ -10,7 +10,8 @@ std::string_view isa_name(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kAvxVnni: return "avxvnni";
+    case Isa::kAvx512: return "avx512vnni";
   }
   return "?";
 }
@@ -31,9 +32,10 @@ bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;
+    case Isa::kAvxVnni: return avx2 && __builtin_cpu_supports("avxvnni");
     case Isa::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl");
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   }
   return false;
 }
@@ -61,31 +63,42 @@ namespace {
 Kernels make(Isa isa) {
   Kernels k{};
   k.isa = isa;
-  if (isa == Isa::kScalar) {
-    impl::fill_legacy_scalar(k);
-    impl::fill_kquant_scalar(k);
-  } else {  // AVX-512 has no kernels of its own yet: it runs the AVX2 ones
-    impl::fill_legacy_avx2(k);
-    impl::fill_kquant_avx2(k);
+  switch (isa) {
+    case Isa::kScalar: impl::fill_legacy_scalar(k), impl::fill_kquant_scalar(k); break;
+    case Isa::kAvx2: impl::fill_legacy_avx2(k), impl::fill_kquant_avx2(k); break;
+    case Isa::kAvxVnni: impl::fill_legacy_avxvnni(k), impl::fill_kquant_avxvnni(k); break;
+    case Isa::kAvx512: impl::fill_legacy_avx512(k), impl::fill_kquant_avx512(k); break;
   }
   return k;
+}
+
+// Built on first use and only where the CPU has the set: filling one runs code compiled for it.
+template <Isa kIsa>
+const Kernels* set() {
+  static const Kernels k = make(kIsa);
+  return &k;
 }
 
 }  // namespace
 
 const Kernels* kernels(Isa isa) {
-  static const Kernels scalar = make(Isa::kScalar);
-  static const Kernels avx2 = make(Isa::kAvx2);
+  if (!cpu_has(isa)) return nullptr;
   switch (isa) {
-    case Isa::kScalar: return &scalar;
-    case Isa::kAvx2: return cpu_has(Isa::kAvx2) ? &avx2 : nullptr;
-    case Isa::kAvx512: return nullptr;  // no AVX-512 kernels in this build
+    case Isa::kScalar: return set<Isa::kScalar>();
+    case Isa::kAvx2: return set<Isa::kAvx2>();
+    case Isa::kAvxVnni: return set<Isa::kAvxVnni>();
+    case Isa::kAvx512: return set<Isa::kAvx512>();
   }
   return nullptr;
 }
 
+// The AVX-512 set first: the same products as AVX-VNNI with twice the registers.
 const Kernels& best() {
-  static const Kernels* k = kernels(Isa::kAvx2) ? kernels(Isa::kAvx2) : kernels(Isa::kScalar);
+  static const Kernels* k = [] {
+    for (Isa isa : {Isa::kAvx512, Isa::kAvxVnni, Isa::kAvx2})
+      if (const Kernels* set = kernels(isa)) return set;
+    return kernels(Isa::kScalar);
+  }();
   return *k;
 }
 

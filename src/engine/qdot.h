@@ -9,9 +9,10 @@
 // only in f32 rounding (summation order), so a SIMD path is tested against
 // the scalar one with a bound, and each against dequantize-then-f32.
 //
-// Dispatch: kernels(isa) for an Isa the CPU reports (cpu_has) and this build
-// compiled; best() picks the widest. A given process always uses one set, so
-// a row's result never depends on which other rows share the call.
+// Dispatch: kernels(isa) for an Isa the CPU reports (cpu_has); best() picks
+// the widest. A given process always uses one set, so a row's result never
+// depends on which other rows share the call. The x86 sets are one source
+// built three ways (engine/qdot_x86_isa.h) and agree bit for bit.
 // Stateless; safe from any thread.
 #pragma once
 
@@ -23,10 +24,15 @@
 
 namespace kvtier::engine::qdot {
 
-enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
+// kAvxVnni: AVX2 plus AVX-VNNI's VEX-encoded dpbusd/dpwssd. kAvx512: AVX2 plus AVX-512 F, BW, VL
+// and VNNI (the same integer products, EVEX-encoded, with 32 vector registers); an AVX-512 CPU
+// without VNNI runs the AVX2 set.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvxVnni, kAvx512 };
+inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512};
 std::string_view isa_name(Isa isa);
-// The CPU reports every instruction the set uses (AVX2: avx2, fma, f16c;
-// AVX-512: avx512f, avx512bw, avx512vl plus the AVX2 set).
+// The CPU (and the OS, for the register state) reports every instruction the set uses: AVX2
+// needs avx2, fma and f16c; the others that plus avxvnni, or avx512f, avx512bw, avx512vl and
+// avx512vnni.
 bool cpu_has(Isa isa);
 
 // Activation blocks. x[i] ≈ d * qs[i].

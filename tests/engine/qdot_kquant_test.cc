@@ -155,7 +155,7 @@ class QdotKquant : public ::testing::TestWithParam<Isa> {
     k_ = kernels(GetParam());
     if (!k_)
       GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA "
-                   << "(AVX2 needs avx2, fma and f16c) or this build has none for it (AVX-512: none yet)";
+                   << "(AVX2 needs avx2, fma and f16c)";
     ASSERT_NE(k_->quantize_q8k, nullptr);
     for (const Layout& l : kLayouts) ASSERT_NE(k_->dot[uint32_t(l.type)], nullptr) << name(l.type);
   }
@@ -263,20 +263,20 @@ TEST_P(QdotKquant, QuantizedActivationErrorIsBounded) {
       }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotKquant, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Isas, QdotKquant, ::testing::ValuesIn(kAllIsas),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
-class QdotKquantAvx2 : public ::testing::Test {
+class QdotKquantSimd : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    avx2_ = kernels(Isa::kAvx2);
-    if (!avx2_) GTEST_SKIP() << "no avx2 kernels: the CPU does not report AVX2, FMA and F16C";
+    simd_ = kernels(GetParam());
+    if (!simd_) GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA";
   }
   const Kernels& scalar_ = *kernels(Isa::kScalar);
-  const Kernels* avx2_ = nullptr;
+  const Kernels* simd_ = nullptr;  // the SIMD set under test
 };
 
-TEST_F(QdotKquantAvx2, QuantizeQ8KIsBitIdenticalToScalar) {
+TEST_P(QdotKquantSimd, QuantizeQ8KIsBitIdenticalToScalar) {
   std::mt19937 rng(5);
   const size_t n = 4096 + 256;
   std::vector<float> x = random_floats(n, rng, /*spread_per_block=*/true);
@@ -284,7 +284,7 @@ TEST_F(QdotKquantAvx2, QuantizeQ8KIsBitIdenticalToScalar) {
   x[300] = -x[300] * 1e3f;  // a lone dominant element
   std::vector<BlockQ8K> want(n / kQK), got(n / kQK);
   scalar_.quantize_q8k(x.data(), n, want.data());
-  avx2_->quantize_q8k(x.data(), n, got.data());
+  simd_->quantize_q8k(x.data(), n, got.data());
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8K)), 0);
 }
 
@@ -292,7 +292,7 @@ TEST_F(QdotKquantAvx2, QuantizeQ8KIsBitIdenticalToScalar) {
 // the per-super-block terms and their summation order: each is within ~1.5e-6
 // of the magnitude from the exact dot (see rounding_bound), so the 1e-5 bound
 // holds between them too.
-TEST_F(QdotKquantAvx2, DotsMatchScalar) {
+TEST_P(QdotKquantSimd, DotsMatchScalar) {
   std::mt19937 rng(11);
   for (const Layout& layout : kLayouts)
     for (size_t n : kLengths)
@@ -302,10 +302,45 @@ TEST_F(QdotKquantAvx2, DotsMatchScalar) {
         const std::vector<BlockQ8K> act = random_activations(n, rng);
         const Reference ref = reference_dot(layout, row, dequantize_activations(act));
         const uint32_t code = uint32_t(layout.type);
-        EXPECT_NEAR(avx2_->dot[code](n, row.data(), act.data()), scalar_.dot[code](n, row.data(), act.data()),
+        EXPECT_NEAR(simd_->dot[code](n, row.data(), act.data()), scalar_.dot[code](n, row.data(), act.data()),
                     rounding_bound(ref.magnitude));
       }
 }
+
+// The x86 sets are one source built three ways (engine/qdot_x86_isa.h): the VNNI ones compute the
+// AVX2 set's integers and f32 operations, so every output is the AVX2 set's bit for bit.
+TEST_P(QdotKquantSimd, IsBitIdenticalToAvx2) {
+  const Kernels* avx2 = kernels(Isa::kAvx2);
+  if (GetParam() == Isa::kAvx2) GTEST_SKIP() << "avx2 is the reference here";
+  ASSERT_NE(avx2, nullptr);
+  std::mt19937 rng(13);
+  for (size_t n : kLengths) {
+    const std::vector<float> x = random_floats(n, rng, /*spread_per_block=*/true);
+    std::vector<BlockQ8K> want_q(n / kQK), got_q(n / kQK);
+    avx2->quantize_q8k(x.data(), n, want_q.data());
+    simd_->quantize_q8k(x.data(), n, got_q.data());
+    EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(BlockQ8K)), 0) << "n=" << n;
+    std::vector<std::vector<BlockQ8K>> acts;
+    const void* rows[kDotN];
+    for (int j = 0; j < kDotN; ++j) acts.push_back(random_activations(n, rng)), rows[j] = acts.back().data();
+    for (const Layout& layout : kLayouts) {
+      const uint32_t code = uint32_t(layout.type);
+      const std::vector<uint8_t> w = random_row(layout, n, rng);
+      const float want = avx2->dot[code](n, w.data(), rows[0]), got = simd_->dot[code](n, w.data(), rows[0]);
+      EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0)
+          << name(layout.type) << " n=" << n << ": " << want << " vs " << got;
+      ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(layout.type);
+      if (!avx2->dot_n[code]) continue;
+      float want_n[kDotN], got_n[kDotN];
+      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n);
+      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n);
+      EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(layout.type) << " n=" << n;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, QdotKquantSimd, ::testing::Values(Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace kvtier::engine::qdot

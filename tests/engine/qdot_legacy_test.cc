@@ -136,7 +136,7 @@ class QdotLegacy : public ::testing::TestWithParam<Isa> {
     k = kernels(GetParam());
     if (!k)
       GTEST_SKIP() << "no " << isa_name(GetParam())
-                   << " kernels: the CPU does not report the ISA or this build has none for it (AVX-512: none yet)";
+                   << " kernels: the CPU does not report the ISA";
   }
   const Kernels* k = nullptr;
 };
@@ -261,37 +261,37 @@ TEST_P(QdotLegacy, QuantizedActivationErrorIsBounded) {
   EXPECT_LT(z_rms, 1.3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacy, ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacy, ::testing::ValuesIn(kAllIsas),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
-// 3. The AVX2 set against the scalar one on the same inputs: quantize_q8 gives
+// 3. Each SIMD set (AVX2, AVX-VNNI, AVX-512 VNNI) against the scalar one on the same inputs: quantize_q8 gives
 // the same bits (both round x * (1 / d) half to even in the same f32 steps;
 // checked on ties too), each dot agrees within the rounding bound of test 1.
-class QdotLegacyAvx2 : public ::testing::Test {
+class QdotLegacySimd : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
-    avx2_ = kernels(Isa::kAvx2);
-    if (!avx2_) GTEST_SKIP() << "no avx2 kernels: the CPU does not report AVX2, FMA and F16C";
+    simd_ = kernels(GetParam());
+    if (!simd_) GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA";
   }
   const Kernels& scalar_ = *kernels(Isa::kScalar);
-  const Kernels* avx2_ = nullptr;
+  const Kernels* simd_ = nullptr;  // the SIMD set under test
 };
 
-TEST_F(QdotLegacyAvx2, QuantizeQ8IsBitIdenticalToScalar) {
+TEST_P(QdotLegacySimd, QuantizeQ8IsBitIdenticalToScalar) {
   std::mt19937 rng(5);
   for (size_t n : kLengths) {
     std::vector<float> x = random_activations(n, rng);
     // Block 0 holds exact halves (d = 1): ties round to even in both.
     for (size_t j = 0; j < 32; ++j) x[j] = float(j) - 15.5f;
     x[31] = 127.0f;
-    const std::vector<BlockQ8> want = quantize(scalar_, x), got = quantize(*avx2_, x);
+    const std::vector<BlockQ8> want = quantize(scalar_, x), got = quantize(*simd_, x);
     EXPECT_EQ(want[0].qs[0], -16);  // -15.5 → -16
     EXPECT_EQ(want[0].qs[1], -14);  // -14.5 → -14
     ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8)), 0) << "n=" << n;
   }
 }
 
-TEST_F(QdotLegacyAvx2, DotsMatchScalar) {
+TEST_P(QdotLegacySimd, DotsMatchScalar) {
   std::mt19937 rng(6);
   for (GgufType type : kQ8Types)
     for (size_t n : kLengths)
@@ -300,7 +300,7 @@ TEST_F(QdotLegacyAvx2, DotsMatchScalar) {
         const std::vector<BlockQ8> a = quantize(scalar_, random_activations(n, rng));
         const double abs = exact_dot(dequantize(type, w, n), act_values(a)).abs;
         const float want = scalar_.dot[uint32_t(type)](n, w.data(), a.data());
-        const float got = avx2_->dot[uint32_t(type)](n, w.data(), a.data());
+        const float got = simd_->dot[uint32_t(type)](n, w.data(), a.data());
         EXPECT_NEAR(got, want, rounding_bound(abs)) << name(type) << " n=" << n << " trial " << trial;
       }
   for (GgufType type : kFloatTypes)
@@ -309,10 +309,50 @@ TEST_F(QdotLegacyAvx2, DotsMatchScalar) {
       const std::vector<float> x = random_activations(n, rng);
       const double abs = exact_dot(dequantize(type, w, n), x).abs;
       const float want = scalar_.dot[uint32_t(type)](n, w.data(), x.data());
-      const float got = avx2_->dot[uint32_t(type)](n, w.data(), x.data());
+      const float got = simd_->dot[uint32_t(type)](n, w.data(), x.data());
       EXPECT_NEAR(got, want, rounding_bound(abs)) << name(type) << " n=" << n;
     }
 }
+
+// 5. The x86 sets are one source built three ways (engine/qdot_x86_isa.h): the VNNI ones compute
+// the AVX2 set's integers and f32 operations, so every output is the AVX2 set's bit for bit.
+TEST_P(QdotLegacySimd, IsBitIdenticalToAvx2) {
+  const Kernels* avx2 = kernels(Isa::kAvx2);
+  if (GetParam() == Isa::kAvx2) GTEST_SKIP() << "avx2 is the reference here";
+  ASSERT_NE(avx2, nullptr);
+  std::mt19937 rng(7);
+  for (size_t n : kLengths) {
+    const std::vector<float> x = random_activations(n, rng);
+    const std::vector<BlockQ8> a = quantize(*avx2, x);
+    ASSERT_EQ(std::memcmp(a.data(), quantize(*simd_, x).data(), a.size() * sizeof(BlockQ8)), 0) << "n=" << n;
+    std::vector<std::vector<BlockQ8>> acts;
+    const void* rows[kDotN];
+    for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*avx2, random_activations(n, rng))), rows[j] = acts.back().data();
+    for (GgufType type : kQ8Types) {
+      const uint32_t code = uint32_t(type);
+      const std::vector<uint8_t> w = random_row(type, n, rng);
+      const float want = avx2->dot[code](n, w.data(), a.data()), got = simd_->dot[code](n, w.data(), a.data());
+      EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << name(type) << " n=" << n << ": " << want << " vs " << got;
+      ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(type);
+      if (!avx2->dot_n[code]) continue;
+      float want_n[kDotN], got_n[kDotN];
+      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n);
+      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n);
+      EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(type) << " n=" << n;
+    }
+  }
+  for (GgufType type : kFloatTypes)
+    for (size_t n : kFloatLengths) {
+      const std::vector<uint8_t> w = random_row(type, n, rng);
+      const std::vector<float> x = random_activations(n, rng);
+      const float want = avx2->dot[uint32_t(type)](n, w.data(), x.data());
+      const float got = simd_->dot[uint32_t(type)](n, w.data(), x.data());
+      EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << name(type) << " n=" << n;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacySimd, ::testing::Values(Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 
 }  // namespace
 }  // namespace kvtier::engine::qdot

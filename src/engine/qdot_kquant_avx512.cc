@@ -1,0 +1,25 @@
+// AVX-512 VNNI (EVEX dpbusd/dpwssd on 256-bit registers, with AVX512VL's 32 of
+// them) kernels for the K-quants (Q2_K .. Q6_K) and quantize_q8k:
+// engine/qdot_kquant_x86.h with its VNNI primitives (engine/qdot_x86_isa.h).
+// The file is compiled for AVX2 like the AVX2 set; only the kernels, inside the
+// target region below, may use the VNNI instructions, so every header's inline
+// functions stay AVX2 code. Called only after cpu_has(Isa::kAvx512).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/half.h"
+#include "engine/qdot_impl.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+#define KVTIER_QDOT_VNNI 1
+#include "engine/qdot_kquant_x86.h"
+#pragma GCC pop_options
+
+// Outside the target region: a plain call into the kernels, made only where
+// the CPU has the set (engine/qdot.cc).
+namespace kvtier::engine::qdot::impl {
+void fill_kquant_avx512(Kernels& k) { fill_kquant(k); }
+}  // namespace kvtier::engine::qdot::impl
