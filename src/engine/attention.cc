@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include <immintrin.h>
+
 #include "engine/half.h"
 #include "engine/kv_rows.h"
 #include "engine/simd.h"
@@ -156,30 +158,103 @@ void attend_impl(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh
     }
 }
 
-// One token (job.decode): the g query rows of KV head kvh against keys [0, pos] read row by row.
-// `scores` holds g * (pos + 1) floats, `kv` one row of D, `o` g rows of D.
-template <uint32_t DV>
+// Lane i of the result: the sum of a[i]'s lanes (eight 8-lane vectors, AVX2).
+inline vfloat hsum8x8(const vfloat* a) {
+  const __m256 t0 = _mm256_hadd_ps(__m256(a[0]), __m256(a[1])), t1 = _mm256_hadd_ps(__m256(a[2]), __m256(a[3]));
+  const __m256 t2 = _mm256_hadd_ps(__m256(a[4]), __m256(a[5])), t3 = _mm256_hadd_ps(__m256(a[6]), __m256(a[7]));
+  // u0 = [a0..a3 over lanes 0-3 | a0..a3 over lanes 4-7], u1 the same for a4..a7.
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return vfloat(_mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31)));
+}
+static_assert(simd::kLanes == 8, "attention.cc is built for AVX2 (engine/CMakeLists.txt)");
+
+// Decode reads keys and values kDecodeBlock rows at a time, widened to f32 once into a block that
+// every query row of the group then reuses from L1.
+constexpr uint32_t kDecodeBlock = kChunk;
+
+// scores[k] = scale · q · K[k] for the n ≤ 8 key rows at `keys` (D floats each): eight keys'
+// products in eight registers, reduced together. A key's score never depends on n.
+inline void score_keys(const float* q, const float* keys, uint32_t n, uint32_t nv, float scale, float* scores) {
+  vfloat acc[8] = {};
+  for (uint32_t v = 0; v < nv; ++v) {
+    const vfloat qv = load(q + v * simd::kLanes);
+#pragma GCC unroll 8
+    for (uint32_t k = 0; k < 8; ++k)
+      if (k < n) acc[k] += qv * load(keys + size_t(k) * nv * simd::kLanes + v * simd::kLanes);
+  }
+  float out[8];
+  store(out, hsum8x8(acc) * splat(scale));
+  std::memcpy(scores, out, n * sizeof(float));
+}
+
+// o[0 .. W vectors) += Σ_k p[k] · V[k] over n value rows at `values` (D floats each).
+template <uint32_t W>
+inline void accumulate_values(const float* p, const float* values, uint32_t n, uint32_t D, float* o) {
+  vfloat acc[W];
+  for (uint32_t w = 0; w < W; ++w) acc[w] = load(o + w * simd::kLanes);
+  for (uint32_t k = 0; k < n; ++k) {
+    const vfloat pk = splat(p[k]);
+    for (uint32_t w = 0; w < W; ++w) acc[w] += pk * load(values + size_t(k) * D + w * simd::kLanes);
+  }
+  for (uint32_t w = 0; w < W; ++w) store(o + w * simd::kLanes, acc[w]);
+}
+
+// The same over a whole head row, 8 vectors (registers) at a time.
+inline void accumulate_row(const float* p, const float* values, uint32_t n, uint32_t nv, float* o) {
+  const uint32_t D = nv * simd::kLanes;
+  uint32_t v = 0;
+  for (; v + 8 <= nv; v += 8) accumulate_values<8>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+  switch (nv - v) {
+    case 0: break;
+    case 1: return accumulate_values<1>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    case 2: return accumulate_values<2>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    case 3: return accumulate_values<3>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    case 4: return accumulate_values<4>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    case 5: return accumulate_values<5>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    case 6: return accumulate_values<6>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+    default: return accumulate_values<7>(p, values + v * simd::kLanes, n, D, o + v * simd::kLanes);
+  }
+}
+
+// One token (job.decode): the g query rows of KV head kvh against keys [0, pos], with an exact
+// two-pass softmax: S = Q · Kᵀ over blocks of keys, P = exp(S - max) with 1 / Σ P kept, O = P · V
+// over blocks of values. `scores` grows to g * (pos + 2) floats, `block` holds kDecodeBlock rows of
+// D, `o` g rows of D.
 void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t, std::vector<float>& scores,
-                   float* kv, float* o) {
-  const uint32_t D = DV ? DV * simd::kLanes : sh.head_dim, nv = D / simd::kLanes;
+                   float* block, float* o) {
+  const uint32_t D = sh.head_dim, nv = D / simd::kLanes;
   const uint32_t g = sh.num_heads / sh.num_kv_heads, n_keys = job.pos0 + t + 1;
   const KVGeometry& geo = job.pool->geometry();
   const size_t esz = geo.elem_bytes(), tok_stride = size_t(geo.num_kv_heads) * D * esz;
-  auto row_of = [&](const std::byte* (BlockPool::*block)(PageId, LayerIdx) const, uint32_t pos) {
-    const PageId page = job.pages[pos / geo.page_tokens];
-    load_kv_row(geo.dtype, (job.pool->*block)(page, job.layer) + size_t(pos % geo.page_tokens) * tok_stride + size_t(kvh) * D * esz, kv, D);
+  const size_t row_bytes = size_t(D) * esz;
+  auto row_at = [&](const std::byte* (BlockPool::*part)(PageId, LayerIdx) const, uint32_t pos) {
+    const std::byte* page = (job.pool->*part)(job.pages[pos / geo.page_tokens], job.layer);
+    return page + size_t(pos % geo.page_tokens) * tok_stride + size_t(kvh) * row_bytes;
+  };
+  // Rows [j0, j0 + n) of K or V for head kvh, widened into `block`. The rows are strided (one
+  // head of each token) and pages are apart, which the hardware prefetcher follows poorly, so
+  // the row kPrefetchRows ahead is requested as each row is read.
+  constexpr uint32_t kPrefetchRows = 8;
+  auto read_block = [&](const std::byte* (BlockPool::*part)(PageId, LayerIdx) const, uint32_t j0, uint32_t n) {
+    for (uint32_t k = 0; k < n; ++k) {
+      if (j0 + k + kPrefetchRows < n_keys) {
+        const std::byte* ahead = row_at(part, j0 + k + kPrefetchRows);
+        for (size_t line = 0; line < row_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
+      }
+      load_kv_row(geo.dtype, row_at(part, j0 + k), block + size_t(k) * D, D);
+    }
   };
   const float* q = job.q + size_t(t) * job.q_stride + size_t(kvh) * g * D;
-  scores.resize(size_t(g) * n_keys);
-  for (uint32_t j = 0; j < n_keys; ++j) {  // S = Q · Kᵀ
-    row_of(&BlockPool::k, j);
-    for (uint32_t h = 0; h < g; ++h) {
-      vfloat acc{};
-      for (uint32_t v = 0; v < nv; ++v) acc += load(q + size_t(h) * D + v * simd::kLanes) * load(kv + v * simd::kLanes);
-      scores[size_t(h) * n_keys + j] = simd::hsum(acc) * sh.scale;
-    }
+  scores.resize(size_t(g) * n_keys + g);
+  float* inv = scores.data() + size_t(g) * n_keys;  // 1 / Σ P per query row
+  for (uint32_t j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {  // S = Q · Kᵀ
+    const uint32_t n = std::min(kDecodeBlock, n_keys - j0);
+    read_block(&BlockPool::k, j0, n);
+    for (uint32_t h = 0; h < g; ++h)
+      for (uint32_t k = 0; k < n; k += 8)
+        score_keys(q + size_t(h) * D, block + size_t(k) * D, std::min(8u, n - k), nv, sh.scale,
+                   scores.data() + size_t(h) * n_keys + j0 + k);
   }
-  std::vector<float> inv(g);
   for (uint32_t h = 0; h < g; ++h) {  // P = softmax(S), unnormalised; 1 / Σ P kept
     float* s = scores.data() + size_t(h) * n_keys;
     const float mx = *std::max_element(s, s + n_keys);
@@ -194,12 +269,10 @@ void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t k
     inv[h] = 1.0f / sum;
   }
   std::fill(o, o + size_t(g) * D, 0.0f);
-  for (uint32_t j = 0; j < n_keys; ++j) {  // O = P · V
-    row_of(&BlockPool::v, j);
-    for (uint32_t h = 0; h < g; ++h) {
-      const vfloat p = splat(scores[size_t(h) * n_keys + j]);
-      for (uint32_t v = 0; v < nv; ++v) store(o + size_t(h) * D + v * simd::kLanes, load(o + size_t(h) * D + v * simd::kLanes) + p * load(kv + v * simd::kLanes));
-    }
+  for (uint32_t j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {  // O = P · V
+    const uint32_t n = std::min(kDecodeBlock, n_keys - j0);
+    read_block(&BlockPool::v, j0, n);
+    for (uint32_t h = 0; h < g; ++h) accumulate_row(scores.data() + size_t(h) * n_keys + j0, block, n, nv, o + size_t(h) * D);
   }
   for (uint32_t h = 0; h < g; ++h) {
     float* dst = job.out + size_t(t) * job.out_stride + size_t(kvh * g + h) * D;
@@ -212,7 +285,7 @@ void attend_dispatch(const AttentionShape& sh, const AttentionJob& job, uint32_t
                      float* q, float* o, float* m, float* l, uint32_t* pos, float* kt, float* v,
                      float* p, std::vector<float>& scores) {
   if (!job.decode) return attend_impl<DV>(sh, job, kvh, t_begin, t_end, q, o, m, l, pos, kt, v, p);
-  for (uint32_t t = t_begin; t < t_end; ++t) attend_decode<DV>(sh, job, kvh, t, scores, v, o);
+  for (uint32_t t = t_begin; t < t_end; ++t) attend_decode(sh, job, kvh, t, scores, kt, o);
 }
 
 }  // namespace
