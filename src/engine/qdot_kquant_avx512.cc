@@ -14,8 +14,13 @@
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+// GCC 12's 512-bit intrinsics leave a placeholder operand "uninitialized" on purpose (GCC bug
+// 105593), which -Wmaybe-uninitialized reports once they are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define KVTIER_QDOT_VNNI 1
 #include "engine/qdot_kquant_x86.h"
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 // Outside the target region: a plain call into the kernels, made only where
