@@ -41,6 +41,25 @@ struct AttentionJob {
   bool decode = false;
 };
 
+// A worker's scratch (AttentionScratch) as the kernel uses it: per query row its q, unnormalised
+// output o, running max m, running sum l and position; a chunk's K transposed (kt) and V (v); the
+// probabilities of a row group (p).
+struct AttentionBuffers {
+  float *q, *o, *m, *l;
+  uint32_t* pos;
+  float *kt, *v, *p;
+};
+
+// Prefill's chunked kernel (engine/attention_chunked.h) on 8 lanes (AVX2), and on 16 lanes
+// (attention_avx512.cc; call only where qdot::cpu_has(qdot::Isa::kAvx512)). attend() picks one
+// per process; these are for tests. The buffers hold at least kMaxChunkKeys keys of K and V and
+// kMaxRowGroup rows of probabilities.
+inline constexpr uint32_t kMaxChunkKeys = 64, kMaxRowGroup = 4;
+void attend_chunked_avx2(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
+                         uint32_t t_end, const AttentionBuffers& b);
+void attend_chunked_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
+                           uint32_t t_end, const AttentionBuffers& b);
+
 // Per-worker scratch, sized for `shape` and at most `max_rows` query rows.
 class AttentionScratch {
  public:
