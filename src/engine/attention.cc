@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
 
 #include "engine/attention_chunked.h"
-#include "engine/half.h"
 #include "engine/kv_rows.h"
 #include "engine/qdot.h"
 #include "engine/simd.h"

@@ -206,6 +206,70 @@ void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float*
   for (int t = 0; t < count; ++t) out[t] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
+#if KVTIER_QDOT_VNNI == 1
+// [lo | hi] and the upper half, with AVX-512F alone (the f32x8 forms need AVX512DQ).
+__m512 join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+__m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// AVX-512: dot_n_q8 with two blocks per 512-bit register, the even block of a pair in the low half
+// and the odd one in the high half. The accumulator [even | odd] then takes, lane by lane, the
+// FMAs that dot_n_q8's two 256-bit accumulators take (a missing odd block of the last pair is
+// masked out, not multiplied by zero), so each row is dot_q8's result bit for bit.
+template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
+void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, float* out) {
+  constexpr size_t kChunk = 8, kPairs = kChunk / 2;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const size_t blocks = n / kBlock;
+  __m512 acc[kDotN];
+  float min[kDotN][2] = {};
+  for (int t = 0; t < count; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b0 = 0; b0 < blocks; b0 += kChunk) {
+    const size_t nb = std::min(kChunk, blocks - b0);
+    __m512i uq[kPairs];
+    __mmask64 negative[kPairs];
+    float dw[kChunk], mw[kChunk];
+    for (size_t p = 0; p < (nb + 1) / 2; ++p) {
+      __m256i q[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (size_t h = 0; h < 2 && 2 * p + h < nb; ++h) {
+        const uint8_t* blk = wb + (b0 + 2 * p + h) * kBytes;
+        q[h] = W(blk);
+        dw[2 * p + h] = half_at(blk);
+        mw[2 * p + h] = kHasMin ? half_at(blk + 2) : 0.0f;
+      }
+      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+      uq[p] = kSigned ? _mm512_abs_epi8(both) : both;
+      negative[p] = _mm512_movepi8_mask(both);
+    }
+    for (int t = 0; t < count; ++t) {
+      const BlockQ8* ab = static_cast<const BlockQ8*>(act[t]) + b0;
+      __m512 v = acc[t];
+      for (size_t p = 0; p < (nb + 1) / 2; ++p) {
+        const size_t j = 2 * p;
+        const bool odd = j + 1 < nb;
+        const __m256i hi = odd ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j + 1].qs)) : _mm256_setzero_si256();
+        __m512i qa = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs))), hi, 1);
+        // The activation carries the weight's sign (|q| is the unsigned operand); where q is 0 the
+        // product is 0 whatever the sign.
+        if constexpr (kSigned) qa = _mm512_mask_sub_epi8(qa, negative[p], _mm512_setzero_si512(), qa);
+        const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), uq[p], qa));
+        const __m512 scale = join(_mm256_set1_ps(dw[j] * ab[j].d), _mm256_set1_ps(odd ? dw[j + 1] * ab[j + 1].d : 0.0f));
+        v = _mm512_mask3_fmadd_ps(scale, products, v, odd ? __mmask16(0xFFFF) : __mmask16(0x00FF));
+        if constexpr (kHasMin) {
+          min[t][0] += mw[j] * ab[j].s;
+          if (odd) min[t][1] += mw[j + 1] * ab[j + 1].s;
+        }
+      }
+      acc[t] = v;
+    }
+  }
+  for (int t = 0; t < count; ++t)
+    out[t] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[t]), upper(acc[t]))) + (min[t][0] + min[t][1]);
+}
+#endif
+
 // Eight 16-bit floats at p (any alignment) widened to f32.
 __m256 widen_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 __m256 widen_bf16(const uint16_t* p) {
@@ -245,11 +309,17 @@ void fill_legacy(Kernels& k) {
   k.dot[uint32_t(GgufType::kQ5_0)] = dot_q8<22, false, idot<true, w_q5_0>>;
   k.dot[uint32_t(GgufType::kQ5_1)] = dot_q8<24, true, idot<false, w_q5_1>>;
   k.dot[uint32_t(GgufType::kQ8_0)] = dot_q8<34, false, idot<true, w_q8_0>>;
-  k.dot_n[uint32_t(GgufType::kQ4_0)] = dot_n_q8<18, false, true, w_q4_0>;
-  k.dot_n[uint32_t(GgufType::kQ4_1)] = dot_n_q8<20, true, false, w_q4_1>;
-  k.dot_n[uint32_t(GgufType::kQ5_0)] = dot_n_q8<22, false, true, w_q5_0>;
-  k.dot_n[uint32_t(GgufType::kQ5_1)] = dot_n_q8<24, true, false, w_q5_1>;
-  k.dot_n[uint32_t(GgufType::kQ8_0)] = dot_n_q8<34, false, true, w_q8_0>;
+#if KVTIER_QDOT_VNNI == 1
+#define KVTIER_DOT_N dot_n_q8_512
+#else
+#define KVTIER_DOT_N dot_n_q8
+#endif
+  k.dot_n[uint32_t(GgufType::kQ4_0)] = KVTIER_DOT_N<18, false, true, w_q4_0>;
+  k.dot_n[uint32_t(GgufType::kQ4_1)] = KVTIER_DOT_N<20, true, false, w_q4_1>;
+  k.dot_n[uint32_t(GgufType::kQ5_0)] = KVTIER_DOT_N<22, false, true, w_q5_0>;
+  k.dot_n[uint32_t(GgufType::kQ5_1)] = KVTIER_DOT_N<24, true, false, w_q5_1>;
+  k.dot_n[uint32_t(GgufType::kQ8_0)] = KVTIER_DOT_N<34, false, true, w_q8_0>;
+#undef KVTIER_DOT_N
   k.dot[uint32_t(GgufType::kF16)] = dot_f32<widen_f16, f16_one>;
   k.dot[uint32_t(GgufType::kBF16)] = dot_f32<widen_bf16, bf16_one>;
 }
