@@ -65,9 +65,9 @@ Kernels make(Isa isa) {
   k.isa = isa;
   switch (isa) {
     case Isa::kScalar: impl::fill_legacy_scalar(k), impl::fill_kquant_scalar(k); break;
-    case Isa::kAvx2: impl::fill_legacy_avx2(k), impl::fill_kquant_avx2(k); break;
-    case Isa::kAvxVnni: impl::fill_legacy_avxvnni(k), impl::fill_kquant_avxvnni(k); break;
-    case Isa::kAvx512: impl::fill_legacy_avx512(k), impl::fill_kquant_avx512(k); break;
+    case Isa::kAvx2: impl::fill_avx2(k); break;
+    case Isa::kAvxVnni: impl::fill_avxvnni(k); break;
+    case Isa::kAvx512: impl::fill_avx512(k); break;
   }
   return k;
 }

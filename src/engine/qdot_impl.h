@@ -45,13 +45,11 @@ static_assert(sizeof(BlockQ2K) == 84 && sizeof(BlockQ3K) == 110 && sizeof(BlockQ
 
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against BlockQ8; F16 and BF16 against f32; quantize_q8.
 void fill_legacy_scalar(Kernels& k);
-void fill_legacy_avx2(Kernels& k);
-void fill_legacy_avxvnni(Kernels& k);
-void fill_legacy_avx512(Kernels& k);
 // Q2_K .. Q6_K against BlockQ8K; quantize_q8k.
 void fill_kquant_scalar(Kernels& k);
-void fill_kquant_avx2(Kernels& k);
-void fill_kquant_avxvnni(Kernels& k);
-void fill_kquant_avx512(Kernels& k);
+// The x86 sets, whole (qdot_avx2.cc, qdot_avxvnni.cc, qdot_avx512.cc).
+void fill_avx2(Kernels& k);
+void fill_avxvnni(Kernels& k);
+void fill_avx512(Kernels& k);
 
 }  // namespace kvtier::engine::qdot::impl

@@ -2,7 +2,7 @@
 // BlockQ8K rows. Each weight super-block is reduced, against its activation
 // block, to small integers: the integer dot of each 16-element group, one
 // scale and one min per group; one shared function then applies them. The
-// qdot_kquant_avx2.cc kernels compute the same integers with SIMD. Written
+// x86 kernels (qdot_kquant_x86.h) compute the same integers with SIMD. Written
 // from the block layouts of engine/quant.cc.
 #include <algorithm>
 #include <cmath>

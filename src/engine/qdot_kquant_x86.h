@@ -1,5 +1,5 @@
-// Internal, included once by each x86 kernel file (qdot_kquant_avx2.cc,
-// _avxvnni.cc, _avx512.cc), which selects the instruction set (see
+// Internal, included once by each x86 kernel file (qdot_avx2.cc,
+// qdot_avxvnni.cc, qdot_avx512.cc), which selects the instruction set (see
 // engine/qdot_x86_isa.h): quantize_q8k and the Q2_K .. Q6_K dots against
 // BlockQ8K rows, computing the integers of qdot_kquant_scalar.cc straight from
 // the packed bits. Per super-block: the weights are unpacked once into eight
@@ -18,7 +18,7 @@
 #include "engine/qdot_impl.h"
 #include "engine/qdot_x86_isa.h"
 
-namespace kvtier::engine::qdot::impl {
+namespace kvtier::engine::qdot::impl::kquant_x86 {
 namespace {
 
 constexpr size_t kQK = 256;  // elements per super-block (and per BlockQ8K)
@@ -465,8 +465,8 @@ void quantize_q8k(const float* x, size_t n, void* out) {
 
 #undef KQ_INLINE
 
-// The set's K-quant part (each kernel file's fill_kquant_<isa> calls this).
-void fill_kquant(Kernels& k) {
+// The set's K-quant part (each kernel file's fill_<isa> calls this).
+void fill(Kernels& k) {
   k.quantize_q8k = quantize_q8k;
   k.dot[uint32_t(GgufType::kQ2_K)] = dot_q2_k;
   k.dot[uint32_t(GgufType::kQ3_K)] = dot_q3_k;
@@ -485,4 +485,4 @@ void fill_kquant(Kernels& k) {
 }
 
 }  // namespace
-}  // namespace kvtier::engine::qdot::impl
+}  // namespace kvtier::engine::qdot::impl::kquant_x86

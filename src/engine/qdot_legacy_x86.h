@@ -1,5 +1,5 @@
-// Internal, included once by each x86 kernel file (qdot_legacy_avx2.cc,
-// _avxvnni.cc, _avx512.cc), which selects the instruction set: the kernels for
+// Internal, included once by each x86 kernel file (qdot_avx2.cc,
+// qdot_avxvnni.cc, qdot_avx512.cc), which selects the instruction set: the kernels for
 // the legacy 32-element block types against BlockQ8 activations, F16/BF16 rows
 // against f32, and quantize_q8: the scalar set's math
 // (engine/qdot_legacy_scalar.cc) with 32 int8 products per block in one
@@ -23,7 +23,7 @@
 #include "engine/qdot_impl.h"
 #include "engine/qdot_x86_isa.h"
 
-namespace kvtier::engine::qdot::impl {
+namespace kvtier::engine::qdot::impl::legacy_x86 {
 namespace {
 
 constexpr size_t kBlock = 32;
@@ -301,8 +301,8 @@ float dot_f32(size_t n, const void* w, const void* a) {
 float f16_one(uint16_t h) { return _cvtsh_ss(h); }
 float bf16_one(uint16_t h) { return bf16_to_f32(h); }
 
-// The set's legacy part (each kernel file's fill_legacy_<isa> calls this).
-void fill_legacy(Kernels& k) {
+// The set's legacy part (each kernel file's fill_<isa> calls this).
+void fill(Kernels& k) {
   k.quantize_q8 = quantize_q8;
   k.dot[uint32_t(GgufType::kQ4_0)] = dot_q8<18, false, idot<true, w_q4_0>>;
   k.dot[uint32_t(GgufType::kQ4_1)] = dot_q8<20, true, idot<false, w_q4_1>>;
@@ -325,4 +325,4 @@ void fill_legacy(Kernels& k) {
 }
 
 }  // namespace
-}  // namespace kvtier::engine::qdot::impl
+}  // namespace kvtier::engine::qdot::impl::legacy_x86

@@ -1,10 +1,11 @@
-// AVX-512 VNNI (EVEX dpbusd/dpwssd on 256-bit registers, with AVX512VL's 32 of
-// them) kernels for the legacy block types (Q4_0 .. Q8_0), F16/BF16 and
-// quantize_q8: engine/qdot_legacy_x86.h with its VNNI primitives
-// (engine/qdot_x86_isa.h). The file is compiled for AVX2 like the AVX2 set;
-// only the kernels, inside the target region below, may use the VNNI
-// instructions, so every header's inline functions stay AVX2 code. Called only
-// after cpu_has(Isa::kAvx512).
+// The AVX-512 VNNI kernel set (engine/qdot.h): EVEX dpbusd/dpwssd, AVX512VL's
+// 32 registers, and 512-bit many-row kernels in place of the AVX2 set's maddubs
+// + madd, from the same x86 kernel source (qdot_legacy_x86.h,
+// qdot_kquant_x86.h; engine/qdot_x86_isa.h). The file is compiled for AVX2 like
+// the AVX2 set; only the kernels, inside the target region below, may use the
+// VNNI instructions, and every header is included before it, so no header's
+// inline function is ever compiled for them. Called only after
+// cpu_has(Isa::kAvx512).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define KVTIER_QDOT_VNNI 1
+#include "engine/qdot_kquant_x86.h"
 #include "engine/qdot_legacy_x86.h"
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
@@ -27,5 +29,5 @@
 // Outside the target region: a plain call into the kernels, made only where
 // the CPU has the set (engine/qdot.cc).
 namespace kvtier::engine::qdot::impl {
-void fill_legacy_avx512(Kernels& k) { fill_legacy(k); }
+void fill_avx512(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k); }
 }  // namespace kvtier::engine::qdot::impl
