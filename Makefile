@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 DEB_PACKAGES := cmake ninja-build g++ pkg-config liburing-dev libxxhash-dev libssl-dev \
   libhiredis-dev redis-server redis-tools nlohmann-json3-dev libcli11-dev libspdlog-dev \
   libfmt-dev libcpp-httplib-dev libtomlplusplus-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev python3-jinja2 \
-  chromium \
+  chromium qemu-user \
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
 
 .PHONY: deps build python test demo fixture-model bench test-asan test-tsan format clean
