@@ -20,6 +20,10 @@
 namespace kvtier::router {
 namespace {
 
+// Waits on the router's view poll every 5 ms up to kPolls times (60 s): a bound against a hang,
+// never a measure; on a loaded machine backends and their event streams can take seconds.
+constexpr int kPolls = 12000;
+
 using nlohmann::json;
 using testing::Reply;
 using testing::ServerProcess;
@@ -83,7 +87,7 @@ class RouterE2E : public ::testing::Test {
     return {cached, which};
   }
   bool wait_backend(size_t i, bool healthy) {
-    for (int k = 0; k < 2000; ++k) {  // bounded: 2000 probes' worth of polls
+    for (int k = 0; k < kPolls; ++k) {
       if (router_->backends()[i].healthy == healthy) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
@@ -155,7 +159,7 @@ TEST_F(RouterE2E, EventStreamsShowWhatBackendsGotBehindTheRoutersBack) {
   // Each backend holds two conversations of four pages; wait (bounded) until the router has seen them.
   httplib::Client m("127.0.0.1", port_);
   bool seen = false;
-  for (int k = 0; k < 2000 && !seen; ++k) {
+  for (int k = 0; k < kPolls && !seen; ++k) {
     auto h = m.Get("/health");
     ASSERT_TRUE(h);
     const json b = json::parse(h->body)["backends"];
@@ -328,7 +332,7 @@ TEST_F(RouterE2E, SharedStoreChunksCountForEveryBackend) {
   httplib::Client m("127.0.0.1", port_);
   json health;
   // The store's chunks are known from events alone (no snapshot lists them): follow both streams first.
-  for (int k = 0; k < 2000; ++k) {
+  for (int k = 0; k < kPolls; ++k) {
     health = json::parse(m.Get("/health")->body);
     if (health["backends"][0]["events"]["live"].get<bool>() && health["backends"][1]["events"]["live"].get<bool>()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -336,7 +340,7 @@ TEST_F(RouterE2E, SharedStoreChunksCountForEveryBackend) {
   const Reply first = testing::post_json(backends_[0]->port(), "/v1/completions", {{"prompt", prompt(40, 2)}, {"max_tokens", 1}});
   ASSERT_EQ(first.status, 200) << first.body.dump();
   // 96 tokens: five whole pages cached, two chunks of two pages written through to Redis.
-  for (int k = 0; k < 2000; ++k) {
+  for (int k = 0; k < kPolls; ++k) {
     health = json::parse(m.Get("/health")->body);
     const json& stores = health["remote_stores"];
     if (stores.size() == 1 && stores.begin()->at("chunks").get<int>() >= 2) break;
