@@ -122,6 +122,42 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked& u, const BlockQ8K& a) {
   return sum;
 }
 
+#if KVTIER_QDOT_VNNI == 1
+// --- AVX-512: the many-row dots on 512-bit registers ---------------------------------------
+//
+// Two 32-element chunks per register: an unpacked super-block's chunks 2k and 2k + 1 (and their
+// scale vectors) go into the low and high halves of register k, and the activations' elements
+// 64k .. 64k + 63 are one 64-byte load. The integer lanes of the two halves are then added: lane
+// i of the result is Σ_c (chunk c's lane i), the very int32 lanes the 256-bit kernels sum, so
+// the f32 steps that follow (the type's accumulate) are the same operations on the same values
+// and every row is the row kernel's result bit for bit.
+struct Unpacked512 {
+  __m512i q[4], scale[4];
+};
+KQ_INLINE Unpacked512 widen(const Unpacked& u) {
+  Unpacked512 w;
+  for (int k = 0; k < 4; ++k) {
+    w.q[k] = _mm512_inserti64x4(_mm512_castsi256_si512(u.q[2 * k]), u.q[2 * k + 1], 1);
+    w.scale[k] = _mm512_inserti64x4(_mm512_castsi256_si512(u.scale[2 * k]), u.scale[2 * k + 1], 1);
+  }
+  return w;
+}
+KQ_INLINE __m256i unpacked_dot(const Unpacked512& u, const BlockQ8K& a) {
+  // Two chains of two, so a row's four dependent multiply-adds are not one chain of four.
+  __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k)
+    sum[k % 2] = _mm512_dpwssd_epi32(sum[k % 2], _mm512_maddubs_epi16(u.q[k], _mm512_loadu_si512(a.qs + 64 * k)), u.scale[k]);
+  const __m512i both = _mm512_add_epi32(sum[0], sum[1]);
+  return _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
+}
+
+// The unpacked super-block as the many-row dots take it: two chunks per register.
+KQ_INLINE Unpacked512 for_dots(const Unpacked& u) { return widen(u); }
+#else
+KQ_INLINE const Unpacked& for_dots(const Unpacked& u) { return u; }
+#endif
+
 // unpacked_dot's integers for one activation block, unpacking each chunk as it is used (a row's
 // dot: only a few vectors live at once, where unpacking all sixteen first would spill them).
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
@@ -236,8 +272,9 @@ KQ_INLINE void q6_k_block(const BlockQ6K& x, const BlockQ8K* const* a, int count
   const __m256i scales16 = q6_k_scales(x);
   Unpacked u;
   unpack_groups<BlockQ6K, q6_k_chunk>(x, scales16, u);
+  const auto& w = for_dots(u);
   const float d = f16_at(x.d);
-  for (int t = 0; t < count; ++t) acc[t] = q6_k_accumulate(unpacked_dot(u, *a[t]), scales16, *a[t], d, acc[t]);
+  for (int t = 0; t < count; ++t) acc[t] = q6_k_accumulate(unpacked_dot(w, *a[t]), scales16, *a[t], d, acc[t]);
 }
 
 // --- Q4_K, Q5_K: eight sub-blocks of 32, each with a 6-bit scale and min -----------
@@ -344,61 +381,12 @@ KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m
   const __m128i scales_mins = k4_scales_mins(x.scales);
   Unpacked u;  // sub-block j is chunk j
   for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) { u.q[j] = q, u.scale[j] = scale; });
-  const __m256i mins = k4_mins_pairs(scales_mins);
-  const __m256 dd = k4_dd(x);
-  for (int t = 0; t < count; ++t) acc[t] = k4_accumulate(unpacked_dot(u, *a[t]), mins, *a[t], dd, acc[t]);
-}
-
-#if KVTIER_QDOT_VNNI == 1
-// --- AVX-512: the many-row kernels on 512-bit registers ----------------------------------
-//
-// Two 32-element chunks per register: an unpacked super-block's chunks 2k and 2k + 1 (and their
-// scale vectors) go into the low and high halves of register k, and the activations' elements
-// 64k .. 64k + 63 are one 64-byte load. The integer lanes of the two halves are then added: lane
-// i of the result is Σ_c (chunk c's lane i), the very int32 lanes the 256-bit kernels sum, so
-// the f32 steps that follow (the type's accumulate) are the same operations on the same values
-// and every row is the row kernel's result bit for bit.
-struct Unpacked512 {
-  __m512i q[4], scale[4];
-};
-KQ_INLINE Unpacked512 widen(const Unpacked& u) {
-  Unpacked512 w;
-  for (int k = 0; k < 4; ++k) {
-    w.q[k] = _mm512_inserti64x4(_mm512_castsi256_si512(u.q[2 * k]), u.q[2 * k + 1], 1);
-    w.scale[k] = _mm512_inserti64x4(_mm512_castsi256_si512(u.scale[2 * k]), u.scale[2 * k + 1], 1);
-  }
-  return w;
-}
-KQ_INLINE __m256i unpacked_dot(const Unpacked512& u, const BlockQ8K& a) {
-  // Two chains of two, so a row's four dependent multiply-adds are not one chain of four.
-  __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k)
-    sum[k % 2] = _mm512_dpwssd_epi32(sum[k % 2], _mm512_maddubs_epi16(u.q[k], _mm512_loadu_si512(a.qs + 64 * k)), u.scale[k]);
-  const __m512i both = _mm512_add_epi32(sum[0], sum[1]);
-  return _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
-}
-
-template <typename Block, void (*pair)(const Block&, int, __m256i*)>
-KQ_INLINE void k4_block_512(const Block& x, const BlockQ8K* const* a, int count, __m256* acc) {
-  const __m128i scales_mins = k4_scales_mins(x.scales);
-  Unpacked u;
-  for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) { u.q[j] = q, u.scale[j] = scale; });
-  const Unpacked512 w = widen(u);
+  const auto& w = for_dots(u);
   const __m256i mins = k4_mins_pairs(scales_mins);
   const __m256 dd = k4_dd(x);
   for (int t = 0; t < count; ++t) acc[t] = k4_accumulate(unpacked_dot(w, *a[t]), mins, *a[t], dd, acc[t]);
 }
 
-KQ_INLINE void q6_k_block_512(const BlockQ6K& x, const BlockQ8K* const* a, int count, __m256* acc) {
-  const __m256i scales16 = q6_k_scales(x);
-  Unpacked u;
-  unpack_groups<BlockQ6K, q6_k_chunk>(x, scales16, u);
-  const Unpacked512 w = widen(u);
-  const float d = f16_at(x.d);
-  for (int t = 0; t < count; ++t) acc[t] = q6_k_accumulate(unpacked_dot(w, *a[t]), scales16, *a[t], d, acc[t]);
-}
-#endif
 
 // `count` (≤ kDotN) activation rows at once, each super-block by block_fn; per row the same
 // operations as the type's row dot.
@@ -473,15 +461,9 @@ void fill(Kernels& k) {
   k.dot[uint32_t(GgufType::kQ4_K)] = dot_k4<BlockQ4K, q4_k_pair>;
   k.dot[uint32_t(GgufType::kQ5_K)] = dot_k4<BlockQ5K, q5_k_pair>;
   k.dot[uint32_t(GgufType::kQ6_K)] = dot_q6_k;
-#if KVTIER_QDOT_VNNI == 1
-  k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block_512<BlockQ4K, q4_k_pair>>;
-  k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block_512<BlockQ5K, q5_k_pair>>;
-  k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block_512>;
-#else
   k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
-#endif
 }
 
 }  // namespace
