@@ -59,12 +59,13 @@ using QuantizeFn = void (*)(const float* x, size_t n, void* out);
 // Σ w[i] * a[i] over n elements: `w` a row of the weight type, `a` an activation row of its act_type.
 using DotFn = float (*)(size_t n, const void* w, const void* a);
 
-// The dots of one weight row with `count` activation rows a[0..count) into out[0..count), 1 ≤
-// count ≤ kDotN: the weight blocks are unpacked once for all of them (prefill's GEMM). Contract:
-// out[j] is bit for bit dot(n, w, a[j]) — the same integer sums and the same f32 operations in the
-// same order — so a token's result never depends on which tokens shared its call.
+// The dots of one weight row with `count` activation rows a[0..count), 1 ≤ count ≤ kDotN, into
+// out[j * stride] (a stride lets the caller lay out a tile token-major): the weight blocks are
+// unpacked once for all of them (prefill's GEMM). Contract: out[j * stride] is bit for bit
+// dot(n, w, a[j]) — the same integer sums and the same f32 operations in the same order — so a
+// token's result never depends on which tokens shared its call.
 inline constexpr int kDotN = 16;
-using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count, float* out);
+using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count, float* out, size_t stride);
 
 struct Kernels {
   Isa isa;

@@ -391,7 +391,7 @@ KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m
 // `count` (≤ kDotN) activation rows at once, each super-block by block_fn; per row the same
 // operations as the type's row dot.
 template <typename Block, void (*block_fn)(const Block&, const BlockQ8K* const*, int, __m256*)>
-void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, float* out) {
+void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, float* out, size_t stride) {
   const auto* wb = static_cast<const Block*>(w);
   __m256 acc[kDotN];
   for (int t = 0; t < count; ++t) acc[t] = _mm256_setzero_ps();
@@ -400,7 +400,7 @@ void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, fl
     for (int t = 0; t < count; ++t) a[t] = static_cast<const BlockQ8K*>(act[t]) + b;
     block_fn(wb[b], a, count, acc);
   }
-  for (int t = 0; t < count; ++t) out[t] = hsum(acc[t]);
+  for (int t = 0; t < count; ++t) out[t * stride] = hsum(acc[t]);
 }
 
 // --- quantize_q8k ---------------------------------------------------------------------

@@ -170,9 +170,9 @@ float dot_q8(size_t n, const void* w, const void* a) {
 // `count` (≤ kDotN) activation rows at once. The weights are unpacked eight blocks at a time (|q|
 // for the sign trick once, the activation's sign per row), then each row runs over them: per row
 // the same integer lanes and the same f32 operations in the same order as dot_q8 (a chunk starts
-// at an even block, so the even/odd split is dot_q8's), so each out[t] is dot_q8's value bit for bit.
+// at an even block, so the even/odd split is dot_q8's), so each out[t * stride] is dot_q8's value bit for bit.
 template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
-void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float* out) {
+void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float* out, size_t stride) {
   constexpr size_t kChunk = 8;
   const auto* wb = static_cast<const uint8_t*>(w);
   const size_t blocks = n / kBlock;
@@ -203,7 +203,7 @@ void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float*
       even[t] = {v[0], min[0]}, odd[t] = {v[1], min[1]};
     }
   }
-  for (int t = 0; t < count; ++t) out[t] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
+  for (int t = 0; t < count; ++t) out[t * stride] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
 #if KVTIER_QDOT_VNNI == 1
@@ -218,7 +218,7 @@ __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_c
 // FMAs that dot_n_q8's two 256-bit accumulators take (a missing odd block of the last pair is
 // masked out, not multiplied by zero), so each row is dot_q8's result bit for bit.
 template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
-void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, float* out) {
+void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, float* out, size_t stride) {
   constexpr size_t kChunk = 8, kPairs = kChunk / 2;
   const auto* wb = static_cast<const uint8_t*>(w);
   const size_t blocks = n / kBlock;
@@ -266,7 +266,7 @@ void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, fl
     }
   }
   for (int t = 0; t < count; ++t)
-    out[t] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[t]), upper(acc[t]))) + (min[t][0] + min[t][1]);
+    out[t * stride] = hsum(_mm256_add_ps(_mm512_castps512_ps256(acc[t]), upper(acc[t]))) + (min[t][0] + min[t][1]);
 }
 #endif
 

@@ -191,12 +191,13 @@ TEST_P(QdotKquant, DotNIsBitIdenticalToDotPerRow) {
       const void* a[kDotN];
       for (int j = 0; j < kDotN; ++j) acts.push_back(random_activations(n, rng)), a[j] = acts.back().data();
       for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
-        float got[kDotN];
-        dot_n(n, row.data(), a, count, got);
+        constexpr size_t kStride = 3;  // results land token-major in a tile, as Matmul lays them
+        float got[kDotN * kStride];
+        dot_n(n, row.data(), a, count, got, kStride);
         for (int j = 0; j < count; ++j) {
           const float want = k_->dot[uint32_t(layout.type)](n, row.data(), acts[j].data());
-          EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0)
-              << "row " << j << " of " << count << ": " << got[j] << " vs " << want;
+          EXPECT_EQ(std::memcmp(&got[j * kStride], &want, sizeof want), 0)
+              << "row " << j << " of " << count << ": " << got[j * kStride] << " vs " << want;
         }
       }
       ++checked;
@@ -332,8 +333,8 @@ TEST_P(QdotKquantSimd, IsBitIdenticalToAvx2) {
       ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(layout.type);
       if (!avx2->dot_n[code]) continue;
       float want_n[kDotN], got_n[kDotN];
-      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n);
-      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n);
+      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n, 1);
+      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
       EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(layout.type) << " n=" << n;
     }
   }

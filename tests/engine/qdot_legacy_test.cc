@@ -171,11 +171,12 @@ TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
       const void* a[kDotN];
       for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k, random_activations(n, rng))), a[j] = acts.back().data();
       for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
-        float got[kDotN];
-        dot_n(n, w.data(), a, count, got);
+        constexpr size_t kStride = 3;  // results land token-major in a tile, as Matmul lays them
+        float got[kDotN * kStride];
+        dot_n(n, w.data(), a, count, got, kStride);
         for (int j = 0; j < count; ++j) {
           const float want = k->dot[uint32_t(type)](n, w.data(), acts[j].data());
-          EXPECT_EQ(std::memcmp(&got[j], &want, sizeof want), 0)
+          EXPECT_EQ(std::memcmp(&got[j * kStride], &want, sizeof want), 0)
               << name(type) << " n=" << n << " row " << j << " of " << count;
         }
       }
@@ -336,8 +337,8 @@ TEST_P(QdotLegacySimd, IsBitIdenticalToAvx2) {
       ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(type);
       if (!avx2->dot_n[code]) continue;
       float want_n[kDotN], got_n[kDotN];
-      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n);
-      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n);
+      avx2->dot_n[code](n, w.data(), rows, kDotN, want_n, 1);
+      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
       EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(type) << " n=" << n;
     }
   }
