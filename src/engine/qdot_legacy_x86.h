@@ -229,33 +229,40 @@ void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, fl
     const size_t nb = std::min(kChunk, blocks - b0);
     __m512i uq[kPairs];
     __mmask64 negative[kPairs];
-    float dw[kChunk], mw[kChunk];
+    __m512 dw[kPairs];  // [d_w of the even block x8 | of the odd one x8]
+    float mw[kChunk];
     for (size_t p = 0; p < (nb + 1) / 2; ++p) {
       __m256i q[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      float d[2] = {0.0f, 0.0f};
       for (size_t h = 0; h < 2 && 2 * p + h < nb; ++h) {
         const uint8_t* blk = wb + (b0 + 2 * p + h) * kBytes;
         q[h] = W(blk);
-        dw[2 * p + h] = half_at(blk);
+        d[h] = half_at(blk);
         mw[2 * p + h] = kHasMin ? half_at(blk + 2) : 0.0f;
       }
       const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
       uq[p] = kSigned ? _mm512_abs_epi8(both) : both;
       negative[p] = _mm512_movepi8_mask(both);
+      dw[p] = join(_mm256_set1_ps(d[0]), _mm256_set1_ps(d[1]));
     }
-    for (int t = 0; t < count; ++t) {
+    // One row's pairs of this chunk; kFull: all kChunk blocks are there (no pair lacks its odd block).
+    auto row = [&]<bool kFull>(int t) {
       const BlockQ8* ab = static_cast<const BlockQ8*>(act[t]) + b0;
       __m512 v = acc[t];
-      for (size_t p = 0; p < (nb + 1) / 2; ++p) {
+#pragma GCC unroll 4
+      for (size_t p = 0; p < kPairs; ++p) {
         const size_t j = 2 * p;
-        const bool odd = j + 1 < nb;
-        const __m256i hi = odd ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j + 1].qs)) : _mm256_setzero_si256();
-        __m512i qa = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs))), hi, 1);
+        if (!kFull && j >= nb) break;
+        const bool odd = kFull || j + 1 < nb;
+        const size_t k = odd ? j + 1 : j;  // the odd block, or the even one again where it is missing
+        __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs))),
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[k].qs)), 1);
         // The activation carries the weight's sign (|q| is the unsigned operand); where q is 0 the
         // product is 0 whatever the sign.
         if constexpr (kSigned) qa = _mm512_mask_sub_epi8(qa, negative[p], _mm512_setzero_si512(), qa);
         const __m512 products = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), uq[p], qa));
-        const __m512 scale = join(_mm256_set1_ps(dw[j] * ab[j].d), _mm256_set1_ps(odd ? dw[j + 1] * ab[j + 1].d : 0.0f));
+        // d_w * d_a per lane: the very product dot_q8 forms in scalar.
+        const __m512 scale = _mm512_mul_ps(dw[p], join(_mm256_set1_ps(ab[j].d), _mm256_set1_ps(ab[k].d)));
         v = _mm512_mask3_fmadd_ps(scale, products, v, odd ? __mmask16(0xFFFF) : __mmask16(0x00FF));
         if constexpr (kHasMin) {
           min[t][0] += mw[j] * ab[j].s;
@@ -263,6 +270,11 @@ void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, fl
         }
       }
       acc[t] = v;
+    };
+    if (nb == kChunk) {
+      for (int t = 0; t < count; ++t) row.template operator()<true>(t);
+    } else {
+      for (int t = 0; t < count; ++t) row.template operator()<false>(t);
     }
   }
   for (int t = 0; t < count; ++t)

@@ -27,7 +27,7 @@ namespace {
 constexpr GgufType kQ8Types[] = {GgufType::kQ4_0, GgufType::kQ4_1, GgufType::kQ5_0, GgufType::kQ5_1, GgufType::kQ8_0};
 constexpr GgufType kFloatTypes[] = {GgufType::kF16, GgufType::kBF16};
 // Even and odd block counts (the AVX2 dots take blocks in pairs).
-constexpr size_t kLengths[] = {32, 256, 4096, 2048 + 32};
+constexpr size_t kLengths[] = {32, 256, 352, 4096, 2048 + 32};
 // F16/BF16 rows have no blocks: lengths that leave every tail of the 32- and 8-wide loops.
 constexpr size_t kFloatLengths[] = {32, 256, 4096, 2048 + 32, 1, 7, 2048 + 32 + 8 + 3};
 constexpr int kTrials = 4;
