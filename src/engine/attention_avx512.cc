@@ -1,24 +1,24 @@
 // Prefill's chunked attention (engine/attention_chunked.h) on 16-lane vectors,
 // for CPUs with AVX-512: twice the lanes of the AVX2 kernel, four query rows
 // per register tile instead of two. The file is compiled for AVX2 like the
-// rest of the engine; only the kernel, inside the target region below, may
-// use AVX-512, and every header is included before it, so no inline function
-// of a header is ever compiled for AVX-512. Called only after
-// qdot::cpu_has(qdot::Isa::kAvx512) (engine/attention.cc).
+// rest of the engine; only the kernel, inside the ISA region below, may use
+// AVX-512, and every header but simd.h (forced-inline templates only) is
+// included before it, so no inline function of a header is ever compiled for
+// AVX-512. Called only after qdot::cpu_has(qdot::Isa::kAvx512)
+// (engine/attention.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "engine/attention.h"
 #include "engine/kv_rows.h"
-#include "engine/simd.h"
+#include "engine/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-// GCC 12's 512-bit intrinsics and vector code leave a placeholder operand "uninitialized" on
-// purpose (GCC bug 105593), which -Wmaybe-uninitialized reports once inlined.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+KVTIER_ISA_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
+// The one header inside the region: simd.h holds only forced-inline templates, so no copy of
+// them is ever emitted out of line, and Clang refuses a 512-bit vector passed between a function
+// of the region and one outside it, even a forced-inline one.
+#include "engine/simd.h"
 #include "engine/attention_chunked.h"
 
 namespace kvtier::engine {
@@ -37,12 +37,11 @@ void run_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh,
 
 }  // namespace
 }  // namespace kvtier::engine
-#pragma GCC diagnostic pop
-#pragma GCC pop_options
+KVTIER_ISA_REGION_END
 
 namespace kvtier::engine {
 
-// Outside the target region: a plain call into the kernel, made only where the CPU has AVX-512.
+// Outside the ISA region: a plain call into the kernel, made only where the CPU has AVX-512.
 void attend_chunked_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
                            uint32_t t_end, const AttentionBuffers& b) {
   run_avx512(sh, job, kvh, t_begin, t_end, b);

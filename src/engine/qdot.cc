@@ -23,6 +23,11 @@ bool has_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+// CPUID leaf 7, sub-leaf 1, EAX bit 4: AVX-VNNI (Clang 14's __builtin_cpu_supports lacks "avxvnni").
+bool has_avxvnni() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+}
 
 }  // namespace
 
@@ -32,7 +37,7 @@ bool cpu_has(Isa isa) {
   switch (isa) {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2;
-    case Isa::kAvxVnni: return avx2 && __builtin_cpu_supports("avxvnni");
+    case Isa::kAvxVnni: return avx2 && has_avxvnni();
     case Isa::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");

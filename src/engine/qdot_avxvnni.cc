@@ -2,7 +2,7 @@
 // VEX dpbusd/dpwssd in place of the AVX2 set's maddubs + madd, from the same
 // x86 kernel source (qdot_legacy_x86.h, qdot_kquant_x86.h;
 // engine/qdot_x86_isa.h). The file is compiled for AVX2 like the AVX2 set; only
-// the kernels, inside the target region below, may use the VNNI instructions,
+// the kernels, inside the ISA region below, may use the VNNI instructions,
 // and every header is included before it, so no header's inline function is
 // ever compiled for them. Called only after cpu_has(Isa::kAvxVnni).
 #include <immintrin.h>
@@ -11,16 +11,16 @@
 #include <cstring>
 
 #include "engine/half.h"
+#include "engine/isa_region.h"
 #include "engine/qdot_impl.h"
 
-#pragma GCC push_options
-#pragma GCC target("avxvnni")
+KVTIER_ISA_REGION_BEGIN("avxvnni")
 #define KVTIER_QDOT_VNNI 2
 #include "engine/qdot_kquant_x86.h"
 #include "engine/qdot_legacy_x86.h"
-#pragma GCC pop_options
+KVTIER_ISA_REGION_END
 
-// Outside the target region: a plain call into the kernels, made only where
+// Outside the ISA region: a plain call into the kernels, made only where
 // the CPU has the set (engine/qdot.cc).
 namespace kvtier::engine::qdot::impl {
 void fill_avxvnni(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k); }

@@ -1,7 +1,7 @@
 // Internal: the integer dot primitives that differ between the x86 kernel
 // sets built from one source (engine/qdot_legacy_x86.h, qdot_kquant_x86.h).
 // The including kernel file defines KVTIER_QDOT_VNNI and, for a VNNI set,
-// includes this inside a `#pragma GCC target` region naming the instructions:
+// includes this inside an ISA region (engine/isa_region.h) naming the instructions:
 //   0  AVX2: maddubs (u8 × s8 → int16 pair sums) then madd (→ int32).
 //   1  AVX-512 VNNI (with AVX512VL, on 256-bit registers): dpbusd / dpwssd.
 //   2  AVX-VNNI (the same instructions, VEX-encoded, on CPUs without AVX-512).

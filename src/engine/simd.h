@@ -4,7 +4,7 @@
 // default width: 16 lanes where the file is compiled for AVX-512, 8 otherwise
 // (a 16-lane vector on AVX2 takes two registers, and attention's register
 // tiles spilled). The functions are forced inline: compiled into a caller
-// inside a `#pragma GCC target("avx512f")` region they use its registers, and
+// inside an AVX-512 region (engine/isa_region.h) they use its registers, and
 // no out-of-line copy ever passes a vector between code built for two ISAs.
 // Not a public header.
 #pragma once
