@@ -15,10 +15,10 @@
   KVTIER_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
 #define KVTIER_ISA_REGION_END KVTIER_PRAGMA(clang attribute pop)
 #else
-#define KVTIER_ISA_REGION_BEGIN(features)                   \
-  KVTIER_PRAGMA(GCC push_options)                           \
-  KVTIER_PRAGMA(GCC target(features))                       \
-  KVTIER_PRAGMA(GCC diagnostic push)                        \
+#define KVTIER_ISA_REGION_BEGIN(features) \
+  KVTIER_PRAGMA(GCC push_options)         \
+  KVTIER_PRAGMA(GCC target(features))     \
+  KVTIER_PRAGMA(GCC diagnostic push)      \
   KVTIER_PRAGMA(GCC diagnostic ignored "-Wmaybe-uninitialized")
 #define KVTIER_ISA_REGION_END KVTIER_PRAGMA(GCC diagnostic pop) KVTIER_PRAGMA(GCC pop_options)
 #endif

@@ -170,7 +170,7 @@ float dot_q8(size_t n, const void* w, const void* a) {
 // `count` (≤ kDotN) activation rows at once. The weights are unpacked eight blocks at a time (|q|
 // for the sign trick once, the activation's sign per row), then each row runs over them: per row
 // the same integer lanes and the same f32 operations in the same order as dot_q8 (a chunk starts
-// at an even block, so the even/odd split is dot_q8's), so each out[t * stride] is dot_q8's value bit for bit.
+// at an even block, so the even/odd split is dot_q8's), so each result is dot_q8's bit for bit.
 template <size_t kBytes, bool kHasMin, bool kSigned, __m256i (*W)(const uint8_t*)>
 void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float* out, size_t stride) {
   constexpr size_t kChunk = 8;
@@ -203,7 +203,8 @@ void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float*
       even[t] = {v[0], min[0]}, odd[t] = {v[1], min[1]};
     }
   }
-  for (int t = 0; t < count; ++t) out[t * stride] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
+  for (int t = 0; t < count; ++t)
+    out[t * stride] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
 #if KVTIER_QDOT_VNNI == 1
@@ -255,8 +256,9 @@ void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, fl
         if (!kFull && j >= nb) break;
         const bool odd = kFull || j + 1 < nb;
         const size_t k = odd ? j + 1 : j;  // the odd block, or the even one again where it is missing
-        __m512i qa = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs))),
-                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[k].qs)), 1);
+        __m512i qa =
+            _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[j].qs))),
+                               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab[k].qs)), 1);
         // The activation carries the weight's sign (|q| is the unsigned operand); where q is 0 the
         // product is 0 whatever the sign.
         if constexpr (kSigned) qa = _mm512_mask_sub_epi8(qa, negative[p], _mm512_setzero_si512(), qa);
