@@ -40,7 +40,7 @@ def test_fixture_metadata(path):
     for key in ("corpus", "steps", "seed", "train_loss", "heldout_ppl", "unigram_ppl"):
         assert "kvtier.fixture." + key in meta, key
     ppl, unigram = meta["kvtier.fixture.heldout_ppl"].value, meta["kvtier.fixture.unigram_ppl"].value
-    assert ppl < unigram / 1.5, (ppl, unigram)  # a language model, not noise (weak: see the README)
+    assert ppl < unigram / 4, (ppl, unigram)  # a language model, far from the unigram baseline (README)
     template = meta["tokenizer.chat_template"].value
     assert "[INST]" in template and "bos_token" in template
     names = {t["name"] for t in tensors}
