@@ -301,7 +301,7 @@ def main() -> int:
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "tests/data/models"))
     ap.add_argument("--text-out", default=os.path.join(ROOT, "tests/data/text/heldout.txt"))
     ap.add_argument("--short-steps", type=int, default=None,
-                    help="first steps, at --short-seq (default: 1800 with bf16, 700 in f32: ~25 min on 2 cores)")
+                    help="first steps, at --short-seq (default: 1800 with bf16, 700 in f32: 19-28 min on 2 cores)")
     ap.add_argument("--short-seq", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=40, help="then steps at --seq (the trained length)")
     ap.add_argument("--seq", type=int, default=4096)
@@ -316,6 +316,7 @@ def main() -> int:
     args = ap.parse_args()
 
     bf16 = args.precision == "bf16" or (args.precision == "auto" and cpu_has_bf16())
+    precision = "bf16 mixed (autocast)" if bf16 else "f32"
     if args.short_steps is None:
         args.short_steps = 1800 if bf16 else 700
     torch.manual_seed(args.seed)
@@ -327,14 +328,14 @@ def main() -> int:
     train_stream, held_stream, held_text = build_corpus(args.kvtier, args.train_chars, args.heldout_chars, bos)
     model = FixtureLlama(vocab)
     log(f"model: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters; {args.short_steps} steps "
-        f"of {args.short_seq} tokens, then {args.steps} of {args.seq}; {'bf16 mixed' if bf16 else 'f32'} precision")
+        f"of {args.short_seq} tokens, then {args.steps} of {args.seq}; {precision} precision")
     seqs = [args.short_seq] * args.short_steps + [args.seq] * args.steps
     train_loss = train(model, train_stream, seqs, args.lr, args.seed, bf16)
     model.eval()
     ppl = math.exp(heldout_nll(model, held_stream, args.seq, args.eval_windows))
     eval_tokens = held_stream[:min(args.eval_windows, (held_stream.shape[0] - 1) // args.seq) * args.seq + 1]
     uni = math.exp(unigram_nll(train_stream, eval_tokens, vocab))
-    summary = dict(steps=len(seqs), short_steps=args.short_steps, short_seq=args.short_seq, seq=args.seq, seed=args.seed, precision="bf16" if bf16 else "f32", train_loss=round(train_loss, 4),
+    summary = dict(steps=len(seqs), short_steps=args.short_steps, short_seq=args.short_seq, seq=args.seq, seed=args.seed, precision=precision, train_loss=round(train_loss, 4),
                    heldout_ppl=round(ppl, 2), unigram_ppl=round(uni, 2), train_tokens=int(train_stream.shape[0]),
                    heldout_tokens=int(held_stream.shape[0]), seconds=round(time.time() - start))
     log(f"held-out perplexity {ppl:.2f} (unigram baseline {uni:.2f})")
@@ -350,7 +351,7 @@ def main() -> int:
         ("kvtier.fixture.schedule", gg.string(f"{args.short_steps} steps at {args.short_seq} tokens, then "
                                               f"{args.steps} at {args.seq}")),
         ("kvtier.fixture.seed", gg.u32(args.seed)),
-        ("kvtier.fixture.precision", gg.string("bf16 mixed (autocast)" if bf16 else "f32")), ("kvtier.fixture.train_loss", gg.f32(train_loss)),
+        ("kvtier.fixture.precision", gg.string(precision)), ("kvtier.fixture.train_loss", gg.f32(train_loss)),
         ("kvtier.fixture.heldout_ppl", gg.f32(ppl)), ("kvtier.fixture.unigram_ppl", gg.f32(uni))])
     with tempfile.TemporaryDirectory() as tmp:
         f32_path = os.path.join(tmp, "fixture-trained-f32.gguf")
