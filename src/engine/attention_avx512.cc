@@ -2,22 +2,25 @@
 // for CPUs with AVX-512: twice the lanes of the AVX2 kernel, four query rows
 // per register tile instead of two. The file is compiled for AVX2 like the
 // rest of the engine; only the kernel, inside the ISA region below, may use
-// AVX-512, and every header but simd.h (forced-inline templates only) is
-// included before it, so no inline function of a header is ever compiled for
-// AVX-512. Called only after qdot::cpu_has(qdot::Isa::kAvx512)
+// AVX-512, and every header (under Clang, all but simd.h's forced-inline
+// templates) is included before it, so no inline function of a header is ever
+// compiled for AVX-512. Called only after qdot::cpu_has(qdot::Isa::kAvx512)
 // (engine/attention.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "engine/attention.h"
-#include "engine/kv_rows.h"
 #include "engine/isa_region.h"
+#include "engine/kv_rows.h"
+#if !defined(__clang__)
+#include "engine/simd.h"  // GCC: before the region like every header (its default width stays 8 lanes)
+#endif
 
 KVTIER_ISA_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
-// The one header inside the region: simd.h holds only forced-inline templates, so no copy of
-// them is ever emitted out of line, and Clang refuses a 512-bit vector passed between a function
-// of the region and one outside it, even a forced-inline one.
+// Clang includes simd.h here instead: it refuses a 512-bit vector passed between a function of the
+// region and one outside it, even a forced-inline one. simd.h holds only forced-inline templates,
+// so no copy of them is ever emitted out of line, and a target attribute changes no macro there.
 #include "engine/simd.h"
 #include "engine/attention_chunked.h"
 
