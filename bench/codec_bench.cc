@@ -161,6 +161,8 @@ Result<std::shared_ptr<const engine::Model>> load_model(const std::string& name)
 // The engine is declared last: it goes before the cache whose pool it uses.
 struct CodecStack {
   KvCodec codec = KvCodec::kNone;
+  std::filesystem::path dir;  // its disk tier's directory
+  std::shared_ptr<const engine::Model> model;
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<engine::Forward> engine;
 };
@@ -198,6 +200,8 @@ Result<CodecStack> make_stack(KvCodec codec, std::shared_ptr<const engine::Model
   co.profile = always_load_profile();
   CodecStack st;
   st.codec = codec;
+  st.dir = dir;
+  st.model = model;
   KVTIER_ASSIGN_OR_RETURN(st.cache, KVCache::create(co));
   engine::EngineOptions eo;
   eo.threads = o.threads;
@@ -245,12 +249,26 @@ Status commit_copy(CodecStack& dst, const Namespace& ns, std::span<const TokenId
   return dst.cache->commit(lease, tokens);
 }
 
+// Closes the stack and opens it again on its disk directory (a restart): a
+// disk tier serves the entries of its open region from that region's memory
+// buffer, flushed or not, so without this some "disk" hits (all of them, for
+// a codec whose entries fit one region) would be memory reads.
+Status reopen(CodecStack& s, const CodecBenchOptions& o) {
+  const KvCodec codec = s.codec;
+  const std::filesystem::path dir = s.dir;
+  std::shared_ptr<const engine::Model> model = s.model;
+  s.engine.reset();  // before the cache whose pool it uses
+  s.cache.reset();   // the disk tier writes what it holds and closes
+  KVTIER_ASSIGN_OR_RETURN(s, make_stack(codec, std::move(model), o, dir));
+  return Status::Ok();
+}
+
 // The reference: the whole prompt computed without the cache on the `none`
 // stack, and `gen` greedy tokens. Its first `prefix` tokens are then
 // committed there and, copied page by page, to every other stack, so each
-// codec encodes the same KV; every stack is flushed, leaving them on disk only.
+// codec encodes the same KV; every stack is then reopened, leaving them on disk only.
 Result<Outcome> reference_and_seed(std::vector<CodecStack>& stacks, const Namespace& ns, std::span<const TokenId> prompt,
-                                   uint32_t prefix, uint32_t gen) {
+                                   uint32_t prefix, uint32_t gen, const CodecBenchOptions& o) {
   CodecStack& none = stacks.front();
   const auto t0 = SteadyClock::now();
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, none.cache->fresh(ns, prompt.size()));
@@ -265,6 +283,7 @@ Result<Outcome> reference_and_seed(std::vector<CodecStack>& stacks, const Namesp
     KVTIER_RETURN_IF_ERROR(commit_copy(stacks[i], ns, prefix_tokens, none.cache->pool(), lease.pages()));
   KVTIER_RETURN_IF_ERROR(none.cache->commit(lease, prefix_tokens));
   for (CodecStack& s : stacks) KVTIER_RETURN_IF_ERROR(s.cache->flush());  // drains the disk stores first
+  for (CodecStack& s : stacks) KVTIER_RETURN_IF_ERROR(reopen(s, o));
   return ref;
 }
 
@@ -356,7 +375,7 @@ Status measure_timings(std::vector<CodecStack>& stacks, const engine::Model& mod
     const Namespace ns = bench_namespace(model, "time-" + std::to_string(prefix));
     const auto prompt = prompt_tokens(text, o.seed * 7919 + prefix, size_t(prefix) + o.suffix_tokens);
     if (progress) std::fprintf(progress, "bench codec: computing a %u-token prefix once for every codec...\n", prefix);
-    KVTIER_RETURN_IF_ERROR(reference_and_seed(stacks, ns, prompt, prefix, 1).status());
+    KVTIER_RETURN_IF_ERROR(reference_and_seed(stacks, ns, prompt, prefix, 1, o).status());
     std::vector<std::vector<double>> load(stacks.size()), ttft(stacks.size());
     for (int round = 0; round <= o.rounds; ++round)
       for (size_t c = 0; c < stacks.size(); ++c) {
@@ -436,7 +455,7 @@ Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& mode
   for (uint32_t i = 0; i < o.prompts; ++i) {
     const Namespace ns = bench_namespace(model, "error-" + std::to_string(i));
     const auto prompt = prompt_tokens(text, o.seed * 104729 + i, size_t(prefix) + o.suffix_tokens);
-    KVTIER_ASSIGN_OR_RETURN(Outcome recompute, reference_and_seed(stacks, ns, prompt, prefix, o.gen_tokens));
+    KVTIER_ASSIGN_OR_RETURN(Outcome recompute, reference_and_seed(stacks, ns, prompt, prefix, o.gen_tokens, o));
     std::vector<Outcome> hits;
     for (CodecStack& s : stacks) {
       KVTIER_ASSIGN_OR_RETURN(Outcome hit, disk_hit(s, ns, prompt, prefix, o.gen_tokens));
