@@ -9,7 +9,8 @@
 // q4) with a disk tier of that codec, all on the same model and pool dtype.
 // Each prompt's prefix is computed once, on the `none` cache, and the same
 // KV is committed to every cache, so each codec encodes identical bytes.
-// Then, with the prefix only on disk (device and host flushed):
+// Then, with the prefix only on disk (every cache reopened on its directory,
+// so no hit is served from a disk tier's open-region buffer):
 //   * load time — lookup to every layer of the disk loads in place — and
 //     TTFT of the new suffix, per prefix length, medians over `rounds`,
 //     rounds interleaved across codecs; each as a ratio to `none`;
