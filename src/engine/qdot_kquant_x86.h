@@ -134,7 +134,8 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked& u, const BlockQ8K& a) {
 struct Unpacked512 {
   __m512i q[4], scale[4];
 };
-KQ_INLINE Unpacked512 widen(const Unpacked& u) {
+// The unpacked super-block as the many-row dots take it: two chunks per register.
+KQ_INLINE Unpacked512 for_dots(const Unpacked& u) {
   Unpacked512 w;
   for (int k = 0; k < 4; ++k) {
     w.q[k] = _mm512_inserti64x4(_mm512_castsi256_si512(u.q[2 * k]), u.q[2 * k + 1], 1);
@@ -151,9 +152,6 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked512& u, const BlockQ8K& a) {
   const __m512i both = _mm512_add_epi32(sum[0], sum[1]);
   return _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
 }
-
-// The unpacked super-block as the many-row dots take it: two chunks per register.
-KQ_INLINE Unpacked512 for_dots(const Unpacked& u) { return widen(u); }
 #else
 KQ_INLINE const Unpacked& for_dots(const Unpacked& u) { return u; }
 #endif
@@ -386,7 +384,6 @@ KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m
   const __m256 dd = k4_dd(x);
   for (int t = 0; t < count; ++t) acc[t] = k4_accumulate(unpacked_dot(w, *a[t]), mins, *a[t], dd, acc[t]);
 }
-
 
 // `count` (≤ kDotN) activation rows at once, each super-block by block_fn; per row the same
 // operations as the type's row dot.
