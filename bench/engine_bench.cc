@@ -89,12 +89,14 @@ KernelBenchRow time_matmul(WorkerPool& pool, const Linear& w, uint32_t tokens, c
   const double s = median(seconds);
   return {.op = tokens == 1 ? "gemv" : "gemm",
           .isa = std::string(qdot::isa_name(kernels.isa)),
+          .layout = std::string(qdot::packing_name(w.parts()[0].packing())),
           .gbps = double(w.bytes()) / s / 1e9,
           .gmacs = double(tokens) * double(w.rows()) * double(w.cols()) / s / 1e9};
 }
 
 // Each weight type's largest part, one token (decode's gemv) and kGemmTokens (prefill's GEMM),
-// with every SIMD kernel set the CPU has, so a figure says which set ran.
+// with every SIMD kernel set the CPU has, each on the part laid out as that set wants it, so a
+// figure says which set ran on which layout.
 std::vector<KernelBenchRow> measure_kernels(const Model& m, uint32_t threads) {
   constexpr uint32_t kGemmTokens = 64;
   std::map<GgufType, const WeightPart*> largest;
@@ -104,11 +106,13 @@ std::vector<KernelBenchRow> measure_kernels(const Model& m, uint32_t threads) {
   WorkerPool pool(threads);
   std::vector<KernelBenchRow> rows;
   for (const auto& [type, part] : largest) {
-    Linear one;
-    if (!one.append(*part).ok()) continue;
+    Linear file;  // the part as the file stores it
+    if (!file.append(WeightPart::repacked(*part, 0, part->rows(), qdot::Packing::kRows)).ok()) continue;
     for (qdot::Isa isa : qdot::kAllIsas) {
       const qdot::Kernels* kernels = qdot::kernels(isa);
       if (!kernels || isa == qdot::Isa::kScalar) continue;
+      Linear one = file;
+      one.pack(*kernels);
       for (uint32_t tokens : {1u, kGemmTokens}) {
         KernelBenchRow row = time_matmul(pool, one, tokens, *kernels);
         row.type = std::string(gguf_type_name(type));

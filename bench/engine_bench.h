@@ -44,6 +44,7 @@ struct KernelBenchRow {
   std::string type;  // "q4_K", ...
   std::string op;    // "gemv" (one token: decode), "gemm" (kGemmTokens tokens: prefill)
   std::string isa;   // the kernel set: "avx2", "avxvnni", "avx512vnni"; "blas" for F32
+  std::string layout;  // the weights as the set wants them: "rows" (the file's) or a packing
   double gbps = 0;   // weight bytes streamed per second (median of runs)
   double gmacs = 0;  // multiply-adds per second / 1e9 (tokens × rows × columns)
 };

@@ -56,7 +56,7 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
                           {"decode_ceiling_tokens_per_s", r->decode_ceiling_tokens_per_s},
                           {"kernels", nlohmann::json::array()}};
       for (const auto& k : r->kernels)
-        j["kernels"].push_back({{"type", k.type}, {"op", k.op}, {"isa", k.isa}, {"gbps", k.gbps}, {"gmacs", k.gmacs}});
+        j["kernels"].push_back({{"type", k.type}, {"op", k.op}, {"isa", k.isa}, {"layout", k.layout}, {"gbps", k.gbps}, {"gmacs", k.gmacs}});
       for (const auto& row : r->rows)
         j["prompts"].push_back({{"prompt_tokens", row.prompt_tokens},
                                 {"prefill_seconds", row.prefill_seconds},
@@ -76,8 +76,8 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
                   r->baseline_rss_bytes / 1048576.0,
                   r->memcpy_gbps, r->decode_ceiling_tokens_per_s);
       for (const auto& k : r->kernels)
-        std::printf("  kernel %-5s %s (%s): %.1f GB/s, %.1f GMAC/s\n", k.type.c_str(), k.op.c_str(), k.isa.c_str(), k.gbps,
-                    k.gmacs);
+        std::printf("  kernel %-5s %s (%s, %s): %.1f GB/s, %.1f GMAC/s\n", k.type.c_str(), k.op.c_str(), k.isa.c_str(),
+                    k.layout.c_str(), k.gbps, k.gmacs);
       std::printf("%8s %12s %12s %12s %10s %10s %12s %12s\n", "prompt", "prefill_s", "prefill_tok/s", "prefill_GF/s",
                   "vs_sgemm", "attn_share", "decode_tok/s", "dec_attn_sh");
       for (const auto& row : r->rows)

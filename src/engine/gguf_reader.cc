@@ -85,6 +85,7 @@ class Parser {
     KVTIER_ASSIGN_OR_RETURN(ModelConfig config, hparams());
     KVTIER_ASSIGN_OR_RETURN(Vocab vocab, vocabulary());
     KVTIER_ASSIGN_OR_RETURN(ModelWeights weights, tensors(config));
+    pack(weights);
     return Model::from_parts(std::move(config), std::move(weights), std::move(vocab));
   }
 
@@ -453,7 +454,9 @@ class Parser {
     uint64_t n = 0;
     for (const std::string& name : tensor_names) {
       const TensorInfo& ti = tensors_.at(name);
-      n += as_f32 || ti.ne.size() == 1 ? ti.count * sizeof(float) : ti.nbytes;
+      const GgufType t = GgufType(ti.type);
+      n += as_f32 || ti.ne.size() == 1 ? ti.count * sizeof(float)
+                                       : qdot::packed_matrix_bytes(qdot::best().packing[uint32_t(t)], t, ti.ne[1], ti.ne[0]);
     }
     return n;
   }
@@ -480,6 +483,13 @@ class Parser {
     w.layers.resize(c.num_layers);
     for (uint32_t i = 0; i < c.num_layers; ++i) KVTIER_RETURN_IF_ERROR(layer(c, "blk." + std::to_string(i) + ".", w.layers[i]));
     return w;
+  }
+
+  // Each matrix in the layout the engine's kernels want (engine/weights.h), once it is whole.
+  static void pack(ModelWeights& w) {
+    const qdot::Kernels& k = qdot::best();
+    w.token_embd.pack(k), w.output.pack(k);
+    for (LayerWeights& l : w.layers) l.wqkv.pack(k), l.wo.pack(k), l.w_gate_up.pack(k), l.w_down.pack(k);
   }
 
   Status layer(const ModelConfig& c, const std::string& p, LayerWeights& l) {

@@ -55,8 +55,10 @@ void Matmul::run(const float* x, uint32_t m, const Linear& w, float* y, uint32_t
   for (const WeightPart& p : w.parts()) {
     if (const float* f = p.f32()) {
       f32_part(x, m, f, uint32_t(p.cols()), uint32_t(p.rows()), y + c0, ldy, beta);
-    } else if (exact_ || !k_.dot[uint32_t(p.type())]) {
+    } else if (exact_ || (!k_.dot[uint32_t(p.type())] && p.packing() == qdot::Packing::kRows)) {
       panel_part(x, m, p, y + c0, ldy, beta);
+    } else if (p.packing() != qdot::Packing::kRows) {
+      group_part(x, m, p, y + c0, ldy, beta);
     } else {
       dot_part(x, m, p, y + c0, ldy, beta);
     }
@@ -121,6 +123,28 @@ void Matmul::dot_part(const float* x, uint32_t m, const WeightPart& w, float* y,
   });
 }
 
+void Matmul::group_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
+  constexpr uint32_t kTokens = qdot::kDotN, kRows = qdot::kGroupRows;
+  const uint32_t k = uint32_t(w.cols()), groups = uint32_t(w.rows()) / kRows;
+  size_t arow = 0;
+  const std::byte* act = activations(x, m, k, w.type(), arow);
+  const qdot::GroupDotFn dot = k_.group_dot[int(w.packing())];
+  const uint32_t block = column_block(uint32_t(w.rows()), workers_.size()) / kRows;  // groups per task
+  workers_.run((groups + block - 1) / block, [&](size_t t, uint32_t) {
+    const uint32_t g0 = uint32_t(t) * block, g1 = std::min(groups, g0 + block);
+    for (uint32_t t0 = 0; t0 < m; t0 += kTokens) {
+      const uint32_t count = std::min(m - t0, kTokens);
+      const void* a[kTokens];
+      for (uint32_t j = 0; j < count; ++j) a[j] = act + size_t(t0 + j) * arow;
+      for (uint32_t g = g0; g < g1; ++g) {
+        float tile[kTokens][kRows];  // [token][row], as dot_part's
+        dot(k, w.group(g), a, int(count), &tile[0][0], kRows);
+        store_tile(tile, kRows, count, y + size_t(t0) * ldy + g * kRows, ldy, beta);
+      }
+    }
+  });
+}
+
 void Matmul::panel_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
   const uint32_t k = uint32_t(w.cols()), n = uint32_t(w.rows());
   const uint32_t block = std::min(column_block(n, workers_.size()), std::max(16u, (1u << 18) / k / 16 * 16));
@@ -128,8 +152,10 @@ void Matmul::panel_part(const float* x, uint32_t m, const WeightPart& w, float* 
     const uint32_t n0 = uint32_t(t) * block, n1 = std::min(n, n0 + block);
     std::vector<float>& panel = panels_[worker];
     panel.resize(size_t(block) * k);
+    std::vector<std::byte> row(w.row_bytes());
     for (uint32_t r = n0; r < n1; ++r)
-      (void)quant::dequantize_row(w.type(), std::span(w.row(r), w.row_bytes()), k, panel.data() + size_t(r - n0) * k);
+      (void)quant::dequantize_row(w.type(), std::span(w.file_row(r, row.data()), w.row_bytes()), k,
+                                  panel.data() + size_t(r - n0) * k);
     blas_cols(x, m, k, panel.data(), 0, n1 - n0, y + n0, ldy, beta);
   });
 }

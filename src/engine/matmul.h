@@ -7,7 +7,9 @@
 //    the blocks the part's type pairs with (engine/qdot.h) and every output is
 //    one integer dot product of a weight row with an activation row — the
 //    same function whatever the batch, so a token's result never depends on
-//    which other tokens share the call (what the cache's exactness relies on);
+//    which other tokens share the call (what the cache's exactness relies on).
+//    A part packed for a kernel set (qdot::Packing) runs the set's group dot,
+//    which keeps that promise;
 //  - exact: a panel of weight rows is dequantized into per-worker scratch and
 //    multiplied in f32 (BLAS), as if the file had been widened to f32 at load.
 // One caller at a time (the engine's thread).
@@ -36,6 +38,7 @@ class Matmul {
  private:
   void f32_part(const float* x, uint32_t m, const float* w, uint32_t k, uint32_t n, float* y, uint32_t ldy, float beta);
   void dot_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);
+  void group_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);
   void panel_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);
   // The activation rows of x for weights of type t: quantized into act_ (once per call per format).
   const std::byte* activations(const float* x, uint32_t m, uint32_t k, GgufType t, size_t& row_bytes);

@@ -68,6 +68,7 @@ namespace {
 Kernels make(Isa isa) {
   Kernels k{};
   k.isa = isa;
+  impl::fill_packed_scalar(k);
   switch (isa) {
     case Isa::kScalar: impl::fill_legacy_scalar(k), impl::fill_kquant_scalar(k); break;
     case Isa::kAvx2: impl::fill_avx2(k); break;

@@ -67,8 +67,41 @@ using DotFn = float (*)(size_t n, const void* w, const void* a);
 inline constexpr int kDotN = 16;
 using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count, float* out, size_t stride);
 
+// --- Packed weight layouts ---------------------------------------------------------------
+//
+// A set may want a weight type's rows regrouped at load (never widened; Linear::pack). kQ4K16:
+// groups of kGroupRows Q4_K rows, super-block by super-block; each 64-byte line holds four
+// consecutive quants of one sub-block pair for every row of the group (a 32-bit lane per row),
+// so one byte dot product per line gives the 16 rows' partial dots against four broadcast
+// activation bytes, and the 6-bit scales and mins are bytes. It holds exactly the file's
+// information: unpack_row gives back a row's file bytes.
+enum class Packing : uint8_t { kRows, kQ4K16 };
+inline constexpr int kPackings = 2;
+inline constexpr uint32_t kGroupRows = 16;
+std::string_view packing_name(Packing p);  // "rows", "q4_K x16"
+// Bytes of one group of kGroupRows rows of n elements (n a multiple of the type's block).
+size_t group_bytes(Packing p, size_t n);
+// Bytes of a matrix of `rows` × `cols` of type t held as packing p wants: whole groups packed,
+// the rows past the last whole group as the file stores them (Linear::pack).
+uint64_t packed_matrix_bytes(Packing p, GgufType t, uint64_t rows, uint64_t cols);
+// Packs file rows rows[0 .. kGroupRows) of n elements into `out` (group_bytes of them).
+void pack_group(Packing p, const std::byte* const* rows, size_t n, std::byte* out);
+// Row r of a packed group, as the file stores it, into `out` (the type's row bytes).
+void unpack_row(Packing p, const std::byte* group, size_t n, uint32_t r, std::byte* out);
+
+// The dots of the kGroupRows weight rows of a packed group with `count` activation rows (1 ≤
+// count ≤ kDotN) into out[t * stride + r]. Contract: each (row, token) is the same f32
+// operations in the same order in every set, the scalar reference included, so results are bit
+// for bit equal whatever count and whichever set.
+using GroupDotFn = void (*)(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride);
+
 struct Kernels {
   Isa isa;
+  // The layout this set wants each type's weights in (indexed like dot; kRows: the file's).
+  Packing packing[32];
+  // By Packing (kRows: null): every set has one for each packing, the scalar reference where
+  // it has nothing faster, so a set can run weights packed for another.
+  GroupDotFn group_dot[kPackings];
   QuantizeFn quantize_q8;
   QuantizeFn quantize_q8k;
   // Indexed by GgufType code (engine/quant.h); null where the type has no kernel (F32: BLAS).

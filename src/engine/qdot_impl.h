@@ -43,6 +43,17 @@ struct BlockQ6K {
 static_assert(sizeof(BlockQ2K) == 84 && sizeof(BlockQ3K) == 110 && sizeof(BlockQ4K) == 144 && sizeof(BlockQ5K) == 176 &&
               sizeof(BlockQ6K) == 210);
 
+// One super-block of a Packing::kQ4K16 group (qdot.h): super-block b of each of its 16 rows.
+struct PackedQ4K16 {
+  uint16_t d[16], dmin[16];             // row r's f16 d and dmin
+  uint8_t scales[8][16], mins[8][16];   // sub-block j's 6-bit scale and min, row r
+  uint8_t qs[4][8][64];                 // [pair p][line k][4r + e]: the file's qs[32p + 4k + e] of row r
+};
+static_assert(sizeof(PackedQ4K16) == 2368 && sizeof(PackedQ4K16) % 64 == 0);
+
+// The packed layouts' scalar group dots: every set's default (qdot_pack.cc).
+void fill_packed_scalar(Kernels& k);
+
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 against BlockQ8; F16 and BF16 against f32; quantize_q8.
 void fill_legacy_scalar(Kernels& k);
 // Q2_K .. Q6_K against BlockQ8K; quantize_q8k.

@@ -400,6 +400,83 @@ void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, fl
   for (int t = 0; t < count; ++t) out[t * stride] = hsum(acc[t]);
 }
 
+#if KVTIER_QDOT_VNNI == 1
+// --- Packed Q4_K (qdot.h: Packing::kQ4K16), a row per 32-bit lane of a 512-bit register ----
+//
+// Sub-block j's quants are unpacked once per group super-block into eight registers (line k:
+// elements 4k .. 4k + 3 of each of the 16 rows) and serve every token of the call: per token,
+// eight dpbusd against its four activation bytes of each line, broadcast, give the 16 rows' exact
+// integer dots, then the reference's f32 steps (qdot_pack.cc), lane by lane in its order. Four
+// multiply ops per 256 products, where the row kernels take eight (maddubs and dpwssd per 64).
+
+KQ_INLINE int32_t i32_at(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+KQ_INLINE __m512 f16x16(const uint16_t* p) { return _mm512_cvtph_ps(load(p)); }
+KQ_INLINE __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// One group super-block against N activation blocks, into acc[0 .. N) (a lane per row).
+template <int N>
+KQ_INLINE void q4k16_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m512* acc) {
+  const __m512 d = f16x16(x.d);
+  __m512 s[N];
+  for (int t = 0; t < N; ++t) s[t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m512i line = _mm512_loadu_si512(x.qs[j / 2][k]);
+      w[k] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(line, 4) : line, _mm512_set1_epi8(0x0F));
+    }
+    const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(u8x16(x.scales[j])));
+    for (int t = 0; t < N; ++t) {
+      const int8_t* q = a[t]->qs + 32 * j;
+      __m512i dot = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) dot = _mm512_dpbusd_epi32(dot, w[k], _mm512_set1_epi32(i32_at(q + 4 * k)));
+      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, s[t]);
+    }
+  }
+  // The mins: min_j in both int16 halves of a lane, against the pair bsums 2j, 2j + 1.
+  __m512i mins[8];
+  for (int j = 0; j < 8; ++j) {
+    const __m512i m = u8x16(x.mins[j]);
+    mins[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+  }
+  const __m512 dmin = f16x16(x.dmin);
+  for (int t = 0; t < N; ++t) {
+    __m512i msum = _mm512_setzero_si512();
+    for (int j = 0; j < 8; ++j) msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
+    s[t] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), s[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), s[t], acc[t]);
+  }
+}
+
+template <int N>
+void q4k16_tokens(size_t n, const PackedQ4K16* g, const BlockQ8K* const* act, float* out, size_t stride) {
+  __m512 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const BlockQ8K* a[N];
+    for (int t = 0; t < N; ++t) a[t] = act[t] + b;
+    q4k16_block<N>(g[b], a, acc);
+  }
+  for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
+}
+
+// Tokens in runs of kQ4K16Tokens, then fewer (each token's lanes see the same steps either way).
+constexpr int kQ4K16Tokens = 8;
+void group_dot_q4k16(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
+  const auto* g = static_cast<const PackedQ4K16*>(group);
+  const auto* const* a = reinterpret_cast<const BlockQ8K* const*>(act);
+  int t = 0;
+  for (; count - t >= kQ4K16Tokens; t += kQ4K16Tokens) q4k16_tokens<kQ4K16Tokens>(n, g, a + t, out + t * stride, stride);
+  for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
+  for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
+}
+#endif
+
 // --- quantize_q8k ---------------------------------------------------------------------
 
 // max |x[i]| over 256 floats.
@@ -461,6 +538,10 @@ void fill(Kernels& k) {
   k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
+#if KVTIER_QDOT_VNNI == 1
+  k.packing[uint32_t(GgufType::kQ4_K)] = Packing::kQ4K16;
+  k.group_dot[int(Packing::kQ4K16)] = group_dot_q4k16;
+#endif
 }
 
 }  // namespace

@@ -36,6 +36,31 @@ Result<WeightPart> WeightPart::from_bytes(GgufType type, uint64_t rows, uint64_t
   return p;
 }
 
+WeightPart WeightPart::repacked(const WeightPart& from, uint64_t r0, uint64_t n, qdot::Packing p) {
+  WeightPart out;
+  out.type_ = from.type_, out.packing_ = p, out.rows_ = n, out.cols_ = from.cols_;
+  out.data_ = aligned_bytes(out.bytes());
+  std::vector<std::byte> scratch(from.row_bytes() * qdot::kGroupRows);
+  if (p == qdot::Packing::kRows) {
+    for (uint64_t r = 0; r < n; ++r)
+      std::memcpy(out.data_.get() + r * out.row_bytes(), from.file_row(r0 + r, scratch.data()), out.row_bytes());
+    return out;
+  }
+  const std::byte* rows[qdot::kGroupRows];
+  for (uint64_t g = 0; g < n / qdot::kGroupRows; ++g) {
+    for (uint32_t i = 0; i < qdot::kGroupRows; ++i)
+      rows[i] = from.file_row(r0 + g * qdot::kGroupRows + i, scratch.data() + i * from.row_bytes());
+    qdot::pack_group(p, rows, out.cols_, const_cast<std::byte*>(out.group(g)));
+  }
+  return out;
+}
+
+const std::byte* WeightPart::file_row(uint64_t r, std::byte* scratch) const {
+  if (packing_ == qdot::Packing::kRows) return row(r);
+  qdot::unpack_row(packing_, group(r / qdot::kGroupRows), cols_, uint32_t(r % qdot::kGroupRows), scratch);
+  return scratch;
+}
+
 WeightPart WeightPart::from_f32(std::vector<float> values, uint64_t cols) {
   WeightPart p;
   p.type_ = GgufType::kF32, p.cols_ = cols, p.rows_ = cols ? values.size() / cols : 0;
@@ -58,7 +83,8 @@ Status Linear::append(WeightPart part) {
                                    std::to_string(cols_));
   cols_ = part.cols();
   rows_ += part.rows();
-  if (!parts_.empty() && parts_.back().type() == part.type()) {  // one part per run of a type
+  if (!parts_.empty() && parts_.back().type() == part.type() && parts_.back().packing() == qdot::Packing::kRows &&
+      part.packing() == qdot::Packing::kRows) {  // one part per run of a type
     WeightPart& last = parts_.back();
     std::vector<std::byte> joined(last.bytes() + part.bytes());
     std::memcpy(joined.data(), last.row(0), last.bytes());
@@ -70,6 +96,22 @@ Status Linear::append(WeightPart part) {
   return Status::Ok();
 }
 
+void Linear::pack(const qdot::Kernels& kernels) {
+  std::vector<WeightPart> parts;
+  for (WeightPart& p : parts_) {
+    const qdot::Packing want = kernels.packing[uint32_t(p.type())];
+    const uint64_t grouped = p.rows() / qdot::kGroupRows * qdot::kGroupRows;
+    if (want == p.packing() || grouped == 0) {
+      parts.push_back(std::move(p));
+      continue;
+    }
+    parts.push_back(WeightPart::repacked(p, 0, grouped, want));
+    if (grouped < p.rows()) parts.push_back(WeightPart::repacked(p, grouped, p.rows() - grouped, qdot::Packing::kRows));
+    p = WeightPart();  // each part's old copy goes as soon as it is repacked
+  }
+  parts_ = std::move(parts);
+}
+
 uint64_t Linear::bytes() const {
   uint64_t n = 0;
   for (const WeightPart& p : parts_) n += p.bytes();
@@ -78,14 +120,16 @@ uint64_t Linear::bytes() const {
 
 void Linear::rows_f32(uint64_t r0, uint64_t n, float* out) const {
   uint64_t base = 0;
+  std::vector<std::byte> scratch;
   for (const WeightPart& p : parts_) {
     const uint64_t lo = std::max(r0, base), hi = std::min(r0 + n, base + p.rows());
+    scratch.resize(p.row_bytes());
     for (uint64_t r = lo; r < hi; ++r) {
       float* dst = out + size_t(r - r0) * cols_;
       if (const float* f = p.f32()) {
         std::memcpy(dst, f + size_t(r - base) * cols_, cols_ * sizeof(float));
       } else {  // sizes hold by construction
-        (void)quant::dequantize_row(p.type(), std::span(p.row(r - base), p.row_bytes()), cols_, dst);
+        (void)quant::dequantize_row(p.type(), std::span(p.file_row(r - base, scratch.data()), p.row_bytes()), cols_, dst);
       }
     }
     base += p.rows();

@@ -264,6 +264,88 @@ TEST_P(QdotKquant, QuantizedActivationErrorIsBounded) {
       }
 }
 
+// --- The packed Q4_K layout (qdot.h: Packing::kQ4K16) and its group dots ---------------------
+
+constexpr Layout kQ4K = kLayouts[2];
+
+// kGroupRows random Q4_K rows of n elements and their packed group.
+struct PackedRows {
+  std::vector<std::vector<uint8_t>> rows;
+  std::vector<std::byte> group;
+};
+PackedRows random_group(size_t n, std::mt19937& rng) {
+  PackedRows p;
+  const std::byte* rows[kGroupRows];
+  for (uint32_t r = 0; r < kGroupRows; ++r) p.rows.push_back(random_row(kQ4K, n, rng));
+  for (uint32_t r = 0; r < kGroupRows; ++r) rows[r] = reinterpret_cast<const std::byte*>(p.rows[r].data());
+  p.group.resize(group_bytes(Packing::kQ4K16, n));
+  pack_group(Packing::kQ4K16, rows, n, p.group.data());
+  return p;
+}
+
+TEST(QdotPack, Q4K16HoldsExactlyTheFileRows) {
+  std::mt19937 rng(21);
+  for (size_t n : kLengths) {
+    EXPECT_EQ(group_bytes(Packing::kQ4K16, n), n / kQK * 2368) << "148 bytes per row and super-block, the file's 144 + 4";
+    const PackedRows p = random_group(n, rng);
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      std::vector<uint8_t> back(p.rows[r].size());
+      unpack_row(Packing::kQ4K16, p.group.data(), n, r, reinterpret_cast<std::byte*>(back.data()));
+      EXPECT_EQ(back, p.rows[r]) << "n=" << n << " row " << r;
+    }
+  }
+  // 37 rows: two groups packed, five rows as the file stores them.
+  EXPECT_EQ(packed_matrix_bytes(Packing::kQ4K16, GgufType::kQ4_K, 37, 512), 2 * 2 * 2368u + 5 * 2 * 144u);
+  EXPECT_EQ(packed_matrix_bytes(Packing::kRows, GgufType::kQ4_K, 37, 512), 37 * 2 * 144u);
+}
+
+// Every set's group dot (the scalar reference where a set has no faster one) against the exact
+// dot of the dequantized rows: the same rounding argument as rounding_bound's (the f32 steps
+// round each sub-block's term, not the super-block's: ≤ 8 more roundings per super-block,
+// ≲ 9e-6 of the magnitude for the longest row; measured far below).
+TEST_P(QdotKquant, GroupDotMatchesDequantizedReference) {
+  const GroupDotFn dot = k_->group_dot[int(Packing::kQ4K16)];
+  ASSERT_NE(dot, nullptr);
+  std::mt19937 rng(22);
+  for (size_t n : kLengths) {
+    const PackedRows p = random_group(n, rng);
+    std::vector<std::vector<BlockQ8K>> acts;
+    const void* a[kDotN];
+    for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng)), a[t] = acts.back().data();
+    float out[kDotN][kGroupRows];
+    dot(n, p.group.data(), a, kDotN, &out[0][0], kGroupRows);
+    for (int t = 0; t < kDotN; ++t)
+      for (uint32_t r = 0; r < kGroupRows; ++r) {
+        const Reference ref = reference_dot(kQ4K, p.rows[r], dequantize_activations(acts[t]));
+        EXPECT_NEAR(out[t][r], ref.dot, rounding_bound(ref.magnitude)) << "n=" << n << " token " << t << " row " << r;
+      }
+  }
+}
+
+// qdot.h's contract for group dots: each (row, token) is the scalar reference's f32 steps, so
+// every set gives the reference's result bit for bit, however many tokens share the call.
+TEST_P(QdotKquant, GroupDotIsTheScalarReferenceBitForBitWhateverTheCount) {
+  const GroupDotFn dot = k_->group_dot[int(Packing::kQ4K16)];
+  const GroupDotFn reference = kernels(Isa::kScalar)->group_dot[int(Packing::kQ4K16)];
+  std::mt19937 rng(23);
+  for (size_t n : kLengths) {
+    const PackedRows p = random_group(n, rng);
+    std::vector<std::vector<BlockQ8K>> acts;
+    const void* a[kDotN];
+    for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng)), a[t] = acts.back().data();
+    float want[kDotN][kGroupRows];
+    reference(n, p.group.data(), a, kDotN, &want[0][0], kGroupRows);
+    for (int count : {kDotN, 13, 5, 1}) {
+      constexpr size_t kStride = kGroupRows + 3;  // token-major with a gap, as a tile might be
+      std::vector<float> got(kDotN * kStride, -1.0f);
+      dot(n, p.group.data(), a, count, got.data(), kStride);
+      for (int t = 0; t < count; ++t)
+        EXPECT_EQ(std::memcmp(&got[t * kStride], want[t], sizeof want[t]), 0) << "n=" << n << " count " << count << " token " << t;
+      EXPECT_EQ(got[kGroupRows], -1.0f) << "wrote past a token's rows";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isas, QdotKquant, ::testing::ValuesIn(kAllIsas),
                          [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
 

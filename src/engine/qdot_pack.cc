@@ -1,0 +1,134 @@
+// The packed weight layouts of engine/qdot.h (pack, unpack, sizes) and their
+// scalar group dots, the reference every set's group dot reproduces bit for
+// bit. Written from the Q4_K block layout of engine/quant.cc.
+#include <cmath>
+#include <cstring>
+
+#include "engine/half.h"
+#include "engine/qdot.h"
+#include "engine/qdot_impl.h"
+
+namespace kvtier::engine::qdot {
+namespace {
+
+constexpr size_t kQK = 256;  // elements per super-block
+
+// Scale and min of sub-block j from a Q4_K block's 12 packed bytes (ggml's get_scale_min_k4):
+// j < 4 in the low 6 bits of bytes j (scale) and j + 4 (min); j ≥ 4 takes its low 4 bits from
+// byte j + 4 (scale: low nibble, min: high nibble) and its top 2 from bits 6..7 of bytes j - 4 / j.
+void decode_scales(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63, m[j] = q[j + 4] & 63;
+    sc[j + 4] = uint8_t((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
+    m[j + 4] = uint8_t((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+  }
+}
+// The inverse (the packing is a bijection of 16 six-bit values onto 12 bytes).
+void encode_scales(const uint8_t* sc, const uint8_t* m, uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = uint8_t(sc[j] | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = uint8_t(m[j] | ((m[j + 4] >> 4) << 6));
+    q[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+  }
+}
+
+using impl::BlockQ4K;
+using impl::PackedQ4K16;
+
+void pack_q4k16(const std::byte* const* rows, size_t n, PackedQ4K16* out) {
+  for (size_t b = 0; b < n / kQK; ++b) {
+    PackedQ4K16& x = out[b];
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      BlockQ4K blk;
+      std::memcpy(&blk, rows[r] + b * sizeof(BlockQ4K), sizeof blk);
+      std::memcpy(&x.d[r], blk.d, 2);
+      std::memcpy(&x.dmin[r], blk.dmin, 2);
+      uint8_t sc[8], m[8];
+      decode_scales(blk.scales, sc, m);
+      for (int j = 0; j < 8; ++j) x.scales[j][r] = sc[j], x.mins[j][r] = m[j];
+      for (int p = 0; p < 4; ++p)
+        for (int k = 0; k < 8; ++k) std::memcpy(&x.qs[p][k][4 * r], blk.qs + 32 * p + 4 * k, 4);
+    }
+  }
+}
+
+void unpack_q4k16(const PackedQ4K16* group, size_t n, uint32_t r, std::byte* out) {
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const PackedQ4K16& x = group[b];
+    BlockQ4K blk;
+    std::memcpy(blk.d, &x.d[r], 2);
+    std::memcpy(blk.dmin, &x.dmin[r], 2);
+    uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) sc[j] = x.scales[j][r], m[j] = x.mins[j][r];
+    encode_scales(sc, m, blk.scales);
+    for (int p = 0; p < 4; ++p)
+      for (int k = 0; k < 8; ++k) std::memcpy(blk.qs + 32 * p + 4 * k, &x.qs[p][k][4 * r], 4);
+    std::memcpy(out + b * sizeof(BlockQ4K), &blk, sizeof blk);
+  }
+}
+
+// Row r of super-block x against activation block a: the f32 steps every set performs per (row,
+// token), in this order. The integers are exact and so is each conversion (|dot| ≤ 32 · 15 · 127
+// and |mins| ≤ 8 · 63 · 4064 are below 2^24), as is d · scale (11 × 6 significant bits):
+//   s = Σ_j fma(dot_j, d · scale_j, s) over sub-blocks j in order, from 0;
+//   s = fma(-dmin, Σ_j min_j (bsums_2j + bsums_2j+1), s);   acc = fma(d_a, s, acc).
+float q4k16_row_block(const PackedQ4K16& x, uint32_t r, const BlockQ8K& a, float acc) {
+  const float d = f16_to_f32(x.d[r]), dmin = f16_to_f32(x.dmin[r]);
+  float s = 0.0f;
+  int32_t mins = 0;
+  for (int j = 0; j < 8; ++j) {
+    int32_t dot = 0;
+    for (int i = 0; i < 32; ++i) {
+      const uint8_t byte = x.qs[j / 2][i / 4][4 * r + i % 4];
+      dot += ((j % 2 ? byte >> 4 : byte) & 0xF) * a.qs[32 * j + i];
+    }
+    s = std::fma(float(dot), d * float(x.scales[j][r]), s);
+    mins += x.mins[j][r] * (a.bsums[2 * j] + a.bsums[2 * j + 1]);
+  }
+  s = std::fma(-dmin, float(mins), s);
+  return std::fma(a.d, s, acc);
+}
+
+void group_dot_q4k16(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride) {
+  const auto* g = static_cast<const PackedQ4K16*>(group);
+  for (int t = 0; t < count; ++t) {
+    const auto* ab = static_cast<const BlockQ8K*>(a[t]);
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      float acc = 0.0f;
+      for (size_t b = 0; b < n / kQK; ++b) acc = q4k16_row_block(g[b], r, ab[b], acc);
+      out[size_t(t) * stride + r] = acc;
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view packing_name(Packing p) { return p == Packing::kQ4K16 ? "q4_K x16" : "rows"; }
+
+size_t group_bytes(Packing p, size_t n) {
+  switch (p) {
+    case Packing::kRows: return 0;
+    case Packing::kQ4K16: return n / kQK * sizeof(PackedQ4K16);
+  }
+  return 0;
+}
+
+uint64_t packed_matrix_bytes(Packing p, GgufType t, uint64_t rows, uint64_t cols) {
+  const uint64_t row = quant::row_bytes(quant::info(t), cols);
+  if (p == Packing::kRows) return rows * row;
+  return rows / kGroupRows * group_bytes(p, size_t(cols)) + rows % kGroupRows * row;
+}
+
+void pack_group(Packing p, const std::byte* const* rows, size_t n, std::byte* out) {
+  if (p == Packing::kQ4K16) pack_q4k16(rows, n, reinterpret_cast<PackedQ4K16*>(out));
+}
+
+void unpack_row(Packing p, const std::byte* group, size_t n, uint32_t r, std::byte* out) {
+  if (p == Packing::kQ4K16) unpack_q4k16(reinterpret_cast<const PackedQ4K16*>(group), n, r, out);
+}
+
+namespace impl {
+void fill_packed_scalar(Kernels& k) { k.group_dot[int(Packing::kQ4K16)] = group_dot_q4k16; }
+}  // namespace impl
+
+}  // namespace kvtier::engine::qdot
