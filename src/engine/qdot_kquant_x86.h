@@ -61,9 +61,9 @@ KQ_INLINE __m256i add_scaled_dot32(__m256i sum, __m256i q, const int8_t* a, __m2
 // as an integer, as it may pass the row's end: prefetches never fault, and in a matrix the next row
 // follows.
 constexpr size_t kPrefetchAhead = 16;
-template <typename Block>
+template <typename Block, size_t kAhead = kPrefetchAhead>
 KQ_INLINE void prefetch_ahead(const Block* x) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(x) + kPrefetchAhead * sizeof(Block);
+  const uintptr_t at = reinterpret_cast<uintptr_t>(x) + kAhead * sizeof(Block);
   for (size_t line = 0; line < sizeof(Block); line += 64)
     _mm_prefetch(reinterpret_cast<const char*>(at + line), _MM_HINT_T0);
 }
@@ -417,25 +417,35 @@ KQ_INLINE int32_t i32_at(const void* p) {
 KQ_INLINE __m512 f16x16(const uint16_t* p) { return _mm512_cvtph_ps(load(p)); }
 KQ_INLINE __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
-// One group super-block against N activation blocks, into acc[0 .. N) (a lane per row).
+// One group super-block against N activation blocks, into acc[0 .. N) (a lane per row). A pair's
+// lines are loaded once: sub-block 2p is their low nibbles, 2p + 1 their high nibbles left in
+// place (16 q), its dots 16 times the reference's and its scale a 16th of it — both exact (the
+// dots stay below 2^24, the scales normal floats), so each fma sees the reference's product.
 template <int N>
 KQ_INLINE void q4k16_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m512* acc) {
   const __m512 d = f16x16(x.d);
   __m512 s[N];
   for (int t = 0; t < N; ++t) s[t] = _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int j = 0; j < 8; ++j) {
-    __m512i w[8];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    __m512i lo[8], hi[8];
     for (int k = 0; k < 8; ++k) {
-      const __m512i line = _mm512_loadu_si512(x.qs[j / 2][k]);
-      w[k] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(line, 4) : line, _mm512_set1_epi8(0x0F));
+      const __m512i line = _mm512_loadu_si512(x.qs[p][k]);
+      lo[k] = _mm512_and_si512(line, _mm512_set1_epi8(0x0F));
+      hi[k] = _mm512_and_si512(line, _mm512_set1_epi8(char(0xF0)));
     }
-    const __m512 scale = _mm512_mul_ps(d, _mm512_cvtepi32_ps(u8x16(x.scales[j])));
+    const __m512 scale_lo = _mm512_mul_ps(d, _mm512_cvtepi32_ps(u8x16(x.scales[2 * p])));
+    const __m512 scale_hi =
+        _mm512_mul_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(u8x16(x.scales[2 * p + 1]))), _mm512_set1_ps(1.0f / 16));
     for (int t = 0; t < N; ++t) {
-      const int8_t* q = a[t]->qs + 32 * j;
-      __m512i dot = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) dot = _mm512_dpbusd_epi32(dot, w[k], _mm512_set1_epi32(i32_at(q + 4 * k)));
-      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, s[t]);
+      const int8_t* q = a[t]->qs + 64 * p;
+      __m512i dot_lo = _mm512_setzero_si512(), dot_hi = _mm512_setzero_si512();
+      for (int k = 0; k < 8; ++k) {
+        dot_lo = _mm512_dpbusd_epi32(dot_lo, lo[k], _mm512_set1_epi32(i32_at(q + 4 * k)));
+        dot_hi = _mm512_dpbusd_epi32(dot_hi, hi[k], _mm512_set1_epi32(i32_at(q + 32 + 4 * k)));
+      }
+      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_lo), scale_lo, s[t]);
+      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_hi), scale_hi, s[t]);
     }
   }
   // The mins: min_j in both int16 halves of a lane, against the pair bsums 2j, 2j + 1.
@@ -460,6 +470,7 @@ void q4k16_tokens(size_t n, const PackedQ4K16* g, const BlockQ8K* const* act, fl
   for (size_t b = 0; b < n / kQK; ++b) {
     const BlockQ8K* a[N];
     for (int t = 0; t < N; ++t) a[t] = act[t] + b;
+    prefetch_ahead<PackedQ4K16, 1>(&g[b]);  // 2.3 KiB ahead, as the row kernels' 16 blocks
     q4k16_block<N>(g[b], a, acc);
   }
   for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
