@@ -39,6 +39,11 @@ KQ_INLINE uint32_t u32_at(const uint8_t* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+KQ_INLINE int32_t i32_at(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 KQ_INLINE __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 KQ_INLINE __m256i bytes(int v) { return _mm256_set1_epi8(char(v)); }
 
@@ -409,11 +414,6 @@ void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, fl
 // integer dots, then the reference's f32 steps (qdot_pack.cc), lane by lane in its order. Four
 // multiply ops per 256 products, where the row kernels take eight (maddubs and dpwssd per 64).
 
-KQ_INLINE int32_t i32_at(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
 KQ_INLINE __m512 f16x16(const uint16_t* p) { return _mm512_cvtph_ps(load(p)); }
 KQ_INLINE __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
@@ -486,6 +486,82 @@ void group_dot_q4k16(size_t n, const void* group, const void* const* act, int co
   for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
   for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
 }
+#else
+// --- Packed Q4_K on 256-bit registers: a group is two halves of 8 rows -----------------------
+//
+// The same steps as the AVX-512 kernel, one half of the group at a time. With 16 vector
+// registers a sub-block's eight lines are unpacked at a time, for up to 4 tokens.
+
+KQ_INLINE __m256 f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+KQ_INLINE __m256i u8x8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+
+// Σ_k w[k] · (q[4k .. 4k + 3] broadcast): a row's exact dot per int32 lane. AVX2 adds maddubs'
+// int16 pair sums first: with quants below 16, |Σ| ≤ 8 · 2 · 15 · 128 < 2^15.
+KQ_INLINE __m256i lines_dot(const __m256i* w, const int8_t* q) {
+#if KVTIER_QDOT_VNNI == 2
+  __m256i dot = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) dot = _mm256_dpbusd_avx_epi32(dot, w[k], _mm256_set1_epi32(i32_at(q + 4 * k)));
+  return dot;
+#else
+  __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(i32_at(q)));
+  for (int k = 1; k < 8; ++k) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(i32_at(q + 4 * k))));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+// Half h (rows 8h .. 8h + 7) of one group super-block against N activation blocks, into acc.
+template <int N>
+KQ_INLINE void q4k16_half_block(const PackedQ4K16& x, int h, const BlockQ8K* const* a, __m256* acc) {
+  const __m256 d = f16x8(x.d + 8 * h);
+  __m256 s[N];
+  for (int t = 0; t < N; ++t) s[t] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j) {
+    __m256i w[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256i line = load(x.qs[j / 2][k] + 32 * h);
+      w[k] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(line, 4) : line, bytes(0x0F));
+    }
+    const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u8x8(x.scales[j] + 8 * h)));
+    for (int t = 0; t < N; ++t)
+      s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lines_dot(w, a[t]->qs + 32 * j)), scale, s[t]);
+  }
+  __m256i mins[8];  // min_j in both int16 halves of a lane, against the pair bsums 2j, 2j + 1
+  for (int j = 0; j < 8; ++j) {
+    const __m256i m = u8x8(x.mins[j] + 8 * h);
+    mins[j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+  }
+  const __m256 dmin = f16x8(x.dmin + 8 * h);
+  for (int t = 0; t < N; ++t) {
+    __m256i msum = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) msum = x86::add_madd_i16(msum, mins[j], _mm256_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
+    s[t] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(msum), s[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d), s[t], acc[t]);
+  }
+}
+
+template <int N>
+void q4k16_tokens(size_t n, const PackedQ4K16* g, const BlockQ8K* const* act, float* out, size_t stride) {
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[N];
+    for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+    for (size_t b = 0; b < n / kQK; ++b) {
+      const BlockQ8K* a[N];
+      for (int t = 0; t < N; ++t) a[t] = act[t] + b;
+      prefetch_ahead<PackedQ4K16, 1>(&g[b]);
+      q4k16_half_block<N>(g[b], h, a, acc);
+    }
+    for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * stride + 8 * h, acc[t]);
+  }
+}
+
+void group_dot_q4k16(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
+  const auto* g = static_cast<const PackedQ4K16*>(group);
+  const auto* const* a = reinterpret_cast<const BlockQ8K* const*>(act);
+  int t = 0;
+  for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
+  for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
+}
 #endif
 
 // --- quantize_q8k ---------------------------------------------------------------------
@@ -549,10 +625,8 @@ void fill(Kernels& k) {
   k.dot_n[uint32_t(GgufType::kQ4_K)] = dot_n_blocks<BlockQ4K, k4_block<BlockQ4K, q4_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
-#if KVTIER_QDOT_VNNI == 1
   k.packing[uint32_t(GgufType::kQ4_K)] = Packing::kQ4K16;
   k.group_dot[int(Packing::kQ4K16)] = group_dot_q4k16;
-#endif
 }
 
 }  // namespace
