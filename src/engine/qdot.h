@@ -9,6 +9,10 @@
 // only in f32 rounding (summation order), so a SIMD path is tested against
 // the scalar one with a bound, and each against dequantize-then-f32.
 //
+// A set may want a type's rows regrouped at load (Packing, below; the x86
+// sets take Q4_K 16 rows at a time); group dots then run on those groups,
+// with one f32 formula that every set reproduces bit for bit.
+//
 // Dispatch: kernels(isa) for an Isa the CPU reports (cpu_has); best() picks
 // the widest. A given process always uses one set, so a row's result never
 // depends on which other rows share the call. The x86 sets are one source
