@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
-#include <thread>
-
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/gguf.h"
@@ -186,7 +185,8 @@ Result<EngineBenchReport> run_engine_bench(const EngineBenchOptions& o) {
       KVTIER_ASSIGN_OR_RETURN(last, engine->prefill(seq, tokens, 0));
       runs.push_back(engine->profile());
     }
-    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.prefill_seconds < b.prefill_seconds; });
+    std::sort(runs.begin(), runs.end(),
+              [](const auto& a, const auto& b) { return a.prefill_seconds < b.prefill_seconds; });
     const EngineProfile& med = runs[runs.size() / 2];
     EngineBenchRow row;
     row.prompt_tokens = n;

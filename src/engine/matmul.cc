@@ -9,8 +9,8 @@ namespace kvtier::engine {
 namespace {
 
 // Y[M][n0:n1] = X[M][K] · W[n0:n1][K]^T + beta · Y[M][n0:n1] (row stride of Y: ldy).
-void blas_cols(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n0, uint32_t n1, float* y,
-               uint32_t ldy, float beta) {
+void blas_cols(const float* x, uint32_t m, uint32_t k, const float* w, uint32_t n0, uint32_t n1, float* y, uint32_t ldy,
+               float beta) {
   const float* wb = w + size_t(n0) * k;
   // For one or two rows (decode), sgemm would pack the whole weight block on
   // every call; gemv streams it once per row instead.
@@ -91,57 +91,57 @@ const std::byte* Matmul::activations(const float* x, uint32_t m, uint32_t k, Ggu
   return act_[i].data();
 }
 
-void Matmul::dot_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
+// Tiles of 16 tokens × 16 weight rows: a block of weight rows and its tokens' activations stay in
+// L1 (16 tokens measured faster than 8, 32 and 64 on small Q4_K_M's prefill), each weight row is
+// unpacked once per token block, and a tile is written out token-major.
+namespace {
+constexpr uint32_t kTileTokens = qdot::kDotN, kTileRows = qdot::kGroupRows;
+using Tile = float[kTileTokens][kTileRows];  // [token][row]: a token's outputs are contiguous in y
+}  // namespace
+
+template <typename Fill>
+void Matmul::tiled(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta, Fill&& fill) {
   const uint32_t k = uint32_t(w.cols()), n = uint32_t(w.rows());
   size_t arow = 0;
   const std::byte* act = activations(x, m, k, w.type(), arow);
-  const qdot::DotFn dot = k_.dot[uint32_t(w.type())];
-  const qdot::DotNFn dot_n = k_.dot_n[uint32_t(w.type())];
-  const uint32_t block = column_block(n, workers_.size());
-  // A block of weight rows and its tokens' activations stay in L1 (16 tokens measured faster
-  // than 8, 32 and 64 on small Q4_K_M's prefill); each weight row is unpacked once per token block.
-  constexpr uint32_t kTokens = qdot::kDotN, kRows = 16;
+  const uint32_t block = column_block(n, workers_.size());  // a multiple of kTileRows
   workers_.run((n + block - 1) / block, [&](size_t t, uint32_t) {
     const uint32_t n0 = uint32_t(t) * block, n1 = std::min(n, n0 + block);
-    for (uint32_t t0 = 0; t0 < m; t0 += kTokens) {
-      const uint32_t count = std::min(m - t0, kTokens);
-      const void* a[kTokens];
+    for (uint32_t t0 = 0; t0 < m; t0 += kTileTokens) {
+      const uint32_t count = std::min(m - t0, kTileTokens);
+      const void* a[kTileTokens];
       for (uint32_t j = 0; j < count; ++j) a[j] = act + size_t(t0 + j) * arow;
-      for (uint32_t r0 = n0; r0 < n1; r0 += kRows) {
-        const uint32_t rows = std::min(n1 - r0, kRows);
-        float tile[kTokens][kRows];  // [token][row]: a token's outputs are contiguous in y
-        for (uint32_t i = 0; i < rows; ++i) {
-          if (dot_n && count > 1) {  // bit for bit dot per token (qdot.h)
-            dot_n(k, w.row(r0 + i), a, int(count), &tile[0][i], kRows);
-          } else {
-            for (uint32_t j = 0; j < count; ++j) tile[j][i] = dot(k, w.row(r0 + i), a[j]);
-          }
-        }
+      for (uint32_t r0 = n0; r0 < n1; r0 += kTileRows) {
+        const uint32_t rows = std::min(n1 - r0, kTileRows);
+        Tile tile;
+        fill(r0, rows, a, count, tile);
         store_tile(tile, rows, count, y + size_t(t0) * ldy + r0, ldy, beta);
       }
     }
   });
 }
 
-void Matmul::group_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
-  constexpr uint32_t kTokens = qdot::kDotN, kRows = qdot::kGroupRows;
-  const uint32_t k = uint32_t(w.cols()), groups = uint32_t(w.rows()) / kRows;
-  size_t arow = 0;
-  const std::byte* act = activations(x, m, k, w.type(), arow);
-  const qdot::GroupDotFn dot = k_.group_dot[int(w.packing())];
-  const uint32_t block = column_block(uint32_t(w.rows()), workers_.size()) / kRows;  // groups per task
-  workers_.run((groups + block - 1) / block, [&](size_t t, uint32_t) {
-    const uint32_t g0 = uint32_t(t) * block, g1 = std::min(groups, g0 + block);
-    for (uint32_t t0 = 0; t0 < m; t0 += kTokens) {
-      const uint32_t count = std::min(m - t0, kTokens);
-      const void* a[kTokens];
-      for (uint32_t j = 0; j < count; ++j) a[j] = act + size_t(t0 + j) * arow;
-      for (uint32_t g = g0; g < g1; ++g) {
-        float tile[kTokens][kRows];  // [token][row], as dot_part's
-        dot(k, w.group(g), a, int(count), &tile[0][0], kRows);
-        store_tile(tile, kRows, count, y + size_t(t0) * ldy + g * kRows, ldy, beta);
+void Matmul::dot_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
+  const size_t k = w.cols();
+  const qdot::DotFn dot = k_.dot[uint32_t(w.type())];
+  const qdot::DotNFn dot_n = k_.dot_n[uint32_t(w.type())];
+  tiled(x, m, w, y, ldy, beta, [&](uint32_t r0, uint32_t rows, const void* const* a, uint32_t count, Tile& tile) {
+    for (uint32_t i = 0; i < rows; ++i) {
+      if (dot_n && count > 1) {  // bit for bit dot per token (qdot.h)
+        dot_n(k, w.row(r0 + i), a, int(count), &tile[0][i], kTileRows);
+      } else {
+        for (uint32_t j = 0; j < count; ++j) tile[j][i] = dot(k, w.row(r0 + i), a[j]);
       }
     }
+  });
+}
+
+// A packed part's rows are whole groups, so each tile is one group.
+void Matmul::group_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta) {
+  const size_t k = w.cols();
+  const qdot::GroupDotFn dot = k_.group_dot[int(w.packing())];
+  tiled(x, m, w, y, ldy, beta, [&](uint32_t r0, uint32_t, const void* const* a, uint32_t count, Tile& tile) {
+    dot(k, w.group(r0 / kTileRows), a, int(count), &tile[0][0], kTileRows);
   });
 }
 

@@ -37,6 +37,9 @@ class Matmul {
 
  private:
   void f32_part(const float* x, uint32_t m, const float* w, uint32_t k, uint32_t n, float* y, uint32_t ldy, float beta);
+  // Runs fill(r0, rows, activations, count, tile) over 16 × 16 tiles of the tokens and w's rows.
+  template <typename Fill>
+  void tiled(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta, Fill&& fill);
   void dot_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);
   void group_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);
   void panel_part(const float* x, uint32_t m, const WeightPart& w, float* y, uint32_t ldy, float beta);

@@ -45,9 +45,9 @@ static_assert(sizeof(BlockQ2K) == 84 && sizeof(BlockQ3K) == 110 && sizeof(BlockQ
 
 // One super-block of a Packing::kQ4K16 group (qdot.h): super-block b of each of its 16 rows.
 struct PackedQ4K16 {
-  uint16_t d[16], dmin[16];             // row r's f16 d and dmin
-  uint8_t scales[8][16], mins[8][16];   // sub-block j's 6-bit scale and min, row r
-  uint8_t qs[4][8][64];                 // [pair p][line k][4r + e]: the file's qs[32p + 4k + e] of row r
+  uint16_t d[16], dmin[16];            // row r's f16 d and dmin
+  uint8_t scales[8][16], mins[8][16];  // sub-block j's 6-bit scale and min, row r
+  uint8_t qs[4][8][64];                // [pair p][line k][4r + e]: the file's qs[32p + 4k + e] of row r
 };
 static_assert(sizeof(PackedQ4K16) == 2368 && sizeof(PackedQ4K16) % 64 == 0);
 

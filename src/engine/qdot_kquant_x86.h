@@ -153,7 +153,8 @@ KQ_INLINE __m256i unpacked_dot(const Unpacked512& u, const BlockQ8K& a) {
   __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k)
-    sum[k % 2] = _mm512_dpwssd_epi32(sum[k % 2], _mm512_maddubs_epi16(u.q[k], _mm512_loadu_si512(a.qs + 64 * k)), u.scale[k]);
+    sum[k % 2] =
+        _mm512_dpwssd_epi32(sum[k % 2], _mm512_maddubs_epi16(u.q[k], _mm512_loadu_si512(a.qs + 64 * k)), u.scale[k]);
   const __m512i both = _mm512_add_epi32(sum[0], sum[1]);
   return _mm256_add_epi32(_mm512_castsi512_si256(both), _mm512_extracti64x4_epi64(both, 1));
 }
@@ -166,9 +167,8 @@ KQ_INLINE const Unpacked& for_dots(const Unpacked& u) { return u; }
 template <typename Block, __m256i (*chunk)(const Block&, int, int)>
 KQ_INLINE __m256i groups_dot(const Block& x, const BlockQ8K& a, __m256i scales16) {
   __m256i sum = _mm256_setzero_si256();
-  for_each_chunk<Block, chunk>(x, scales16, [&](int c, __m256i q, __m256i scale) {
-    sum = add_scaled_dot32(sum, q, a.qs + 32 * c, scale);
-  });
+  for_each_chunk<Block, chunk>(
+      x, scales16, [&](int c, __m256i q, __m256i scale) { sum = add_scaled_dot32(sum, q, a.qs + 32 * c, scale); });
   return sum;
 }
 
@@ -357,9 +357,8 @@ KQ_INLINE void for_each_sub_block(const Block& x, __m128i scales_mins, Fn&& fn) 
 template <typename Block, void (*pair)(const Block&, int, __m256i*)>
 KQ_INLINE __m256i k4_dot(const Block& x, const BlockQ8K& a, __m128i scales_mins) {
   __m256i sum = _mm256_setzero_si256();
-  for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) {
-    sum = add_scaled_dot32(sum, q, a.qs + 32 * j, scale);
-  });
+  for_each_sub_block<Block, pair>(
+      x, scales_mins, [&](int j, __m256i q, __m256i scale) { sum = add_scaled_dot32(sum, q, a.qs + 32 * j, scale); });
   return sum;
 }
 
@@ -383,7 +382,8 @@ template <typename Block, void (*pair)(const Block&, int, __m256i*)>
 KQ_INLINE void k4_block(const Block& x, const BlockQ8K* const* a, int count, __m256* acc) {
   const __m128i scales_mins = k4_scales_mins(x.scales);
   Unpacked u;  // sub-block j is chunk j
-  for_each_sub_block<Block, pair>(x, scales_mins, [&](int j, __m256i q, __m256i scale) { u.q[j] = q, u.scale[j] = scale; });
+  for_each_sub_block<Block, pair>(x, scales_mins,
+                                  [&](int j, __m256i q, __m256i scale) { u.q[j] = q, u.scale[j] = scale; });
   const auto& w = for_dots(u);
   const __m256i mins = k4_mins_pairs(scales_mins);
   const __m256 dd = k4_dd(x);
@@ -415,7 +415,9 @@ void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, fl
 // multiply ops per 256 products, where the row kernels take eight (maddubs and dpwssd per 64).
 
 KQ_INLINE __m512 f16x16(const uint16_t* p) { return _mm512_cvtph_ps(load(p)); }
-KQ_INLINE __m512i u8x16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+KQ_INLINE __m512i u8x16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 
 // One group super-block against N activation blocks, into acc[0 .. N) (a lane per row). A pair's
 // lines are loaded once: sub-block 2p is their low nibbles, 2p + 1 their high nibbles left in
@@ -457,7 +459,8 @@ KQ_INLINE void q4k16_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m51
   const __m512 dmin = f16x16(x.dmin);
   for (int t = 0; t < N; ++t) {
     __m512i msum = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j) msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
+    for (int j = 0; j < 8; ++j)
+      msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
     s[t] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), s[t]);
     acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), s[t], acc[t]);
   }
@@ -482,7 +485,8 @@ void group_dot_q4k16(size_t n, const void* group, const void* const* act, int co
   const auto* g = static_cast<const PackedQ4K16*>(group);
   const auto* const* a = reinterpret_cast<const BlockQ8K* const*>(act);
   int t = 0;
-  for (; count - t >= kQ4K16Tokens; t += kQ4K16Tokens) q4k16_tokens<kQ4K16Tokens>(n, g, a + t, out + t * stride, stride);
+  for (; count - t >= kQ4K16Tokens; t += kQ4K16Tokens)
+    q4k16_tokens<kQ4K16Tokens>(n, g, a + t, out + t * stride, stride);
   for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
   for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
 }
@@ -492,8 +496,12 @@ void group_dot_q4k16(size_t n, const void* group, const void* const* act, int co
 // The same steps as the AVX-512 kernel, one half of the group at a time. With 16 vector
 // registers a sub-block's eight lines are unpacked at a time, for up to 4 tokens.
 
-KQ_INLINE __m256 f16x8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-KQ_INLINE __m256i u8x8(const uint8_t* p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))); }
+KQ_INLINE __m256 f16x8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+KQ_INLINE __m256i u8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
 
 // Σ_k w[k] · (q[4k .. 4k + 3] broadcast): a row's exact dot per int32 lane. AVX2 adds maddubs'
 // int16 pair sums first: with quants below 16, |Σ| ≤ 8 · 2 · 15 · 128 < 2^15.
@@ -504,7 +512,8 @@ KQ_INLINE __m256i lines_dot(const __m256i* w, const int8_t* q) {
   return dot;
 #else
   __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(i32_at(q)));
-  for (int k = 1; k < 8; ++k) pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(i32_at(q + 4 * k))));
+  for (int k = 1; k < 8; ++k)
+    pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(i32_at(q + 4 * k))));
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 #endif
 }

@@ -107,8 +107,10 @@ std::string_view packing_name(Packing p) { return p == Packing::kQ4K16 ? "q4_K x
 
 size_t group_bytes(Packing p, size_t n) {
   switch (p) {
-    case Packing::kRows: return 0;
-    case Packing::kQ4K16: return n / kQK * sizeof(PackedQ4K16);
+    case Packing::kRows:
+      return 0;
+    case Packing::kQ4K16:
+      return n / kQK * sizeof(PackedQ4K16);
   }
   return 0;
 }

@@ -20,7 +20,8 @@ std::shared_ptr<std::byte> aligned_bytes(size_t n) {
 
 }  // namespace
 
-Result<WeightPart> WeightPart::from_bytes(GgufType type, uint64_t rows, uint64_t cols, std::span<const std::byte> bytes) {
+Result<WeightPart> WeightPart::from_bytes(GgufType type, uint64_t rows, uint64_t cols,
+                                          std::span<const std::byte> bytes) {
   const quant::TypeInfo& t = quant::info(type);
   if (cols % t.block_elems != 0)
     return Status::InvalidArgument("weights: " + std::string(t.name) + " rows of " + std::to_string(cols) +
@@ -129,7 +130,8 @@ void Linear::rows_f32(uint64_t r0, uint64_t n, float* out) const {
       if (const float* f = p.f32()) {
         std::memcpy(dst, f + size_t(r - base) * cols_, cols_ * sizeof(float));
       } else {  // sizes hold by construction
-        (void)quant::dequantize_row(p.type(), std::span(p.file_row(r - base, scratch.data()), p.row_bytes()), cols_, dst);
+        (void)quant::dequantize_row(p.type(), std::span(p.file_row(r - base, scratch.data()), p.row_bytes()), cols_,
+                                    dst);
       }
     }
     base += p.rows();

@@ -83,7 +83,8 @@ TEST(PackedWeights, MatmulGivesATokenTheSameResultWhateverTheBatch) {
   const std::vector<float> unpacked = run(file, k, x, kTokens);
   double max_err = 0, max_abs = 0;
   for (uint32_t t = 0; t < kTokens; ++t) {
-    const std::vector<float> one = run(packed, k, std::vector<float>(x.begin() + t * kCols, x.begin() + (t + 1) * kCols), 1);
+    const std::vector<float> one =
+        run(packed, k, std::vector<float>(x.begin() + t * kCols, x.begin() + (t + 1) * kCols), 1);
     EXPECT_EQ(std::memcmp(one.data(), &all[t * kRows], kRows * sizeof(float)), 0) << "token " << t;
     for (uint64_t r = 0; r < kRows; ++r) {
       max_err = std::max(max_err, std::fabs(double(all[t * kRows + r]) - unpacked[t * kRows + r]));

@@ -191,7 +191,7 @@ TEST_P(QdotKquant, DotNIsBitIdenticalToDotPerRow) {
       const void* a[kDotN];
       for (int j = 0; j < kDotN; ++j) acts.push_back(random_activations(n, rng)), a[j] = acts.back().data();
       for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
-        constexpr size_t kStride = 3;  // results land token-major in a tile, as Matmul lays them
+        constexpr size_t kStride = 3;    // results land token-major in a tile, as Matmul lays them
         float got[kDotN * kStride];
         dot_n(n, row.data(), a, count, got, kStride);
         for (int j = 0; j < count; ++j) {
@@ -283,10 +283,22 @@ PackedRows random_group(size_t n, std::mt19937& rng) {
   return p;
 }
 
+// A random group and kDotN random activation rows for it.
+struct GroupCase {
+  PackedRows p;
+  std::vector<std::vector<BlockQ8K>> acts;
+  const void* a[kDotN];
+  GroupCase(size_t n, std::mt19937& rng) : p(random_group(n, rng)) {
+    for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng));
+    for (int t = 0; t < kDotN; ++t) a[t] = acts[t].data();
+  }
+};
+
 TEST(QdotPack, Q4K16HoldsExactlyTheFileRows) {
   std::mt19937 rng(21);
   for (size_t n : kLengths) {
-    EXPECT_EQ(group_bytes(Packing::kQ4K16, n), n / kQK * 2368) << "148 bytes per row and super-block, the file's 144 + 4";
+    EXPECT_EQ(group_bytes(Packing::kQ4K16, n), n / kQK * 2368)
+        << "148 bytes per row and super-block, the file's 144 + 4";
     const PackedRows p = random_group(n, rng);
     for (uint32_t r = 0; r < kGroupRows; ++r) {
       std::vector<uint8_t> back(p.rows[r].size());
@@ -308,15 +320,12 @@ TEST_P(QdotKquant, GroupDotMatchesDequantizedReference) {
   ASSERT_NE(dot, nullptr);
   std::mt19937 rng(22);
   for (size_t n : kLengths) {
-    const PackedRows p = random_group(n, rng);
-    std::vector<std::vector<BlockQ8K>> acts;
-    const void* a[kDotN];
-    for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng)), a[t] = acts.back().data();
+    const GroupCase c(n, rng);
     float out[kDotN][kGroupRows];
-    dot(n, p.group.data(), a, kDotN, &out[0][0], kGroupRows);
+    dot(n, c.p.group.data(), c.a, kDotN, &out[0][0], kGroupRows);
     for (int t = 0; t < kDotN; ++t)
       for (uint32_t r = 0; r < kGroupRows; ++r) {
-        const Reference ref = reference_dot(kQ4K, p.rows[r], dequantize_activations(acts[t]));
+        const Reference ref = reference_dot(kQ4K, c.p.rows[r], dequantize_activations(c.acts[t]));
         EXPECT_NEAR(out[t][r], ref.dot, rounding_bound(ref.magnitude)) << "n=" << n << " token " << t << " row " << r;
       }
   }
@@ -329,18 +338,16 @@ TEST_P(QdotKquant, GroupDotIsTheScalarReferenceBitForBitWhateverTheCount) {
   const GroupDotFn reference = kernels(Isa::kScalar)->group_dot[int(Packing::kQ4K16)];
   std::mt19937 rng(23);
   for (size_t n : kLengths) {
-    const PackedRows p = random_group(n, rng);
-    std::vector<std::vector<BlockQ8K>> acts;
-    const void* a[kDotN];
-    for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng)), a[t] = acts.back().data();
+    const GroupCase c(n, rng);
     float want[kDotN][kGroupRows];
-    reference(n, p.group.data(), a, kDotN, &want[0][0], kGroupRows);
+    reference(n, c.p.group.data(), c.a, kDotN, &want[0][0], kGroupRows);
     for (int count : {kDotN, 13, 5, 1}) {
       constexpr size_t kStride = kGroupRows + 3;  // token-major with a gap, as a tile might be
       std::vector<float> got(kDotN * kStride, -1.0f);
-      dot(n, p.group.data(), a, count, got.data(), kStride);
+      dot(n, c.p.group.data(), c.a, count, got.data(), kStride);
       for (int t = 0; t < count; ++t)
-        EXPECT_EQ(std::memcmp(&got[t * kStride], want[t], sizeof want[t]), 0) << "n=" << n << " count " << count << " token " << t;
+        EXPECT_EQ(std::memcmp(&got[t * kStride], want[t], sizeof want[t]), 0)
+            << "n=" << n << " count " << count << " token " << t;
       EXPECT_EQ(got[kGroupRows], -1.0f) << "wrote past a token's rows";
     }
   }
