@@ -7,7 +7,9 @@
 #   POLICY: cache-aware (default), round-robin or least-loaded. KVTIER: the binary (build/tools/kvtier).
 #   Environment: INSTANCES (3), CAPACITY (8MiB: each instance's device and host tiers, small so that no
 #   single one holds every conversation), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
-#   the second instance is killed with SIGKILL that long into the load; the summary counts what failed).
+#   the second instance is killed with SIGKILL that long into the load; the summary counts what failed),
+#   SYSTEM_PROMPT_TOKENS (200: one system prompt every conversation shares; 0: none, so what is cached
+#   is each conversation's own history, as when many applications share the instances).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/server_lib.sh
@@ -50,7 +52,7 @@ PIDS+=($!)
 wait_up 8190
 
 echo "== loadgen --chat through the router ($POLICY; $INSTANCES instances of $CAPACITY device + host; Redis ${REDIS:-1}), $USERS users x $ROUNDS rounds"
-LOAD=(--url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens 200
+LOAD=(--url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens "${SYSTEM_PROMPT_TOKENS:-200}"
   --history-tokens 400 --question-tokens 24 --answer-tokens 8 --quiet)
 if [ -n "${KILL_AFTER:-}" ]; then
   "$K" loadgen "${LOAD[@]}" --json >"$D/loadgen.json" &
