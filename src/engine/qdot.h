@@ -73,16 +73,16 @@ using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count
 
 // --- Packed weight layouts ---------------------------------------------------------------
 //
-// A set may want a weight type's rows regrouped at load (never widened; Linear::pack). kQ4K16:
-// groups of kGroupRows Q4_K rows, super-block by super-block; each 64-byte line holds four
-// consecutive quants of one sub-block pair for every row of the group (a 32-bit lane per row),
-// so one byte dot product per line gives the 16 rows' partial dots against four broadcast
-// activation bytes, and the 6-bit scales and mins are bytes. It holds exactly the file's
-// information: unpack_row gives back a row's file bytes.
-enum class Packing : uint8_t { kRows, kQ4K16 };
-inline constexpr int kPackings = 2;
+// A set may want a weight type's rows regrouped at load (never widened; Linear::pack). kQ4K16 and
+// kQ6K16: groups of kGroupRows rows, super-block by super-block; each 64-byte line holds the bits
+// of four consecutive quants for every row of the group (a 32-bit lane per row: the file's bytes
+// at the same offsets, transposed), so one byte dot product per unpacked line gives the 16 rows'
+// partial dots against four broadcast activation bytes; Q4_K's 6-bit scales and mins become
+// bytes. Each holds exactly the file's information: unpack_row gives back a row's file bytes.
+enum class Packing : uint8_t { kRows, kQ4K16, kQ6K16 };
+inline constexpr int kPackings = 3;
 inline constexpr uint32_t kGroupRows = 16;
-std::string_view packing_name(Packing p);  // "rows", "q4_K x16"
+std::string_view packing_name(Packing p);  // "rows", "q4_K x16", "q6_K x16"
 // Bytes of one group of kGroupRows rows of n elements (n a multiple of the type's block).
 size_t group_bytes(Packing p, size_t n);
 // Bytes of a matrix of `rows` × `cols` of type t held as packing p wants: whole groups packed,

@@ -51,6 +51,16 @@ struct PackedQ4K16 {
 };
 static_assert(sizeof(PackedQ4K16) == 2368 && sizeof(PackedQ4K16) % 64 == 0);
 
+// One super-block of a Packing::kQ6K16 group: super-block b of each of its 16 rows.
+struct PackedQ6K16 {
+  uint8_t ql[2][2][8][64];  // [h][s % 2][line k][4r + e]: the file's ql[64h + 32 (s % 2) + 4k + e] of row r
+  uint8_t qh[2][8][64];     // [h][line k][4r + e]: the file's qh[32h + 4k + e] of row r
+  int8_t scales[16][16];    // [group g][row r]
+  uint16_t d[16];
+  uint8_t pad[32];  // to a whole number of 64-byte lines
+};
+static_assert(sizeof(PackedQ6K16) == 3392 && sizeof(PackedQ6K16) % 64 == 0);
+
 // The packed layouts' scalar group dots: every set's default (qdot_pack.cc).
 void fill_packed_scalar(Kernels& k);
 

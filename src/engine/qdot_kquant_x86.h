@@ -406,11 +406,11 @@ void dot_n_blocks(size_t n, const void* w, const void* const* act, int count, fl
 }
 
 #if KVTIER_QDOT_VNNI == 1
-// --- Packed Q4_K (qdot.h: Packing::kQ4K16), a row per 32-bit lane of a 512-bit register ----
+// --- Packed Q4_K and Q6_K (qdot.h: Packing), a row per 32-bit lane of a 512-bit register ----
 //
-// Sub-block j's quants are unpacked once per group super-block into eight registers (line k:
-// elements 4k .. 4k + 3 of each of the 16 rows) and serve every token of the call: per token,
-// eight dpbusd against its four activation bytes of each line, broadcast, give the 16 rows' exact
+// A sub-block's (or chunk's) quants are unpacked once per group super-block into eight registers
+// (line k: elements 4k .. 4k + 3 of each of the 16 rows) and serve every token of the call: per
+// token, a dpbusd per line against its four activation bytes, broadcast, gives the 16 rows' exact
 // integer dots, then the reference's f32 steps (qdot_pack.cc), lane by lane in its order. Four
 // multiply ops per 256 products, where the row kernels take eight (maddubs and dpwssd per 64).
 
@@ -419,12 +419,12 @@ KQ_INLINE __m512i u8x16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// One group super-block against N activation blocks, into acc[0 .. N) (a lane per row). A pair's
+// One Q4_K group super-block against N activation blocks, into acc[0 .. N) (a lane per row). A pair's
 // lines are loaded once: sub-block 2p is their low nibbles, 2p + 1 their high nibbles left in
 // place (16 q), its dots 16 times the reference's and its scale a 16th of it — both exact (the
 // dots stay below 2^24, the scales normal floats), so each fma sees the reference's product.
 template <int N>
-KQ_INLINE void q4k16_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m512* acc) {
+KQ_INLINE void group_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m512* acc) {
   const __m512 d = f16x16(x.d);
   __m512 s[N];
   for (int t = 0; t < N; ++t) s[t] = _mm512_setzero_ps();
@@ -466,32 +466,76 @@ KQ_INLINE void q4k16_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m51
   }
 }
 
+// Q6_K line k of chunk c (elements 128h + 32c ..) of a group: nibble c / 2 of its ql line and
+// bits 2c .. 2c + 1 of its qh line moved to bits 4 .. 5 (q6_k_chunk's fields, on 16 rows' lines).
+KQ_INLINE __m512i q6k16_line(const PackedQ6K16& x, int h, int c, int k) {
+  const __m512i ql = _mm512_loadu_si512(x.ql[h][c % 2][k]);
+  const __m512i qh = _mm512_loadu_si512(x.qh[h][k]);
+  const __m512i low = c < 2 ? ql : _mm512_srli_epi16(ql, 4);
+  const __m512i high = c < 2 ? _mm512_slli_epi16(qh, 4 - 2 * c) : _mm512_srli_epi16(qh, 2 * c - 4);
+  return _mm512_or_si512(_mm512_and_si512(low, _mm512_set1_epi8(0x0F)), _mm512_and_si512(high, _mm512_set1_epi8(0x30)));
+}
+KQ_INLINE __m512i i8x16(const int8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// One Q6_K group super-block against N activation blocks: per chunk of 32 elements, eight lines
+// unpacked once for all the tokens, four dpbusd per group of 16 and its scale in f32; the offset
+// 32 through the activations' group sums, the scales of groups 2p and 2p + 1 as the int16 halves
+// of a lane (the reference's steps: qdot_pack.cc, q6k16_row_block).
 template <int N>
-void q4k16_tokens(size_t n, const PackedQ4K16* g, const BlockQ8K* const* act, float* out, size_t stride) {
+KQ_INLINE void group_block(const PackedQ6K16& x, const BlockQ8K* const* a, __m512* acc) {
+  const __m512 d = f16x16(x.d);
+  __m512 s[N];
+  for (int t = 0; t < N; ++t) s[t] = _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int hc = 0; hc < 8; ++hc) {
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k) w[k] = q6k16_line(x, hc / 4, hc % 4, k);
+    const __m512 scale0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(i8x16(x.scales[2 * hc])));
+    const __m512 scale1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(i8x16(x.scales[2 * hc + 1])));
+    for (int t = 0; t < N; ++t) {
+      const int8_t* q = a[t]->qs + 32 * hc;
+      __m512i dot0 = _mm512_setzero_si512(), dot1 = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        dot0 = _mm512_dpbusd_epi32(dot0, w[k], _mm512_set1_epi32(i32_at(q + 4 * k)));
+        dot1 = _mm512_dpbusd_epi32(dot1, w[k + 4], _mm512_set1_epi32(i32_at(q + 16 + 4 * k)));
+      }
+      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot0), scale0, s[t]);
+      s[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot1), scale1, s[t]);
+    }
+  }
+  __m512i pairs[8];
+  for (int p = 0; p < 8; ++p)
+    pairs[p] = _mm512_or_si512(_mm512_and_si512(i8x16(x.scales[2 * p]), _mm512_set1_epi32(0xFFFF)),
+                               _mm512_slli_epi32(i8x16(x.scales[2 * p + 1]), 16));
+  const __m512 offset_scale = _mm512_mul_ps(d, _mm512_set1_ps(-32.0f));
+  for (int t = 0; t < N; ++t) {
+    __m512i sums = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p)
+      sums = _mm512_dpwssd_epi32(sums, pairs[p], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
+    s[t] = _mm512_fmadd_ps(offset_scale, _mm512_cvtepi32_ps(sums), s[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), s[t], acc[t]);
+  }
+}
+
+template <int N, typename Packed>
+void group_tokens(size_t n, const Packed* g, const BlockQ8K* const* act, float* out, size_t stride) {
   __m512 acc[N];
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   for (size_t b = 0; b < n / kQK; ++b) {
     const BlockQ8K* a[N];
     for (int t = 0; t < N; ++t) a[t] = act[t] + b;
-    prefetch_ahead<PackedQ4K16, 1>(&g[b]);  // 2.3 KiB ahead, as the row kernels' 16 blocks
-    q4k16_block<N>(g[b], a, acc);
+    prefetch_ahead<Packed, 1>(&g[b]);  // 2.3-3.3 KiB ahead, as the row kernels' 16 blocks
+    group_block<N>(g[b], a, acc);
   }
   for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
 }
 
-// Tokens in runs of kQ4K16Tokens, then fewer (each token's lanes see the same steps either way).
-constexpr int kQ4K16Tokens = 8;
-void group_dot_q4k16(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
-  const auto* g = static_cast<const PackedQ4K16*>(group);
-  const auto* const* a = reinterpret_cast<const BlockQ8K* const*>(act);
-  int t = 0;
-  for (; count - t >= kQ4K16Tokens; t += kQ4K16Tokens)
-    q4k16_tokens<kQ4K16Tokens>(n, g, a + t, out + t * stride, stride);
-  for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
-  for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
-}
+// Tokens in runs of kGroupTokens, then fewer (each token's lanes see the same steps either way).
+constexpr int kGroupTokens = 8;
 #else
-// --- Packed Q4_K on 256-bit registers: a group is two halves of 8 rows -----------------------
+// --- Packed Q4_K and Q6_K on 256-bit registers: a group is two halves of 8 rows --------------
 //
 // The same steps as the AVX-512 kernel, one half of the group at a time. With 16 vector
 // registers a sub-block's eight lines are unpacked at a time, for up to 4 tokens.
@@ -503,24 +547,28 @@ KQ_INLINE __m256i u8x8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Σ_k w[k] · (q[4k .. 4k + 3] broadcast): a row's exact dot per int32 lane. AVX2 adds maddubs'
-// int16 pair sums first: with quants below 16, |Σ| ≤ 8 · 2 · 15 · 128 < 2^15.
+// Σ_k w[k] · (q[4k .. 4k + 3] broadcast) over kLines lines: a row's exact dot per int32 lane.
+// AVX2 adds kSums of maddubs' int16 pair sums before each madd: below 2^15 for quants below
+// 16 (eight sums) or 64 (two).
+template <int kLines, int kSums>
 KQ_INLINE __m256i lines_dot(const __m256i* w, const int8_t* q) {
-#if KVTIER_QDOT_VNNI == 2
   __m256i dot = _mm256_setzero_si256();
-  for (int k = 0; k < 8; ++k) dot = _mm256_dpbusd_avx_epi32(dot, w[k], _mm256_set1_epi32(i32_at(q + 4 * k)));
-  return dot;
+#if KVTIER_QDOT_VNNI == 2
+  for (int k = 0; k < kLines; ++k) dot = _mm256_dpbusd_avx_epi32(dot, w[k], _mm256_set1_epi32(i32_at(q + 4 * k)));
 #else
-  __m256i pairs = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(i32_at(q)));
-  for (int k = 1; k < 8; ++k)
-    pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(i32_at(q + 4 * k))));
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  for (int k = 0; k < kLines; k += kSums) {
+    __m256i pairs = _mm256_maddubs_epi16(w[k], _mm256_set1_epi32(i32_at(q + 4 * k)));
+    for (int j = 1; j < kSums; ++j)
+      pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(w[k + j], _mm256_set1_epi32(i32_at(q + 4 * (k + j)))));
+    dot = _mm256_add_epi32(dot, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
 #endif
+  return dot;
 }
 
-// Half h (rows 8h .. 8h + 7) of one group super-block against N activation blocks, into acc.
+// Half h (rows 8h .. 8h + 7) of one Q4_K group super-block against N activation blocks, into acc.
 template <int N>
-KQ_INLINE void q4k16_half_block(const PackedQ4K16& x, int h, const BlockQ8K* const* a, __m256* acc) {
+KQ_INLINE void half_block(const PackedQ4K16& x, int h, const BlockQ8K* const* a, __m256* acc) {
   const __m256 d = f16x8(x.d + 8 * h);
   __m256 s[N];
   for (int t = 0; t < N; ++t) s[t] = _mm256_setzero_ps();
@@ -533,7 +581,7 @@ KQ_INLINE void q4k16_half_block(const PackedQ4K16& x, int h, const BlockQ8K* con
     }
     const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u8x8(x.scales[j] + 8 * h)));
     for (int t = 0; t < N; ++t)
-      s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lines_dot(w, a[t]->qs + 32 * j)), scale, s[t]);
+      s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lines_dot<8, 8>(w, a[t]->qs + 32 * j)), scale, s[t]);
   }
   __m256i mins[8];  // min_j in both int16 halves of a lane, against the pair bsums 2j, 2j + 1
   for (int j = 0; j < 8; ++j) {
@@ -549,29 +597,76 @@ KQ_INLINE void q4k16_half_block(const PackedQ4K16& x, int h, const BlockQ8K* con
   }
 }
 
+KQ_INLINE __m256i i8x8(const int8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Half h of one Q6_K group super-block: the AVX-512 group_block's steps on 8 rows.
 template <int N>
-void q4k16_tokens(size_t n, const PackedQ4K16* g, const BlockQ8K* const* act, float* out, size_t stride) {
+KQ_INLINE void half_block(const PackedQ6K16& x, int h, const BlockQ8K* const* a, __m256* acc) {
+  const __m256 d = f16x8(x.d + 8 * h);
+  __m256 s[N];
+  for (int t = 0; t < N; ++t) s[t] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+  for (int hc = 0; hc < 8; ++hc) {
+    const int c = hc % 4;
+    __m256i w[8];
+    for (int k = 0; k < 8; ++k) {
+      const __m256i ql = load(x.ql[hc / 4][c % 2][k] + 32 * h), qh = load(x.qh[hc / 4][k] + 32 * h);
+      const __m256i low = c < 2 ? ql : _mm256_srli_epi16(ql, 4);
+      const __m256i high = c < 2 ? _mm256_slli_epi16(qh, 4 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 4);
+      w[k] = _mm256_or_si256(_mm256_and_si256(low, bytes(0x0F)), _mm256_and_si256(high, bytes(0x30)));
+    }
+    for (int half = 0; half < 2; ++half) {
+      const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8(x.scales[2 * hc + half] + 8 * h)));
+      for (int t = 0; t < N; ++t)
+        s[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lines_dot<4, 2>(w + 4 * half, a[t]->qs + 32 * hc + 16 * half)), scale,
+                               s[t]);
+    }
+  }
+  __m256i pairs[8];  // the scales of groups 2p and 2p + 1 as the int16 halves of a lane
+  for (int p = 0; p < 8; ++p)
+    pairs[p] = _mm256_or_si256(_mm256_and_si256(i8x8(x.scales[2 * p] + 8 * h), _mm256_set1_epi32(0xFFFF)),
+                               _mm256_slli_epi32(i8x8(x.scales[2 * p + 1] + 8 * h), 16));
+  const __m256 offset_scale = _mm256_mul_ps(d, _mm256_set1_ps(-32.0f));
+  for (int t = 0; t < N; ++t) {
+    __m256i sums = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p)
+      sums = x86::add_madd_i16(sums, pairs[p], _mm256_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
+    s[t] = _mm256_fmadd_ps(offset_scale, _mm256_cvtepi32_ps(sums), s[t]);
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d), s[t], acc[t]);
+  }
+}
+
+template <int N, typename Packed>
+void group_tokens(size_t n, const Packed* g, const BlockQ8K* const* act, float* out, size_t stride) {
   for (int h = 0; h < 2; ++h) {
     __m256 acc[N];
     for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
     for (size_t b = 0; b < n / kQK; ++b) {
       const BlockQ8K* a[N];
       for (int t = 0; t < N; ++t) a[t] = act[t] + b;
-      prefetch_ahead<PackedQ4K16, 1>(&g[b]);
-      q4k16_half_block<N>(g[b], h, a, acc);
+      prefetch_ahead<Packed, 1>(&g[b]);
+      half_block<N>(g[b], h, a, acc);
     }
     for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * stride + 8 * h, acc[t]);
   }
 }
 
-void group_dot_q4k16(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
-  const auto* g = static_cast<const PackedQ4K16*>(group);
+constexpr int kGroupTokens = 4;  // 16 vector registers: one sub-block's lines and 4 tokens' sums
+#endif
+
+// A packed group against `count` tokens (qdot.h's GroupDotFn): runs of kGroupTokens, then fewer.
+template <typename Packed>
+void group_dot(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
+  const auto* g = static_cast<const Packed*>(group);
   const auto* const* a = reinterpret_cast<const BlockQ8K* const*>(act);
   int t = 0;
-  for (; count - t >= 4; t += 4) q4k16_tokens<4>(n, g, a + t, out + t * stride, stride);
-  for (; t < count; ++t) q4k16_tokens<1>(n, g, a + t, out + t * stride, stride);
+  for (; count - t >= kGroupTokens; t += kGroupTokens)
+    group_tokens<kGroupTokens>(n, g, a + t, out + t * stride, stride);
+  for (; count - t >= 4; t += 4) group_tokens<4>(n, g, a + t, out + t * stride, stride);
+  for (; t < count; ++t) group_tokens<1>(n, g, a + t, out + t * stride, stride);
 }
-#endif
 
 // --- quantize_q8k ---------------------------------------------------------------------
 
@@ -635,7 +730,9 @@ void fill(Kernels& k) {
   k.dot_n[uint32_t(GgufType::kQ5_K)] = dot_n_blocks<BlockQ5K, k4_block<BlockQ5K, q5_k_pair>>;
   k.dot_n[uint32_t(GgufType::kQ6_K)] = dot_n_blocks<BlockQ6K, q6_k_block>;
   k.packing[uint32_t(GgufType::kQ4_K)] = Packing::kQ4K16;
-  k.group_dot[int(Packing::kQ4K16)] = group_dot_q4k16;
+  k.packing[uint32_t(GgufType::kQ6_K)] = Packing::kQ6K16;
+  k.group_dot[int(Packing::kQ4K16)] = group_dot<PackedQ4K16>;
+  k.group_dot[int(Packing::kQ6K16)] = group_dot<PackedQ6K16>;
 }
 
 }  // namespace

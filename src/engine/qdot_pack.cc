@@ -1,6 +1,6 @@
 // The packed weight layouts of engine/qdot.h (pack, unpack, sizes) and their
 // scalar group dots, the reference every set's group dot reproduces bit for
-// bit. Written from the Q4_K block layout of engine/quant.cc.
+// bit. Written from the Q4_K and Q6_K block layouts of engine/quant.cc.
 #include <cmath>
 #include <cstring>
 
@@ -67,6 +67,69 @@ void unpack_q4k16(const PackedQ4K16* group, size_t n, uint32_t r, std::byte* out
   }
 }
 
+using impl::BlockQ6K;
+using impl::PackedQ6K16;
+
+void pack_q6k16(const std::byte* const* rows, size_t n, PackedQ6K16* out) {
+  for (size_t b = 0; b < n / kQK; ++b) {
+    PackedQ6K16& x = out[b];
+    std::memset(x.pad, 0, sizeof x.pad);
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      BlockQ6K blk;
+      std::memcpy(&blk, rows[r] + b * sizeof(BlockQ6K), sizeof blk);
+      std::memcpy(&x.d[r], blk.d, 2);
+      for (int g = 0; g < 16; ++g) x.scales[g][r] = blk.scales[g];
+      for (int h = 0; h < 2; ++h)
+        for (int k = 0; k < 8; ++k) {
+          for (int half = 0; half < 2; ++half)
+            std::memcpy(&x.ql[h][half][k][4 * r], blk.ql + 64 * h + 32 * half + 4 * k, 4);
+          std::memcpy(&x.qh[h][k][4 * r], blk.qh + 32 * h + 4 * k, 4);
+        }
+    }
+  }
+}
+
+void unpack_q6k16(const PackedQ6K16* group, size_t n, uint32_t r, std::byte* out) {
+  for (size_t b = 0; b < n / kQK; ++b) {
+    const PackedQ6K16& x = group[b];
+    BlockQ6K blk;
+    std::memcpy(blk.d, &x.d[r], 2);
+    for (int g = 0; g < 16; ++g) blk.scales[g] = x.scales[g][r];
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 8; ++k) {
+        for (int half = 0; half < 2; ++half)
+          std::memcpy(blk.ql + 64 * h + 32 * half + 4 * k, &x.ql[h][half][k][4 * r], 4);
+        std::memcpy(blk.qh + 32 * h + 4 * k, &x.qh[h][k][4 * r], 4);
+      }
+    std::memcpy(out + b * sizeof(BlockQ6K), &blk, sizeof blk);
+  }
+}
+
+// Row r of a Q6_K group super-block against activation block a, as q4k16_row_block below: the
+// quants (6 bits, offset 32) by group of 16 with their int8 scales, exact in f32 as there
+// (|dot| ≤ 16 · 63 · 128, |Σ scale · bsums| ≤ 16 · 128 · 2032, d · scale 11 × 8 bits):
+//   s = Σ_g fma(dot_g, d · scale_g, s) over groups g in order, from 0;
+//   s = fma(-32 d, Σ_g scale_g bsums_g, s);   acc = fma(d_a, s, acc).
+float q6k16_row_block(const PackedQ6K16& x, uint32_t r, const BlockQ8K& a, float acc) {
+  const float d = f16_to_f32(x.d[r]);
+  float s = 0.0f;
+  int32_t offset = 0;
+  for (int g = 0; g < 16; ++g) {
+    const int h = g / 8, c = g % 8 / 2;  // element 128h + 32c + l, l from 16 (g % 2)
+    int32_t dot = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int l = 16 * (g % 2) + i, k = l / 4, e = l % 4;
+      const int low = (x.ql[h][c % 2][k][4 * r + e] >> (4 * (c / 2))) & 0xF;
+      const int high = (x.qh[h][k][4 * r + e] >> (2 * c)) & 3;
+      dot += (low | (high << 4)) * a.qs[16 * g + i];
+    }
+    s = std::fma(float(dot), d * float(x.scales[g][r]), s);
+    offset += x.scales[g][r] * a.bsums[g];
+  }
+  s = std::fma(-32.0f * d, float(offset), s);
+  return std::fma(a.d, s, acc);
+}
+
 // Row r of super-block x against activation block a: the f32 steps every set performs per (row,
 // token), in this order. The integers are exact and so is each conversion (|dot| ≤ 32 · 15 · 127
 // and |mins| ≤ 8 · 63 · 4064 are below 2^24), as is d · scale (11 × 6 significant bits):
@@ -89,13 +152,14 @@ float q4k16_row_block(const PackedQ4K16& x, uint32_t r, const BlockQ8K& a, float
   return std::fma(a.d, s, acc);
 }
 
-void group_dot_q4k16(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride) {
-  const auto* g = static_cast<const PackedQ4K16*>(group);
+template <typename Packed, float (*row_block)(const Packed&, uint32_t, const BlockQ8K&, float)>
+void group_dot(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride) {
+  const auto* g = static_cast<const Packed*>(group);
   for (int t = 0; t < count; ++t) {
     const auto* ab = static_cast<const BlockQ8K*>(a[t]);
     for (uint32_t r = 0; r < kGroupRows; ++r) {
       float acc = 0.0f;
-      for (size_t b = 0; b < n / kQK; ++b) acc = q4k16_row_block(g[b], r, ab[b], acc);
+      for (size_t b = 0; b < n / kQK; ++b) acc = row_block(g[b], r, ab[b], acc);
       out[size_t(t) * stride + r] = acc;
     }
   }
@@ -103,7 +167,17 @@ void group_dot_q4k16(size_t n, const void* group, const void* const* a, int coun
 
 }  // namespace
 
-std::string_view packing_name(Packing p) { return p == Packing::kQ4K16 ? "q4_K x16" : "rows"; }
+std::string_view packing_name(Packing p) {
+  switch (p) {
+    case Packing::kRows:
+      return "rows";
+    case Packing::kQ4K16:
+      return "q4_K x16";
+    case Packing::kQ6K16:
+      return "q6_K x16";
+  }
+  return "?";
+}
 
 size_t group_bytes(Packing p, size_t n) {
   switch (p) {
@@ -111,6 +185,8 @@ size_t group_bytes(Packing p, size_t n) {
       return 0;
     case Packing::kQ4K16:
       return n / kQK * sizeof(PackedQ4K16);
+    case Packing::kQ6K16:
+      return n / kQK * sizeof(PackedQ6K16);
   }
   return 0;
 }
@@ -123,14 +199,19 @@ uint64_t packed_matrix_bytes(Packing p, GgufType t, uint64_t rows, uint64_t cols
 
 void pack_group(Packing p, const std::byte* const* rows, size_t n, std::byte* out) {
   if (p == Packing::kQ4K16) pack_q4k16(rows, n, reinterpret_cast<PackedQ4K16*>(out));
+  if (p == Packing::kQ6K16) pack_q6k16(rows, n, reinterpret_cast<PackedQ6K16*>(out));
 }
 
 void unpack_row(Packing p, const std::byte* group, size_t n, uint32_t r, std::byte* out) {
   if (p == Packing::kQ4K16) unpack_q4k16(reinterpret_cast<const PackedQ4K16*>(group), n, r, out);
+  if (p == Packing::kQ6K16) unpack_q6k16(reinterpret_cast<const PackedQ6K16*>(group), n, r, out);
 }
 
 namespace impl {
-void fill_packed_scalar(Kernels& k) { k.group_dot[int(Packing::kQ4K16)] = group_dot_q4k16; }
+void fill_packed_scalar(Kernels& k) {
+  k.group_dot[int(Packing::kQ4K16)] = group_dot<PackedQ4K16, q4k16_row_block>;
+  k.group_dot[int(Packing::kQ6K16)] = group_dot<PackedQ6K16, q6k16_row_block>;
+}
 }  // namespace impl
 
 }  // namespace kvtier::engine::qdot

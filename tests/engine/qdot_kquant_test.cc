@@ -264,22 +264,27 @@ TEST_P(QdotKquant, QuantizedActivationErrorIsBounded) {
       }
 }
 
-// --- The packed Q4_K layout (qdot.h: Packing::kQ4K16) and its group dots ---------------------
+// --- The packed layouts (qdot.h: Packing) and their group dots -------------------------------
 
-constexpr Layout kQ4K = kLayouts[2];
+struct PackedLayout {
+  Packing packing;
+  Layout layout;
+  size_t bytes;  // per group super-block
+};
+constexpr PackedLayout kPacked[] = {{Packing::kQ4K16, kLayouts[2], 2368}, {Packing::kQ6K16, kLayouts[4], 3392}};
 
-// kGroupRows random Q4_K rows of n elements and their packed group.
+// kGroupRows random rows of n elements and their packed group.
 struct PackedRows {
   std::vector<std::vector<uint8_t>> rows;
   std::vector<std::byte> group;
 };
-PackedRows random_group(size_t n, std::mt19937& rng) {
+PackedRows random_group(const PackedLayout& pl, size_t n, std::mt19937& rng) {
   PackedRows p;
   const std::byte* rows[kGroupRows];
-  for (uint32_t r = 0; r < kGroupRows; ++r) p.rows.push_back(random_row(kQ4K, n, rng));
+  for (uint32_t r = 0; r < kGroupRows; ++r) p.rows.push_back(random_row(pl.layout, n, rng));
   for (uint32_t r = 0; r < kGroupRows; ++r) rows[r] = reinterpret_cast<const std::byte*>(p.rows[r].data());
-  p.group.resize(group_bytes(Packing::kQ4K16, n));
-  pack_group(Packing::kQ4K16, rows, n, p.group.data());
+  p.group.resize(group_bytes(pl.packing, n));
+  pack_group(pl.packing, rows, n, p.group.data());
   return p;
 }
 
@@ -288,67 +293,75 @@ struct GroupCase {
   PackedRows p;
   std::vector<std::vector<BlockQ8K>> acts;
   const void* a[kDotN];
-  GroupCase(size_t n, std::mt19937& rng) : p(random_group(n, rng)) {
+  GroupCase(const PackedLayout& pl, size_t n, std::mt19937& rng) : p(random_group(pl, n, rng)) {
     for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng));
     for (int t = 0; t < kDotN; ++t) a[t] = acts[t].data();
   }
 };
 
-TEST(QdotPack, Q4K16HoldsExactlyTheFileRows) {
+TEST(QdotPack, GroupsHoldExactlyTheFileRows) {
   std::mt19937 rng(21);
-  for (size_t n : kLengths) {
-    EXPECT_EQ(group_bytes(Packing::kQ4K16, n), n / kQK * 2368)
-        << "148 bytes per row and super-block, the file's 144 + 4";
-    const PackedRows p = random_group(n, rng);
-    for (uint32_t r = 0; r < kGroupRows; ++r) {
-      std::vector<uint8_t> back(p.rows[r].size());
-      unpack_row(Packing::kQ4K16, p.group.data(), n, r, reinterpret_cast<std::byte*>(back.data()));
-      EXPECT_EQ(back, p.rows[r]) << "n=" << n << " row " << r;
+  for (const PackedLayout& pl : kPacked)
+    for (size_t n : kLengths) {
+      SCOPED_TRACE(std::string(packing_name(pl.packing)) + " n=" + std::to_string(n));
+      EXPECT_EQ(group_bytes(pl.packing, n), n / kQK * pl.bytes);
+      const PackedRows p = random_group(pl, n, rng);
+      for (uint32_t r = 0; r < kGroupRows; ++r) {
+        std::vector<uint8_t> back(p.rows[r].size());
+        unpack_row(pl.packing, p.group.data(), n, r, reinterpret_cast<std::byte*>(back.data()));
+        EXPECT_EQ(back, p.rows[r]) << "row " << r;
+      }
     }
-  }
-  // 37 rows: two groups packed, five rows as the file stores them.
+  // 37 rows of Q4_K: two groups packed (148 bytes per row and super-block, the file's 144 + 4),
+  // five rows as the file stores them.
   EXPECT_EQ(packed_matrix_bytes(Packing::kQ4K16, GgufType::kQ4_K, 37, 512), 2 * 2 * 2368u + 5 * 2 * 144u);
   EXPECT_EQ(packed_matrix_bytes(Packing::kRows, GgufType::kQ4_K, 37, 512), 37 * 2 * 144u);
 }
 
-// Every set's group dot (the scalar reference where a set has no faster one) against the exact
-// dot of the dequantized rows: the same rounding argument as rounding_bound's (the f32 steps
-// round each sub-block's term, not the super-block's: ≤ 8 more roundings per super-block,
-// ≲ 9e-6 of the magnitude for the longest row; measured far below).
+// Every set's group dots (the scalar reference where a set has no faster one) against the exact
+// dot of the dequantized rows. As for rounding_bound, but the f32 steps round each sub-block's
+// (Q6_K: each 16-element group's) term: ≤ 18 roundings per super-block of ≤ 2^-24 of the
+// magnitude summed so far, ≲ 1.8e-5 of it over the longest row's 17 super-blocks; measured far
+// below.
 TEST_P(QdotKquant, GroupDotMatchesDequantizedReference) {
-  const GroupDotFn dot = k_->group_dot[int(Packing::kQ4K16)];
-  ASSERT_NE(dot, nullptr);
   std::mt19937 rng(22);
-  for (size_t n : kLengths) {
-    const GroupCase c(n, rng);
-    float out[kDotN][kGroupRows];
-    dot(n, c.p.group.data(), c.a, kDotN, &out[0][0], kGroupRows);
-    for (int t = 0; t < kDotN; ++t)
-      for (uint32_t r = 0; r < kGroupRows; ++r) {
-        const Reference ref = reference_dot(kQ4K, c.p.rows[r], dequantize_activations(c.acts[t]));
-        EXPECT_NEAR(out[t][r], ref.dot, rounding_bound(ref.magnitude)) << "n=" << n << " token " << t << " row " << r;
-      }
+  for (const PackedLayout& pl : kPacked) {
+    const GroupDotFn dot = k_->group_dot[int(pl.packing)];
+    ASSERT_NE(dot, nullptr);
+    for (size_t n : kLengths) {
+      const GroupCase c(pl, n, rng);
+      float out[kDotN][kGroupRows];
+      dot(n, c.p.group.data(), c.a, kDotN, &out[0][0], kGroupRows);
+      for (int t = 0; t < kDotN; ++t)
+        for (uint32_t r = 0; r < kGroupRows; ++r) {
+          const Reference ref = reference_dot(pl.layout, c.p.rows[r], dequantize_activations(c.acts[t]));
+          EXPECT_NEAR(out[t][r], ref.dot, 2e-5 * ref.magnitude + 1e-6)
+              << packing_name(pl.packing) << " n=" << n << " token " << t << " row " << r;
+        }
+    }
   }
 }
 
 // qdot.h's contract for group dots: each (row, token) is the scalar reference's f32 steps, so
 // every set gives the reference's result bit for bit, however many tokens share the call.
 TEST_P(QdotKquant, GroupDotIsTheScalarReferenceBitForBitWhateverTheCount) {
-  const GroupDotFn dot = k_->group_dot[int(Packing::kQ4K16)];
-  const GroupDotFn reference = kernels(Isa::kScalar)->group_dot[int(Packing::kQ4K16)];
   std::mt19937 rng(23);
-  for (size_t n : kLengths) {
-    const GroupCase c(n, rng);
-    float want[kDotN][kGroupRows];
-    reference(n, c.p.group.data(), c.a, kDotN, &want[0][0], kGroupRows);
-    for (int count : {kDotN, 13, 5, 1}) {
-      constexpr size_t kStride = kGroupRows + 3;  // token-major with a gap, as a tile might be
-      std::vector<float> got(kDotN * kStride, -1.0f);
-      dot(n, c.p.group.data(), c.a, count, got.data(), kStride);
-      for (int t = 0; t < count; ++t)
-        EXPECT_EQ(std::memcmp(&got[t * kStride], want[t], sizeof want[t]), 0)
-            << "n=" << n << " count " << count << " token " << t;
-      EXPECT_EQ(got[kGroupRows], -1.0f) << "wrote past a token's rows";
+  for (const PackedLayout& pl : kPacked) {
+    const GroupDotFn dot = k_->group_dot[int(pl.packing)];
+    const GroupDotFn reference = kernels(Isa::kScalar)->group_dot[int(pl.packing)];
+    for (size_t n : kLengths) {
+      SCOPED_TRACE(std::string(packing_name(pl.packing)) + " n=" + std::to_string(n));
+      const GroupCase c(pl, n, rng);
+      float want[kDotN][kGroupRows];
+      reference(n, c.p.group.data(), c.a, kDotN, &want[0][0], kGroupRows);
+      for (int count : {kDotN, 13, 5, 1}) {
+        constexpr size_t kStride = kGroupRows + 3;  // token-major with a gap, as a tile might be
+        std::vector<float> got(kDotN * kStride, -1.0f);
+        dot(n, c.p.group.data(), c.a, count, got.data(), kStride);
+        for (int t = 0; t < count; ++t)
+          EXPECT_EQ(std::memcmp(&got[t * kStride], want[t], sizeof want[t]), 0) << "count " << count << " token " << t;
+        EXPECT_EQ(got[kGroupRows], -1.0f) << "wrote past a token's rows";
+      }
     }
   }
 }
