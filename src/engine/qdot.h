@@ -10,7 +10,7 @@
 // the scalar one with a bound, and each against dequantize-then-f32.
 //
 // A set may want a type's rows regrouped at load (Packing, below; the x86
-// sets take Q4_K 16 rows at a time); group dots then run on those groups,
+// sets take Q4_K and Q6_K 16 rows at a time); group dots then run on those groups,
 // with one f32 formula that every set reproduces bit for bit.
 //
 // Dispatch: kernels(isa) for an Isa the CPU reports (cpu_has); best() picks
