@@ -79,10 +79,13 @@ using DotNFn = void (*)(size_t n, const void* w, const void* const* a, int count
 // at the same offsets, transposed), so one byte dot product per unpacked line gives the 16 rows'
 // partial dots against four broadcast activation bytes; Q4_K's 6-bit scales and mins become
 // bytes. Each holds exactly the file's information: unpack_row gives back a row's file bytes.
-enum class Packing : uint8_t { kRows, kQ4K16, kQ6K16 };
-inline constexpr int kPackings = 3;
+// kQ8016 and kQ5016 (the legacy 32-element blocks): the group's f16 scales of every block first,
+// then per block its lines, Q8_0's quants offset by 128 and Q5_0's high bits as one 64-bit mask
+// per line, so both are unsigned for the byte dot product (engine/qdot_impl.h).
+enum class Packing : uint8_t { kRows, kQ4K16, kQ6K16, kQ8016, kQ5016 };
+inline constexpr int kPackings = 5;
 inline constexpr uint32_t kGroupRows = 16;
-std::string_view packing_name(Packing p);  // "rows", "q4_K x16", "q6_K x16"
+std::string_view packing_name(Packing p);  // "rows", "q4_K x16", "q6_K x16", "q8_0 x16", "q5_0 x16"
 // Bytes of one group of kGroupRows rows of n elements (n a multiple of the type's block).
 size_t group_bytes(Packing p, size_t n);
 // Bytes of a matrix of `rows` × `cols` of type t held as packing p wants: whole groups packed,

@@ -61,6 +61,15 @@ struct PackedQ6K16 {
 };
 static_assert(sizeof(PackedQ6K16) == 3392 && sizeof(PackedQ6K16) % 64 == 0);
 
+// A Packing::kQ8016 / kQ5016 group of n elements per row: the 16 rows' f16 d of block b at
+// d[16 b + r], padded to whole 64-byte lines (legacy_d_bytes), then per block its lines:
+//   Q8_0 (512 bytes): [line k][4r + e] = the file's qs[4k + e] of row r, plus 128;
+//   Q5_0 (320 bytes): [line k < 4][4r + e] = the file's qs[4k + e] of row r (low nibble: element
+//     4k + e, high nibble: 16 + 4k + e), then eight 64-bit masks: bit 4r + e of mask k is the
+//     file's high bit of element 4k + e of row r.
+inline constexpr size_t kLegacyQ8LineBytes = 512, kLegacyQ5LineBytes = 320;
+constexpr size_t legacy_d_bytes(size_t blocks) { return (blocks * 32 + 63) / 64 * 64; }
+
 // The packed layouts' scalar group dots: every set's default (qdot_pack.cc).
 void fill_packed_scalar(Kernels& k);
 

@@ -152,6 +152,98 @@ float q4k16_row_block(const PackedQ4K16& x, uint32_t r, const BlockQ8K& a, float
   return std::fma(a.d, s, acc);
 }
 
+// --- The legacy packings: Q8_0 and Q5_0 (32-element blocks; qdot_impl.h) ---------------------
+
+constexpr size_t kBlock = 32;
+
+size_t legacy_line_bytes(Packing p) {
+  return p == Packing::kQ8016 ? impl::kLegacyQ8LineBytes : impl::kLegacyQ5LineBytes;
+}
+size_t legacy_file_bytes(Packing p) { return p == Packing::kQ8016 ? 34 : 22; }  // d, then qs / qh, qs
+
+// Row r's element i (< 32; Q5_0: < 16, elements 16.. are the high nibbles) in a block's lines.
+template <typename Byte>
+Byte& legacy_byte(Byte* lines, uint32_t r, int i) {
+  return lines[64 * (i / 4) + 4 * r + i % 4];
+}
+// The bit of Q5_0's mask lines that holds the high bit of row r's element i.
+int q5_mask_bit(uint32_t r, int i) { return 64 * (i / 4) + int(4 * r) + i % 4; }
+
+void pack_legacy(Packing p, const std::byte* const* rows, size_t n, std::byte* out) {
+  const size_t blocks = n / kBlock, fb = legacy_file_bytes(p);
+  auto* base = reinterpret_cast<uint8_t*>(out);
+  std::memset(base, 0, group_bytes(p, n));
+  for (size_t b = 0; b < blocks; ++b) {
+    uint8_t* lines = base + impl::legacy_d_bytes(blocks) + b * legacy_line_bytes(p);
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      const auto* file = reinterpret_cast<const uint8_t*>(rows[r]) + b * fb;
+      std::memcpy(base + 2 * (kGroupRows * b + r), file, 2);
+      if (p == Packing::kQ8016) {
+        for (int i = 0; i < 32; ++i) legacy_byte(lines, r, i) = file[2 + i] ^ 0x80;  // int8 + 128
+        continue;
+      }
+      uint32_t qh;
+      std::memcpy(&qh, file + 2, 4);
+      for (int i = 0; i < 16; ++i) legacy_byte(lines, r, i) = file[6 + i];
+      for (int i = 0; i < 32; ++i)
+        if ((qh >> i) & 1) lines[256 + q5_mask_bit(r, i) / 8] |= uint8_t(1u << (q5_mask_bit(r, i) % 8));
+    }
+  }
+}
+
+void unpack_legacy(Packing p, const std::byte* group, size_t n, uint32_t r, std::byte* out) {
+  const size_t blocks = n / kBlock, fb = legacy_file_bytes(p);
+  const auto* base = reinterpret_cast<const uint8_t*>(group);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint8_t* lines = base + impl::legacy_d_bytes(blocks) + b * legacy_line_bytes(p);
+    auto* file = reinterpret_cast<uint8_t*>(out) + b * fb;
+    std::memcpy(file, base + 2 * (kGroupRows * b + r), 2);
+    if (p == Packing::kQ8016) {
+      for (int i = 0; i < 32; ++i) file[2 + i] = legacy_byte(lines, r, i) ^ 0x80;
+      continue;
+    }
+    uint32_t qh = 0;
+    for (int i = 0; i < 16; ++i) file[6 + i] = legacy_byte(lines, r, i);
+    for (int i = 0; i < 32; ++i)
+      qh |= uint32_t((lines[256 + q5_mask_bit(r, i) / 8] >> (q5_mask_bit(r, i) % 8)) & 1) << i;
+    std::memcpy(file + 2, &qh, 4);
+  }
+}
+
+// The legacy group dot's reference: per block, the exact integer dot of the weights (Q8_0: the
+// stored byte - 128; Q5_0: nibble | high bit << 4, - 16) with the activations, then
+//   acc = fma(dot, d_w · d_a, acc)   (|dot| ≤ 32 · 128 · 127 < 2^24: the conversion is exact).
+template <Packing P>
+void legacy_group_dot(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride) {
+  const size_t blocks = n / kBlock;
+  const auto* base = static_cast<const uint8_t*>(group);
+  for (int t = 0; t < count; ++t) {
+    const auto* ab = static_cast<const BlockQ8*>(a[t]);
+    for (uint32_t r = 0; r < kGroupRows; ++r) {
+      float acc = 0.0f;
+      for (size_t b = 0; b < blocks; ++b) {
+        const uint8_t* lines = base + impl::legacy_d_bytes(blocks) + b * legacy_line_bytes(P);
+        int32_t dot = 0;
+        for (int i = 0; i < 32; ++i) {
+          int w;
+          if constexpr (P == Packing::kQ8016) {
+            w = int(legacy_byte(lines, r, i)) - 128;
+          } else {
+            const uint8_t byte = legacy_byte(lines, r, i % 16);
+            const int high = (lines[256 + q5_mask_bit(r, i) / 8] >> (q5_mask_bit(r, i) % 8)) & 1;
+            w = ((i < 16 ? byte & 0xF : byte >> 4) | high << 4) - 16;
+          }
+          dot += w * ab[b].qs[i];
+        }
+        uint16_t d;
+        std::memcpy(&d, base + 2 * (kGroupRows * b + r), 2);
+        acc = std::fma(float(dot), f16_to_f32(d) * ab[b].d, acc);
+      }
+      out[size_t(t) * stride + r] = acc;
+    }
+  }
+}
+
 template <typename Packed, float (*row_block)(const Packed&, uint32_t, const BlockQ8K&, float)>
 void group_dot(size_t n, const void* group, const void* const* a, int count, float* out, size_t stride) {
   const auto* g = static_cast<const Packed*>(group);
@@ -175,6 +267,10 @@ std::string_view packing_name(Packing p) {
       return "q4_K x16";
     case Packing::kQ6K16:
       return "q6_K x16";
+    case Packing::kQ8016:
+      return "q8_0 x16";
+    case Packing::kQ5016:
+      return "q5_0 x16";
   }
   return "?";
 }
@@ -187,6 +283,9 @@ size_t group_bytes(Packing p, size_t n) {
       return n / kQK * sizeof(PackedQ4K16);
     case Packing::kQ6K16:
       return n / kQK * sizeof(PackedQ6K16);
+    case Packing::kQ8016:
+    case Packing::kQ5016:
+      return impl::legacy_d_bytes(n / kBlock) + n / kBlock * legacy_line_bytes(p);
   }
   return 0;
 }
@@ -200,17 +299,21 @@ uint64_t packed_matrix_bytes(Packing p, GgufType t, uint64_t rows, uint64_t cols
 void pack_group(Packing p, const std::byte* const* rows, size_t n, std::byte* out) {
   if (p == Packing::kQ4K16) pack_q4k16(rows, n, reinterpret_cast<PackedQ4K16*>(out));
   if (p == Packing::kQ6K16) pack_q6k16(rows, n, reinterpret_cast<PackedQ6K16*>(out));
+  if (p == Packing::kQ8016 || p == Packing::kQ5016) pack_legacy(p, rows, n, out);
 }
 
 void unpack_row(Packing p, const std::byte* group, size_t n, uint32_t r, std::byte* out) {
   if (p == Packing::kQ4K16) unpack_q4k16(reinterpret_cast<const PackedQ4K16*>(group), n, r, out);
   if (p == Packing::kQ6K16) unpack_q6k16(reinterpret_cast<const PackedQ6K16*>(group), n, r, out);
+  if (p == Packing::kQ8016 || p == Packing::kQ5016) unpack_legacy(p, group, n, r, out);
 }
 
 namespace impl {
 void fill_packed_scalar(Kernels& k) {
   k.group_dot[int(Packing::kQ4K16)] = group_dot<PackedQ4K16, q4k16_row_block>;
   k.group_dot[int(Packing::kQ6K16)] = group_dot<PackedQ6K16, q6k16_row_block>;
+  k.group_dot[int(Packing::kQ8016)] = legacy_group_dot<Packing::kQ8016>;
+  k.group_dot[int(Packing::kQ5016)] = legacy_group_dot<Packing::kQ5016>;
 }
 }  // namespace impl
 

@@ -62,10 +62,11 @@ void store_f16(uint8_t* p, float v) {
 }
 
 // A random row of n elements: random bytes for the quants and packed scales,
-// a realistic f16 d and dmin (1e-3 .. 1e-1) per super-block.
+// a realistic f16 d and dmin (1e-3 .. 1e-1) per (super-)block.
 std::vector<uint8_t> random_row(const Layout& layout, size_t n, std::mt19937& rng) {
-  const size_t block_bytes = quant::info(layout.type).block_bytes;
-  std::vector<uint8_t> row(n / kQK * block_bytes);
+  const quant::TypeInfo& info = quant::info(layout.type);
+  const size_t block_bytes = info.block_bytes;
+  std::vector<uint8_t> row(n / info.block_elems * block_bytes);
   std::uniform_int_distribution<int> byte(0, 255);
   for (uint8_t& b : row) b = uint8_t(byte(rng));
   for (size_t at = 0; at < row.size(); at += block_bytes) {
@@ -269,9 +270,27 @@ TEST_P(QdotKquant, QuantizedActivationErrorIsBounded) {
 struct PackedLayout {
   Packing packing;
   Layout layout;
-  size_t bytes;  // per group super-block
+  size_t bytes;  // per 256 elements of a group (the legacy types: their lines, past the scales)
 };
-constexpr PackedLayout kPacked[] = {{Packing::kQ4K16, kLayouts[2], 2368}, {Packing::kQ6K16, kLayouts[4], 3392}};
+constexpr PackedLayout kPacked[] = {{Packing::kQ4K16, kLayouts[2], 2368},
+                                    {Packing::kQ6K16, kLayouts[4], 3392},
+                                    {Packing::kQ8016, {GgufType::kQ8_0, 0, -1}, 8 * 512},
+                                    {Packing::kQ5016, {GgufType::kQ5_0, 0, -1}, 8 * 320}};
+bool legacy(const PackedLayout& pl) { return pl.packing == Packing::kQ8016 || pl.packing == Packing::kQ5016; }
+
+// `a` as the legacy types' activation blocks of 32 (the same integers and scale per 32).
+std::vector<BlockQ8> legacy_activations(const std::vector<BlockQ8K>& a) {
+  std::vector<BlockQ8> out;
+  for (const BlockQ8K& blk : a)
+    for (size_t i = 0; i < kQK; i += 32) {
+      BlockQ8 b{blk.d, 0.0f, {}};
+      int sum = 0;
+      for (size_t j = 0; j < 32; ++j) b.qs[j] = blk.qs[i + j], sum += b.qs[j];
+      b.s = b.d * float(sum);
+      out.push_back(b);
+    }
+  return out;
+}
 
 // kGroupRows random rows of n elements and their packed group.
 struct PackedRows {
@@ -288,14 +307,17 @@ PackedRows random_group(const PackedLayout& pl, size_t n, std::mt19937& rng) {
   return p;
 }
 
-// A random group and kDotN random activation rows for it.
+// A random group and kDotN random activation rows for it (q8_K, or q8 for the legacy types).
 struct GroupCase {
   PackedRows p;
   std::vector<std::vector<BlockQ8K>> acts;
+  std::vector<std::vector<BlockQ8>> legacy_acts;
   const void* a[kDotN];
   GroupCase(const PackedLayout& pl, size_t n, std::mt19937& rng) : p(random_group(pl, n, rng)) {
     for (int t = 0; t < kDotN; ++t) acts.push_back(random_activations(n, rng));
-    for (int t = 0; t < kDotN; ++t) a[t] = acts[t].data();
+    for (int t = 0; t < kDotN; ++t) legacy_acts.push_back(legacy_activations(acts[t]));
+    for (int t = 0; t < kDotN; ++t)
+      a[t] = legacy(pl) ? static_cast<const void*>(legacy_acts[t].data()) : acts[t].data();
   }
 };
 
@@ -304,7 +326,7 @@ TEST(QdotPack, GroupsHoldExactlyTheFileRows) {
   for (const PackedLayout& pl : kPacked)
     for (size_t n : kLengths) {
       SCOPED_TRACE(std::string(packing_name(pl.packing)) + " n=" + std::to_string(n));
-      EXPECT_EQ(group_bytes(pl.packing, n), n / kQK * pl.bytes);
+      EXPECT_EQ(group_bytes(pl.packing, n), n / kQK * pl.bytes + (legacy(pl) ? (n / 32 * 32 + 63) / 64 * 64 : 0));
       const PackedRows p = random_group(pl, n, rng);
       for (uint32_t r = 0; r < kGroupRows; ++r) {
         std::vector<uint8_t> back(p.rows[r].size());
