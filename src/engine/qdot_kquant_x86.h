@@ -419,6 +419,20 @@ KQ_INLINE __m512i u8x16(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// The last steps of every K-quant group block, per token: s += scale · Σ_p pairs[p] · (bsums 2p,
+// 2p + 1) (the int16 halves of a lane against a pair of the activations' group sums: the mins or
+// the constant offset), then acc += d_a · s.
+template <int N>
+KQ_INLINE void finish_tokens(const __m512i* pairs, __m512 scale, const BlockQ8K* const* a, const __m512* s,
+                             __m512* acc) {
+  for (int t = 0; t < N; ++t) {
+    __m512i sums = _mm512_setzero_si512();
+    for (int p = 0; p < 8; ++p)
+      sums = _mm512_dpwssd_epi32(sums, pairs[p], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
+    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(sums), s[t]), acc[t]);
+  }
+}
+
 // One Q4_K group super-block against N activation blocks, into acc[0 .. N) (a lane per row). A pair's
 // lines are loaded once: sub-block 2p is their low nibbles, 2p + 1 their high nibbles left in
 // place (16 q), its dots 16 times the reference's and its scale a 16th of it — both exact (the
@@ -456,14 +470,8 @@ KQ_INLINE void group_block(const PackedQ4K16& x, const BlockQ8K* const* a, __m51
     const __m512i m = u8x16(x.mins[j]);
     mins[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
   }
-  const __m512 dmin = f16x16(x.dmin);
-  for (int t = 0; t < N; ++t) {
-    __m512i msum = _mm512_setzero_si512();
-    for (int j = 0; j < 8; ++j)
-      msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
-    s[t] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum), s[t]);
-    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), s[t], acc[t]);
-  }
+  const __m512i dmin = _mm512_castps_si512(f16x16(x.dmin));  // negated below: -dmin, as the reference
+  finish_tokens<N>(mins, _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(int(0x80000000u)))), a, s, acc);
 }
 
 // Q6_K line k of chunk c (elements 128h + 32c ..) of a group: nibble c / 2 of its ql line and
@@ -509,14 +517,7 @@ KQ_INLINE void group_block(const PackedQ6K16& x, const BlockQ8K* const* a, __m51
   for (int p = 0; p < 8; ++p)
     pairs[p] = _mm512_or_si512(_mm512_and_si512(i8x16(x.scales[2 * p]), _mm512_set1_epi32(0xFFFF)),
                                _mm512_slli_epi32(i8x16(x.scales[2 * p + 1]), 16));
-  const __m512 offset_scale = _mm512_mul_ps(d, _mm512_set1_ps(-32.0f));
-  for (int t = 0; t < N; ++t) {
-    __m512i sums = _mm512_setzero_si512();
-    for (int p = 0; p < 8; ++p)
-      sums = _mm512_dpwssd_epi32(sums, pairs[p], _mm512_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
-    s[t] = _mm512_fmadd_ps(offset_scale, _mm512_cvtepi32_ps(sums), s[t]);
-    acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(a[t]->d), s[t], acc[t]);
-  }
+  finish_tokens<N>(pairs, _mm512_mul_ps(d, _mm512_set1_ps(-32.0f)), a, s, acc);
 }
 
 template <int N, typename Packed>
@@ -566,6 +567,18 @@ KQ_INLINE __m256i lines_dot(const __m256i* w, const int8_t* q) {
   return dot;
 }
 
+// The last steps of every K-quant half block, per token: the AVX-512 finish_tokens on 8 rows.
+template <int N>
+KQ_INLINE void finish_tokens(const __m256i* pairs, __m256 scale, const BlockQ8K* const* a, const __m256* s,
+                             __m256* acc) {
+  for (int t = 0; t < N; ++t) {
+    __m256i sums = _mm256_setzero_si256();
+    for (int p = 0; p < 8; ++p)
+      sums = x86::add_madd_i16(sums, pairs[p], _mm256_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d), _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), s[t]), acc[t]);
+  }
+}
+
 // Half h (rows 8h .. 8h + 7) of one Q4_K group super-block against N activation blocks, into acc.
 template <int N>
 KQ_INLINE void half_block(const PackedQ4K16& x, int h, const BlockQ8K* const* a, __m256* acc) {
@@ -588,13 +601,7 @@ KQ_INLINE void half_block(const PackedQ4K16& x, int h, const BlockQ8K* const* a,
     const __m256i m = u8x8(x.mins[j] + 8 * h);
     mins[j] = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
   }
-  const __m256 dmin = f16x8(x.dmin + 8 * h);
-  for (int t = 0; t < N; ++t) {
-    __m256i msum = _mm256_setzero_si256();
-    for (int j = 0; j < 8; ++j) msum = x86::add_madd_i16(msum, mins[j], _mm256_set1_epi32(i32_at(a[t]->bsums + 2 * j)));
-    s[t] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(msum), s[t]);
-    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d), s[t], acc[t]);
-  }
+  finish_tokens<N>(mins, _mm256_xor_ps(f16x8(x.dmin + 8 * h), _mm256_set1_ps(-0.0f)), a, s, acc);  // -dmin
 }
 
 KQ_INLINE __m256i i8x8(const int8_t* p) {
@@ -628,14 +635,7 @@ KQ_INLINE void half_block(const PackedQ6K16& x, int h, const BlockQ8K* const* a,
   for (int p = 0; p < 8; ++p)
     pairs[p] = _mm256_or_si256(_mm256_and_si256(i8x8(x.scales[2 * p] + 8 * h), _mm256_set1_epi32(0xFFFF)),
                                _mm256_slli_epi32(i8x8(x.scales[2 * p + 1] + 8 * h), 16));
-  const __m256 offset_scale = _mm256_mul_ps(d, _mm256_set1_ps(-32.0f));
-  for (int t = 0; t < N; ++t) {
-    __m256i sums = _mm256_setzero_si256();
-    for (int p = 0; p < 8; ++p)
-      sums = x86::add_madd_i16(sums, pairs[p], _mm256_set1_epi32(i32_at(a[t]->bsums + 2 * p)));
-    s[t] = _mm256_fmadd_ps(offset_scale, _mm256_cvtepi32_ps(sums), s[t]);
-    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(a[t]->d), s[t], acc[t]);
-  }
+  finish_tokens<N>(pairs, _mm256_mul_ps(d, _mm256_set1_ps(-32.0f)), a, s, acc);
 }
 
 template <int N, typename Packed>
