@@ -5,7 +5,8 @@
 #define KVTIER_QDOT_VNNI 0
 #include "engine/qdot_kquant_x86.h"
 #include "engine/qdot_legacy_x86.h"
+#include "engine/qdot_packed_x86.h"
 
 namespace kvtier::engine::qdot::impl {
-void fill_avx2(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k); }
+void fill_avx2(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k), packed_x86::fill(k); }
 }  // namespace kvtier::engine::qdot::impl

@@ -18,10 +18,11 @@ KVTIER_ISA_REGION_BEGIN("avxvnni")
 #define KVTIER_QDOT_VNNI 2
 #include "engine/qdot_kquant_x86.h"
 #include "engine/qdot_legacy_x86.h"
+#include "engine/qdot_packed_x86.h"
 KVTIER_ISA_REGION_END
 
 // Outside the ISA region: a plain call into the kernels, made only where
 // the CPU has the set (engine/qdot.cc).
 namespace kvtier::engine::qdot::impl {
-void fill_avxvnni(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k); }
+void fill_avxvnni(Kernels& k) { legacy_x86::fill(k), kquant_x86::fill(k), packed_x86::fill(k); }
 }  // namespace kvtier::engine::qdot::impl

@@ -207,80 +207,12 @@ void dot_n_q8(size_t n, const void* w, const void* const* act, int count, float*
     out[t * stride] = hsum(_mm256_add_ps(even[t].v, odd[t].v)) + (even[t].min + odd[t].min);
 }
 
-// The four activation bytes at p as one int32 (for a broadcast).
-inline int32_t i32_at(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// Σ qs over an activation block, exactly (byte sums of qs + 128).
-[[gnu::always_inline]] inline int32_t block_sum(const BlockQ8& a) {
-  const __m256i q =
-      _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs)), _mm256_set1_epi8(char(0x80)));
-  const __m256i sums = _mm256_sad_epu8(q, _mm256_setzero_si256());
-  const __m128i half = _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
-  return int32_t(_mm_cvtsi128_si64(half) + _mm_extract_epi64(half, 1)) - 32 * 128;
-}
-
 #if KVTIER_QDOT_VNNI == 1
 // [lo | hi] and the upper half, with AVX-512F alone (the f32x8 forms need AVX512DQ).
 __m512 join(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
 }
 __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-
-// --- Packed Q8_0 and Q5_0 (qdot.h: Packing; layout: qdot_impl.h), a row per 32-bit lane -----
-//
-// A block's eight lines (elements 4k .. 4k + 3 of each of the 16 rows, unsigned: Q8_0's quants
-// plus 128, Q5_0's 5-bit q) are unpacked once for every token of the call; per token, a dpbusd per
-// line against four broadcast activation bytes, the offset (128 or 16) times the block's
-// activation sum taken back, then the reference's one fma (qdot_pack.cc, legacy_group_dot).
-
-template <Packing P>
-[[gnu::always_inline]] inline void legacy_lines(const uint8_t* lines, __m512i* w) {
-  if constexpr (P == Packing::kQ8016) {
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_loadu_si512(lines + 64 * k);
-  } else {
-    for (int k = 0; k < 4; ++k) {
-      const __m512i line = _mm512_loadu_si512(lines + 64 * k);
-      const __m512i lo = _mm512_and_si512(line, _mm512_set1_epi8(0x0F));
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(line, 4), _mm512_set1_epi8(0x0F));
-      uint64_t mask[2];
-      std::memcpy(&mask[0], lines + 256 + 8 * k, 8);
-      std::memcpy(&mask[1], lines + 256 + 8 * (k + 4), 8);
-      w[k] = _mm512_mask_add_epi8(lo, _cvtu64_mask64(mask[0]), lo, _mm512_set1_epi8(0x10));
-      w[k + 4] = _mm512_mask_add_epi8(hi, _cvtu64_mask64(mask[1]), hi, _mm512_set1_epi8(0x10));
-    }
-  }
-}
-
-template <int N, Packing P>
-void legacy_group_tokens(size_t n, const uint8_t* group, const BlockQ8* const* act, float* out, size_t stride) {
-  constexpr int32_t kOffset = P == Packing::kQ8016 ? 128 : 16;
-  constexpr size_t kLineBytes = P == Packing::kQ8016 ? kLegacyQ8LineBytes : kLegacyQ5LineBytes;
-  const size_t blocks = n / kBlock;
-  const uint8_t* lines = group + legacy_d_bytes(blocks);
-  __m512 acc[N];
-  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
-  for (size_t b = 0; b < blocks; ++b, lines += kLineBytes) {
-    for (size_t at = 0; at < kLineBytes; at += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(lines + 4 * kLineBytes + at), _MM_HINT_T0);
-    __m512i w[8];
-    legacy_lines<P>(lines, w);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + 32 * b)));
-    for (int t = 0; t < N; ++t) {
-      const BlockQ8& a = act[t][b];
-      __m512i dot = _mm512_setzero_si512();
-      for (int k = 0; k < 8; ++k) dot = _mm512_dpbusd_epi32(dot, w[k], _mm512_set1_epi32(i32_at(a.qs + 4 * k)));
-      dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(kOffset * block_sum(a)));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dw, _mm512_set1_ps(a.d)), acc[t]);
-    }
-  }
-  for (int t = 0; t < N; ++t) _mm512_storeu_ps(out + t * stride, acc[t]);
-}
-
-constexpr int kLegacyTokens = 8;  // tokens per run of a group dot
 
 // AVX-512: dot_n_q8 with two blocks per 512-bit register, the even block of a pair in the low half
 // and the odd one in the high half. The accumulator [even | odd] then takes, lane by lane, the
@@ -352,81 +284,6 @@ void dot_n_q8_512(size_t n, const void* w, const void* const* act, int count, fl
 }
 #endif
 
-#if KVTIER_QDOT_VNNI == 2
-// AVX-VNNI: the packed Q8_0 and Q5_0 groups (above) as two halves of 8 rows on 256-bit registers.
-// Q5_0's high bits: the half's 32 mask bits of a line, expanded to 0x10 in each byte that has one.
-[[gnu::always_inline]] inline __m256i high_bits(const uint8_t* masks, int k, int h) {
-  uint32_t m;
-  std::memcpy(&m, masks + 8 * k + 4 * h, 4);  // bit 4r + e: row 8h + r, element e of the line
-  const __m256i byte_of = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
-                                           2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-  const __m256i bit = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128,  //
-                                       1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(int(m)), byte_of);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
-}
-
-template <Packing P>
-[[gnu::always_inline]] inline void legacy_half_lines(const uint8_t* lines, int h, __m256i* w) {
-  const auto line = [&](int k) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lines + 64 * k + 32 * h));
-  };
-  if constexpr (P == Packing::kQ8016) {
-    for (int k = 0; k < 8; ++k) w[k] = line(k);
-  } else {
-    for (int k = 0; k < 4; ++k) {
-      const __m256i l = line(k);
-      w[k] = _mm256_or_si256(_mm256_and_si256(l, _mm256_set1_epi8(0x0F)), high_bits(lines + 256, k, h));
-      w[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), _mm256_set1_epi8(0x0F)),
-                                 high_bits(lines + 256, k + 4, h));
-    }
-  }
-}
-
-template <int N, Packing P>
-void legacy_group_tokens(size_t n, const uint8_t* group, const BlockQ8* const* act, float* out, size_t stride) {
-  constexpr int32_t kOffset = P == Packing::kQ8016 ? 128 : 16;
-  constexpr size_t kLineBytes = P == Packing::kQ8016 ? kLegacyQ8LineBytes : kLegacyQ5LineBytes;
-  const size_t blocks = n / kBlock;
-  for (int h = 0; h < 2; ++h) {
-    const uint8_t* lines = group + legacy_d_bytes(blocks);
-    __m256 acc[N];
-    for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
-    for (size_t b = 0; b < blocks; ++b, lines += kLineBytes) {
-      for (size_t at = 0; at < kLineBytes; at += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(lines + 4 * kLineBytes + at), _MM_HINT_T0);
-      __m256i w[8];
-      legacy_half_lines<P>(lines, h, w);
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 32 * b + 16 * h)));
-      for (int t = 0; t < N; ++t) {
-        const BlockQ8& a = act[t][b];
-        __m256i dot = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) dot = _mm256_dpbusd_avx_epi32(dot, w[k], _mm256_set1_epi32(i32_at(a.qs + 4 * k)));
-        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(kOffset * block_sum(a)));
-        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
-      }
-    }
-    for (int t = 0; t < N; ++t) _mm256_storeu_ps(out + t * stride + 8 * h, acc[t]);
-  }
-}
-
-constexpr int kLegacyTokens = 4;  // 16 vector registers: a block's lines and 4 tokens' sums
-#endif
-
-#if KVTIER_QDOT_VNNI != 0
-// A packed group against `count` tokens (qdot.h's GroupDotFn): runs of kLegacyTokens, then fewer.
-template <Packing P>
-void legacy_group_dot(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
-  const auto* g = static_cast<const uint8_t*>(group);
-  const auto* const* a = reinterpret_cast<const BlockQ8* const*>(act);
-  int t = 0;
-  for (; count - t >= kLegacyTokens; t += kLegacyTokens)
-    legacy_group_tokens<kLegacyTokens, P>(n, g, a + t, out + t * stride, stride);
-  for (; count - t >= 4; t += 4) legacy_group_tokens<4, P>(n, g, a + t, out + t * stride, stride);
-  for (; t < count; ++t) legacy_group_tokens<1, P>(n, g, a + t, out + t * stride, stride);
-}
-#endif
-
 // Eight 16-bit floats at p (any alignment) widened to f32.
 __m256 widen_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 __m256 widen_bf16(const uint16_t* p) {
@@ -477,12 +334,6 @@ void fill(Kernels& k) {
   k.dot_n[uint32_t(GgufType::kQ5_1)] = KVTIER_DOT_N<24, true, false, w_q5_1>;
   k.dot_n[uint32_t(GgufType::kQ8_0)] = KVTIER_DOT_N<34, false, true, w_q8_0>;
 #undef KVTIER_DOT_N
-#if KVTIER_QDOT_VNNI != 0  // AVX2's maddubs could saturate on Q8_0's offset quants: rows there
-  k.packing[uint32_t(GgufType::kQ8_0)] = Packing::kQ8016;
-  k.packing[uint32_t(GgufType::kQ5_0)] = Packing::kQ5016;
-  k.group_dot[int(Packing::kQ8016)] = legacy_group_dot<Packing::kQ8016>;
-  k.group_dot[int(Packing::kQ5016)] = legacy_group_dot<Packing::kQ5016>;
-#endif
   k.dot[uint32_t(GgufType::kF16)] = dot_f32<widen_f16, f16_one>;
   k.dot[uint32_t(GgufType::kBF16)] = dot_f32<widen_bf16, bf16_one>;
 }
