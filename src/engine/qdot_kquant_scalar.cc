@@ -71,14 +71,14 @@ void q3_k_dots(const void* block, const int8_t* a, GroupDots& u) {
   u.d = f16_at(b.d), u.dmin = 0.0f;
 }
 
-// Scale and min of 32-element sub-block j of a Q4_K/Q5_K block (6 bits each, packed in 12 bytes),
-// written to both 16-element groups of the sub-block.
+// Scale and min of 32-element sub-block j of a Q4_K/Q5_K block, written to both 16-element groups
+// of the sub-block.
 void k4_scales_mins(const uint8_t* packed, GroupDots& u) {
+  uint8_t sc[8], m[8];
+  quant::unpack_k4_scales(packed, sc, m);
   for (size_t j = 0; j < 8; ++j) {
-    const int sc = j < 4 ? packed[j] & 63 : (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4);
-    const int m = j < 4 ? packed[j + 4] & 63 : (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4);
-    u.sc[2 * j] = u.sc[2 * j + 1] = int16_t(sc);
-    u.m[2 * j] = u.m[2 * j + 1] = int16_t(m);
+    u.sc[2 * j] = u.sc[2 * j + 1] = int16_t(sc[j]);
+    u.m[2 * j] = u.m[2 * j + 1] = int16_t(m[j]);
   }
 }
 

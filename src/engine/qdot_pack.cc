@@ -13,25 +13,6 @@ namespace {
 
 constexpr size_t kQK = 256;  // elements per super-block
 
-// Scale and min of sub-block j from a Q4_K block's 12 packed bytes (ggml's get_scale_min_k4):
-// j < 4 in the low 6 bits of bytes j (scale) and j + 4 (min); j ≥ 4 takes its low 4 bits from
-// byte j + 4 (scale: low nibble, min: high nibble) and its top 2 from bits 6..7 of bytes j - 4 / j.
-void decode_scales(const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = q[j] & 63, m[j] = q[j + 4] & 63;
-    sc[j + 4] = uint8_t((q[j + 8] & 0xF) | ((q[j] >> 6) << 4));
-    m[j + 4] = uint8_t((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
-  }
-}
-// The inverse (the packing is a bijection of 16 six-bit values onto 12 bytes).
-void encode_scales(const uint8_t* sc, const uint8_t* m, uint8_t* q) {
-  for (int j = 0; j < 4; ++j) {
-    q[j] = uint8_t(sc[j] | ((sc[j + 4] >> 4) << 6));
-    q[j + 4] = uint8_t(m[j] | ((m[j + 4] >> 4) << 6));
-    q[j + 8] = uint8_t((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
-  }
-}
-
 using impl::BlockQ4K;
 using impl::PackedQ4K16;
 
@@ -44,7 +25,7 @@ void pack_q4k16(const std::byte* const* rows, size_t n, PackedQ4K16* out) {
       std::memcpy(&x.d[r], blk.d, 2);
       std::memcpy(&x.dmin[r], blk.dmin, 2);
       uint8_t sc[8], m[8];
-      decode_scales(blk.scales, sc, m);
+      quant::unpack_k4_scales(blk.scales, sc, m);
       for (int j = 0; j < 8; ++j) x.scales[j][r] = sc[j], x.mins[j][r] = m[j];
       for (int p = 0; p < 4; ++p)
         for (int k = 0; k < 8; ++k) std::memcpy(&x.qs[p][k][4 * r], blk.qs + 32 * p + 4 * k, 4);
@@ -60,7 +41,7 @@ void unpack_q4k16(const PackedQ4K16* group, size_t n, uint32_t r, std::byte* out
     std::memcpy(blk.dmin, &x.dmin[r], 2);
     uint8_t sc[8], m[8];
     for (int j = 0; j < 8; ++j) sc[j] = x.scales[j][r], m[j] = x.mins[j][r];
-    encode_scales(sc, m, blk.scales);
+    quant::pack_k4_scales(sc, m, blk.scales);
     for (int p = 0; p < 4; ++p)
       for (int k = 0; k < 8; ++k) std::memcpy(blk.qs + 32 * p + 4 * k, &x.qs[p][k][4 * r], 4);
     std::memcpy(out + b * sizeof(BlockQ4K), &blk, sizeof blk);

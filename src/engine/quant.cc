@@ -137,29 +137,15 @@ void decode_q3_k(const uint8_t* b, float* y) {
   }
 }
 
-// Scale and min of sub-block j (0..7) of a Q4_K/Q5_K block: 6-bit values
-// packed in 12 bytes (ggml's get_scale_min_k4).
-void k4_scale_min(const uint8_t* packed, uint32_t j, float& scale, float& min) {
-  uint8_t sc, m;
-  if (j < 4) {
-    sc = packed[j] & 63;
-    m = packed[j + 4] & 63;
-  } else {
-    sc = uint8_t((packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4));
-    m = uint8_t((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-  }
-  scale = float(sc), min = float(m);
-}
-
 // Q4_K: d, dmin, 12 bytes of scales/mins, 128 bytes of nibbles. Sub-block j
 // (32 elements) is nibble j % 2 of bytes 32 (j / 2) ..; value (d * scale) * q - (dmin * min).
 void decode_q4_k(const uint8_t* b, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
   const uint8_t* qs = b + 16;
+  uint8_t scales[8], mins[8];
+  unpack_k4_scales(b + 4, scales, mins);
   for (uint32_t j = 0; j < 8; ++j) {
-    float scale, min;
-    k4_scale_min(b + 4, j, scale, min);
-    const float dl = d * scale, ml = dmin * min;
+    const float dl = d * float(scales[j]), ml = dmin * float(mins[j]);
     for (uint32_t l = 0; l < 32; ++l) y[32 * j + l] = dl * float((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) - ml;
   }
 }
@@ -170,10 +156,10 @@ void decode_q5_k(const uint8_t* b, float* y) {
   const float d = half_at(b), dmin = half_at(b + 2);
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
+  uint8_t scales[8], mins[8];
+  unpack_k4_scales(b + 4, scales, mins);
   for (uint32_t j = 0; j < 8; ++j) {
-    float scale, min;
-    k4_scale_min(b + 4, j, scale, min);
-    const float dl = d * scale, ml = dmin * min;
+    const float dl = d * float(scales[j]), ml = dmin * float(mins[j]);
     for (uint32_t l = 0; l < 32; ++l) {
       const int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) | (((qh[l] >> j) & 1) << 4);
       y[32 * j + l] = dl * float(q) - ml;
@@ -311,6 +297,22 @@ size_t first_nonfinite(GgufType type, std::span<const std::byte> bytes, size_t n
     for (uint32_t off : scale_offsets(type))
       if (!finite_f16(src + blk * t.block_bytes + off)) return blk * t.block_elems;
   return n;
+}
+
+void unpack_k4_scales(const uint8_t* packed, uint8_t scales[8], uint8_t mins[8]) {
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = packed[j] & 63, mins[j] = packed[j + 4] & 63;
+    scales[j + 4] = uint8_t((packed[j + 8] & 0xF) | ((packed[j] >> 6) << 4));
+    mins[j + 4] = uint8_t((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4));
+  }
+}
+
+void pack_k4_scales(const uint8_t scales[8], const uint8_t mins[8], uint8_t* packed) {
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = uint8_t(scales[j] | ((scales[j + 4] >> 4) << 6));
+    packed[j + 4] = uint8_t(mins[j] | ((mins[j + 4] >> 4) << 6));
+    packed[j + 8] = uint8_t((scales[j + 4] & 0xF) | ((mins[j + 4] & 0xF) << 4));
+  }
 }
 
 }  // namespace kvtier::engine::quant

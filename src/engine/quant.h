@@ -50,6 +50,13 @@ inline uint64_t row_bytes(const TypeInfo& t, uint64_t n) { return n / t.block_el
 // not hold; the values themselves are not checked (a NaN scale gives NaNs).
 Status dequantize_row(GgufType type, std::span<const std::byte> bytes, size_t n, float* out);
 
+// Q4_K/Q5_K's eight 6-bit scales and eight 6-bit mins, packed in 12 bytes as ggml packs them
+// (get_scale_min_k4): sub-blocks 0..3 in the low 6 bits of bytes j (scale) and j + 4 (min);
+// 4..7 take their low 4 bits from byte j + 4 (scale: low nibble, min: high nibble) and their
+// top 2 from bits 6..7 of bytes j - 4 and j. The packing is a bijection; values must be < 64.
+void unpack_k4_scales(const uint8_t* packed, uint8_t scales[8], uint8_t mins[8]);
+void pack_k4_scales(const uint8_t scales[8], const uint8_t mins[8], uint8_t* packed);
+
 // The element index of the first block of `n` elements at `bytes` whose values are not all
 // finite, or n when every value is: a float type checks each value, a block type its f16
 // scales (with finite scales every value of a block is finite). Sizes as dequantize_row.

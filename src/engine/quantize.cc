@@ -375,15 +375,7 @@ void k_affine_levels(const float* x, const AffineSearch& search, uint8_t* b, uin
     ls[j] = std::min(uint8_t(63), uint8_t(nearest(inv_scale * scales[j])));
     lm[j] = std::min(uint8_t(63), uint8_t(nearest(inv_min * mins[j])));
   }
-  // Sub-blocks 0..3: 6 bits in bytes j (scale) and j + 4 (min); 4..7: low
-  // nibbles in byte j + 4, the top 2 bits in bits 6..7 of bytes j - 4 and j.
-  uint8_t* packed = b + 4;
-  for (int j = 0; j < 4; ++j) packed[j] = ls[j], packed[j + 4] = lm[j];
-  for (int j = 4; j < 8; ++j) {
-    packed[j + 4] = uint8_t((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-    packed[j - 4] = uint8_t(packed[j - 4] | ((ls[j] >> 4) << 6));
-    packed[j] = uint8_t(packed[j] | ((lm[j] >> 4) << 6));
-  }
+  quant::pack_k4_scales(ls, lm, b + 4);
   const float d = put_f16(b, max_scale / 63.0f);
   const float dmin = put_f16(b + 2, max_min / 63.0f);
   for (int j = 0; j < 8; ++j) {
