@@ -124,7 +124,7 @@ void Linear::rows_f32(uint64_t r0, uint64_t n, float* out) const {
   std::vector<std::byte> scratch;
   for (const WeightPart& p : parts_) {
     const uint64_t lo = std::max(r0, base), hi = std::min(r0 + n, base + p.rows());
-    scratch.resize(p.row_bytes());
+    if (p.packing() != qdot::Packing::kRows) scratch.resize(p.row_bytes());  // file rows need no copy
     for (uint64_t r = lo; r < hi; ++r) {
       float* dst = out + size_t(r - r0) * cols_;
       if (const float* f = p.f32()) {
