@@ -6,7 +6,7 @@
 # Usage: scripts/cluster-demo.sh [POLICY] [USERS] [ROUNDS]
 #   POLICY: cache-aware (default), round-robin or least-loaded. KVTIER: the binary (build/tools/kvtier).
 #   Environment: INSTANCES (3), CAPACITY (8MiB: each instance's device and host tiers, small so that no
-#   single one holds every conversation), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
+#   single one holds every conversation), DISK_CAPACITY (256MiB: each instance's disk tier; 0: none), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
 #   the second instance is killed with SIGKILL that long into the load; the summary counts what failed),
 #   SYSTEM_PROMPT_TOKENS (200: one system prompt every conversation shares; 0: none, so what is cached
 #   is each conversation's own history, as when many applications share the instances).
@@ -37,12 +37,15 @@ PIDS+=($!)
 BACKENDS=()
 INSTANCES=${INSTANCES:-3}
 CAPACITY=${CAPACITY:-8MiB}
+DISK_CAPACITY=${DISK_CAPACITY:-256MiB}
 REMOTE=()
 [ "${REDIS:-1}" = 1 ] && REMOTE=(--remote "redis://127.0.0.1:$REDIS_PORT" --tier-secret-file "$D/tier.secret")
 for i in $(seq 1 "$INSTANCES"); do
   port=$((8190 + i))
+  DISK=()
+  [ "$DISK_CAPACITY" != 0 ] && DISK=(--disk-dir "$D/disk$i" --disk-capacity "$DISK_CAPACITY")
   "$K" serve --model "$MODEL" --port "$port" --threads 1 --device-capacity "$CAPACITY" --host-capacity "$CAPACITY" \
-    --disk-dir "$D/disk$i" --disk-capacity 256MiB "${REMOTE[@]}" >"$D/backend$i.log" 2>&1 &
+    "${DISK[@]}" "${REMOTE[@]}" >"$D/backend$i.log" 2>&1 &
   PIDS+=($!)
   BACKENDS+=(--backend "http://127.0.0.1:$port")
 done

@@ -10,6 +10,7 @@
 #include "router/event_follower.h"
 #include "router/router_impl.h"
 #include "server/chat_api.h"
+#include "server/http_server.h"
 #include "server/config.h"
 #include "server/signal_route.h"
 #include "text/tokenizer.h"
@@ -124,6 +125,7 @@ Result<int> Router::bind() {
   const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;
   if (port < 0 || (m.o.port != 0 && !m.http.bind_to_port(m.o.host.c_str(), m.o.port)))
     return Status::Unavailable("route: cannot listen on " + m.o.host + ":" + std::to_string(m.o.port));
+  server::widen_listen_backlog(uint16_t(port));
   m.probe_all();
   m.health_thread = std::thread([&m] { m.health_loop(); });
   if (m.o.policy == RoutePolicy::kCacheAware)

@@ -56,10 +56,9 @@ std::string endpoint_label(const std::string& path) {
   return "other";
 }
 
-// cpp-httplib 0.11 listens with a backlog of 5, so a burst of clients (32
-// streams connecting at once) overflows the accept queue and some connections
-// die. listen() on an already listening socket only resizes its backlog, so
-// find our socket by its port and raise it.
+}  // namespace
+
+// Finds our socket by its port.
 void widen_listen_backlog(uint16_t port) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;
@@ -80,6 +79,8 @@ void widen_listen_backlog(uint16_t port) {
   }
   closedir(dir);
 }
+
+namespace {
 
 // A whole (non-streaming) response as HTTP/1.1 bytes, the connection closed after it.
 std::string whole_response_bytes(const httplib::Response& res) {

@@ -126,4 +126,12 @@ class HttpServer {
   std::atomic<uint32_t> event_listeners_{0};
 };
 
+// cpp-httplib 0.11 listens with a backlog of 5: a burst of clients connecting
+// at once (24 chat users starting together) overflows the accept queue, and
+// the kernel drops their SYNs, which the clients retry only after a second.
+// Raises the backlog of this process's listening socket on `port` to
+// SOMAXCONN (listen() on a listening socket only resizes it); a no-op where
+// there is none. Every HTTP front (serve, route) calls it after binding.
+void widen_listen_backlog(uint16_t port);
+
 }  // namespace kvtier::server

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <fstream>
@@ -100,6 +105,51 @@ class RouterE2E : public ::testing::Test {
   std::thread serving_;
   int port_ = 0;
 };
+
+// How many of `n` connections opened at once to `port` the kernel completes while nobody accepts
+// them: those the listening socket's accept queue holds. Waits up to 20 s (a bound against a
+// hang: a loopback handshake the queue has room for completes at once, one it has no room for
+// never does while nothing is accepted).
+int connections_queued(int port, int n) {
+  std::vector<int> fds;
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    (void)::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    fds.push_back(fd);
+  }
+  int done = 0;
+  for (int fd : fds) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = -1;
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, done == int(fds.size()) ? 0 : 20000) == 1 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+      ++done;
+    else
+      break;  // the queue is full: the rest cannot complete either
+  }
+  for (int fd : fds) ::close(fd);
+  return done;
+}
+
+// 24 chat users starting together connect at once: the router's listening socket queues them all
+// (cpp-httplib's backlog of 5 dropped the rest's SYNs, which their clients retried a second later).
+TEST(RouterListen, ABurstOfConnectionsIsQueuedWhileTheRouterIsBusy) {
+  RouterOptions o;
+  o.backends = {"http://127.0.0.1:1"};
+  o.port = 0;
+  o.policy = RoutePolicy::kRoundRobin;
+  auto r = Router::create(o, *text::Vocab::synthetic(512));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto port = (*r)->bind();  // bound, not serving: nothing accepts
+  ASSERT_TRUE(port.ok()) << port.status().to_string();
+  EXPECT_EQ(connections_queued(*port, 64), 64);
+  (*r)->stop();
+}
 
 // Each conversation keeps going to the backend that holds its prefix, so every
 // turn after the first hits that backend's cache; new conversations spread.
