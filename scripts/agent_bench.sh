@@ -14,7 +14,7 @@ O=${4:-/tmp/kvtier-agent}
 K=$PWD/build/tools/kvtier
 mkdir -p "$O"
 # 8 sessions of 6 turns: a shared system prompt with 8 tools, then tool results of 60 words after 400 ms.
-LOAD=(--agent --sessions 8 --turns 6 --tools 8 --system-prompt-tokens 300 --question-tokens 40
+LOAD=(--agent --sessions 8 --turns 6 --tools 8 --system-prompt-tokens 300 --history-tokens 0 --question-tokens 40
       --tool-result-tokens 60 --tool-latency-ms 400 --answer-tokens 8 --json --quiet)
 
 # shellcheck source=scripts/server_lib.sh

@@ -6,9 +6,9 @@
 # Usage: scripts/cluster-demo.sh [POLICY] [USERS] [ROUNDS]
 #   POLICY: cache-aware (default), round-robin or least-loaded. KVTIER: the binary (build/tools/kvtier).
 #   Environment: INSTANCES (3), CAPACITY (8MiB: each instance's device and host tiers, small so that no
-#   single one holds every conversation), DISK_CAPACITY (256MiB: each instance's disk tier; 0: none), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
+#   single one holds every conversation), HOST_CAPACITY (CAPACITY: the host tier alone), DISK_CAPACITY (256MiB: each instance's disk tier; 0: none), REDIS (1: the shared remote tier; 0: none), KILL_AFTER (seconds:
 #   the second instance is killed with SIGKILL that long into the load; the summary counts what failed),
-#   SYSTEM_PROMPT_TOKENS (200: one system prompt every conversation shares; 0: none, so what is cached
+#   PRESET (tiny: the model preset, with Qwen2's vocabulary and Qwen2.5's template), SYSTEM_PROMPT_TOKENS (200: one system prompt every conversation shares; 0: none, so what is cached
 #   is each conversation's own history, as when many applications share the instances).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +25,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-MODEL=$D/tiny-qwen2-chat.gguf
-"$K" model make --preset tiny --dtype f16 --vocab tests/data/vocab/ggml-vocab-qwen2.gguf \
+PRESET=${PRESET:-tiny}
+MODEL=$D/$PRESET-qwen2-chat.gguf
+"$K" model make --preset "$PRESET" --dtype f16 --vocab tests/data/vocab/ggml-vocab-qwen2.gguf \
   --chat-template tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja --out "$MODEL" >/dev/null
 head -c 32 /dev/urandom | base64 > "$D/tier.secret"
 chmod 600 "$D/tier.secret"
@@ -37,6 +38,7 @@ PIDS+=($!)
 BACKENDS=()
 INSTANCES=${INSTANCES:-3}
 CAPACITY=${CAPACITY:-8MiB}
+HOST_CAPACITY=${HOST_CAPACITY:-$CAPACITY}
 DISK_CAPACITY=${DISK_CAPACITY:-256MiB}
 REMOTE=()
 [ "${REDIS:-1}" = 1 ] && REMOTE=(--remote "redis://127.0.0.1:$REDIS_PORT" --tier-secret-file "$D/tier.secret")
@@ -44,7 +46,7 @@ for i in $(seq 1 "$INSTANCES"); do
   port=$((8190 + i))
   DISK=()
   [ "$DISK_CAPACITY" != 0 ] && DISK=(--disk-dir "$D/disk$i" --disk-capacity "$DISK_CAPACITY")
-  "$K" serve --model "$MODEL" --port "$port" --threads 1 --device-capacity "$CAPACITY" --host-capacity "$CAPACITY" \
+  "$K" serve --model "$MODEL" --port "$port" --threads 1 --device-capacity "$CAPACITY" --host-capacity "$HOST_CAPACITY" \
     "${DISK[@]}" "${REMOTE[@]}" >"$D/backend$i.log" 2>&1 &
   PIDS+=($!)
   BACKENDS+=(--backend "http://127.0.0.1:$port")
@@ -54,7 +56,7 @@ for i in $(seq 1 "$INSTANCES"); do wait_up $((8190 + i)); done
 PIDS+=($!)
 wait_up 8190
 
-echo "== loadgen --chat through the router ($POLICY; $INSTANCES instances of $CAPACITY device + host; Redis ${REDIS:-1}), $USERS users x $ROUNDS rounds"
+echo "== loadgen --chat through the router ($POLICY; $INSTANCES instances of $PRESET, $CAPACITY device + $HOST_CAPACITY host + $DISK_CAPACITY disk; Redis ${REDIS:-1}), $USERS users x $ROUNDS rounds"
 LOAD=(--url http://127.0.0.1:8190 --chat --users "$USERS" --rounds "$ROUNDS" --system-prompt-tokens "${SYSTEM_PROMPT_TOKENS:-200}"
   --history-tokens 400 --question-tokens 24 --answer-tokens 8 --quiet)
 if [ -n "${KILL_AFTER:-}" ]; then

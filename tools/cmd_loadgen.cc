@@ -34,7 +34,7 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
   cmd->add_option("--users,--sessions", o.users, "Concurrent conversations (agent sessions)")->capture_default_str();
   cmd->add_option("--rounds,--turns", o.rounds, "Rounds per conversation (turns per agent session)")->capture_default_str();
   cmd->add_option("--system-prompt-tokens", o.system_prompt_tokens, "System prompt shared by all users")->capture_default_str();
-  cmd->add_option("--history-tokens", o.history_tokens, "Each user's own context before round 1")->capture_default_str();
+  cmd->add_option("--history-tokens", o.history_tokens, "Each user's own context before round 1 (with --agent: the session's, in its first message)")->capture_default_str();
   cmd->add_option("--question-tokens", o.question_tokens, "Tokens of each new question")->capture_default_str();
   cmd->add_option("--answer-tokens", o.answer_tokens, "Tokens generated per round")->capture_default_str();
   cmd->add_option("--qps", o.qps, "Request rate; 0 = closed loop (next round right after the answer)")->capture_default_str();

@@ -33,7 +33,7 @@ struct LoadgenOptions {
   uint32_t users = 8;
   uint32_t rounds = 6;
   uint32_t system_prompt_tokens = 1000;
-  uint32_t history_tokens = 2000;  // each user's own context before round 1
+  uint32_t history_tokens = 2000;  // each user's (agent session's) own context before round 1
   uint32_t question_tokens = 32;
   uint32_t answer_tokens = 32;
   double qps = 0;                  // 0: closed loop

@@ -36,6 +36,14 @@ json scripted_call(const LoadgenOptions& o, uint32_t session, uint32_t turn) {
                                                      {"arguments", args.dump()}}}}})}};
 }
 
+// The session's first message: its own context (`history_tokens` words: the files or pages it works
+// on), then its question.
+std::string first_question(const LoadgenOptions& o, uint32_t session) {
+  const std::string own = synth_text(o.seed, 2, session, 0, o.history_tokens);
+  const std::string question = synth_text(o.seed, 3, session, 0, o.question_tokens);
+  return own.empty() ? question : own + "\n\n" + question;
+}
+
 // POST /v1/cache/prefetch of the conversation so far; best effort (its answer is not a sample).
 void prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
   (void)client.Post("/v1/cache/prefetch", auth_headers(o), body.dump(), "application/json");
@@ -49,7 +57,7 @@ void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32
   auto client = make_client(o);
   json request = {{"tools", agent_tools(o)},
                   {"messages", json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}},
-                                            {{"role", "user"}, {"content", synth_text(o.seed, 3, session, 0, o.question_tokens)}}})}};
+                                            {{"role", "user"}, {"content", first_question(o, session)}}})}};
   if (o.retain_s > 0) request["kvtier"] = {{"retain_s", o.retain_s}, {"session", "agent-" + std::to_string(session)}};
   uint32_t previous_prompt = 0;
   for (uint32_t turn = 0; turn < o.rounds && may_send(turn); ++turn) {

@@ -949,7 +949,7 @@ TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
   lo.url = "http://127.0.0.1:" + std::to_string(s.port());
   lo.agent = lo.prefetch = true;
   lo.retain_s = 60;
-  lo.users = 2, lo.rounds = 3, lo.tools = 3, lo.system_prompt_tokens = 100, lo.question_tokens = 20;
+  lo.users = 2, lo.rounds = 3, lo.tools = 3, lo.system_prompt_tokens = 100, lo.history_tokens = 60, lo.question_tokens = 20;
   lo.tool_result_tokens = 40, lo.tool_latency_ms = 10, lo.answer_tokens = 4;
   const server::LoadgenSummary summary = run_clean_loadgen(lo, 6);
   EXPECT_GT(summary.ideal_share, 0.9);
