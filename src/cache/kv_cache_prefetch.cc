@@ -131,12 +131,13 @@ uint32_t KVCache::promote(const NsKey& ns, std::span<const TokenId> tokens) {
     if (m.locations[p].on_host() && !m.locations[p].on_device()) pr->at.push_back(p);
   if (pr->at.empty() || !pool_->allocate(uint32_t(pr->at.size()), pr->pages).ok()) return 0;
   // Locked, the path's host pages stay where the copies read them until they land.
-  if (!index_->lock(m.deepest).ok()) {
+  auto locked = index_->lock_prefix(m.deepest, m.matched_pages);
+  if (!locked.ok()) {
     for (PageId pg : pr->pages) pool_->unref(pg);
     return 0;
   }
   pr->ns = ns;
-  pr->node = m.deepest;
+  pr->node = *locked;
   TransferBatch batch;
   for (size_t i = 0; i < pr->at.size(); ++i)
     batch.copies.push_back({PageLoc::host(m.locations[pr->at[i]].host), PageLoc::pool(pr->pages[i])});

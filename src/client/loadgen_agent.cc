@@ -67,10 +67,12 @@ void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32
     previous_prompt = s.ok ? s.prompt_tokens : 0;
     record(turn, std::move(s));
     if (turn + 1 == o.rounds) break;
-    // The tool runs: the client may ask for the prefix to be read ahead meanwhile.
+    // The tool runs from now; the client may ask for the prefix to be read ahead meanwhile (the
+    // prefetch's answer comes within the tool's time, not before it).
+    const auto tool_done = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.tool_latency_ms);
     request["messages"].push_back(scripted_call(o, session, turn));
     if (o.prefetch) prefetch(*client, o, request);
-    std::this_thread::sleep_for(std::chrono::milliseconds(o.tool_latency_ms));
+    std::this_thread::sleep_until(tool_done);
     request["messages"].push_back({{"role", "tool"},
                                    {"tool_call_id", request["messages"].back()["tool_calls"][0]["id"]},
                                    {"content", synth_text(o.seed, 8, session, turn, o.tool_result_tokens)}});

@@ -334,6 +334,30 @@ TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
   expect_counted_as_recomputed(*rig.cache, hit, before);
 }
 
+// A prompt that shares its first pages with a cached prompt whose pages fill
+// the device: its lookup matches part of that prompt's index node, and the
+// rest of the node must stay evictable for it. (Locking the whole node made
+// apply() answer Busy forever with nothing running: `kvtier serve` kept such
+// requests waiting for room only their own lock withheld.)
+TEST(CacheExactness, ARequestEvictsThePagesPastItsMatchInTheNodeItShares) {
+  RigOptions o;
+  o.device_pages = 16;
+  o.host_pages = 0;
+  o.disk = false;
+  CacheRig rig(o);
+  auto a = CacheRig::random_tokens(16 * 13, 400);
+  auto b = a;
+  auto own = CacheRig::random_tokens(16 * 10 + 5, 500);
+  b.resize(16 * 2);  // two pages shared, then its own
+  b.insert(b.end(), own.begin(), own.end());
+  const Outcome ref = rig.reference(b, 4);  // before anything is cached
+  (void)rig.cached(a, 1);                   // its 13 pages: one index node
+  ASSERT_GE(rig.cache->stats().index.device_pages, 12u);
+  const Outcome hit = rig.cached(b, 4);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[0], 32u);
+  EXPECT_EQ(hit.tokens, ref.tokens);
+}
+
 // Many sequences, interleaved, sharing prefixes, under eviction pressure (pool
 // and host far smaller than the working set): every response equals its
 // recompute reference.
