@@ -14,8 +14,11 @@ O=${4:-/tmp/kvtier-agent}
 K=$PWD/build/tools/kvtier
 mkdir -p "$O"
 # 8 sessions of 6 turns: a shared system prompt with 8 tools, then tool results of 60 words after 400 ms.
-LOAD=(--agent --sessions 8 --turns 6 --tools 8 --system-prompt-tokens 300 --history-tokens 0 --question-tokens 40
-      --tool-result-tokens 60 --tool-latency-ms 400 --answer-tokens 8 --json --quiet)
+# Environment: SESSIONS, HISTORY (each session's own context, words), QUESTION, TOOL_RESULT (words),
+# DEVICE and HOST (the tiers) change the load; the defaults are the runs of docs/PERF.md's first table.
+LOAD=(--agent --sessions "${SESSIONS:-8}" --turns 6 --tools 8 --system-prompt-tokens 300 --history-tokens "${HISTORY:-0}"
+      --question-tokens "${QUESTION:-40}" --tool-result-tokens "${TOOL_RESULT:-60}" --tool-latency-ms 400 --answer-tokens 8
+      --json --quiet)
 
 # shellcheck source=scripts/server_lib.sh
 source "$(dirname "$0")/server_lib.sh"
@@ -45,8 +48,8 @@ for rep in $(seq 1 "$N"); do
     rm -rf "$D" && mkdir -p "$D"
     # Device 24 MiB and host 24 MiB of f16 KV (8 KiB a token on the small preset: 3072 tokens each) against
     # eight sessions of about 2000 tokens each.
-    one_run kvtier "$config" "$rep" 8082 "$flags" -- "$K" serve --model "$M" --kv-dtype f16 --device-capacity 24MiB \
-      --host-capacity 24MiB --disk-dir "$D" --threads 2 --port 8082
+    one_run kvtier "$config" "$rep" 8082 "$flags" -- "$K" serve --model "$M" --kv-dtype f16 --device-capacity "${DEVICE:-24MiB}" \
+      --host-capacity "${HOST:-24MiB}" --disk-dir "$D" --threads 2 --port 8082
   done
   if [ -n "$L" ]; then
     one_run llama.cpp plain "$rep" 8081 "" -- "$L/llama-server" -m "$M" -t 2 -c 32768 -np 4 --cache-ram 48 --jinja --port 8081
