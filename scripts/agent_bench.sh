@@ -11,11 +11,12 @@ L=${1?usage: scripts/agent_bench.sh LLAMA_BIN_DIR MODEL.gguf [REPETITIONS] [OUT_
 M=${2:?model file}
 N=${3:-3}
 O=${4:-/tmp/kvtier-agent}
-K=$PWD/build/tools/kvtier
+K=${KVTIER:-$PWD/build/tools/kvtier}  # KVTIER: another binary (e.g. a GPU bundle's wrapper)
 mkdir -p "$O"
 # 8 sessions of 6 turns: a shared system prompt with 8 tools, then tool results of 60 words after 400 ms.
 # Environment: SESSIONS, HISTORY (each session's own context, words), QUESTION, TOOL_RESULT (words),
 # DEVICE and HOST (the tiers) change the load; the defaults are the runs of docs/PERF.md's first table.
+# SERVE_FLAGS: more flags for kvtier serve (`--device cuda` on a GPU machine).
 LOAD=(--agent --sessions "${SESSIONS:-8}" --turns 6 --tools 8 --system-prompt-tokens 300 --history-tokens "${HISTORY:-0}"
       --question-tokens "${QUESTION:-40}" --tool-result-tokens "${TOOL_RESULT:-60}" --tool-latency-ms 400 --answer-tokens 8
       --json --quiet)
@@ -49,7 +50,7 @@ for rep in $(seq 1 "$N"); do
     # Device 24 MiB and host 24 MiB of f16 KV (8 KiB a token on the small preset: 3072 tokens each) against
     # eight sessions of about 2000 tokens each.
     one_run kvtier "$config" "$rep" 8082 "$flags" -- "$K" serve --model "$M" --kv-dtype f16 --device-capacity "${DEVICE:-24MiB}" \
-      --host-capacity "${HOST:-24MiB}" --disk-dir "$D" --threads 2 --port 8082
+      --host-capacity "${HOST:-24MiB}" --disk-dir "$D" --threads 2 --port 8082 ${SERVE_FLAGS:-}
   done
   if [ -n "$L" ]; then
     one_run llama.cpp plain "$rep" 8081 "" -- "$L/llama-server" -m "$M" -t 2 -c 32768 -np 4 --cache-ram 48 --jinja --port 8081

@@ -2,7 +2,12 @@
 
 wait_up() {  # PORT
   for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null && return 0
+    if command -v curl >/dev/null; then
+      curl -sf "http://127.0.0.1:$1/health" >/dev/null && curl -sf "http://127.0.0.1:$1/v1/models" >/dev/null && return 0
+    else  # (the GPU machine's image has python3, not curl)
+      python3 -c 'import sys, urllib.request as u; [u.urlopen(f"http://127.0.0.1:{sys.argv[1]}{p}", timeout=2) for p in ("/health", "/v1/models")]' \
+        "$1" 2>/dev/null && return 0
+    fi
     sleep 0.5
   done
   echo "server on port $1 did not come up" >&2

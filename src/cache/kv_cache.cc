@@ -361,7 +361,9 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
 // The index path stays locked and every page used in place gets a reference.
 Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
   if (L.index_pages > 0 && L.match.deepest.valid()) {
-    KVTIER_ASSIGN_OR_RETURN(lease.locked_, index_->lock_prefix(L.match.deepest, L.match.matched_pages));
+    KVTIER_ASSIGN_OR_RETURN(const NodeHandle matched, index_->ending_at(L.match.deepest, L.match.matched_pages));
+    KVTIER_RETURN_IF_ERROR(index_->lock(matched));
+    lease.locked_ = matched;
   }
   for (uint32_t p = 0; p < a.pages(); ++p) {
     if (a.action[p] != PlanAction::kInPlace) continue;

@@ -131,8 +131,8 @@ uint32_t KVCache::promote(const NsKey& ns, std::span<const TokenId> tokens) {
     if (m.locations[p].on_host() && !m.locations[p].on_device()) pr->at.push_back(p);
   if (pr->at.empty() || !pool_->allocate(uint32_t(pr->at.size()), pr->pages).ok()) return 0;
   // Locked, the path's host pages stay where the copies read them until they land.
-  auto locked = index_->lock_prefix(m.deepest, m.matched_pages);
-  if (!locked.ok()) {
+  auto locked = index_->ending_at(m.deepest, m.matched_pages);
+  if (!locked.ok() || !index_->lock(*locked).ok()) {
     for (PageId pg : pr->pages) pool_->unref(pg);
     return 0;
   }

@@ -28,14 +28,16 @@ uint32_t KVCache::retain_on_host(const Namespace& ns, std::span<const TokenId> t
   MatchResult m;
   index_->match(index_->namespace_key(ns), tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
   if (m.matched_pages == 0) return 0;
-  auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == m.deepest; });
+  const auto node = index_->ending_at(m.deepest, m.matched_pages);  // the prefix, not a longer prompt's node
+  if (!node.ok()) return 0;
+  auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
     Retention r{same->node, std::max(same->until, until)};
     retained_.erase(same);
     retained_.push_back(r);
   } else {
-    if (!index_->retain(m.deepest).ok()) return 0;
-    retained_.push_back(Retention{m.deepest, until});
+    if (!index_->retain(*node).ok()) return 0;
+    retained_.push_back(Retention{*node, until});
   }
   next_expiry_ = std::min(next_expiry_, until);
   const auto cap = static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots()));
@@ -43,7 +45,7 @@ uint32_t KVCache::retain_on_host(const Namespace& ns, std::span<const TokenId> t
     let_go(0);
     ++stats_.retain_yields;
   }
-  return !retained_.empty() && retained_.back().node == m.deepest ? m.matched_pages : 0;
+  return !retained_.empty() && retained_.back().node == *node ? m.matched_pages : 0;
 }
 
 void KVCache::let_go(size_t i) {

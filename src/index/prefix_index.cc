@@ -437,17 +437,15 @@ Status PrefixIndex::change_path_ref(NodeHandle h, uint32_t Node::*ref, int sign,
 Status PrefixIndex::lock(NodeHandle h) { return change_path_ref(h, &Node::lock_ref, +1, "lock"); }
 Status PrefixIndex::unlock(NodeHandle h) { return change_path_ref(h, &Node::lock_ref, -1, "unlock"); }
 
-Result<NodeHandle> PrefixIndex::lock_prefix(NodeHandle h, uint32_t pages) {
+Result<NodeHandle> PrefixIndex::ending_at(NodeHandle h, uint32_t pages) {
   const Node* d = live(h);
-  if (!d) return Status::FailedPrecondition("lock: stale or invalid node handle");
+  if (!d) return Status::FailedPrecondition("stale or invalid node handle");
   if (d->is_root || pages <= d->start_page || pages > d->start_page + d->n_pages())
-    return Status::OutOfRange("lock: page " + std::to_string(pages) + " does not end in this node");
-  if (const uint32_t at = pages - d->start_page; at < d->n_pages()) {
-    const uint32_t head = split(h.index_, at);
-    h = NodeHandle(head, nodes_[head].generation);
-  }
-  KVTIER_RETURN_IF_ERROR(lock(h));
-  return h;
+    return Status::OutOfRange("page " + std::to_string(pages) + " does not end in this node");
+  const uint32_t at = pages - d->start_page;
+  if (at == d->n_pages()) return h;
+  const uint32_t head = split(h.index_, at);
+  return NodeHandle(head, nodes_[head].generation);
 }
 Status PrefixIndex::retain(NodeHandle h) { return change_path_ref(h, &Node::retain_ref, +1, "retain"); }
 Status PrefixIndex::unretain(NodeHandle h) { return change_path_ref(h, &Node::retain_ref, -1, "unretain"); }

@@ -120,7 +120,7 @@ struct MatchResult {
   uint32_t whole_pages = 0;    // whole pages in the prompt
   uint32_t matched_pages = 0;  // leading pages found in the index
   // Deepest node on the matched path (invalid when matched_pages == 0). It may
-  // hold pages past the match: lock_prefix() protects only the matched ones.
+  // hold pages past the match (ending_at() cuts them off).
   NodeHandle deepest;
   std::vector<PageLocation> locations;  // matched_pages entries
   // whole_pages entries when store_hashes: [0, matched_pages) as stored,
@@ -242,13 +242,13 @@ class PrefixIndex {
   // Protect / release the whole path from the namespace root to `node`.
   Status lock(NodeHandle node);
   Status unlock(NodeHandle node);
-  // Protects exactly the path's first `pages` pages (counted from the root;
-  // `node` holds the last of them, as a match's `deepest` holds its last
-  // matched page). Where `node` holds pages past them it is split there first,
-  // so those stay evictable: a lookup that matched part of another prompt's
-  // node must not pin the rest, or a request that needs room evicted would
-  // wait on its own lock. Returns the node to unlock().
-  Result<NodeHandle> lock_prefix(NodeHandle node, uint32_t pages);
+  // The node whose last page is the path's `pages`-th (counted from the
+  // root; `node` holds it, as a match's `deepest` holds its last matched
+  // page). Where `node` holds pages past it, it is split there first, so that
+  // locking or retaining what was matched leaves those pages to eviction: a
+  // lookup that matched part of another prompt's node must not pin the rest,
+  // or a request that needs room evicted waits on its own lock.
+  Result<NodeHandle> ending_at(NodeHandle node, uint32_t pages);
 
   // Retention: keep the path from the namespace root to `node` on the host
   // (I6) while the device stays free to evict it (down to the host copy).

@@ -240,8 +240,8 @@ TEST(PrefixIndex, LockMovesPagesBetweenEvictableAndProtected) {
 }
 
 // A match that ends inside another prompt's node locks only what it matched:
-// the node is split there and its tail stays evictable.
-TEST(PrefixIndex, LockPrefixLeavesThePagesPastTheMatchEvictable) {
+// the node is cut there and its tail stays evictable.
+TEST(PrefixIndex, LockingWhereAMatchEndsLeavesThePagesPastItEvictable) {
   auto ix = make(4);
   const NsKey ns = ns_of("");
   put(*ix, ns, iota_tokens(48));  // one node of 12 pages
@@ -250,32 +250,31 @@ TEST(PrefixIndex, LockPrefixLeavesThePagesPastTheMatchEvictable) {
   MatchResult m;
   ix->match(ns, q, m);
   ASSERT_EQ(m.matched_pages, 2u);
-  ASSERT_TRUE(ix->lock(m.deepest).ok());  // lock() protects the whole node
+  ASSERT_TRUE(ix->lock(m.deepest).ok());  // the deepest node as it is: all 12 pages
   EXPECT_EQ(ix->stats().protected_pages, 12u);
   ASSERT_TRUE(ix->unlock(m.deepest).ok());
-  auto locked = ix->lock_prefix(m.deepest, m.matched_pages);
-  ASSERT_TRUE(locked.ok()) << locked.status().to_string();
+  auto end = ix->ending_at(m.deepest, m.matched_pages);
+  ASSERT_TRUE(end.ok()) << end.status().to_string();
+  ASSERT_TRUE(ix->lock(*end).ok());
   EXPECT_EQ(ix->stats().protected_pages, 2u);
   EXPECT_EQ(ix->stats().evictable_pages, 10u);
   EXPECT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
-  auto loc = ix->location(*locked, 1);  // the matched pages are where they were
+  auto loc = ix->location(*end, 1);  // the matched pages are where they were
   ASSERT_TRUE(loc.ok());
   EXPECT_EQ(loc->device, PageId(1));
   EvictResult ev;
   ASSERT_TRUE(ix->evict(1000, TierKind::kDevice, ev).ok());
   EXPECT_EQ(ev.freed, 10u);
   EXPECT_EQ(matched(*ix, ns, iota_tokens(48)), 2u);
-  ASSERT_TRUE(ix->unlock(*locked).ok());
+  ASSERT_TRUE(ix->unlock(*end).ok());
   EXPECT_EQ(ix->stats().protected_pages, 0u);
-  // A match that ends with its node locks it as it is; counts outside the node are refused.
+  // A match that ends with its node is that node; counts that do not end in it are refused.
   ix->match(ns, iota_tokens(8), m);
-  auto whole = ix->lock_prefix(m.deepest, 2);
-  ASSERT_TRUE(whole.ok());
-  EXPECT_EQ(*whole, m.deepest);  // nothing past the match: not split
-  EXPECT_EQ(ix->stats().protected_pages, 2u);
-  EXPECT_FALSE(ix->lock_prefix(m.deepest, 3).ok());
-  EXPECT_FALSE(ix->lock_prefix(m.deepest, 0).ok());
-  ASSERT_TRUE(ix->unlock(*whole).ok());
+  auto same = ix->ending_at(m.deepest, 2);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(*same, m.deepest);
+  EXPECT_FALSE(ix->ending_at(m.deepest, 3).ok());
+  EXPECT_FALSE(ix->ending_at(m.deepest, 0).ok());
   EXPECT_TRUE(ix->check_invariants().ok());
 }
 

@@ -25,7 +25,8 @@
 //    Without either, that tail and the new leaf would share a tick and the
 //    index would order them by node slot. The oracle checks that no tie occurs.
 // The replay drives the real KVCache: it looks up the whole pages before
-// the last prompt token; apply pins the matched path (its nodes in full) and
+// the last prompt token; apply pins the matched path (splitting its deepest
+// node where the match ends, so only matched pages are pinned) and
 // takes a pool page for every prompt position not shared in place
 // (ceil(input_length / P) minus the matched pages), evicting leaves first
 // until that many are free — a request that needs more than the whole pool,
@@ -61,6 +62,7 @@ class NaiveLru {
     const uint32_t matched = walk(lookup);
     // apply: pin the matched nodes, then free a pool page for every fresh position
     const uint64_t fresh = (input_length + P_ - 1) / P_ - matched;
+    split();
     if (fresh > cap_) return 0;  // more than the whole pool: refused before evicting
     pin(true);
     bool refused = false;
@@ -168,14 +170,15 @@ class NaiveLru {
     return id;
   }
 
-  // The matched path and the rest of its deepest node (a lease's lock).
+  // The matched path (a lease's lock; split() left the pages past it evictable).
   void pin(bool on) {
-    if (path_.empty()) return;
     for (int32_t id : path_) pages_[id].pinned = on;
-    for (int32_t id = path_.back(); !pages_[id].seg_end;) {
-      id = pages_[id].next;
-      pages_[id].pinned = on;
-    }
+  }
+
+  // apply() first splits the deepest matched node where the match ends
+  // (PrefixIndex::ending_at), even when the request is then refused.
+  void split() {
+    if (!path_.empty() && !pages_[path_.back()].seg_end) end_node(path_.back());
   }
 
   // Evicts the least recent unpinned leaf page; false when there is none.
