@@ -331,6 +331,8 @@ LoadgenSummary summarize(const LoadgenResult& r) {
     output += x.completion_tokens;
     for (int t = 0; t < 4; ++t) s.cached_by_tier[t] += x.cached_by_tier[t];
     s.tool_call_replies += x.tool_calls;
+    s.prefetch_matched += x.prefetch_matched;
+    s.prefetch_loading += x.prefetch_loading;
     if (x.ideal_cached_tokens > 0) {
       ideal += x.ideal_cached_tokens;
       ideal_cached += x.cached_tokens;
@@ -377,12 +379,13 @@ std::string summary_table(const LoadgenOptions& o, const LoadgenSummary& s) {
                   "  agent            %u tools, tool result %u words after %u ms%s%s\n"
                   "  cached / ideal   %.1f%% (turns after the first: cached tokens over the previous turn's prompt)\n"
                   "  cached by tier   device %llu  host %llu  disk %llu  remote %llu tokens\n"
-                  "  tool calls       %zu of %zu replies parsed into tool_calls (the client scripts its own)\n",
+                  "  tool calls       %zu of %zu replies parsed into tool_calls (the client scripts its own)\n"
+                  "  prefetch         %llu tokens found cached, %llu of them read ahead from disk or remote\n",
                   o.tools, o.tool_result_tokens, o.tool_latency_ms, o.prefetch ? ", prefetch" : "",
                   o.retain_s > 0 ? (", retain " + std::to_string(o.retain_s) + " s").c_str() : "",
                   s.ideal_share * 100, (unsigned long long)s.cached_by_tier[0], (unsigned long long)s.cached_by_tier[1],
                   (unsigned long long)s.cached_by_tier[2], (unsigned long long)s.cached_by_tier[3], s.tool_call_replies,
-                  s.requests - s.errors);
+                  s.requests - s.errors, (unsigned long long)s.prefetch_matched, (unsigned long long)s.prefetch_loading);
     out += buf;
   }
   if (!s.first_error.empty()) out += "  first error      " + s.first_error + "\n";
@@ -420,7 +423,8 @@ std::string summary_json(const LoadgenOptions& o, const LoadgenSummary& s) {
                   {"cached_tokens_by_tier",
                    {{"device", s.cached_by_tier[0]}, {"host", s.cached_by_tier[1]}, {"disk", s.cached_by_tier[2]},
                     {"remote", s.cached_by_tier[3]}}},
-                  {"tool_call_replies", s.tool_call_replies}};
+                  {"tool_call_replies", s.tool_call_replies},
+                  {"prefetch_tokens", {{"matched", s.prefetch_matched}, {"loading", s.prefetch_loading}}}};
   if (o.rag)
     j["rag"] = {{"docs_pool", o.docs_pool}, {"docs_per_request", o.docs_per_request}, {"doc_tokens", o.doc_tokens}};
   if (!s.first_error.empty()) j["first_error"] = s.first_error;

@@ -83,6 +83,9 @@ struct LoadgenSample {
   // previous turn's prompt), the most its cached tokens can be.
   uint32_t ideal_cached_tokens = 0;
   bool tool_calls = false;  // the server parsed the generated reply into delta.tool_calls
+  // --prefetch: what the prefetch sent during the tool before this turn answered (tokens_matched,
+  // tokens_loading): the cached prefix it found, and how much of it was below the host to read ahead.
+  uint32_t prefetch_matched = 0, prefetch_loading = 0;
 };
 
 struct LoadgenSummary {
@@ -99,6 +102,7 @@ struct LoadgenSummary {
   double ideal_share = 0;
   uint64_t cached_by_tier[4] = {};
   size_t tool_call_replies = 0;
+  uint64_t prefetch_matched = 0, prefetch_loading = 0;  // sums of LoadgenSample's
   std::string first_error;
 };
 

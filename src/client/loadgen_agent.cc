@@ -1,6 +1,8 @@
 // kvtier loadgen --agent: sessions of tool-calling turns (loadgen.h).
 #include <chrono>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "client/loadgen_detail.h"
 
@@ -44,9 +46,14 @@ std::string first_question(const LoadgenOptions& o, uint32_t session) {
   return own.empty() ? question : own + "\n\n" + question;
 }
 
-// POST /v1/cache/prefetch of the conversation so far; best effort (its answer is not a sample).
-void prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
-  (void)client.Post("/v1/cache/prefetch", auth_headers(o), body.dump(), "application/json");
+// POST /v1/cache/prefetch of the conversation so far; best effort: its answer's tokens_matched and
+// tokens_loading go with the next turn's sample, 0 where it failed.
+std::pair<uint32_t, uint32_t> prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
+  auto res = client.Post("/v1/cache/prefetch", auth_headers(o), body.dump(), "application/json");
+  if (!res || res->status != 202) return {0, 0};
+  const json a = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+  if (!a.is_object()) return {0, 0};
+  return {a.value("tokens_matched", 0u), a.value("tokens_loading", 0u)};
 }
 
 }  // namespace
@@ -60,9 +67,11 @@ void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32
                                             {{"role", "user"}, {"content", first_question(o, session)}}})}};
   if (o.retain_s > 0) request["kvtier"] = {{"retain_s", o.retain_s}, {"session", "agent-" + std::to_string(session)}};
   uint32_t previous_prompt = 0;
+  std::pair<uint32_t, uint32_t> prefetched{0, 0};
   for (uint32_t turn = 0; turn < o.rounds && may_send(turn); ++turn) {
     LoadgenSample s = send_one(*client, o, model, request);
     s.user = session, s.round = turn;
+    std::tie(s.prefetch_matched, s.prefetch_loading) = prefetched;
     s.ideal_cached_tokens = previous_prompt;
     previous_prompt = s.ok ? s.prompt_tokens : 0;
     record(turn, std::move(s));
@@ -71,7 +80,7 @@ void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32
     // prefetch's answer comes within the tool's time, not before it).
     const auto tool_done = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.tool_latency_ms);
     request["messages"].push_back(scripted_call(o, session, turn));
-    if (o.prefetch) prefetch(*client, o, request);
+    if (o.prefetch) prefetched = prefetch(*client, o, request);
     std::this_thread::sleep_until(tool_done);
     request["messages"].push_back({{"role", "tool"},
                                    {"tool_call_id", request["messages"].back()["tool_calls"][0]["id"]},

@@ -953,6 +953,9 @@ TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
   lo.tool_result_tokens = 40, lo.tool_latency_ms = 10, lo.answer_tokens = 4;
   const server::LoadgenSummary summary = run_clean_loadgen(lo, 6);
   EXPECT_GT(summary.ideal_share, 0.9);
+  // Each prefetch (sent as a tool starts) answered with the prefix it found: the turn just sent.
+  EXPECT_GT(summary.prefetch_matched, 0u);
+  EXPECT_LE(summary.prefetch_loading, summary.prefetch_matched);
   EXPECT_NE(server::summary_table(lo, summary).find("cached / ideal"), std::string::npos);
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
