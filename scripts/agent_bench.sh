@@ -15,10 +15,12 @@ K=${KVTIER:-$PWD/build/tools/kvtier}  # KVTIER: another binary (e.g. a GPU bundl
 mkdir -p "$O"
 # 8 sessions of 6 turns: a shared system prompt with 8 tools, then tool results of 60 words after 400 ms.
 # Environment: SESSIONS, HISTORY (each session's own context, words), QUESTION, TOOL_RESULT (words),
-# DEVICE and HOST (the tiers) change the load; the defaults are the runs of docs/PERF.md's first table.
+# DEVICE and HOST (the tiers), TOOL_MS (--tool-latency-ms), JITTER (--tool-latency-jitter) change the load; the defaults are the runs of
+# docs/PERF.md's first table.
 # SERVE_FLAGS: more flags for kvtier serve (`--device cuda` on a GPU machine).
 LOAD=(--agent --sessions "${SESSIONS:-8}" --turns 6 --tools 8 --system-prompt-tokens 300 --history-tokens "${HISTORY:-0}"
-      --question-tokens "${QUESTION:-40}" --tool-result-tokens "${TOOL_RESULT:-60}" --tool-latency-ms 400 --answer-tokens 8
+      --question-tokens "${QUESTION:-40}" --tool-result-tokens "${TOOL_RESULT:-60}" --tool-latency-ms "${TOOL_MS:-400}"
+      --tool-latency-jitter "${JITTER:-0}" --answer-tokens 8
       --json --quiet)
 
 # shellcheck source=scripts/server_lib.sh

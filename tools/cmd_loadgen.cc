@@ -57,7 +57,11 @@ const kvtier::cli::CommandRegistration kLoadgen("loadgen", [](CLI::App& root, in
   cmd->add_option("--tool-result-tokens", o.tool_result_tokens, "With --agent: words of each tool result")
       ->capture_default_str();
   cmd->add_option("--tool-latency-ms", o.tool_latency_ms, "With --agent: how long each tool runs")->capture_default_str();
-  cmd->add_flag("--prefetch", o.prefetch, "With --agent: POST /v1/cache/prefetch when a tool starts");
+  cmd->add_option("--tool-latency-jitter", o.tool_latency_jitter,
+                  "With --agent: each tool call runs --tool-latency-ms x (1 +- this), drawn uniformly (0: all alike)")
+      ->capture_default_str();
+  cmd->add_flag("--prefetch", o.prefetch,
+                "With --agent: POST /v1/cache/prefetch when a tool starts, with ready_in_ms = that call's latency");
   cmd->add_option("--retain-s", o.retain_s, "With --agent: \"kvtier\": {\"retain_s\"} on every request; 0 = none")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "Print one JSON object instead of the table");

@@ -208,6 +208,8 @@ Status LoadgenOptions::validate() const {
     return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");
   if (int(rag) + int(chat) + int(agent) > 1) return Status::InvalidArgument("loadgen: --rag, --chat and --agent are exclusive");
   if (agent && (tools == 0 || tools > 128)) return Status::InvalidArgument("loadgen: --tools must be in [1, 128]");
+  if (!(tool_latency_jitter >= 0 && tool_latency_jitter <= 1))
+    return Status::InvalidArgument("loadgen: --tool-latency-jitter must be in [0, 1]");
   if ((prefetch || retain_s > 0) && !agent)
     return Status::InvalidArgument("loadgen: --prefetch and --retain-s go with --agent");
   if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0)
@@ -417,6 +419,7 @@ std::string summary_json(const LoadgenOptions& o, const LoadgenSummary& s) {
     j["agent"] = {{"tools", o.tools},
                   {"tool_result_tokens", o.tool_result_tokens},
                   {"tool_latency_ms", o.tool_latency_ms},
+                  {"tool_latency_jitter", o.tool_latency_jitter},
                   {"prefetch", o.prefetch},
                   {"retain_s", o.retain_s},
                   {"ideal_share", s.ideal_share},

@@ -56,14 +56,17 @@ struct LoadgenOptions {
   // sessions of `rounds` turns share a system prompt and `tools` tool
   // definitions. Each turn sends the conversation, then appends a scripted
   // assistant tool call (whatever the model generated: our models are not
-  // trained for tools) and, after `tool_latency_ms`, the tool's result of
-  // `tool_result_tokens` words. With `prefetch` the client calls POST
-  // /v1/cache/prefetch when the tool starts; `retain_s` > 0 sends
+  // trained for tools) and, after `tool_latency_ms` (each call drawn from
+  // tool_latency_ms × (1 ± tool_latency_jitter), uniformly, by seed, session
+  // and turn), the tool's result of `tool_result_tokens` words. With
+  // `prefetch` the client calls POST /v1/cache/prefetch when the tool starts,
+  // with "ready_in_ms": that call's latency; `retain_s` > 0 sends
   // "kvtier": {"retain_s"} with every request.
   bool agent = false;
   uint32_t tools = 8;
   uint32_t tool_result_tokens = 200;
   uint32_t tool_latency_ms = 500;
+  double tool_latency_jitter = 0;  // in [0, 1]
   bool prefetch = false;
   uint32_t retain_s = 0;
 

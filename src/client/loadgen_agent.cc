@@ -1,5 +1,7 @@
 // kvtier loadgen --agent: sessions of tool-calling turns (loadgen.h).
 #include <chrono>
+#include <cmath>
+#include <random>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -46,6 +48,16 @@ std::string first_question(const LoadgenOptions& o, uint32_t session) {
   return own.empty() ? question : own + "\n\n" + question;
 }
 
+// How long the tool of `session`'s `turn` runs: tool_latency_ms × (1 + jitter × u), u uniform in
+// [-1, 1], the same for the same seed, session and turn.
+std::chrono::milliseconds tool_latency(const LoadgenOptions& o, uint32_t session, uint32_t turn) {
+  if (o.tool_latency_jitter == 0) return std::chrono::milliseconds(o.tool_latency_ms);
+  std::seed_seq seq{uint32_t(o.seed), uint32_t(o.seed >> 32), session, turn, 9u};
+  std::mt19937_64 rng(seq);
+  const double u = std::uniform_real_distribution<double>(-1, 1)(rng);
+  return std::chrono::milliseconds(std::llround(double(o.tool_latency_ms) * (1 + o.tool_latency_jitter * u)));
+}
+
 // POST /v1/cache/prefetch of the conversation so far; best effort: its answer's tokens_matched and
 // tokens_loading go with the next turn's sample, 0 where it failed.
 std::pair<uint32_t, uint32_t> prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
@@ -78,9 +90,14 @@ void run_agent_session(const LoadgenOptions& o, const std::string& model, uint32
     if (turn + 1 == o.rounds) break;
     // The tool runs from now; the client may ask for the prefix to be read ahead meanwhile (the
     // prefetch's answer comes within the tool's time, not before it).
-    const auto tool_done = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.tool_latency_ms);
+    const auto latency = tool_latency(o, session, turn);
+    const auto tool_done = std::chrono::steady_clock::now() + latency;
     request["messages"].push_back(scripted_call(o, session, turn));
-    if (o.prefetch) prefetched = prefetch(*client, o, request);
+    if (o.prefetch) {
+      json body = request;
+      body["ready_in_ms"] = latency.count();
+      prefetched = prefetch(*client, o, body);
+    }
     std::this_thread::sleep_until(tool_done);
     request["messages"].push_back({{"role", "tool"},
                                    {"tool_call_id", request["messages"].back()["tool_calls"][0]["id"]},

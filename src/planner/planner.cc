@@ -217,6 +217,13 @@ Plan Planner::finish(std::vector<PlanSegment> segments, uint32_t cached_pages, s
   return plan;
 }
 
+double Planner::read_ahead_seconds(size_t tokens) const {
+  double worst = 0;
+  for (TierKind t : {TierKind::kDisk, TierKind::kRemote})
+    if (profile_.link(t).present()) worst = std::max(worst, load_seconds(profile_, model_, t, tokens));
+  return worst;
+}
+
 Plan Planner::use_all(std::span<const CachedRun> runs, size_t prompt_tokens) const {
   std::vector<PlanSegment> segments;
   uint32_t cached = 0;

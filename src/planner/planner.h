@@ -91,6 +91,10 @@ class Planner {
   Plan use_all(std::span<const CachedRun> runs, size_t prompt_tokens) const;
   // Blending or full prefill for a prompt with cached segments. Pure.
   BlendEstimate estimate_blend(const BlendShape& shape) const;
+  // The longest a read-ahead of `tokens` tokens' KV into device memory can
+  // take: loading them all from the slowest lower tier present (disk or
+  // remote); 0 without one. Pure.
+  double read_ahead_seconds(size_t tokens) const;
   // Predicted TTFT of a given plan layout (used by plan() and by tests).
   double evaluate(std::span<const PlanSegment> segments, size_t prompt_tokens, double* load_s = nullptr,
                   double* compute_s = nullptr) const;

@@ -288,6 +288,17 @@ std::optional<ApiError> read_kvtier_object(const json& doc, CompletionRequest& r
   return std::nullopt;
 }
 
+std::variant<uint32_t, ApiError> read_prefetch_ready_ms(const json& body) {
+  const json* v = find_field(body, "ready_in_ms");
+  if (v == nullptr) return 0u;
+  const std::optional<int64_t> ms = as_integer(*v);
+  if (!ms || *ms < 0 || *ms > kMaxPrefetchReadyMs)
+    return bad_request("ready_in_ms must be an integer number of milliseconds in [0, " +
+                           std::to_string(kMaxPrefetchReadyMs) + "]",
+                       "ready_in_ms", "invalid_value");
+  return uint32_t(*ms);
+}
+
 uint32_t count_ignored_fields(const json& doc, std::initializer_list<std::string_view> endpoint_fields) {
   static constexpr std::string_view kCommon[] = {
       "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",

@@ -79,6 +79,13 @@ struct CompletionRequest : GenerationRequest {
 
 inline constexpr uint32_t kMaxRetainSeconds = 86400;
 
+// POST /v1/cache/prefetch's own field "ready_in_ms": in how many milliseconds
+// the client expects to send the request the prefetch anticipates (an agent:
+// its tool's expected latency). Absent: 0 (nothing more than the read-ahead
+// now). An integer in [0, kMaxPrefetchReadyMs], or the 400 naming it.
+inline constexpr uint32_t kMaxPrefetchReadyMs = 3'600'000;
+std::variant<uint32_t, ApiError> read_prefetch_ready_ms(const nlohmann::json& body);
+
 inline constexpr size_t kMaxSegments = 256;
 
 inline constexpr int32_t kMaxLogprobs = 20;

@@ -378,11 +378,32 @@ ChatPromptBuilder HttpServer::chat_builder(const std::string& tenant) const {
   };
 }
 
+namespace {
+
+// When a prefetch that should be ready in `ready_in_ms` reads ahead again: a
+// prefix just used sits on the device when an agent's tool starts, so the
+// read-ahead then finds nothing to do; what sends it down is the other
+// sessions' turns while the tool runs. So it runs again before the deadline,
+// by twice the longest its read-ahead can take (`read_ahead_s`, the planner's
+// slowest lower tier) plus kReadAheadSlack (the call waits for the
+// scheduler's current step, a prefill perhaps), and no earlier, leaving the
+// traffic in between as little time as possible to evict it again. Nullopt:
+// no time for a second one.
+constexpr double kReadAheadSlackMs = 100;
+std::optional<std::chrono::milliseconds> read_ahead_again_in(uint32_t ready_in_ms, double read_ahead_s) {
+  const double at = double(ready_in_ms) - 2e3 * read_ahead_s - kReadAheadSlackMs;
+  if (at < 1) return std::nullopt;
+  return std::chrono::milliseconds(int64_t(at));
+}
+
+}  // namespace
+
 // The body of a chat or completions request (messages + tools +
-// chat_template_kwargs, or prompt; cache_salt), validated as that endpoint
-// would. The prompt's disk/remote prefix starts loading into host memory on
-// the scheduler's next turn; a request for it that arrives meanwhile waits
-// for those reads instead of issuing its own (KVCache::prefetch).
+// chat_template_kwargs, or prompt; cache_salt) and "ready_in_ms", validated as
+// that endpoint would. The prompt's disk/remote prefix starts loading into
+// host memory on the scheduler's next turn, and again shortly before
+// ready_in_ms (read_ahead_again_in); a request for it that arrives meanwhile
+// waits for those reads instead of issuing its own (KVCache::prefetch).
 void HttpServer::install_prefetch_route() {
   http_->Post("/v1/cache/prefetch", [this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
@@ -401,19 +422,27 @@ void HttpServer::install_prefetch_route() {
       parsed = parse_completion_request(req.body, limits_, tokenizer());
     }
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
+    const auto ready_in = read_prefetch_ready_ms(*doc);
+    if (auto* err = std::get_if<ApiError>(&ready_in)) return send_error(res, *err);
     CompletionRequest& r = std::get<CompletionRequest>(parsed);
     r.tenant = who->tenant;
     auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r); });
     if (!called.ok()) return send_error(res, error_from_status(called.status()));
     const Result<Runtime::PrefetchReport>& started = *called;
     if (!started.ok()) return send_error(res, error_from_status(started.status()));
+    const Planner* planner = scheduler_->model().planner.get();
+    const auto again = read_ahead_again_in(std::get<uint32_t>(ready_in), planner ? planner->read_ahead_seconds(r.prompt.size()) : 0);
+    json answer{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
+                {"tokens_matched", started->cached_tokens},
+                {"tokens_loading", started->loading_tokens},
+                {"tokens_to_device", started->promoting_tokens}};
+    if (again) {
+      Status st = scheduler_->post_after(*again, [p = PromptRequest(r)](Runtime& rt) { (void)rt.prefetch(p); });
+      if (!st.ok()) return send_error(res, error_from_status(st));
+      answer["again_in_ms"] = again->count();
+    }
     res.status = 202;
-    res.set_content(json{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
-                         {"tokens_matched", started->cached_tokens},
-                         {"tokens_loading", started->loading_tokens},
-                         {"tokens_to_device", started->promoting_tokens}}
-                        .dump(),
-                    kJson);
+    res.set_content(answer.dump(), kJson);
   });
 }
 

@@ -210,6 +210,19 @@ bool Scheduler::post(std::function<void(Runtime&)> fn) {
   return true;
 }
 
+Status Scheduler::post_after(Clock::duration delay, std::function<void(Runtime&)> fn) {
+  const Clock::time_point due = options_.clock->now() + std::max(Clock::duration(0), delay);
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_ || stopped_) return Status::Unavailable("the scheduler is stopping");
+    if (timed_.size() >= kMaxTimedCalls)
+      return Status::Busy("too many timed calls pending (" + std::to_string(kMaxTimedCalls) + ")");
+    timed_.emplace(due, [this, fn = std::move(fn)] { fn(*runtime_); });
+  }
+  cv_.notify_all();
+  return Status::Ok();
+}
+
 void Scheduler::begin_drain() {
   {
     std::lock_guard lk(mu_);
@@ -246,23 +259,44 @@ Scheduler::Counts Scheduler::counts() const {
   return {waiting_.size(), running_count_, steps_, cancels_, preemptions_, free_pages_};
 }
 
+void Scheduler::wait_for_work(std::unique_lock<std::mutex>& lk) {
+  const auto due = [&] { return !timed_.empty() && timed_.begin()->first <= options_.clock->now(); };
+  const auto ready = [&] {
+    return stopping_ || wake_ || !calls_.empty() || !running_.empty() || next_admissible_locked().has_value() || due();
+  };
+  // The next timed call's distance on the scheduler's clock (a ManualClock's
+  // is virtual: a test that moves it wakes the loop with a call of its own).
+  std::optional<Clock::duration> until;
+  if (!timed_.empty()) until = std::max(Clock::duration(0), timed_.begin()->first - options_.clock->now());
+  if (waiting_.empty() && !until) return cv_.wait(lk, ready);
+  const bool retry = !waiting_.empty() && (!until || *until >= options_.retry_idle);
+  if (!cv_.wait_for(lk, retry ? Clock::duration(options_.retry_idle) : *until, ready) && retry) {
+    // Only requests that found no room wait, and nothing runs whose end
+    // would make room: pages held outside sequences (copies in flight) may
+    // have been freed since, so try them again, at this bounded rate.
+    ++room_epoch_;
+  }
+}
+
+void Scheduler::take_due_locked(std::vector<std::function<void()>>& calls) {
+  const auto now = options_.clock->now();
+  while (!timed_.empty() && timed_.begin()->first <= now) {
+    calls.push_back(std::move(timed_.begin()->second));
+    timed_.erase(timed_.begin());
+  }
+}
+
 void Scheduler::loop() {
   std::unique_lock lk(mu_);
-  const auto ready = [&] {
-    return stopping_ || wake_ || !calls_.empty() || !running_.empty() || next_admissible_locked().has_value();
-  };
   for (;;) {
-    if (waiting_.empty()) {
-      cv_.wait(lk, ready);
-    } else if (!cv_.wait_for(lk, options_.retry_idle, ready)) {
-      // Only requests that found no room wait, and nothing runs whose end
-      // would make room: pages held outside sequences (copies in flight) may
-      // have been freed since, so try them again, at this bounded rate.
-      ++room_epoch_;
-    }
+    wait_for_work(lk);
     wake_ = false;
     const bool stopping = stopping_;
-    auto calls = std::move(calls_);
+    if (stopping) timed_.clear();  // best effort: not run once stopping
+    // The due timed calls first: a test that moves its clock and then call()s sees them run before.
+    std::vector<std::function<void()>> calls;
+    take_due_locked(calls);
+    for (auto& c : calls_) calls.push_back(std::move(c));
     calls_.clear();
     if (stopping) {
       // Cancel everything: waiting requests end here, running ones below.

@@ -39,12 +39,13 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <type_traits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "common/clock.h"
@@ -166,6 +167,12 @@ class Scheduler {
   // The same without waiting: `fn` runs later, between two steps. False (and
   // `fn` dropped) once the scheduler has stopped.
   bool post(std::function<void(Runtime&)> fn);
+  // The same once `delay` has passed on the scheduler's clock (options.clock),
+  // at the first step from then on. Best effort: calls still pending when the
+  // scheduler stops are dropped. Busy past kMaxTimedCalls pending,
+  // Unavailable once stopping.
+  static constexpr size_t kMaxTimedCalls = 4096;
+  Status post_after(Clock::duration delay, std::function<void(Runtime&)> fn);
 
   // The last options.recent_requests prefills, with their per-layer traces.
   const RequestLog& recent() const { return recent_; }
@@ -191,6 +198,11 @@ class Scheduler {
   struct Running;
   Scheduler(const SchedulerOptions& options, std::unique_ptr<Runtime> runtime);
   void loop();
+  // Waits (mu_ held in `lk`) until there is work, the next timed call is due, or, with requests
+  // waiting for room, options_.retry_idle has passed (then room_epoch_ moves on).
+  void wait_for_work(std::unique_lock<std::mutex>& lk);
+  // Moves the timed calls due by now (the scheduler's clock) to `calls`. Holds mu_.
+  void take_due_locked(std::vector<std::function<void()>>& calls);
   void step();
   void admit();
   enum class Admission { kPrefilled, kAnswered, kNoRoom };  // kPrefilled: start() ran (counts toward prefills_per_step)
@@ -234,6 +246,7 @@ class Scheduler {
   };
   std::deque<Waiting> waiting_;
   std::vector<std::function<void()>> calls_;
+  std::multimap<Clock::time_point, std::function<void()>> timed_;  // post_after(), by due time
   bool draining_ = false;
   bool stopping_ = false;
   bool stopped_ = false;

@@ -68,6 +68,18 @@ TEST(Planner, SlowTierShortPrefixRecomputes) {
   EXPECT_EQ(plan.load_pages, 0u);
 }
 
+// A read-ahead is priced as a load of every token from the slowest lower tier present.
+TEST(Planner, ReadAheadIsTheSlowestLowerTiersLoad) {
+  const size_t n = 4096;
+  EXPECT_DOUBLE_EQ(make().read_ahead_seconds(n), load_seconds(synthetic_profile(), synthetic_model(), TierKind::kRemote, n));
+  CostProfile p = synthetic_profile();
+  p.link(TierKind::kRemote) = {};
+  EXPECT_DOUBLE_EQ(make(true, p).read_ahead_seconds(n), load_seconds(p, synthetic_model(), TierKind::kDisk, n));
+  EXPECT_NEAR(make(true, p).read_ahead_seconds(n), 2e-3 + n * 128.0 * 1024 / 2e9, 1e-12);
+  p.link(TierKind::kDisk) = {};
+  EXPECT_EQ(make(true, p).read_ahead_seconds(n), 0);  // nothing below the host: nothing to read ahead
+}
+
 TEST(Planner, MissingTierIsRecomputed) {
   CostProfile p = synthetic_profile();
   p.link(TierKind::kRemote) = {};

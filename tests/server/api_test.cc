@@ -86,6 +86,20 @@ TEST(ApiParseTest, KvtierObject) {
   EXPECT_EQ(error_of(R"({"prompt":"hi","kvtier":[]})").param, "kvtier");
 }
 
+TEST(ApiParseTest, PrefetchReadyInMs) {
+  const auto ready = [](const char* body) { return read_prefetch_ready_ms(nlohmann::json::parse(body)); };
+  EXPECT_EQ(std::get<uint32_t>(ready(R"({"prompt":"hi"})")), 0u);
+  EXPECT_EQ(std::get<uint32_t>(ready(R"({"prompt":"hi","ready_in_ms":400})")), 400u);
+  EXPECT_EQ(std::get<uint32_t>(ready(R"({"prompt":"hi","ready_in_ms":3600000})")), kMaxPrefetchReadyMs);
+  for (const char* bad : {R"({"ready_in_ms":-1})", R"({"ready_in_ms":3600001})", R"({"ready_in_ms":1.5})",
+                          R"({"ready_in_ms":"400"})"}) {
+    const auto r = ready(bad);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << bad;
+    EXPECT_EQ(std::get<ApiError>(r).param, "ready_in_ms") << bad;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400) << bad;
+  }
+}
+
 TEST(ApiParseTest, BadInputsAre400WithAParam) {
   struct Case {
     const char* body;

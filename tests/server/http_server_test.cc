@@ -46,6 +46,7 @@ class HttpServerTest : public ::testing::Test {
     SchedulerOptions so;
     so.max_queue = c.limits.max_queue;
     so.max_running = c.runtime.max_sequences;
+    so.clock = clock_;
     auto s = Scheduler::create(so, std::make_unique<FakeRuntime>(fake_, 64, 256));
     ASSERT_TRUE(s.ok());
     sched_ = std::move(s).value();
@@ -73,6 +74,8 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::shared_ptr<FakeShared> fake_ = std::make_shared<FakeShared>();
+  ManualClock manual_clock_;                // outlives the scheduler, which reads it until TearDown
+  const Clock* clock_ = &Clock::system();  // the scheduler's (set before start(): &manual_clock_ or this)
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<HttpServer> http_;
   std::thread thread_;
@@ -102,6 +105,45 @@ std::vector<std::string> stream_events(int port, const std::string& body, int* s
   auto res = c.send(req);
   if (!res && error) *error = httplib::to_string(res.error());
   return events;
+}
+
+// "ready_in_ms" on a prefetch: read ahead now, and again shortly before the client's request is due
+// (the prefix just used is on the device when an agent's tool starts; the other sessions' turns during
+// the tool are what send it down). The fake runtime has no planner, so the lead is the slack alone:
+// again 100 ms before the deadline.
+TEST_F(HttpServerTest, PrefetchReadsAheadAgainBeforeTheRequestIsDue) {
+  ManualClock& clock = manual_clock_;
+  clock_ = &clock;
+  start();
+  auto c = client();
+  const auto prefetches = [&] {
+    std::lock_guard lk(fake_->mu);
+    return std::count(fake_->log.begin(), fake_->log.end(), "prefetch:5");
+  };
+  const auto turn = [&] { ASSERT_TRUE(sched_->call([](Runtime&) { return 0; }).ok()); };
+  auto r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":2000})", "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 202) << r->body;
+  EXPECT_EQ(json::parse(r->body)["again_in_ms"], 1900) << r->body;
+  EXPECT_EQ(prefetches(), 1);
+  clock.advance(1899ms);
+  turn();
+  EXPECT_EQ(prefetches(), 1);
+  clock.advance(1ms);
+  turn();
+  EXPECT_EQ(prefetches(), 2);
+  r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":100})", "application/json");  // too soon: once
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 202) << r->body;
+  EXPECT_FALSE(json::parse(r->body).contains("again_in_ms")) << r->body;
+  clock.advance(std::chrono::hours(2));
+  turn();
+  EXPECT_EQ(prefetches(), 3);
+  r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":-5})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_EQ(json::parse(r->body)["error"]["param"], "ready_in_ms") << r->body;
+  EXPECT_EQ(prefetches(), 3);  // refused before anything was read
 }
 
 TEST_F(HttpServerTest, Completion) {

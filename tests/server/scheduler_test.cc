@@ -272,6 +272,32 @@ TEST(SchedulerTest, RequestTimeout) {
   EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
 }
 
+// post_after runs its call once its delay has passed on the scheduler's clock, not before, and
+// drops what is still pending when the scheduler stops.
+TEST(SchedulerTest, TimedCallsRunWhenDueOnTheSchedulersClock) {
+  ManualClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  Fixture f(o);
+  std::atomic<int> ran{0};
+  ASSERT_TRUE(f.sched->post_after(std::chrono::seconds(5), [&](Runtime&) { ran += 1; }).ok());
+  ASSERT_TRUE(f.sched->post_after(std::chrono::seconds(60), [&](Runtime&) { ran += 10; }).ok());
+  const auto nothing = [](Runtime&) { return 0; };  // a call: one turn of the loop, and after it
+  ASSERT_TRUE(f.sched->call(nothing).ok());
+  EXPECT_EQ(ran.load(), 0);
+  clock.advance(std::chrono::seconds(4));
+  ASSERT_TRUE(f.sched->call(nothing).ok());
+  EXPECT_EQ(ran.load(), 0);
+  clock.advance(std::chrono::seconds(1));
+  ASSERT_TRUE(f.sched->call(nothing).ok());  // the due call runs before the calls posted with it
+  EXPECT_EQ(ran.load(), 1);
+  ASSERT_TRUE(f.sched->post_after(-std::chrono::seconds(1), [&](Runtime&) { ran += 100; }).ok());  // past: at once
+  ASSERT_TRUE(f.sched->call(nothing).ok());
+  EXPECT_EQ(ran.load(), 101);
+  f.sched.reset();  // the 60 s call never came due
+  EXPECT_EQ(ran.load(), 101);
+}
+
 TEST(SchedulerTest, StartErrorsReachTheRequest) {
   Fixture f({}, [](FakeShared& s) { s.fail_start = true; });
   auto v = f.submit({1}, 3)->wait_done();
