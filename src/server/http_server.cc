@@ -431,7 +431,8 @@ void HttpServer::install_prefetch_route() {
     const Result<Runtime::PrefetchReport>& started = *called;
     if (!started.ok()) return send_error(res, error_from_status(started.status()));
     const Planner* planner = scheduler_->model().planner.get();
-    const auto again = read_ahead_again_in(std::get<uint32_t>(ready_in), planner ? planner->read_ahead_seconds(r.prompt.size()) : 0);
+    const double read_ahead_s = planner ? planner->read_ahead_seconds(r.prompt.size()) : 0;
+    const auto again = read_ahead_again_in(std::get<uint32_t>(ready_in), read_ahead_s);
     json answer{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
                 {"tokens_matched", started->cached_tokens},
                 {"tokens_loading", started->loading_tokens},
