@@ -28,6 +28,20 @@ double since(SteadyClock::time_point t) { return std::chrono::duration<double>(S
 
 namespace loadgen_detail {
 
+uint32_t count_of(const json& obj, const char* key, uint32_t fallback) {
+  if (!obj.is_object()) return fallback;
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX) return fallback;
+  return uint32_t(it->get<uint64_t>());
+}
+
+// An error object's message, or `fallback`.
+std::string message_of(const json& error, const std::string& fallback) {
+  if (!error.is_object()) return fallback;
+  const auto it = error.find("message");
+  return it != error.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 httplib::Headers auth_headers(const LoadgenOptions& o) {
   httplib::Headers h;
   if (!o.api_key.empty()) h.emplace("Authorization", "Bearer " + o.api_key);
@@ -84,7 +98,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
     const json j = json::parse(data, nullptr, false);
     if (!j.is_object()) return;
     if (j.contains("error")) {
-      error = j["error"].value("message", std::string("error event"));
+      error = message_of(j["error"], "error event");
       return;
     }
     if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
@@ -99,15 +113,14 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
     }
     if (j.contains("usage") && j["usage"].is_object()) {
       const json& u = j["usage"];
-      s.completion_tokens = u.value("completion_tokens", 0u);
-      s.prompt_tokens = u.value("prompt_tokens", s.prompt_tokens);
-      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
-        s.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", 0u);
+      s.completion_tokens = count_of(u, "completion_tokens");
+      s.prompt_tokens = count_of(u, "prompt_tokens", s.prompt_tokens);
+      if (u.contains("prompt_tokens_details")) s.cached_tokens = count_of(u["prompt_tokens_details"], "cached_tokens");
       const json& k = u.contains("kvtier") && u["kvtier"].is_object() ? u["kvtier"] : json::object();
-      if (k.contains("blend") && k["blend"].is_object()) s.blended_tokens = k["blend"].value("reused_tokens", 0u);
-      if (k.contains("cached_tokens_by_tier") && k["cached_tokens_by_tier"].is_object()) {
+      if (k.contains("blend")) s.blended_tokens = count_of(k["blend"], "reused_tokens");
+      if (k.contains("cached_tokens_by_tier")) {
         const char* names[] = {"device", "host", "disk", "remote"};
-        for (int t = 0; t < 4; ++t) s.cached_by_tier[t] = k["cached_tokens_by_tier"].value(names[t], 0u);
+        for (int t = 0; t < 4; ++t) s.cached_by_tier[t] = count_of(k["cached_tokens_by_tier"], names[t]);
       }
     }
   };
@@ -132,7 +145,7 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
   } else if (s.http_status != 200) {
     const json j = json::parse(error_body, nullptr, false);
     s.error = "HTTP " + std::to_string(s.http_status) + ": " +
-              (j.is_object() && j.contains("error") ? j["error"].value("message", error_body) : error_body);
+              (j.is_object() && j.contains("error") ? message_of(j["error"], error_body) : error_body);
   } else if (!error.empty()) {
     s.error = error;
   } else if (!done || !got_first) {

@@ -65,7 +65,7 @@ std::pair<uint32_t, uint32_t> prefetch(httplib::Client& client, const LoadgenOpt
   if (!res || res->status != 202) return {0, 0};
   const json a = json::parse(res->body, nullptr, /*allow_exceptions=*/false);
   if (!a.is_object()) return {0, 0};
-  return {a.value("tokens_matched", 0u), a.value("tokens_loading", 0u)};
+  return {count_of(a, "tokens_matched"), count_of(a, "tokens_loading")};
 }
 
 }  // namespace

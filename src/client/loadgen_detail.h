@@ -20,6 +20,10 @@ std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32
 // o.agent); `text` receives what was generated.
 LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model,
                        nlohmann::json body, std::string* text = nullptr);
+// A count in a server's JSON answer (usage, tiers, a prefetch's): `fallback`
+// where it is absent or not a count, so a misbehaving server gets its sample
+// counted wrong, never the client stopped by an exception.
+uint32_t count_of(const nlohmann::json& obj, const char* key, uint32_t fallback = 0);
 // One agent session (loadgen_agent.cc): `may_send(turn)` says whether the
 // turn may start now (waiting for its slot with qps), `record` keeps each
 // turn's sample.

@@ -143,8 +143,10 @@ Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool str
 
 std::optional<uint64_t> reported_cached_tokens(std::string_view text) {
   auto cached_of = [](const nlohmann::json& j) -> std::optional<uint64_t> {
-    if (!j.is_object() || !j.contains("usage")) return std::nullopt;
-    const auto& d = j["usage"].value("prompt_tokens_details", nlohmann::json());
+    if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return std::nullopt;
+    const auto& u = j["usage"];
+    if (!u.contains("prompt_tokens_details")) return std::nullopt;
+    const auto& d = u["prompt_tokens_details"];
     if (!d.is_object() || !d.contains("cached_tokens") || !d["cached_tokens"].is_number_unsigned()) return std::nullopt;
     return d["cached_tokens"].get<uint64_t>();
   };

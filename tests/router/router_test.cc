@@ -84,6 +84,9 @@ TEST(RouterForward, ReadsTheCachedTokensABackendReports) {
   EXPECT_EQ(reported_cached_tokens(R"({"usage": {"prompt_tokens": 40, "prompt_tokens_details": {"cached_tokens": 32}}})"), 32u);
   EXPECT_EQ(reported_cached_tokens(R"({"usage": {"prompt_tokens": 40}})"), std::nullopt);
   EXPECT_EQ(reported_cached_tokens("not json"), std::nullopt);
+  // A backend's usage of the wrong shape is no figure (it threw before).
+  EXPECT_EQ(reported_cached_tokens(R"({"usage": 5})"), std::nullopt);
+  EXPECT_EQ(reported_cached_tokens(R"({"usage": {"prompt_tokens_details": "none"}})"), std::nullopt);
   // A stream's tail: the last data line with a usage, whatever is cut off before it.
   const std::string tail = "ed\": 1}\n\ndata: {\"choices\": []}\n\ndata: {\"choices\": [], \"usage\": "
                            "{\"prompt_tokens_details\": {\"cached_tokens\": 48}}}\n\ndata: [DONE]\n\n";

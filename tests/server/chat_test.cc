@@ -173,6 +173,8 @@ TEST(ChatApi, MalformedToolsAreClear400s) {
   EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":{"type":"function","function":{"name":"f"}})").code, "unsupported");
   EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":"required")").code, "unsupported");
   EXPECT_EQ(err(R"("tool_choice":"sometimes")").param, "tool_choice");
+  EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":{"type":1,"function":{"name":"f"}})").param, "tool_choice");
+  EXPECT_EQ(err(R"("tools":)" + tool_f + R"(,"tool_choice":{"type":"function","function":{"name":7}})").param, "tool_choice");
   EXPECT_EQ(err(R"("parallel_tool_calls":"yes")").param, "parallel_tool_calls");
   EXPECT_EQ(err(R"("chat_template_kwargs":[1])").param, "chat_template_kwargs");
   EXPECT_EQ(err(R"("chat_template_kwargs":{"messages":[]})").param, "chat_template_kwargs");
@@ -202,6 +204,9 @@ TEST(ChatApi, MalformedMessagesAreClear400s) {
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user"}]})").code, "missing_field");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":7}]})").code, "invalid_type");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})").code, "unsupported");
+  // Fields of the wrong JSON type where a string is compared (chat_fuzz found the first: it threw).
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":true}]}]})").code, "unsupported");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":[{"type":["text"],"text":"x"}]}]})").code, "unsupported");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})").param, "top_logprobs");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})").param,
             "top_logprobs");
@@ -449,6 +454,8 @@ TEST(ChatApi, BadRetentionHintsAre400s) {
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":{"type":"ephemeral","ttl":"2d"}}]})").param,
             "messages[0].cache_control.ttl");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":"yes"}]})").param,
+            "messages[0].cache_control");
+  EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":{"type":5}}]})").param,
             "messages[0].cache_control");
   EXPECT_EQ(chat_error(R"({"messages":[{"role":"user","content":"x","cache_control":{"type":"ephemeral","max":1}}]})").param,
             "messages[0].cache_control.max");

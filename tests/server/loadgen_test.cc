@@ -1,4 +1,5 @@
 #include "client/loadgen.h"
+#include "client/loadgen_detail.h"
 #include "client/sse.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,15 @@ TEST(LoadgenTest, Percentiles) {
   EXPECT_EQ(percentile(v, 99), 99);
   EXPECT_EQ(percentile(v, 100), 100);
   EXPECT_EQ(percentile(v, 0), 1);
+}
+
+// A server's counts are read as counts or not at all: a wrong type never throws.
+TEST(LoadgenTest, CountsOfAMisbehavingServerAreNotTrusted) {
+  using loadgen_detail::count_of;
+  const auto j = nlohmann::json::parse(R"({"n": 7, "s": "7", "neg": -1, "big": 5000000000, "f": 1.5, "o": {}})");
+  EXPECT_EQ(count_of(j, "n"), 7u);
+  for (const char* k : {"s", "neg", "big", "f", "o", "absent"}) EXPECT_EQ(count_of(j, k, 3), 3u) << k;
+  EXPECT_EQ(count_of(nlohmann::json(5), "n", 4), 4u);
 }
 
 // One reader for every event stream: messages split anywhere, named events,
