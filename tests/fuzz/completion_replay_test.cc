@@ -12,7 +12,8 @@ TEST(CompletionReplay, ValidSeedsAreAccepted) {
   const server::Tokenizer bytes = [](std::string_view t, bool, bool) { return std::vector<TokenId>(t.begin(), t.end()); };
   for (const auto& [name, body] : corpus_files("completion")) {
     const bool valid = name == "text_prompt.json" || name == "token_prompt.json" || name == "stream_stop.json" ||
-                       name == "echo_logprobs.json" || name == "salt_special.json";
+                       name == "echo_logprobs.json" || name == "salt_special.json" ||
+                       name == "text_prompt_with_high_bytes.json";
     auto r = server::parse_completion_request({reinterpret_cast<const char*>(body.data()), body.size()}, limits, bytes);
     EXPECT_EQ(std::holds_alternative<server::CompletionRequest>(r), valid) << name;
   }
