@@ -169,9 +169,10 @@ class Scheduler {
   bool post(std::function<void(Runtime&)> fn);
   // The same once `delay` has passed on the scheduler's clock (options.clock),
   // at the first step from then on. Best effort: calls still pending when the
-  // scheduler stops are dropped. Busy past kMaxTimedCalls pending,
+  // scheduler stops are dropped. Busy past kMaxTimedCalls pending (each may
+  // hold a prompt: 1024 of the longest prompts are a bounded few hundred MB),
   // Unavailable once stopping.
-  static constexpr size_t kMaxTimedCalls = 4096;
+  static constexpr size_t kMaxTimedCalls = 1024;
   Status post_after(Clock::duration delay, std::function<void(Runtime&)> fn);
 
   // The last options.recent_requests prefills, with their per-layer traces.
