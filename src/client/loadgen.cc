@@ -24,6 +24,13 @@ using SteadyClock = std::chrono::steady_clock;
 
 double since(SteadyClock::time_point t) { return std::chrono::duration<double>(SteadyClock::now() - t).count(); }
 
+// An error object's message, or `fallback`.
+std::string message_of(const json& error, const std::string& fallback) {
+  if (!error.is_object()) return fallback;
+  const auto it = error.find("message");
+  return it != error.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 }  // namespace
 
 namespace loadgen_detail {
@@ -33,13 +40,6 @@ uint32_t count_of(const json& obj, const char* key, uint32_t fallback) {
   const auto it = obj.find(key);
   if (it == obj.end() || !it->is_number_unsigned() || it->get<uint64_t>() > UINT32_MAX) return fallback;
   return uint32_t(it->get<uint64_t>());
-}
-
-// An error object's message, or `fallback`.
-std::string message_of(const json& error, const std::string& fallback) {
-  if (!error.is_object()) return fallback;
-  const auto it = error.find("message");
-  return it != error.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
 httplib::Headers auth_headers(const LoadgenOptions& o) {

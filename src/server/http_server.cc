@@ -385,7 +385,7 @@ namespace {
 // read-ahead then finds nothing to do; what sends it down is the other
 // sessions' turns while the tool runs. So it runs again before the deadline,
 // by twice the longest its read-ahead can take (`read_ahead_s`, the planner's
-// slowest lower tier) plus kReadAheadSlack (the call waits for the
+// slowest lower tier) plus kReadAheadSlackMs (the call waits for the
 // scheduler's current step, a prefill perhaps), and no earlier, leaving the
 // traffic in between as little time as possible to evict it again. Nullopt:
 // no time for a second one.
