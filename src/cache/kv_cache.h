@@ -216,6 +216,7 @@ struct KVCacheStats {
   uint64_t retain_active = 0;          // hints in force now
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
+  uint64_t cut_subtrees = 0;  // times host pages were dropped to free device pages stuck above them (cut_for_device)
   uint64_t quota_evicted_pages = 0;    // pages a tenant over its quota gave up (set_tenant_quotas), every tier
   // Each tenant's cached bytes on the device and the host (the index's
   // count) and on disk (its entries' bytes in the log, for the namespaces
@@ -433,6 +434,10 @@ class KVCache {
   // `move_down`: apply the write policy's demotion/spill (false when flushing).
   // `tenant`: only that tenant's pages (PrefixIndex::evict).
   Status evict_device(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
+  // When evict_device() can free nothing more: drops the host pages below
+  // device-only pages that could not go (PrefixIndex::cut_below_device_only),
+  // so that the next evict_device() can. False: nothing to cut.
+  bool cut_for_device(uint32_t n);
   Status evict_host(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
   // Brings every tenant over a quota back within it (kv_cache_quota.cc).
   void enforce_quotas();

@@ -104,7 +104,10 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
     if (stats_.evicted_pages_by_tier[0] == before) {
       // Pages held by background stores come back once those finish; pages being
       // promoted (prefetch) become evictable once theirs land.
-      if (pending_.empty() && promotions_.empty()) break;
+      if (pending_.empty() && promotions_.empty()) {
+        if (!cut_for_device(n - pool_->free_pages())) break;
+        continue;
+      }
       (void)(pending_.empty() ? promotions_.front()->handle : pending_.front()->handle).wait_all();
       poll();
     }
@@ -114,6 +117,18 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
     return Status::Busy("device KV pool exhausted by running sequences (" + std::to_string(n) + " pages asked, " +
                         std::to_string(pool_->free_pages()) + " free of " + std::to_string(pool_->num_pages()) + ")");
   return st;
+}
+
+bool KVCache::cut_for_device(uint32_t n) {
+  if (!index_->cut_below_device_only(n, evict_scratch_).ok() || evict_scratch_.pages.empty()) return false;
+  for (auto& pd : pending_)  // (none are, when allocate_pages comes here)
+    if (pd->writes_host || pd->reads_host) (void)pd->handle.wait_all();
+  for (const EvictedPage& e : evict_scratch_.pages) {
+    if (e.location.on_device()) pool_->unref(e.location.device), ++stats_.evicted_pages_by_tier[0];
+    if (e.location.on_host()) host_->free_slot(e.location.host), ++stats_.evicted_pages_by_tier[1];
+  }
+  ++stats_.cut_subtrees;
+  return true;
 }
 
 // Device eviction. With write-back, a page without a host copy is first

@@ -293,6 +293,22 @@ class PrefixIndex {
   Status evict(uint32_t n_pages, TierKind tier, EvictResult& out, const DemoteFn& demote = {},
                const SpillHook& spill = {}, uint32_t tenant = kAnyTenant);
 
+  // The device's way out when evict() frees too few device pages: a
+  // device-only page cannot go while host-only pages follow it on its path,
+  // later in its node or below it (dropping it would leave a hole, I3), and
+  // while it is not the tail of a childless node. Each eviction that leads
+  // there is legal on its own (the host drops the copy of a page the device
+  // holds, the device drops the copy of a later page the host holds), and
+  // write-through reaches it. Such nodes (unlocked, unretained, their
+  // children holding no device pages, not candidates) are taken in policy
+  // order until they hold n_pages device pages, and what follows their last
+  // device page is cut off: every page there leaves the index and comes back
+  // in `out` with both its residencies, which the caller frees. The next
+  // evict() then finds each such node a childless leaf ending in a
+  // device-only page. Gives up host pages for device room, so a cache calls
+  // it only after evict() fell short; `out.freed` counts the pages cut.
+  Status cut_below_device_only(uint32_t n_pages, EvictResult& out, uint32_t tenant = kAnyTenant);
+
   // Drops everything (all namespaces). Outstanding handles become stale.
   void reset();
 
@@ -363,6 +379,12 @@ class PrefixIndex {
   // Offers the chunk ending at page i of node id to the spill hook (see evict()).
   void offer_spill(uint32_t id, uint32_t i, const SpillHook& spill);
   void remove_leaf(uint32_t id);
+  // Queues the event of page `h` leaving tier t (or moving down, demoted).
+  void record_left(const Node& n, int t, const PageHash& h, PageLocation loc, bool demoted);
+  // Removes node `id`'s pages from `keep` on (and the node, for 0); it has no children.
+  void drop_tail(uint32_t id, uint32_t keep, EvictResult& out);
+  // Removes every node below `id`, then its pages past its last device page (cut_below_device_only).
+  void cut_below(uint32_t id, EvictResult& out);
   void emit(KvEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
 
   Options opts_;

@@ -176,16 +176,7 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
       continue;
     }
     --need;
-    if (opts_.record_events) {
-      IndexEvent e;  // a demoted page moved down; any other lost its residency in t
-      e.kind = demoted ? KvEventKind::kMoved : KvEventKind::kRemoved;
-      e.from = t == kDev ? TierKind::kDevice : TierKind::kHost;
-      e.tier = demoted ? TierKind::kHost : e.from;
-      e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
-      e.hash = h;
-      e.location = loc;
-      events_.push_back(e);
-    }
+    record_left(n, t, h, loc, demoted);
   }
   n.scan_end[t] = std::max(kept_end, i);
   n.scan_end[1 - t] = std::min(n.scan_end[1 - t], n.n_pages());
@@ -196,6 +187,80 @@ void PrefixIndex::evict_from(uint32_t id, int t, uint32_t& need, EvictResult& ou
   }
   if (wasteful(n)) repack(n, 0);  // a much-trimmed leaf moves to an exact block
   tiers_changed(id, old_tp);
+}
+
+void PrefixIndex::record_left(const Node& n, int t, const PageHash& h, PageLocation loc, bool demoted) {
+  if (!opts_.record_events) return;
+  IndexEvent e;  // a demoted page moved down; any other lost its residency in t
+  e.kind = demoted ? KvEventKind::kMoved : KvEventKind::kRemoved;
+  e.from = t == kDev ? TierKind::kDevice : TierKind::kHost;
+  e.tier = demoted ? TierKind::kHost : e.from;
+  e.ns = NsKey{nodes_[n.root].ns_seed, nodes_[n.root].tenant};
+  e.hash = h;
+  e.location = loc;
+  events_.push_back(e);
+}
+
+Status PrefixIndex::cut_below_device_only(uint32_t n_pages, EvictResult& out, uint32_t tenant) {
+  out.freed = 0;
+  out.pages.clear();
+  std::vector<std::pair<EvictKey, uint32_t>> stuck;
+  for (uint32_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live || n.is_root || n.lock_ref > 0 || n.retain_ref > 0 || n.tier_pages[kDev] == 0) continue;
+    if (n.child_with_tier[kDev] > 0 || candidate(n, kDev)) continue;
+    if (tenant != kAnyTenant && nodes_[n.root].tenant != tenant) continue;
+    stuck.emplace_back(policy_->key(n.usage), id);
+  }
+  std::sort(stuck.begin(), stuck.end());
+  uint64_t freeable = 0;
+  for (const auto& [key, id] : stuck) {
+    if (freeable >= n_pages) break;
+    if (!nodes_[id].live) continue;  // below one cut before it
+    freeable += nodes_[id].tier_pages[kDev];
+    cut_below(id, out);
+  }
+  out.freed = uint32_t(out.pages.size());
+  if (out.freed > 0) ++epoch_;
+  if (arena_.fragmented()) compact();
+  return Status::Ok();
+}
+
+void PrefixIndex::drop_tail(uint32_t id, uint32_t keep, EvictResult& out) {
+  Node& n = nodes_[id];
+  const uint32_t old_tp[2] = {n.tier_pages[kDev], n.tier_pages[kHost]};
+  for (uint32_t i = n.n_pages(); i-- > keep;) {
+    const PageLocation loc = n.locs[i];
+    const PageHash h = opts_.store_hashes ? n.hashes[i] : PageHash{};
+    for (int t = 0; t < 2; ++t)
+      if (has_tier(loc, t)) record_left(n, t, h, loc, false);
+    count_page(n, loc, -1);
+    --pages_;
+    out.pages.push_back(EvictedPage{h, loc, true});
+  }
+  n.n = keep;
+  for (int t = 0; t < 2; ++t) n.scan_end[t] = std::min(n.scan_end[t], keep);
+  tiers_changed(id, old_tp);
+  if (keep == 0) remove_leaf(id);
+}
+
+void PrefixIndex::cut_below(uint32_t top, EvictResult& out) {
+  // The nodes below `top`, deepest first, so each is a leaf when it goes.
+  std::vector<uint32_t> below;
+  for (uint32_t id = 0; id < nodes_.size(); ++id) {
+    if (!nodes_[id].live || nodes_[id].is_root || id == top) continue;
+    uint32_t a = nodes_[id].parent;
+    while (a != top && !nodes_[a].is_root) a = nodes_[a].parent;
+    if (a == top) below.push_back(id);
+  }
+  std::sort(below.begin(), below.end(),
+            [&](uint32_t a, uint32_t b) { return nodes_[a].start_page > nodes_[b].start_page; });
+  for (uint32_t id : below) drop_tail(id, 0, out);
+  // Then its own pages past its last device page (host-only: it holds no copy on both).
+  const Node& n = nodes_[top];
+  uint32_t keep = n.n_pages();
+  while (keep > 0 && !has_tier(n.locs[keep - 1], kDev)) --keep;
+  drop_tail(top, keep, out);
 }
 
 void PrefixIndex::remove_leaf(uint32_t id) {

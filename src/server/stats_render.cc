@@ -76,6 +76,7 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   j["tenants"] = nlohmann::json::array();
   for (const KVCacheStats::Tenant& t : s.tenants) j["tenants"].push_back(tenant_json(t));
   j["quota_evicted_pages"] = s.quota_evicted_pages;
+  j["cut_subtrees"] = s.cut_subtrees;
   j["device"] = {{"pages", s.pool.total_pages}, {"used_pages", s.pool.used_pages}, {"page_bytes", s.pool.page_bytes},
                  {"cached_pages", s.index.device_pages}};
   j["host"] = {{"slots", s.host_slots}, {"free_slots", s.host_free_slots}, {"cached_pages", s.index.host_pages}};
@@ -191,6 +192,9 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
       m << "kvtier_tenant_quota_bytes{tenant=\"" << t.name << "\",tier=\"" << tier << "\"} " << bytes << '\n';
   metric("kvtier_quota_evicted_pages_total", "counter", "Cached pages tenants over their quota gave up.");
   m << "kvtier_quota_evicted_pages_total " << s.quota_evicted_pages << '\n';
+  metric("kvtier_cut_subtrees_total", "counter",
+         "Times host pages were dropped to free device pages stuck before them on a path.");
+  m << "kvtier_cut_subtrees_total " << s.cut_subtrees << '\n';
   metric("kvtier_preemptions_total", "counter",
          "Running sequences paused because together they outgrew the device pool: KV kept raw in host memory, or "
          "dropped to be recomputed when they resume.");

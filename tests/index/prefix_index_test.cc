@@ -278,6 +278,98 @@ TEST(PrefixIndex, LockingWhereAMatchEndsLeavesThePagesPastItEvictable) {
   EXPECT_TRUE(ix->check_invariants().ok());
 }
 
+// Device pages that eviction alone cannot free: each page of a path kept one
+// residency, device-only first and host-only after it (the host dropped the
+// copies of pages the device held, the device those of later pages the host
+// held). Dropping a device-only page there would leave a hole, so evict()
+// frees nothing; cut_below_device_only drops the host-only pages after it
+// (below the node, and later in the node itself), and evict() then can. A
+// server stalled on this shape with write-through and prefetch (every waiting
+// request answered Busy, nothing running).
+TEST(PrefixIndex, DevicePagesStuckBeforeHostOnlyPagesAreFreedByCuttingWhatFollows) {
+  for (const bool in_one_node : {false, true}) {
+    SCOPED_TRACE(in_one_node ? "host-only pages later in the node" : "host-only pages in a child");
+    auto ix = make(4, /*events=*/true);
+    const NsKey ns = ns_of("");
+    const auto toks = iota_tokens(32);  // 8 pages
+    std::vector<PageLocation> locs(8);
+    for (uint32_t i = 0; i < 8; ++i) {
+      locs[i].device = PageId(i);
+      locs[i].host = SlotId(100 + i);
+    }
+    ASSERT_TRUE(ix->insert(ns, toks, locs).ok());
+    MatchResult m;
+    ix->match(ns, toks, m);
+    NodeHandle tail = m.deepest;
+    if (!in_one_node) {  // a second prompt splits the path after page 4
+      auto other = iota_tokens(32);
+      other[20] = -1;
+      std::vector<PageLocation> other_locs(8);
+      for (uint32_t i = 0; i < 8; ++i) other_locs[i].device = PageId(50 + i);
+      ASSERT_TRUE(ix->insert(ns, other, other_locs).ok());
+      ix->match(ns, toks, m);
+      tail = m.deepest;
+    }
+    for (uint32_t i = 0; i < 8; ++i) {
+      PageLocation l = locs[i];
+      if (i < 4) l.host = SlotId();  // device-only, then host-only
+      else l.device = PageId();
+      ASSERT_TRUE(ix->set_location(tail, i, l).ok());
+    }
+    if (!in_one_node) {  // the other prompt's own pages go, as a device eviction would take them
+      EvictResult first;
+      ASSERT_TRUE(ix->evict(3, TierKind::kDevice, first).ok());
+      ASSERT_EQ(first.freed, 3u);
+    }
+    ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+    std::vector<IndexEvent> drained;
+    ix->take_events(drained);
+    EvictResult ev;
+    ASSERT_TRUE(ix->evict(4, TierKind::kDevice, ev).ok());
+    ASSERT_EQ(ev.freed, 0u) << "the shape this test builds is not stuck";
+    ASSERT_TRUE(ix->cut_below_device_only(4, ev).ok());
+    EXPECT_EQ(ev.freed, 4u);  // pages 4..7, host-only, with their slots
+    for (const EvictedPage& e : ev.pages) {
+      EXPECT_TRUE(e.removed);
+      EXPECT_TRUE(e.location.on_host() && !e.location.on_device());
+      EXPECT_GE(e.location.host.value(), 104u);
+    }
+    std::vector<IndexEvent> events;
+    ix->take_events(events);
+    EXPECT_EQ(events.size(), 4u);
+    EXPECT_EQ(matched(*ix, ns, toks), 4u);  // prefix-closed: pages 0..3 stay
+    ASSERT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+    ASSERT_TRUE(ix->evict(4, TierKind::kDevice, ev).ok());
+    EXPECT_EQ(ev.freed, 4u);
+    EXPECT_EQ(ix->tier_pages(TierKind::kDevice), 0u);
+    EXPECT_TRUE(ix->check_invariants().ok()) << ix->check_invariants().to_string();
+    // Nothing stuck: nothing cut.
+    ASSERT_TRUE(ix->cut_below_device_only(4, ev).ok());
+    EXPECT_EQ(ev.freed, 0u);
+  }
+}
+
+// A locked or retained path is never cut.
+TEST(PrefixIndex, CuttingLeavesLockedAndRetainedPathsAlone) {
+  for (const bool lock : {true, false}) {
+    auto ix = make(4);
+    const NsKey ns = ns_of("");
+    const auto toks = iota_tokens(16);
+    std::vector<PageLocation> locs(4);  // device-only, then host-only: stuck but for the hold
+    for (uint32_t i = 0; i < 2; ++i) locs[i].device = PageId(i);
+    for (uint32_t i = 2; i < 4; ++i) locs[i].host = SlotId(i);
+    ASSERT_TRUE(ix->insert(ns, toks, locs).ok());
+    MatchResult m;
+    ix->match(ns, toks, m);
+    ASSERT_TRUE((lock ? ix->lock(m.deepest) : ix->retain(m.deepest)).ok());
+    EvictResult ev;
+    ASSERT_TRUE(ix->cut_below_device_only(4, ev).ok());
+    EXPECT_EQ(ev.freed, 0u);
+    EXPECT_EQ(matched(*ix, ns, toks), 4u);
+    EXPECT_TRUE(ix->check_invariants().ok());
+  }
+}
+
 TEST(PrefixIndex, LockedPathSurvivesEvictEverything) {
   auto ix = make(4);
   const NsKey ns = ns_of("");

@@ -88,6 +88,44 @@ TEST(CachePrefetch, PromotionTakesOnlyHalfTheFreeDevicePagesAndNeverEvicts) {
   expect_same(hit, ref, 1e-5);
 }
 
+// The shape that stalled a server (write-through, read-ahead): a prompt's first
+// pages on the device only (their host copies evicted), its later pages read
+// back onto the host only (no free device page to promote them into). No
+// eviction can free those device pages: each one would leave a hole before the
+// host-only pages. A request that needed them answered Busy on every retry
+// with nothing running; the cache now drops the host-only pages after them
+// (KVCache::cut_for_device) and serves it, exactly.
+TEST(CachePrefetch, DevicePagesBeforeReadAheadHostPagesCanStillBeEvicted) {
+  RigOptions o;
+  o.device_pages = 40;
+  CacheRig rig(o);
+  auto other = CacheRig::random_tokens(580, 32);
+  Outcome ref = rig.reference(other, 8);
+  auto prompt = CacheRig::random_tokens(300, 31);  // 18 whole pages, 4 whole chunks
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 1000).ok());   // device-only now
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 11).ok());   // 19 pages with the reply; 8.. trimmed
+  ASSERT_EQ(rig.cache->stats().index.device_pages, 8u);
+  ASSERT_EQ(rig.cache->stats().index.host_pages, 0u);
+  auto held = rig.cache->fresh(rig.ns, 32 * 16);  // every free device page: no promotion
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  ASSERT_EQ(rig.cache->pool().free_pages(), 0u);
+  ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());  // pages 8..15 from disk onto the host
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_EQ(rig.cache->stats().index.host_pages, 8u);
+  ASSERT_EQ(rig.cache->stats().promoted_pages, 0u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  rig.cache->release(*held);
+  // A request that needs 37 of the 40 device pages: 32 are free, the rest are prompt's.
+  Outcome got = rig.cached(other, 8);
+  expect_same(got, ref, 1e-5);
+  auto st = rig.cache->stats();
+  EXPECT_EQ(st.cut_subtrees, 1u);
+  EXPECT_EQ(st.host_free_slots + st.index.host_pages, st.host_slots);  // the cut pages' slots came back
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
 TEST(CachePrefetch, LookupWaitsForChunksInFlightInsteadOfReadingThemTwice) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(300, 22);
