@@ -39,7 +39,7 @@ one_run() {  # NAME CONFIG REP PORT "LOADGEN FLAGS" -- server command...
   "$K" loadgen --url "http://127.0.0.1:$port" "${LOAD[@]}" $flags >"$O/$name-$config-$rep.json" || true
   if [ "$name" = kvtier ] && command -v curl >/dev/null; then  # the cache's counters and the last requests, for a closer look
     curl -sf "http://127.0.0.1:$port/v1/cache/stats" >"$O/$name-$config-$rep.stats.json" || true
-    curl -sf "http://127.0.0.1:$port/v1/requests/recent?limit=1000" >"$O/$name-$config-$rep.recent.json" || true
+    curl -sf "http://127.0.0.1:$port/v1/requests/recent?limit=64" >"$O/$name-$config-$rep.recent.json" || true
   fi
   stop "$pid"
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(json.dumps({"server": sys.argv[2], "config": sys.argv[3], "rep": int(sys.argv[4]), **j}))' \

@@ -308,8 +308,6 @@ Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> 
   return L;
 }
 
-Plan KVCache::plan(const CacheLookup& L) const { return planner_->plan(L.runs, L.prompt_tokens); }
-
 // Per cached page: the plan's action and the tier it is read from; the
 // recompute range [b, x) in pages (b == M: none). Pages inside it are
 // computed by the engine, so they are never shared.
@@ -334,6 +332,31 @@ struct KVCache::PageActions {
   }
   uint32_t pages() const { return static_cast<uint32_t>(action.size()); }
 };
+
+// A plan that recomputes the middle of a chunk still loads that chunk whole,
+// into scratch pages; with a prompt near the pool's size those could never
+// all be had (apply() would answer Busy for ever, and a server's queue stall
+// behind it): such a prompt loads every cached page instead, which needs only
+// its own pages (a request's prompt and max_tokens fit the pool, api.cc).
+Plan KVCache::plan(const CacheLookup& L) const {
+  Plan p = planner_->plan(L.runs, L.prompt_tokens);
+  if (p.recompute_pages == 0) return p;
+  const uint32_t P = options_.geometry.page_tokens;
+  const uint64_t pages = (L.prompt_tokens + P - 1) / P + scratch_pages(L, PageActions(p, L.cached_pages()));
+  return pages <= pool_->num_pages() ? p : planner_->use_all(L.runs, L.prompt_tokens);
+}
+
+uint32_t KVCache::scratch_pages(const CacheLookup& L, const PageActions& a) const {
+  const uint32_t C = options_.chunk_pages;
+  uint32_t scratch = 0;
+  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
+    const uint32_t lo = c * C, hi = lo + C;
+    bool loads = false, cut = false;
+    for (uint32_t p = lo; p < hi; ++p) (a.action[p] == PlanAction::kLoad ? loads : cut) = true;
+    if (loads && cut) scratch += std::min(hi, a.x) - std::max(lo, a.b);
+  }
+  return scratch;
+}
 
 Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   poll();
@@ -376,16 +399,8 @@ Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActi
 // Every fresh page at once, and scratch pages for the recomputed pages of
 // chunks the recompute range cuts (those chunks still load whole).
 Status KVCache::allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh) {
-  const uint32_t C = options_.chunk_pages;
-  uint32_t scratch = 0;
-  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
-    const uint32_t lo = c * C, hi = lo + C;
-    bool loads = false, cut = false;
-    for (uint32_t p = lo; p < hi; ++p) (a.action[p] == PlanAction::kLoad ? loads : cut) = true;
-    if (loads && cut) scratch += std::min(hi, a.x) - std::max(lo, a.b);
-  }
   std::vector<PageId> got;
-  KVTIER_RETURN_IF_ERROR(allocate_pages(fresh + scratch, got));
+  KVTIER_RETURN_IF_ERROR(allocate_pages(fresh + scratch_pages(L, a), got));
   size_t gi = 0;
   for (PageId& pg : lease.pages_)
     if (!pg.valid()) pg = got[gi++];

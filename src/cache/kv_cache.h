@@ -262,6 +262,11 @@ class KVCache {
   // namespace waits for those copies. Promoted pages are ordinary cached
   // device pages (evictable, counted against a tenant's device quota from
   // its next commit on).
+  // With `hold` > 0 the prefix is also held like a retention hint
+  // (retain()) for `hold`: what is cached now from this call, what the
+  // read-ahead brings onto the host from when it lands. A read-ahead timed by
+  // the client's deadline so keeps what it lifted until the request comes,
+  // where plain LRU would let the traffic in between evict it again.
   // Returns the prompt's cached pages (any tier), how many of them are
   // being read ahead now, and how many are being copied into the device now.
   struct PrefetchStart {
@@ -269,7 +274,8 @@ class KVCache {
     uint32_t loading_pages = 0;
     uint32_t promoting_pages = 0;
   };
-  Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens);
+  Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens,
+                                 Clock::duration hold = Clock::duration::zero());
   // The leading whole pages of `tokens` (all but its last token) cached on
   // the device or host now: the index alone, no waiting, no counting.
   uint32_t cached_prefix_pages(const Namespace& ns, std::span<const TokenId> tokens);
@@ -289,7 +295,9 @@ class KVCache {
   // in prompt order: the keys the disk and remote tiers store them under.
   // Pure; at most (tokens.size()-1)/P pages count, as in lookup().
   std::vector<ChunkKey> chunk_keys(const Namespace& ns, std::span<const TokenId> tokens) const;
-  // The planner's decision for a lookup. Pure.
+  // The planner's decision for a lookup, or, where its scratch pages would
+  // not fit the device pool beside the prompt's, the plan that loads every
+  // cached page (Planner::use_all). Pure.
   Plan plan(const CacheLookup& lookup) const;
   // Pins the pages the plan uses, allocates pages for every prompt position,
   // and submits loads. On failure nothing is held.
@@ -376,7 +384,7 @@ class KVCache {
     Clock::time_point until;
   };
   // retain() on the host tier: the hint's node in the retention table; the pages retained (0: none).
-  uint32_t retain_on_host(const Namespace& ns, std::span<const TokenId> tokens, Clock::time_point until);
+  uint32_t retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until);
   // Lets go of hints whose time is up (all of them with `all`), oldest first.
   void expire_retained(bool all = false);
   void let_go(size_t i);
@@ -389,6 +397,7 @@ class KVCache {
     std::vector<SlotId> slots;        // one per page from first_page on
     std::vector<PageHash> chunk_keys; // what a lookup waits on
     std::vector<TierKind> chunk_from; // where each chunk is read from
+    Clock::duration hold{};           // held on the host this long once landed (prefetch's `hold`)
     TransferHandle handle;
   };
   // Host-only pages of a prompt being copied into free device pages (promote()).
@@ -410,6 +419,8 @@ class KVCache {
   struct PageActions;
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   Status allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
+  // Scratch pages for the recomputed pages of chunks the recompute range cuts (they still load whole).
+  uint32_t scratch_pages(const CacheLookup& L, const PageActions& a) const;
   Status submit_loads(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   void account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   // lookup() without its bookkeeping (lookup counters, selective hit counts).

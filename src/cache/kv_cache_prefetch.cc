@@ -6,7 +6,9 @@
 
 namespace kvtier {
 
-Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens) {
+Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens,
+                                                 Clock::duration hold) {
+  if (hold > Clock::duration::zero()) KVTIER_RETURN_IF_ERROR(retain(ns, tokens, hold).status());
   KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
   PrefetchStart out{L.cached_pages(), 0};
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
@@ -29,6 +31,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   if (pages == 0) return out;
 
   pf->ns = L.ns;
+  pf->hold = hold;
   pf->first_page = L.index_pages;
   const uint32_t end = L.index_pages + pages;
   pf->tokens.assign(tokens.begin(), tokens.begin() + size_t(end) * P);
@@ -118,7 +121,11 @@ void KVCache::finish_prefetch(Prefetch& pf) {
     }
   }
   for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
-  if (taken > 0) promote(pf.ns, std::span(pf.tokens).first(size_t(pf.first_page + keep) * P));
+  const auto landed = std::span(pf.tokens).first(size_t(pf.first_page + keep) * P);
+  if (taken > 0 && pf.hold > Clock::duration::zero() && options_.max_retained_share > 0 &&
+      retain_on_host(pf.ns, landed, options_.clock->now() + pf.hold) > 0)
+    ++stats_.retain_hints;
+  if (taken > 0) promote(pf.ns, landed);
 }
 
 uint32_t KVCache::promote(const NsKey& ns, std::span<const TokenId> tokens) {

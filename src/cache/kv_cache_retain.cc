@@ -11,7 +11,7 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
   if (options_.max_retained_share <= 0 || ttl <= Clock::duration::zero()) return 0u;
   const Clock::time_point until = options_.clock->now() + ttl;
   const uint32_t P = options_.geometry.page_tokens;
-  uint32_t pages = host_ ? retain_on_host(ns, tokens, until) : 0;
+  uint32_t pages = host_ ? retain_on_host(index_->namespace_key(ns), tokens, until) : 0;
   // The disk holds the regions of the prefix's whole chunks back from reclaim as well: the host share is
   // capped, and a prefix the host let go (or never had) comes back from the disk instead of being recomputed.
   if (disk_) {
@@ -23,10 +23,10 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
   return pages * P;
 }
 
-uint32_t KVCache::retain_on_host(const Namespace& ns, std::span<const TokenId> tokens, Clock::time_point until) {
+uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until) {
   const uint32_t P = options_.geometry.page_tokens;
   MatchResult m;
-  index_->match(index_->namespace_key(ns), tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
+  index_->match(ns, tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
   if (m.matched_pages == 0) return 0;
   const auto node = index_->ending_at(m.deepest, m.matched_pages);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;

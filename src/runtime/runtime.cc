@@ -255,8 +255,11 @@ class RuntimeImpl final : public Runtime {
     if (!o_.cache_enabled || prompt.empty()) return PrefetchReport{};
     for (TokenId t : prompt)
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
+    // Retention hints on a prefetch hold what it finds and reads ahead, for the longest hint's time.
+    uint32_t hold_s = 0;
+    for (const RetainHint& h : request.retain) hold_s = std::max(hold_s, h.seconds);
     KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p,
-                            cache_->prefetch(namespace_of(request), prompt));
+                            cache_->prefetch(namespace_of(request), prompt, std::chrono::seconds(hold_s)));
     return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens,
                           p.promoting_pages * o_.page_tokens};
   }

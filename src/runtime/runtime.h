@@ -270,7 +270,9 @@ class Runtime {
     uint32_t loading_tokens = 0;    // being read from disk or remote into the host tier
     uint32_t promoting_tokens = 0;  // being copied from the host tier into free device pages
   };
-  // Only the request's prompt, tenant and cache_salt are read.
+  // Only the request's prompt, tenant, cache_salt and retain are read: a
+  // retention hint holds what the prefetch finds and reads ahead for the
+  // longest hint's seconds (KVCache::prefetch's hold).
   virtual Result<PrefetchReport> prefetch(const PromptRequest& request) = 0;
   // Tokens of the prompt whose KV is cached on the device or host now (the
   // prefix index only: a pure read, microseconds; 0 without the cache). The

@@ -396,6 +396,15 @@ std::optional<std::chrono::milliseconds> read_ahead_again_in(uint32_t ready_in_m
   return std::chrono::milliseconds(int64_t(at));
 }
 
+// How long a read-ahead `lead_ms` before the client's deadline holds what it
+// finds and lifts on the host (KVCache::prefetch's hold, a retention hint
+// under --max-retained-share like any other): until the deadline, and
+// kHoldGraceMs past it for a client that comes late or a request that queues.
+constexpr double kHoldGraceMs = 2000;
+RetainHint deadline_hold(double lead_ms) {
+  return RetainHint{UINT32_MAX, uint32_t(std::ceil((std::max(0.0, lead_ms) + kHoldGraceMs) / 1e3))};
+}
+
 }  // namespace
 
 // The body of a chat or completions request (messages + tools +
@@ -426,19 +435,23 @@ void HttpServer::install_prefetch_route() {
     if (auto* err = std::get_if<ApiError>(&ready_in)) return send_error(res, *err);
     CompletionRequest& r = std::get<CompletionRequest>(parsed);
     r.tenant = who->tenant;
+    const Planner* planner = scheduler_->model().planner.get();
+    const double read_ahead_s = planner ? planner->read_ahead_seconds(r.prompt.size()) : 0;
+    const uint32_t ready_ms = std::get<uint32_t>(ready_in);
+    const auto again = read_ahead_again_in(ready_ms, read_ahead_s);
+    PromptRequest later = r;  // the read-ahead before the deadline holds what it lifts
+    if (again) later.retain.push_back(deadline_hold(double(ready_ms) - double(again->count())));
+    else if (ready_ms > 0) r.retain.push_back(deadline_hold(ready_ms));  // this call is that read-ahead
     auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r); });
     if (!called.ok()) return send_error(res, error_from_status(called.status()));
     const Result<Runtime::PrefetchReport>& started = *called;
     if (!started.ok()) return send_error(res, error_from_status(started.status()));
-    const Planner* planner = scheduler_->model().planner.get();
-    const double read_ahead_s = planner ? planner->read_ahead_seconds(r.prompt.size()) : 0;
-    const auto again = read_ahead_again_in(std::get<uint32_t>(ready_in), read_ahead_s);
     json answer{{"prefetch_id", "pf-" + std::to_string(next_prefetch_.fetch_add(1))},
                 {"tokens_matched", started->cached_tokens},
                 {"tokens_loading", started->loading_tokens},
                 {"tokens_to_device", started->promoting_tokens}};
     if (again) {
-      Status st = scheduler_->post_after(*again, [p = PromptRequest(r)](Runtime& rt) { (void)rt.prefetch(p); });
+      Status st = scheduler_->post_after(*again, [p = std::move(later)](Runtime& rt) { (void)rt.prefetch(p); });
       if (!st.ok()) return send_error(res, error_from_status(st));
       answer["again_in_ms"] = again->count();
     }

@@ -102,6 +102,43 @@ TEST(CacheExactness, SplitRecomputeAndLoad) {
   EXPECT_EQ(hit.report.reused_tokens(), hit.plan.load_pages * 16);
 }
 
+// A split plan loads the chunks its recompute range cuts whole, into scratch
+// pages. For a prompt near the pool's size those pages could never all be had:
+// apply() answered Busy for ever (a server's queue stalled behind it). The
+// cache's plan loads every cached page instead, and serves it exactly.
+TEST(CacheExactness, APlanWhoseScratchPagesCannotFitTheDeviceLoadsEverything) {
+  RigOptions o;
+  o.fast_links = false;
+  o.chunk_pages = 16;
+  o.device_pages = 66;  // the prompt's 65 pages, and one
+  {
+    auto cfg = engine::model_preset("tiny");
+    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
+    CostProfile compute;
+    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;
+    const size_t tokens = 16 * 64;
+    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
+  }
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
+  Outcome ref = rig.reference(prompt, 8);
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  ASSERT_TRUE(look.ok());
+  const Plan split = rig.cache->planner().plan(look->runs, look->prompt_tokens);
+  ASSERT_GT(split.recompute_pages, 0u);
+  ASSERT_GT(split.recompute_pages % o.chunk_pages, 0u) << "the split must cut a chunk";
+  auto refused = rig.cache->apply(std::move(*look), split);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(refused.status().is(StatusCode::kBusy)) << refused.status().to_string();
+  Outcome hit = rig.cached(prompt, 8);  // lookup → KVCache::plan → apply
+  EXPECT_EQ(hit.plan.recompute_pages, 0u);
+  EXPECT_EQ(hit.report.reused_tokens(), 16u * 64);
+  expect_same(hit, ref, 1e-5);
+}
+
 TEST(CacheExactness, F16FromDiskAndHost) {
   RigOptions o;
   o.dtype = DType::kF16;
