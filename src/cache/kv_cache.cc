@@ -346,14 +346,16 @@ Plan KVCache::plan(const CacheLookup& L) const {
   return pages <= pool_->num_pages() ? p : planner_->use_all(L.runs, L.prompt_tokens);
 }
 
+// What submit_loads() consumes: a chunk read from a lower tier lands whole,
+// so each of its pages that is not loaded (used in place, or recomputed)
+// needs a page to land in.
 uint32_t KVCache::scratch_pages(const CacheLookup& L, const PageActions& a) const {
   const uint32_t C = options_.chunk_pages;
   uint32_t scratch = 0;
   for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
-    const uint32_t lo = c * C, hi = lo + C;
-    bool loads = false, cut = false;
-    for (uint32_t p = lo; p < hi; ++p) (a.action[p] == PlanAction::kLoad ? loads : cut) = true;
-    if (loads && cut) scratch += std::min(hi, a.x) - std::max(lo, a.b);
+    uint32_t loads = 0;
+    for (uint32_t p = c * C; p < (c + 1) * C; ++p) loads += a.action[p] == PlanAction::kLoad;
+    if (loads > 0) scratch += C - loads;
   }
   return scratch;
 }
@@ -381,12 +383,20 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   return held;
 }
 
-// The index path stays locked and every page used in place gets a reference.
+// The index path stays locked as far as the plan reads it (in place, or
+// copied from the host), and every page used in place gets a reference.
+// Matched pages past that (recomputed, or loaded with a lower tier's chunk)
+// stay evictable: locked, device copies the lease does not use would hold
+// pool pages it may need.
 Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
-  if (L.index_pages > 0 && L.match.deepest.valid()) {
-    KVTIER_ASSIGN_OR_RETURN(const NodeHandle matched, index_->ending_at(L.match.deepest, L.match.matched_pages));
-    KVTIER_RETURN_IF_ERROR(index_->lock(matched));
-    lease.locked_ = matched;
+  uint32_t used = std::min(L.index_pages, a.pages());
+  while (used > 0 && !(a.action[used - 1] == PlanAction::kInPlace ||
+                       (a.action[used - 1] == PlanAction::kLoad && a.tier[used - 1] == TierKind::kHost)))
+    --used;
+  if (used > 0 && L.match.deepest.valid()) {
+    KVTIER_ASSIGN_OR_RETURN(const NodeHandle read, index_->ending_at(L.match.deepest, used));
+    KVTIER_RETURN_IF_ERROR(index_->lock(read));
+    lease.locked_ = read;
   }
   for (uint32_t p = 0; p < a.pages(); ++p) {
     if (a.action[p] != PlanAction::kInPlace) continue;

@@ -419,7 +419,7 @@ class KVCache {
   struct PageActions;
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   Status allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
-  // Scratch pages for the recomputed pages of chunks the recompute range cuts (they still load whole).
+  // Scratch pages for the pages of lower-tier chunks that are not loaded (each chunk lands whole).
   uint32_t scratch_pages(const CacheLookup& L, const PageActions& a) const;
   Status submit_loads(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   void account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);

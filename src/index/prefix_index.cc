@@ -440,8 +440,12 @@ Status PrefixIndex::unlock(NodeHandle h) { return change_path_ref(h, &Node::lock
 Result<NodeHandle> PrefixIndex::ending_at(NodeHandle h, uint32_t pages) {
   const Node* d = live(h);
   if (!d) return Status::FailedPrecondition("stale or invalid node handle");
-  if (d->is_root || pages <= d->start_page || pages > d->start_page + d->n_pages())
-    return Status::OutOfRange("page " + std::to_string(pages) + " does not end in this node");
+  while (!d->is_root && pages <= d->start_page) {  // an ancestor holds it
+    h = NodeHandle(d->parent, nodes_[d->parent].generation);
+    d = &nodes_[d->parent];
+  }
+  if (d->is_root || pages > d->start_page + d->n_pages())
+    return Status::OutOfRange("page " + std::to_string(pages) + " is not on the path to this node");
   const uint32_t at = pages - d->start_page;
   if (at == d->n_pages()) return h;
   const uint32_t head = split(h.index_, at);

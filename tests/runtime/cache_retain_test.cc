@@ -83,6 +83,48 @@ TEST(CacheRetain, OldestHintYieldsPastTheCap) {
   EXPECT_EQ(*off.cache->retain(off.ns, a, seconds(60)), 0u);
 }
 
+// Pages of the prompt cached on the device or the host (the index), not below.
+uint32_t local_pages(CacheRig& rig, std::span<const TokenId> prompt) {
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  EXPECT_TRUE(look.ok());
+  uint32_t n = 0;
+  if (look.ok())
+    for (const CachedRun& r : look->runs) n += r.tier == TierKind::kDevice || r.tier == TierKind::kHost ? r.pages : 0;
+  return n;
+}
+
+// A prefetch with a hold (a read-ahead timed by the client's deadline) keeps
+// what it read onto the host through pressure that evicts it without one,
+// until the hold ends: the traffic between the read-ahead and the request
+// cannot undo it.
+TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
+  ManualClock clock;
+  for (bool hold : {false, true}) {
+    RigOptions o = small_tiers(&clock);
+    o.disk = true;
+    CacheRig rig(o);
+    const auto a = CacheRig::random_tokens(65, 1);
+    rig.cached(a, 2);
+    ASSERT_TRUE(rig.cache->drain().ok());
+    ASSERT_TRUE(rig.cache->flush().ok());  // on the disk only
+    ASSERT_EQ(local_pages(rig, a), 0u);
+    auto started = rig.cache->prefetch(rig.ns, a, hold ? seconds(60) : seconds(0));
+    ASSERT_TRUE(started.ok()) << started.status().to_string();
+    EXPECT_EQ(started->loading_pages, 4u);
+    ASSERT_TRUE(rig.cache->drain().ok());
+    ASSERT_EQ(local_pages(rig, a), 4u);
+    pressure(rig, 100);
+    EXPECT_EQ(local_pages(rig, a), hold ? 4u : 0u) << "hold " << hold;
+    EXPECT_EQ(rig.cache->stats().index.retained_host_pages, hold ? 4u : 0u);
+    ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+    if (!hold) continue;
+    clock.advance(seconds(61));
+    pressure(rig, 200);
+    EXPECT_EQ(local_pages(rig, a), 0u);
+    EXPECT_EQ(rig.cache->stats().retain_expiries, 1u);
+  }
+}
+
 TEST(CacheRetain, FlushDropsRetainedPages) {
   ManualClock clock;
   CacheRig rig(small_tiers(&clock));

@@ -190,6 +190,7 @@ class FakeRuntime final : public Runtime {
     const std::vector<TokenId>& prompt = request.prompt;
     std::lock_guard lk(s_->mu);
     s_->log.push_back("prefetch:" + std::to_string(prompt.empty() ? -1 : prompt.front()));
+    for (const RetainHint& h : request.retain) s_->log.push_back("prefetch-hold:" + std::to_string(h.seconds));
     return PrefetchReport{};
   }
 

@@ -110,7 +110,8 @@ std::vector<std::string> stream_events(int port, const std::string& body, int* s
 // "ready_in_ms" on a prefetch: read ahead now, and again shortly before the client's request is due
 // (the prefix just used is on the device when an agent's tool starts; the other sessions' turns during
 // the tool are what send it down). The fake runtime has no planner, so the lead is the slack alone:
-// again 100 ms before the deadline.
+// again 100 ms before the deadline. That read-ahead holds what it lifts until the deadline and 2 s
+// past it (3 s, rounded up); the first one, long before the deadline, holds nothing.
 TEST_F(HttpServerTest, PrefetchReadsAheadAgainBeforeTheRequestIsDue) {
   ManualClock& clock = manual_clock_;
   clock_ = &clock;
@@ -121,17 +122,23 @@ TEST_F(HttpServerTest, PrefetchReadsAheadAgainBeforeTheRequestIsDue) {
     return std::count(fake_->log.begin(), fake_->log.end(), "prefetch:5");
   };
   const auto turn = [&] { ASSERT_TRUE(sched_->call([](Runtime&) { return 0; }).ok()); };
+  const auto holds = [&] {
+    std::lock_guard lk(fake_->mu);
+    return std::count(fake_->log.begin(), fake_->log.end(), "prefetch-hold:3");
+  };
   auto r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":2000})", "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 202) << r->body;
   EXPECT_EQ(json::parse(r->body)["again_in_ms"], 1900) << r->body;
   EXPECT_EQ(prefetches(), 1);
+  EXPECT_EQ(holds(), 0);
   clock.advance(1899ms);
   turn();
   EXPECT_EQ(prefetches(), 1);
   clock.advance(1ms);
   turn();
   EXPECT_EQ(prefetches(), 2);
+  EXPECT_EQ(holds(), 1);
   r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":100})", "application/json");  // too soon: once
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 202) << r->body;
@@ -139,6 +146,7 @@ TEST_F(HttpServerTest, PrefetchReadsAheadAgainBeforeTheRequestIsDue) {
   clock.advance(std::chrono::hours(2));
   turn();
   EXPECT_EQ(prefetches(), 3);
+  EXPECT_EQ(holds(), 2);  // that one was the read-ahead before the deadline
   r = c.Post("/v1/cache/prefetch", R"({"prompt":[5,6,7],"ready_in_ms":-5})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
