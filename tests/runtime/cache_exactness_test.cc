@@ -139,6 +139,37 @@ TEST(CacheExactness, APlanWhoseScratchPagesCannotFitTheDeviceLoadsEverything) {
   expect_same(hit, ref, 1e-5);
 }
 
+// A lease locks the index path only as far as its plan reads it: matched
+// device pages it recomputes stay evictable (locked, they held pool pages the
+// request itself might need, and a prompt near the pool's size waited for
+// ever). Here the plan recomputes the whole cached prefix.
+TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
+  CacheRig rig;
+  auto prompt = CacheRig::random_tokens(16 * 20 + 5, 8);
+  Outcome ref = rig.reference(prompt, 4);
+  rig.cached(prompt, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  ASSERT_TRUE(look.ok());
+  const uint32_t M = look->cached_pages();
+  ASSERT_EQ(M, 20u);
+  for (uint32_t read : {0u, 12u}) {  // pages used in place, the rest recomputed
+    auto again = rig.cache->lookup(rig.ns, prompt);
+    ASSERT_TRUE(again.ok());
+    Plan plan;
+    plan.cached_pages = M;
+    if (read > 0) plan.segments.push_back({0, read, TierKind::kDevice, PlanAction::kInPlace});
+    plan.segments.push_back({read, M - read, TierKind::kDevice, PlanAction::kRecompute});
+    auto lease = rig.cache->apply(std::move(*again), plan);
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    EXPECT_EQ(rig.cache->stats().index.protected_pages, read);
+    EXPECT_EQ(rig.cache->stats().index.evictable_device_pages, M - read);
+    Outcome hit = rig.drive(*lease, prompt, 4, /*commit=*/false);
+    expect_same(hit, ref, 1e-5);
+  }
+  EXPECT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
 TEST(CacheExactness, F16FromDiskAndHost) {
   RigOptions o;
   o.dtype = DType::kF16;
