@@ -530,6 +530,14 @@ Status KVCache::grow(CacheLease& held, size_t tokens) {
   CacheLeaseState& lease = *held.s_;
   const uint32_t P = options_.geometry.page_tokens;
   const size_t need = (tokens + P - 1) / P;
+  // Decoding: the prefill's chunk loads have landed, so the pages that took
+  // the parts of chunks it did not load go back before the sequence asks for
+  // more (a prompt near the pool's size would otherwise find none).
+  if (!lease.scratch_.empty() && (!lease.front_.valid() || lease.front_.done()) &&
+      (!lease.back_.valid() || lease.back_.done())) {
+    for (PageId p : lease.scratch_) pool_->unref(p);
+    lease.scratch_.clear();
+  }
   if (lease.pages_.size() >= need) return Status::Ok();
   return allocate_pages(static_cast<uint32_t>(need - lease.pages_.size()), lease.pages_);
 }

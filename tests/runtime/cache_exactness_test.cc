@@ -143,6 +143,40 @@ TEST(CacheExactness, APlanWhoseScratchPagesCannotFitTheDeviceLoadsEverything) {
 // device pages it recomputes stay evictable (locked, they held pool pages the
 // request itself might need, and a prompt near the pool's size waited for
 // ever). Here the plan recomputes the whole cached prefix.
+// The scratch pages a split plan's chunk loads landed in go back once the
+// sequence decodes (its first grow), not when it ends.
+TEST(CacheExactness, ScratchPagesGoBackWhenTheSequenceDecodes) {
+  RigOptions o;
+  o.fast_links = false;
+  o.chunk_pages = 16;
+  {
+    auto cfg = engine::model_preset("tiny");
+    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
+    CostProfile compute;
+    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;
+    const size_t tokens = 16 * 64;
+    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
+  }
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
+  rig.cached(prompt, 8);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  auto look = rig.cache->lookup(rig.ns, prompt);
+  ASSERT_TRUE(look.ok());
+  const Plan split = rig.cache->plan(*look);
+  ASSERT_GT(split.recompute_pages % o.chunk_pages, 0u) << "the split must cut a chunk";
+  auto lease = rig.cache->apply(std::move(*look), split);
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  engine::SequenceKV kv;
+  ASSERT_TRUE(cached_prefill(*rig.engine, *rig.cache, *lease, kv, prompt).ok());
+  const uint32_t before = rig.cache->pool().free_pages();
+  ASSERT_TRUE(rig.cache->grow(*lease, kv.num_tokens + 1).ok());  // still inside the last page
+  ASSERT_EQ(split.segments.front().action, PlanAction::kRecompute);  // the front, then the rest loaded
+  EXPECT_EQ(rig.cache->pool().free_pages() - before, split.recompute_pages % o.chunk_pages);  // its cut chunk
+  rig.cache->release(*lease);
+}
+
 TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(16 * 20 + 5, 8);
