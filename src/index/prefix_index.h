@@ -244,7 +244,8 @@ class PrefixIndex {
   Status unlock(NodeHandle node);
   // The node whose last page is the path's `pages`-th (counted from the
   // root; `node` or one of its ancestors holds it, as a match's `deepest`
-  // holds its last matched page). Where `node` holds pages past it, it is split there first, so that
+  // holds its last matched page). Where that node holds pages past it, it is
+  // split there first, so that
   // locking or retaining what was matched leaves those pages to eviction: a
   // lookup that matched part of another prompt's node must not pin the rest,
   // or a request that needs room evicted waits on its own lock.

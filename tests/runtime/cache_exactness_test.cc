@@ -70,25 +70,28 @@ TEST(CacheExactness, MixtureOfTiers) {
   expect_same(hit, ref, 1e-5);
 }
 
+// Slow links, and a disk that loads the 1,024-token prefix of the split tests
+// in the time it takes to recompute it: the planner recomputes a front while
+// the back loads.
+RigOptions split_rig() {
+  RigOptions o;
+  o.fast_links = false;
+  auto cfg = engine::model_preset("tiny");
+  const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
+  CostProfile compute;
+  compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;  // as the rig's slow-links profile
+  const size_t tokens = 16 * 64;
+  o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
+  return o;
+}
+
 TEST(CacheExactness, SplitRecomputeAndLoad) {
   // Loading the prefix from disk takes as long as recomputing it: the planner
   // recomputes the front while the back loads (neither alone is as fast).
-  RigOptions o;
-  o.fast_links = false;
-  {
-    auto cfg = engine::model_preset("tiny");
-    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
-    CostProfile compute;
-    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;  // as the rig's slow-links profile
-    const size_t tokens = 16 * 64;
-    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
-  }
+  RigOptions o = split_rig();
   CacheRig rig(o);
   auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
-  Outcome ref = rig.reference(prompt, 8);
-  rig.cached(prompt, 8);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_TRUE(rig.cache->flush().ok());
+  Outcome ref = only_on_disk(rig, prompt);
   Outcome hit = rig.cached(prompt, 8);
   expect_same(hit, ref, 1e-5);
   // The plan split: a recomputed front, then the rest loaded; the lease and the report follow it.
@@ -107,24 +110,12 @@ TEST(CacheExactness, SplitRecomputeAndLoad) {
 // apply() answered Busy for ever (a server's queue stalled behind it). The
 // cache's plan loads every cached page instead, and serves it exactly.
 TEST(CacheExactness, APlanWhoseScratchPagesCannotFitTheDeviceLoadsEverything) {
-  RigOptions o;
-  o.fast_links = false;
+  RigOptions o = split_rig();
   o.chunk_pages = 16;
   o.device_pages = 66;  // the prompt's 65 pages, and one
-  {
-    auto cfg = engine::model_preset("tiny");
-    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
-    CostProfile compute;
-    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;
-    const size_t tokens = 16 * 64;
-    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
-  }
   CacheRig rig(o);
   auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
-  Outcome ref = rig.reference(prompt, 8);
-  rig.cached(prompt, 8);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_TRUE(rig.cache->flush().ok());
+  Outcome ref = only_on_disk(rig, prompt);
   auto look = rig.cache->lookup(rig.ns, prompt);
   ASSERT_TRUE(look.ok());
   const Plan split = rig.cache->planner().plan(look->runs, look->prompt_tokens);
@@ -139,29 +130,14 @@ TEST(CacheExactness, APlanWhoseScratchPagesCannotFitTheDeviceLoadsEverything) {
   expect_same(hit, ref, 1e-5);
 }
 
-// A lease locks the index path only as far as its plan reads it: matched
-// device pages it recomputes stay evictable (locked, they held pool pages the
-// request itself might need, and a prompt near the pool's size waited for
-// ever). Here the plan recomputes the whole cached prefix.
 // The scratch pages a split plan's chunk loads landed in go back once the
 // sequence decodes (its first grow), not when it ends.
 TEST(CacheExactness, ScratchPagesGoBackWhenTheSequenceDecodes) {
-  RigOptions o;
-  o.fast_links = false;
+  RigOptions o = split_rig();
   o.chunk_pages = 16;
-  {
-    auto cfg = engine::model_preset("tiny");
-    const KVGeometry g = cfg->kv_geometry(o.dtype, 16);
-    CostProfile compute;
-    compute.gemm_flops_per_s = compute.attn_flops_per_s = 1e12;
-    const size_t tokens = 16 * 64;
-    o.disk_bytes_per_s = double(tokens * g.bytes_per_token()) / recompute_seconds(compute, model_cost(*cfg, g), tokens, 0);
-  }
   CacheRig rig(o);
   auto prompt = CacheRig::random_tokens(16 * 64 + 3, 5);
-  rig.cached(prompt, 8);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_TRUE(rig.cache->flush().ok());
+  only_on_disk(rig, prompt);
   auto look = rig.cache->lookup(rig.ns, prompt);
   ASSERT_TRUE(look.ok());
   const Plan split = rig.cache->plan(*look);
@@ -177,6 +153,10 @@ TEST(CacheExactness, ScratchPagesGoBackWhenTheSequenceDecodes) {
   rig.cache->release(*lease);
 }
 
+// A lease locks the index path only as far as its plan reads it: matched
+// device pages it recomputes stay evictable (locked, they held pool pages the
+// request itself might need, and a prompt near the pool's size waited for
+// ever). Here the plan recomputes the cached prefix, or all but 12 pages.
 TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(16 * 20 + 5, 8);

@@ -8,16 +8,6 @@ namespace {
 
 constexpr uint32_t kDevice = 0, kHost = 1, kDisk = 2;
 
-// Cached once, then only on disk (device and host flushed).
-Outcome only_on_disk(CacheRig& rig, std::span<const TokenId> prompt) {
-  Outcome ref = rig.reference(prompt, 8);
-  rig.cached(prompt, 8);
-  EXPECT_TRUE(rig.cache->drain().ok());
-  EXPECT_TRUE(rig.cache->flush().ok());
-  EXPECT_EQ(rig.cache->stats().index.pages, 0u);
-  return ref;
-}
-
 TEST(CachePrefetch, DiskChunksLandOnTheHostThenTheDeviceAndServeExactly) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(300, 21);

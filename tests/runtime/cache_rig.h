@@ -178,6 +178,17 @@ inline void corrupt_region_files(const std::filesystem::path& dir) {
   }
 }
 
+// Cached once (`steps` tokens generated), then only on disk (device and
+// host flushed); returns the recompute's outcome, the reference.
+inline Outcome only_on_disk(CacheRig& rig, std::span<const TokenId> prompt, int steps = 8) {
+  Outcome ref = rig.reference(prompt, steps);
+  rig.cached(prompt, steps);
+  EXPECT_TRUE(rig.cache->drain().ok());
+  EXPECT_TRUE(rig.cache->flush().ok());
+  EXPECT_EQ(rig.cache->stats().index.pages, 0u);
+  return ref;
+}
+
 inline void expect_same(const Outcome& got, const Outcome& ref, double rel) {
   ASSERT_EQ(got.tokens, ref.tokens);
   ASSERT_EQ(got.logits.size(), ref.logits.size());
