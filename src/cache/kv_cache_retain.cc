@@ -27,8 +27,13 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   const uint32_t P = options_.geometry.page_tokens;
   MatchResult m;
   index_->match(ns, tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
-  if (m.matched_pages == 0) return 0;
-  const auto node = index_->ending_at(m.deepest, m.matched_pages);  // the prefix, not a longer prompt's node
+  // Only the leading pages with a host copy: a retained page never leaves the
+  // host, and one on the device alone could then leave neither tier (the
+  // device would hold it, unevictable, until the hint ends).
+  uint32_t held = 0;
+  while (held < m.matched_pages && m.locations[held].on_host()) ++held;
+  if (held == 0) return 0;
+  const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
@@ -45,7 +50,7 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
     let_go(0);
     ++stats_.retain_yields;
   }
-  return !retained_.empty() && retained_.back().node == *node ? m.matched_pages : 0;
+  return !retained_.empty() && retained_.back().node == *node ? held : 0;
 }
 
 void KVCache::let_go(size_t i) {

@@ -125,6 +125,25 @@ TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
   }
 }
 
+// A hint holds only the leading pages that have a host copy. A page on the
+// device alone, retained, could leave neither tier: the device could not
+// evict it until the hint ended (a prompt near the pool's size then failed to
+// grow, "device KV pool exhausted", in the agent bench with holds).
+TEST(CacheRetain, AHintHoldsOnlyPagesWithAHostCopy) {
+  ManualClock clock;
+  CacheRig rig(small_tiers(&clock));
+  const auto a = CacheRig::random_tokens(65, 1);
+  rig.cached(a, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 1000).ok());  // on the device alone now
+  ASSERT_EQ(rig.cache->stats().index.host_pages, 0u);
+  ASSERT_EQ(rig.cache->stats().index.device_pages, 4u);
+  EXPECT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 0u);
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 1000).ok());
+  EXPECT_EQ(rig.cache->stats().index.device_pages, 0u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
 TEST(CacheRetain, FlushDropsRetainedPages) {
   ManualClock clock;
   CacheRig rig(small_tiers(&clock));
