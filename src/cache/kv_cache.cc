@@ -406,8 +406,8 @@ Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActi
   return Status::Ok();
 }
 
-// Every fresh page at once, and scratch pages for the recomputed pages of
-// chunks the recompute range cuts (those chunks still load whole).
+// Every fresh page at once, and scratch pages for the parts of lower-tier
+// chunks that are not loaded (scratch_pages: those chunks still land whole).
 Status KVCache::allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh) {
   std::vector<PageId> got;
   KVTIER_RETURN_IF_ERROR(allocate_pages(fresh + scratch_pages(L, a), got));
