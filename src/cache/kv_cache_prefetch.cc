@@ -122,7 +122,7 @@ void KVCache::finish_prefetch(Prefetch& pf) {
   }
   for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
   const auto landed = std::span(pf.tokens).first(size_t(pf.first_page + keep) * P);
-  if (taken > 0 && pf.hold > Clock::duration::zero() && options_.max_retained_share > 0 &&
+  if (taken > 0 && pf.hold > Clock::duration::zero() &&
       retain_on_host(pf.ns, landed, options_.clock->now() + pf.hold) > 0)
     ++stats_.retain_hints;
   if (taken > 0) promote(pf.ns, landed);

@@ -24,6 +24,7 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
 }
 
 uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until) {
+  if (options_.max_retained_share <= 0) return 0;  // hints are off
   const uint32_t P = options_.geometry.page_tokens;
   MatchResult m;
   index_->match(ns, tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);

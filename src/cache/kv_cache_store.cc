@@ -121,8 +121,7 @@ Status KVCache::allocate_pages(uint32_t n, std::vector<PageId>& out) {
 
 bool KVCache::cut_for_device(uint32_t n) {
   if (!index_->cut_below_device_only(n, evict_scratch_).ok() || evict_scratch_.pages.empty()) return false;
-  for (auto& pd : pending_)  // (none are, when allocate_pages comes here)
-    if (pd->writes_host || pd->reads_host) (void)pd->handle.wait_all();
+  // No transfer is pending (allocate_pages comes here only then): the slots are free to go.
   for (const EvictedPage& e : evict_scratch_.pages) {
     if (e.location.on_device()) pool_->unref(e.location.device), ++stats_.evicted_pages_by_tier[0];
     if (e.location.on_host()) host_->free_slot(e.location.host), ++stats_.evicted_pages_by_tier[1];

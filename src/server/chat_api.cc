@@ -13,6 +13,13 @@ using ojson = nlohmann::ordered_json;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+// `o` is an object whose `key` is the string `value` (any other type there: false, never a type_error).
+bool field_is(const ojson& o, const char* key, std::string_view value) {
+  if (!o.is_object()) return false;
+  const auto it = o.find(key);
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == value;
+}
+
 bool known_role(const std::string& role) {
   return role == "system" || role == "developer" || role == "user" || role == "assistant" || role == "tool";
 }
@@ -33,8 +40,7 @@ std::optional<ApiError> read_content(ojson& message, size_t index, std::vector<s
   std::string text;
   for (size_t k = 0; k < it->size(); ++k) {
     const ojson& part = (*it)[k];
-    if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-        !part["text"].is_string())
+    if (!field_is(part, "type", "text") || !part.contains("text") || !part["text"].is_string())
       return bad_request("'" + where + "[" + std::to_string(k) + "]' must be {\"type\": \"text\", \"text\": ...}; other parts are not supported",
                          where, "unsupported");
     if (k > 0) text += '\n';
@@ -173,9 +179,8 @@ std::optional<ApiError> read_tool_choice(const ojson& doc, const ojson& tools) {
   auto it = doc.find("tool_choice");
   if (it == doc.end() || it->is_null() || *it == "auto" || *it == "none") return std::nullopt;
   std::string name;
-  if (it->is_object() && it->contains("type") && (*it)["type"] == "function" && it->contains("function") &&
-      (*it)["function"].is_object() && (*it)["function"].contains("name") && (*it)["function"]["name"].is_string() &&
-      (*it)["function"]["name"] != "") {
+  if (field_is(*it, "type", "function") && it->contains("function") && (*it)["function"].is_object() &&
+      (*it)["function"].contains("name") && (*it)["function"]["name"].is_string() && (*it)["function"]["name"] != "") {
     name = (*it)["function"]["name"].get<std::string>();
     if (!has_tool(tools, name))
       return bad_request("'tool_choice' names function '" + name + "', which is not among 'tools'", "tool_choice",
@@ -264,7 +269,7 @@ namespace {
 std::optional<ApiError> read_cache_control(const ojson& c, const std::string& where, size_t message,
                                            std::vector<CacheControl>& out) {
   if (c.is_null()) return std::nullopt;
-  if (!c.is_object() || !c.contains("type") || c["type"] != "ephemeral")
+  if (!field_is(c, "type", "ephemeral"))
     return bad_request(kvtier::quoted(where) + " must be {\"type\": \"ephemeral\", \"ttl\": \"5m\" or \"1h\"}", where,
                        "invalid_value");
   CacheControl mark{message, 300};

@@ -439,9 +439,8 @@ void HttpServer::install_prefetch_route() {
     const double read_ahead_s = planner ? planner->read_ahead_seconds(r.prompt.size()) : 0;
     const uint32_t ready_ms = std::get<uint32_t>(ready_in);
     const auto again = read_ahead_again_in(ready_ms, read_ahead_s);
-    PromptRequest later = r;  // the read-ahead before the deadline holds what it lifts
-    if (again) later.retain.push_back(deadline_hold(double(ready_ms) - double(again->count())));
-    else if (ready_ms > 0) r.retain.push_back(deadline_hold(ready_ms));  // this call is that read-ahead
+    // The read-ahead before the deadline holds what it lifts: this call when there is no second one.
+    if (!again && ready_ms > 0) r.retain.push_back(deadline_hold(ready_ms));
     auto called = scheduler_->call([&r](Runtime& rt) { return rt.prefetch(r); });
     if (!called.ok()) return send_error(res, error_from_status(called.status()));
     const Result<Runtime::PrefetchReport>& started = *called;
@@ -451,6 +450,8 @@ void HttpServer::install_prefetch_route() {
                 {"tokens_loading", started->loading_tokens},
                 {"tokens_to_device", started->promoting_tokens}};
     if (again) {
+      PromptRequest later = r;
+      later.retain.push_back(deadline_hold(double(ready_ms) - double(again->count())));
       Status st = scheduler_->post_after(*again, [p = std::move(later)](Runtime& rt) { (void)rt.prefetch(p); });
       if (!st.ok()) return send_error(res, error_from_status(st));
       answer["again_in_ms"] = again->count();
