@@ -22,6 +22,9 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
   uint32_t pages = std::min(lower, budget / C * C);
   if (pages == 0) return out;
+  // A held read-ahead is a hint for what it lifts too: the oldest hints yield
+  // first, or held pages could fill the host and leave it no room to land.
+  if (hold > Clock::duration::zero()) yield_retained(retained_cap() - std::min<uint64_t>(retained_cap(), pages));
 
   auto pf = std::make_unique<Prefetch>();
   allocate_slots(pages, pf->slots);

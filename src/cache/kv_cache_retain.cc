@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cache/kv_cache.h"
+#include "cache/kv_cache_committed.h"
 
 namespace kvtier {
 
@@ -26,15 +27,22 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
 uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until) {
   if (options_.max_retained_share <= 0) return 0;  // hints are off
   const uint32_t P = options_.geometry.page_tokens;
+  const auto whole = tokens.first(tokens.size() / P * P);
   MatchResult m;
-  index_->match(ns, tokens.first(tokens.size() / P * P), m, /*hash_remainder=*/false);
-  // Only the leading pages with a host copy: a retained page never leaves the
-  // host, and one on the device alone could then leave neither tier (the
-  // device would hold it, unevictable, until the hint ends).
+  index_->match(ns, whole, m, /*hash_remainder=*/false);
+  if (m.matched_pages == 0) return 0;
+  auto node = index_->ending_at(m.deepest, m.matched_pages);  // the prefix, not a longer prompt's node
+  if (!node.ok()) return 0;
+  // A retained page never leaves the host, so one on the device alone could
+  // leave neither tier (the device would hold it, unevictable, until the hint
+  // ended): such pages get a host copy first, as write-through would have
+  // made (a hot shared prefix loses its host copies while the device serves
+  // it). The hint then holds the leading pages that have one.
+  if (copy_path_to_host(*node, m) > 0) index_->match(ns, whole, m, /*hash_remainder=*/false);
   uint32_t held = 0;
   while (held < m.matched_pages && m.locations[held].on_host()) ++held;
   if (held == 0) return 0;
-  const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
+  node = index_->ending_at(m.deepest, held);
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
@@ -46,12 +54,36 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
     retained_.push_back(Retention{*node, until});
   }
   next_expiry_ = std::min(next_expiry_, until);
-  const auto cap = static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots()));
+  yield_retained(retained_cap());
+  return !retained_.empty() && retained_.back().node == *node ? held : 0;
+}
+
+// Host copies of the device-only pages of the path to `node` (matched as
+// `m`), through copy_to_host; the path is locked meanwhile, so that making
+// room on the host cannot take the path's own host pages.
+uint32_t KVCache::copy_path_to_host(NodeHandle node, const MatchResult& m) {
+  Committed c;
+  for (uint32_t i = 0; i < m.matched_pages; ++i) {
+    const PageLocation& loc = m.locations[i];
+    c.device.push_back(loc.device);
+    c.lossy.push_back(loc.lossy);
+    if (!loc.on_host()) c.need_host.push_back(i);
+  }
+  if (c.need_host.empty() || !index_->lock(node).ok()) return 0;
+  copy_to_host(node, c);
+  (void)index_->unlock(node);
+  return static_cast<uint32_t>(c.need_host.size());
+}
+
+uint64_t KVCache::retained_cap() const {
+  return host_ ? static_cast<uint64_t>(std::floor(options_.max_retained_share * host_->num_slots())) : 0;
+}
+
+void KVCache::yield_retained(uint64_t cap) {
   while (!retained_.empty() && index_->stats().retained_host_pages > cap) {
     let_go(0);
     ++stats_.retain_yields;
   }
-  return !retained_.empty() && retained_.back().node == *node ? held : 0;
 }
 
 void KVCache::let_go(size_t i) {

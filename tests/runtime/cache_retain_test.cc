@@ -125,11 +125,13 @@ TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
   }
 }
 
-// A hint holds only the leading pages that have a host copy. A page on the
-// device alone, retained, could leave neither tier: the device could not
-// evict it until the hint ended (a prompt near the pool's size then failed to
-// grow, "device KV pool exhausted", in the agent bench with holds).
-TEST(CacheRetain, AHintHoldsOnlyPagesWithAHostCopy) {
+// A retained page never leaves the host, so a page on the device alone would
+// leave neither tier if retained as it is (the device could not evict it until
+// the hint ended: a prompt near the pool's size then failed to grow, "device
+// KV pool exhausted", in the agent bench with holds). The hint gives such
+// pages a host copy first: a hot shared prefix, served from the device, loses
+// its host copies, and a hint that stopped at it held nothing after it.
+TEST(CacheRetain, AHintGivesDeviceOnlyPagesAHostCopyAndLeavesTheDeviceFree) {
   ManualClock clock;
   CacheRig rig(small_tiers(&clock));
   const auto a = CacheRig::random_tokens(65, 1);
@@ -138,10 +140,47 @@ TEST(CacheRetain, AHintHoldsOnlyPagesWithAHostCopy) {
   ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 1000).ok());  // on the device alone now
   ASSERT_EQ(rig.cache->stats().index.host_pages, 0u);
   ASSERT_EQ(rig.cache->stats().index.device_pages, 4u);
-  EXPECT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 0u);
+  EXPECT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 64u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 4u);
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 1000).ok());
   EXPECT_EQ(rig.cache->stats().index.device_pages, 0u);
+  pressure(rig, 100);
+  EXPECT_EQ(local_pages(rig, a), 4u);
   ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  expect_same(rig.cached(a, 2), rig.reference(a, 2), 1e-5);  // the host copies hold the device's bytes
+}
+
+// A held read-ahead makes room for what it lifts: with the host full of held
+// pages, the oldest hint yields before the read-ahead allocates, instead of
+// the read-ahead finding no slot (it lifted nothing before).
+TEST(CacheRetain, AHeldReadAheadMakesTheOldestHintYieldForWhatItLifts) {
+  ManualClock clock;
+  RigOptions o = small_tiers(&clock);
+  o.disk = true;
+  o.max_retained_share = 1.0;  // hints may hold the whole host: 8 pages
+  CacheRig rig(o);
+  const auto a = CacheRig::random_tokens(65, 1), b = CacheRig::random_tokens(65, 2),
+             c = CacheRig::random_tokens(65, 3);
+  rig.cached(c, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // c on the disk only
+  rig.cached(a, 2);
+  rig.cached(b, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 64u);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, b, seconds(60)), 64u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_EQ(rig.cache->stats().index.retained_host_pages, 8u);  // the host is all held
+  auto started = rig.cache->prefetch(rig.ns, c, seconds(60));
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  EXPECT_EQ(started->loading_pages, 4u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(local_pages(rig, c), 4u);
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.retain_yields, 1u);  // a, the oldest
+  EXPECT_EQ(s.index.retained_host_pages, 8u);  // b and c
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  expect_same(rig.cached(c, 2), rig.reference(c, 2), 1e-5);
 }
 
 TEST(CacheRetain, FlushDropsRetainedPages) {
