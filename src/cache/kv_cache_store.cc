@@ -250,17 +250,22 @@ Status KVCache::evict(TierKind tier, uint32_t pages) {
 
 namespace {
 
-// Applies `finish` to each transfer of `q` that is done (they finish in any order) and drops it.
+// Applies `finish` to each transfer of `q` that is done (they finish in any
+// order) and drops it. The done ones leave `q` before any is finished: a
+// finish may poll() again (a hold's host copies make room on the host, and
+// evict_host polls), and that inner call must not erase under this loop.
 template <typename T, typename Fn>
 void finish_done(std::deque<std::unique_ptr<T>>& q, Fn&& finish) {
+  std::vector<std::unique_ptr<T>> done;
   for (auto it = q.begin(); it != q.end();) {
     if (!(*it)->handle.done()) {
       ++it;
       continue;
     }
-    finish(**it);
+    done.push_back(std::move(*it));
     it = q.erase(it);
   }
+  for (auto& t : done) finish(*t);
 }
 
 }  // namespace

@@ -183,6 +183,63 @@ TEST(CacheRetain, AHeldReadAheadMakesTheOldestHintYieldForWhatItLifts) {
   expect_same(rig.cached(c, 2), rig.reference(c, 2), 1e-5);
 }
 
+// Two held read-aheads behind a shared prefix land together, after the
+// prefix lost its host copies (its holds ended while the reads ran) and with
+// the host full: the first to be indexed gives the prefix a host copy again,
+// which makes room on the host, which polls the cache while that poll is
+// finishing read-aheads. The inner poll used to erase from under the outer
+// one, which then waited for ever on a transfer it had not finished (a
+// server stalled in the agent bench). The remote tier holds the reads back
+// until the stage is set.
+TEST(CacheRetain, HeldReadAheadsThatLandTogetherGiveTheirPrefixAHostCopy) {
+  ManualClock clock;
+  const KVGeometry g = engine::model_preset("tiny")->kv_geometry(DType::kF32, 16);
+  auto remote = std::make_shared<HeldUpperLayersTier>(ChunkGeometry{g, 4}, std::chrono::minutes(10));
+  RigOptions o = small_tiers(&clock);
+  o.disk = false;
+  o.remote = remote;
+  o.device_pages = 24;
+  o.host_pages = 16;
+  o.max_retained_share = 1.0;
+  CacheRig rig(o);
+  const std::unique_ptr<HeldUpperLayersTier, void (*)(HeldUpperLayersTier*)> open_on_exit(
+      remote.get(), [](HeldUpperLayersTier* t) { t->open(); });
+  const auto s = CacheRig::random_tokens(64, 1);
+  auto with = [&](uint32_t seed, size_t n) {
+    std::vector<TokenId> t = s;
+    const auto more = CacheRig::random_tokens(n, seed);
+    t.insert(t.end(), more.begin(), more.end());
+    return t;
+  };
+  const auto l1 = with(2, 65), l2 = with(3, 65), s1 = with(4, 1);
+  const Outcome ref1 = rig.reference(l1, 2), ref2 = rig.reference(l2, 2);
+  remote->open();
+  rig.cached(l1, 2);
+  rig.cached(l2, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // in the remote store only
+  rig.cached(s1, 2);                     // the shared prefix on the device and the host
+  ASSERT_TRUE(rig.cache->drain().ok());
+  remote->close();
+  for (const auto* l : {&l1, &l2}) {
+    auto started = rig.cache->prefetch(rig.ns, *l, seconds(60));
+    ASSERT_TRUE(started.ok()) << started.status().to_string();
+    ASSERT_EQ(started->loading_pages, 4u);
+  }
+  clock.advance(seconds(61));                                  // the holds taken at the start end
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 1000).ok());  // the prefix on the device alone
+  pressure(rig, 100);                                           // the host full of other prompts
+  ASSERT_EQ(rig.cache->stats().prefetched_pages, 0u);          // nothing landed yet
+  remote->open();
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+  EXPECT_EQ(local_pages(rig, l1), 8u);
+  EXPECT_EQ(local_pages(rig, l2), 8u);
+  EXPECT_GE(rig.cache->stats().index.retained_host_pages, 8u);
+  expect_same(rig.cached(l1, 2), ref1, 1e-5);
+  expect_same(rig.cached(l2, 2), ref2, 1e-5);
+}
+
 TEST(CacheRetain, FlushDropsRetainedPages) {
   ManualClock clock;
   CacheRig rig(small_tiers(&clock));

@@ -5,9 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 #include "engine/sampler.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/calibration.h"
+#include "tiers/host_tier.h"
 
 namespace kvtier::testing {
 
@@ -162,6 +167,53 @@ class CacheRig {
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<engine::Forward> engine;
   Namespace ns{PageHash{1, 2}, "", ""};
+};
+
+// A remote chunk store (a HostTier underneath) whose gets of layers past the
+// first (a whole chunk's get among them) wait until open() is called or `hold`
+// has passed (close() holds them back again): loads from it finish when a
+// test says so, not by timing.
+class HeldUpperLayersTier final : public Tier {
+ public:
+  HeldUpperLayersTier(const ChunkGeometry& g, std::chrono::milliseconds hold)
+      : inner_(HostTier::create({.geometry = g, .capacity_bytes = 64 * g.payload_bytes(g.chunk_pages)}).value()),
+        hold_(hold) {}
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mu_);
+    open_ = false;
+  }
+  TierKind kind() const override { return TierKind::kRemote; }
+  const ChunkGeometry& geometry() const override { return inner_->geometry(); }
+  void put_batch(std::span<PutOp> ops) override { inner_->put_batch(ops); }
+  void get_batch(std::span<GetOp> ops) override {
+    const bool upper = std::any_of(ops.begin(), ops.end(), [](const GetOp& op) {
+      return op.first_layer > 0 || op.num_layers > 1;
+    });
+    if (upper) {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, hold_, [&] { return open_; });
+    }
+    inner_->get_batch(ops);
+  }
+  size_t exists_prefix(const PageHash& ns, std::span<const PageHash> keys) override {
+    return inner_->exists_prefix(ns, keys);
+  }
+  Status erase(const ChunkKey& key) override { return inner_->erase(key); }
+  Status flush() override { return inner_->flush(); }
+  TierStats stats() const override { return inner_->stats(); }
+  bool degraded() const override { return false; }
+
+ private:
+  std::unique_ptr<HostTier> inner_;
+  std::chrono::milliseconds hold_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
 };
 
 // Flips one byte in every 4 KiB of each region file's payload area (past

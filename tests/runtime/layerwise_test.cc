@@ -3,54 +3,10 @@
 // without it, a lease's waits return only once every layer is in place.
 // A remote tier that holds back every layer but the first makes the
 // difference visible by order of events, not by timing.
-#include <condition_variable>
-#include <mutex>
-
 #include "cache_rig.h"
 
 namespace kvtier::testing {
 namespace {
-
-// A chunk store (a HostTier underneath) whose gets of layers past the first
-// wait until open() is called or `hold` has passed.
-class HeldUpperLayersTier final : public Tier {
- public:
-  HeldUpperLayersTier(const ChunkGeometry& g, std::chrono::milliseconds hold)
-      : inner_(HostTier::create({.geometry = g, .capacity_bytes = 64 * g.payload_bytes(g.chunk_pages)}).value()),
-        hold_(hold) {}
-  void open() {
-    std::lock_guard lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  TierKind kind() const override { return TierKind::kRemote; }
-  const ChunkGeometry& geometry() const override { return inner_->geometry(); }
-  void put_batch(std::span<PutOp> ops) override { inner_->put_batch(ops); }
-  void get_batch(std::span<GetOp> ops) override {
-    const bool upper = std::any_of(ops.begin(), ops.end(), [](const GetOp& op) {
-      return op.first_layer > 0 || op.num_layers > 1;
-    });
-    if (upper) {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, hold_, [&] { return open_; });
-    }
-    inner_->get_batch(ops);
-  }
-  size_t exists_prefix(const PageHash& ns, std::span<const PageHash> keys) override {
-    return inner_->exists_prefix(ns, keys);
-  }
-  Status erase(const ChunkKey& key) override { return inner_->erase(key); }
-  Status flush() override { return inner_->flush(); }
-  TierStats stats() const override { return inner_->stats(); }
-  bool degraded() const override { return false; }
-
- private:
-  std::unique_ptr<HostTier> inner_;
-  std::chrono::milliseconds hold_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
 
 constexpr uint32_t kChunkPages = 4;
 
