@@ -37,8 +37,11 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   // leave neither tier (the device would hold it, unevictable, until the hint
   // ended): such pages get a host copy first, as write-through would have
   // made (a hot shared prefix loses its host copies while the device serves
-  // it). The hint then holds the leading pages that have one.
-  if (copy_path_to_host(*node, m) > 0) index_->match(ns, whole, m, /*hash_remainder=*/false);
+  // it). The hint then holds the leading pages that have one. Not for a path
+  // over the cap: the hint would yield at once, and the copies would only
+  // have pushed other pages off the host.
+  if (m.matched_pages <= retained_cap() && copy_path_to_host(*node, m) > 0)
+    index_->match(ns, whole, m, /*hash_remainder=*/false);
   uint32_t held = 0;
   while (held < m.matched_pages && m.locations[held].on_host()) ++held;
   if (held == 0) return 0;

@@ -151,6 +151,22 @@ TEST(CacheRetain, AHintGivesDeviceOnlyPagesAHostCopyAndLeavesTheDeviceFree) {
   expect_same(rig.cached(a, 2), rig.reference(a, 2), 1e-5);  // the host copies hold the device's bytes
 }
 
+// A prefix longer than the retained share gets no host copies: its hint would
+// yield at once, and the copies would only push other pages off the host.
+TEST(CacheRetain, AHintOverTheCapCopiesNothingToTheHost) {
+  ManualClock clock;
+  CacheRig rig(small_tiers(&clock));  // cap 4 pages
+  const auto a = CacheRig::random_tokens(97, 1);  // 6 whole pages
+  rig.cached(a, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kHost, 1000).ok());
+  ASSERT_EQ(rig.cache->stats().index.host_pages, 0u);
+  EXPECT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 0u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  EXPECT_EQ(rig.cache->stats().index.host_pages, 0u);
+  EXPECT_EQ(rig.cache->stats().retain_active, 0u);
+}
+
 // A held read-ahead makes room for what it lifts: with the host full of held
 // pages, the oldest hint yields before the read-ahead allocates, instead of
 // the read-ahead finding no slot (it lifted nothing before).
