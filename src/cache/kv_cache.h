@@ -385,8 +385,8 @@ class KVCache {
   };
   // retain() on the host tier: the hint's node in the retention table; the pages retained (0: none).
   uint32_t retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until);
-  // Host copies for the device-only pages of a path about to be retained (how many were asked for).
-  uint32_t copy_path_to_host(NodeHandle node, const MatchResult& m);
+  // Host copies for the device-only pages of a matched path about to be retained (how many were asked for).
+  uint32_t copy_path_to_host(const MatchResult& m);
   // The host pages hints may hold (max_retained_share of the host tier), and
   // letting go of the oldest hints until they hold no more than `cap`.
   uint64_t retained_cap() const;

@@ -24,7 +24,10 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   if (pages == 0) return out;
   // A held read-ahead is a hint for what it lifts too: the oldest hints yield
   // first, or held pages could fill the host and leave it no room to land.
-  if (hold > Clock::duration::zero()) yield_retained(retained_cap() - std::min<uint64_t>(retained_cap(), pages));
+  if (hold > Clock::duration::zero()) {
+    const uint64_t cap = retained_cap();
+    yield_retained(cap > pages ? cap - pages : 0);
+  }
 
   auto pf = std::make_unique<Prefetch>();
   allocate_slots(pages, pf->slots);

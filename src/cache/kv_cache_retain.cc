@@ -30,9 +30,6 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   const auto whole = tokens.first(tokens.size() / P * P);
   MatchResult m;
   index_->match(ns, whole, m, /*hash_remainder=*/false);
-  if (m.matched_pages == 0) return 0;
-  auto node = index_->ending_at(m.deepest, m.matched_pages);  // the prefix, not a longer prompt's node
-  if (!node.ok()) return 0;
   // A retained page never leaves the host, so one on the device alone could
   // leave neither tier (the device would hold it, unevictable, until the hint
   // ended): such pages get a host copy first, as write-through would have
@@ -40,12 +37,12 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   // it). The hint then holds the leading pages that have one. Not for a path
   // over the cap: the hint would yield at once, and the copies would only
   // have pushed other pages off the host.
-  if (m.matched_pages <= retained_cap() && copy_path_to_host(*node, m) > 0)
+  if (m.matched_pages <= retained_cap() && copy_path_to_host(m) > 0)
     index_->match(ns, whole, m, /*hash_remainder=*/false);
   uint32_t held = 0;
   while (held < m.matched_pages && m.locations[held].on_host()) ++held;
   if (held == 0) return 0;
-  node = index_->ending_at(m.deepest, held);
+  const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
@@ -61,10 +58,10 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   return !retained_.empty() && retained_.back().node == *node ? held : 0;
 }
 
-// Host copies of the device-only pages of the path to `node` (matched as
-// `m`), through copy_to_host; the path is locked meanwhile, so that making
-// room on the host cannot take the path's own host pages.
-uint32_t KVCache::copy_path_to_host(NodeHandle node, const MatchResult& m) {
+// Host copies of the device-only pages of the path `m` matched, through
+// copy_to_host; the path is locked meanwhile, so that making room on the host
+// cannot take the path's own host pages.
+uint32_t KVCache::copy_path_to_host(const MatchResult& m) {
   Committed c;
   for (uint32_t i = 0; i < m.matched_pages; ++i) {
     const PageLocation& loc = m.locations[i];
@@ -72,9 +69,11 @@ uint32_t KVCache::copy_path_to_host(NodeHandle node, const MatchResult& m) {
     c.lossy.push_back(loc.lossy);
     if (!loc.on_host()) c.need_host.push_back(i);
   }
-  if (c.need_host.empty() || !index_->lock(node).ok()) return 0;
-  copy_to_host(node, c);
-  (void)index_->unlock(node);
+  if (c.need_host.empty()) return 0;
+  const auto node = index_->ending_at(m.deepest, m.matched_pages);
+  if (!node.ok() || !index_->lock(*node).ok()) return 0;
+  copy_to_host(*node, c);
+  (void)index_->unlock(*node);
   return static_cast<uint32_t>(c.need_host.size());
 }
 
