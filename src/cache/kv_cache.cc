@@ -257,6 +257,7 @@ Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId
   }
   ++stats_.lookups;
   stats_.lookup_tokens += tokens.size();
+  end_used_holds(L);
   return L;
 }
 

@@ -213,6 +213,7 @@ struct KVCacheStats {
   uint64_t retain_hints = 0;           // retain() calls that retained something
   uint64_t retain_expiries = 0;        // hints that ran to their end
   uint64_t retain_yields = 0;          // hints let go early: over max_retained_share, the oldest yields
+  uint64_t retain_used = 0;            // holds that ended at the request they were for (HoldEnd::kFirstUse)
   uint64_t retain_active = 0;          // hints in force now
   uint64_t plan_pages[3] = {};  // by PlanAction: in place, load, recompute
   uint64_t commits = 0;
@@ -266,7 +267,10 @@ class KVCache {
   // (retain()) for `hold`: what is cached now from this call, what the
   // read-ahead brings onto the host from when it lands. A read-ahead timed by
   // the client's deadline so keeps what it lifted until the request comes,
-  // where plain LRU would let the traffic in between evict it again.
+  // where plain LRU would let the traffic in between evict it again. With
+  // HoldEnd::kFirstUse the hold also ends at the first lookup() of a prompt
+  // that extends the held prefix: the request it was for has come, and a
+  // hold kept past it would only make the next read-ahead's hold yield.
   // Returns the prompt's cached pages (any tier), how many of them are
   // being read ahead now, and how many are being copied into the device now.
   struct PrefetchStart {
@@ -274,8 +278,9 @@ class KVCache {
     uint32_t loading_pages = 0;
     uint32_t promoting_pages = 0;
   };
+  enum class HoldEnd { kTime, kFirstUse };
   Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens,
-                                 Clock::duration hold = Clock::duration::zero());
+                                 Clock::duration hold = Clock::duration::zero(), HoldEnd end = HoldEnd::kTime);
   // The leading whole pages of `tokens` (all but its last token) cached on
   // the device or host now: the index alone, no waiting, no counting.
   uint32_t cached_prefix_pages(const Namespace& ns, std::span<const TokenId> tokens);
@@ -290,7 +295,9 @@ class KVCache {
   // the tokens retained in either tier (0: nothing cached, no host or disk
   // tier, or over the cap alone). Expiry is read from options().clock (the
   // disk's from TierEnv::clock, the same one), at every entry point.
-  Result<uint32_t> retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl);
+  // With HoldEnd::kFirstUse the host's hold also ends early, as prefetch's.
+  Result<uint32_t> retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl,
+                          HoldEnd end = HoldEnd::kTime);
   // The content-addressed keys of the whole chunks of `tokens` under `ns`,
   // in prompt order: the keys the disk and remote tiers store them under.
   // Pure; at most (tokens.size()-1)/P pages count, as in lookup().
@@ -382,9 +389,15 @@ class KVCache {
   struct Retention {
     NodeHandle node;
     Clock::time_point until;
+    HoldEnd end = HoldEnd::kTime;
+    uint32_t pages = 0;  // the held prefix's pages, and the chained hash of its last one:
+    PageHash last;       // a lookup whose prompt has it there extends the prefix (kFirstUse)
   };
   // retain() on the host tier: the hint's node in the retention table; the pages retained (0: none).
-  uint32_t retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until);
+  uint32_t retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until,
+                          HoldEnd end = HoldEnd::kTime);
+  // Lets go of the kFirstUse holds whose prefix the lookup `L` extends.
+  void end_used_holds(const CacheLookup& L);
   // Host copies for the device-only pages of a matched path about to be retained (how many were asked for).
   uint32_t copy_path_to_host(const MatchResult& m);
   // The host pages hints may hold (max_retained_share of the host tier), and
@@ -404,6 +417,7 @@ class KVCache {
     std::vector<PageHash> chunk_keys; // what a lookup waits on
     std::vector<TierKind> chunk_from; // where each chunk is read from
     Clock::duration hold{};           // held on the host this long once landed (prefetch's `hold`)
+    HoldEnd hold_end = HoldEnd::kTime;
     TransferHandle handle;
   };
   // Host-only pages of a prompt being copied into free device pages (promote()).

@@ -7,8 +7,8 @@
 namespace kvtier {
 
 Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens,
-                                                 Clock::duration hold) {
-  if (hold > Clock::duration::zero()) KVTIER_RETURN_IF_ERROR(retain(ns, tokens, hold).status());
+                                                 Clock::duration hold, KVCache::HoldEnd hold_end) {
+  if (hold > Clock::duration::zero()) KVTIER_RETURN_IF_ERROR(retain(ns, tokens, hold, hold_end).status());
   KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
   PrefetchStart out{L.cached_pages(), 0};
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
@@ -38,6 +38,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
 
   pf->ns = L.ns;
   pf->hold = hold;
+  pf->hold_end = hold_end;
   pf->first_page = L.index_pages;
   const uint32_t end = L.index_pages + pages;
   pf->tokens.assign(tokens.begin(), tokens.begin() + size_t(end) * P);
@@ -129,7 +130,7 @@ void KVCache::finish_prefetch(Prefetch& pf) {
   for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
   const auto landed = std::span(pf.tokens).first(size_t(pf.first_page + keep) * P);
   if (taken > 0 && pf.hold > Clock::duration::zero() &&
-      retain_on_host(pf.ns, landed, options_.clock->now() + pf.hold) > 0)
+      retain_on_host(pf.ns, landed, options_.clock->now() + pf.hold, pf.hold_end) > 0)
     ++stats_.retain_hints;
   if (taken > 0) promote(pf.ns, landed);
 }

@@ -7,12 +7,13 @@
 
 namespace kvtier {
 
-Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl) {
+Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> tokens, Clock::duration ttl,
+                                 HoldEnd end) {
   poll();
   if (options_.max_retained_share <= 0 || ttl <= Clock::duration::zero()) return 0u;
   const Clock::time_point until = options_.clock->now() + ttl;
   const uint32_t P = options_.geometry.page_tokens;
-  uint32_t pages = host_ ? retain_on_host(index_->namespace_key(ns), tokens, until) : 0;
+  uint32_t pages = host_ ? retain_on_host(index_->namespace_key(ns), tokens, until, end) : 0;
   // The disk holds the regions of the prefix's whole chunks back from reclaim as well: the host share is
   // capped, and a prefix the host let go (or never had) comes back from the disk instead of being recomputed.
   if (disk_) {
@@ -24,7 +25,8 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
   return pages * P;
 }
 
-uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until) {
+uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until,
+                                 HoldEnd end) {
   if (options_.max_retained_share <= 0) return 0;  // hints are off
   const uint32_t P = options_.geometry.page_tokens;
   const auto whole = tokens.first(tokens.size() / P * P);
@@ -45,14 +47,15 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
   const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
-  if (same != retained_.end()) {  // extend: it moves to the back, the last to yield
-    Retention r{same->node, std::max(same->until, until)};
+  Retention r{*node, until, end, held, m.hashes[held - 1]};
+  if (same != retained_.end()) {  // extend: it moves to the back, the last to yield; a timed hint stays timed
+    r.until = std::max(same->until, until);
+    if (same->end == HoldEnd::kTime) r.end = HoldEnd::kTime;
     retained_.erase(same);
-    retained_.push_back(r);
-  } else {
-    if (!index_->retain(*node).ok()) return 0;
-    retained_.push_back(Retention{*node, until});
+  } else if (!index_->retain(*node).ok()) {
+    return 0;
   }
+  retained_.push_back(r);
   next_expiry_ = std::min(next_expiry_, until);
   yield_retained(retained_cap());
   return !retained_.empty() && retained_.back().node == *node ? held : 0;
@@ -85,6 +88,19 @@ void KVCache::yield_retained(uint64_t cap) {
   while (!retained_.empty() && index_->stats().retained_host_pages > cap) {
     let_go(0);
     ++stats_.retain_yields;
+  }
+}
+
+void KVCache::end_used_holds(const CacheLookup& L) {
+  const std::vector<PageHash>& h = L.match.hashes;
+  for (size_t i = 0; i < retained_.size();) {
+    const Retention& r = retained_[i];
+    if (r.end == HoldEnd::kFirstUse && r.pages <= h.size() && h[r.pages - 1] == r.last) {
+      let_go(i);
+      ++stats_.retain_used;
+    } else {
+      ++i;
+    }
   }
 }
 

@@ -70,9 +70,12 @@ struct SamplingParams {
 // runs from the HTTP parser down to the Runtime, never copied field by field.
 // A retention hint (KVCache::retain): keep the cached first `tokens` of the
 // sequence (prompt and completion; UINT32_MAX: all of it) for `seconds`.
+// `until_used`: on a prefetch, the hold also ends at the first request that
+// finds the prefix (KVCache::HoldEnd::kFirstUse: a read-ahead's deadline hold).
 struct RetainHint {
   uint32_t tokens = UINT32_MAX;
   uint32_t seconds = 0;
+  bool until_used = false;
 };
 
 struct PromptRequest {

@@ -398,11 +398,14 @@ std::optional<std::chrono::milliseconds> read_ahead_again_in(uint32_t ready_in_m
 
 // How long a read-ahead `lead_ms` before the client's deadline holds what it
 // finds and lifts on the host (KVCache::prefetch's hold, a retention hint
-// under --max-retained-share like any other): until the deadline, and
-// kHoldGraceMs past it for a client that comes late or a request that queues.
+// under --max-retained-share like any other): until the request it is for
+// finds it, or at most until the deadline and kHoldGraceMs past it for a
+// client that comes late or a request that queues. Holds kept past their
+// request (the session's tool then runs again) made the next session's
+// read-ahead hold yield at once: the cap held fewer sessions than held pages.
 constexpr double kHoldGraceMs = 2000;
 RetainHint deadline_hold(double lead_ms) {
-  return RetainHint{UINT32_MAX, uint32_t(std::ceil((std::max(0.0, lead_ms) + kHoldGraceMs) / 1e3))};
+  return RetainHint{UINT32_MAX, uint32_t(std::ceil((std::max(0.0, lead_ms) + kHoldGraceMs) / 1e3)), true};
 }
 
 }  // namespace

@@ -69,6 +69,7 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
                     {"hints", s.retain_hints},
                     {"expiries", s.retain_expiries},
                     {"yields", s.retain_yields},
+                    {"used", s.retain_used},
                     {"host_pages", s.index.retained_host_pages},
                     {"disk_bytes", s.disk.retained_bytes},
                     {"disk_yields", s.disk.retain_yields}};
@@ -145,10 +146,12 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
   m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n'
     << "kvtier_retained_bytes{tier=\"disk\"} " << s.disk.retained_bytes << '\n';
   metric("kvtier_retention_hints_total", "counter",
-         "Retention hints by outcome: taken, expired (ran their time), yielded (oldest let go past --max-retained-share).");
+         "Retention hints by outcome: taken, expired (ran their time), yielded (oldest let go past --max-retained-share), "
+         "used (a prefetch's deadline hold, ended by the request it was for).");
   m << "kvtier_retention_hints_total{outcome=\"taken\"} " << s.retain_hints << '\n'
     << "kvtier_retention_hints_total{outcome=\"expired\"} " << s.retain_expiries << '\n'
-    << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields + s.disk.retain_yields << '\n';
+    << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields + s.disk.retain_yields << '\n'
+    << "kvtier_retention_hints_total{outcome=\"used\"} " << s.retain_used << '\n';
   metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
   m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
     << "kvtier_write_back_moves_total{kind=\"spilled_chunks\"} " << s.spilled_chunks << '\n';

@@ -125,6 +125,37 @@ TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
   }
 }
 
+// A read-ahead's deadline hold (HoldEnd::kFirstUse) ends at the first lookup
+// of a prompt that extends the held prefix: the request it was for has come.
+// Kept to its time, it counted against the cap that the next session's
+// read-ahead needed (the agent bench: most deadline holds yielded). Another
+// prompt's lookup leaves it in force.
+TEST(CacheRetain, ADeadlineHoldEndsAtTheRequestItWasFor) {
+  ManualClock clock;
+  RigOptions o = small_tiers(&clock);
+  o.disk = true;
+  CacheRig rig(o);
+  const auto a = CacheRig::random_tokens(65, 1);
+  rig.cached(a, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // on the disk only
+  auto started = rig.cache->prefetch(rig.ns, a, seconds(60), KVCache::HoldEnd::kFirstUse);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_EQ(rig.cache->stats().index.retained_host_pages, 4u);
+  EXPECT_EQ(cached_pages(rig, CacheRig::random_tokens(65, 7)), 0u);  // another prompt: still held
+  EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 4u);
+  auto next_turn = a;  // the session's next request: the prefix and more
+  for (TokenId t : CacheRig::random_tokens(40, 8)) next_turn.push_back(t);
+  EXPECT_EQ(cached_pages(rig, next_turn), 4u);
+  KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.index.retained_host_pages, 0u);
+  EXPECT_EQ(s.retain_used, 1u);
+  EXPECT_EQ(s.retain_active, 0u);
+  EXPECT_EQ(s.retain_expiries + s.retain_yields, 0u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
 // A retained page never leaves the host, so a page on the device alone would
 // leave neither tier if retained as it is (the device could not evict it until
 // the hint ended: a prompt near the pool's size then failed to grow, "device
