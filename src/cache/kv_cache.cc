@@ -238,6 +238,10 @@ ChunkKey KVCache::chunk_key(const NsKey& ns, std::span<const PageHash> hashes, u
 }
 
 std::vector<ChunkKey> KVCache::chunk_keys(const Namespace& ns, std::span<const TokenId> tokens) const {
+  return stored_keys(ns, tokens, false);
+}
+
+std::vector<ChunkKey> KVCache::stored_keys(const Namespace& ns, std::span<const TokenId> tokens, bool tail) const {
   const uint32_t P = options_.geometry.page_tokens;
   const size_t pages = tokens.empty() ? 0 : (tokens.size() - 1) / P;
   const NsKey key{namespace_seed(ns, options_.hash)};  // the seed alone names chunks
@@ -245,6 +249,7 @@ std::vector<ChunkKey> KVCache::chunk_keys(const Namespace& ns, std::span<const T
   hash_pages(options_.hash, key.seed, tokens.first(pages * P), P, hashes);
   std::vector<ChunkKey> keys;
   for (uint32_t c = 0; c < pages / options_.chunk_pages; ++c) keys.push_back(chunk_key(key, hashes, c));
+  if (tail && pages % options_.chunk_pages != 0) keys.push_back(ChunkKey{key.seed, hashes.back()});
   return keys;
 }
 
@@ -275,27 +280,50 @@ Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> 
   const uint32_t m = L.match.matched_pages;
   L.index_pages = m;
 
-  // Lower tiers hold whole chunks, asked by the hash of each chunk's last page.
+  // Lower tiers hold whole chunks, asked by the hash of each chunk's last
+  // page, and prompts' tails (store_down): after the whole chunks, a run of
+  // fewer than C pages, asked longest first.
   const uint32_t total_chunks = L.lookup_pages / C, c0 = m / C;
   Tier* disk = disk_ && !disk_->degraded() ? disk_.get() : nullptr;
   Tier* remote = remote_ && !remote_->degraded() ? remote_.get() : nullptr;
-  if (c0 < total_chunks && (disk || remote)) {
-    std::vector<PageHash> keys;
-    for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);
-    // Chunks already being read ahead: wait for them, they land in the index.
-    if (await_prefetches(L.ns, keys)) return find(ns, tokens);
-    const uint32_t dk = disk ? static_cast<uint32_t>(disk->exists_prefix(L.ns.seed, keys)) : 0;
-    const uint32_t rk =
-        remote ? static_cast<uint32_t>(remote->exists_prefix(L.ns.seed, std::span(keys).subspan(dk))) : 0;
-    // The lower tiers extend the match past the index: their first chunk may
-    // start before the index's end, so the index part ends at that chunk.
-    if (dk + rk > 0 && (c0 + dk + rk) * C > m) {
-      L.index_pages = c0 * C;
-      L.disk_pages = dk * C;
-      L.remote_pages = rk * C;
-    }
+  if (!disk && !remote) return with_runs(std::move(L));
+  std::vector<PageHash> keys;
+  for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);
+  // Chunks already being read ahead: wait for them, they land in the index.
+  if (!keys.empty() && await_prefetches(L.ns, keys)) return find(ns, tokens);
+  const uint32_t dk = disk && !keys.empty() ? static_cast<uint32_t>(disk->exists_prefix(L.ns.seed, keys)) : 0;
+  const uint32_t rk =
+      remote && dk < keys.size() ? static_cast<uint32_t>(remote->exists_prefix(L.ns.seed, std::span(keys).subspan(dk))) : 0;
+  const uint32_t base = (c0 + dk + rk) * C;
+  keys = tail_keys(L, base);
+  if (!keys.empty() && await_prefetches(L.ns, keys)) return find(ns, tokens);
+  // The tail continues the lower tiers' run: on the disk only where no remote chunk comes before it.
+  const size_t on_disk = disk && rk == 0 ? disk->exists_first(L.ns.seed, keys) : keys.size();
+  const size_t on_remote = on_disk == keys.size() && remote ? remote->exists_first(L.ns.seed, keys) : keys.size();
+  const size_t first = std::min(on_disk, on_remote);
+  const uint32_t tail = first < keys.size() ? static_cast<uint32_t>(keys.size() - first) + (base > m ? 0 : m - base) : 0;
+  // The lower tiers extend the match past the index: their first chunk may
+  // start before the index's end, so the index part ends at that chunk.
+  if (base + tail > m) {
+    L.index_pages = c0 * C;
+    L.disk_pages = dk * C + (on_disk < keys.size() ? tail : 0);
+    L.remote_pages = rk * C + (on_disk < keys.size() ? 0 : tail);
   }
+  return with_runs(std::move(L));
+}
 
+// The keys of the tail chunks (fewer than C pages, store_down) that could
+// follow page `base` and reach past the index's match, longest first.
+std::vector<PageHash> KVCache::tail_keys(const CacheLookup& L, uint32_t base) const {
+  const uint32_t m = L.match.matched_pages;
+  const uint32_t most = std::min(options_.chunk_pages - 1, L.lookup_pages - base);
+  const uint32_t least = base > m ? 1 : m - base + 1;
+  std::vector<PageHash> keys;
+  for (uint32_t k = most; k >= least && k > 0; --k) keys.push_back(L.match.hashes[base + k - 1]);
+  return keys;
+}
+
+CacheLookup KVCache::with_runs(CacheLookup&& L) const {
   for (uint32_t p = 0; p < L.index_pages; ++p) {
     const TierKind t = L.match.locations[p].on_device() ? TierKind::kDevice : TierKind::kHost;
     if (!L.runs.empty() && L.runs.back().tier == t) {
@@ -353,10 +381,11 @@ Plan KVCache::plan(const CacheLookup& L) const {
 uint32_t KVCache::scratch_pages(const CacheLookup& L, const PageActions& a) const {
   const uint32_t C = options_.chunk_pages;
   uint32_t scratch = 0;
-  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
+  for (uint32_t lo = L.index_pages; lo < a.pages(); lo += C) {  // whole chunks, then maybe a tail
+    const uint32_t hi = std::min(lo + C, a.pages());
     uint32_t loads = 0;
-    for (uint32_t p = c * C; p < (c + 1) * C; ++p) loads += a.action[p] == PlanAction::kLoad;
-    if (loads > 0) scratch += C - loads;
+    for (uint32_t p = lo; p < hi; ++p) loads += a.action[p] == PlanAction::kLoad;
+    if (loads > 0) scratch += hi - lo - loads;
   }
   return scratch;
 }
@@ -431,15 +460,15 @@ Status KVCache::submit_loads(CacheLeaseState& lease, const CacheLookup& L, const
     host_loads = true;
     (p < a.b ? front : back).copies.push_back({PageLoc::host(L.match.locations[p].host), PageLoc::pool(lease.pages_[p])});
   }
-  for (uint32_t c = L.index_pages / C; c < a.pages() / C; ++c) {
-    const uint32_t lo = c * C;
+  for (uint32_t lo = L.index_pages; lo < a.pages(); lo += C) {  // whole chunks, then maybe a tail
+    const uint32_t hi = std::min(lo + C, a.pages());
     bool any = false;
-    for (uint32_t p = lo; p < lo + C; ++p) any |= a.action[p] == PlanAction::kLoad;
+    for (uint32_t p = lo; p < hi; ++p) any |= a.action[p] == PlanAction::kLoad;
     if (!any) continue;
     LoadMove mv;
     mv.from = a.tier[lo];
-    mv.key = chunk_key(L.ns, L.match.hashes, c);
-    for (uint32_t p = lo; p < lo + C; ++p)
+    mv.key = ChunkKey{L.ns.seed, L.match.hashes[hi - 1]};
+    for (uint32_t p = lo; p < hi; ++p)
       mv.dst.push_back(PageLoc::pool(a.action[p] == PlanAction::kLoad ? lease.pages_[p] : lease.scratch_[si++]));
     (lo < a.b ? lease.front_load_pages_ : lease.back_load_pages_).push_back(lo);
     (lo < a.b ? front : back).loads.push_back(std::move(mv));

@@ -88,8 +88,8 @@ struct CacheLookup {
   uint32_t lookup_pages = 0;        // whole pages considered (the last prompt token is always computed)
   MatchResult match;                // device/host pages from the index (may be cut to a chunk boundary)
   uint32_t index_pages = 0;         // leading pages served by the index
-  uint32_t disk_pages = 0;          // following pages present on disk (whole chunks)
-  uint32_t remote_pages = 0;        // following pages present remotely (whole chunks)
+  uint32_t disk_pages = 0;          // following pages present on disk (whole chunks, then maybe a tail)
+  uint32_t remote_pages = 0;        // following pages present remotely (whole chunks, then maybe a tail)
   std::vector<CachedRun> runs;      // the above as runs, in prompt order
 
   uint32_t cached_pages() const { return index_pages + disk_pages + remote_pages; }
@@ -445,6 +445,12 @@ class KVCache {
   void account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   // lookup() without its bookkeeping (lookup counters, selective hit counts).
   Result<CacheLookup> find(const Namespace& ns, std::span<const TokenId> tokens);
+  // The keys of the tail chunks that could follow page `base` past the index's match, longest first.
+  std::vector<PageHash> tail_keys(const CacheLookup& L, uint32_t base) const;
+  // chunk_keys(), and with `tail` the key of the prompt's tail chunk after them (store_down).
+  std::vector<ChunkKey> stored_keys(const Namespace& ns, std::span<const TokenId> tokens, bool tail) const;
+  // L with its runs (device/host from the index, then disk, then remote).
+  CacheLookup with_runs(CacheLookup&& L) const;
   // Waits for the prefetches reading any of `keys`; true when it waited.
   bool await_prefetches(const NsKey& ns, std::span<const PageHash> keys);
   // Indexes what a finished prefetch read (or frees its slots), then promotes it.
@@ -484,7 +490,8 @@ class KVCache {
   struct Committed;
   Committed claim_pages(const CacheLeaseState& lease, const InsertResult& ins, std::span<const PageLocation> locs);
   void copy_to_host(const NodeHandle& deepest, Committed& c);
-  void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages);
+  void store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
+                  uint32_t prompt_pages);
   ChunkKey chunk_key(const NsKey& ns, std::span<const PageHash> hashes, uint32_t chunk) const;
 
   KVCacheOptions options_;

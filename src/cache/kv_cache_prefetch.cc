@@ -20,7 +20,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   uint32_t in_flight = 0;
   for (const auto& pf : prefetches_) in_flight += static_cast<uint32_t>(pf->slots.size());
   const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
-  uint32_t pages = std::min(lower, budget / C * C);
+  uint32_t pages = lower <= budget ? lower : budget / C * C;  // whole chunks, and the tail when all fit
   if (pages == 0) return out;
   // A held read-ahead is a hint for what it lifts too: the oldest hints yield
   // first, or held pages could fill the host and leave it no room to land.
@@ -31,7 +31,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
 
   auto pf = std::make_unique<Prefetch>();
   allocate_slots(pages, pf->slots);
-  pages = static_cast<uint32_t>(pf->slots.size()) / C * C;
+  if (pf->slots.size() < pages) pages = static_cast<uint32_t>(pf->slots.size()) / C * C;
   for (size_t i = pages; i < pf->slots.size(); ++i) host_->free_slot(pf->slots[i]);
   pf->slots.resize(pages);
   if (pages == 0) return out;
@@ -44,12 +44,12 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   pf->tokens.assign(tokens.begin(), tokens.begin() + size_t(end) * P);
   pf->hashes.assign(L.match.hashes.begin(), L.match.hashes.begin() + end);
   TransferBatch batch;
-  for (uint32_t c = 0; c < pages / C; ++c) {
-    const uint32_t chunk = L.index_pages / C + c;
+  for (uint32_t lo = 0; lo < pages; lo += C) {
+    const uint32_t hi = std::min(lo + C, pages);
     LoadMove mv;
-    mv.from = c * C < L.disk_pages ? TierKind::kDisk : TierKind::kRemote;
-    mv.key = chunk_key(L.ns, L.match.hashes, chunk);
-    for (uint32_t p = 0; p < C; ++p) mv.dst.push_back(PageLoc::host(pf->slots[size_t(c) * C + p]));
+    mv.from = lo < L.disk_pages ? TierKind::kDisk : TierKind::kRemote;
+    mv.key = ChunkKey{L.ns.seed, L.match.hashes[L.index_pages + hi - 1]};
+    for (uint32_t p = lo; p < hi; ++p) mv.dst.push_back(PageLoc::host(pf->slots[p]));
     pf->chunk_keys.push_back(mv.key.hash);
     pf->chunk_from.push_back(mv.from);
     batch.loads.push_back(std::move(mv));
@@ -99,9 +99,10 @@ void KVCache::finish_prefetch(Prefetch& pf) {
   uint32_t good = 0;
   while (good < r.loads.size() && r.loads[good].ok()) ++good;
   stats_.prefetch_failures += r.loads.size() - good;
-  for (uint32_t c = 0; c < good; ++c)
-    stats_.bytes_loaded_by_tier[static_cast<size_t>(pf.chunk_from[c])] += uint64_t(C) * options_.geometry.page_bytes();
-  uint32_t keep = good * C;  // pages from first_page on
+  uint32_t keep = std::min(good * C, static_cast<uint32_t>(pf.slots.size()));  // pages from first_page on
+  for (uint32_t c = 0; c < good; ++c)  // the last chunk may be a tail
+    stats_.bytes_loaded_by_tier[static_cast<size_t>(pf.chunk_from[c])] +=
+        uint64_t(std::min(C, keep - c * C)) * options_.geometry.page_bytes();
   // The pages before first_page must still be indexed, or the chunks would
   // hang off nothing: match what is there now.
   MatchResult m;

@@ -14,12 +14,13 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
   const Clock::time_point until = options_.clock->now() + ttl;
   const uint32_t P = options_.geometry.page_tokens;
   uint32_t pages = host_ ? retain_on_host(index_->namespace_key(ns), tokens, until, end) : 0;
-  // The disk holds the regions of the prefix's whole chunks back from reclaim as well: the host share is
-  // capped, and a prefix the host let go (or never had) comes back from the disk instead of being recomputed.
+  // The disk holds the regions of the prefix's whole chunks (and its tail) back from reclaim as well: the host
+  // share is capped, and a prefix the host let go (or never had) comes back from the disk instead of being recomputed.
   if (disk_) {
-    const std::vector<ChunkKey> keys = chunk_keys(ns, tokens);
+    const std::vector<ChunkKey> keys = stored_keys(ns, tokens, /*tail=*/true);
     const size_t held = disk_->retain(keys, until, options_.max_retained_share);
-    pages = std::max(pages, uint32_t(held) * options_.chunk_pages);
+    const uint32_t prefix_pages = tokens.empty() ? 0 : uint32_t((tokens.size() - 1) / P);
+    pages = std::max(pages, std::min(uint32_t(held) * options_.chunk_pages, prefix_pages));
   }
   if (pages > 0) ++stats_.retain_hints;
   return pages * P;

@@ -52,7 +52,7 @@ Status KVCache::commit_state(CacheLeaseState& lease, std::span<const TokenId> to
   if (options_.write_policy != WritePolicy::kWriteBack) {
     copy_to_host(ins->deepest, c);
     // Lossy KV never goes down: entries there are labelled only by their own codec.
-    store_down(lease.ns_, std::span(hashes).first(lossy_from), lease.pages_);
+    store_down(lease.ns_, std::span(hashes).first(lossy_from), lease.pages_, static_cast<uint32_t>(known));
   }
   for (uint32_t i = 0; i < lease.pages_.size(); ++i)
     if (i >= W || !c.taken[i]) pool_->unref(lease.pages_[i]);

@@ -43,17 +43,30 @@ void KVCache::copy_to_host(const NodeHandle& deepest, Committed& c) {
 }
 
 // Whole chunks of the committed pages go to disk and to the remote store
-// (write-behind); chunks already there are skipped.
-void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages) {
-  const uint32_t C = options_.chunk_pages;
-  const uint32_t chunks = static_cast<uint32_t>(hashes.size()) / C;
-  if (chunks > 0) note_disk_namespace(ns);
+// (write-behind); chunks already there are skipped. Under write_through the
+// tails go too: the pages past the last whole chunk, of the prompt and of
+// the whole sequence, each as a short chunk keyed by its last page
+// (find() asks for them longest first). A session's next prompt extends its
+// last prompt (an agent's client replays its own tool call) or its last
+// sequence (a chat client sends the reply back); without its tail, a prefix
+// found only below the host lost up to C - 1 pages to recompute.
+void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std::span<const PageId> pages,
+                         uint32_t prompt_pages) {
+  const uint32_t C = options_.chunk_pages, W = static_cast<uint32_t>(hashes.size());
+  std::vector<std::pair<uint32_t, uint32_t>> runs;  // [first, end) pages
+  for (uint32_t lo = 0; lo + C <= W; lo += C) runs.emplace_back(lo, lo + C);
+  if (options_.write_policy == WritePolicy::kWriteThrough)
+    for (uint32_t end : {std::min(prompt_pages, W), W})
+      if (end % C != 0 && (runs.empty() || runs.back().second != end)) runs.emplace_back(end / C * C, end);
+  if (runs.empty()) return;
+  note_disk_namespace(ns);
   for (Tier* tier : {static_cast<Tier*>(disk_.get()), remote_.get()}) {
-    if (!tier || tier->degraded() || chunks == 0) continue;
+    if (!tier || tier->degraded()) continue;
     auto pd = std::make_unique<Pending>();
     TransferBatch batch;
-    for (uint32_t c = 0; c < chunks; ++c) {
-      const ChunkKey key = chunk_key(ns, hashes, c);
+    size_t stored_pages = 0;
+    for (auto [lo, hi] : runs) {
+      const ChunkKey key{ns.seed, hashes[hi - 1]};
       if (options_.write_policy == WritePolicy::kSelective) {
         auto it = chunk_hits_.find(key.hash);
         if (it == chunk_hits_.end() || it->second < options_.selective_hits) continue;
@@ -62,16 +75,17 @@ void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std:
       StoreMove mv;
       mv.to = tier->kind();
       mv.key = key;
-      mv.page_hashes.assign(hashes.begin() + size_t(c) * C, hashes.begin() + size_t(c + 1) * C);
-      for (uint32_t p = c * C; p < (c + 1) * C; ++p) {
+      mv.page_hashes.assign(hashes.begin() + lo, hashes.begin() + hi);
+      for (uint32_t p = lo; p < hi; ++p) {
         mv.src.push_back(PageLoc::pool(pages[p]));
         pool_->ref(pages[p]);
         pd->refs.push_back(pages[p]);
       }
+      stored_pages += hi - lo;
       batch.stores.push_back(std::move(mv));
     }
     if (batch.stores.empty()) continue;
-    pd->bytes[static_cast<size_t>(tier->kind())] = batch.stores.size() * C * options_.geometry.page_bytes();
+    pd->bytes[static_cast<size_t>(tier->kind())] = stored_pages * options_.geometry.page_bytes();
     auto h = transfer_->submit(std::move(batch));
     if (!h.ok()) {
       for (PageId p : pd->refs) pool_->unref(p);

@@ -15,6 +15,9 @@
 //    A missing key is kNotFound.
 //  * exists_prefix(ns, keys) is the number of leading keys present — the
 //    question a prefix lookup asks a lower tier in one round trip.
+//    exists_first(ns, keys) is the index of the first key present
+//    (keys.size(): none) — the longest of a prompt's candidate tail chunks,
+//    asked longest first.
 //  * Codecs: put encodes with geometry().codec; get returns raw (decoded)
 //    layers and reports the entry's codec. A tier that is not allowed lossy
 //    entries (accept_lossy off) treats one as absent: kNotFound, counted in
@@ -89,6 +92,12 @@ class Tier {
   virtual void put_batch(std::span<PutOp> ops) = 0;
   virtual void get_batch(std::span<GetOp> ops) = 0;
   virtual size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) = 0;
+  // One exists_prefix per key by default; a networked tier asks them in one round trip.
+  virtual size_t exists_first(const PageHash& ns, std::span<const PageHash> chunk_keys) {
+    size_t i = 0;
+    while (i < chunk_keys.size() && exists_prefix(ns, chunk_keys.subspan(i, 1)) == 0) ++i;
+    return i;
+  }
   // Drops one chunk (OK when absent).
   virtual Status erase(const ChunkKey& key) = 0;
   // Makes every accepted put durable (no-op for volatile tiers).

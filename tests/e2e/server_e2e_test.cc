@@ -271,11 +271,13 @@ json rag_body(int system_offset, std::initializer_list<int> doc_offsets, int que
 // blended wherever they sit; the usage says so, and /metrics counts it apart
 // from exact cache hits.
 TEST_F(SharedServer, SegmentsAreBlendedAndLabelled) {
-  Reply first = post(port(), rag_body(1010, {2001, 3002}, 4020));
+  // Documents no other test's prompt starts with (ids() repeats every 500 offsets; the streams above
+  // send ids(64 + i, i), whose tails the disk keeps): first seen here, so stored whole.
+  Reply first = post(port(), rag_body(1010, {2201, 3302}, 4020));
   ASSERT_EQ(first.status, 200) << first.body.dump();
   const json b1 = first.body["usage"]["kvtier"]["blend"];
   EXPECT_EQ(b1["stored_segment_tokens"], 256);
-  Reply second = post(port(), rag_body(1110, {3002, 2001}, 4120));  // other system prompt, documents swapped
+  Reply second = post(port(), rag_body(1110, {3302, 2201}, 4120));  // other system prompt, documents swapped
   ASSERT_EQ(second.status, 200) << second.body.dump();
   const json b2 = second.body["usage"]["kvtier"]["blend"];
   EXPECT_TRUE(b2["blended"].get<bool>()) << b2.dump();

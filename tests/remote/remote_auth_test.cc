@@ -85,7 +85,7 @@ TEST_F(RemoteAuthTest, PlantedEntriesAreNeverServedAndAreCounted) {
   attacker->cached(prompt, kSteps);
   ASSERT_TRUE(attacker->cache->drain().ok());
   const auto plain_keys = redis_keys(redis, "kvtier:1:*");
-  ASSERT_EQ(plain_keys.size(), 4u);
+  ASSERT_EQ(plain_keys.size(), 6u);  // 4 whole chunks, the prompt's tail and the sequence's
   for (const std::string& k : plain_keys) {
     const std::string v = get_value(*attacker_tier, k);
     auto meta = decode_chunk_value(std::as_bytes(std::span(v.data(), v.size())), g);
@@ -99,7 +99,7 @@ TEST_F(RemoteAuthTest, PlantedEntriesAreNeverServedAndAreCounted) {
   // The plant is good enough to fool a reader without the secret...
   auto naive = rig(remote_with(redis, g, ""));
   const Outcome fooled = naive->cached(prompt, kSteps);
-  EXPECT_EQ(fooled.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(fooled.report.reused_tokens_by_tier[kRemote], 288u);
   EXPECT_GT(max_abs_diff(fooled.logits, ref.logits), 1e-3f);
   // ...and is never served to one that holds it.
   const Outcome hit = reader->cached(prompt, kSteps);
@@ -123,14 +123,14 @@ TEST_F(RemoteAuthTest, SameSecretSharesDifferentSecretsNever) {
   expect_same(a->cached(prompt, kSteps), ref, 1e-5);
   ASSERT_TRUE(a->cache->drain().ok());
   const auto keys = redis_keys(redis, "kvtier:*");
-  ASSERT_EQ(keys.size(), 4u);
+  ASSERT_EQ(keys.size(), 6u);  // 4 whole chunks, the prompt's tail and the sequence's
   // Key names are keyed: they carry neither the namespace nor a page hash.
   for (const std::string& k : keys) {
     EXPECT_EQ(k.rfind("kvtier:1:a:", 0), 0u) << k;
     EXPECT_EQ(k.size(), std::string("kvtier:1:a:").size() + 32) << k;
   }
   const Outcome shared = b->cached(prompt, kSteps);
-  EXPECT_EQ(shared.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(shared.report.reused_tokens_by_tier[kRemote], 288u);
   expect_same(shared, ref, 1e-5);
   // Another secret names other keys: it finds nothing...
   const Outcome other = c->cached(prompt, kSteps);

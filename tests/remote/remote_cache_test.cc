@@ -61,20 +61,21 @@ TEST_F(RemoteCacheTest, PromptServedByOneInstanceIsARemoteHitOnTheOther) {
   Outcome first = a->cached(prompt, kSteps);  // commit writes whole chunks to Redis behind the request
   expect_same(first, ref, 1e-5);
   ASSERT_TRUE(a->cache->drain().ok());
-  EXPECT_EQ(*redis.cmd({"DBSIZE"}), "4");  // (300-1)/16 = 18 pages → 4 whole chunks of 4 pages
+  // (300-1)/16 = 18 prompt pages, 19 with the reply: 4 whole chunks of 4 pages, the prompt's 2-page tail, the sequence's 3-page one
+  EXPECT_EQ(*redis.cmd({"DBSIZE"}), "6");
   Outcome hit = b->cached(prompt, kSteps);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
   expect_same(hit, ref, 1e-5);
   EXPECT_GT(remote_b->stats().hits, 0u);
   EXPECT_FALSE(b->cache->stats().remote_degraded);
-  // A longer prompt with the same prefix: the shared chunks come from Redis, the rest is computed.
+  // A longer prompt with the same prefix: the shared chunks and the prompt's tail come from Redis, the rest is computed.
   auto longer = prompt;
   auto tail = CacheRig::random_tokens(100, 12);
   longer.insert(longer.end(), tail.begin(), tail.end());
   auto c = rig_with_remote(remote_for(redis, *a));
   Outcome ref2 = c->reference(longer, kSteps);
   Outcome hit2 = c->cached(longer, kSteps);
-  EXPECT_EQ(hit2.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(hit2.report.reused_tokens_by_tier[kRemote], 288u);
   expect_same(hit2, ref2, 1e-5);
 }
 
@@ -119,7 +120,7 @@ TEST_F(RemoteCacheTest, DeadRedisMeansRecomputeAndTheTierRecovers) {
   a->cached(prompt2, kSteps);
   ASSERT_TRUE(a->cache->drain().ok());
   Outcome hit = b->cached(prompt2, kSteps);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
   expect_same(hit, ref2, 1e-5);
 }
 
@@ -141,14 +142,14 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   ASSERT_TRUE(s1.ok()) << s1.status().to_string();
   (*r1)->finish(s1->seq);
   ASSERT_TRUE((*r1)->flush().ok());
-  // Stores are write-behind: wait (bounded) until the 4 chunks are in Redis.
-  for (int i = 0; i < 500 && *redis.cmd({"DBSIZE"}) != "4"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "4");
+  // Stores are write-behind: wait (bounded) until the 4 chunks and the 2-page tail are in Redis.
+  for (int i = 0; i < 500 && *redis.cmd({"DBSIZE"}) != "5"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "5");
   auto s2 = (*r2)->start(prompt, SamplingParams{});
   ASSERT_TRUE(s2.ok()) << s2.status().to_string();
   // The planner may split (recompute the front while loading the back) on the measured link.
   EXPECT_GT(s2->report.cached_tokens_by_tier[kRemote], 0u);
-  EXPECT_EQ(s2->report.cached_tokens_by_tier[kRemote] + s2->report.recomputed_cached_tokens, 256u);
+  EXPECT_EQ(s2->report.cached_tokens_by_tier[kRemote] + s2->report.recomputed_cached_tokens, 288u);
   EXPECT_EQ(s2->first_token, s1->first_token);
   (*r2)->finish(s2->seq);
   EXPECT_TRUE((*r2)->stats().cache.remote_present);

@@ -49,7 +49,7 @@ TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyO
   Outcome ref = writer->reference(prompt, 6);
   writer->cached(prompt, 6);
   ASSERT_TRUE(writer->cache->drain().ok());
-  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "4");
+  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "6");  // 4 whole chunks, the prompt's tail (18 pages), the sequence's (19)
 
   auto exact = instance(redis, KvCodec::kNone);
   Outcome missed = exact->cached(prompt, 6, /*commit=*/false);
@@ -63,8 +63,8 @@ TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyO
   // own: the layer-range reads fall back to whole values).
   auto other = instance(redis, KvCodec::kQ4);
   Outcome hit = other->cached(prompt, 6, /*commit=*/false);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 256u);
-  EXPECT_EQ(hit.report.lossy_tokens, 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
+  EXPECT_EQ(hit.report.lossy_tokens, 288u);
   EXPECT_EQ(other->cache->stats().remote.lossy_refused, 0u);
 }
 
@@ -76,7 +76,7 @@ TEST_F(RemoteCodecTest, ExactEntriesAreServedExactlyToALossyInstance) {
   ASSERT_TRUE(writer->cache->drain().ok());
   auto lossy = instance(redis, KvCodec::kQ8);
   Outcome hit = lossy->cached(prompt, 6, /*commit=*/false);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
   EXPECT_EQ(hit.report.lossy_tokens, 0u);
   expect_same(hit, ref, 1e-5);
 }

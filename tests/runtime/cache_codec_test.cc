@@ -52,9 +52,9 @@ TEST(CacheCodec, Q8DiskHitIsServedCloseToRecomputeAndLabelledLossy) {
   auto prompt = CacheRig::random_tokens(300, 31);
   Outcome ref = only_on_disk(rig, prompt, kSteps);
   Outcome hit = rig.cached(prompt, 6);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 256u);
-  EXPECT_EQ(hit.report.lossy_tokens, 256u);
-  EXPECT_EQ(rig.cache->stats().lossy_tokens, 256u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 288u);
+  EXPECT_EQ(hit.report.lossy_tokens, 288u);
+  EXPECT_EQ(rig.cache->stats().lossy_tokens, 288u);
   EXPECT_GT(max_logit_diff(hit, ref), 0.0) << "q8 is lossy: identical logits mean the codec never ran";
   double scale = 0;
   for (float v : ref.logits) scale = std::max(scale, double(std::fabs(v)));
@@ -96,8 +96,8 @@ TEST(CacheCodec, AnExactCacheNeverServesLossyEntriesAcrossRestarts) {
   {
     CacheRig lossy(codec_rig(KvCodec::kQ4, dir.path.string()));  // any lossy codec serves every codec it decodes
     Outcome got = lossy.cached(prompt, 6, /*commit=*/false);
-    EXPECT_EQ(got.report.reused_tokens_by_tier[kDisk], 256u);
-    EXPECT_EQ(got.report.lossy_tokens, 256u);
+    EXPECT_EQ(got.report.reused_tokens_by_tier[kDisk], 288u);
+    EXPECT_EQ(got.report.lossy_tokens, 288u);
   }
 }
 
@@ -111,7 +111,7 @@ TEST(CacheCodec, ExactEntriesServedByALossyCacheAreNotLabelled) {
   }
   CacheRig lossy(codec_rig(KvCodec::kQ8, dir.path.string()));
   Outcome got = lossy.cached(prompt, 6);
-  EXPECT_EQ(got.report.reused_tokens_by_tier[kDisk], 256u);
+  EXPECT_EQ(got.report.reused_tokens_by_tier[kDisk], 288u);
   EXPECT_EQ(got.report.lossy_tokens, 0u);
   expect_same(got, ref, 1e-5);
 }
@@ -126,7 +126,7 @@ TEST(CacheCodec, LossyKvIsMarkedAndNeverStoredDownAgain) {
   auto more = CacheRig::random_tokens(600, 36);
   longer.insert(longer.end(), more.begin(), more.end());
   Outcome hit = rig.cached(longer, 2);
-  EXPECT_EQ(hit.report.lossy_tokens, 256u);
+  EXPECT_EQ(hit.report.lossy_tokens, 288u);
   ASSERT_TRUE(rig.cache->drain().ok());
   EXPECT_EQ(rig.cache->stats().disk.puts, puts) << "pages derived from lossy KV went down as new entries";
   // Every page from the lossy chunk on is marked in the index.
@@ -205,11 +205,11 @@ TEST(CacheCodec, PrefetchIntoAnEncodedHostIsLabelledLossy) {
   auto n = rig.cache->prefetch(rig.ns, prompt);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
   ASSERT_TRUE(rig.cache->drain().ok());
-  EXPECT_EQ(rig.cache->stats().prefetched_pages, 16u);
-  EXPECT_EQ(rig.cache->stats().promoted_pages, 16u);  // on into free device pages, decoded
+  EXPECT_EQ(rig.cache->stats().prefetched_pages, 18u);
+  EXPECT_EQ(rig.cache->stats().promoted_pages, 18u);  // on into free device pages, decoded
   Outcome hit = rig.cached(prompt, 2, /*commit=*/false);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[0], 256u);
-  EXPECT_EQ(hit.report.lossy_tokens, 256u);  // still labelled: the host's codec approximated them
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[0], 288u);
+  EXPECT_EQ(hit.report.lossy_tokens, 288u);  // still labelled: the host's codec approximated them
 }
 
 TEST(CacheCodec, ALossyHostCodecWithWriteBackIsRefused) {

@@ -14,18 +14,18 @@ TEST(CachePrefetch, DiskChunksLandOnTheHostThenTheDeviceAndServeExactly) {
   Outcome ref = only_on_disk(rig, prompt);
   auto n = rig.cache->prefetch(rig.ns, prompt);
   ASSERT_TRUE(n.ok()) << n.status().to_string();
-  EXPECT_EQ(n->loading_pages, 16u);  // 4 whole chunks of 4 pages
-  EXPECT_EQ(n->cached_pages, 16u);
+  EXPECT_EQ(n->loading_pages, 18u);  // 4 whole chunks of 4 pages and the prompt's 2-page tail
+  EXPECT_EQ(n->cached_pages, 18u);
   EXPECT_EQ(n->promoting_pages, 0u);  // nothing on the host yet
   ASSERT_TRUE(rig.cache->drain().ok());
   auto st = rig.cache->stats();
-  EXPECT_EQ(st.prefetched_pages, 16u);
-  EXPECT_EQ(st.promoted_pages, 16u);  // the device's 256 pages are free
-  EXPECT_EQ(st.index.host_pages, 16u);
-  EXPECT_EQ(st.index.device_pages, 16u);
+  EXPECT_EQ(st.prefetched_pages, 18u);
+  EXPECT_EQ(st.promoted_pages, 18u);  // the device's 256 pages are free
+  EXPECT_EQ(st.index.host_pages, 18u);
+  EXPECT_EQ(st.index.device_pages, 18u);
   ASSERT_TRUE(rig.cache->index().check_invariants().ok());
   Outcome hit = rig.cached(prompt, 8);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 256u);  // in place
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 288u);  // in place
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 0u);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 0u);
   expect_same(hit, ref, 1e-5);
@@ -66,7 +66,7 @@ TEST(CachePrefetch, PromotionTakesOnlyHalfTheFreeDevicePagesAndNeverEvicts) {
   ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());
   ASSERT_TRUE(rig.cache->drain().ok());
   auto st = rig.cache->stats();
-  EXPECT_EQ(st.prefetched_pages, 16u);
+  EXPECT_EQ(st.prefetched_pages, 18u);
   EXPECT_EQ(st.promoted_pages, 5u);  // half of the 10 free pages
   EXPECT_EQ(st.evicted_pages_by_tier[kDevice], evicted);
   EXPECT_EQ(rig.cache->pool().free_pages(), 5u);
@@ -74,7 +74,7 @@ TEST(CachePrefetch, PromotionTakesOnlyHalfTheFreeDevicePagesAndNeverEvicts) {
   rig.cache->release(*held);
   Outcome hit = rig.cached(prompt, 8);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice], 80u);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 176u);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kHost], 208u);
   expect_same(hit, ref, 1e-5);
 }
 
@@ -101,9 +101,9 @@ TEST(CachePrefetch, DevicePagesBeforeReadAheadHostPagesCanStillBeEvicted) {
   auto held = rig.cache->fresh(rig.ns, 32 * 16);  // every free device page: no promotion
   ASSERT_TRUE(held.ok()) << held.status().to_string();
   ASSERT_EQ(rig.cache->pool().free_pages(), 0u);
-  ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());  // pages 8..15 from disk onto the host
+  ASSERT_TRUE(rig.cache->prefetch(rig.ns, prompt).ok());  // pages 8..17 from disk onto the host
   ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_EQ(rig.cache->stats().index.host_pages, 8u);
+  ASSERT_EQ(rig.cache->stats().index.host_pages, 10u);
   ASSERT_EQ(rig.cache->stats().promoted_pages, 0u);
   ASSERT_TRUE(rig.cache->index().check_invariants().ok());
   rig.cache->release(*held);
@@ -126,10 +126,10 @@ TEST(CachePrefetch, LookupWaitsForChunksInFlightInsteadOfReadingThemTwice) {
   expect_same(hit, ref, 1e-5);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDevice] + hit.report.reused_tokens_by_tier[kHost] +
                 hit.report.reused_tokens_by_tier[kDisk],
-            256u);
+            288u);
   ASSERT_TRUE(rig.cache->drain().ok());
-  // Every chunk crossed from the disk exactly once.
-  EXPECT_EQ(rig.cache->stats().bytes_loaded_by_tier[kDisk] - before, 16u * rig.cache->geometry().page_bytes());
+  // Every chunk (and the tail) crossed from the disk exactly once.
+  EXPECT_EQ(rig.cache->stats().bytes_loaded_by_tier[kDisk] - before, 18u * rig.cache->geometry().page_bytes());
 }
 
 TEST(CachePrefetch, CorruptChunksAreDroppedAndCounted) {

@@ -464,8 +464,9 @@ TEST(ReplayHints, RetainedChunksSurviveDiskReclaim) {
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     auto r = run_replay(o, *t);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    // The retained chunks: the whole chunks before the prompt's last token (15 of 16 chunks of 256 tokens).
-    EXPECT_EQ(r->hit_tokens_by_tier[int(TierKind::kDisk)], hint ? 15u * 256 : 0u) << "hint " << hint;
+    // The retained chunks: the whole chunks before the prompt's last token (15 of 16 chunks of 256 tokens)
+    // and the tail after them (15 pages of 16 tokens).
+    EXPECT_EQ(r->hit_tokens_by_tier[int(TierKind::kDisk)], hint ? 15u * 256 + 15 * 16 : 0u) << "hint " << hint;
     EXPECT_GT(r->evictions[int(TierKind::kDisk)], 0u);
   }
 }

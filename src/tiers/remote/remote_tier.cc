@@ -381,9 +381,9 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   }
 }
 
-size_t RemoteTier::exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) {
-  if (chunk_keys.empty() || !admit().ok()) return 0;
-  std::vector<std::string> keys;
+std::vector<bool> RemoteTier::exist(const PageHash& ns, std::span<const PageHash> chunk_keys) {
+  if (chunk_keys.empty() || !admit().ok()) return std::vector<bool>(chunk_keys.size(), false);
+  std::vector<std::string> keys;  // the commands refer to them
   keys.reserve(chunk_keys.size());
   for (const auto& h : chunk_keys) keys.push_back(key_of(ChunkKey{ns, h}));
   std::vector<RedisCommand> cmds;
@@ -391,12 +391,21 @@ size_t RemoteTier::exists_prefix(const PageHash& ns, std::span<const PageHash> c
   for (auto& k : keys) cmds.push_back(RedisCommand{{"EXISTS", k}});
   Status transport = client_->run(cmds);
   note_result(transport);
-  size_t n = 0;
-  for (auto& c : cmds) {
-    if (!c.status.ok() || c.reply->type != REDIS_REPLY_INTEGER || c.reply->integer != 1) break;
-    ++n;
-  }
-  return n;
+  std::vector<bool> out;
+  out.reserve(cmds.size());
+  for (auto& c : cmds)
+    out.push_back(c.status.ok() && c.reply->type == REDIS_REPLY_INTEGER && c.reply->integer == 1);
+  return out;
+}
+
+size_t RemoteTier::exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) {
+  const std::vector<bool> present = exist(ns, chunk_keys);
+  return size_t(std::find(present.begin(), present.end(), false) - present.begin());
+}
+
+size_t RemoteTier::exists_first(const PageHash& ns, std::span<const PageHash> chunk_keys) {
+  const std::vector<bool> present = exist(ns, chunk_keys);
+  return size_t(std::find(present.begin(), present.end(), true) - present.begin());
 }
 
 Status RemoteTier::erase(const ChunkKey& key) {

@@ -86,6 +86,7 @@ class RemoteTier final : public Tier {
   void put_batch(std::span<PutOp> ops) override;
   void get_batch(std::span<GetOp> ops) override;
   size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) override;
+  size_t exists_first(const PageHash& ns, std::span<const PageHash> chunk_keys) override;
   Status erase(const ChunkKey& key) override;
   Status flush() override { return Status::Ok(); }  // durability is Redis's configuration
   TierStats stats() const override;
@@ -110,6 +111,8 @@ class RemoteTier final : public Tier {
   // OK to go on, or kUnavailable while degraded.
   Status admit();
   void note_result(const Status& transport);
+  // Which keys exist, in one round trip (all false while degraded or on a transport error).
+  std::vector<bool> exist(const PageHash& ns, std::span<const PageHash> chunk_keys);
   void put_some(std::span<PutOp> ops);
   void get_whole(std::span<GetOp*> ops);
   void get_ranges(std::span<GetOp*> ops);
