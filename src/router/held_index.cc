@@ -1,5 +1,7 @@
 #include "router/held_index.h"
 
+#include <algorithm>
+
 namespace kvtier::router {
 namespace {
 
@@ -65,8 +67,10 @@ uint32_t HeldIndex::Match::on(TierKind t) const {
 
 size_t HeldIndex::chunk_end(const std::unordered_set<PageHash, PageHashHasher>& set, std::span<const PageHash> chain,
                             size_t i, size_t chunk_pages) {
-  const size_t end = (i / chunk_pages + 1) * chunk_pages;
-  return end <= chain.size() && set.count(chain[end - 1]) ? end : i;
+  const size_t lo = i / chunk_pages * chunk_pages;
+  for (size_t end = std::min(lo + chunk_pages, chain.size()); end > i; --end)
+    if (set.count(chain[end - 1])) return end;
+  return i;
 }
 
 HeldIndex::Match HeldIndex::match(std::span<const PageHash> chain, uint32_t chunk_pages, const HeldIndex* shared) const {
@@ -88,6 +92,7 @@ HeldIndex::Match HeldIndex::match(std::span<const PageHash> chain, uint32_t chun
     if (end == i && shared) end = chunk_end(shared->remote_, chain, i, C);
     if (end == i) break;
     add(t, end - i);
+    if (end % C != 0) break;  // a tail: nothing follows it below the index
     i = end;
   }
   return m;

@@ -34,7 +34,7 @@ class HeldIndex {
   // planner's input): pages on the device or host one by one, then whole
   // chunks of `chunk_pages` on disk where the index has none, then whole
   // chunks in `shared` (the index of the remote store the backend uses;
-  // null: none) — the order of a lookup on the backend.
+  // null: none), then a tail in either — the order of a lookup on the backend.
   struct Match {
     std::vector<CachedRun> runs;
     uint32_t pages() const;
@@ -53,7 +53,9 @@ class HeldIndex {
 
  private:
   static constexpr uint8_t kDeviceBit = 1, kHostBit = 2;
-  // A chunk held in `set` (disk_ or remote_) serving chain[i, i's chunk end)?
+  // Where a chunk held in `set` (disk_ or remote_) that serves chain[i, ...)
+  // ends: i's whole chunk, else the longest tail (a short chunk of the
+  // prompt's last pages, KVCache::store_down) reaching past i; i: none.
   static size_t chunk_end(const std::unordered_set<PageHash, PageHashHasher>& set, std::span<const PageHash> chain,
                           size_t i, size_t chunk_pages);
   std::unordered_map<PageHash, uint8_t, PageHashHasher> pages_;  // tier bits

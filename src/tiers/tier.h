@@ -58,6 +58,10 @@ struct GetOp {
   Status status;                     // out
   uint32_t num_pages = 0;            // out: pages in the chunk
   KvCodec codec = KvCodec::kNone;    // out: the entry's codec (lossy: the layers are an approximation)
+  // In: the pages the caller expects (0: chunk_pages). A tier that reads a
+  // layer range at offsets (Redis) lays them out for it: a prompt's tail is a
+  // short chunk, and a wrong guess costs a second round trip for the whole value.
+  uint32_t expect_pages = 0;
 };
 
 struct TierStats {

@@ -372,7 +372,7 @@ void TransferEngine::run_fetch(Task& t) {
       for (size_t j = 0; j < t.loads.size(); ++j) {
         const LoadMove& m = b.loads[t.loads[j]];
         if (load_failed[j] || static_cast<size_t>(m.from) != k) continue;
-        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j], {}, 0});
+        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size())});
         which.push_back(j);
       }
       if (ops.empty()) continue;

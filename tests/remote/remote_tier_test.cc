@@ -142,6 +142,30 @@ TEST_F(RemoteTierTest, RoundTripIsBitExactWholeAndLayerRanges) {
   }
 }
 
+// A prompt's tail is a short chunk (KVCache::store_down). Read by layers with
+// its length expected (GetOp::expect_pages, as the transfer engine asks), its
+// layers come from one round of ranged reads; guessed as a whole chunk, every
+// layer's read fell back to a GET of the whole value.
+TEST_F(RemoteTierTest, AShortChunkReadByLayersWithItsLengthExpectedTakesOneRound) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  const auto c = make_chunk(g, test_ns(1), 1, 2);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  const size_t lb = g.layer_bytes(2);
+  for (uint32_t expect : {2u, 0u}) {
+    ASSERT_TRUE(server_->cmd({"CONFIG", "RESETSTAT"}).ok());
+    std::vector<std::byte> part(lb);
+    std::vector<GetOp> ops{{c.key, 1, 1, part, {}, 0, KvCodec::kNone, expect}};
+    t->get_batch(ops);
+    ASSERT_TRUE(ops[0].status.ok()) << ops[0].status.to_string();
+    EXPECT_EQ(ops[0].num_pages, 2u);
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), c.payload.begin() + lb));
+    auto info = server_->cmd({"INFO", "commandstats"});
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->find("cmdstat_get:") == std::string::npos, expect == 2) << *info;
+  }
+}
+
 TEST_F(RemoteTierTest, KeysFollowTheDocumentedScheme) {
   auto t = tier();
   ASSERT_TRUE(t);
@@ -166,6 +190,10 @@ TEST_F(RemoteTierTest, ExistsPrefixAndNamespacesDoNotMix) {
   EXPECT_EQ(t->exists_prefix(test_ns(1), {}), 0u);
   EXPECT_TRUE(t->exists(a[3].key));
   EXPECT_FALSE(t->exists(a[2].key));
+  // The first present of candidates asked longest first (a prompt's tails), in one round trip.
+  EXPECT_EQ(t->exists_first(test_ns(1), std::vector<PageHash>{a[2].key.hash, a[3].key.hash, a[0].key.hash}), 1u);
+  EXPECT_EQ(t->exists_first(test_ns(1), std::vector<PageHash>{a[2].key.hash}), 1u);  // none: the size
+  EXPECT_EQ(t->exists_first(test_ns(2), keys), keys.size());
   EXPECT_EQ(t->exists_prefix(test_ns(2), keys), 0u);
   std::vector<std::byte> out(a[0].payload.size());
   EXPECT_EQ(t->get(ChunkKey{test_ns(2), a[0].key.hash}, out).status().code(), StatusCode::kNotFound);

@@ -54,6 +54,19 @@ TEST(HeldIndex, MatchesPagesThenDiskChunksAndFollowsMovesAndRemovals) {
   EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 12u);
 }
 
+// A tail (a short chunk of a prompt's last pages, KVCache::store_down) counts after the whole chunks
+// and ends the run, as the backend's lookup does; a whole chunk comes before any tail of it.
+TEST(HeldIndex, ATailAfterTheWholeChunksCountsAndEndsTheRun) {
+  HeldIndex h;
+  const auto a = chain(3, 12);
+  h.reset({a[0], a[1], a[2], a[3]}, {}, {a[7], a[9]});
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 6u);  // chunk 1 (pages 4-7), then the tail 8-9
+  h.reset({a[0]}, {}, {a[2], a[9]});
+  EXPECT_EQ(h.match(a, 4).pages(), 3u);  // page 0 in the index, the tail 1-2 (its key: page 2); nothing after
+  h.reset({}, {}, {a[1], a[3], a[6], a[7]});
+  EXPECT_EQ(h.match(a, 4).on(TierKind::kDisk), 8u);  // chunks 0 and 1, whole: the tails inside them are not needed
+}
+
 // A shared store's chunks serve where the backend's own tiers end, in the order of its lookup.
 TEST(HeldIndex, SharedStoreChunksCountAfterTheBackendsOwnTiers) {
   HeldIndex own, store;

@@ -50,6 +50,17 @@ TEST(CacheExactness, FromDisk) {
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 288u);  // 4 whole chunks of 4 pages, the prompt's 2-page tail
   EXPECT_EQ(hit.report.reused_tokens(), 288u);
   expect_same(hit, ref, 1e-5);
+  // The session's next turn, found on the disk alone: the prompt and more (an agent's client replays
+  // its own tool call, not the reply). The sequence's fifth chunk holds the reply, so only the
+  // prompt's tail continues the four whole chunks; without it the turn recomputed 2 pages.
+  auto next = prompt;
+  for (TokenId t : CacheRig::random_tokens(100, 30)) next.push_back(t);
+  Outcome ref2 = rig.reference(next, kSteps);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  Outcome turn = rig.cached(next, kSteps);
+  EXPECT_EQ(turn.report.reused_tokens_by_tier[kDisk], 288u);
+  expect_same(turn, ref2, 1e-5);
 }
 
 TEST(CacheExactness, MixtureOfTiers) {

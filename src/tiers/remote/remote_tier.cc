@@ -306,17 +306,19 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
 
 void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   const ChunkGeometry& g = options_.geometry;
-  const uint32_t C = g.chunk_pages;
-  const ChunkEntryLayout full = chunk_entry_layout(g, C, 1, options_.auth != nullptr);
-  // Round 1 assumes full chunks (what KVCache stores); others take a second round.
+  // Round 1 assumes the pages the caller expects, in this tier's codec (what
+  // KVCache stores: whole chunks, and a prompt's tail); others take a second round.
+  auto expected = [&](const GetOp& op) { return op.expect_pages ? std::min(op.expect_pages, g.chunk_pages) : g.chunk_pages; };
   std::vector<std::string> keys, meta_end, r_begin, r_end;
   for (auto* op : ops) {
     GetOp probe = *op;
     (void)resolve_get_range(g, 1, probe);  // resolves kAllLayers
-    const size_t lb = g.stored_layer_bytes(C, g.codec);
-    const size_t off = full.payload_offset + probe.first_layer * lb;
+    const uint32_t n = expected(*op);
+    const ChunkEntryLayout layout = chunk_entry_layout(g, n, 1, options_.auth != nullptr);
+    const size_t lb = g.stored_layer_bytes(n, g.codec);
+    const size_t off = layout.payload_offset + probe.first_layer * lb;
     keys.push_back(key_of(op->key));
-    meta_end.push_back(std::to_string(full.meta_bytes - 1));
+    meta_end.push_back(std::to_string(layout.meta_bytes - 1));
     r_begin.push_back(std::to_string(off));
     r_end.push_back(std::to_string(off + probe.num_layers * lb - 1));
   }
@@ -354,7 +356,7 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     const uint32_t n = meta->header.num_pages;
     op.status = resolve_get_range(g, n, op);
     if (!op.status.ok()) continue;
-    if (n != C || meta->codec() != g.codec) {  // the ranged read assumed another layout
+    if (n != expected(op) || meta->codec() != g.codec) {  // the ranged read assumed another layout
       partial.push_back(&op);
       continue;
     }
@@ -371,7 +373,7 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     ++counters_.hits;
   }
   note_result(transport);
-  // Short chunks: their layers sit elsewhere; reread them whole (rare: KVCache stores full chunks).
+  // Chunks of other lengths or codecs than expected: their layers sit elsewhere; reread them whole.
   if (!partial.empty() && transport.ok()) {
     for (auto* op : partial) {
       op->status = Status::Ok();
