@@ -400,9 +400,10 @@ std::optional<std::chrono::milliseconds> read_ahead_again_in(uint32_t ready_in_m
 // finds and lifts on the host (KVCache::prefetch's hold, a retention hint
 // under --max-retained-share like any other): until the request it is for
 // finds it, or at most until the deadline and kHoldGraceMs past it for a
-// client that comes late or a request that queues. Holds kept past their
-// request (the session's tool then runs again) made the next session's
-// read-ahead hold yield at once: the cap held fewer sessions than held pages.
+// client that comes late or a request that queues. Kept past its request
+// (the session's tool then runs again), a hold counted against the retained
+// share until its time ended, and the oldest hold in force, the one whose
+// turn came next, yielded for the next read-ahead's.
 constexpr double kHoldGraceMs = 2000;
 RetainHint deadline_hold(double lead_ms) {
   return RetainHint{UINT32_MAX, uint32_t(std::ceil((std::max(0.0, lead_ms) + kHoldGraceMs) / 1e3)), true};

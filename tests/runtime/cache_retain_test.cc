@@ -93,6 +93,18 @@ uint32_t local_pages(CacheRig& rig, std::span<const TokenId> prompt) {
   return n;
 }
 
+// Device 12 pages, host 8 and a disk; `prompt` computed, committed, then on the disk only.
+RigOptions with_disk(const Clock* clock) {
+  RigOptions o = small_tiers(clock);
+  o.disk = true;
+  return o;
+}
+void on_disk_only(CacheRig& rig, std::span<const TokenId> prompt) {
+  rig.cached(prompt, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+}
+
 // A prefetch with a hold (a read-ahead timed by the client's deadline) keeps
 // what it read onto the host through pressure that evicts it without one,
 // until the hold ends: the traffic between the read-ahead and the request
@@ -100,13 +112,9 @@ uint32_t local_pages(CacheRig& rig, std::span<const TokenId> prompt) {
 TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
   ManualClock clock;
   for (bool hold : {false, true}) {
-    RigOptions o = small_tiers(&clock);
-    o.disk = true;
-    CacheRig rig(o);
+    CacheRig rig(with_disk(&clock));
     const auto a = CacheRig::random_tokens(65, 1);
-    rig.cached(a, 2);
-    ASSERT_TRUE(rig.cache->drain().ok());
-    ASSERT_TRUE(rig.cache->flush().ok());  // on the disk only
+    on_disk_only(rig, a);
     ASSERT_EQ(local_pages(rig, a), 0u);
     auto started = rig.cache->prefetch(rig.ns, a, hold ? seconds(60) : seconds(0));
     ASSERT_TRUE(started.ok()) << started.status().to_string();
@@ -132,13 +140,9 @@ TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
 // prompt's lookup leaves it in force.
 TEST(CacheRetain, ADeadlineHoldEndsAtTheRequestItWasFor) {
   ManualClock clock;
-  RigOptions o = small_tiers(&clock);
-  o.disk = true;
-  CacheRig rig(o);
+  CacheRig rig(with_disk(&clock));
   const auto a = CacheRig::random_tokens(65, 1);
-  rig.cached(a, 2);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_TRUE(rig.cache->flush().ok());  // on the disk only
+  on_disk_only(rig, a);
   auto started = rig.cache->prefetch(rig.ns, a, seconds(60), KVCache::HoldEnd::kFirstUse);
   ASSERT_TRUE(started.ok()) << started.status().to_string();
   ASSERT_TRUE(rig.cache->drain().ok());
@@ -203,15 +207,12 @@ TEST(CacheRetain, AHintOverTheCapCopiesNothingToTheHost) {
 // the read-ahead finding no slot (it lifted nothing before).
 TEST(CacheRetain, AHeldReadAheadMakesTheOldestHintYieldForWhatItLifts) {
   ManualClock clock;
-  RigOptions o = small_tiers(&clock);
-  o.disk = true;
+  RigOptions o = with_disk(&clock);
   o.max_retained_share = 1.0;  // hints may hold the whole host: 8 pages
   CacheRig rig(o);
   const auto a = CacheRig::random_tokens(65, 1), b = CacheRig::random_tokens(65, 2),
              c = CacheRig::random_tokens(65, 3);
-  rig.cached(c, 2);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  ASSERT_TRUE(rig.cache->flush().ok());  // c on the disk only
+  on_disk_only(rig, c);
   rig.cached(a, 2);
   rig.cached(b, 2);
   ASSERT_EQ(*rig.cache->retain(rig.ns, a, seconds(60)), 64u);
