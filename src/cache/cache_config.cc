@@ -95,6 +95,10 @@ OptionTable<C> make_table() {
                               false, kBoth},
                              KVTIER_FIELD(write_policy), parse_write_policy, write_policy_name,
                              "write_through, write_back, selective"));
+  t.push_back(bool_option<C>({"cache.store_tails", "--no-store-tails", "store_tails",
+                              "write_through: store whole chunks only, not the pages of a prompt past its last whole "
+                              "chunk (fewer writes; a turn found on disk or Redis recomputes those pages)"},
+                             KVTIER_FIELD(store_tails)));
   t.push_back(uint_option<C>({"cache.selective_hits", "--selective-hits", "selective_hits",
                               "selective: hits of a prefix before its chunks go down", {}, false, kBoth},
                              KVTIER_FIELD(selective_hits), 1, 1u << 20));

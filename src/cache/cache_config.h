@@ -42,6 +42,11 @@ struct CacheConfig : TierConfig {
   size_t device_bytes = size_t(512) << 20;   // the device pool's capacity (hard)
   WritePolicy write_policy = WritePolicy::kWriteThrough;
   uint32_t selective_hits = 2;               // for kSelective
+  // kWriteThrough: a commit also stores the prompt's and the sequence's
+  // tails (the pages past their last whole chunk) as short chunks, so that a
+  // session's next turn found below the host recomputes none of them. Off:
+  // whole chunks only (fewer writes; each turn rewrites at most 2 tails).
+  bool store_tails = true;
   EvictionPolicyKind eviction = EvictionPolicyKind::kLru;
   HashAlgo hash = HashAlgo::kXXH3_128;
   bool layerwise = true;                     // false: a lease waits for every layer before compute starts

@@ -55,7 +55,7 @@ void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std:
   const uint32_t C = options_.chunk_pages, W = static_cast<uint32_t>(hashes.size());
   std::vector<std::pair<uint32_t, uint32_t>> runs;  // [first, end) pages
   for (uint32_t lo = 0; lo + C <= W; lo += C) runs.emplace_back(lo, lo + C);
-  if (options_.write_policy == WritePolicy::kWriteThrough)
+  if (options_.write_policy == WritePolicy::kWriteThrough && options_.store_tails)
     for (uint32_t end : {std::min(prompt_pages, W), W})
       if (end % C != 0 && (runs.empty() || runs.back().second != end)) runs.emplace_back(end / C * C, end);
   if (runs.empty()) return;

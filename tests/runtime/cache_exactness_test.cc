@@ -63,6 +63,22 @@ TEST(CacheExactness, FromDisk) {
   expect_same(turn, ref2, 1e-5);
 }
 
+// --no-store-tails: the disk keeps whole chunks only, and the prompt's last
+// 2 pages are recomputed.
+TEST(CacheExactness, WithoutTailsTheDiskServesWholeChunksOnly) {
+  RigOptions o;
+  o.store_tails = false;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(300, 3);
+  Outcome ref = rig.reference(prompt, kSteps);
+  rig.cached(prompt, kSteps);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());
+  Outcome hit = rig.cached(prompt, kSteps);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 256u);  // 4 whole chunks of 4 pages
+  expect_same(hit, ref, 1e-5);
+}
+
 TEST(CacheExactness, MixtureOfTiers) {
   CacheRig rig;
   auto prompt = CacheRig::random_tokens(16 * 40 + 5, 4);

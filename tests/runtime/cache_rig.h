@@ -34,6 +34,7 @@ struct RigOptions {
   double disk_bytes_per_s = 1e12;  // the planner's disk link
   size_t region_bytes = size_t(1) << 20;
   WritePolicy write_policy = WritePolicy::kWriteThrough;
+  bool store_tails = true;
   MemoryBackend device = MemoryBackend::kCpu;  // kCuda: pool and engine on the GPU (tests/cuda)
   FileSystem* disk_fs = nullptr;               // fault injection under the disk tier
   std::shared_ptr<Tier> remote;                // a remote chunk store (same geometry)
@@ -78,6 +79,7 @@ class CacheRig {
     }
     co.model_cost = model_cost(*cfg, g);
     co.write_policy = o.write_policy;
+    co.store_tails = o.store_tails;
     co.disk_fs = o.disk_fs;
     co.remote = o.remote;
     co.disk_codec = o.disk_codec;
