@@ -71,7 +71,7 @@ void KVCache::store_down(const NsKey& ns, std::span<const PageHash> hashes, std:
         auto it = chunk_hits_.find(key.hash);
         if (it == chunk_hits_.end() || it->second < options_.selective_hits) continue;
       }
-      if (tier->exists_prefix(ns.seed, {&key.hash, 1}) == 1) continue;
+      if (tier->exists(key)) continue;
       StoreMove mv;
       mv.to = tier->kind();
       mv.key = key;
