@@ -103,7 +103,6 @@ Result<CodecSpeed> measure_codec_speed(KvCodec codec, const KVGeometry& g, uint3
 
 namespace {
 
-constexpr KvCodec kCodecs[] = {KvCodec::kNone, KvCodec::kQ8, KvCodec::kQ4};  // none first: the baseline
 constexpr size_t kDisk = static_cast<size_t>(TierKind::kDisk);
 constexpr size_t kDiskAlign = 4096;  // disk entries are O_DIRECT-aligned (tiers/chunk_format.h)
 
@@ -214,26 +213,30 @@ std::vector<TokenId> prompt_tokens(const PromptText& text, uint64_t seed, size_t
   return text.draw(rng, uint32_t(n));
 }
 
-// One request's outcome: TTFT, the last prompt position's logits, the greedy tokens (the first included).
+// One request's outcome: TTFT, the last prompt position's logits, the greedy
+// tokens (the first included) and each one's top-2 logit margin.
 struct Outcome {
   double ms = 0;
   std::vector<float> logits;
   std::vector<TokenId> greedy;
+  std::vector<double> margins;
   LeaseReport report;
 };
 
-// Appends `first` and the greedy tokens after it to `out`, `count` in all.
-Status decode_greedy(CodecStack& s, CacheLease& lease, engine::SequenceKV& kv, TokenId first, uint32_t count,
-                     std::vector<TokenId>& out) {
-  TokenId token = first;
-  out.push_back(token);
-  while (out.size() < count) {
+// Appends the greedy tokens from the prompt's last `logits` on to `out`, `count` in all.
+Status decode_greedy(CodecStack& s, CacheLease& lease, engine::SequenceKV& kv, std::span<const float> logits,
+                     uint32_t count, Outcome& out) {
+  TokenId token = engine::argmax(logits);
+  out.greedy.push_back(token);
+  out.margins.push_back(top2_margin(logits));
+  while (out.greedy.size() < count) {
     KVTIER_RETURN_IF_ERROR(s.cache->grow(lease, kv.num_tokens + 1));
     kv.pages = lease.pages();
     engine::SequenceKV* seqs[] = {&kv};
     KVTIER_ASSIGN_OR_RETURN(engine::Logits next, s.engine->decode(seqs, std::span(&token, 1)));
     token = engine::argmax(next.last());
-    out.push_back(token);
+    out.greedy.push_back(token);
+    out.margins.push_back(top2_margin(next.last()));
   }
   return Status::Ok();
 }
@@ -277,7 +280,7 @@ Result<Outcome> reference_and_seed(std::vector<CodecStack>& stacks, const Namesp
   Outcome ref;
   ref.ms = ms_since(t0);
   ref.logits.assign(logits.last().begin(), logits.last().end());
-  KVTIER_RETURN_IF_ERROR(decode_greedy(none, lease, kv, engine::argmax(logits.last()), gen, ref.greedy));
+  KVTIER_RETURN_IF_ERROR(decode_greedy(none, lease, kv, logits.last(), gen, ref));
   const auto prefix_tokens = prompt.first(prefix);
   for (size_t i = 1; i < stacks.size(); ++i)
     KVTIER_RETURN_IF_ERROR(commit_copy(stacks[i], ns, prefix_tokens, none.cache->pool(), lease.pages()));
@@ -328,11 +331,10 @@ Result<Outcome> disk_hit(CodecStack& s, const Namespace& ns, std::span<const Tok
   KVTIER_ASSIGN_OR_RETURN(CacheLease lease, s.cache->apply(std::move(look), plan));
   engine::SequenceKV kv;
   KVTIER_ASSIGN_OR_RETURN(engine::Logits logits, cached_prefill(*s.engine, *s.cache, lease, kv, prompt));
-  const TokenId first = engine::argmax(logits.last());
   Outcome out;
   out.ms = ms_since(t0);
   out.logits.assign(logits.last().begin(), logits.last().end());
-  KVTIER_RETURN_IF_ERROR(decode_greedy(s, lease, kv, first, gen, out.greedy));
+  KVTIER_RETURN_IF_ERROR(decode_greedy(s, lease, kv, logits.last(), gen, out));
   lease.wait_all();
   out.report = lease.report();
   s.cache->release(lease);
@@ -349,7 +351,7 @@ Status measure_sizes_and_speeds(CodecBenchResult& res, const KVGeometry& g, std:
   const uint32_t chunk = chunk_pages();
   const double chunk_tokens = double(chunk) * g.page_tokens;
   const uint32_t speed_pages = 4096 / g.page_tokens;  // one layer of a 4096-token prefix: past the L2 cache
-  for (KvCodec codec : kCodecs) {
+  for (KvCodec codec : kKvCodecs) {
     CodecRow row;
     row.codec = codec;
     const ChunkGeometry cg{g, chunk, codec};
@@ -358,7 +360,7 @@ Status measure_sizes_and_speeds(CodecBenchResult& res, const KVGeometry& g, std:
     row.compression_ratio = double(res.raw_bytes_per_token) / row.bytes_per_token;
     KVTIER_ASSIGN_OR_RETURN(row.speed, measure_codec_speed(codec, g, speed_pages, std::max(5, res.options.rounds)));
     if (progress)
-      std::fprintf(progress, "bench codec: %-4s %.1f bytes/token (%.2fx), encode %.2f / decode %.2f / memcpy %.2f GB/s\n",
+      std::fprintf(progress, "bench codec: %-5s %.1f bytes/token (%.2fx), encode %.2f / decode %.2f / memcpy %.2f GB/s\n",
                    std::string(kv_codec_name(codec)).c_str(), row.bytes_per_token, row.compression_ratio,
                    row.speed.encode_gbps, row.speed.decode_gbps, row.speed.memcpy_gbps);
     res.rows.push_back(row);
@@ -402,7 +404,7 @@ Status measure_timings(std::vector<CodecStack>& stacks, const engine::Model& mod
 
 // Running sums of one set of outputs against a reference set.
 struct ErrorSums {
-  double max_abs = 0, sum_abs = 0, kl_sum = 0, kl_max = 0;
+  double max_abs = 0, sum_abs = 0, kl_sum = 0, kl_max = 0, flip_margin_max = 0;
   uint64_t logits = 0, greedy_same = 0, greedy_total = 0, common_prefix = 0;
   uint32_t prompts = 0, top1_same = 0, identical = 0;
 
@@ -421,7 +423,9 @@ struct ErrorSums {
     greedy_same += same_positions(ref.greedy, got.greedy);
     greedy_total += ref.greedy.size();
     identical += ref.greedy == got.greedy;
-    common_prefix += common_prefix_length(ref.greedy, got.greedy);
+    const size_t run = common_prefix_length(ref.greedy, got.greedy);
+    common_prefix += run;
+    if (run < ref.margins.size()) flip_margin_max = std::max(flip_margin_max, ref.margins[run]);
   }
   ErrorFigures figures() const {
     ErrorFigures f;
@@ -433,6 +437,7 @@ struct ErrorSums {
     f.greedy_agreement = greedy_total ? double(greedy_same) / double(greedy_total) : 0;
     f.greedy_identical = prompts ? double(identical) / prompts : 0;
     f.greedy_common_prefix = prompts ? double(common_prefix) / prompts : 0;
+    f.greedy_flip_margin_max = flip_margin_max;
     return f;
   }
 };
@@ -452,6 +457,7 @@ Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& mode
   const uint32_t prefix = res.error_prefix_tokens;
   std::vector<ErrorSums> sums(stacks.size());
   ErrorSums floor;
+  std::vector<double> margins;  // the `none` hit's, at every greedy position
   for (uint32_t i = 0; i < o.prompts; ++i) {
     const Namespace ns = bench_namespace(model, "error-" + std::to_string(i));
     const auto prompt = prompt_tokens(text, o.seed * 104729 + i, size_t(prefix) + o.suffix_tokens);
@@ -464,6 +470,7 @@ Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& mode
     floor.add(recompute, hits[0]);
     for (size_t c = 0; c < stacks.size(); ++c) sums[c].add(hits[0], hits[c]);
     res.reference_top1_prob += top_probability(hits[0].logits) / o.prompts;
+    margins.insert(margins.end(), hits[0].margins.begin(), hits[0].margins.end());
     res.reference_logit_std += logit_std(hits[0].logits) / o.prompts;
     if (progress) {
       std::fprintf(progress, "bench codec: error prompt %u/%u:", i + 1, o.prompts);
@@ -475,6 +482,7 @@ Status measure_errors(std::vector<CodecStack>& stacks, const engine::Model& mode
   }
   for (size_t c = 0; c < stacks.size(); ++c) res.rows[c].error = sums[c].figures();
   res.none_vs_recompute = floor.figures();
+  res.reference_margin_median = median(margins);
   return Status::Ok();
 }
 
@@ -504,7 +512,7 @@ Result<CodecBenchResult> run_codec_bench(const CodecBenchOptions& o, std::FILE* 
   ScratchDir dir(o.disk_dir);
   KVTIER_RETURN_IF_ERROR(dir.create());
   std::vector<CodecStack> stacks;  // declared after `dir`: closed before it is removed
-  for (KvCodec codec : kCodecs) {
+  for (KvCodec codec : kKvCodecs) {
     const std::string name(kv_codec_name(codec));
     if (progress) std::fprintf(progress, "bench codec: cache with a %s disk tier under %s\n", name.c_str(), dir.path().c_str());
     KVTIER_ASSIGN_OR_RETURN(CodecStack stack, make_stack(codec, model, o, dir.path() / name));
@@ -536,6 +544,7 @@ void add_error_figures(const ErrorFigures& e, const std::string& prefix, nlohman
   j[prefix + "greedy_agreement"] = e.greedy_agreement;
   j[prefix + "greedy_identical_prompts"] = e.greedy_identical;
   j[prefix + "greedy_common_prefix_tokens"] = e.greedy_common_prefix;
+  j[prefix + "greedy_flip_margin_max"] = e.greedy_flip_margin_max;
 }
 
 }  // namespace
@@ -558,6 +567,7 @@ std::string CodecBenchResult::to_json() const {
   j["error_reference"] = "the none disk hit";
   j["reference_top1_prob"] = reference_top1_prob;
   j["reference_logit_std"] = reference_logit_std;
+  j["reference_margin_median"] = reference_margin_median;
   add_error_figures(none_vs_recompute, "none_vs_recompute_", j);
   j["threads"] = options.threads;
   j["seed"] = options.seed;

@@ -5,8 +5,8 @@
 // the same run (DESIGN §9: claims are ratios). One thread; the data is
 // synthetic (keys with a few outlier channels, values without).
 //
-// run_codec_bench (`kvtier bench codec`): one cache per codec (none, q8,
-// q4) with a disk tier of that codec, all on the same model and pool dtype.
+// run_codec_bench (`kvtier bench codec`): one cache per codec (kKvCodecs,
+// none first) with a disk tier of that codec, all on the same model and pool dtype.
 // Each prompt's prefix is computed once, on the `none` cache, and the same
 // KV is committed to every cache, so each codec encodes identical bytes.
 // Then, with the prefix only on disk (every cache reopened on its directory,
@@ -78,6 +78,9 @@ struct ErrorFigures {
   double greedy_agreement = 0;      // share of all greedy tokens that agree, position by position
   double greedy_identical = 0;      // share of prompts whose greedy tokens are all identical
   double greedy_common_prefix = 0;  // mean length of the agreeing leading run, tokens
+  // The reference's top-2 logit margin where a continuation first differed,
+  // largest over prompts (0: none differed): how near a tie a flip needed.
+  double greedy_flip_margin_max = 0;
 };
 
 struct CodecRow {
@@ -99,8 +102,9 @@ struct CodecBenchResult {
   size_t raw_bytes_per_token = 0;      // the pool's
   double reference_top1_prob = 0;      // mean top softmax probability of the `none` hit: how peaked it is
   double reference_logit_std = 0;      // mean standard deviation of its last-position logits
+  double reference_margin_median = 0;  // median top-2 logit margin of its greedy positions
   ErrorFigures none_vs_recompute;      // the `none` disk hit against a full recompute: the f32 rounding floor
-  std::vector<CodecRow> rows;          // none, q8, q4
+  std::vector<CodecRow> rows;          // kKvCodecs' order: none first
 
   std::string to_json() const;
   std::string to_table() const;

@@ -32,6 +32,20 @@ double top_probability(std::span<const float> logits) {
   return std::exp(*std::max_element(lp.begin(), lp.end()));
 }
 
+double top2_margin(std::span<const float> logits) {
+  if (logits.size() < 2) return 0;
+  float first = std::max(logits[0], logits[1]), second = std::min(logits[0], logits[1]);
+  for (size_t i = 2; i < logits.size(); ++i) {
+    if (logits[i] > first) {
+      second = first;
+      first = logits[i];
+    } else if (logits[i] > second) {
+      second = logits[i];
+    }
+  }
+  return double(first) - double(second);
+}
+
 size_t same_positions(std::span<const TokenId> a, std::span<const TokenId> b) {
   size_t same = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) same += a[i] == b[i];

@@ -16,6 +16,10 @@ double kl_divergence(std::span<const float> p_logits, std::span<const float> q_l
 // The largest softmax probability of a logit row (how peaked the next-token distribution is).
 double top_probability(std::span<const float> logits);
 
+// The gap between a logit row's two largest logits (0 for fewer than two):
+// how near a tie the greedy choice at that position is.
+double top2_margin(std::span<const float> logits);
+
 // Positions where two token sequences agree, position by position over the shorter one.
 size_t same_positions(std::span<const TokenId> a, std::span<const TokenId> b);
 

@@ -82,15 +82,16 @@ OptionTable<C> make_table() {
                               "Authenticate disk entries with the tier secret too"},
                              KVTIER_FIELD(disk_authenticate)));
   t.push_back(enum_option<C>({"cache.disk_codec", "--disk-codec", "disk_codec",
-                            "Disk entry codec: none is exact; q8 (8.5 bits/value) and q4 (4.5) are lossy (docs/FORMATS.md)",
+                            "Disk entry codec: none is exact; k16v8 (12.25 bits/value), q8 (8.5), k8v4 (6.5) and q4 (4.5) are "
+                            "lossy (docs/FORMATS.md)",
                             {}, false, kBoth},
-                             KVTIER_FIELD(disk_codec), parse_kv_codec, kv_codec_name, "none, q8, q4"));
+                             KVTIER_FIELD(disk_codec), parse_kv_codec, kv_codec_name, kv_codec_choices()));
   t.push_back(enum_option<C>({"cache.remote_codec", "--remote-codec", "remote_codec", "Remote (Redis) entry codec", {},
                               false, kBoth},
-                             KVTIER_FIELD(remote_codec), parse_kv_codec, kv_codec_name, "none, q8, q4"));
+                             KVTIER_FIELD(remote_codec), parse_kv_codec, kv_codec_name, kv_codec_choices()));
   t.push_back(enum_option<C>({"cache.host_codec", "--host-codec", "host_codec",
                             "Host DRAM slot codec (lossy codecs need write_through or selective)", {}, false, kBoth},
-                             KVTIER_FIELD(host_codec), parse_kv_codec, kv_codec_name, "none, q8, q4"));
+                             KVTIER_FIELD(host_codec), parse_kv_codec, kv_codec_name, kv_codec_choices()));
   t.push_back(enum_option<C>({"cache.write_policy", "--write-policy", "write_policy", "How pages move to lower tiers", {},
                               false, kBoth},
                              KVTIER_FIELD(write_policy), parse_write_policy, write_policy_name,

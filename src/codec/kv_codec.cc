@@ -33,7 +33,7 @@ Status check_sizes(KvCodec c, const KVGeometry& g, uint32_t n_pages, size_t raw_
   return Status::Ok();
 }
 
-// Where the rows of one q4 section (K or V) live in the raw layer slice.
+// Where the rows of one section (K or V) live in the raw layer slice.
 template <class Byte>  // std::byte or const std::byte
 struct SectionRows {
   Byte* raw;          // start of the layer slice
@@ -46,45 +46,158 @@ struct SectionRows {
   }
 };
 
-// One q4 section: T rows of R values. Key channel groups first (when asked),
-// then per-token blocks, a page's run of rows at a time.
-bool q4_encode_section(const detail::KvCodecKernels& k, DType dt, const SectionRows<const std::byte>& rows, size_t tokens,
-                       size_t row_values, bool channel_groups, std::byte* enc) {
+// How one section of a sectioned codec (q4, k8v4, k16v8) stores its rows (kv_codec.h).
+enum class Section : uint8_t { kF16, kQ8, kQ4, kQ4KeyChannels };
+
+struct Sections {
+  Section k, v;
+};
+
+Sections sections_of(KvCodec c, detail::Q4Keys keys) {
+  switch (c) {
+    case KvCodec::kK8V4: return {Section::kQ8, Section::kQ4};
+    case KvCodec::kK16V8: return {Section::kF16, Section::kQ8};
+    default: return {keys == detail::Q4Keys::kKeyChannels ? Section::kQ4KeyChannels : Section::kQ4, Section::kQ4};
+  }
+}
+
+size_t section_scale_bytes(Section s, size_t values) { return s == Section::kF16 ? 0 : values / kBlock * kScaleBytes; }
+
+size_t section_bytes(Section s, size_t values) {
+  switch (s) {
+    case Section::kF16: return values * 2;
+    case Section::kQ8: return values / kBlock * (kScaleBytes + kBlock);
+    default: return values / kBlock * (kScaleBytes + kBlock / 2);
+  }
+}
+
+// Quant bytes of row t onwards, for R values a row.
+size_t quant_offset(Section s, size_t t, size_t row_values) {
+  switch (s) {
+    case Section::kF16: return t * row_values * 2;
+    case Section::kQ8: return t * row_values;
+    default: return t * row_values / 2;
+  }
+}
+
+constexpr size_t kConvertRun = 256;  // values converted through the stack at a time
+
+// n dtype values -> f16 bits; false when one is NaN/Inf or past f16's range.
+bool to_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, size_t n, std::byte* out) {
+  float f[kConvertRun];
+  uint16_t h[kConvertRun];
+  bool finite = true;
+  for (size_t i = 0; i < n; i += kConvertRun) {
+    const size_t m = std::min(kConvertRun, n - i);
+    if (dt == DType::kF16) {
+      std::memcpy(h, in + i * 2, m * 2);
+    } else {
+      if (dt == DType::kF32) {
+        std::memcpy(f, in + i * 4, m * 4);
+      } else {  // bf16: the high half of an f32
+        for (size_t j = 0; j < m; ++j) {
+          uint16_t b;
+          std::memcpy(&b, in + (i + j) * 2, 2);
+          const uint32_t u = uint32_t(b) << 16;
+          std::memcpy(&f[j], &u, 4);
+        }
+      }
+      k.f32_to_f16(f, m, h);
+    }
+    for (size_t j = 0; j < m; ++j) finite &= (h[j] & 0x7c00) != 0x7c00;
+    std::memcpy(out + i * 2, h, m * 2);
+  }
+  return finite;
+}
+
+// n f16 bits -> dtype values (bf16 rounded to nearest, ties to even).
+void from_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, size_t n, std::byte* out) {
+  if (dt == DType::kF16) {
+    std::memcpy(out, in, n * 2);
+    return;
+  }
+  float f[kConvertRun];
+  uint16_t h[kConvertRun];
+  for (size_t i = 0; i < n; i += kConvertRun) {
+    const size_t m = std::min(kConvertRun, n - i);
+    std::memcpy(h, in + i * 2, m * 2);
+    k.f16_to_f32(h, m, f);
+    if (dt == DType::kF32) {
+      std::memcpy(out + i * 4, f, m * 4);
+      continue;
+    }
+    for (size_t j = 0; j < m; ++j) {
+      uint32_t u;
+      std::memcpy(&u, &f[j], 4);
+      const uint16_t b = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // f16 values never round into Inf
+      std::memcpy(out + (i + j) * 2, &b, 2);
+    }
+  }
+}
+
+// `run` rows from row t, per token (every kind but the key channel groups).
+bool encode_rows(const detail::KvCodecKernels& k, DType dt, Section s, const std::byte* in, size_t t, size_t run,
+                 size_t row_values, std::byte* scales, std::byte* quants) {
+  const size_t blocks = run * row_values / kBlock;
+  std::byte* sc = scales + t * row_values / kBlock * kScaleBytes;
+  std::byte* q = quants + quant_offset(s, t, row_values);
+  switch (s) {
+    case Section::kF16: return to_f16(k, dt, in, run * row_values, q);
+    case Section::kQ8: return k.q8_encode(dt, in, blocks, sc, q);
+    default: return k.q4_encode(dt, in, blocks, sc, q);
+  }
+}
+
+void decode_rows(const detail::KvCodecKernels& k, DType dt, Section s, const std::byte* scales,
+                 const std::byte* quants, size_t t, size_t run, size_t row_values, std::byte* out) {
+  const size_t blocks = run * row_values / kBlock;
+  const std::byte* sc = scales + t * row_values / kBlock * kScaleBytes;
+  const std::byte* q = quants + quant_offset(s, t, row_values);
+  switch (s) {
+    case Section::kF16: from_f16(k, dt, q, run * row_values, out); return;
+    case Section::kQ8: k.q8_decode(dt, sc, q, blocks, out); return;
+    default: k.q4_decode(dt, sc, q, blocks, out); return;
+  }
+}
+
+// One section: T rows of R values. Key channel groups first (q4's keys),
+// then per-token rows, a page's run of rows at a time.
+bool encode_section(const detail::KvCodecKernels& k, DType dt, const SectionRows<const std::byte>& rows, size_t tokens,
+                    size_t row_values, Section s, std::byte* enc) {
   std::byte* scales = enc;
-  std::byte* nibbles = enc + tokens * row_values / kBlock * kScaleBytes;
-  const size_t groups = channel_groups ? tokens / kBlock : 0;
+  std::byte* quants = enc + section_scale_bytes(s, tokens * row_values);
+  const size_t groups = s == Section::kQ4KeyChannels ? tokens / kBlock : 0;
   for (size_t grp = 0; grp < groups; ++grp) {
     const std::byte* group_rows[kBlock];
     for (size_t i = 0; i < kBlock; ++i) group_rows[i] = rows.row(grp * kBlock + i);
     if (!k.q4_encode_channels(dt, group_rows, row_values, scales + grp * row_values * kScaleBytes,
-                              nibbles + grp * kBlock * row_values / 2))
+                              quants + grp * kBlock * row_values / 2))
       return false;
   }
+  const Section per_token = s == Section::kQ4KeyChannels ? Section::kQ4 : s;
   for (size_t t = groups * kBlock; t < tokens;) {
     const size_t run = std::min<size_t>(rows.page_tokens - t % rows.page_tokens, tokens - t);
-    if (!k.q4_encode(dt, rows.row(t), run * row_values / kBlock, scales + t * row_values / kBlock * kScaleBytes,
-                     nibbles + t * row_values / 2))
-      return false;
+    if (!encode_rows(k, dt, per_token, rows.row(t), t, run, row_values, scales, quants)) return false;
     t += run;
   }
   return true;
 }
 
-void q4_decode_section(const detail::KvCodecKernels& k, DType dt, const SectionRows<std::byte>& rows, size_t tokens,
-                       size_t row_values, bool channel_groups, const std::byte* enc) {
+void decode_section(const detail::KvCodecKernels& k, DType dt, const SectionRows<std::byte>& rows, size_t tokens,
+                    size_t row_values, Section s, const std::byte* enc) {
   const std::byte* scales = enc;
-  const std::byte* nibbles = enc + tokens * row_values / kBlock * kScaleBytes;
-  const size_t groups = channel_groups ? tokens / kBlock : 0;
+  const std::byte* quants = enc + section_scale_bytes(s, tokens * row_values);
+  const size_t groups = s == Section::kQ4KeyChannels ? tokens / kBlock : 0;
   for (size_t grp = 0; grp < groups; ++grp) {
     std::byte* group_rows[kBlock];
     for (size_t i = 0; i < kBlock; ++i) group_rows[i] = rows.row(grp * kBlock + i);
-    k.q4_decode_channels(dt, scales + grp * row_values * kScaleBytes, nibbles + grp * kBlock * row_values / 2,
+    k.q4_decode_channels(dt, scales + grp * row_values * kScaleBytes, quants + grp * kBlock * row_values / 2,
                          row_values, group_rows);
   }
+  const Section per_token = s == Section::kQ4KeyChannels ? Section::kQ4 : s;
   for (size_t t = groups * kBlock; t < tokens;) {
     const size_t run = std::min<size_t>(rows.page_tokens - t % rows.page_tokens, tokens - t);
-    k.q4_decode(dt, scales + t * row_values / kBlock * kScaleBytes, nibbles + t * row_values / 2,
-                run * row_values / kBlock, rows.row(t));
+    decode_rows(k, dt, per_token, scales, quants, t, run, row_values, rows.row(t));
     t += run;
   }
 }
@@ -101,15 +214,24 @@ std::string_view kv_codec_name(KvCodec c) {
     case KvCodec::kNone: return "none";
     case KvCodec::kQ8: return "q8";
     case KvCodec::kQ4: return "q4";
+    case KvCodec::kK8V4: return "k8v4";
+    case KvCodec::kK16V8: return "k16v8";
   }
   return "unknown";
 }
 
+std::string kv_codec_choices() {
+  std::string out;
+  for (KvCodec c : kKvCodecs) out += (out.empty() ? "" : ", ") + std::string(kv_codec_name(c));
+  return out;
+}
+
 Result<KvCodec> parse_kv_codec(std::string_view name) {
-  for (KvCodec c : {KvCodec::kNone, KvCodec::kQ8, KvCodec::kQ4}) {
+  for (KvCodec c : kKvCodecs) {
     if (name == kv_codec_name(c)) return c;
   }
-  return Status::InvalidArgument("unknown KV codec '" + std::string(name) + "' (expected none, q8 or q4)");
+  return Status::InvalidArgument("unknown KV codec '" + std::string(name) + "' (expected one of " +
+                                 kv_codec_choices() + ")");
 }
 
 size_t kv_codec_layer_bytes(KvCodec c, const KVGeometry& g, uint32_t n_pages) {
@@ -117,7 +239,12 @@ size_t kv_codec_layer_bytes(KvCodec c, const KVGeometry& g, uint32_t n_pages) {
   switch (c) {
     case KvCodec::kNone: return g.layer_slice_bytes() * n_pages;
     case KvCodec::kQ8: return values / kBlock * (kScaleBytes + kBlock);
-    case KvCodec::kQ4: return values / kBlock * (kScaleBytes + kBlock / 2);
+    case KvCodec::kQ4:
+    case KvCodec::kK8V4:
+    case KvCodec::kK16V8: {
+      const Sections s = sections_of(c, detail::Q4Keys::kKeyChannels);
+      return section_bytes(s.k, values / 2) + section_bytes(s.v, values / 2);
+    }
   }
   return 0;
 }
@@ -128,6 +255,8 @@ Status kv_codec_check(KvCodec c, const KVGeometry& g) {
     case KvCodec::kNone: return Status::Ok();
     case KvCodec::kQ8:
     case KvCodec::kQ4:
+    case KvCodec::kK8V4:
+    case KvCodec::kK16V8:
       if (g.head_dim % kBlock != 0) {
         return Status::InvalidArgument("kv codec " + std::string(kv_codec_name(c)) +
                                        " needs head_dim to be a multiple of 32 (blocks of 32 values along "
@@ -179,14 +308,17 @@ Status encode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
         return refuse_input(c);
       return Status::Ok();
     }
-    case KvCodec::kQ4: {
+    case KvCodec::kQ4:
+    case KvCodec::kK8V4:
+    case KvCodec::kK16V8: {
       const size_t tokens = size_t(n_pages) * g.page_tokens, row_values = size_t(g.num_kv_heads) * g.head_dim;
-      const size_t section_bytes = out.size() / 2;
+      const Sections s = sections_of(c, keys);
+      std::byte* enc = out.data();
       for (uint32_t kv = 0; kv < 2; ++kv) {
         const SectionRows<const std::byte> rows{raw.data(), row_values * g.elem_bytes(), g.page_tokens, kv};
-        const bool channels = kv == 0 && keys == Q4Keys::kKeyChannels;
-        if (!q4_encode_section(k, g.dtype, rows, tokens, row_values, channels, out.data() + kv * section_bytes))
-          return refuse_input(c);
+        const Section section = kv == 0 ? s.k : s.v;
+        if (!encode_section(k, g.dtype, rows, tokens, row_values, section, enc)) return refuse_input(c);
+        enc += section_bytes(section, tokens * row_values);
       }
       return Status::Ok();
     }
@@ -207,13 +339,17 @@ Status decode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
       k.q8_decode(g.dtype, enc.data(), enc.data() + blocks * kScaleBytes, blocks, raw.data());
       return Status::Ok();
     }
-    case KvCodec::kQ4: {
+    case KvCodec::kQ4:
+    case KvCodec::kK8V4:
+    case KvCodec::kK16V8: {
       const size_t tokens = size_t(n_pages) * g.page_tokens, row_values = size_t(g.num_kv_heads) * g.head_dim;
-      const size_t section_bytes = enc.size() / 2;
+      const Sections s = sections_of(c, keys);
+      const std::byte* section_enc = enc.data();
       for (uint32_t kv = 0; kv < 2; ++kv) {
         const SectionRows<std::byte> rows{raw.data(), row_values * g.elem_bytes(), g.page_tokens, kv};
-        const bool channels = kv == 0 && keys == Q4Keys::kKeyChannels;
-        q4_decode_section(k, g.dtype, rows, tokens, row_values, channels, enc.data() + kv * section_bytes);
+        const Section section = kv == 0 ? s.k : s.v;
+        decode_section(k, g.dtype, rows, tokens, row_values, section, section_enc);
+        section_enc += section_bytes(section, tokens * row_values);
       }
       return Status::Ok();
     }

@@ -4,7 +4,8 @@
 //   [page][k|v][page_tokens][num_kv_heads][head_dim] of g.dtype
 // (g.layer_slice_bytes() * n_pages bytes, see tiers/chunk_format.h) — into
 // its encoded form and back. `none` is the identity; `q8` and `q4` are
-// lossy (kv_codec_lossy) and need head_dim % 32 == 0 (kv_codec_check).
+// lossy (kv_codec_lossy) and need head_dim % 32 == 0 (kv_codec_check), as
+// do k16v8 and k8v4 (below).
 // All functions are pure and thread-safe; the caller owns every buffer.
 // Encoded bytes are part of the on-disk and on-wire formats: the enum values
 // and the layouts below must not change without a format version bump.
@@ -39,11 +40,24 @@
 // q = clamp(round(x / d), -8, 7); it decodes as q * d. Section size
 // T*R*9/16 bytes, so the layer is N*9/16 bytes.
 //
+// k16v8 and k8v4 (mixed precision: keys keep more bits than values). On a
+// trained model a key's rounding error moves attention about 25x as much as
+// the same error in a value (docs/PERF.md, issue 32), so bits spent on keys
+// buy more than bits spent on values. Both are two sections, K then V, each
+// of T rows of R values in row (token) order, each section in one of:
+//   f16: [T*R f16]                                            (k16v8's keys)
+//   q8:  [T*R/32 f16 scales][T*R int8], blocks of 32 along the row, as q8
+//        (k16v8's values, k8v4's keys)
+//   q4:  q4's per-token section, as q4's V section            (k8v4's values)
+// k16v8 is 12.25 bits/value (2.6x smaller than f32, 1.3x than f16); k8v4
+// 6.5 bits/value (2.5x smaller than f16).
+//
 // Error bounds (per value, before the output dtype's own rounding), with d
 // the f16 scale of the value's group and amax its largest magnitude:
 // q8 |x - x'| <= |d|/2 + amax*2^-10 + 2^-18; q4 |x - x'| <= |d| + amax*2^-9
 // + 2^-22 (the last two terms cover the f16 rounding of d, the absolute one
-// only matters where d is an f16 subnormal). All-zero groups decode to
+// only matters where d is an f16 subnormal). A mixed codec's section obeys
+// its kind's bound; f16 keys: |x - x'| <= |x|*2^-11 + 2^-25. All-zero groups decode to
 // exact zeros. f16 output saturates at +-65504: a q8 scale rounded up to f16
 // could otherwise push a block's largest value just past the f16 range.
 #pragma once
@@ -51,6 +65,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "kvtier/status.h"
@@ -58,9 +73,13 @@
 
 namespace kvtier {
 
-enum class KvCodec : uint8_t { kNone = 0, kQ8 = 1, kQ4 = 2 };  // stored in entries: values are part of the format
+// Stored in entries: the values are part of the format.
+enum class KvCodec : uint8_t { kNone = 0, kQ8 = 1, kQ4 = 2, kK8V4 = 3, kK16V8 = 4 };
+// Every codec, by bits per value: the choices of the codec options and benches.
+inline constexpr KvCodec kKvCodecs[] = {KvCodec::kNone, KvCodec::kK16V8, KvCodec::kQ8, KvCodec::kK8V4, KvCodec::kQ4};
 
-std::string_view kv_codec_name(KvCodec c);              // "none" | "q8" | "q4"
+std::string_view kv_codec_name(KvCodec c);              // "none" | "q8" | "q4" | "k8v4" | "k16v8"
+std::string kv_codec_choices();                         // "none, k16v8, q8, k8v4, q4"
 Result<KvCodec> parse_kv_codec(std::string_view name);  // InvalidArgument naming the bad value and the choices
 inline constexpr bool kv_codec_lossy(KvCodec c) { return c != KvCodec::kNone; }
 
@@ -75,7 +94,8 @@ Status kv_codec_check(KvCodec c, const KVGeometry& g);
 // raw.size() == g.layer_slice_bytes() * n_pages and out.size() ==
 // kv_codec_layer_bytes(c, g, n_pages), else InvalidArgument. A NaN or Inf in
 // raw, or a value too large for an f16 scale (|x| > 65504*127 for q8,
-// > 65504*8 for q4), is InvalidArgument; `out` is then unspecified.
+// > 65504*8 for q4) or, in k16v8's keys, for an f16 (|x| >= 65520), is
+// InvalidArgument; `out` is then unspecified.
 Status kv_encode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::span<const std::byte> raw,
                        std::span<std::byte> out);
 

@@ -254,7 +254,7 @@ Result<ChunkMeta> decode_chunk_meta(std::span<const std::byte> entry, const Chun
   KVGeometry g{h.num_layers, h.num_kv_heads, h.head_dim, static_cast<DType>(h.dtype), h.page_tokens};
   if (!(g == expect.kv)) return Status::InvalidArgument("chunk geometry differs from the tier's");
   const auto codec = static_cast<KvCodec>(h.codec);
-  if (h.codec > static_cast<uint8_t>(KvCodec::kQ4) || !kv_codec_check(codec, g).ok() || h.reserved0[0] != 0 || h.reserved0[1] != 0)
+  if (!kv_codec_check(codec, g).ok() || h.reserved0[0] != 0 || h.reserved0[1] != 0)
     return Status::Corruption("chunk codec unknown or unusable for its geometry");
   if (h.num_pages > expect.chunk_pages || h.payload_bytes != expect.stored_payload_bytes(h.num_pages, codec) ||
       h.payload_offset < meta || h.entry_bytes < h.payload_offset + h.payload_bytes || (h.flags & kChunkFlagLayerMajor) == 0)

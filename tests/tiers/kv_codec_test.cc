@@ -13,7 +13,7 @@ namespace kvtier {
 namespace {
 
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-constexpr KvCodec kLossy[] = {KvCodec::kQ8, KvCodec::kQ4};
+constexpr KvCodec kLossy[] = {KvCodec::kQ8, KvCodec::kQ4, KvCodec::kK8V4, KvCodec::kK16V8};
 
 KVGeometry geometry(DType dt, uint32_t heads = 2, uint32_t head_dim = 64, uint32_t page_tokens = 16) {
   KVGeometry g;
@@ -114,6 +114,18 @@ std::vector<float> group_amax(KvCodec c, const KVGeometry& g, uint32_t n_pages, 
 
 double output_rounding(DType dt) { return dt == DType::kF32 ? 0.0 : dt == DType::kF16 ? 0x1p-11 : 0x1p-8; }
 
+// How value i (raw order) is stored: the mixed codecs keep K and V at different precisions.
+enum class Kind { kF16, kQ8, kQ4 };
+Kind kind_of(KvCodec c, const KVGeometry& g, size_t i) {
+  const bool key = i / (size_t(g.page_tokens) * g.num_kv_heads * g.head_dim) % 2 == 0;
+  switch (c) {
+    case KvCodec::kQ8: return Kind::kQ8;
+    case KvCodec::kK8V4: return key ? Kind::kQ8 : Kind::kQ4;
+    case KvCodec::kK16V8: return key ? Kind::kF16 : Kind::kQ8;
+    default: return Kind::kQ4;
+  }
+}
+
 // Every decoded value is within the header's bound of its input.
 void expect_within_bound(KvCodec c, const KVGeometry& g, uint32_t n_pages, const std::vector<float>& x,
                          const std::vector<float>& y) {
@@ -121,7 +133,10 @@ void expect_within_bound(KvCodec c, const KVGeometry& g, uint32_t n_pages, const
   size_t failures = 0;
   for (size_t i = 0; i < x.size() && failures < 5; ++i) {
     const double a = amax[i];
-    const double quant = c == KvCodec::kQ8 ? a / 254 + a * 0x1p-10 + 0x1p-18 : a / 8 + a * 0x1p-9 + 0x1p-22;
+    const Kind kind = kind_of(c, g, i);
+    const double quant = kind == Kind::kF16  ? std::fabs(x[i]) * 0x1p-11 + 0x1p-25
+                         : kind == Kind::kQ8 ? a / 254 + a * 0x1p-10 + 0x1p-18
+                                             : a / 8 + a * 0x1p-9 + 0x1p-22;
     const double bound = quant + (std::fabs(x[i]) + quant) * output_rounding(g.dtype) + 0x1p-24;
     if (!(std::fabs(double(x[i]) - y[i]) <= bound)) {
       ++failures;
@@ -153,7 +168,7 @@ RoundTrip round_trip(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::vect
 }
 
 TEST(KvCodec, NamesRoundTripAndBadNamesAreRefused) {
-  for (KvCodec c : {KvCodec::kNone, KvCodec::kQ8, KvCodec::kQ4}) {
+  for (KvCodec c : kKvCodecs) {
     auto parsed = parse_kv_codec(kv_codec_name(c));
     ASSERT_TRUE(parsed.ok());
     EXPECT_EQ(*parsed, c);
@@ -163,9 +178,9 @@ TEST(KvCodec, NamesRoundTripAndBadNamesAreRefused) {
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(bad.status().is(StatusCode::kInvalidArgument));
   EXPECT_NE(bad.status().message().find("'q5'"), std::string::npos);
-  EXPECT_NE(bad.status().message().find("none, q8 or q4"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("none, k16v8, q8, k8v4, q4"), std::string::npos);
   EXPECT_FALSE(kv_codec_lossy(KvCodec::kNone));
-  EXPECT_TRUE(kv_codec_lossy(KvCodec::kQ8) && kv_codec_lossy(KvCodec::kQ4));
+  for (KvCodec c : kLossy) EXPECT_TRUE(kv_codec_lossy(c)) << kv_codec_name(c);
 }
 
 TEST(KvCodec, CheckRefusesGeometriesItCannotEncode) {
@@ -180,7 +195,7 @@ TEST(KvCodec, CheckRefusesGeometriesItCannotEncode) {
   }
   KVGeometry invalid = geometry(DType::kF16);
   invalid.num_layers = 0;
-  for (KvCodec c : {KvCodec::kNone, KvCodec::kQ8, KvCodec::kQ4}) EXPECT_FALSE(kv_codec_check(c, invalid).ok());
+  for (KvCodec c : kKvCodecs) EXPECT_FALSE(kv_codec_check(c, invalid).ok());
   std::vector<std::byte> raw(odd.layer_slice_bytes()), enc(kv_codec_layer_bytes(KvCodec::kQ8, odd, 1));
   EXPECT_TRUE(kv_encode_layer(KvCodec::kQ8, odd, 1, raw, enc).is(StatusCode::kInvalidArgument));
 }
@@ -194,7 +209,12 @@ TEST(KvCodec, EncodedSizes) {
     EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kQ4, g, n), values / 32 * 18);
     EXPECT_GE(double(raw) / kv_codec_layer_bytes(KvCodec::kQ8, g, n), 1.85);
     EXPECT_GE(double(raw) / kv_codec_layer_bytes(KvCodec::kQ4, g, n), 3.4);
+    EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kK8V4, g, n), values / 2 / 32 * (34 + 18));  // K as q8, V as q4
+    EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kK16V8, g, n), values / 2 * 2 + values / 2 / 32 * 34);  // K f16, V q8
   }
+  // k16v8 keeps keys as f16 whatever the pool's dtype: from f32 it is 2.6x smaller.
+  const KVGeometry f32 = geometry(DType::kF32, 8, 128);
+  EXPECT_GE(double(f32.layer_slice_bytes()) / kv_codec_layer_bytes(KvCodec::kK16V8, f32, 1), 2.6);
   // Wrong buffer sizes are refused, both ways.
   std::vector<std::byte> raw(g.layer_slice_bytes()), enc(kv_codec_layer_bytes(KvCodec::kQ8, g, 1) - 1);
   EXPECT_TRUE(kv_encode_layer(KvCodec::kQ8, g, 1, raw, enc).is(StatusCode::kInvalidArgument));
@@ -248,7 +268,8 @@ TEST(KvCodec, OneHugeOutlierPerBlockStaysWithinBound) {
       const uint32_t n = 2;
       std::vector<float> values = random_values(layer_values(g, n), 7);
       for (float& v : values) v *= 1e-3f;
-      const float huge = dt == DType::kF16 ? 65504.0f : 4e5f;  // q4 scales reach 4e5/8
+      // q4 scales reach 4e5/8; k16v8's keys are f16 values.
+      const float huge = dt == DType::kF16 || c == KvCodec::kK16V8 ? 65504.0f : 4e5f;
       for (size_t b = 0; b < values.size(); b += 32) values[b + (b / 32) % 32] = (b / 32) % 2 ? huge : -huge;
       const auto r = round_trip(c, g, n, values);
       for (float v : r.output) ASSERT_TRUE(std::isfinite(v));
