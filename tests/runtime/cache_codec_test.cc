@@ -47,18 +47,22 @@ struct TempDir {
   }
 };
 
-TEST(CacheCodec, Q8DiskHitIsServedCloseToRecomputeAndLabelledLossy) {
-  CacheRig rig(codec_rig(KvCodec::kQ8));
-  auto prompt = CacheRig::random_tokens(300, 31);
-  Outcome ref = only_on_disk(rig, prompt, kSteps);
-  Outcome hit = rig.cached(prompt, 6);
-  EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 288u);
-  EXPECT_EQ(hit.report.lossy_tokens, 288u);
-  EXPECT_EQ(rig.cache->stats().lossy_tokens, 288u);
-  EXPECT_GT(max_logit_diff(hit, ref), 0.0) << "q8 is lossy: identical logits mean the codec never ran";
-  double scale = 0;
-  for (float v : ref.logits) scale = std::max(scale, double(std::fabs(v)));
-  EXPECT_LE(max_logit_diff(hit, ref), 0.05 * scale);
+TEST(CacheCodec, EveryLossyCodecsDiskHitIsServedCloseToRecomputeAndLabelledLossy) {
+  for (KvCodec codec : kKvCodecs) {
+    if (!kv_codec_lossy(codec)) continue;
+    SCOPED_TRACE(kv_codec_name(codec));
+    CacheRig rig(codec_rig(codec));
+    auto prompt = CacheRig::random_tokens(300, 31);
+    Outcome ref = only_on_disk(rig, prompt, kSteps);
+    Outcome hit = rig.cached(prompt, 6);
+    EXPECT_EQ(hit.report.reused_tokens_by_tier[kDisk], 288u);
+    EXPECT_EQ(hit.report.lossy_tokens, 288u);
+    EXPECT_EQ(rig.cache->stats().lossy_tokens, 288u);
+    EXPECT_GT(max_logit_diff(hit, ref), 0.0) << "a lossy codec: identical logits mean it never ran";
+    double scale = 0;
+    for (float v : ref.logits) scale = std::max(scale, double(std::fabs(v)));
+    EXPECT_LE(max_logit_diff(hit, ref), 0.05 * scale);
+  }
 }
 
 TEST(CacheCodec, Q8EntriesTakeAboutHalfTheDiskBytesOfF16) {
