@@ -125,7 +125,7 @@ std::string runtime_metrics_text(const RuntimeStats& stats) {
          "Cached entries dropped because they failed authentication with the tier secret (forged or foreign).");
   m << "kvtier_forged_entries_total " << (s.disk.forged_entries + s.remote.forged_entries) << '\n';
   metric("kvtier_lossy_tokens_total", "counter",
-         "Reused prompt tokens whose KV came from lossy codec entries (q8, q4): approximate, labelled per request.");
+         "Reused prompt tokens whose KV came from lossy codec entries (every codec but none): approximate, labelled per request.");
   m << "kvtier_lossy_tokens_total " << s.lossy_tokens << '\n';
   metric("kvtier_lossy_entries_refused_total", "counter",
          "Lossy codec entries not served because every codec of this cache is none (exact only); the tokens recomputed.");
