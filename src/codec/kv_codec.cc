@@ -61,24 +61,18 @@ Sections sections_of(KvCodec c, detail::Q4Keys keys) {
   }
 }
 
+// A section's bytes: its scales (none for f16), then its quants (or halves).
 size_t section_scale_bytes(Section s, size_t values) { return s == Section::kF16 ? 0 : values / kBlock * kScaleBytes; }
 
-size_t section_bytes(Section s, size_t values) {
+size_t section_quant_bytes(Section s, size_t values) {
   switch (s) {
     case Section::kF16: return values * 2;
-    case Section::kQ8: return values / kBlock * (kScaleBytes + kBlock);
-    default: return values / kBlock * (kScaleBytes + kBlock / 2);
+    case Section::kQ8: return values;
+    default: return values / 2;
   }
 }
 
-// Quant bytes of row t onwards, for R values a row.
-size_t quant_offset(Section s, size_t t, size_t row_values) {
-  switch (s) {
-    case Section::kF16: return t * row_values * 2;
-    case Section::kQ8: return t * row_values;
-    default: return t * row_values / 2;
-  }
-}
+size_t section_bytes(Section s, size_t values) { return section_scale_bytes(s, values) + section_quant_bytes(s, values); }
 
 constexpr size_t kConvertRun = 256;  // values converted through the stack at a time
 
@@ -94,11 +88,11 @@ bool to_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, size
     } else {
       if (dt == DType::kF32) {
         std::memcpy(f, in + i * 4, m * 4);
-      } else {  // bf16: the high half of an f32
+      } else {
         for (size_t j = 0; j < m; ++j) {
           uint16_t b;
           std::memcpy(&b, in + (i + j) * 2, 2);
-          const uint32_t u = uint32_t(b) << 16;
+          const uint32_t u = detail::bf16_to_f32_bits(b);
           std::memcpy(&f[j], &u, 4);
         }
       }
@@ -110,7 +104,7 @@ bool to_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, size
   return finite;
 }
 
-// n f16 bits -> dtype values (bf16 rounded to nearest, ties to even).
+// n f16 bits -> dtype values (bf16 as the kernels round it).
 void from_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, size_t n, std::byte* out) {
   if (dt == DType::kF16) {
     std::memcpy(out, in, n * 2);
@@ -129,7 +123,7 @@ void from_f16(const detail::KvCodecKernels& k, DType dt, const std::byte* in, si
     for (size_t j = 0; j < m; ++j) {
       uint32_t u;
       std::memcpy(&u, &f[j], 4);
-      const uint16_t b = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // f16 values never round into Inf
+      const uint16_t b = detail::f32_bits_to_bf16(u);
       std::memcpy(out + (i + j) * 2, &b, 2);
     }
   }
@@ -140,7 +134,7 @@ bool encode_rows(const detail::KvCodecKernels& k, DType dt, Section s, const std
                  size_t row_values, std::byte* scales, std::byte* quants) {
   const size_t blocks = run * row_values / kBlock;
   std::byte* sc = scales + t * row_values / kBlock * kScaleBytes;
-  std::byte* q = quants + quant_offset(s, t, row_values);
+  std::byte* q = quants + section_quant_bytes(s, t * row_values);
   switch (s) {
     case Section::kF16: return to_f16(k, dt, in, run * row_values, q);
     case Section::kQ8: return k.q8_encode(dt, in, blocks, sc, q);
@@ -152,7 +146,7 @@ void decode_rows(const detail::KvCodecKernels& k, DType dt, Section s, const std
                  const std::byte* quants, size_t t, size_t run, size_t row_values, std::byte* out) {
   const size_t blocks = run * row_values / kBlock;
   const std::byte* sc = scales + t * row_values / kBlock * kScaleBytes;
-  const std::byte* q = quants + quant_offset(s, t, row_values);
+  const std::byte* q = quants + section_quant_bytes(s, t * row_values);
   switch (s) {
     case Section::kF16: from_f16(k, dt, q, run * row_values, out); return;
     case Section::kQ8: k.q8_decode(dt, sc, q, blocks, out); return;
@@ -238,7 +232,7 @@ size_t kv_codec_layer_bytes(KvCodec c, const KVGeometry& g, uint32_t n_pages) {
   const size_t values = layer_values(g, n_pages);
   switch (c) {
     case KvCodec::kNone: return g.layer_slice_bytes() * n_pages;
-    case KvCodec::kQ8: return values / kBlock * (kScaleBytes + kBlock);
+    case KvCodec::kQ8: return section_bytes(Section::kQ8, values);  // one section in raw order
     case KvCodec::kQ4:
     case KvCodec::kK8V4:
     case KvCodec::kK16V8: {

@@ -18,6 +18,14 @@
 
 namespace kvtier::detail {
 
+// f32 bits <-> bf16 bits: to nearest even, NaN quieted (as the AVX2 kernels
+// round). Integer-only, so shared by every kernel file.
+inline uint16_t f32_bits_to_bf16(uint32_t bits) {
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((bits >> 16) | 0x40u);  // quiet NaN
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+inline uint32_t bf16_to_f32_bits(uint16_t b) { return uint32_t(b) << 16; }
+
 struct KvCodecKernels {
   const char* name;
   // q8: `blocks` blocks of 32 contiguous values.

@@ -53,11 +53,7 @@ float f16_bits_to_f32(uint16_t h) {
   return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-uint16_t f32_to_bf16_bits(float f) {
-  const uint32_t bits = float_bits(f);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((bits >> 16) | 0x40u);  // quiet NaN
-  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
+uint16_t f32_to_bf16_bits(float f) { return f32_bits_to_bf16(float_bits(f)); }
 
 // max then min with the operand order of vmaxps/vminps, so that a NaN comes
 // out as the AVX2 kernels give it (`lo`).
@@ -82,7 +78,7 @@ float load_value(const std::byte* base, size_t i) {
   } else if constexpr (T == DType::kF16) {
     return f16_bits_to_f32(load_u16(base + 2 * i));
   } else {
-    return bits_float(uint32_t(load_u16(base + 2 * i)) << 16);
+    return bits_float(bf16_to_f32_bits(load_u16(base + 2 * i)));
   }
 }
 
