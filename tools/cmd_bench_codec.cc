@@ -1,5 +1,5 @@
 // `kvtier bench codec`: compressed KV on disk (issue 22) — bytes per token, codec speed, disk-hit load time and
-// TTFT, and the error against none (and none against a full recompute), per codec (none, k16v8, q8, k8v4, q4).
+// TTFT, and the error against none (and none against a full recompute), per codec (none, f16, k16v8, q8, k8v4, q4).
 #include <cstdio>
 
 #include "codec_bench.h"

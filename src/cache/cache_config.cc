@@ -82,8 +82,8 @@ OptionTable<C> make_table() {
                               "Authenticate disk entries with the tier secret too"},
                              KVTIER_FIELD(disk_authenticate)));
   t.push_back(enum_option<C>({"cache.disk_codec", "--disk-codec", "disk_codec",
-                            "Disk entry codec: none is exact; k16v8 (12.25 bits/value), q8 (8.5), k8v4 (6.5) and q4 (4.5) are "
-                            "lossy (docs/FORMATS.md)",
+                            "Disk entry codec: none is exact; f16 (16 bits/value: half an f32 pool), k16v8 (12.25), q8 (8.5), "
+                            "k8v4 (6.5) and q4 (4.5) are lossy (docs/FORMATS.md)",
                             {}, false, kBoth},
                              KVTIER_FIELD(disk_codec), parse_kv_codec, kv_codec_name, kv_codec_choices()));
   t.push_back(enum_option<C>({"cache.remote_codec", "--remote-codec", "remote_codec", "Remote (Redis) entry codec", {},

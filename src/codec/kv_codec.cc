@@ -46,7 +46,7 @@ struct SectionRows {
   }
 };
 
-// How one section of a sectioned codec (q4, k8v4, k16v8) stores its rows (kv_codec.h).
+// How one section of a sectioned codec (q4, k8v4, k16v8, f16) stores its rows (kv_codec.h).
 enum class Section : uint8_t { kF16, kQ8, kQ4, kQ4KeyChannels };
 
 struct Sections {
@@ -57,6 +57,7 @@ Sections sections_of(KvCodec c, detail::Q4Keys keys) {
   switch (c) {
     case KvCodec::kK8V4: return {Section::kQ8, Section::kQ4};
     case KvCodec::kK16V8: return {Section::kF16, Section::kQ8};
+    case KvCodec::kF16: return {Section::kF16, Section::kF16};
     default: return {keys == detail::Q4Keys::kKeyChannels ? Section::kQ4KeyChannels : Section::kQ4, Section::kQ4};
   }
 }
@@ -210,6 +211,7 @@ std::string_view kv_codec_name(KvCodec c) {
     case KvCodec::kQ4: return "q4";
     case KvCodec::kK8V4: return "k8v4";
     case KvCodec::kK16V8: return "k16v8";
+    case KvCodec::kF16: return "f16";
   }
   return "unknown";
 }
@@ -235,7 +237,8 @@ size_t kv_codec_layer_bytes(KvCodec c, const KVGeometry& g, uint32_t n_pages) {
     case KvCodec::kQ8: return section_bytes(Section::kQ8, values);  // one section in raw order
     case KvCodec::kQ4:
     case KvCodec::kK8V4:
-    case KvCodec::kK16V8: {
+    case KvCodec::kK16V8:
+    case KvCodec::kF16: {
       const Sections s = sections_of(c, detail::Q4Keys::kKeyChannels);
       return section_bytes(s.k, values / 2) + section_bytes(s.v, values / 2);
     }
@@ -246,7 +249,8 @@ size_t kv_codec_layer_bytes(KvCodec c, const KVGeometry& g, uint32_t n_pages) {
 Status kv_codec_check(KvCodec c, const KVGeometry& g) {
   KVTIER_RETURN_IF_ERROR(g.validate());
   switch (c) {
-    case KvCodec::kNone: return Status::Ok();
+    case KvCodec::kNone:
+    case KvCodec::kF16: return Status::Ok();  // no blocks: any head_dim
     case KvCodec::kQ8:
     case KvCodec::kQ4:
     case KvCodec::kK8V4:
@@ -304,7 +308,8 @@ Status encode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
     }
     case KvCodec::kQ4:
     case KvCodec::kK8V4:
-    case KvCodec::kK16V8: {
+    case KvCodec::kK16V8:
+    case KvCodec::kF16: {
       const size_t tokens = size_t(n_pages) * g.page_tokens, row_values = size_t(g.num_kv_heads) * g.head_dim;
       const Sections s = sections_of(c, keys);
       std::byte* enc = out.data();
@@ -335,7 +340,8 @@ Status decode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
     }
     case KvCodec::kQ4:
     case KvCodec::kK8V4:
-    case KvCodec::kK16V8: {
+    case KvCodec::kK16V8:
+    case KvCodec::kF16: {
       const size_t tokens = size_t(n_pages) * g.page_tokens, row_values = size_t(g.num_kv_heads) * g.head_dim;
       const Sections s = sections_of(c, keys);
       const std::byte* section_enc = enc.data();

@@ -5,7 +5,7 @@
 // (g.layer_slice_bytes() * n_pages bytes, see tiers/chunk_format.h) — into
 // its encoded form and back. `none` is the identity; `q8` and `q4` are
 // lossy (kv_codec_lossy) and need head_dim % 32 == 0 (kv_codec_check), as
-// do k16v8 and k8v4 (below).
+// do k16v8 and k8v4 (below); f16 takes any head_dim.
 // All functions are pure and thread-safe; the caller owns every buffer.
 // Encoded bytes are part of the on-disk and on-wire formats: the enum values
 // and the layouts below must not change without a format version bump.
@@ -52,12 +52,18 @@
 // k16v8 is 12.25 bits/value (2.6x smaller than f32, 1.3x than f16); k8v4
 // 6.5 bits/value (2.5x smaller than f16).
 //
+// f16: two f16 sections, K then V (16 bits/value, any head_dim): what most
+// engines keep their KV cache in. It halves an f32 pool's entries (the
+// server's default pool) at f16 rounding; on an f16 pool it is a copy of the
+// same size. It is labelled lossy like every codec but none, since from f32
+// or bf16 it rounds.
+//
 // Error bounds (per value, before the output dtype's own rounding), with d
 // the f16 scale of the value's group and amax its largest magnitude:
 // q8 |x - x'| <= |d|/2 + amax*2^-10 + 2^-18; q4 |x - x'| <= |d| + amax*2^-9
 // + 2^-22 (the last two terms cover the f16 rounding of d, the absolute one
 // only matters where d is an f16 subnormal). A mixed codec's section obeys
-// its kind's bound; f16 keys: |x - x'| <= |x|*2^-11 + 2^-25. All-zero groups decode to
+// its kind's bound; an f16 section: |x - x'| <= |x|*2^-11 + 2^-25. All-zero groups decode to
 // exact zeros. f16 output saturates at +-65504: a q8 scale rounded up to f16
 // could otherwise push a block's largest value just past the f16 range.
 #pragma once
@@ -74,12 +80,12 @@
 namespace kvtier {
 
 // Stored in entries: the values are part of the format.
-enum class KvCodec : uint8_t { kNone = 0, kQ8 = 1, kQ4 = 2, kK8V4 = 3, kK16V8 = 4 };
+enum class KvCodec : uint8_t { kNone = 0, kQ8 = 1, kQ4 = 2, kK8V4 = 3, kK16V8 = 4, kF16 = 5 };
 // Every codec, by bits per value: the choices of the codec options and benches.
-inline constexpr KvCodec kKvCodecs[] = {KvCodec::kNone, KvCodec::kK16V8, KvCodec::kQ8, KvCodec::kK8V4, KvCodec::kQ4};
+inline constexpr KvCodec kKvCodecs[] = {KvCodec::kNone, KvCodec::kF16, KvCodec::kK16V8, KvCodec::kQ8, KvCodec::kK8V4, KvCodec::kQ4};
 
-std::string_view kv_codec_name(KvCodec c);              // "none" | "q8" | "q4" | "k8v4" | "k16v8"
-std::string kv_codec_choices();                         // "none, k16v8, q8, k8v4, q4"
+std::string_view kv_codec_name(KvCodec c);              // "none" | "f16" | "q8" | "q4" | "k8v4" | "k16v8"
+std::string kv_codec_choices();                         // "none, f16, k16v8, q8, k8v4, q4"
 Result<KvCodec> parse_kv_codec(std::string_view name);  // InvalidArgument naming the bad value and the choices
 inline constexpr bool kv_codec_lossy(KvCodec c) { return c != KvCodec::kNone; }
 
@@ -94,7 +100,7 @@ Status kv_codec_check(KvCodec c, const KVGeometry& g);
 // raw.size() == g.layer_slice_bytes() * n_pages and out.size() ==
 // kv_codec_layer_bytes(c, g, n_pages), else InvalidArgument. A NaN or Inf in
 // raw, or a value too large for an f16 scale (|x| > 65504*127 for q8,
-// > 65504*8 for q4) or, in k16v8's keys, for an f16 (|x| >= 65520), is
+// > 65504*8 for q4) or, in an f16 section, for an f16 (|x| >= 65520), is
 // InvalidArgument; `out` is then unspecified.
 Status kv_encode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::span<const std::byte> raw,
                        std::span<std::byte> out);

@@ -58,12 +58,12 @@ TEST_F(CodecBenchTest, ReportsEveryCodecWithExactSizesAndNoneEqualToRecompute) {
   const auto j = nlohmann::json::parse(r->to_json());
   EXPECT_EQ(j["error_prefix_tokens"], 256);
   EXPECT_EQ(j["raw_bytes_per_token"], 512);  // 2 layers x (K, V) x 2 heads x 32 x 2 bytes
-  ASSERT_EQ(j["codecs"].size(), 5u);
-  const char* names[] = {"none", "k16v8", "q8", "k8v4", "q4"};
-  // f16 (64 bytes per 32 values) against k16v8 (K 64 + V 34 per 2 x 32), q8 (34), k8v4 (K 34 + V 18 per 2 x 32)
-  // and q4 (18).
-  const double ratios[] = {1.0, 128.0 / 98.0, 64.0 / 34.0, 128.0 / 52.0, 64.0 / 18.0};
-  for (size_t c = 0; c < 5; ++c) {
+  ASSERT_EQ(j["codecs"].size(), 6u);
+  const char* names[] = {"none", "f16", "k16v8", "q8", "k8v4", "q4"};
+  // The f16 pool (64 bytes per 32 values) against f16 (the same), k16v8 (K 64 + V 34 per 2 x 32), q8 (34),
+  // k8v4 (K 34 + V 18 per 2 x 32) and q4 (18).
+  const double ratios[] = {1.0, 1.0, 128.0 / 98.0, 64.0 / 34.0, 128.0 / 52.0, 64.0 / 18.0};
+  for (size_t c = 0; c < 6; ++c) {
     const auto& row = j["codecs"][c];
     SCOPED_TRACE(names[c]);
     EXPECT_EQ(row["codec"], names[c]);
@@ -87,14 +87,18 @@ TEST_F(CodecBenchTest, ReportsEveryCodecWithExactSizesAndNoneEqualToRecompute) {
   EXPECT_EQ(none["greedy_identical_prompts"], 1.0);
   EXPECT_EQ(none["greedy_common_prefix_tokens"], 8.0);
   EXPECT_EQ(none["greedy_flip_margin_max"], 0.0);  // nothing differed
+  // On this f16 pool the f16 codec stores the same bits: no error at all.
+  const auto& f16 = j["codecs"][1];
+  EXPECT_EQ(f16["max_abs_logit_diff"], 0.0);
+  EXPECT_EQ(f16["greedy_agreement"], 1.0);
   EXPECT_GT(j["reference_margin_median"].get<double>(), 0.0);
   // The `none` hit is a full recompute up to f32 rounding (the suffix computed in another batch), as in
   // the cache exactness tests: the same greedy tokens, logits within a hair.
   EXPECT_EQ(j["none_vs_recompute_greedy_identical_prompts"], 1.0);
   EXPECT_LE(j["none_vs_recompute_max_abs_logit_diff"].get<double>(), 1e-4);
   EXPECT_LT(j["none_vs_recompute_kl"].get<double>(), 1e-9);
-  // Every lossy codec ran (its logits moved) and stays close.
-  for (size_t c = 1; c < 5; ++c) {
+  // Every codec that rounds this pool ran (its logits moved) and stays close.
+  for (size_t c = 2; c < 6; ++c) {
     const auto& row = j["codecs"][c];
     SCOPED_TRACE(names[c]);
     EXPECT_GT(row["max_abs_logit_diff"].get<double>(), 0.0);

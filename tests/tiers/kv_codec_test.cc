@@ -13,7 +13,7 @@ namespace kvtier {
 namespace {
 
 constexpr DType kDTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
-constexpr KvCodec kLossy[] = {KvCodec::kQ8, KvCodec::kQ4, KvCodec::kK8V4, KvCodec::kK16V8};
+constexpr KvCodec kLossy[] = {KvCodec::kQ8, KvCodec::kQ4, KvCodec::kK8V4, KvCodec::kK16V8, KvCodec::kF16};
 
 KVGeometry geometry(DType dt, uint32_t heads = 2, uint32_t head_dim = 64, uint32_t page_tokens = 16) {
   KVGeometry g;
@@ -122,6 +122,7 @@ Kind kind_of(KvCodec c, const KVGeometry& g, size_t i) {
     case KvCodec::kQ8: return Kind::kQ8;
     case KvCodec::kK8V4: return key ? Kind::kQ8 : Kind::kQ4;
     case KvCodec::kK16V8: return key ? Kind::kF16 : Kind::kQ8;
+    case KvCodec::kF16: return Kind::kF16;
     default: return Kind::kQ4;
   }
 }
@@ -178,7 +179,7 @@ TEST(KvCodec, NamesRoundTripAndBadNamesAreRefused) {
   ASSERT_FALSE(bad.ok());
   EXPECT_TRUE(bad.status().is(StatusCode::kInvalidArgument));
   EXPECT_NE(bad.status().message().find("'q5'"), std::string::npos);
-  EXPECT_NE(bad.status().message().find("none, k16v8, q8, k8v4, q4"), std::string::npos);
+  EXPECT_NE(bad.status().message().find("none, f16, k16v8, q8, k8v4, q4"), std::string::npos);
   EXPECT_FALSE(kv_codec_lossy(KvCodec::kNone));
   for (KvCodec c : kLossy) EXPECT_TRUE(kv_codec_lossy(c)) << kv_codec_name(c);
 }
@@ -186,7 +187,9 @@ TEST(KvCodec, NamesRoundTripAndBadNamesAreRefused) {
 TEST(KvCodec, CheckRefusesGeometriesItCannotEncode) {
   const KVGeometry odd = geometry(DType::kF16, 4, 80);
   EXPECT_TRUE(kv_codec_check(KvCodec::kNone, odd).ok());
+  EXPECT_TRUE(kv_codec_check(KvCodec::kF16, odd).ok());  // no blocks
   for (KvCodec c : kLossy) {
+    if (c == KvCodec::kF16) continue;
     const Status st = kv_codec_check(c, odd);
     EXPECT_TRUE(st.is(StatusCode::kInvalidArgument));
     EXPECT_NE(st.message().find("head_dim"), std::string::npos) << st.message();
@@ -212,9 +215,11 @@ TEST(KvCodec, EncodedSizes) {
     EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kK8V4, g, n), values / 2 / 32 * (34 + 18));  // K as q8, V as q4
     EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kK16V8, g, n), values / 2 * 2 + values / 2 / 32 * 34);  // K f16, V q8
   }
-  // k16v8 keeps keys as f16 whatever the pool's dtype: from f32 it is 2.6x smaller.
+  // k16v8 keeps keys as f16 whatever the pool's dtype: from f32 it is 2.6x smaller; f16 halves f32.
   const KVGeometry f32 = geometry(DType::kF32, 8, 128);
   EXPECT_GE(double(f32.layer_slice_bytes()) / kv_codec_layer_bytes(KvCodec::kK16V8, f32, 1), 2.6);
+  EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kF16, f32, 3), f32.layer_slice_bytes() * 3 / 2);
+  EXPECT_EQ(kv_codec_layer_bytes(KvCodec::kF16, g, 3), g.layer_slice_bytes() * 3);
   // Wrong buffer sizes are refused, both ways.
   std::vector<std::byte> raw(g.layer_slice_bytes()), enc(kv_codec_layer_bytes(KvCodec::kQ8, g, 1) - 1);
   EXPECT_TRUE(kv_encode_layer(KvCodec::kQ8, g, 1, raw, enc).is(StatusCode::kInvalidArgument));
@@ -226,6 +231,16 @@ TEST(KvCodec, NoneIsExact) {
   const KVGeometry g = geometry(DType::kBF16);
   const auto r = round_trip(KvCodec::kNone, g, 3, random_values(layer_values(g, 3), 1));
   EXPECT_EQ(r.input, r.output);
+}
+
+TEST(KvCodec, F16IsExactOnAnF16PoolAndTakesAnyHeadDim) {
+  const KVGeometry g = geometry(DType::kF16, 4, 80);
+  auto r = round_trip(KvCodec::kF16, g, 3, random_values(layer_values(g, 3), 2));
+  EXPECT_EQ(r.input, r.output);
+  const KVGeometry f32 = geometry(DType::kF32, 4, 80);
+  r = round_trip(KvCodec::kF16, f32, 3, random_values(layer_values(f32, 3), 2));
+  EXPECT_NE(r.input, r.output);  // f32 is rounded
+  expect_within_bound(KvCodec::kF16, f32, 3, r.input, r.output);
 }
 
 TEST(KvCodec, RoundTripWithinBound) {
@@ -268,8 +283,8 @@ TEST(KvCodec, OneHugeOutlierPerBlockStaysWithinBound) {
       const uint32_t n = 2;
       std::vector<float> values = random_values(layer_values(g, n), 7);
       for (float& v : values) v *= 1e-3f;
-      // q4 scales reach 4e5/8; k16v8's keys are f16 values.
-      const float huge = dt == DType::kF16 || c == KvCodec::kK16V8 ? 65504.0f : 4e5f;
+      // q4 scales reach 4e5/8; k16v8's keys and f16's values are f16 values.
+      const float huge = dt == DType::kF16 || c == KvCodec::kK16V8 || c == KvCodec::kF16 ? 65504.0f : 4e5f;
       for (size_t b = 0; b < values.size(); b += 32) values[b + (b / 32) % 32] = (b / 32) % 2 ? huge : -huge;
       const auto r = round_trip(c, g, n, values);
       for (float v : r.output) ASSERT_TRUE(std::isfinite(v));
