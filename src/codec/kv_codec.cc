@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "codec/kv_codec_kernels.h"
 
@@ -33,18 +34,28 @@ Status check_sizes(KvCodec c, const KVGeometry& g, uint32_t n_pages, size_t raw_
   return Status::Ok();
 }
 
-// Where the rows of one section (K or V) live in the raw layer slice.
+// Where the rows of one section (K or V) live: page p's slice of the layer,
+// [k|v][page_tokens][R], starts at pages[p] (contiguous in a raw layer slice,
+// or each in its own pool page when decoding in place).
 template <class Byte>  // std::byte or const std::byte
 struct SectionRows {
-  Byte* raw;          // start of the layer slice
+  std::span<Byte* const> pages;
   size_t row_bytes;   // R * elem size
   uint32_t page_tokens;
   uint32_t kv;        // 0 = K, 1 = V
   Byte* row(size_t t) const {
     const size_t page = t / page_tokens, tok = t % page_tokens;
-    return raw + ((page * 2 + kv) * page_tokens + tok) * row_bytes;
+    return pages[page] + (size_t(kv) * page_tokens + tok) * row_bytes;
   }
 };
+
+// The page slices of a contiguous raw layer slice.
+template <class Byte>
+std::vector<Byte*> slices_of(Byte* raw, const KVGeometry& g, uint32_t n_pages) {
+  std::vector<Byte*> pages(n_pages);
+  for (uint32_t p = 0; p < n_pages; ++p) pages[p] = raw + size_t(p) * g.layer_slice_bytes();
+  return pages;
+}
 
 // How one section of a sectioned codec (q4, k8v4, k16v8, f16) stores its rows (kv_codec.h).
 enum class Section : uint8_t { kF16, kQ8, kQ4, kQ4KeyChannels };
@@ -275,6 +286,11 @@ Status kv_decode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::sp
   return detail::decode_layer_with(detail::best_kernels(), c, g, n_pages, enc, raw);
 }
 
+Status kv_decode_layer_pages(KvCodec c, const KVGeometry& g, std::span<const std::byte> enc,
+                             std::span<std::byte* const> pages) {
+  return detail::decode_pages_with(detail::best_kernels(), c, g, enc, pages);
+}
+
 namespace detail {
 
 namespace {
@@ -312,9 +328,10 @@ Status encode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
     case KvCodec::kF16: {
       const size_t tokens = size_t(n_pages) * g.page_tokens, row_values = size_t(g.num_kv_heads) * g.head_dim;
       const Sections s = sections_of(c, keys);
+      const std::vector<const std::byte*> pages = slices_of(raw.data(), g, n_pages);
       std::byte* enc = out.data();
       for (uint32_t kv = 0; kv < 2; ++kv) {
-        const SectionRows<const std::byte> rows{raw.data(), row_values * g.elem_bytes(), g.page_tokens, kv};
+        const SectionRows<const std::byte> rows{pages, row_values * g.elem_bytes(), g.page_tokens, kv};
         const Section section = kv == 0 ? s.k : s.v;
         if (!encode_section(k, g.dtype, rows, tokens, row_values, section, enc)) return refuse_input(c);
         enc += section_bytes(section, tokens * row_values);
@@ -328,14 +345,24 @@ Status encode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
 Status decode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g, uint32_t n_pages,
                          std::span<const std::byte> enc, std::span<std::byte> raw, Q4Keys keys) {
   KVTIER_RETURN_IF_ERROR(check_sizes(c, g, n_pages, raw.size(), enc.size()));
-  const size_t values = layer_values(g, n_pages);
+  const std::vector<std::byte*> pages = slices_of(raw.data(), g, n_pages);
+  return decode_pages_with(k, c, g, enc, pages, keys);
+}
+
+Status decode_pages_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g, std::span<const std::byte> enc,
+                         std::span<std::byte* const> pages, Q4Keys keys) {
+  const uint32_t n_pages = static_cast<uint32_t>(pages.size());
+  KVTIER_RETURN_IF_ERROR(check_sizes(c, g, n_pages, g.layer_slice_bytes() * n_pages, enc.size()));
+  const size_t slice = g.layer_slice_bytes();
   switch (c) {
     case KvCodec::kNone:
-      if (!enc.empty()) std::memcpy(raw.data(), enc.data(), enc.size());
+      for (uint32_t p = 0; p < n_pages; ++p) std::memcpy(pages[p], enc.data() + p * slice, slice);
       return Status::Ok();
-    case KvCodec::kQ8: {
-      const size_t blocks = values / kBlock;
-      k.q8_decode(g.dtype, enc.data(), enc.data() + blocks * kScaleBytes, blocks, raw.data());
+    case KvCodec::kQ8: {  // blocks in raw order: a page's blocks are one run
+      const size_t blocks = layer_values(g, n_pages) / kBlock, page_blocks = blocks / n_pages;
+      for (uint32_t p = 0; p < n_pages; ++p)
+        k.q8_decode(g.dtype, enc.data() + p * page_blocks * kScaleBytes,
+                    enc.data() + blocks * kScaleBytes + p * page_blocks * kBlock, page_blocks, pages[p]);
       return Status::Ok();
     }
     case KvCodec::kQ4:
@@ -346,7 +373,7 @@ Status decode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
       const Sections s = sections_of(c, keys);
       const std::byte* section_enc = enc.data();
       for (uint32_t kv = 0; kv < 2; ++kv) {
-        const SectionRows<std::byte> rows{raw.data(), row_values * g.elem_bytes(), g.page_tokens, kv};
+        const SectionRows<std::byte> rows{pages, row_values * g.elem_bytes(), g.page_tokens, kv};
         const Section section = kv == 0 ? s.k : s.v;
         decode_section(k, g.dtype, rows, tokens, row_values, section, section_enc);
         section_enc += section_bytes(section, tokens * row_values);

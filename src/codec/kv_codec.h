@@ -112,4 +112,13 @@ Status kv_encode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::sp
 Status kv_decode_layer(KvCodec c, const KVGeometry& g, uint32_t n_pages, std::span<const std::byte> enc,
                        std::span<std::byte> raw);
 
+// kv_decode_layer into pages.size() separate page slices: page p's part of
+// the layer ([k|v][page_tokens][num_kv_heads][head_dim], g.layer_slice_bytes()
+// bytes) is written at pages[p], so a load decodes straight into the pool's
+// pages with no staging copy. The slices must not overlap; the same bytes as
+// kv_decode_layer land in them. enc.size() == kv_codec_layer_bytes(c, g,
+// pages.size()) and pages non-empty, else InvalidArgument.
+Status kv_decode_layer_pages(KvCodec c, const KVGeometry& g, std::span<const std::byte> enc,
+                             std::span<std::byte* const> pages);
+
 }  // namespace kvtier

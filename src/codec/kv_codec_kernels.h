@@ -123,5 +123,8 @@ Status encode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g
 Status decode_layer_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g, uint32_t n_pages,
                          std::span<const std::byte> enc, std::span<std::byte> raw,
                          Q4Keys keys = Q4Keys::kKeyChannels);
+// kv_decode_layer_pages with chosen kernels.
+Status decode_pages_with(const KvCodecKernels& k, KvCodec c, const KVGeometry& g, std::span<const std::byte> enc,
+                         std::span<std::byte* const> pages, Q4Keys keys = Q4Keys::kKeyChannels);
 
 }  // namespace kvtier::detail

@@ -6,6 +6,7 @@
 #include <emmintrin.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 
 #include <cerrno>
@@ -51,22 +52,47 @@ constexpr size_t kStreamBatchBytes = size_t(4) << 20;
 constexpr size_t kStreamCopyBytes = 4096;
 
 #if defined(__x86_64__)
-// n >= 16 bytes with non-temporal stores (SSE2: every x86-64 CPU has them).
-void stream_copy(std::byte* dst, const std::byte* src, size_t n) {
-  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
-  std::memcpy(dst, src, head);
-  dst += head, src += head, n -= head;
-  for (; n >= 64; n -= 64, dst += 64, src += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+// One 64-byte line with non-temporal stores (SSE2: every x86-64 CPU has
+// them); dst 16-byte aligned.
+inline void stream_line(std::byte* dst, const std::byte* src) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
+  const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dst), a);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 16), b);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 32), c);
+  _mm_stream_si128(reinterpret_cast<__m128i*>(dst + 48), d);
+}
+
+// Copies streamed side by side, a line of each in turn. One slice at a time
+// (16 KiB from a scattered page) kept too few reads in flight: a gather of
+// 16 KiB slices ran at ~0.75 of one large memcpy on the Intel Xeon VM;
+// four at once ran at ~1.0, the way glibc's large memcpy interleaves pages.
+constexpr size_t kStreamWays = 4;
+
+// n copies (n <= kStreamWays) of the same length >= kStreamCopyBytes whose
+// destinations share their alignment mod 16.
+void stream_copies(const ByteCopy* c, size_t n) {
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(c[0].dst) & 15)) & 15;
+  const size_t body = (c[0].bytes - head) / 64 * 64;
+  std::byte* dst[kStreamWays];
+  const std::byte* src[kStreamWays];
+  for (size_t k = 0; k < n; ++k) {
+    std::memcpy(c[k].dst, c[k].src, head);
+    dst[k] = c[k].dst + head, src[k] = c[k].src + head;
   }
-  std::memcpy(dst, src, n);
+  for (size_t i = 0; i < body; i += 64)
+    for (size_t k = 0; k < n; ++k) stream_line(dst[k] + i, src[k] + i);
+  for (size_t k = 0; k < n; ++k) std::memcpy(dst[k] + body, src[k] + body, c[k].bytes - head - body);
+}
+
+// How many copies from `c` on can stream together (1 when `c` stands alone).
+size_t stream_group(std::span<const ByteCopy> c) {
+  size_t n = 1;
+  const auto misalign = [](const ByteCopy& x) { return reinterpret_cast<uintptr_t>(x.dst) & 15; };
+  while (n < std::min(kStreamWays, c.size()) && c[n].bytes == c[0].bytes && misalign(c[n]) == misalign(c[0])) ++n;
+  return n;
 }
 #endif
 
@@ -77,9 +103,15 @@ Status copy_host(std::span<const ByteCopy> copies) {
   for (const ByteCopy& c : copies) total += c.bytes;
 #if defined(__x86_64__)
   if (total >= kStreamBatchBytes) {
-    for (const ByteCopy& c : copies) {
-      if (c.bytes >= kStreamCopyBytes) stream_copy(c.dst, c.src, c.bytes);
-      else std::memcpy(c.dst, c.src, c.bytes);
+    for (size_t i = 0; i < copies.size();) {
+      if (copies[i].bytes < kStreamCopyBytes) {
+        std::memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
+        ++i;
+        continue;
+      }
+      const size_t n = stream_group(copies.subspan(i));
+      stream_copies(&copies[i], n);
+      i += n;
     }
     _mm_sfence();  // streaming stores are weakly ordered: visible before whoever waits on this copy reads
     return Status::Ok();

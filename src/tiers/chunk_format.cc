@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 #include <optional>
+#include <vector>
 
 #include "common/page_hash.h"
 
@@ -336,6 +337,20 @@ Status decode_chunk_layers(KvCodec codec, const ChunkGeometry& g, uint32_t n, ui
   }
   for (uint32_t i = 0; i < count; ++i)
     KVTIER_RETURN_IF_ERROR(kv_decode_layer(codec, g.kv, n, stored.subspan(i * lb, lb), out.subspan(i * raw_lb, raw_lb)));
+  return Status::Ok();
+}
+
+Status decode_chunk_layers_to_pages(KvCodec codec, const ChunkGeometry& g, uint32_t first_layer, uint32_t count,
+                                    std::span<const std::byte> stored, std::span<std::byte* const> pages) {
+  const uint32_t n = static_cast<uint32_t>(pages.size());
+  const size_t lb = g.stored_layer_bytes(n, codec), slice = g.kv.layer_slice_bytes();
+  if (n == 0 || first_layer + count > g.kv.num_layers || stored.size() < count * lb)
+    return Status::InvalidArgument("decode_chunk_layers_to_pages: no pages, layers past the last, or too few bytes");
+  std::vector<std::byte*> layer(n);
+  for (uint32_t i = 0; i < count; ++i) {
+    for (uint32_t p = 0; p < n; ++p) layer[p] = pages[p] + size_t(first_layer + i) * slice;
+    KVTIER_RETURN_IF_ERROR(kv_decode_layer_pages(codec, g.kv, stored.subspan(i * lb, lb), layer));
+  }
   return Status::Ok();
 }
 

@@ -195,6 +195,11 @@ Status verify_chunk_layers(const ChunkMeta& meta, const ChunkGeometry& g, uint32
 // layers in `out` (count * g.layer_bytes(n) bytes): a copy, or the codec's decode.
 Status decode_chunk_layers(KvCodec codec, const ChunkGeometry& g, uint32_t n_pages, uint32_t count,
                            std::span<const std::byte> stored, std::span<std::byte> out);
+// The same straight into the caller's pages (no staging copy): stored layer
+// i, i.e. layer first_layer + i, of page p lands at pages[p] + (first_layer +
+// i) * g.kv.layer_slice_bytes(); n_pages = pages.size().
+Status decode_chunk_layers_to_pages(KvCodec codec, const ChunkGeometry& g, uint32_t first_layer, uint32_t count,
+                                    std::span<const std::byte> stored, std::span<std::byte* const> pages);
 // The mixed-entry rule: a reader whose tiers are all exact (`accept_lossy`
 // false) never serves a lossy entry: kNotFound ("refused"), which callers
 // count as TierStats::lossy_refused. Entries of codec none are always served.

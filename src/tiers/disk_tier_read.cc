@@ -9,6 +9,20 @@
 
 namespace kvtier {
 
+namespace {
+
+// Verified stored layers that sit in one of the tier's buffers -> the
+// caller's pages when it gave them (decoded in place, no staging copy), else `out`.
+Status place_layers(GetOp& op, const ChunkGeometry& g, uint32_t n_pages, KvCodec codec, std::span<const std::byte> stored) {
+  if (op.pages.size() == n_pages) {
+    op.placed = true;
+    return decode_chunk_layers_to_pages(codec, g, op.first_layer, op.num_layers, stored, op.pages);
+  }
+  return decode_chunk_layers(codec, g, n_pages, op.num_layers, stored, op.out);
+}
+
+}  // namespace
+
 void DiskTier::get_batch(std::span<GetOp> ops) {
   const ChunkGeometry& g = options_.geometry;
   // A read unit is a run of whole layers of one chunk, read by one or more
@@ -74,15 +88,14 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
       const size_t len = op.num_layers * lb;
       reclaim_order_.touch(loc.region->id, ++tick_);
       if (loc.region->buffer >= 0) {  // still in a region buffer (maybe not on disk yet): serve from memory
-        op.status = decode_chunk_layers(loc.codec, g, loc.num_pages, op.num_layers,
-                                        {buffers_[loc.region->buffer].data() + off, len}, op.out);
+        op.status = place_layers(op, g, loc.num_pages, loc.codec, {buffers_[loc.region->buffer].data() + off, len});
         if (op.status.ok()) ++stats_.hits;
         continue;
       }
       const uint32_t c = static_cast<uint32_t>(pending.size());
       pending.push_back(Pending{&op, loc, {}, 0, 0, -1});
       File* f = loc.region->file.get();
-      // Encoded entries always go through the bounce buffer: they are decoded into the caller's.
+      // Encoded entries always go through the bounce buffer: they are decoded into the caller's pages or `out`.
       const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
                            reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
       if (aligned) {
@@ -127,7 +140,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
       p.outcome = 0;
       if (!p.bounce.empty()) {
         const size_t len = op.num_layers * g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
-        op.status = decode_chunk_layers(p.loc.codec, g, p.loc.num_pages, op.num_layers, {p.bounce.data() + p.skip, len}, op.out);
+        op.status = place_layers(op, g, p.loc.num_pages, p.loc.codec, {p.bounce.data() + p.skip, len});
         if (!op.status.ok()) p.outcome = 2;
       }
     }

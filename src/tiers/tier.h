@@ -62,6 +62,13 @@ struct GetOp {
   // layer range at offsets (Redis) lays them out for it: a prompt's tail is a
   // short chunk, and a wrong guess costs a second round trip for the whole value.
   uint32_t expect_pages = 0;
+  // In (optional): the caller's pages, page p's layer l at pages[p] + l *
+  // layer_slice_bytes. A tier whose layers pass through its own buffer (an
+  // encoded entry decoded, a region buffer, a bounce buffer) writes them
+  // there directly when the chunk has pages.size() pages, skipping the copy
+  // through `out`, and sets `placed`; `out` is then not written.
+  std::span<std::byte* const> pages;
+  bool placed = false;  // out
 };
 
 struct TierStats {

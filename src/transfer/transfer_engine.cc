@@ -346,8 +346,12 @@ void TransferEngine::run_fetch(Task& t) {
     off += align_up(len);
   }
   std::vector<std::vector<std::byte*>> dst(t.loads.size());
-  for (size_t j = 0; j < t.loads.size(); ++j)
-    for (const auto& d : b.loads[t.loads[j]].dst) dst[j].push_back(page_ptr(d));
+  std::vector<bool> direct(t.loads.size());  // a tier may write the load's layers straight into its pages
+  for (size_t j = 0; j < t.loads.size(); ++j) {
+    const LoadMove& m = b.loads[t.loads[j]];
+    for (const auto& d : m.dst) dst[j].push_back(page_ptr(d));
+    direct[j] = !pool_on_device() && std::none_of(m.dst.begin(), m.dst.end(), [&](const PageLoc& l) { return encoded(l); });
+  }
 
   std::vector<ByteCopy> copies;  // reused for every group of moves below
   for (uint32_t l0 = 0; l0 < L; l0 += group) {
@@ -372,7 +376,8 @@ void TransferEngine::run_fetch(Task& t) {
       for (size_t j = 0; j < t.loads.size(); ++j) {
         const LoadMove& m = b.loads[t.loads[j]];
         if (load_failed[j] || static_cast<size_t>(m.from) != k) continue;
-        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size())});
+        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size()),
+                            direct[j] ? std::span<std::byte* const>(dst[j]) : std::span<std::byte* const>()});
         which.push_back(j);
       }
       if (ops.empty()) continue;
@@ -390,6 +395,7 @@ void TransferEngine::run_fetch(Task& t) {
           std::lock_guard lock(st.mu);
           st.result.load_codecs[t.loads[j]] = ops[o].codec;
         }
+        if (ops[o].placed) continue;  // already in its pages
         if (Status ms = scatter_load(b.loads[t.loads[j]], staging[j].data(), l0, l1, dst[j], copies); !ms.ok()) {
           load_failed[j] = true;
           st.set(st.result.loads, t.loads[j], ms, true);

@@ -252,6 +252,75 @@ TEST(DiskTier, WarmRestartServesWhatWasDurable) {
   EXPECT_GT((*foreign)->open_report().skipped_regions, 0u);
 }
 
+// Layers that pass through the tier's buffers (an encoded entry decoded, a
+// region buffer) go straight into the caller's pages when it gives them:
+// the same bytes as through `out`, only the layers asked for, `out` untouched.
+TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
+  for (KvCodec codec : {KvCodec::kNone, KvCodec::kQ8, KvCodec::kF16}) {
+    SCOPED_TRACE(std::string(kv_codec_name(codec)));
+    TempDir dir;
+    ChunkGeometry g{KVGeometry{.num_layers = 4, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 4},
+                    4, codec};
+    TestChunk c = make_chunk(g, test_ns(9), 1);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (size_t i = 0; i < c.payload.size(); i += 4) {  // finite values: every codec encodes them
+      const float f = dist(rng);
+      std::memcpy(c.payload.data() + i, &f, 4);
+    }
+    auto opts = disk_options(dir.path(), g);
+    opts.accept_lossy = true;
+    for (bool reopened : {false, true}) {
+      SCOPED_TRACE(reopened ? "read from the file" : "served from the open region's buffer");
+      auto t = DiskTier::create(opts).value();
+      if (!reopened) {
+        ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+      }
+      ASSERT_TRUE(t->flush().ok());
+      // Layers 1 and 2 through `out` (the reference), then into separate pages.
+      const size_t slice = g.kv.layer_slice_bytes(), lb = g.layer_bytes(4);
+      std::vector<std::byte> out(2 * lb);
+      GetOp ref{c.key, 1, 2, out};
+      t->get_batch({&ref, 1});
+      ASSERT_TRUE(ref.status.ok()) << ref.status.to_string();
+      EXPECT_FALSE(ref.placed);
+      std::vector<std::vector<std::byte>> pages(4, std::vector<std::byte>(g.kv.page_bytes(), std::byte{0x7F}));
+      std::vector<std::byte*> ptrs;
+      for (auto& p : pages) ptrs.push_back(p.data());
+      std::vector<std::byte> untouched(2 * lb, std::byte{0x11}), staging = untouched;
+      GetOp op{c.key, 1, 2, staging};
+      op.pages = ptrs;
+      t->get_batch({&op, 1});
+      ASSERT_TRUE(op.status.ok()) << op.status.to_string();
+      // Raw reads into an O_DIRECT-aligned `out` go straight there; everything else passes a buffer.
+      const bool aligned_out = reinterpret_cast<uintptr_t>(staging.data()) % 4096 == 0;
+      const bool through_buffer = codec != KvCodec::kNone || !reopened || !aligned_out;
+      EXPECT_EQ(op.placed, through_buffer);
+      if (!through_buffer) {
+        EXPECT_EQ(staging, out);
+        continue;
+      }
+      EXPECT_EQ(staging, untouched);
+      for (uint32_t p = 0; p < 4; ++p)
+        for (uint32_t l = 0; l < 4; ++l) {
+          const std::byte* got = pages[p].data() + l * slice;
+          if (l == 0 || l == 3) {
+            EXPECT_TRUE(std::all_of(got, got + slice, [](std::byte b) { return b == std::byte{0x7F}; })) << p << " " << l;
+          } else {
+            EXPECT_EQ(std::memcmp(got, out.data() + (l - 1) * lb + p * slice, slice), 0) << p << " " << l;
+          }
+        }
+      // A caller whose page count differs gets the layers in `out`, unplaced.
+      GetOp fewer{c.key, 1, 2, staging};
+      fewer.pages = std::span<std::byte* const>(ptrs).first(3);
+      t->get_batch({&fewer, 1});
+      ASSERT_TRUE(fewer.status.ok());
+      EXPECT_FALSE(fewer.placed);
+      EXPECT_EQ(staging, out);
+    }
+  }
+}
+
 TEST(DiskTier, FlippedBytesFailExactlyTheAffectedEntries) {
   TempDir dir;
   auto g = small_geometry();

@@ -257,6 +257,39 @@ TEST(KvCodec, RoundTripWithinBound) {
   }
 }
 
+TEST(KvCodec, DecodingIntoSeparatePagesGivesTheSameBytes) {
+  for (KvCodec c : kKvCodecs) {
+    for (DType dt : kDTypes) {
+      for (auto [n, page_tokens] : {std::pair{1u, 16u}, {3u, 16u}, {5u, 8u}}) {  // 3 x 16: a key channel group and a tail
+        const KVGeometry g = geometry(dt, 2, 64, page_tokens);
+        auto values = random_values(layer_values(g, n), n * 7 + page_tokens);
+        const auto raw = to_raw(values, dt);
+        std::vector<std::byte> enc(kv_codec_layer_bytes(c, g, n)), contiguous(raw.size());
+        ASSERT_TRUE(kv_encode_layer(c, g, n, raw, enc).ok());
+        ASSERT_TRUE(kv_decode_layer(c, g, n, enc, contiguous).ok());
+        // Pages in reverse order inside one buffer, with a guard between them.
+        const size_t slice = g.layer_slice_bytes(), stride = slice + 64;
+        std::vector<std::byte> buf(n * stride, std::byte{0xA5});
+        std::vector<std::byte*> pages(n);
+        for (uint32_t p = 0; p < n; ++p) pages[p] = buf.data() + (n - 1 - p) * stride;
+        ASSERT_TRUE(kv_decode_layer_pages(c, g, enc, pages).ok());
+        for (uint32_t p = 0; p < n; ++p) {
+          EXPECT_EQ(std::memcmp(pages[p], contiguous.data() + p * slice, slice), 0)
+              << kv_codec_name(c) << " " << dtype_name(dt) << " page " << p;
+          for (size_t i = slice; i < stride; ++i) ASSERT_EQ(pages[p][i], std::byte{0xA5}) << "wrote past a page";
+        }
+      }
+    }
+  }
+  const KVGeometry g = geometry(DType::kF16);
+  std::vector<std::byte> enc(kv_codec_layer_bytes(KvCodec::kQ8, g, 2));
+  std::vector<std::byte*> none;
+  EXPECT_TRUE(kv_decode_layer_pages(KvCodec::kQ8, g, enc, none).is(StatusCode::kInvalidArgument));
+  std::vector<std::byte> page(g.layer_slice_bytes());
+  std::vector<std::byte*> one{page.data()};
+  EXPECT_TRUE(kv_decode_layer_pages(KvCodec::kQ8, g, enc, one).is(StatusCode::kInvalidArgument));  // 2 pages' bytes
+}
+
 TEST(KvCodec, AllZeroBlocksDecodeToExactZeros) {
   for (KvCodec c : kLossy) {
     for (DType dt : kDTypes) {
