@@ -391,6 +391,7 @@ Status measure_timings(std::vector<CodecStack>& stacks, const engine::Model& mod
       CodecTiming t{.prefix = prefix, .load_ms = median(load[c]), .ttft_ms = median(ttft[c])};
       const CodecTiming& none = c == 0 ? t : res.rows[0].timings.back();
       t.load_ratio_vs_none = none.load_ms > 0 ? t.load_ms / none.load_ms : 0;
+      t.load_gbps = t.load_ms > 0 ? res.rows[c].bytes_per_token * prefix / (t.load_ms * 1e6) : 0;
       t.ttft_ratio_vs_none = none.ttft_ms > 0 ? t.ttft_ms / none.ttft_ms : 0;
       res.rows[c].timings.push_back(t);
       if (progress)
@@ -584,6 +585,7 @@ std::string CodecBenchResult::to_json() const {
       const std::string n = std::to_string(t.prefix);
       row["load_ms_" + n] = t.load_ms;
       row["load_ratio_vs_none_" + n] = t.load_ratio_vs_none;
+      row["load_gbps_" + n] = t.load_gbps;
       row["ttft_ms_" + n] = t.ttft_ms;
       row["ttft_ratio_vs_none_" + n] = t.ttft_ratio_vs_none;
     }

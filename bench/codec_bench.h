@@ -68,6 +68,7 @@ struct CodecTiming {
   uint32_t prefix = 0;
   double load_ms = 0, ttft_ms = 0;  // medians
   double load_ratio_vs_none = 0, ttft_ratio_vs_none = 0;
+  double load_gbps = 0;  // stored (encoded) payload bytes of the prefix / load_ms: compare with the disk's raw read rate
 };
 
 // One set of outputs against a reference set, over the error prompts.

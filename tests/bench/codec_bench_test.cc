@@ -69,7 +69,8 @@ TEST_F(CodecBenchTest, ReportsEveryCodecWithExactSizesAndNoneEqualToRecompute) {
     EXPECT_EQ(row["codec"], names[c]);
     EXPECT_DOUBLE_EQ(row["compression_ratio"].get<double>(), ratios[c]);
     for (const char* k : {"encode_gbps", "decode_gbps", "memcpy_gbps", "load_ms_256", "load_ms_512", "ttft_ms_256",
-                          "ttft_ms_512", "load_ratio_vs_none_256", "ttft_ratio_vs_none_512", "entry_bytes_per_token"}) {
+                          "ttft_ms_512", "load_ratio_vs_none_256", "ttft_ratio_vs_none_512", "entry_bytes_per_token",
+                          "load_gbps_256"}) {
       ASSERT_TRUE(row.contains(k)) << k;
       EXPECT_GT(row[k].get<double>(), 0.0) << k;
     }
