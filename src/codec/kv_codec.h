@@ -63,8 +63,8 @@
 // q8 |x - x'| <= |d|/2 + amax*2^-10 + 2^-18; q4 |x - x'| <= |d| + amax*2^-9
 // + 2^-22 (the last two terms cover the f16 rounding of d, the absolute one
 // only matters where d is an f16 subnormal). A mixed codec's section obeys
-// its kind's bound; an f16 section: |x - x'| <= |x|*2^-11 + 2^-25. All-zero groups decode to
-// exact zeros. f16 output saturates at +-65504: a q8 scale rounded up to f16
+// its kind's bound; an f16 section: |x - x'| <= |x|*2^-11 + 2^-25. All-zero
+// groups decode to exact zeros. f16 output saturates at +-65504: a q8 scale rounded up to f16
 // could otherwise push a block's largest value just past the f16 range.
 #pragma once
 
@@ -82,7 +82,8 @@ namespace kvtier {
 // Stored in entries: the values are part of the format.
 enum class KvCodec : uint8_t { kNone = 0, kQ8 = 1, kQ4 = 2, kK8V4 = 3, kK16V8 = 4, kF16 = 5 };
 // Every codec, by bits per value: the choices of the codec options and benches.
-inline constexpr KvCodec kKvCodecs[] = {KvCodec::kNone, KvCodec::kF16, KvCodec::kK16V8, KvCodec::kQ8, KvCodec::kK8V4, KvCodec::kQ4};
+inline constexpr KvCodec kKvCodecs[] = {KvCodec::kNone, KvCodec::kF16,  KvCodec::kK16V8,
+                                        KvCodec::kQ8,   KvCodec::kK8V4, KvCodec::kQ4};
 
 std::string_view kv_codec_name(KvCodec c);              // "none" | "f16" | "q8" | "q4" | "k8v4" | "k16v8"
 std::string kv_codec_choices();                         // "none, f16, k16v8, q8, k8v4, q4"
