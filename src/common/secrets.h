@@ -18,7 +18,7 @@ Result<std::string> read_secret_file(const std::string& path, std::string_view w
 
 // Where named secrets come from besides files: the program's edge (the
 // kvtier executable, the Python module) installs a lookup at start-up,
-// usually std::getenv; the library itself never reads the environment.
+// usually the process environment; the library itself never reads it.
 // Without one, only files give secrets. Install before any other thread runs.
 using SecretLookup = const char* (*)(const char* name);
 void set_secret_lookup(SecretLookup lookup);

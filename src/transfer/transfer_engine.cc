@@ -183,6 +183,10 @@ bool TransferEngine::encoded(const PageLoc& loc) const {
   return loc.tier == TierKind::kHost && options_.host && options_.host->codec() != KvCodec::kNone;
 }
 
+bool TransferEngine::any_encoded(std::span<const PageLoc> locs) const {
+  return std::any_of(locs.begin(), locs.end(), [&](const PageLoc& l) { return encoded(l); });
+}
+
 Status TransferEngine::copy_pages(const TransferBatch& b, std::span<const size_t> which, uint32_t l0, uint32_t l1,
                                   std::vector<ByteCopy>& copies) const {
   const size_t slice = geometry_.layer_slice_bytes();
@@ -218,7 +222,7 @@ Status TransferEngine::copy_encoded(const CopyMove& c, uint32_t l0, uint32_t l1)
 Status TransferEngine::scatter_load(const LoadMove& m, const std::byte* layers, uint32_t l0, uint32_t l1,
                                     std::span<std::byte* const> dst, std::vector<ByteCopy>& copies) const {
   copies.clear();
-  if (std::none_of(m.dst.begin(), m.dst.end(), [&](const PageLoc& l) { return encoded(l); })) {
+  if (!any_encoded(m.dst)) {
     scatter_copies(geometry_, layers, l0, l1 - l0, dst, copies);
     return move_bytes(copies);
   }
@@ -350,7 +354,7 @@ void TransferEngine::run_fetch(Task& t) {
   for (size_t j = 0; j < t.loads.size(); ++j) {
     const LoadMove& m = b.loads[t.loads[j]];
     for (const auto& d : m.dst) dst[j].push_back(page_ptr(d));
-    direct[j] = !pool_on_device() && std::none_of(m.dst.begin(), m.dst.end(), [&](const PageLoc& l) { return encoded(l); });
+    direct[j] = !pool_on_device() && !any_encoded(m.dst);
   }
 
   std::vector<ByteCopy> copies;  // reused for every group of moves below
@@ -420,7 +424,7 @@ void TransferEngine::run_store(Task& t) {
       continue;
     }
     const StoreMove& m = b.stores[i];
-    if (std::any_of(m.src.begin(), m.src.end(), [&](const PageLoc& l) { return encoded(l); })) {
+    if (any_encoded(m.src)) {
       // Pages in encoded host slots are approximate: they never go down as an exact entry.
       st.set(st.result.stores, i, Status::FailedPrecondition("TransferEngine: pages in encoded host slots are not stored down"), false);
       continue;

@@ -152,6 +152,7 @@ class TransferEngine {
   std::byte* page_ptr(const PageLoc& loc) const;
   // A host slot holding its page encoded (HostTier::codec()): reached through the host tier, not page_ptr.
   bool encoded(const PageLoc& loc) const;
+  bool any_encoded(std::span<const PageLoc> locs) const;
   // The copies `which` of batch b, layers [l0, l1); plain slices go in one move_bytes.
   Status copy_pages(const TransferBatch& b, std::span<const size_t> which, uint32_t l0, uint32_t l1,
                     std::vector<ByteCopy>& copies) const;
