@@ -38,6 +38,11 @@ class AlignedBuffer {
     if (alignment >= kHugePage) madvise(data_, n, MADV_HUGEPAGE);  // advice only: small pages if refused
     std::memset(data_, 0, bytes);
   }
+  // A buffer that direct I/O will target, of at least `bytes`: rounded up to
+  // whole huge pages, so that even a small I/O buffer maps one 2 MiB page per
+  // I/O rather than one small page per 4 KiB (disk reads into 136 KiB bounce
+  // buffers of small pages ran 10-20 % slower than into huge pages, docs/PERF.md).
+  static AlignedBuffer for_io(size_t bytes) { return AlignedBuffer(align_up(bytes == 0 ? 1 : bytes, kHugePage)); }
   ~AlignedBuffer() { std::free(data_); }
   AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {

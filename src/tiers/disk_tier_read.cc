@@ -45,11 +45,15 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   std::vector<Unit> units;
   std::vector<IoOp> io;
   std::vector<uint32_t> io_unit;  // unit of each I/O
-  // Bounce buffers, kept per thread and reused: faulting in fresh pages for
-  // every chunk of every layer cost as much as reading it (encoded entries
-  // all come through here).
-  thread_local std::vector<AlignedBuffer> tl_bounce;
-  size_t bounces = 0;
+  // Bounce buffers: slices of one arena kept per thread and reused (faulting
+  // in fresh pages for every chunk of every layer cost as much as reading it;
+  // encoded entries all come through here), in whole huge pages (AlignedBuffer::for_io).
+  // An op's stored range is at most its `out` (the contract) plus the
+  // alignment on either side.
+  thread_local AlignedBuffer tl_bounce;
+  size_t bounce_bound = 0, bounce_used = 0;
+  for (const GetOp& op : ops) bounce_bound += op.out.size() + 2 * kIoAlign;
+  if (tl_bounce.size() < bounce_bound) tl_bounce = AlignedBuffer::for_io(bounce_bound);
   // Reads of at most io_block_bytes (many huge reads in flight overrun the
   // device queue and io_uring falls back to blocking workers), cut at layer
   // boundaries so that each unit can be verified on its own.
@@ -105,14 +109,17 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
           add_unit(c, l, n, f, off + l * lb, op.out.data() + l * lb, n * lb);
         }
       } else {  // one unit through an aligned bounce buffer
-        Pending& p = pending.back();
         const uint64_t start = align_down(off);
-        p.skip = off - start;
         const size_t need = align_up(off + len) - start;
-        if (tl_bounce.size() == bounces) tl_bounce.emplace_back();
-        AlignedBuffer& buf = tl_bounce[bounces++];
-        if (buf.size() < need) buf = AlignedBuffer(need);
-        p.bounce = buf.span().first(need);
+        if (bounce_used + need > tl_bounce.size()) {  // stored layers larger than the pool's: no codec does that
+          pending.pop_back();
+          op.status = Status::Internal("DiskTier: a chunk's stored layers exceed the get's buffer");
+          continue;
+        }
+        Pending& p = pending.back();
+        p.skip = off - start;
+        p.bounce = tl_bounce.span().subspan(bounce_used, need);
+        bounce_used += need;
         add_unit(c, 0, op.num_layers, f, start, p.bounce.data(), p.bounce.size());
       }
     }

@@ -165,7 +165,7 @@ struct Scratch {
       if (m.ok()) pinned = std::move(*m);
     }
     if (pin && pinned && pinned->size() >= bytes) return pinned->data();
-    if (plain.size() < bytes) plain = AlignedBuffer(bytes);
+    if (plain.size() < bytes) plain = AlignedBuffer::for_io(bytes);
     return plain.data();
   }
 };

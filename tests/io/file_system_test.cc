@@ -55,6 +55,18 @@ TEST(FileSystem, WriteReadSyncTruncateList) {
   EXPECT_FALSE(fs.list_dir(dir.path() + "/missing").ok());
 }
 
+// Buffers for direct I/O come in whole huge pages, aligned to one, zero-filled.
+TEST(AlignedBuffer, IoBuffersAreWholeHugePages) {
+  for (size_t n : {size_t(0), size_t(1), size_t(136) << 10, kHugePage, kHugePage + 1}) {
+    SCOPED_TRACE(n);
+    AlignedBuffer b = AlignedBuffer::for_io(n);
+    EXPECT_EQ(b.size(), align_up(std::max<size_t>(n, 1), kHugePage));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % kHugePage, 0u);
+    EXPECT_EQ(b.data()[0], std::byte{0});
+    EXPECT_EQ(b.data()[b.size() - 1], std::byte{0});
+  }
+}
+
 TEST(FileSystem, DirectFallsBackOnTmpfs) {
   if (!std::filesystem::exists("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
   TempDir dir("/dev/shm");

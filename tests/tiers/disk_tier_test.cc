@@ -321,6 +321,56 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
   }
 }
 
+// Encoded entries read from the file pass through bounce buffers that are
+// slices of one per-thread arena: a batch of several chunks, some at an
+// unaligned layer range, gives each chunk its own bytes, as a get of that
+// chunk alone does.
+TEST(DiskTier, ABatchOfEncodedChunksGivesEachItsOwnLayers) {
+  TempDir dir;
+  const ChunkGeometry g{KVGeometry{.num_layers = 3, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 4},
+                        4, KvCodec::kQ8};
+  auto opts = disk_options(dir.path(), g);
+  opts.accept_lossy = true;
+  std::vector<TestChunk> chunks;
+  {
+    auto t = DiskTier::create(opts).value();
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (uint32_t i = 0; i < 6; ++i) {
+      chunks.push_back(make_chunk(g, test_ns(4), i));
+      for (size_t b = 0; b < chunks.back().payload.size(); b += 4) {  // finite values: q8 encodes them
+        const float f = dist(rng);
+        std::memcpy(chunks.back().payload.data() + b, &f, 4);
+      }
+      ASSERT_TRUE(t->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
+    }
+    ASSERT_TRUE(t->flush().ok());
+  }
+  auto t = DiskTier::create(opts).value();  // reopened: every read comes from the file
+  const size_t lb = g.layer_bytes(4);
+  auto first_layer = [](size_t i) { return uint32_t(i % 2); };  // odd chunks start at layer 1
+  std::vector<std::vector<std::byte>> alone;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    alone.emplace_back((3 - first_layer(i)) * lb);
+    GetOp op{chunks[i].key, first_layer(i), kAllLayers, alone.back()};
+    t->get_batch({&op, 1});
+    ASSERT_TRUE(op.status.ok()) << i << ": " << op.status.to_string();
+  }
+  for (size_t i = 1; i < chunks.size(); ++i) EXPECT_NE(alone[i], alone[i - 1]);
+  std::vector<std::vector<std::byte>> outs;
+  std::vector<GetOp> ops;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    outs.emplace_back((3 - first_layer(i)) * lb, std::byte{0x33});
+    ops.push_back(GetOp{chunks[i].key, first_layer(i), kAllLayers, outs.back()});
+  }
+  t->get_batch(ops);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    ASSERT_TRUE(ops[i].status.ok()) << i << ": " << ops[i].status.to_string();
+    EXPECT_EQ(ops[i].codec, KvCodec::kQ8);
+    EXPECT_EQ(outs[i], alone[i]) << i;
+  }
+}
+
 TEST(DiskTier, FlippedBytesFailExactlyTheAffectedEntries) {
   TempDir dir;
   auto g = small_geometry();
