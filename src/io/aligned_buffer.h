@@ -39,9 +39,10 @@ class AlignedBuffer {
     std::memset(data_, 0, bytes);
   }
   // A buffer that direct I/O will target, of at least `bytes`: rounded up to
-  // whole huge pages, so that even a small I/O buffer maps one 2 MiB page per
-  // I/O rather than one small page per 4 KiB (disk reads into 136 KiB bounce
-  // buffers of small pages ran 10-20 % slower than into huge pages, docs/PERF.md).
+  // whole huge pages, so that a small I/O buffer too maps one 2 MiB page rather
+  // than a small page per 4 KiB (encoded disk loads read into 136-256 KiB
+  // buffers of small pages took up to a quarter longer than the same bytes
+  // into a huge page; docs/PERF.md, "The lower tiers' data path").
   static AlignedBuffer for_io(size_t bytes) { return AlignedBuffer(align_up(bytes == 0 ? 1 : bytes, kHugePage)); }
   ~AlignedBuffer() { std::free(data_); }
   AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
