@@ -37,6 +37,9 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     GetOp* op;
     Loc loc;
     std::span<std::byte> bounce;  // used when the target range is not O_DIRECT-aligned (or is encoded)
+    File* file = nullptr;         // the bounce read: taken under the lock
+    uint64_t bounce_start = 0;    // file offset of bounce[0]
+    size_t bounce_len = 0;        // bytes read into `bounce` (0: none)
     size_t skip = 0;       // bytes before the wanted range inside `bounce`
     uint32_t units_left = 0;
     int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
@@ -48,12 +51,8 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   // Bounce buffers: slices of one arena kept per thread and reused (faulting
   // in fresh pages for every chunk of every layer cost as much as reading it;
   // encoded entries all come through here), in whole huge pages (AlignedBuffer::for_io).
-  // An op's stored range is at most its `out` (the contract) plus the
-  // alignment on either side.
   thread_local AlignedBuffer tl_bounce;
-  size_t bounce_bound = 0, bounce_used = 0;
-  for (const GetOp& op : ops) bounce_bound += op.out.size() + 2 * kIoAlign;
-  if (tl_bounce.size() < bounce_bound) tl_bounce = AlignedBuffer::for_io(bounce_bound);
+  size_t bounce_bytes = 0;
   // Reads of at most io_block_bytes (many huge reads in flight overrun the
   // device queue and io_uring falls back to blocking workers), cut at layer
   // boundaries so that each unit can be verified on its own.
@@ -97,7 +96,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         continue;
       }
       const uint32_t c = static_cast<uint32_t>(pending.size());
-      pending.push_back(Pending{&op, loc, {}, 0, 0, -1});
+      pending.push_back(Pending{.op = &op, .loc = loc});
       File* f = loc.region->file.get();
       // Encoded entries always go through the bounce buffer: they are decoded into the caller's pages or `out`.
       const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
@@ -108,23 +107,26 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
           const uint32_t n = std::min(per_unit, op.num_layers - l);
           add_unit(c, l, n, f, off + l * lb, op.out.data() + l * lb, n * lb);
         }
-      } else {  // one unit through an aligned bounce buffer
-        const uint64_t start = align_down(off);
-        const size_t need = align_up(off + len) - start;
-        if (bounce_used + need > tl_bounce.size()) {  // stored layers larger than the pool's: no codec does that
-          pending.pop_back();
-          op.status = Status::Internal("DiskTier: a chunk's stored layers exceed the get's buffer");
-          continue;
-        }
+      } else {  // one unit through an aligned bounce buffer, placed below
         Pending& p = pending.back();
-        p.skip = off - start;
-        p.bounce = tl_bounce.span().subspan(bounce_used, need);
-        bounce_used += need;
-        add_unit(c, 0, op.num_layers, f, start, p.bounce.data(), p.bounce.size());
+        p.file = f;
+        p.bounce_start = align_down(off);
+        p.skip = off - p.bounce_start;
+        p.bounce_len = align_up(off + len) - p.bounce_start;
+        bounce_bytes += p.bounce_len;
       }
     }
   }
   if (pending.empty()) return;
+  if (tl_bounce.size() < bounce_bytes) tl_bounce = AlignedBuffer::for_io(bounce_bytes);
+  size_t used = 0;
+  for (uint32_t c = 0; c < pending.size(); ++c) {
+    Pending& p = pending[c];
+    if (p.bounce_len == 0) continue;
+    p.bounce = tl_bounce.span().subspan(used, p.bounce_len);
+    used += p.bounce_len;
+    add_unit(c, 0, p.op->num_layers, p.file, p.bounce_start, p.bounce.data(), p.bounce.size());
+  }
   auto settle_unit = [&](const Unit& u) {
     Pending& p = pending[u.chunk];
     GetOp& op = *p.op;
