@@ -167,6 +167,7 @@ class DiskTier final : public Tier {
     std::shared_ptr<const ChunkMeta> auth_meta;  // authenticated entries: layer tags and nonce
   };
   using Index = std::unordered_map<ChunkKey, Loc, ChunkKeyHasher>;
+  class ReadBatch;  // one get_batch's reads from the region files (disk_tier_read.cc)
   // One range of a region buffer for the writer thread.
   struct WriteJob {
     std::shared_ptr<Region> region;

@@ -23,50 +23,155 @@ Status place_layers(GetOp& op, const ChunkGeometry& g, uint32_t n_pages, KvCodec
 
 }  // namespace
 
-void DiskTier::get_batch(std::span<GetOp> ops) {
-  const ChunkGeometry& g = options_.geometry;
-  // A read unit is a run of whole layers of one chunk, read by one or more
-  // I/Os and verified as soon as its last I/O completes, while the reads of
-  // later units are in flight. A chunk's first failure (I/O error or bad
-  // checksum) decides its outcome.
+// One get_batch's reads from the region files. A read unit is a run of whole
+// layers of one chunk, read by one or more I/Os and verified as soon as its
+// last I/O completes, while the reads of later units are in flight. A chunk's
+// first failure (I/O error or bad checksum) decides its outcome. Filled under
+// the tier's lock (add_*), run without it.
+class DiskTier::ReadBatch {
+ public:
+  struct Pending {
+    GetOp* op;
+    Loc loc;                      // a copy: the entry may leave the index while it is read
+    File* file = nullptr;         // taken under the lock
+    std::span<std::byte> bounce;  // used when the target range is not O_DIRECT-aligned (or is encoded)
+    uint64_t bounce_start = 0;    // file offset of bounce[0]
+    size_t bounce_len = 0;        // bytes read into `bounce` (0: none)
+    size_t skip = 0;              // bytes before the wanted range inside `bounce`
+    uint32_t units_left = 0;
+    int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
+  };
+
+  explicit ReadBatch(const DiskTierOptions& o) : o_(o) {}
+
+  // A raw chunk whose range and `out` are O_DIRECT-aligned: read straight
+  // into `out`, in units of whole layers of at most io_block_bytes.
+  void add_direct(GetOp& op, const Loc& loc, uint64_t off, size_t lb) {
+    const uint32_t c = add_pending(op, loc);
+    const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, o_.io_block_bytes / lb));
+    for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
+      const uint32_t n = std::min(per_unit, op.num_layers - l);
+      add_unit(c, l, n, off + l * lb, op.out.data() + l * lb, n * lb);
+    }
+  }
+  // Any other chunk (encoded ones always): one unit through an aligned bounce
+  // buffer, which place_bounces() gives it; then decoded into the caller's pages or `out`.
+  void add_bounced(GetOp& op, const Loc& loc, uint64_t off, size_t len) {
+    Pending& p = pending_[add_pending(op, loc)];
+    p.bounce_start = align_down(off);
+    p.skip = off - p.bounce_start;
+    p.bounce_len = align_up(off + len) - p.bounce_start;
+    bounce_bytes_ += p.bounce_len;
+  }
+  bool empty() const { return pending_.empty(); }
+  std::vector<Pending>& pending() { return pending_; }
+
+  // Bounce buffers are slices of one arena kept per thread and reused
+  // (faulting in fresh pages for every chunk of every layer cost as much as
+  // reading it), in whole huge pages (AlignedBuffer::for_io).
+  void place_bounces() {
+    thread_local AlignedBuffer tl_bounce;
+    if (tl_bounce.size() < bounce_bytes_) tl_bounce = AlignedBuffer::for_io(bounce_bytes_);
+    size_t used = 0;
+    for (uint32_t c = 0; c < pending_.size(); ++c) {
+      Pending& p = pending_[c];
+      if (p.bounce_len == 0) continue;
+      p.bounce = tl_bounce.span().subspan(used, p.bounce_len);
+      used += p.bounce_len;
+      add_unit(c, 0, p.op->num_layers, p.bounce_start, p.bounce.data(), p.bounce.size());
+    }
+  }
+
+  // Every read on `q` (null: each fails with `qst`), with read_waves waves in
+  // flight (never fewer than 8 reads nor more than queue_depth), so that what
+  // one wave read is verified while the next is read.
+  void run(IoQueue* q, const Status& qst) {
+    reported_.assign(io_.size(), 0);
+    if (q) {
+      const size_t per_wave = (io_.size() + o_.read_waves - 1) / o_.read_waves;
+      const auto inflight = static_cast<uint32_t>(std::min<size_t>(o_.queue_depth, std::max<size_t>(8, per_wave)));
+      (void)q->run_notify(io_, [this](size_t k) { complete(k); }, inflight);
+    } else {
+      for (IoOp& op : io_) op.status = qst;
+    }
+    for (size_t k = 0; k < io_.size(); ++k)  // ops the queue gave up on without reporting them
+      if (!reported_[k]) {
+        if (io_[k].status.ok()) io_[k].status = Status::IOError("DiskTier: read not completed");
+        complete(k);
+      }
+  }
+
+ private:
   struct Unit {
     uint32_t chunk = 0, first_layer = 0, num_layers = 0;  // layers relative to the op's first_layer
     uint32_t io_left = 0;
   };
-  struct Pending {
-    GetOp* op;
-    Loc loc;
-    std::span<std::byte> bounce;  // used when the target range is not O_DIRECT-aligned (or is encoded)
-    File* file = nullptr;         // the bounce read: taken under the lock
-    uint64_t bounce_start = 0;    // file offset of bounce[0]
-    size_t bounce_len = 0;        // bytes read into `bounce` (0: none)
-    size_t skip = 0;       // bytes before the wanted range inside `bounce`
-    uint32_t units_left = 0;
-    int outcome = -1;  // 0 ok, 1 io error, 2 corrupt; -1 not yet
-  };
-  std::vector<Pending> pending;
-  std::vector<Unit> units;
-  std::vector<IoOp> io;
-  std::vector<uint32_t> io_unit;  // unit of each I/O
-  // Bounce buffers: slices of one arena kept per thread and reused (faulting
-  // in fresh pages for every chunk of every layer cost as much as reading it;
-  // encoded entries all come through here), in whole huge pages (AlignedBuffer::for_io).
-  thread_local AlignedBuffer tl_bounce;
-  size_t bounce_bytes = 0;
+
+  uint32_t add_pending(GetOp& op, const Loc& loc) {
+    pending_.push_back(Pending{.op = &op, .loc = loc, .file = loc.region->file.get()});
+    return static_cast<uint32_t>(pending_.size() - 1);
+  }
   // Reads of at most io_block_bytes (many huge reads in flight overrun the
   // device queue and io_uring falls back to blocking workers), cut at layer
   // boundaries so that each unit can be verified on its own.
-  auto add_unit = [&](uint32_t chunk, uint32_t first_layer, uint32_t num_layers, File* f, uint64_t off, std::byte* buf,
-                      size_t len) {
-    const uint32_t u = static_cast<uint32_t>(units.size());
-    units.push_back({chunk, first_layer, num_layers, 0});
-    for (size_t done = 0; done < len; done += options_.io_block_bytes) {
-      io.push_back({IoKind::kRead, f, off + done, buf + done, std::min(options_.io_block_bytes, len - done)});
-      io_unit.push_back(u);
-      ++units[u].io_left;
+  void add_unit(uint32_t chunk, uint32_t first_layer, uint32_t num_layers, uint64_t off, std::byte* buf, size_t len) {
+    const uint32_t u = static_cast<uint32_t>(units_.size());
+    units_.push_back({chunk, first_layer, num_layers, 0});
+    for (size_t done = 0; done < len; done += o_.io_block_bytes) {
+      io_.push_back({IoKind::kRead, pending_[chunk].file, off + done, buf + done, std::min(o_.io_block_bytes, len - done)});
+      io_unit_.push_back(u);
+      ++units_[u].io_left;
     }
-    ++pending[chunk].units_left;
-  };
+    ++pending_[chunk].units_left;
+  }
+  void complete(size_t k) {
+    reported_[k] = 1;
+    Unit& u = units_[io_unit_[k]];
+    Pending& p = pending_[u.chunk];
+    if (!io_[k].status.ok() && p.outcome < 0) {
+      p.op->status = io_[k].status;
+      p.outcome = 1;
+    }
+    if (--u.io_left == 0) settle(u);
+  }
+  // A unit's reads are all in: verify its layers; the chunk's last unit places them.
+  void settle(const Unit& u) {
+    const ChunkGeometry& g = o_.geometry;
+    Pending& p = pending_[u.chunk];
+    GetOp& op = *p.op;
+    const size_t lb = g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
+    if (p.outcome < 0) {
+      const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
+      if (p.loc.auth_meta) {  // keyed layer tags (tier secret)
+        op.status = verify_chunk_layers(*p.loc.auth_meta, g, op.first_layer + u.first_layer, u.num_layers,
+                                        {base + u.first_layer * lb, u.num_layers * lb}, o_.auth.get());
+        if (!op.status.ok()) p.outcome = 2;
+      }
+      for (uint32_t l = u.first_layer; !p.loc.auth_meta && l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
+        if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
+          op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
+          p.outcome = 2;
+        }
+    }
+    if (--p.units_left > 0 || p.outcome >= 0) return;
+    p.outcome = 0;
+    if (p.bounce.empty()) return;
+    op.status = place_layers(op, g, p.loc.num_pages, p.loc.codec, {p.bounce.data() + p.skip, op.num_layers * lb});
+    if (!op.status.ok()) p.outcome = 2;
+  }
+
+  const DiskTierOptions& o_;
+  std::vector<Pending> pending_;
+  std::vector<Unit> units_;
+  std::vector<IoOp> io_;
+  std::vector<uint32_t> io_unit_;  // unit of each I/O
+  std::vector<char> reported_;     // per I/O: its completion was handled
+  size_t bounce_bytes_ = 0;
+};
+
+void DiskTier::get_batch(std::span<GetOp> ops) {
+  const ChunkGeometry& g = options_.geometry;
+  ReadBatch batch(options_);
   {
     std::lock_guard lock(mu_);
     for (GetOp& op : ops) {
@@ -95,92 +200,20 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         if (op.status.ok()) ++stats_.hits;
         continue;
       }
-      const uint32_t c = static_cast<uint32_t>(pending.size());
-      pending.push_back(Pending{.op = &op, .loc = loc});
-      File* f = loc.region->file.get();
-      // Encoded entries always go through the bounce buffer: they are decoded into the caller's pages or `out`.
       const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
                            reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
-      if (aligned) {
-        const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, options_.io_block_bytes / lb));
-        for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
-          const uint32_t n = std::min(per_unit, op.num_layers - l);
-          add_unit(c, l, n, f, off + l * lb, op.out.data() + l * lb, n * lb);
-        }
-      } else {  // one unit through an aligned bounce buffer, placed below
-        Pending& p = pending.back();
-        p.file = f;
-        p.bounce_start = align_down(off);
-        p.skip = off - p.bounce_start;
-        p.bounce_len = align_up(off + len) - p.bounce_start;
-        bounce_bytes += p.bounce_len;
-      }
+      if (aligned) batch.add_direct(op, loc, off, lb);
+      else batch.add_bounced(op, loc, off, len);
     }
   }
-  if (pending.empty()) return;
-  if (tl_bounce.size() < bounce_bytes) tl_bounce = AlignedBuffer::for_io(bounce_bytes);
-  size_t used = 0;
-  for (uint32_t c = 0; c < pending.size(); ++c) {
-    Pending& p = pending[c];
-    if (p.bounce_len == 0) continue;
-    p.bounce = tl_bounce.span().subspan(used, p.bounce_len);
-    used += p.bounce_len;
-    add_unit(c, 0, p.op->num_layers, p.file, p.bounce_start, p.bounce.data(), p.bounce.size());
-  }
-  auto settle_unit = [&](const Unit& u) {
-    Pending& p = pending[u.chunk];
-    GetOp& op = *p.op;
-    if (p.outcome < 0) {
-      const size_t lb = g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
-      const std::byte* base = p.bounce.empty() ? op.out.data() : p.bounce.data() + p.skip;
-      if (p.loc.auth_meta) {  // keyed layer tags (tier secret)
-        op.status = verify_chunk_layers(*p.loc.auth_meta, g, op.first_layer + u.first_layer, u.num_layers,
-                                        {base + u.first_layer * lb, u.num_layers * lb}, options_.auth.get());
-        if (!op.status.ok()) p.outcome = 2;
-      }
-      for (uint32_t l = u.first_layer; !p.loc.auth_meta && l < u.first_layer + u.num_layers && p.outcome < 0; ++l)
-        if (layer_checksum(base + l * lb, lb, op.first_layer + l) != p.loc.layer_sums[op.first_layer + l]) {
-          op.status = Status::Corruption("chunk layer " + std::to_string(op.first_layer + l) + " checksum mismatch");
-          p.outcome = 2;
-        }
-    }
-    if (--p.units_left > 0) return;
-    if (p.outcome < 0) {
-      p.outcome = 0;
-      if (!p.bounce.empty()) {
-        const size_t len = op.num_layers * g.stored_layer_bytes(p.loc.num_pages, p.loc.codec);
-        op.status = place_layers(op, g, p.loc.num_pages, p.loc.codec, {p.bounce.data() + p.skip, len});
-        if (!op.status.ok()) p.outcome = 2;
-      }
-    }
-  };
-  std::vector<char> reported(io.size(), 0);
-  auto complete_io = [&](size_t k) {
-    reported[k] = 1;
-    Unit& u = units[io_unit[k]];
-    Pending& p = pending[u.chunk];
-    if (!io[k].status.ok() && p.outcome < 0) {
-      p.op->status = io[k].status;
-      p.outcome = 1;
-    }
-    if (--u.io_left == 0) settle_unit(u);
-  };
+  if (batch.empty()) return;
+  batch.place_bounces();
   Status qst;
   auto q = acquire_queue(qst);
-  if (q) {
-    const size_t per_wave = (io.size() + options_.read_waves - 1) / options_.read_waves;
-    (void)q->run_notify(io, complete_io, static_cast<uint32_t>(std::min<size_t>(options_.queue_depth, std::max<size_t>(8, per_wave))));
-    release_queue(std::move(q));
-  } else {
-    for (IoOp& o : io) o.status = qst;
-  }
-  for (size_t k = 0; k < io.size(); ++k)  // ops the queue gave up on without reporting them
-    if (!reported[k]) {
-      if (io[k].status.ok()) io[k].status = Status::IOError("DiskTier: read not completed");
-      complete_io(k);
-    }
+  batch.run(q.get(), qst);
+  if (q) release_queue(std::move(q));
   std::lock_guard lock(mu_);
-  for (Pending& p : pending) {
+  for (ReadBatch::Pending& p : batch.pending()) {
     if (p.outcome == 0) ++stats_.hits;
     else if (p.outcome == 1) ++stats_.io_errors;
     else {
