@@ -44,24 +44,13 @@ class DiskTier::ReadBatch {
 
   explicit ReadBatch(const DiskTierOptions& o) : o_(o) {}
 
-  // A raw chunk whose range and `out` are O_DIRECT-aligned: read straight
-  // into `out`, in units of whole layers of at most io_block_bytes.
-  void add_direct(GetOp& op, const Loc& loc, uint64_t off, size_t lb) {
-    const uint32_t c = add_pending(op, loc);
-    const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, o_.io_block_bytes / lb));
-    for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
-      const uint32_t n = std::min(per_unit, op.num_layers - l);
-      add_unit(c, l, n, off + l * lb, op.out.data() + l * lb, n * lb);
-    }
-  }
-  // Any other chunk (encoded ones always): one unit through an aligned bounce
-  // buffer, which place_bounces() gives it; then decoded into the caller's pages or `out`.
-  void add_bounced(GetOp& op, const Loc& loc, uint64_t off, size_t len) {
-    Pending& p = pending_[add_pending(op, loc)];
-    p.bounce_start = align_down(off);
-    p.skip = off - p.bounce_start;
-    p.bounce_len = align_up(off + len) - p.bounce_start;
-    bounce_bytes_ += p.bounce_len;
+  // The op's layers, `lb` stored bytes each from file offset `off`: straight
+  // into `out` when raw and O_DIRECT-aligned, else through a bounce buffer.
+  void add(GetOp& op, const Loc& loc, uint64_t off, size_t lb) {
+    const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
+                         reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
+    if (aligned) add_direct(op, loc, off, lb);
+    else add_bounced(op, loc, off, op.num_layers * lb);
   }
   bool empty() const { return pending_.empty(); }
   std::vector<Pending>& pending() { return pending_; }
@@ -107,6 +96,25 @@ class DiskTier::ReadBatch {
     uint32_t io_left = 0;
   };
 
+  // A raw chunk whose range and `out` are O_DIRECT-aligned: read straight
+  // into `out`, in units of whole layers of at most io_block_bytes.
+  void add_direct(GetOp& op, const Loc& loc, uint64_t off, size_t lb) {
+    const uint32_t c = add_pending(op, loc);
+    const uint32_t per_unit = static_cast<uint32_t>(std::max<size_t>(1, o_.io_block_bytes / lb));
+    for (uint32_t l = 0; l < op.num_layers; l += per_unit) {
+      const uint32_t n = std::min(per_unit, op.num_layers - l);
+      add_unit(c, l, n, off + l * lb, op.out.data() + l * lb, n * lb);
+    }
+  }
+  // Any other chunk (encoded ones always): one unit through an aligned bounce
+  // buffer, which place_bounces() gives it; then decoded into the caller's pages or `out`.
+  void add_bounced(GetOp& op, const Loc& loc, uint64_t off, size_t len) {
+    Pending& p = pending_[add_pending(op, loc)];
+    p.bounce_start = align_down(off);
+    p.skip = off - p.bounce_start;
+    p.bounce_len = align_up(off + len) - p.bounce_start;
+    bounce_bytes_ += p.bounce_len;
+  }
   uint32_t add_pending(GetOp& op, const Loc& loc) {
     pending_.push_back(Pending{.op = &op, .loc = loc, .file = loc.region->file.get()});
     return static_cast<uint32_t>(pending_.size() - 1);
@@ -200,10 +208,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
         if (op.status.ok()) ++stats_.hits;
         continue;
       }
-      const bool aligned = loc.codec == KvCodec::kNone && off % kIoAlign == 0 && lb % kIoAlign == 0 &&
-                           reinterpret_cast<uintptr_t>(op.out.data()) % kIoAlign == 0;
-      if (aligned) batch.add_direct(op, loc, off, lb);
-      else batch.add_bounced(op, loc, off, len);
+      batch.add(op, loc, off, lb);
     }
   }
   if (batch.empty()) return;
