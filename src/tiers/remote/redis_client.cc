@@ -331,6 +331,154 @@ Result<RedisReplyPtr> RedisClient::command(std::vector<std::string_view> args, u
   return std::move(c.reply);
 }
 
+struct RedisClient::Pipeline {
+  std::span<RedisCommand> cmds;
+  std::shared_ptr<const Topology> topo;
+  std::vector<size_t> pending;          // commands without a reply or a failure yet
+  std::vector<RedisEndpoint> ask_to;    // per command; port 0: no ASK pending
+  std::vector<char> asked;              // per command: this hop sent ASKING before it
+  Status first_error;
+
+  void fail(size_t i, const Status& e) {
+    cmds[i].status = e;
+    if (first_error.ok()) first_error = e;
+  }
+};
+
+struct RedisClient::NodeBatch {
+  RedisEndpoint ep;
+  std::vector<size_t> idx;  // commands, in sending order
+  redisContext* c = nullptr;
+};
+
+namespace {
+
+bool flush_output(redisContext* c) {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+  return true;
+}
+
+}  // namespace
+
+// The pending commands grouped by the node that serves them: an ASK target,
+// the slot's master in a cluster, else the one server.
+std::vector<RedisClient::NodeBatch> RedisClient::route(Pipeline& p) {
+  std::vector<NodeBatch> nodes;
+  for (size_t i : p.pending) {
+    RedisEndpoint ep;
+    if (p.ask_to[i].port != 0) {
+      ep = p.ask_to[i];
+    } else if (p.topo->cluster) {
+      const auto& a = p.cmds[i].args;
+      const uint16_t slot = p.cmds[i].key_arg < a.size() ? redis_key_slot(a[p.cmds[i].key_arg]) : 0;
+      const uint16_t owner = p.topo->map.owner[slot];
+      if (owner == RedisSlotMap::kNoOwner) {
+        p.fail(i, Status::Unavailable("redis cluster: slot " + std::to_string(slot) + " has no master"));
+        stale_ = true;
+        continue;
+      }
+      ep = p.topo->map.nodes[owner];
+    } else {
+      ep = p.topo->map.nodes[0];
+    }
+    auto n = std::find_if(nodes.begin(), nodes.end(), [&](const NodeBatch& x) { return x.ep == ep; });
+    if (n == nodes.end()) n = nodes.insert(nodes.end(), NodeBatch{ep, {}, nullptr});
+    n->idx.push_back(i);
+  }
+  return nodes;
+}
+
+// Queues every node's pipeline (ASKING first where a command was redirected
+// by ASK), then writes them all, so the nodes work in parallel. A node whose
+// connection fails or breaks fails its commands and has no context after.
+void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
+  p.asked.assign(p.cmds.size(), 0);
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  for (auto& n : nodes) {
+    auto c = s.get(n.ep);
+    if (!c.ok()) {
+      note_transport_error(false);
+      for (size_t i : n.idx) p.fail(i, c.status());
+      continue;
+    }
+    n.c = *c;
+    for (size_t i : n.idx) {
+      if (p.ask_to[i].port != 0) {
+        redisAppendCommand(n.c, "ASKING");
+        p.asked[i] = 1;
+        p.ask_to[i] = RedisEndpoint{};
+      }
+      if (!p.cmds[i].formatted.empty()) {
+        // Whatever is queued goes first; a failure surfaces in the write loop below.
+        if (!flush_output(n.c) || !send_pieces(n.c, p.cmds[i].formatted)) break;
+        continue;
+      }
+      argv.clear();
+      argl.clear();
+      for (auto a : p.cmds[i].args) {
+        argv.push_back(a.data());
+        argl.push_back(a.size());
+      }
+      redisAppendCommandArgv(n.c, static_cast<int>(argv.size()), argv.data(), argl.data());
+    }
+  }
+  for (auto& n : nodes)
+    if (n.c && (n.c->err || !flush_output(n.c))) broken(s, p, n, 0);
+}
+
+// A node's connection broke at its k-th command: that one and the rest fail, the context is dropped.
+void RedisClient::broken(Session& s, Pipeline& p, NodeBatch& n, size_t k) {
+  note_transport_error(is_timeout(n.c));
+  const Status e = Status::Unavailable(context_error(n.c, n.ep) + (is_timeout(n.c) ? " (timeout)" : ""));
+  for (; k < n.idx.size(); ++k) p.fail(n.idx[k], e);
+  s.drop(n.c);
+  n.c = nullptr;
+}
+
+// Reads every node's replies; returns the commands a MOVED or ASK sends to another node.
+std::vector<size_t> RedisClient::receive(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
+  std::vector<size_t> next;
+  for (auto& n : nodes) {
+    for (size_t k = 0; n.c && k < n.idx.size(); ++k) {
+      const size_t i = n.idx[k];
+      void* raw = nullptr;
+      if (p.asked[i]) {
+        if (redisGetReply(n.c, &raw) != REDIS_OK) {
+          broken(s, p, n, k);
+          break;
+        }
+        freeReplyObject(raw);
+      }
+      if (redisGetReply(n.c, &raw) != REDIS_OK) {
+        broken(s, p, n, k);
+        break;
+      }
+      RedisReplyPtr r(static_cast<redisReply*>(raw));
+      if (p.topo->cluster && r->type == REDIS_REPLY_ERROR) {
+        const std::string_view err(r->str, r->len);
+        uint16_t slot = 0;
+        RedisEndpoint to;
+        if (parse_redirect(err, "MOVED", n.ep, slot, to)) {
+          note_moved(slot, to);
+          next.push_back(i);
+          continue;
+        }
+        if (parse_redirect(err, "ASK", n.ep, slot, to)) {
+          ++counters_.ask;
+          p.ask_to[i] = to;
+          next.push_back(i);
+          continue;
+        }
+      }
+      p.cmds[i].reply = std::move(r);
+    }
+  }
+  return next;
+}
+
 Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
   if (!topology() || stale_.load()) {
     Status t = learn_topology(s);
@@ -339,138 +487,24 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
       return t;
     }
   }
-  auto topo = topology();
-  Status first_error;
-  auto fail = [&](size_t i, const Status& e) {
-    cmds[i].status = e;
-    if (first_error.ok()) first_error = e;
-  };
-  struct Group {
-    RedisEndpoint ep;
-    std::vector<size_t> idx;
-    redisContext* c = nullptr;
-  };
-  std::vector<size_t> pending(cmds.size());
+  Pipeline p{.cmds = cmds, .topo = topology(), .pending = {}, .ask_to = {}, .asked = {}, .first_error = {}};
+  p.ask_to.resize(cmds.size());
   for (size_t i = 0; i < cmds.size(); ++i) {
-    pending[i] = i;
+    p.pending.push_back(i);
     cmds[i].reply.reset();
     cmds[i].status = Status::Ok();
   }
-  std::vector<RedisEndpoint> ask_to(cmds.size());  // port 0: no ASK pending
-  std::vector<const char*> argv;
-  std::vector<size_t> argl;
-  for (uint32_t hop = 0; !pending.empty(); ++hop) {
+  for (uint32_t hop = 0; !p.pending.empty(); ++hop) {
     if (hop > options_.max_redirects) {
-      for (size_t i : pending) fail(i, Status::Unavailable("redis: too many MOVED/ASK redirects"));
+      for (size_t i : p.pending) p.fail(i, Status::Unavailable("redis: too many MOVED/ASK redirects"));
       break;
     }
-    std::vector<Group> groups;
-    for (size_t i : pending) {
-      RedisEndpoint ep;
-      if (ask_to[i].port != 0) {
-        ep = ask_to[i];
-      } else if (topo->cluster) {
-        const auto& a = cmds[i].args;
-        const uint16_t slot = cmds[i].key_arg < a.size() ? redis_key_slot(a[cmds[i].key_arg]) : 0;
-        const uint16_t owner = topo->map.owner[slot];
-        if (owner == RedisSlotMap::kNoOwner) {
-          fail(i, Status::Unavailable("redis cluster: slot " + std::to_string(slot) + " has no master"));
-          stale_ = true;
-          continue;
-        }
-        ep = topo->map.nodes[owner];
-      } else {
-        ep = topo->map.nodes[0];
-      }
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.ep == ep; });
-      if (g == groups.end()) g = groups.insert(groups.end(), Group{ep, {}, nullptr});
-      g->idx.push_back(i);
-    }
-    // Queue every pipeline, then write them all, then read: nodes work in parallel.
-    std::vector<char> asked(cmds.size(), 0);
-    auto flush = [](redisContext* c) {
-      int done = 0;
-      while (!done)
-        if (redisBufferWrite(c, &done) != REDIS_OK) return false;
-      return true;
-    };
-    for (auto& g : groups) {
-      auto c = s.get(g.ep);
-      if (!c.ok()) {
-        note_transport_error(false);
-        for (size_t i : g.idx) fail(i, c.status());
-        continue;
-      }
-      g.c = *c;
-      for (size_t i : g.idx) {
-        if (ask_to[i].port != 0) {
-          redisAppendCommand(g.c, "ASKING");
-          asked[i] = 1;
-          ask_to[i] = RedisEndpoint{};
-        }
-        if (!cmds[i].formatted.empty()) {
-          // Whatever is queued goes first; a failure surfaces in the write loop below.
-          if (!flush(g.c) || !send_pieces(g.c, cmds[i].formatted)) break;
-          continue;
-        }
-        argv.clear();
-        argl.clear();
-        for (auto a : cmds[i].args) {
-          argv.push_back(a.data());
-          argl.push_back(a.size());
-        }
-        redisAppendCommandArgv(g.c, static_cast<int>(argv.size()), argv.data(), argl.data());
-      }
-    }
-    auto broken = [&](Group& g, size_t from) {
-      note_transport_error(is_timeout(g.c));
-      Status e = Status::Unavailable(context_error(g.c, g.ep) + (is_timeout(g.c) ? " (timeout)" : ""));
-      for (size_t k = from; k < g.idx.size(); ++k) fail(g.idx[k], e);
-      s.drop(g.c);
-      g.c = nullptr;
-    };
-    for (auto& g : groups)
-      if (g.c && (g.c->err || !flush(g.c))) broken(g, 0);
-    std::vector<size_t> next;
-    for (auto& g : groups) {
-      for (size_t k = 0; g.c && k < g.idx.size(); ++k) {
-        const size_t i = g.idx[k];
-        void* raw = nullptr;
-        if (asked[i]) {
-          if (redisGetReply(g.c, &raw) != REDIS_OK) {
-            broken(g, k);
-            break;
-          }
-          freeReplyObject(raw);
-        }
-        if (redisGetReply(g.c, &raw) != REDIS_OK) {
-          broken(g, k);
-          break;
-        }
-        RedisReplyPtr r(static_cast<redisReply*>(raw));
-        if (topo->cluster && r->type == REDIS_REPLY_ERROR) {
-          const std::string_view err(r->str, r->len);
-          uint16_t slot = 0;
-          RedisEndpoint to;
-          if (parse_redirect(err, "MOVED", g.ep, slot, to)) {
-            note_moved(slot, to);
-            next.push_back(i);
-            continue;
-          }
-          if (parse_redirect(err, "ASK", g.ep, slot, to)) {
-            ++counters_.ask;
-            ask_to[i] = to;
-            next.push_back(i);
-            continue;
-          }
-        }
-        cmds[i].reply = std::move(r);
-      }
-    }
-    pending = std::move(next);
-    topo = topology();  // MOVED replies updated it
+    std::vector<NodeBatch> nodes = route(p);
+    send(s, p, nodes);
+    p.pending = receive(s, p, nodes);
+    p.topo = topology();  // MOVED replies updated it
   }
-  return first_error;
+  return p.first_error;
 }
 
 bool RedisClient::is_cluster() const {

@@ -111,6 +111,13 @@ class RedisClient {
   std::shared_ptr<const Topology> topology() const;
   Status learn_topology(Session& s);
   Status run_in(Session& s, std::span<RedisCommand> cmds);
+  // One run_in's commands across redirect hops, and one hop's commands for one node.
+  struct Pipeline;
+  struct NodeBatch;
+  std::vector<NodeBatch> route(Pipeline& p);
+  void send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes);
+  std::vector<size_t> receive(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes);
+  void broken(Session& s, Pipeline& p, NodeBatch& n, size_t k);
   void note_moved(uint16_t slot, const RedisEndpoint& to);
   void note_transport_error(bool timeout);
 
