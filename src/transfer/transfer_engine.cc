@@ -329,84 +329,98 @@ void TransferEngine::worker_loop() {
   }
 }
 
-void TransferEngine::run_fetch(Task& t) {
-  BatchState& st = *t.state;
-  const auto& b = st.batch;
-  const uint32_t L = geometry_.num_layers;
+// A fetch task's loads, index-aligned with Task::loads: where each one's
+// layers are staged, its destination pages, and whether it failed.
+struct TransferEngine::FetchLoads {
+  std::vector<std::span<std::byte>> staging;  // one layer group of the load
+  std::vector<std::vector<std::byte*>> dst;
+  std::vector<bool> direct;  // a tier may write the load's layers straight into its pages
+  std::vector<bool> failed;
+};
+
+TransferEngine::FetchLoads TransferEngine::prepare_loads(const Task& t, uint32_t group) const {
+  const auto& b = t.state->batch;
   const size_t slice = geometry_.layer_slice_bytes();
-  const uint32_t group = options_.load_mode == LoadMode::kLayerMajor ? 1 : L;
-  std::vector<bool> load_failed(t.loads.size(), false);
+  FetchLoads f;
+  f.failed.assign(t.loads.size(), false);
   // Staging for one layer group of each load (aligned so disk reads can go
   // straight in). Kept per worker and reused: faulting fresh pages in costs
   // more than the I/O itself (measured: 10x slower whole-chunk loads in a VM).
   thread_local Scratch tl_staging;
-  std::vector<std::span<std::byte>> staging;
   size_t need = 0;
   for (size_t i : t.loads) need += align_up(group * size_t(b.loads[i].dst.size()) * slice);
-  std::byte* const staging_base = tl_staging.get(need, pool_on_device());
+  std::byte* const base = tl_staging.get(need, pool_on_device());
   for (size_t i = 0, off = 0; i < t.loads.size(); ++i) {
-    const size_t len = group * size_t(b.loads[t.loads[i]].dst.size()) * slice;
-    staging.push_back({staging_base + off, len});
+    const LoadMove& m = b.loads[t.loads[i]];
+    const size_t len = group * size_t(m.dst.size()) * slice;
+    f.staging.push_back({base + off, len});
     off += align_up(len);
+    f.dst.emplace_back();
+    for (const auto& d : m.dst) f.dst.back().push_back(page_ptr(d));
+    f.direct.push_back(!pool_on_device() && !any_encoded(m.dst));
   }
-  std::vector<std::vector<std::byte*>> dst(t.loads.size());
-  std::vector<bool> direct(t.loads.size());  // a tier may write the load's layers straight into its pages
+  return f;
+}
+
+// Cancelled before layer l0: every move not yet failed is marked cancelled and layers [l0, L) are released.
+void TransferEngine::cancel_fetch(Task& t, const FetchLoads& f, uint32_t l0) {
+  BatchState& st = *t.state;
+  for (size_t i : t.copies) st.set(st.result.copies, i, Status::Cancelled("transfer cancelled"), true);
+  for (size_t j = 0; j < t.loads.size(); ++j)
+    if (!f.failed[j]) st.set(st.result.loads, t.loads[j], Status::Cancelled("transfer cancelled"), true);
+  std::lock_guard lock(st.mu);
+  st.result.cancelled = true;
+  for (uint32_t l = l0; l < geometry_.num_layers; ++l) --st.layer_pending[l];
+  st.cv.notify_all();
+}
+
+// Layers [l0, l1) of the task's loads from tier `k`, in one batched call (a
+// disk tier makes it one round of I/O), then into their pages.
+void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0, uint32_t l1,
+                                 std::vector<ByteCopy>& copies) {
+  BatchState& st = *t.state;
+  const auto& b = st.batch;
+  std::vector<GetOp> ops;
+  std::vector<size_t> which;
   for (size_t j = 0; j < t.loads.size(); ++j) {
     const LoadMove& m = b.loads[t.loads[j]];
-    for (const auto& d : m.dst) dst[j].push_back(page_ptr(d));
-    direct[j] = !pool_on_device() && !any_encoded(m.dst);
+    if (f.failed[j] || m.from != k) continue;
+    ops.push_back(GetOp{m.key, l0, l1 - l0, f.staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size()),
+                        f.direct[j] ? std::span<std::byte* const>(f.dst[j]) : std::span<std::byte* const>()});
+    which.push_back(j);
   }
+  if (ops.empty()) return;
+  options_.tiers[static_cast<size_t>(k)]->get_batch(ops);
+  for (size_t o = 0; o < ops.size(); ++o) {
+    const size_t j = which[o];
+    Status s = ops[o].status;
+    if (s.ok() && ops[o].num_pages != f.dst[j].size()) s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
+    if (s.ok() && ops[o].codec != KvCodec::kNone) {
+      std::lock_guard lock(st.mu);
+      st.result.load_codecs[t.loads[j]] = ops[o].codec;
+    }
+    if (s.ok() && !ops[o].placed) s = scatter_load(b.loads[t.loads[j]], f.staging[j].data(), l0, l1, f.dst[j], copies);
+    if (!s.ok()) {
+      f.failed[j] = true;
+      st.set(st.result.loads, t.loads[j], s, true);
+    }
+  }
+  if (st.arrivals) st.arrivals->mark(k, l0, l1);
+}
 
+void TransferEngine::run_fetch(Task& t) {
+  BatchState& st = *t.state;
+  const uint32_t L = geometry_.num_layers;
+  const uint32_t group = options_.load_mode == LoadMode::kLayerMajor ? 1 : L;
+  FetchLoads f = prepare_loads(t, group);
   std::vector<ByteCopy> copies;  // reused for every group of moves below
   for (uint32_t l0 = 0; l0 < L; l0 += group) {
     const uint32_t l1 = std::min(L, l0 + group);
-    if (st.cancelled.load(std::memory_order_acquire)) {
-      for (size_t i : t.copies) st.set(st.result.copies, i, Status::Cancelled("transfer cancelled"), true);
-      for (size_t j = 0; j < t.loads.size(); ++j)
-        if (!load_failed[j]) st.set(st.result.loads, t.loads[j], Status::Cancelled("transfer cancelled"), true);
-      std::lock_guard lock(st.mu);
-      st.result.cancelled = true;
-      for (uint32_t l = l0; l < L; ++l) --st.layer_pending[l];
-      st.cv.notify_all();
-      return;
-    }
-    if (Status cs = copy_pages(b, t.copies, l0, l1, copies); !cs.ok())
+    if (st.cancelled.load(std::memory_order_acquire)) return cancel_fetch(t, f, l0);
+    if (Status cs = copy_pages(st.batch, t.copies, l0, l1, copies); !cs.ok())
       for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
-    else if (st.arrivals && !t.copies.empty()) st.arrivals->mark(b.copies[t.copies.front()].src.tier, l0, l1);
-    // One batched call per tier kind, so a disk tier turns it into one round of I/O.
-    for (size_t k = 0; k < size_t(kNumTiers); ++k) {
-      std::vector<GetOp> ops;
-      std::vector<size_t> which;
-      for (size_t j = 0; j < t.loads.size(); ++j) {
-        const LoadMove& m = b.loads[t.loads[j]];
-        if (load_failed[j] || static_cast<size_t>(m.from) != k) continue;
-        ops.push_back(GetOp{m.key, l0, l1 - l0, staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size()),
-                            direct[j] ? std::span<std::byte* const>(dst[j]) : std::span<std::byte* const>()});
-        which.push_back(j);
-      }
-      if (ops.empty()) continue;
-      options_.tiers[k]->get_batch(ops);
-      for (size_t o = 0; o < ops.size(); ++o) {
-        const size_t j = which[o];
-        Status s = ops[o].status;
-        if (s.ok() && ops[o].num_pages != dst[j].size()) s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
-        if (!s.ok()) {
-          load_failed[j] = true;
-          st.set(st.result.loads, t.loads[j], s, true);
-          continue;
-        }
-        if (ops[o].codec != KvCodec::kNone) {
-          std::lock_guard lock(st.mu);
-          st.result.load_codecs[t.loads[j]] = ops[o].codec;
-        }
-        if (ops[o].placed) continue;  // already in its pages
-        if (Status ms = scatter_load(b.loads[t.loads[j]], staging[j].data(), l0, l1, dst[j], copies); !ms.ok()) {
-          load_failed[j] = true;
-          st.set(st.result.loads, t.loads[j], ms, true);
-        }
-      }
-      if (st.arrivals) st.arrivals->mark(TierKind(k), l0, l1);
-    }
+    else if (st.arrivals && !t.copies.empty()) st.arrivals->mark(st.batch.copies[t.copies.front()].src.tier, l0, l1);
+    for (size_t k = 0; k < size_t(kNumTiers); ++k) load_layers(t, f, TierKind(k), l0, l1, copies);
     st.publish(l0, l1);
   }
 }

@@ -147,6 +147,10 @@ class TransferEngine {
   explicit TransferEngine(const TransferEngineOptions& o);
   void worker_loop();
   void run_fetch(Task& t);
+  struct FetchLoads;
+  FetchLoads prepare_loads(const Task& t, uint32_t group) const;
+  void cancel_fetch(Task& t, const FetchLoads& f, uint32_t l0);
+  void load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0, uint32_t l1, std::vector<ByteCopy>& copies);
   void run_store(Task& t);
   void finish_task(Task& t);
   std::byte* page_ptr(const PageLoc& loc) const;
