@@ -91,119 +91,164 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   return j;
 }
 
-std::string runtime_metrics_text(const RuntimeStats& stats) {
-  const KVCacheStats& s = stats.cache;
-  const RuntimeCounters& c = stats.counters;
-  const size_t running = stats.running;
+namespace {
+
+// Prometheus text exposition: each metric's HELP and TYPE lines, then its samples.
+struct MetricsText {
   std::ostringstream m;
-  auto metric = [&](const char* name, const char* type, const char* help) {
+  void metric(const char* name, const char* type, const char* help) {
     m << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
-  };
-  auto by_tier = [&](const char* name, const char* type, const char* help, auto value) {
+  }
+  template <class Value>
+  void by_tier(const char* name, const char* type, const char* help, Value value) {
     metric(name, type, help);
     for (int t = 0; t < kNumTiers; ++t) m << name << "{tier=\"" << tier_name(TierKind(t)) << "\"} " << value(t) << '\n';
-  };
-  metric("kvtier_prompt_tokens_total", "counter", "Prompt tokens received.");
-  m << "kvtier_prompt_tokens_total " << c.prompt_tokens << '\n';
-  by_tier("kvtier_cached_tokens_total", "counter", "Prompt tokens served from cached KV, by tier.",
+  }
+};
+
+// Prompt tokens, cache hits and the bytes each tier moved; the planner's decisions.
+void traffic_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const KVCacheStats& s = stats.cache;
+  const RuntimeCounters& c = stats.counters;
+  w.metric("kvtier_prompt_tokens_total", "counter", "Prompt tokens received.");
+  w.m << "kvtier_prompt_tokens_total " << c.prompt_tokens << '\n';
+  w.by_tier("kvtier_cached_tokens_total", "counter", "Prompt tokens served from cached KV, by tier.",
           [&](int t) { return c.cached_tokens_by_tier[t]; });
-  metric("kvtier_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.");
-  m << "kvtier_cache_hit_ratio " << (c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0) << '\n';
-  by_tier("kvtier_bytes_loaded_total", "counter", "KV bytes loaded from each tier into device memory.",
+  w.metric("kvtier_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.");
+  w.m << "kvtier_cache_hit_ratio " << (c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0) << '\n';
+  w.by_tier("kvtier_bytes_loaded_total", "counter", "KV bytes loaded from each tier into device memory.",
           [&](int t) { return s.bytes_loaded_by_tier[t]; });
-  by_tier("kvtier_bytes_stored_total", "counter", "KV bytes written down to each tier.",
+  w.by_tier("kvtier_bytes_stored_total", "counter", "KV bytes written down to each tier.",
           [&](int t) { return s.bytes_stored_by_tier[t]; });
-  by_tier("kvtier_evicted_pages_total", "counter", "Pages evicted from each tier.",
+  w.by_tier("kvtier_evicted_pages_total", "counter", "Pages evicted from each tier.",
           [&](int t) { return s.evicted_pages_by_tier[t]; });
-  metric("kvtier_planner_pages_total", "counter", "Cached pages by planner decision.");
-  m << "kvtier_planner_pages_total{decision=\"in_place\"} " << s.plan_pages[0] << '\n'
+  w.metric("kvtier_planner_pages_total", "counter", "Cached pages by planner decision.");
+  w.m << "kvtier_planner_pages_total{decision=\"in_place\"} " << s.plan_pages[0] << '\n'
     << "kvtier_planner_pages_total{decision=\"load\"} " << s.plan_pages[1] << '\n'
     << "kvtier_planner_pages_total{decision=\"recompute\"} " << s.plan_pages[2] << '\n';
-  metric("kvtier_checksum_failures_total", "counter", "Cached entries dropped because their bytes did not verify.");
-  m << "kvtier_checksum_failures_total " << (s.disk.checksum_failures + s.remote.checksum_failures) << '\n';
-  metric("kvtier_forged_entries_total", "counter",
+}
+
+// What was not served as stored: entries failing checksums or authentication, lossy entries; foreign files left alone.
+void integrity_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const KVCacheStats& s = stats.cache;
+  w.metric("kvtier_checksum_failures_total", "counter", "Cached entries dropped because their bytes did not verify.");
+  w.m << "kvtier_checksum_failures_total " << (s.disk.checksum_failures + s.remote.checksum_failures) << '\n';
+  w.metric("kvtier_forged_entries_total", "counter",
          "Cached entries dropped because they failed authentication with the tier secret (forged or foreign).");
-  m << "kvtier_forged_entries_total " << (s.disk.forged_entries + s.remote.forged_entries) << '\n';
-  metric("kvtier_lossy_tokens_total", "counter",
+  w.m << "kvtier_forged_entries_total " << (s.disk.forged_entries + s.remote.forged_entries) << '\n';
+  w.metric("kvtier_lossy_tokens_total", "counter",
          "Reused prompt tokens whose KV came from lossy codec entries (every codec but none): approximate, labelled per request.");
-  m << "kvtier_lossy_tokens_total " << s.lossy_tokens << '\n';
-  metric("kvtier_lossy_entries_refused_total", "counter",
+  w.m << "kvtier_lossy_tokens_total " << s.lossy_tokens << '\n';
+  w.metric("kvtier_lossy_entries_refused_total", "counter",
          "Lossy codec entries not served because every codec of this cache is none (exact only); the tokens recomputed.");
-  m << "kvtier_lossy_entries_refused_total " << (s.disk.lossy_refused + s.remote.lossy_refused) << '\n';
-  metric("kvtier_disk_skipped_files", "gauge",
+  w.m << "kvtier_lossy_entries_refused_total " << (s.disk.lossy_refused + s.remote.lossy_refused) << '\n';
+  w.metric("kvtier_disk_skipped_files", "gauge",
          "Files in the disk directory left alone at open: not this cache's regions (other geometry, version, foreign).");
-  m << "kvtier_disk_skipped_files " << s.disk.skipped_files << '\n';
-  metric("kvtier_load_failures_total", "counter", "Loads that failed; the request recomputed.");
-  m << "kvtier_load_failures_total " << s.load_failures << '\n';
-  metric("kvtier_prefetched_pages_total", "counter", "Pages read ahead from disk/remote into the host tier for queued requests.");
-  m << "kvtier_prefetched_pages_total " << s.prefetched_pages << '\n';
-  metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
-  m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
-  metric("kvtier_promoted_pages_total", "counter", "Prefetched host pages copied on into free device pages.");
-  m << "kvtier_promoted_pages_total " << s.promoted_pages << '\n';
-  metric("kvtier_retained_bytes", "gauge",
+  w.m << "kvtier_disk_skipped_files " << s.disk.skipped_files << '\n';
+}
+
+// Loads that failed, read-ahead, retention hints and write-back moves.
+void movement_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const KVCacheStats& s = stats.cache;
+  w.metric("kvtier_load_failures_total", "counter", "Loads that failed; the request recomputed.");
+  w.m << "kvtier_load_failures_total " << s.load_failures << '\n';
+  w.metric("kvtier_prefetched_pages_total", "counter", "Pages read ahead from disk/remote into the host tier for queued requests.");
+  w.m << "kvtier_prefetched_pages_total " << s.prefetched_pages << '\n';
+  w.metric("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).");
+  w.m << "kvtier_prefetch_failures_total " << s.prefetch_failures << '\n';
+  w.metric("kvtier_promoted_pages_total", "counter", "Prefetched host pages copied on into free device pages.");
+  w.m << "kvtier_promoted_pages_total " << s.promoted_pages << '\n';
+  w.metric("kvtier_retained_bytes", "gauge",
          "Bytes kept from eviction by retention hints (retain_s, cache_control), per tier (disk: whole regions).");
-  m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n'
+  w.m << "kvtier_retained_bytes{tier=\"host\"} " << s.index.retained_host_pages * s.pool.page_bytes << '\n'
     << "kvtier_retained_bytes{tier=\"disk\"} " << s.disk.retained_bytes << '\n';
-  metric("kvtier_retention_hints_total", "counter",
+  w.metric("kvtier_retention_hints_total", "counter",
          "Retention hints by outcome: taken, expired (ran their time), yielded (oldest let go past --max-retained-share), "
          "used (a prefetch's deadline hold, ended by the request it was for).");
-  m << "kvtier_retention_hints_total{outcome=\"taken\"} " << s.retain_hints << '\n'
+  w.m << "kvtier_retention_hints_total{outcome=\"taken\"} " << s.retain_hints << '\n'
     << "kvtier_retention_hints_total{outcome=\"expired\"} " << s.retain_expiries << '\n'
     << "kvtier_retention_hints_total{outcome=\"yielded\"} " << s.retain_yields + s.disk.retain_yields << '\n'
     << "kvtier_retention_hints_total{outcome=\"used\"} " << s.retain_used << '\n';
-  metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
-  m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
+  w.metric("kvtier_write_back_moves_total", "counter", "Write-back: device pages demoted to host, chunks spilled from host.");
+  w.m << "kvtier_write_back_moves_total{kind=\"demoted_pages\"} " << s.demoted_pages << '\n'
     << "kvtier_write_back_moves_total{kind=\"spilled_chunks\"} " << s.spilled_chunks << '\n';
-  metric("kvtier_tier_used_bytes", "gauge", "Bytes held by each tier.");
-  m << "kvtier_tier_used_bytes{tier=\"device\"} " << uint64_t(s.pool.used_pages) * s.pool.page_bytes << '\n'
+}
+
+// Each tier's bytes held, capacity and health.
+void tiers_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const KVCacheStats& s = stats.cache;
+  w.metric("kvtier_tier_used_bytes", "gauge", "Bytes held by each tier.");
+  w.m << "kvtier_tier_used_bytes{tier=\"device\"} " << uint64_t(s.pool.used_pages) * s.pool.page_bytes << '\n'
     << "kvtier_tier_used_bytes{tier=\"host\"} " << uint64_t(s.host_slots - s.host_free_slots) * s.pool.page_bytes << '\n'
     << "kvtier_tier_used_bytes{tier=\"disk\"} " << s.disk.bytes << '\n'
     << "kvtier_tier_used_bytes{tier=\"remote\"} " << s.remote.bytes << '\n';
-  metric("kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.");
-  m << "kvtier_tier_capacity_bytes{tier=\"device\"} " << uint64_t(s.pool.total_pages) * s.pool.page_bytes << '\n'
+  w.metric("kvtier_tier_capacity_bytes", "gauge", "Capacity of each tier.");
+  w.m << "kvtier_tier_capacity_bytes{tier=\"device\"} " << uint64_t(s.pool.total_pages) * s.pool.page_bytes << '\n'
     << "kvtier_tier_capacity_bytes{tier=\"host\"} " << uint64_t(s.host_slots) * s.pool.page_bytes << '\n'
     << "kvtier_tier_capacity_bytes{tier=\"disk\"} " << s.disk.capacity_bytes << '\n'
     << "kvtier_tier_capacity_bytes{tier=\"remote\"} " << s.remote.capacity_bytes << '\n';
-  metric("kvtier_tier_degraded", "gauge", "1 when a tier is degraded (requests recompute instead).");
-  m << "kvtier_tier_degraded{tier=\"disk\"} " << (s.disk_degraded ? 1 : 0) << '\n'
+  w.metric("kvtier_tier_degraded", "gauge", "1 when a tier is degraded (requests recompute instead).");
+  w.m << "kvtier_tier_degraded{tier=\"disk\"} " << (s.disk_degraded ? 1 : 0) << '\n'
     << "kvtier_tier_degraded{tier=\"remote\"} " << (s.remote_degraded ? 1 : 0) << '\n';
-  metric("kvtier_running_sequences", "gauge", "Sequences holding KV pages.");
-  m << "kvtier_running_sequences " << running << '\n';
-  metric("kvtier_blend_requests_total", "counter", "Requests whose prompt was blended from cached segments (approximate output).");
-  m << "kvtier_blend_requests_total " << c.blended_requests << '\n';
-  metric("kvtier_blend_tokens_total", "counter",
+}
+
+// Running sequences, blending and decode.
+void requests_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const RuntimeCounters& c = stats.counters;
+  w.metric("kvtier_running_sequences", "gauge", "Sequences holding KV pages.");
+  w.m << "kvtier_running_sequences " << stats.running << '\n';
+  w.metric("kvtier_blend_requests_total", "counter", "Requests whose prompt was blended from cached segments (approximate output).");
+  w.m << "kvtier_blend_requests_total " << c.blended_requests << '\n';
+  w.metric("kvtier_blend_tokens_total", "counter",
          "Segment tokens of blended prompts: kept from cached segment KV (reused, approximate), recomputed by the "
          "selection, or computed to store a first-seen segment (stored). Not counted in kvtier_cached_tokens_total.");
-  m << "kvtier_blend_tokens_total{kind=\"reused\"} " << c.blended_tokens << '\n';
-  m << "kvtier_blend_tokens_total{kind=\"recomputed\"} " << c.blend_recomputed_tokens << '\n';
-  m << "kvtier_blend_tokens_total{kind=\"stored\"} " << c.blend_stored_tokens << '\n';
-  metric("kvtier_blend_failed_segments_total", "counter", "Segments whose cached KV failed verification: recomputed, never used.");
-  m << "kvtier_blend_failed_segments_total " << c.blend_failed_segments << '\n';
-  metric("kvtier_decode_tokens_total", "counter", "Tokens generated by decode steps.");
-  m << "kvtier_decode_tokens_total " << c.decode_tokens << '\n';
-  metric("kvtier_tenant_bytes", "gauge",
+  w.m << "kvtier_blend_tokens_total{kind=\"reused\"} " << c.blended_tokens << '\n';
+  w.m << "kvtier_blend_tokens_total{kind=\"recomputed\"} " << c.blend_recomputed_tokens << '\n';
+  w.m << "kvtier_blend_tokens_total{kind=\"stored\"} " << c.blend_stored_tokens << '\n';
+  w.metric("kvtier_blend_failed_segments_total", "counter", "Segments whose cached KV failed verification: recomputed, never used.");
+  w.m << "kvtier_blend_failed_segments_total " << c.blend_failed_segments << '\n';
+  w.metric("kvtier_decode_tokens_total", "counter", "Tokens generated by decode steps.");
+  w.m << "kvtier_decode_tokens_total " << c.decode_tokens << '\n';
+}
+
+// Per tenant bytes and quotas; pages given up to quotas and cut subtrees; preemptions.
+void tenants_metrics(MetricsText& w, const RuntimeStats& stats) {
+  const KVCacheStats& s = stats.cache;
+  const RuntimeCounters& c = stats.counters;
+  w.metric("kvtier_tenant_bytes", "gauge",
          "Cached KV bytes of each tenant on the device, the host and disk (tenant \"\": requests without one).");
   for (const KVCacheStats::Tenant& t : s.tenants) {
-    m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"device\"} " << t.device_bytes << '\n';
-    m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"host\"} " << t.host_bytes << '\n';
-    m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"disk\"} " << t.disk_bytes << '\n';
+    w.m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"device\"} " << t.device_bytes << '\n';
+    w.m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"host\"} " << t.host_bytes << '\n';
+    w.m << "kvtier_tenant_bytes{tenant=\"" << t.name << "\",tier=\"disk\"} " << t.disk_bytes << '\n';
   }
-  metric("kvtier_tenant_quota_bytes", "gauge", "Each tenant's quota per tier, from the keys file (0: none).");
+  w.metric("kvtier_tenant_quota_bytes", "gauge", "Each tenant's quota per tier, from the keys file (0: none).");
   for (const KVCacheStats::Tenant& t : s.tenants)
     for (const auto& [tier, bytes] : {std::pair{"device", t.quota.device}, {"host", t.quota.host}, {"disk", t.quota.disk}})
-      m << "kvtier_tenant_quota_bytes{tenant=\"" << t.name << "\",tier=\"" << tier << "\"} " << bytes << '\n';
-  metric("kvtier_quota_evicted_pages_total", "counter", "Cached pages tenants over their quota gave up.");
-  m << "kvtier_quota_evicted_pages_total " << s.quota_evicted_pages << '\n';
-  metric("kvtier_cut_subtrees_total", "counter",
+      w.m << "kvtier_tenant_quota_bytes{tenant=\"" << t.name << "\",tier=\"" << tier << "\"} " << bytes << '\n';
+  w.metric("kvtier_quota_evicted_pages_total", "counter", "Cached pages tenants over their quota gave up.");
+  w.m << "kvtier_quota_evicted_pages_total " << s.quota_evicted_pages << '\n';
+  w.metric("kvtier_cut_subtrees_total", "counter",
          "Times host pages were dropped to free device pages stuck before them on a path.");
-  m << "kvtier_cut_subtrees_total " << s.cut_subtrees << '\n';
-  metric("kvtier_preemptions_total", "counter",
+  w.m << "kvtier_cut_subtrees_total " << s.cut_subtrees << '\n';
+  w.metric("kvtier_preemptions_total", "counter",
          "Running sequences paused because together they outgrew the device pool: KV kept raw in host memory, or "
          "dropped to be recomputed when they resume.");
-  m << "kvtier_preemptions_total{kv=\"raw\"} " << c.preempted_raw << '\n';
-  m << "kvtier_preemptions_total{kv=\"recompute\"} " << c.preempted_recompute << '\n';
-  return m.str();
+  w.m << "kvtier_preemptions_total{kv=\"raw\"} " << c.preempted_raw << '\n';
+  w.m << "kvtier_preemptions_total{kv=\"recompute\"} " << c.preempted_recompute << '\n';
+}
+
+}  // namespace
+
+std::string runtime_metrics_text(const RuntimeStats& stats) {
+  MetricsText w;
+  traffic_metrics(w, stats);
+  integrity_metrics(w, stats);
+  movement_metrics(w, stats);
+  tiers_metrics(w, stats);
+  requests_metrics(w, stats);
+  tenants_metrics(w, stats);
+  return w.m.str();
 }
 
 }  // namespace kvtier::server
