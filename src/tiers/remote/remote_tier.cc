@@ -93,6 +93,86 @@ void RemoteTier::note_result(const Status& s) {
 
 // ----------------------------------------------------------------- puts ----
 
+// Each SET (SET key <entry> [PX ttl]) goes out as a gather list: RESP head
+// and entry metadata from a small buffer, the payload from where the caller
+// holds it (no copy), then the RESP tail. The commands hold views into these.
+struct RemoteTier::SetPipeline {
+  std::vector<std::string> keys, heads;
+  std::vector<std::vector<std::byte>> encoded;  // stored payloads under a codec (the raw one is sent as is)
+  std::vector<RedisCommand> cmds;
+  std::string tail;
+};
+
+size_t RemoteTier::pipeline_end(std::span<PutOp* const> valid, size_t begin) const {
+  size_t end = begin, bytes = 0;
+  for (; end < valid.size(); ++end) {
+    const auto pages = static_cast<uint32_t>(valid[end]->page_hashes.size());
+    const size_t b = chunk_entry_layout(options_.geometry, pages, 1, options_.auth != nullptr).entry_bytes;
+    if (end > begin && bytes + b > options_.max_batch_bytes) break;
+    bytes += b;
+  }
+  return end;
+}
+
+void RemoteTier::build_sets(std::span<PutOp* const> ops, SetPipeline& p) {
+  const ChunkGeometry& g = options_.geometry;
+  const bool px = options_.ttl.count() > 0;
+  p.tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
+  p.keys.reserve(ops.size());  // no reallocation: commands hold views into these strings
+  p.heads.reserve(ops.size());
+  p.encoded.reserve(ops.size());
+  for (PutOp* op : ops) {
+    const auto pages = static_cast<uint32_t>(op->page_hashes.size());
+    const ChunkEntryLayout lay = chunk_entry_layout(g, pages, 1, options_.auth != nullptr);
+    const std::string& k = p.keys.emplace_back(key_of(op->key));
+    std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
+                       "\r\n$" + std::to_string(lay.entry_bytes) + "\r\n";
+    const size_t meta_at = head.size();
+    head.resize(meta_at + lay.payload_offset);
+    std::span<const std::byte> stored = op->payload;
+    if (g.codec != KvCodec::kNone) {
+      p.encoded.emplace_back(lay.payload_bytes);
+      op->status = encode_chunk_payload(g, pages, op->payload, p.encoded.back());
+      if (!op->status.ok()) continue;
+      stored = p.encoded.back();
+    }
+    op->status = encode_chunk_meta(g, op->key, op->page_hashes, stored, ++sequence_, 1,
+                                   {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset},
+                                   options_.auth.get());
+    if (!op->status.ok()) continue;
+    p.heads.push_back(std::move(head));
+    RedisCommand c;
+    c.args = {"SET", k};
+    // With align 1 the entry is exactly metadata followed by the payload.
+    c.formatted = {p.heads.back(), {reinterpret_cast<const char*>(stored.data()), stored.size()}, p.tail};
+    p.cmds.push_back(std::move(c));
+  }
+}
+
+bool RemoteTier::settle_sets(std::span<PutOp* const> ops, SetPipeline& p) {
+  bool oom = false;
+  size_t j = 0;
+  for (PutOp* op : ops) {
+    if (!op->status.ok()) continue;
+    RedisCommand& c = p.cmds[j++];
+    if (!c.status.ok()) {
+      op->status = c.status;
+    } else if (is_oom(c.reply.get())) {
+      ++counters_.oom;
+      oom = true;
+      op->status = Status::NoSpace(reply_error(c.reply.get()));
+    } else if (c.reply->type != REDIS_REPLY_STATUS) {
+      ++counters_.reply_errors;
+      op->status = Status::IOError(reply_error(c.reply.get()));
+    } else {
+      ++counters_.puts;
+      counters_.bytes_put += op->payload.size();
+      report_chunk(KvEventKind::kStored, op->key);
+    }
+  }
+  return oom;
+}
+
 void RemoteTier::put_batch(std::span<PutOp> ops) {
   std::vector<PutOp*> valid;
   for (auto& op : ops) {
@@ -104,78 +184,15 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     for (auto* op : valid) op->status = a;
     return;
   }
-  const ChunkGeometry& g = options_.geometry;
-  size_t begin = 0;
-  while (begin < valid.size()) {
-    // One pipeline per max_batch_bytes of entries.
-    size_t end = begin, bytes = 0;
-    while (end < valid.size()) {
-      const size_t b = chunk_entry_layout(g, static_cast<uint32_t>(valid[end]->page_hashes.size()), 1, options_.auth != nullptr).entry_bytes;
-      if (end > begin && bytes + b > options_.max_batch_bytes) break;
-      bytes += b;
-      ++end;
-    }
-    // Each SET (SET key <entry> [PX ttl]) goes out as a gather list: RESP
-    // head and entry metadata from a small buffer, the payload from where the
-    // caller holds it (no copy), then the RESP tail.
-    std::vector<std::string> keys, heads;
-    std::vector<std::vector<std::byte>> encoded;  // stored payloads under a codec (the raw one is sent as is)
-    std::vector<RedisCommand> cmds;
-    const bool px = options_.ttl.count() > 0;
-    const std::string tail = "\r\n" + (px ? "$2\r\nPX\r\n$" + std::to_string(ttl_ms_.size()) + "\r\n" + ttl_ms_ + "\r\n" : "");
-    keys.reserve(end - begin);  // commands hold views into these strings
-    heads.reserve(end - begin);
-    encoded.reserve(end - begin);
-    for (size_t i = begin; i < end; ++i) {
-      PutOp& op = *valid[i];
-      const ChunkEntryLayout lay = chunk_entry_layout(g, static_cast<uint32_t>(op.page_hashes.size()), 1, options_.auth != nullptr);
-      keys.push_back(key_of(op.key));
-      const std::string& k = keys.back();
-      std::string head = std::string(px ? "*5" : "*3") + "\r\n$3\r\nSET\r\n$" + std::to_string(k.size()) + "\r\n" + k +
-                         "\r\n$" + std::to_string(lay.entry_bytes) + "\r\n";
-      const size_t meta_at = head.size();
-      head.resize(meta_at + lay.payload_offset);
-      std::span<const std::byte> stored = op.payload;
-      if (g.codec != KvCodec::kNone) {
-        encoded.emplace_back(lay.payload_bytes);
-        op.status = encode_chunk_payload(g, static_cast<uint32_t>(op.page_hashes.size()), op.payload, encoded.back());
-        if (!op.status.ok()) continue;
-        stored = encoded.back();
-      }
-      op.status = encode_chunk_meta(g, op.key, op.page_hashes, stored, ++sequence_, 1,
-                                    {reinterpret_cast<std::byte*>(head.data() + meta_at), lay.payload_offset},
-                                    options_.auth.get());
-      if (!op.status.ok()) continue;
-      heads.push_back(std::move(head));
-      RedisCommand c;
-      c.args = {"SET", k};
-      // With align 1 the entry is exactly metadata followed by the payload.
-      c.formatted = {heads.back(), {reinterpret_cast<const char*>(stored.data()), stored.size()}, tail};
-      cmds.push_back(std::move(c));
-    }
-    Status transport = client_->run(cmds);
-    bool oom = false;
-    for (size_t i = begin, j = 0; i < end; ++i) {
-      PutOp& op = *valid[i];
-      if (!op.status.ok()) continue;
-      RedisCommand& c = cmds[j++];
-      if (!c.status.ok()) {
-        op.status = c.status;
-      } else if (is_oom(c.reply.get())) {
-        ++counters_.oom;
-        oom = true;
-        op.status = Status::NoSpace(reply_error(c.reply.get()));
-      } else if (c.reply->type != REDIS_REPLY_STATUS) {
-        ++counters_.reply_errors;
-        op.status = Status::IOError(reply_error(c.reply.get()));
-      } else {
-        ++counters_.puts;
-        counters_.bytes_put += op.payload.size();
-        report_chunk(KvEventKind::kStored, op.key);
-      }
-    }
+  for (size_t begin = 0; begin < valid.size();) {
+    const size_t end = pipeline_end(valid, begin);
+    const std::span<PutOp* const> some(valid.data() + begin, end - begin);
+    SetPipeline p;
+    build_sets(some, p);
+    const Status transport = client_->run(p.cmds);
+    const bool oom = settle_sets(some, p);
     note_result(!transport.ok() ? transport : oom ? Status::NoSpace("redis: OOM") : Status::Ok());
-    if (!transport.ok() || oom) {
+    if (!transport.ok() || oom) {  // the rest are not sent
       for (size_t i = end; i < valid.size(); ++i) valid[i]->status = transport.ok() ? Status::NoSpace("redis: OOM") : transport;
       return;
     }

@@ -113,7 +113,14 @@ class RemoteTier final : public Tier {
   void note_result(const Status& transport);
   // Which keys exist, in one round trip (all false while degraded or on a transport error).
   std::vector<bool> exist(const PageHash& ns, std::span<const PageHash> chunk_keys);
-  void put_some(std::span<PutOp> ops);
+  // One pipeline of SETs: put_batch sends a batch in pipelines of at most max_batch_bytes of entries.
+  struct SetPipeline;
+  // The end of the pipeline that starts at valid[begin] (at least one entry).
+  size_t pipeline_end(std::span<PutOp* const> valid, size_t begin) const;
+  // The SET commands of `ops`; an op whose entry cannot be encoded carries the failure and gets none.
+  void build_sets(std::span<PutOp* const> ops, SetPipeline& p);
+  // Each op's outcome from its command's reply; true when Redis answered out of memory.
+  bool settle_sets(std::span<PutOp* const> ops, SetPipeline& p);
   void get_whole(std::span<GetOp*> ops);
   void get_ranges(std::span<GetOp*> ops);
   Status check_reply_for_get(GetOp& op, const struct redisReply* r, bool& missing);
