@@ -1,4 +1,5 @@
 // RemoteTierOptions::from_url: the `--remote redis://...` syntax (docs/REMOTE.md).
+#include <algorithm>
 #include <charconv>
 
 #include "common/secrets.h"
@@ -40,6 +41,115 @@ Result<bool> parse_bool(std::string_view name, std::string_view v) {
   return Status::InvalidArgument("remote URL: option " + std::string(name) + " needs 0 or 1, got '" + std::string(v) + "'");
 }
 
+using ms = std::chrono::milliseconds;
+
+// A `?name=value` option of the URL and how its value sets the options.
+struct UrlOption {
+  std::string_view name;
+  Status (*apply)(RemoteTierOptions& o, std::string_view name, std::string_view value);
+};
+
+Result<ms> parse_ms(std::string_view name, std::string_view v, uint64_t scale = 1) {
+  KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(name, v));
+  return ms(x * scale);
+}
+
+constexpr UrlOption kUrlOptions[] = {
+    {"connect_timeout_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.redis.connect_timeout, parse_ms(k, v));
+       return Status::Ok();
+     }},
+    {"timeout_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.redis.command_timeout, parse_ms(k, v));
+       return Status::Ok();
+     }},
+    {"ttl_s", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v, 1000));
+       return Status::Ok();
+     }},
+    {"ttl_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v));
+       return Status::Ok();
+     }},
+    {"pool", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
+       o.redis.pool_size = static_cast<uint32_t>(std::min<uint64_t>(x, 1u << 20));
+       return Status::Ok();
+     }},
+    {"cluster", [](RemoteTierOptions& o, std::string_view, std::string_view v) -> Status {
+       if (v == "auto") o.redis.cluster = RedisClusterMode::kAuto;
+       else if (v == "on" || v == "1" || v == "yes") o.redis.cluster = RedisClusterMode::kOn;
+       else if (v == "off" || v == "0" || v == "no") o.redis.cluster = RedisClusterMode::kOff;
+       else return Status::InvalidArgument("remote URL: cluster must be auto, on or off");
+       return Status::Ok();
+     }},
+    {"range_reads", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.range_reads, parse_bool(k, v));
+       return Status::Ok();
+     }},
+    {"refresh_ttl", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.refresh_ttl_on_hit, parse_bool(k, v));
+       return Status::Ok();
+     }},
+    {"backoff_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.backoff_initial, parse_ms(k, v));
+       return Status::Ok();
+     }},
+    {"backoff_max_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(o.backoff_max, parse_ms(k, v));
+       return Status::Ok();
+     }},
+    {"tls", [](RemoteTierOptions&, std::string_view k, std::string_view v) -> Status {
+       KVTIER_ASSIGN_OR_RETURN(bool tls, parse_bool(k, v));
+       return tls ? Status::Unimplemented("remote URL: TLS is not supported") : Status::Ok();
+     }},
+};
+
+// `name=value&...` after the `?`: each pair applied through kUrlOptions.
+Status apply_query(RemoteTierOptions& o, std::string_view query) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (kv.empty()) continue;
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) return Status::InvalidArgument("remote URL: option '" + std::string(kv) + "' needs =value");
+    const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    const auto* opt = std::find_if(std::begin(kUrlOptions), std::end(kUrlOptions), [&](const UrlOption& u) { return u.name == k; });
+    if (opt == std::end(kUrlOptions)) {
+      std::string known;
+      for (const UrlOption& u : kUrlOptions) known += (known.empty() ? "" : ", ") + std::string(u.name);
+      return Status::InvalidArgument("remote URL: unknown option '" + std::string(k) + "' (" + known + ")");
+    }
+    KVTIER_RETURN_IF_ERROR(opt->apply(o, k, v));
+  }
+  return Status::Ok();
+}
+
+// `[user:]password@host:port[,host:port...]`: the credentials and the seed nodes.
+Status apply_authority(RemoteTierOptions& o, std::string_view rest) {
+  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    std::string_view cred = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    const size_t colon = cred.find(':');
+    if (colon == std::string_view::npos) {
+      KVTIER_ASSIGN_OR_RETURN(o.redis.password, percent_decode(cred));  // redis://secret@host:port
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(o.redis.username, percent_decode(cred.substr(0, colon)));
+      KVTIER_ASSIGN_OR_RETURN(o.redis.password, percent_decode(cred.substr(colon + 1)));
+    }
+  }
+  if (rest.empty()) return Status::InvalidArgument("remote URL: no host:port given");
+  for (bool more = true; more;) {
+    const size_t comma = rest.find(',');
+    KVTIER_ASSIGN_OR_RETURN(RedisEndpoint ep, parse_redis_endpoint(rest.substr(0, comma)));
+    o.redis.seeds.push_back(std::move(ep));
+    more = comma != std::string_view::npos;
+    if (more) rest = rest.substr(comma + 1);  // "a:1," leaves an empty address: an error above
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<RemoteTierOptions> RemoteTierOptions::from_url(std::string_view url, const ChunkGeometry& geometry) {
@@ -62,73 +172,8 @@ Result<RemoteTierOptions> RemoteTierOptions::from_url(std::string_view url, cons
       return Status::InvalidArgument("remote URL: only database 0 is supported (Redis Cluster has no others)");
     rest = rest.substr(0, slash);
   }
-  if (size_t at = rest.rfind('@'); at != std::string_view::npos) {
-    std::string_view cred = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    const size_t colon = cred.find(':');
-    if (colon == std::string_view::npos) {
-      KVTIER_ASSIGN_OR_RETURN(o.redis.password, percent_decode(cred));  // redis://secret@host:port
-    } else {
-      KVTIER_ASSIGN_OR_RETURN(o.redis.username, percent_decode(cred.substr(0, colon)));
-      KVTIER_ASSIGN_OR_RETURN(o.redis.password, percent_decode(cred.substr(colon + 1)));
-    }
-  }
-  if (rest.empty()) return Status::InvalidArgument("remote URL: no host:port given");
-  for (bool more = true; more;) {
-    const size_t comma = rest.find(',');
-    KVTIER_ASSIGN_OR_RETURN(RedisEndpoint ep, parse_redis_endpoint(rest.substr(0, comma)));
-    o.redis.seeds.push_back(std::move(ep));
-    more = comma != std::string_view::npos;
-    if (more) rest = rest.substr(comma + 1);  // "a:1," leaves an empty address: an error above
-  }
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view kv = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (kv.empty()) continue;
-    const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) return Status::InvalidArgument("remote URL: option '" + std::string(kv) + "' needs =value");
-    const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    using ms = std::chrono::milliseconds;
-    if (k == "connect_timeout_ms") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.redis.connect_timeout = ms(x);
-    } else if (k == "timeout_ms") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.redis.command_timeout = ms(x);
-    } else if (k == "ttl_s") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.ttl = ms(x * 1000);
-    } else if (k == "ttl_ms") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.ttl = ms(x);
-    } else if (k == "pool") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.redis.pool_size = static_cast<uint32_t>(std::min<uint64_t>(x, 1u << 20));
-    } else if (k == "cluster") {
-      if (v == "auto") o.redis.cluster = RedisClusterMode::kAuto;
-      else if (v == "on" || v == "1" || v == "yes") o.redis.cluster = RedisClusterMode::kOn;
-      else if (v == "off" || v == "0" || v == "no") o.redis.cluster = RedisClusterMode::kOff;
-      else return Status::InvalidArgument("remote URL: cluster must be auto, on or off");
-    } else if (k == "range_reads") {
-      KVTIER_ASSIGN_OR_RETURN(o.range_reads, parse_bool(k, v));
-    } else if (k == "refresh_ttl") {
-      KVTIER_ASSIGN_OR_RETURN(o.refresh_ttl_on_hit, parse_bool(k, v));
-    } else if (k == "backoff_ms") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.backoff_initial = ms(x);
-    } else if (k == "backoff_max_ms") {
-      KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
-      o.backoff_max = ms(x);
-    } else if (k == "tls") {
-      KVTIER_ASSIGN_OR_RETURN(bool tls, parse_bool(k, v));
-      if (tls) return Status::Unimplemented("remote URL: TLS is not supported");
-    } else {
-      return Status::InvalidArgument("remote URL: unknown option '" + std::string(k) +
-                                     "' (connect_timeout_ms, timeout_ms, ttl_s, ttl_ms, pool, cluster, range_reads, "
-                                     "refresh_ttl, backoff_ms, backoff_max_ms, tls)");
-    }
-  }
+  KVTIER_RETURN_IF_ERROR(apply_authority(o, rest));
+  KVTIER_RETURN_IF_ERROR(apply_query(o, query));
   KVTIER_RETURN_IF_ERROR(o.validate());
   return o;
 }
