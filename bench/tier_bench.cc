@@ -430,11 +430,14 @@ Status measure_layer_loads(const TierBenchOptions& o, DiskTier& disk, const std:
 Status TierBenchOptions::validate() const {
   if (dir.empty()) return Status::InvalidArgument("bench tiers: --dir is required");
   KVTIER_RETURN_IF_ERROR(geometry.validate());
-  if (disk_bytes < kRounds * std::max(region_bytes, kReadSplit * geometry.page_bytes() * chunk_pages) || memory_bytes < (size_t(16) << 20) || load_bytes < (size_t(16) << 20))
+  if (disk_bytes < kRounds * std::max(region_bytes, kReadSplit * geometry.page_bytes() * chunk_pages) ||
+      memory_bytes < (size_t(16) << 20) || load_bytes < (size_t(16) << 20))
     return Status::InvalidArgument("bench tiers: sizes too small to measure");
-  if (region_bytes == 0 || region_bytes % (size_t(1) << 20)) return Status::InvalidArgument("bench tiers: region_bytes must be a multiple of 1 MiB");
+  if (region_bytes == 0 || region_bytes % (size_t(1) << 20))
+    return Status::InvalidArgument("bench tiers: region_bytes must be a multiple of 1 MiB");
   if (read_batch_chunks == 0) return Status::InvalidArgument("bench tiers: read_batch_chunks must be positive");
-  if (read_threads == 0 || read_threads > queue_depth) return Status::InvalidArgument("bench tiers: read_threads must be in 1..queue_depth");
+  if (read_threads == 0 || read_threads > queue_depth)
+    return Status::InvalidArgument("bench tiers: read_threads must be in 1..queue_depth");
   return Status::Ok();
 }
 

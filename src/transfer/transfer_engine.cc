@@ -385,7 +385,14 @@ void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0
   for (size_t j = 0; j < t.loads.size(); ++j) {
     const LoadMove& m = b.loads[t.loads[j]];
     if (f.failed[j] || m.from != k) continue;
-    ops.push_back(GetOp{m.key, l0, l1 - l0, f.staging[j], {}, 0, KvCodec::kNone, uint32_t(m.dst.size()),
+    ops.push_back(GetOp{m.key,
+                        l0,
+                        l1 - l0,
+                        f.staging[j],
+                        {},
+                        0,
+                        KvCodec::kNone,
+                        uint32_t(m.dst.size()),
                         f.direct[j] ? std::span<std::byte* const>(f.dst[j]) : std::span<std::byte* const>()});
     which.push_back(j);
   }
@@ -394,7 +401,8 @@ void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0
   for (size_t o = 0; o < ops.size(); ++o) {
     const size_t j = which[o];
     Status s = ops[o].status;
-    if (s.ok() && ops[o].num_pages != f.dst[j].size()) s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
+    if (s.ok() && ops[o].num_pages != f.dst[j].size())
+      s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
     if (s.ok() && ops[o].codec != KvCodec::kNone) {
       std::lock_guard lock(st.mu);
       st.result.load_codecs[t.loads[j]] = ops[o].codec;
@@ -419,7 +427,8 @@ void TransferEngine::run_fetch(Task& t) {
     if (st.cancelled.load(std::memory_order_acquire)) return cancel_fetch(t, f, l0);
     if (Status cs = copy_pages(st.batch, t.copies, l0, l1, copies); !cs.ok())
       for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
-    else if (st.arrivals && !t.copies.empty()) st.arrivals->mark(st.batch.copies[t.copies.front()].src.tier, l0, l1);
+    else if (st.arrivals && !t.copies.empty())
+      st.arrivals->mark(st.batch.copies[t.copies.front()].src.tier, l0, l1);
     for (size_t k = 0; k < size_t(kNumTiers); ++k) load_layers(t, f, TierKind(k), l0, l1, copies);
     st.publish(l0, l1);
   }

@@ -334,9 +334,9 @@ Result<RedisReplyPtr> RedisClient::command(std::vector<std::string_view> args, u
 struct RedisClient::Pipeline {
   std::span<RedisCommand> cmds;
   std::shared_ptr<const Topology> topo;
-  std::vector<size_t> pending;          // commands without a reply or a failure yet
-  std::vector<RedisEndpoint> ask_to;    // per command; port 0: no ASK pending
-  std::vector<char> asked;              // per command: this hop sent ASKING before it
+  std::vector<size_t> pending;        // commands without a reply or a failure yet
+  std::vector<RedisEndpoint> ask_to;  // per command; port 0: no ASK pending
+  std::vector<char> asked;            // per command: this hop sent ASKING before it
   Status first_error;
 
   void fail(size_t i, const Status& e) {

@@ -55,51 +55,66 @@ Result<ms> parse_ms(std::string_view name, std::string_view v, uint64_t scale = 
 }
 
 constexpr UrlOption kUrlOptions[] = {
-    {"connect_timeout_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"connect_timeout_ms",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.redis.connect_timeout, parse_ms(k, v));
        return Status::Ok();
      }},
-    {"timeout_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"timeout_ms",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.redis.command_timeout, parse_ms(k, v));
        return Status::Ok();
      }},
-    {"ttl_s", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"ttl_s",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v, 1000));
        return Status::Ok();
      }},
-    {"ttl_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"ttl_ms",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v));
        return Status::Ok();
      }},
-    {"pool", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"pool",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
        o.redis.pool_size = static_cast<uint32_t>(std::min<uint64_t>(x, 1u << 20));
        return Status::Ok();
      }},
-    {"cluster", [](RemoteTierOptions& o, std::string_view, std::string_view v) -> Status {
-       if (v == "auto") o.redis.cluster = RedisClusterMode::kAuto;
-       else if (v == "on" || v == "1" || v == "yes") o.redis.cluster = RedisClusterMode::kOn;
-       else if (v == "off" || v == "0" || v == "no") o.redis.cluster = RedisClusterMode::kOff;
-       else return Status::InvalidArgument("remote URL: cluster must be auto, on or off");
+    {"cluster",
+     [](RemoteTierOptions& o, std::string_view, std::string_view v) -> Status {
+       if (v == "auto")
+         o.redis.cluster = RedisClusterMode::kAuto;
+       else if (v == "on" || v == "1" || v == "yes")
+         o.redis.cluster = RedisClusterMode::kOn;
+       else if (v == "off" || v == "0" || v == "no")
+         o.redis.cluster = RedisClusterMode::kOff;
+       else
+         return Status::InvalidArgument("remote URL: cluster must be auto, on or off");
        return Status::Ok();
      }},
-    {"range_reads", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"range_reads",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.range_reads, parse_bool(k, v));
        return Status::Ok();
      }},
-    {"refresh_ttl", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"refresh_ttl",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.refresh_ttl_on_hit, parse_bool(k, v));
        return Status::Ok();
      }},
-    {"backoff_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"backoff_ms",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.backoff_initial, parse_ms(k, v));
        return Status::Ok();
      }},
-    {"backoff_max_ms", [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
+    {"backoff_max_ms",
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(o.backoff_max, parse_ms(k, v));
        return Status::Ok();
      }},
-    {"tls", [](RemoteTierOptions&, std::string_view k, std::string_view v) -> Status {
+    {"tls",
+     [](RemoteTierOptions&, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(bool tls, parse_bool(k, v));
        return tls ? Status::Unimplemented("remote URL: TLS is not supported") : Status::Ok();
      }},
@@ -113,9 +128,11 @@ Status apply_query(RemoteTierOptions& o, std::string_view query) {
     query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
     if (kv.empty()) continue;
     const size_t eq = kv.find('=');
-    if (eq == std::string_view::npos) return Status::InvalidArgument("remote URL: option '" + std::string(kv) + "' needs =value");
+    if (eq == std::string_view::npos)
+      return Status::InvalidArgument("remote URL: option '" + std::string(kv) + "' needs =value");
     const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    const auto* opt = std::find_if(std::begin(kUrlOptions), std::end(kUrlOptions), [&](const UrlOption& u) { return u.name == k; });
+    const auto* opt =
+        std::find_if(std::begin(kUrlOptions), std::end(kUrlOptions), [&](const UrlOption& u) { return u.name == k; });
     if (opt == std::end(kUrlOptions)) {
       std::string known;
       for (const UrlOption& u : kUrlOptions) known += (known.empty() ? "" : ", ") + std::string(u.name);
