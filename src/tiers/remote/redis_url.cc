@@ -38,7 +38,8 @@ Result<uint64_t> parse_uint(std::string_view name, std::string_view v) {
 Result<bool> parse_bool(std::string_view name, std::string_view v) {
   if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
   if (v == "0" || v == "false" || v == "off" || v == "no") return false;
-  return Status::InvalidArgument("remote URL: option " + std::string(name) + " needs 0 or 1, got '" + std::string(v) + "'");
+  return Status::InvalidArgument("remote URL: option " + std::string(name) + " needs 0 or 1, got '" + std::string(v) +
+                                 "'");
 }
 
 using ms = std::chrono::milliseconds;
@@ -54,27 +55,23 @@ Result<ms> parse_ms(std::string_view name, std::string_view v, uint64_t scale = 
   return ms(x * scale);
 }
 
+// Stores a parsed value in `field`, or passes the parse failure on.
+template <class T>
+Status store(T& field, Result<T> parsed) {
+  if (!parsed.ok()) return parsed.status();
+  field = std::move(parsed).value();
+  return Status::Ok();
+}
+
 constexpr UrlOption kUrlOptions[] = {
-    {"connect_timeout_ms",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.redis.connect_timeout, parse_ms(k, v));
-       return Status::Ok();
-     }},
-    {"timeout_ms",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.redis.command_timeout, parse_ms(k, v));
-       return Status::Ok();
-     }},
+    {"connect_timeout_ms", [](RemoteTierOptions& o, std::string_view k,
+                              std::string_view v) { return store(o.redis.connect_timeout, parse_ms(k, v)); }},
+    {"timeout_ms", [](RemoteTierOptions& o, std::string_view k,
+                      std::string_view v) { return store(o.redis.command_timeout, parse_ms(k, v)); }},
     {"ttl_s",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v, 1000));
-       return Status::Ok();
-     }},
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) { return store(o.ttl, parse_ms(k, v, 1000)); }},
     {"ttl_ms",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.ttl, parse_ms(k, v));
-       return Status::Ok();
-     }},
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) { return store(o.ttl, parse_ms(k, v)); }},
     {"pool",
      [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(uint64_t x, parse_uint(k, v));
@@ -93,26 +90,14 @@ constexpr UrlOption kUrlOptions[] = {
          return Status::InvalidArgument("remote URL: cluster must be auto, on or off");
        return Status::Ok();
      }},
-    {"range_reads",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.range_reads, parse_bool(k, v));
-       return Status::Ok();
-     }},
-    {"refresh_ttl",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.refresh_ttl_on_hit, parse_bool(k, v));
-       return Status::Ok();
-     }},
-    {"backoff_ms",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.backoff_initial, parse_ms(k, v));
-       return Status::Ok();
-     }},
+    {"range_reads", [](RemoteTierOptions& o, std::string_view k,
+                       std::string_view v) { return store(o.range_reads, parse_bool(k, v)); }},
+    {"refresh_ttl", [](RemoteTierOptions& o, std::string_view k,
+                       std::string_view v) { return store(o.refresh_ttl_on_hit, parse_bool(k, v)); }},
+    {"backoff_ms", [](RemoteTierOptions& o, std::string_view k,
+                      std::string_view v) { return store(o.backoff_initial, parse_ms(k, v)); }},
     {"backoff_max_ms",
-     [](RemoteTierOptions& o, std::string_view k, std::string_view v) -> Status {
-       KVTIER_ASSIGN_OR_RETURN(o.backoff_max, parse_ms(k, v));
-       return Status::Ok();
-     }},
+     [](RemoteTierOptions& o, std::string_view k, std::string_view v) { return store(o.backoff_max, parse_ms(k, v)); }},
     {"tls",
      [](RemoteTierOptions&, std::string_view k, std::string_view v) -> Status {
        KVTIER_ASSIGN_OR_RETURN(bool tls, parse_bool(k, v));
