@@ -33,18 +33,10 @@ CommandRegistration reg("bench-codec", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--seed", f->o.seed, "seed of the prompts' random tokens")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    auto list = parse_uint_list(f->prefixes, "--prefixes");
-    if (!list.ok()) {
-      exit_code = report(list.status());
+    if (Status s = parse_lengths_and_dtype(f->prefixes, "--prefixes", f->o.prefixes, f->kv_dtype, f->o.kv_dtype); !s.ok()) {
+      exit_code = report(s);
       return;
     }
-    f->o.prefixes = *list;
-    auto dtype = parse_dtype(f->kv_dtype);
-    if (!dtype.ok()) {
-      exit_code = report(dtype.status());
-      return;
-    }
-    f->o.kv_dtype = *dtype;
     exit_code = print_result(bench::run_codec_bench(f->o, stderr), f->json);
   });
 });

@@ -67,18 +67,10 @@ CommandRegistration reg("bench-cuda", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--repeats", f->o.repeats, "runs per figure (median reported)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    auto list = parse_uint_list(f->prefixes, "--prefix");
-    if (!list.ok()) {
-      exit_code = report(list.status());
+    if (Status s = parse_lengths_and_dtype(f->prefixes, "--prefix", f->o.prefixes, f->kv_dtype, f->o.kv_dtype); !s.ok()) {
+      exit_code = report(s);
       return;
     }
-    f->o.prefixes = *list;
-    auto dt = parse_dtype(f->kv_dtype);
-    if (!dt.ok()) {
-      exit_code = report(dt.status());
-      return;
-    }
-    f->o.kv_dtype = *dt;
     f->o.copy_bytes = f->mib << 20;
     exit_code = run(f->o, f->json);
   });

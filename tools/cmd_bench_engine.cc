@@ -29,18 +29,10 @@ CommandRegistration reg("bench-engine", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--seed", f->o.seed, "synthetic weight seed")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    auto list = parse_uint_list(f->prompts, "--prompt");
-    if (!list.ok()) {
-      exit_code = report(list.status());
+    if (Status s = parse_lengths_and_dtype(f->prompts, "--prompt", f->o.prompts, f->kv_dtype, f->o.kv_dtype); !s.ok()) {
+      exit_code = report(s);
       return;
     }
-    f->o.prompts = *list;
-    auto dt = parse_dtype(f->kv_dtype);
-    if (!dt.ok()) {
-      exit_code = report(dt.status());
-      return;
-    }
-    f->o.kv_dtype = *dt;
     auto r = engine::run_engine_bench(f->o);
     if (!r.ok()) {
       exit_code = report(r.status());

@@ -51,6 +51,13 @@ Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::stri
   return out;
 }
 
+Status parse_lengths_and_dtype(const std::string& lengths, std::string_view flag, std::vector<uint32_t>& lengths_out,
+                               const std::string& kv_dtype, DType& kv_dtype_out) {
+  KVTIER_ASSIGN_OR_RETURN(lengths_out, parse_uint_list(lengths, flag));
+  KVTIER_ASSIGN_OR_RETURN(kv_dtype_out, parse_dtype(kv_dtype));
+  return Status::Ok();
+}
+
 CLI::App& bench_group(CLI::App& root) {
   for (CLI::App* sub : root.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; })) return *sub;
   CLI::App* b = root.add_subcommand("bench", "Benchmarks (figures are reported as ratios to a limit measured in the same run)");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kvtier/status.h"
+#include "kvtier/types.h"
 #include "text/vocab.h"
 
 namespace kvtier::cli {
@@ -35,6 +36,10 @@ Result<text::Vocab> vocab_of(const std::string& model);
 
 // "512,2048" -> {512, 2048}; a clear InvalidArgument naming `flag` otherwise.
 Result<std::vector<uint32_t>> parse_uint_list(const std::string& text, std::string_view flag);
+
+// A bench's token-length list (`flag`, e.g. --prefix) and its --kv-dtype, parsed into its options.
+Status parse_lengths_and_dtype(const std::string& lengths, std::string_view flag, std::vector<uint32_t>& lengths_out,
+                               const std::string& kv_dtype, DType& kv_dtype_out);
 
 // The "bench" parent subcommand shared by every `kvtier bench <what>`.
 CLI::App& bench_group(CLI::App& root);
