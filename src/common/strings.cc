@@ -1,5 +1,6 @@
 #include "common/strings.h"
 
+#include <algorithm>
 #include <cctype>
 
 namespace kvtier {
@@ -17,6 +18,15 @@ std::string quoted(std::string_view text) {
   q.append(text);
   q += '\'';
   return q;
+}
+
+bool Lines::next(std::string_view& line) {
+  if (pos_ >= text_.size()) return false;
+  const size_t end = std::min(text_.find('\n', pos_), text_.size());
+  line = text_.substr(pos_, end - pos_);
+  pos_ = end + 1;
+  ++number_;
+  return true;
 }
 
 }  // namespace kvtier

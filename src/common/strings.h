@@ -11,4 +11,17 @@ std::string_view trim(std::string_view s);
 // 'text', built by appends (GCC 12 misreports "'" + std::string(...) under -Wrestrict).
 std::string quoted(std::string_view text);
 
+// The lines of a text, split at '\n' (which they do not include); a text that
+// ends in '\n' has no empty last line. number(): the last line's, from 1.
+class Lines {
+ public:
+  explicit Lines(std::string_view text) : text_(text) {}
+  bool next(std::string_view& line);
+  size_t number() const { return number_; }
+
+ private:
+  std::string_view text_;
+  size_t pos_ = 0, number_ = 0;
+};
+
 }  // namespace kvtier

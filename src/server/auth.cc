@@ -6,6 +6,7 @@
 
 #include "common/file_text.h"
 #include "common/option_values.h"
+#include "common/strings.h"
 #include "common/secrets.h"
 #include "server/config.h"
 
@@ -91,13 +92,9 @@ Result<std::vector<TenantKey>> parse_tenant_keys(std::string_view text, std::str
   std::vector<TenantKey> out;
   std::map<std::string, TenantQuota, std::less<>> quotas;
   std::unordered_map<PageHash, size_t, PageHashHasher> seen;  // key hash → line
-  size_t line_no = 0;
-  for (size_t pos = 0; pos <= text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
+  Lines lines(text);
+  for (std::string_view line; lines.next(line);) {
+    const size_t line_no = lines.number();
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (const size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
     const std::vector<std::string_view> w = words(line);
@@ -114,7 +111,6 @@ Result<std::vector<TenantKey>> parse_tenant_keys(std::string_view text, std::str
     if (auto [it, fresh] = quotas.emplace(k.tenant, k.quota); !fresh && !(it->second == k.quota))
       return line_error(origin, line_no, "tenant '" + k.tenant + "' has other quotas on an earlier line; its keys must agree");
     out.push_back(std::move(k));
-    if (end == text.size()) break;
   }
   return out;
 }

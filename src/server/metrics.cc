@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "common/strings.h"
+
 #include <cstdio>
 #include <set>
 
@@ -176,12 +178,8 @@ void append_prometheus_text(std::string& out, std::string_view extra) {
     return false;
   };
   if (!out.empty() && out.back() != '\n') out += '\n';
-  size_t start = 0;
-  while (start < extra.size()) {
-    size_t nl = extra.find('\n', start);
-    if (nl == std::string_view::npos) nl = extra.size();
-    const std::string_view line = extra.substr(start, nl - start);
-    start = nl + 1;
+  Lines lines(extra);
+  for (std::string_view line; lines.next(line);) {
     std::string_view name;
     if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) name = family_name(line.substr(7));
     else if (!line.empty() && line[0] != '#') name = family_name(line);

@@ -1,5 +1,6 @@
 #include "sim/kvtier_trace.h"
 #include "common/file_text.h"
+#include "common/strings.h"
 
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -157,17 +158,12 @@ Result<ReplayTrace> parse_replay_trace(std::string_view text, const TraceReadOpt
   trace.block_tokens = options.block_tokens;
   LineParser parser(options, trace);
   const std::string fmt(trace_format_name(options.format));
-  size_t line = 0, pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    ++line;
-    std::string_view l = text.substr(pos, end - pos);
-    pos = end + 1;
+  Lines lines(text);
+  for (std::string_view l; lines.next(l);) {
     if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     Status st = parser.parse(l);
     if (st.ok()) continue;
-    const std::string msg = fmt + " trace line " + std::to_string(line) + ": " + st.message();
+    const std::string msg = fmt + " trace line " + std::to_string(lines.number()) + ": " + st.message();
     if (!options.skip_bad_lines) return Status::InvalidArgument(msg);
     if (trace.skipped_lines++ == 0) trace.first_skipped = msg;
   }

@@ -1,5 +1,6 @@
 #include "sim/mooncake_trace.h"
 #include "common/file_text.h"
+#include "common/strings.h"
 
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -63,15 +64,10 @@ Status parse_line(std::string_view text, size_t line, const MooncakeReadOptions&
 Result<MooncakeTrace> parse_mooncake_trace(std::string_view text, const MooncakeReadOptions& options) {
   KVTIER_RETURN_IF_ERROR(options.validate());
   MooncakeTrace trace;
-  size_t line = 0, pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    ++line;
-    std::string_view l = text.substr(pos, end - pos);
-    pos = end + 1;
+  Lines lines(text);
+  for (std::string_view l; lines.next(l);) {
     if (l.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    KVTIER_RETURN_IF_ERROR(parse_line(l, line, options, trace));
+    KVTIER_RETURN_IF_ERROR(parse_line(l, lines.number(), options, trace));
   }
   return trace;
 }

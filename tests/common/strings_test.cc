@@ -1,0 +1,37 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/strings.h"
+
+namespace kvtier {
+namespace {
+
+std::vector<std::string> lines_of(std::string_view text, std::vector<size_t>* numbers = nullptr) {
+  std::vector<std::string> out;
+  Lines lines(text);
+  for (std::string_view l; lines.next(l);) {
+    out.emplace_back(l);
+    if (numbers) numbers->push_back(lines.number());
+  }
+  return out;
+}
+
+TEST(Lines, SplitsAtNewlinesWithoutAnEmptyLastLine) {
+  std::vector<size_t> numbers;
+  EXPECT_EQ(lines_of("a\n\nb\r\nc", &numbers), (std::vector<std::string>{"a", "", "b\r", "c"}));
+  EXPECT_EQ(numbers, (std::vector<size_t>{1, 2, 3, 4}));
+  EXPECT_EQ(lines_of("a\nb\n"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(lines_of("").empty());
+  EXPECT_EQ(lines_of("\n"), (std::vector<std::string>{""}));
+}
+
+TEST(Strings, TrimAndQuoted) {
+  EXPECT_EQ(trim(" \t a b \n"), "a b");
+  EXPECT_EQ(trim("   "), "");
+  EXPECT_EQ(quoted("x y"), "'x y'");
+}
+
+}  // namespace
+}  // namespace kvtier
