@@ -16,6 +16,7 @@
 #include "engine/half.h"
 #include "engine/qdot.h"
 #include "engine/quant.h"
+#include "qdot_isa_test.h"
 
 namespace kvtier::engine::qdot {
 namespace {
@@ -150,17 +151,14 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, bool spread_per_bl
   return x;
 }
 
-class QdotKquant : public ::testing::TestWithParam<Isa> {
+class QdotKquant : public testing::IsaTest {
  protected:
   void SetUp() override {
-    k_ = kernels(GetParam());
-    if (!k_)
-      GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA "
-                   << "(AVX2 needs avx2, fma and f16c)";
+    IsaTest::SetUp();
+    if (IsSkipped()) return;
     ASSERT_NE(k_->quantize_q8k, nullptr);
     for (const Layout& l : kLayouts) ASSERT_NE(k_->dot[uint32_t(l.type)], nullptr) << name(l.type);
   }
-  const Kernels* k_ = nullptr;
 };
 
 TEST_P(QdotKquant, DotMatchesDequantizedReference) {
@@ -388,18 +386,9 @@ TEST_P(QdotKquant, GroupDotIsTheScalarReferenceBitForBitWhateverTheCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotKquant, ::testing::ValuesIn(kAllIsas),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isas, QdotKquant, ::testing::ValuesIn(kAllIsas), testing::isa_test_name);
 
-class QdotKquantSimd : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    simd_ = kernels(GetParam());
-    if (!simd_) GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA";
-  }
-  const Kernels& scalar_ = *kernels(Isa::kScalar);
-  const Kernels* simd_ = nullptr;  // the SIMD set under test
-};
+class QdotKquantSimd : public testing::SimdIsaTest {};
 
 TEST_P(QdotKquantSimd, QuantizeQ8KIsBitIdenticalToScalar) {
   std::mt19937 rng(5);
@@ -409,7 +398,7 @@ TEST_P(QdotKquantSimd, QuantizeQ8KIsBitIdenticalToScalar) {
   x[300] = -x[300] * 1e3f;  // a lone dominant element
   std::vector<BlockQ8K> want(n / kQK), got(n / kQK);
   scalar_.quantize_q8k(x.data(), n, want.data());
-  simd_->quantize_q8k(x.data(), n, got.data());
+  k_->quantize_q8k(x.data(), n, got.data());
   EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8K)), 0);
 }
 
@@ -427,7 +416,7 @@ TEST_P(QdotKquantSimd, DotsMatchScalar) {
         const std::vector<BlockQ8K> act = random_activations(n, rng);
         const Reference ref = reference_dot(layout, row, dequantize_activations(act));
         const uint32_t code = uint32_t(layout.type);
-        EXPECT_NEAR(simd_->dot[code](n, row.data(), act.data()), scalar_.dot[code](n, row.data(), act.data()),
+        EXPECT_NEAR(k_->dot[code](n, row.data(), act.data()), scalar_.dot[code](n, row.data(), act.data()),
                     rounding_bound(ref.magnitude));
       }
 }
@@ -443,7 +432,7 @@ TEST_P(QdotKquantSimd, IsBitIdenticalToAvx2) {
     const std::vector<float> x = random_floats(n, rng, /*spread_per_block=*/true);
     std::vector<BlockQ8K> want_q(n / kQK), got_q(n / kQK);
     avx2->quantize_q8k(x.data(), n, want_q.data());
-    simd_->quantize_q8k(x.data(), n, got_q.data());
+    k_->quantize_q8k(x.data(), n, got_q.data());
     EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(BlockQ8K)), 0) << "n=" << n;
     std::vector<std::vector<BlockQ8K>> acts;
     const void* rows[kDotN];
@@ -451,21 +440,21 @@ TEST_P(QdotKquantSimd, IsBitIdenticalToAvx2) {
     for (const Layout& layout : kLayouts) {
       const uint32_t code = uint32_t(layout.type);
       const std::vector<uint8_t> w = random_row(layout, n, rng);
-      const float want = avx2->dot[code](n, w.data(), rows[0]), got = simd_->dot[code](n, w.data(), rows[0]);
+      const float want = avx2->dot[code](n, w.data(), rows[0]), got = k_->dot[code](n, w.data(), rows[0]);
       EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0)
           << name(layout.type) << " n=" << n << ": " << want << " vs " << got;
-      ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(layout.type);
+      ASSERT_EQ(avx2->dot_n[code] == nullptr, k_->dot_n[code] == nullptr) << name(layout.type);
       if (!avx2->dot_n[code]) continue;
       float want_n[kDotN], got_n[kDotN];
       avx2->dot_n[code](n, w.data(), rows, kDotN, want_n, 1);
-      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
+      k_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
       EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(layout.type) << " n=" << n;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotKquantSimd, ::testing::Values(Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isas, QdotKquantSimd, ::testing::ValuesIn(testing::kSimdIsas),
+                         testing::isa_test_name);
 
 }  // namespace
 }  // namespace kvtier::engine::qdot

@@ -16,6 +16,7 @@
 #include "engine/half.h"
 #include "engine/qdot.h"
 #include "engine/quant.h"
+#include "qdot_isa_test.h"
 
 namespace kvtier::engine::qdot {
 
@@ -130,29 +131,20 @@ double norm(const auto& v) {
 }
 
 // Each test runs once per kernel set; a set the CPU (or this build) lacks skips, naming the ISA.
-class QdotLegacy : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    k = kernels(GetParam());
-    if (!k)
-      GTEST_SKIP() << "no " << isa_name(GetParam())
-                   << " kernels: the CPU does not report the ISA";
-  }
-  const Kernels* k = nullptr;
-};
+class QdotLegacy : public testing::IsaTest {};
 
 // 1. Every quantized dot is the exact dot of the dequantized weights with the
 // dequantized activations (its own quantize_q8's), up to f32 rounding.
 TEST_P(QdotLegacy, QuantizedDotMatchesDequantizedReference) {
   std::mt19937 rng(1);
   for (GgufType type : kQ8Types) {
-    ASSERT_NE(k->dot[uint32_t(type)], nullptr) << name(type);
+    ASSERT_NE(k_->dot[uint32_t(type)], nullptr) << name(type);
     for (size_t n : kLengths)
       for (int trial = 0; trial < kTrials; ++trial) {
         const std::vector<uint8_t> w = random_row(type, n, rng);
-        const std::vector<BlockQ8> a = quantize(*k, random_activations(n, rng));
+        const std::vector<BlockQ8> a = quantize(*k_, random_activations(n, rng));
         const Exact ref = exact_dot(dequantize(type, w, n), act_values(a));
-        const float got = k->dot[uint32_t(type)](n, w.data(), a.data());
+        const float got = k_->dot[uint32_t(type)](n, w.data(), a.data());
         EXPECT_NEAR(got, ref.dot, rounding_bound(ref.abs)) << name(type) << " n=" << n << " trial " << trial;
       }
   }
@@ -163,19 +155,19 @@ TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
   std::mt19937 rng(3);
   int checked = 0;
   for (GgufType type : kQ8Types) {
-    const DotNFn dot_n = k->dot_n[uint32_t(type)];
+    const DotNFn dot_n = k_->dot_n[uint32_t(type)];
     if (!dot_n) continue;
     for (size_t n : kLengths) {
       const std::vector<uint8_t> w = random_row(type, n, rng);
       std::vector<std::vector<BlockQ8>> acts;
       const void* a[kDotN];
-      for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k, random_activations(n, rng))), a[j] = acts.back().data();
+      for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k_, random_activations(n, rng))), a[j] = acts.back().data();
       for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
         constexpr size_t kStride = 3;  // results land token-major in a tile, as Matmul lays them
         float got[kDotN * kStride];
         dot_n(n, w.data(), a, count, got, kStride);
         for (int j = 0; j < count; ++j) {
-          const float want = k->dot[uint32_t(type)](n, w.data(), acts[j].data());
+          const float want = k_->dot[uint32_t(type)](n, w.data(), acts[j].data());
           EXPECT_EQ(std::memcmp(&got[j * kStride], &want, sizeof want), 0)
               << name(type) << " n=" << n << " row " << j << " of " << count;
         }
@@ -190,13 +182,13 @@ TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
 TEST_P(QdotLegacy, FloatDotMatchesDequantizedReference) {
   std::mt19937 rng(2);
   for (GgufType type : kFloatTypes) {
-    ASSERT_NE(k->dot[uint32_t(type)], nullptr) << name(type);
+    ASSERT_NE(k_->dot[uint32_t(type)], nullptr) << name(type);
     for (size_t n : kFloatLengths)
       for (int trial = 0; trial < kTrials; ++trial) {
         const std::vector<uint8_t> w = random_row(type, n, rng);
         const std::vector<float> x = random_activations(n, rng);
         const Exact ref = exact_dot(dequantize(type, w, n), x);
-        const float got = k->dot[uint32_t(type)](n, w.data(), x.data());
+        const float got = k_->dot[uint32_t(type)](n, w.data(), x.data());
         EXPECT_NEAR(got, ref.dot, rounding_bound(ref.abs)) << name(type) << " n=" << n << " trial " << trial;
       }
   }
@@ -210,7 +202,7 @@ TEST_P(QdotLegacy, QuantizeQ8ErrorWithinHalfStep) {
   for (size_t n : kLengths) {
     std::vector<float> x = random_activations(n, rng);
     std::fill(x.begin(), x.begin() + 32, 0.0f);
-    const std::vector<BlockQ8> q = quantize(*k, x);
+    const std::vector<BlockQ8> q = quantize(*k_, x);
     for (size_t b = 0; b < q.size(); ++b) {
       float amax = 0.0f;
       int sum = 0, qmax = 0;
@@ -245,13 +237,13 @@ TEST_P(QdotLegacy, QuantizedActivationErrorIsBounded) {
       for (int trial = 0; trial < kTrials; ++trial) {
         const std::vector<uint8_t> w = random_row(type, n, rng);
         const std::vector<float> x = random_activations(n, rng);
-        const std::vector<BlockQ8> a = quantize(*k, x);
+        const std::vector<BlockQ8> a = quantize(*k_, x);
         const std::vector<float> wf = dequantize(type, w, n);
         const Exact exact = exact_dot(wf, x);
         double variance = 0.0;
         for (size_t i = 0; i < n; ++i) variance += std::pow(double(wf[i]) * a[i / 32].d, 2) / 12.0;
         const double sigma = std::sqrt(variance);
-        const double err = k->dot[uint32_t(type)](n, w.data(), a.data()) - exact.dot;
+        const double err = k_->dot[uint32_t(type)](n, w.data(), a.data()) - exact.dot;
         EXPECT_LE(std::fabs(err), 6.0 * sigma + rounding_bound(exact.abs))
             << name(type) << " n=" << n << " trial " << trial;
         z_squares += std::pow(err / sigma, 2);
@@ -262,21 +254,12 @@ TEST_P(QdotLegacy, QuantizedActivationErrorIsBounded) {
   EXPECT_LT(z_rms, 1.3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacy, ::testing::ValuesIn(kAllIsas),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacy, ::testing::ValuesIn(kAllIsas), testing::isa_test_name);
 
 // 3. Each SIMD set (AVX2, AVX-VNNI, AVX-512 VNNI) against the scalar one on the same inputs: quantize_q8 gives
 // the same bits (both round x * (1 / d) half to even in the same f32 steps;
 // checked on ties too), each dot agrees within the rounding bound of test 1.
-class QdotLegacySimd : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    simd_ = kernels(GetParam());
-    if (!simd_) GTEST_SKIP() << "no " << isa_name(GetParam()) << " kernels: the CPU does not report the ISA";
-  }
-  const Kernels& scalar_ = *kernels(Isa::kScalar);
-  const Kernels* simd_ = nullptr;  // the SIMD set under test
-};
+class QdotLegacySimd : public testing::SimdIsaTest {};
 
 TEST_P(QdotLegacySimd, QuantizeQ8IsBitIdenticalToScalar) {
   std::mt19937 rng(5);
@@ -285,7 +268,7 @@ TEST_P(QdotLegacySimd, QuantizeQ8IsBitIdenticalToScalar) {
     // Block 0 holds exact halves (d = 1): ties round to even in both.
     for (size_t j = 0; j < 32; ++j) x[j] = float(j) - 15.5f;
     x[31] = 127.0f;
-    const std::vector<BlockQ8> want = quantize(scalar_, x), got = quantize(*simd_, x);
+    const std::vector<BlockQ8> want = quantize(scalar_, x), got = quantize(*k_, x);
     EXPECT_EQ(want[0].qs[0], -16);  // -15.5 → -16
     EXPECT_EQ(want[0].qs[1], -14);  // -14.5 → -14
     ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(BlockQ8)), 0) << "n=" << n;
@@ -301,7 +284,7 @@ TEST_P(QdotLegacySimd, DotsMatchScalar) {
         const std::vector<BlockQ8> a = quantize(scalar_, random_activations(n, rng));
         const double abs = exact_dot(dequantize(type, w, n), act_values(a)).abs;
         const float want = scalar_.dot[uint32_t(type)](n, w.data(), a.data());
-        const float got = simd_->dot[uint32_t(type)](n, w.data(), a.data());
+        const float got = k_->dot[uint32_t(type)](n, w.data(), a.data());
         EXPECT_NEAR(got, want, rounding_bound(abs)) << name(type) << " n=" << n << " trial " << trial;
       }
   for (GgufType type : kFloatTypes)
@@ -310,7 +293,7 @@ TEST_P(QdotLegacySimd, DotsMatchScalar) {
       const std::vector<float> x = random_activations(n, rng);
       const double abs = exact_dot(dequantize(type, w, n), x).abs;
       const float want = scalar_.dot[uint32_t(type)](n, w.data(), x.data());
-      const float got = simd_->dot[uint32_t(type)](n, w.data(), x.data());
+      const float got = k_->dot[uint32_t(type)](n, w.data(), x.data());
       EXPECT_NEAR(got, want, rounding_bound(abs)) << name(type) << " n=" << n;
     }
 }
@@ -325,20 +308,20 @@ TEST_P(QdotLegacySimd, IsBitIdenticalToAvx2) {
   for (size_t n : kLengths) {
     const std::vector<float> x = random_activations(n, rng);
     const std::vector<BlockQ8> a = quantize(*avx2, x);
-    ASSERT_EQ(std::memcmp(a.data(), quantize(*simd_, x).data(), a.size() * sizeof(BlockQ8)), 0) << "n=" << n;
+    ASSERT_EQ(std::memcmp(a.data(), quantize(*k_, x).data(), a.size() * sizeof(BlockQ8)), 0) << "n=" << n;
     std::vector<std::vector<BlockQ8>> acts;
     const void* rows[kDotN];
     for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*avx2, random_activations(n, rng))), rows[j] = acts.back().data();
     for (GgufType type : kQ8Types) {
       const uint32_t code = uint32_t(type);
       const std::vector<uint8_t> w = random_row(type, n, rng);
-      const float want = avx2->dot[code](n, w.data(), a.data()), got = simd_->dot[code](n, w.data(), a.data());
+      const float want = avx2->dot[code](n, w.data(), a.data()), got = k_->dot[code](n, w.data(), a.data());
       EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << name(type) << " n=" << n << ": " << want << " vs " << got;
-      ASSERT_EQ(avx2->dot_n[code] == nullptr, simd_->dot_n[code] == nullptr) << name(type);
+      ASSERT_EQ(avx2->dot_n[code] == nullptr, k_->dot_n[code] == nullptr) << name(type);
       if (!avx2->dot_n[code]) continue;
       float want_n[kDotN], got_n[kDotN];
       avx2->dot_n[code](n, w.data(), rows, kDotN, want_n, 1);
-      simd_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
+      k_->dot_n[code](n, w.data(), rows, kDotN, got_n, 1);
       EXPECT_EQ(std::memcmp(want_n, got_n, sizeof want_n), 0) << name(type) << " n=" << n;
     }
   }
@@ -347,13 +330,13 @@ TEST_P(QdotLegacySimd, IsBitIdenticalToAvx2) {
       const std::vector<uint8_t> w = random_row(type, n, rng);
       const std::vector<float> x = random_activations(n, rng);
       const float want = avx2->dot[uint32_t(type)](n, w.data(), x.data());
-      const float got = simd_->dot[uint32_t(type)](n, w.data(), x.data());
+      const float got = k_->dot[uint32_t(type)](n, w.data(), x.data());
       EXPECT_EQ(std::memcmp(&want, &got, sizeof want), 0) << name(type) << " n=" << n;
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacySimd, ::testing::Values(Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacySimd, ::testing::ValuesIn(testing::kSimdIsas),
+                         testing::isa_test_name);
 
 }  // namespace
 }  // namespace kvtier::engine::qdot
