@@ -237,15 +237,6 @@ void RemoteTier::get_batch(std::span<GetOp> ops) {
   in_batches(ranged, [&](std::span<GetOp*> s) { get_ranges(s); });
 }
 
-// Verifies `entry` (a value or its metadata prefix) as the entry of op.key; kNotFound for an absent key.
-Status RemoteTier::check_reply_for_get(GetOp& op, const redisReply* r, bool& missing) {
-  missing = r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0);
-  if (missing) return Status::NotFound("remote: no such chunk");
-  if (r->type != REDIS_REPLY_STRING) return Status::Corruption("remote: value is not a string: " + reply_error(r));
-  (void)op;
-  return Status::Ok();
-}
-
 Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole) {
   const ChunkGeometry& g = options_.geometry;
   auto meta = whole ? decode_chunk_value(entry, g) : decode_chunk_meta(entry, g);
@@ -261,6 +252,23 @@ Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const s
     return Status::Corruption("remote: " + st.message());
   }
   return meta;
+}
+
+std::optional<ChunkMeta> RemoteTier::open_entry(GetOp& op, const redisReply* r, bool whole) {
+  if (r->type == REDIS_REPLY_NIL || (r->type == REDIS_REPLY_STRING && r->len == 0)) {
+    ++counters_.misses;
+    op.status = Status::NotFound("remote: no such chunk");
+    return std::nullopt;
+  }
+  if (r->type != REDIS_REPLY_STRING) {
+    op.status = Status::Corruption("remote: value is not a string: " + reply_error(r));
+    drop_corrupt(op.key);
+    return std::nullopt;
+  }
+  auto meta = check_entry(op.key, {reinterpret_cast<const std::byte*>(r->str), r->len}, whole);
+  op.status = meta.ok() ? resolve_get_range(options_.geometry, meta->header.num_pages, op) : meta.status();
+  if (!op.status.ok()) return std::nullopt;
+  return *std::move(meta);
 }
 
 Status RemoteTier::take_layers(GetOp& op, const ChunkMeta& meta, std::span<const std::byte> stored) {
@@ -296,22 +304,10 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
       continue;
     }
     const redisReply* r = c.reply.get();
-    bool missing = false;
-    op.status = check_reply_for_get(op, r, missing);
-    if (missing) ++counters_.misses;
-    if (!op.status.ok()) {
-      if (op.status.code() == StatusCode::kCorruption) drop_corrupt(op.key);
-      continue;
-    }
+    const std::optional<ChunkMeta> meta = open_entry(op, r, /*whole=*/true);
+    if (!meta) continue;
     const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(r->str), r->len);
-    auto meta = check_entry(op.key, entry, /*whole=*/true);
-    if (!meta.ok()) {
-      op.status = meta.status();
-      continue;
-    }
     const uint32_t n = meta->header.num_pages;
-    op.status = resolve_get_range(g, n, op);
-    if (!op.status.ok()) continue;
     const size_t lb = g.stored_layer_bytes(n, meta->codec());
     op.status = take_layers(op, *meta, entry.subspan(meta->header.payload_offset + op.first_layer * lb, op.num_layers * lb));
     if (!op.status.ok()) continue;
@@ -357,22 +353,9 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
       op.status = mc.status.ok() ? lc.status : mc.status;
       continue;
     }
-    bool missing = false;
-    op.status = check_reply_for_get(op, mc.reply.get(), missing);
-    if (missing) ++counters_.misses;
-    if (!op.status.ok()) {
-      if (op.status.code() == StatusCode::kCorruption) drop_corrupt(op.key);
-      continue;
-    }
-    const redisReply* m = mc.reply.get();
-    auto meta = check_entry(op.key, {reinterpret_cast<const std::byte*>(m->str), m->len}, /*whole=*/false);
-    if (!meta.ok()) {
-      op.status = meta.status();
-      continue;
-    }
+    const std::optional<ChunkMeta> meta = open_entry(op, mc.reply.get(), /*whole=*/false);
+    if (!meta) continue;
     const uint32_t n = meta->header.num_pages;
-    op.status = resolve_get_range(g, n, op);
-    if (!op.status.ok()) continue;
     if (n != expected(op) || meta->codec() != g.codec) {  // the ranged read assumed another layout
       partial.push_back(&op);
       continue;

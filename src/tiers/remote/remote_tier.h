@@ -32,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -123,9 +124,12 @@ class RemoteTier final : public Tier {
   bool settle_sets(std::span<PutOp* const> ops, SetPipeline& p);
   void get_whole(std::span<GetOp*> ops);
   void get_ranges(std::span<GetOp*> ops);
-  Status check_reply_for_get(GetOp& op, const struct redisReply* r, bool& missing);
   // Decodes and authenticates the entry (whole value or its metadata) of op.key; drops and counts a bad one.
   Result<ChunkMeta> check_entry(const ChunkKey& key, std::span<const std::byte> entry, bool whole);
+  // op.key's checked entry from a GET (whole) or a metadata GETRANGE reply, op's
+  // layer range resolved against it; nullopt with op.status set otherwise (a miss
+  // counted, a bad entry dropped).
+  std::optional<ChunkMeta> open_entry(GetOp& op, const struct redisReply* r, bool whole);
   // Applies the mixed-entry rule (counted), verifies the stored layers of
   // op's range and decodes them into op.out; drops and counts a bad entry.
   Status take_layers(GetOp& op, const ChunkMeta& meta, std::span<const std::byte> stored);
