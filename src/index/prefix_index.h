@@ -387,6 +387,11 @@ class PrefixIndex {
   // Removes every node below `id`, then its pages past its last device page (cut_below_device_only).
   void cut_below(uint32_t id, EvictResult& out);
   void emit(KvEventKind kind, int t, const Node& n, uint32_t slot, PageLocation loc);
+  // check_invariants() in parts (prefix_index_evict.cc).
+  struct InvariantTally;
+  Status check_node(uint32_t id, InvariantTally& t) const;
+  Status check_links(const InvariantTally& t) const;
+  Status check_edges() const;
 
   Options opts_;
   uint32_t P_;

@@ -275,94 +275,126 @@ void PrefixIndex::remove_leaf(uint32_t id) {
   refresh(parent);
 }
 
-Status PrefixIndex::check_invariants() const {
-  auto fail = [](const std::string& what, uint32_t id) {
-    return Status::Internal("index invariant: " + what + " (node " + std::to_string(id) + ")");
-  };
-  std::vector<uint32_t> children(nodes_.size(), 0), child_tier[2];
-  child_tier[0].assign(nodes_.size(), 0);
-  child_tier[1].assign(nodes_.size(), 0);
+namespace {
+
+Status invariant_failure(const std::string& what, uint32_t id) {
+  return Status::Internal("index invariant: " + what + " (node " + std::to_string(id) + ")");
+}
+
+}  // namespace
+
+// What check_invariants() recounts from the nodes, to compare with the index's running totals.
+struct PrefixIndex::InvariantTally {
+  explicit InvariantTally(size_t n_nodes, size_t n_tenants)
+      : children(n_nodes, 0), child_tier{std::vector<uint32_t>(n_nodes, 0), std::vector<uint32_t>(n_nodes, 0)},
+        tenant_tier(n_tenants, {0, 0}) {}
+  std::vector<uint32_t> children, child_tier[2];  // per node: its children, those with pages on tier t
   uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, retained_host = 0, nodes = 0, roots = 0;
-  std::vector<std::array<uint64_t, 2>> tenant_tier(tenant_pages_.size(), {0, 0});
+  std::vector<std::array<uint64_t, 2>> tenant_tier;
+};
+
+// A live non-root node against its parent and its own counts (I1, I3, I4), counted into `t`.
+Status PrefixIndex::check_node(uint32_t id, InvariantTally& t) const {
+  const Node& n = nodes_[id];
+  ++t.nodes;
+  if (n.n_pages() == 0) return invariant_failure("empty node", id);
+  if (n.n > n.cap) return invariant_failure("page count above capacity", id);
+  if (opts_.store_hashes != (n.hashes != nullptr)) return invariant_failure("hash array", id);
+  if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return invariant_failure("dead parent", id);
+  const Node& p = nodes_[n.parent];
+  if (n.root != p.root) return invariant_failure("root mismatch", id);
+  if (n.start_page != p.start_page + p.n_pages()) return invariant_failure("start_page", id);
+  if (p.lock_ref < n.lock_ref) return invariant_failure("parent lock_ref below child's", id);
+  if (p.retain_ref < n.retain_ref) return invariant_failure("parent retain_ref below child's", id);
+  if (n.first_key != page_key(n.tokens)) return invariant_failure("first_key", id);
+  ++t.children[n.parent];
+  uint32_t tp[2] = {}, both = 0;
+  for (uint32_t i = 0; i < n.n_pages(); ++i) {
+    const PageLocation l = n.locs[i];
+    if (!l.any()) return invariant_failure("page without residency", id);
+    for (int k = 0; k < 2; ++k)
+      if (has_tier(l, k)) {
+        ++tp[k];
+        if (i >= n.scan_end[k]) return invariant_failure("scan_end below a resident page", id);
+      }
+    both += l.on_device() && l.on_host();
+  }
+  if (tp[0] != n.tier_pages[0] || tp[1] != n.tier_pages[1] || both != n.both_pages)
+    return invariant_failure("tier counts", id);
+  for (int k = 0; k < 2; ++k) {
+    if (tp[k] > 0) ++t.child_tier[k][n.parent];
+    t.tier[k] += tp[k];
+    if (n.lock_ref > 0) t.prot_tier[k] += tp[k];
+    t.tenant_tier[nodes_[n.root].tenant][k] += tp[k];
+  }
+  if (n.retain_ref > 0) t.retained_host += tp[kHost];
+  t.pages += n.n_pages();
+  if (n.lock_ref > 0) t.prot += n.n_pages();
+  return Status::Ok();
+}
+
+// Every live node's child counts and candidate-set membership (I5) against the tally.
+Status PrefixIndex::check_links(const InvariantTally& t) const {
+  size_t in_cand = 0;
   for (uint32_t id = 0; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
+    in_cand += n.in_cand[0] + n.in_cand[1];
     if (!n.live) continue;
-    if (n.is_root) {
-      ++roots;
-      auto it = roots_.find(n.ns_seed);
-      if (it == roots_.end() || it->second != id || n.root != id || n.n_pages() != 0) return fail("bad root", id);
-      continue;
-    }
-    ++nodes;
-    if (n.n_pages() == 0) return fail("empty node", id);
-    if (n.n > n.cap) return fail("page count above capacity", id);
-    if (opts_.store_hashes != (n.hashes != nullptr)) return fail("hash array", id);
-    if (n.parent >= nodes_.size() || !nodes_[n.parent].live) return fail("dead parent", id);
-    const Node& p = nodes_[n.parent];
-    if (n.root != p.root) return fail("root mismatch", id);
-    if (n.start_page != p.start_page + p.n_pages()) return fail("start_page", id);
-    if (p.lock_ref < n.lock_ref) return fail("parent lock_ref below child's", id);
-    if (p.retain_ref < n.retain_ref) return fail("parent retain_ref below child's", id);
-    if (n.first_key != page_key(n.tokens)) return fail("first_key", id);
-    ++children[n.parent];
-    uint32_t tp[2] = {}, both = 0;
-    for (uint32_t i = 0; i < n.n_pages(); ++i) {
-      const PageLocation l = n.locs[i];
-      if (!l.any()) return fail("page without residency", id);
-      for (int t = 0; t < 2; ++t)
-        if (has_tier(l, t)) {
-          ++tp[t];
-          if (i >= n.scan_end[t]) return fail("scan_end below a resident page", id);
-        }
-      both += l.on_device() && l.on_host();
-    }
-    if (tp[0] != n.tier_pages[0] || tp[1] != n.tier_pages[1] || both != n.both_pages) return fail("tier counts", id);
-    for (int t = 0; t < 2; ++t) {
-      if (tp[t] > 0) ++child_tier[t][n.parent];
-      tier[t] += tp[t];
-      if (n.lock_ref > 0) prot_tier[t] += tp[t];
-    }
-    if (n.retain_ref > 0) retained_host += tp[kHost];
-    for (int t = 0; t < 2; ++t) tenant_tier[nodes_[n.root].tenant][t] += tp[t];
-    pages += n.n_pages();
-    if (n.lock_ref > 0) prot += n.n_pages();
-  }
-  for (uint32_t id = 0; id < nodes_.size(); ++id) {
-    const Node& n = nodes_[id];
-    if (!n.live) continue;
-    if (children[id] != n.n_children) return fail("child count", id);
-    for (int t = 0; t < 2; ++t) {
-      if (child_tier[t][id] != n.child_with_tier[t]) return fail("children-with-tier count", id);
-      const bool want = candidate(n, t);
-      if (want != n.in_cand[t] || (want && !cand_[t].count(CandEntry{n.key, id}))) return fail("candidate set", id);
-      if (want && n.key != policy_->key(n.usage)) return fail("stale policy key", id);
+    if (t.children[id] != n.n_children) return invariant_failure("child count", id);
+    for (int k = 0; k < 2; ++k) {
+      if (t.child_tier[k][id] != n.child_with_tier[k]) return invariant_failure("children-with-tier count", id);
+      const bool want = candidate(n, k);
+      if (want != n.in_cand[k] || (want && !cand_[k].count(CandEntry{n.key, id})))
+        return invariant_failure("candidate set", id);
+      if (want && n.key != policy_->key(n.usage)) return invariant_failure("stale policy key", id);
     }
   }
-  if (cand_[0].size() + cand_[1].size() !=
-      size_t(std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.in_cand[0]; }) +
-             std::count_if(nodes_.begin(), nodes_.end(), [](const Node& n) { return n.in_cand[1]; })))
-    return fail("candidate set size", 0);
-  if (nodes != live_nodes_ || roots != roots_.size()) return fail("node count", 0);
-  if (edges_.size() != nodes) return fail("edge count", 0);
-  // Every edge points at a live child of that parent, and siblings' first pages differ (I2).
+  if (cand_[0].size() + cand_[1].size() != in_cand) return invariant_failure("candidate set size", 0);
+  return Status::Ok();
+}
+
+// Every edge points at a live child of that parent, and siblings' first pages differ (I2).
+Status PrefixIndex::check_edges() const {
   std::map<std::pair<uint32_t, std::vector<TokenId>>, uint32_t> firsts;
   Status st;
   edges_.for_each([&](uint32_t parent, uint64_t key, uint32_t child) {
     if (!st.ok()) return;
     if (child >= nodes_.size() || !nodes_[child].live || nodes_[child].parent != parent ||
         nodes_[child].first_key != key) {
-      st = fail("edge table entry", child);
+      st = invariant_failure("edge table entry", child);
       return;
     }
     std::vector<TokenId> first(nodes_[child].tokens, nodes_[child].tokens + P_);
-    if (!firsts.emplace(std::make_pair(parent, std::move(first)), child).second) st = fail("duplicate sibling", child);
+    if (!firsts.emplace(std::make_pair(parent, std::move(first)), child).second)
+      st = invariant_failure("duplicate sibling", child);
   });
-  KVTIER_RETURN_IF_ERROR(st);
-  if (pages != pages_ || tier[0] != tier_pages_[0] || tier[1] != tier_pages_[1]) return fail("page totals", 0);
-  if (prot != protected_pages_ || prot_tier[0] != protected_tier_[0] || prot_tier[1] != protected_tier_[1])
-    return fail("protected totals", 0);
-  if (retained_host != retained_host_) return fail("retained total", 0);
-  if (tenant_tier != tenant_pages_) return fail("tenant totals", 0);
+  return st;
+}
+
+Status PrefixIndex::check_invariants() const {
+  InvariantTally t(nodes_.size(), tenant_pages_.size());
+  for (uint32_t id = 0; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.live) continue;
+    if (!n.is_root) {
+      KVTIER_RETURN_IF_ERROR(check_node(id, t));
+      continue;
+    }
+    ++t.roots;
+    auto it = roots_.find(n.ns_seed);
+    if (it == roots_.end() || it->second != id || n.root != id || n.n_pages() != 0)
+      return invariant_failure("bad root", id);
+  }
+  KVTIER_RETURN_IF_ERROR(check_links(t));
+  if (t.nodes != live_nodes_ || t.roots != roots_.size()) return invariant_failure("node count", 0);
+  if (edges_.size() != t.nodes) return invariant_failure("edge count", 0);
+  KVTIER_RETURN_IF_ERROR(check_edges());
+  if (t.pages != pages_ || t.tier[0] != tier_pages_[0] || t.tier[1] != tier_pages_[1])
+    return invariant_failure("page totals", 0);
+  if (t.prot != protected_pages_ || t.prot_tier[0] != protected_tier_[0] || t.prot_tier[1] != protected_tier_[1])
+    return invariant_failure("protected totals", 0);
+  if (t.retained_host != retained_host_) return invariant_failure("retained total", 0);
+  if (t.tenant_tier != tenant_pages_) return invariant_failure("tenant totals", 0);
   return Status::Ok();
 }
 
