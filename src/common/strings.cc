@@ -20,6 +20,22 @@ std::string quoted(std::string_view text) {
   return q;
 }
 
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 bool Lines::next(std::string_view& line) {
   if (pos_ >= text_.size()) return false;
   const size_t end = std::min(text_.find('\n', pos_), text_.size());

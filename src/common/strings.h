@@ -10,6 +10,9 @@ namespace kvtier {
 std::string_view trim(std::string_view s);
 // 'text', built by appends (GCC 12 misreports "'" + std::string(...) under -Wrestrict).
 std::string quoted(std::string_view text);
+// HTML (and XML) escaping as markupsafe.escape does it (& < > " '): jinja's
+// escape filter, and text in the reports' SVG.
+std::string html_escape(std::string_view text);
 
 // The lines of a text, split at '\n' (which they do not include); a text that
 // ends in '\n' has no empty last line. number(): the last line's, from 1.

@@ -7,6 +7,7 @@
 
 #include "sim/replay.h"
 #include "common/option_values.h"
+#include "common/strings.h"
 
 namespace kvtier {
 
@@ -207,92 +208,111 @@ std::string format_sweep_csv(const std::vector<SweepPoint>& points) {
   return s;
 }
 
-std::string format_sweep_svg(const std::vector<SweepPoint>& points, const std::string& title) {
-  // Plot area in pixels; x is log10(capacity), y is the hit ratio in [0, 1].
-  const double W = 720, H = 440, left = 70, right = 20, top = 40, bottom = 60;
-  const double pw = W - left - right, ph = H - top - bottom;
-  double lo = 1, hi = 10;
-  if (!points.empty()) {
-    lo = std::floor(std::log10(double(points.front().capacity_tokens)));
-    hi = std::ceil(std::log10(double(points.front().capacity_tokens)));
+namespace {
+
+// The sweep chart's frame: x is log10(capacity) over whole decades, y the hit ratio in [0, 1].
+struct SweepPlot {
+  static constexpr double W = 720, H = 440, left = 70, right = 20, top = 40, bottom = 60;
+  static constexpr double pw = W - left - right, ph = H - top - bottom;
+  double lo = 1, hi = 10;  // decades
+
+  explicit SweepPlot(const std::vector<SweepPoint>& points) {
+    if (points.empty()) return;
+    lo = hi = std::log10(double(points.front().capacity_tokens));
     for (const SweepPoint& p : points) {
-      lo = std::min(lo, std::floor(std::log10(double(p.capacity_tokens))));
-      hi = std::max(hi, std::ceil(std::log10(double(p.capacity_tokens))));
+      lo = std::min(lo, std::log10(double(p.capacity_tokens)));
+      hi = std::max(hi, std::log10(double(p.capacity_tokens)));
     }
+    lo = std::floor(lo), hi = std::ceil(hi);
     if (hi <= lo) hi = lo + 1;
   }
-  auto X = [&](double cap) { return left + (std::log10(cap) - lo) / (hi - lo) * pw; };
-  auto Y = [&](double ratio) { return top + (1.0 - std::clamp(ratio, 0.0, 1.0)) * ph; };
-  std::string escaped;
-  for (char c : title) {
-    if (c == '<') escaped += "&lt;";
-    else if (c == '>') escaped += "&gt;";
-    else if (c == '&') escaped += "&amp;";
-    else escaped += c;
-  }
+  double x(double cap) const { return left + (std::log10(cap) - lo) / (hi - lo) * pw; }
+  double y(double ratio) const { return top + (1.0 - std::clamp(ratio, 0.0, 1.0)) * ph; }
+};
+
+std::string svg_header(const std::string& title) {
+  using P = SweepPlot;
   char buf[512];
-  std::string s;
   std::snprintf(buf, sizeof(buf),
                 "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                 "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
                 "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n"
-                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-                "<text x=\"%.0f\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">%s</text>\n",
-                W, H, W, H, W / 2, escaped.c_str());
-  s += buf;
-  // Axes, decade ticks on x, tenths on y, labels.
+                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+                P::W, P::H, P::W, P::H);
+  return std::string(buf) + "<text x=\"" + std::to_string(int(P::W / 2)) +
+         "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">" + html_escape(title) + "</text>\n";
+}
+
+// Axes, decade ticks on x, tenths on y, labels.
+std::string svg_axes(const SweepPlot& p) {
+  using P = SweepPlot;
+  char buf[512];
+  std::string s;
   std::snprintf(buf, sizeof(buf),
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
-                left, top + ph, left + pw, top + ph, left, top, left, top + ph);
+                P::left, P::top + P::ph, P::left + P::pw, P::top + P::ph, P::left, P::top, P::left, P::top + P::ph);
   s += buf;
-  for (double d = lo; d <= hi + 1e-9; d += 1) {
-    const double x = X(std::pow(10.0, d));
+  for (double d = p.lo; d <= p.hi + 1e-9; d += 1) {
+    const double x = p.x(std::pow(10.0, d));
     std::snprintf(buf, sizeof(buf),
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">1e%d</text>\n",
-                  x, top, x, top + ph, x, top + ph + 18, int(d));
+                  x, P::top, x, P::top + P::ph, x, P::top + P::ph + 18, int(d));
     s += buf;
   }
   for (int k = 0; k <= 10; k += 2) {
-    const double y = Y(k / 10.0);
+    const double y = p.y(k / 10.0);
     std::snprintf(buf, sizeof(buf),
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ccc\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n",
-                  left, y, left + pw, y, left - 6, y + 4, k / 10.0);
+                  P::left, y, P::left + P::pw, y, P::left - 6, y + 4, k / 10.0);
     s += buf;
   }
   std::snprintf(buf, sizeof(buf),
                 "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">cache capacity (tokens, log scale)</text>\n"
                 "<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.1f)\">"
                 "token hit ratio</text>\n",
-                left + pw / 2, H - 14, top + ph / 2, top + ph / 2);
-  s += buf;
+                P::left + P::pw / 2, P::H - 14, P::top + P::ph / 2, P::top + P::ph / 2);
+  return s + buf;
+}
+
+// The unlimited cache's ratio (dashed), the sweep's line and its points.
+std::string svg_series(const std::vector<SweepPoint>& points, const SweepPlot& p) {
+  using P = SweepPlot;
+  char buf[512];
+  std::string s;
   if (!points.empty() && points.front().report.max_token_hit_ratio >= 0) {
-    const double y = Y(points.front().report.max_token_hit_ratio);
+    const double y = p.y(points.front().report.max_token_hit_ratio);
     std::snprintf(buf, sizeof(buf),
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"gray\" stroke-dasharray=\"6 4\"/>\n"
                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"gray\">unlimited cache %.3f</text>\n",
-                  left, y, left + pw, y, left + pw, y - 6, points.front().report.max_token_hit_ratio);
+                  P::left, y, P::left + P::pw, y, P::left + P::pw, y - 6, points.front().report.max_token_hit_ratio);
     s += buf;
   }
   std::string path;
-  for (const SweepPoint& p : points) {
-    std::snprintf(buf, sizeof(buf), "%s%.1f,%.1f", path.empty() ? "" : " ", X(double(p.capacity_tokens)),
-                  Y(p.report.token_hit_ratio));
+  for (const SweepPoint& q : points) {
+    std::snprintf(buf, sizeof(buf), "%s%.1f,%.1f", path.empty() ? "" : " ", p.x(double(q.capacity_tokens)),
+                  p.y(q.report.token_hit_ratio));
     path += buf;
   }
   if (!path.empty()) s += "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"" + path + "\"/>\n";
-  for (const SweepPoint& p : points) {
+  for (const SweepPoint& q : points) {
     std::snprintf(buf, sizeof(buf),
                   "<circle class=\"point\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"#1f77b4\">"
                   "<title>%llu tokens: %.4f</title></circle>\n",
-                  X(double(p.capacity_tokens)), Y(p.report.token_hit_ratio), (unsigned long long)p.capacity_tokens,
-                  p.report.token_hit_ratio);
+                  p.x(double(q.capacity_tokens)), p.y(q.report.token_hit_ratio), (unsigned long long)q.capacity_tokens,
+                  q.report.token_hit_ratio);
     s += buf;
   }
-  s += "</svg>\n";
   return s;
+}
+
+}  // namespace
+
+std::string format_sweep_svg(const std::vector<SweepPoint>& points, const std::string& title) {
+  const SweepPlot plot(points);
+  return svg_header(title) + svg_axes(plot) + svg_series(points, plot) + "</svg>\n";
 }
 
 }  // namespace kvtier

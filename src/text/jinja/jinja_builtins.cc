@@ -7,6 +7,7 @@
 
 #include "text/jinja/jinja_interpreter.h"
 #include "text/jinja/jinja_operators.h"
+#include "common/strings.h"
 #include "text/jinja/jinja_strings.h"
 
 namespace kvtier::text::jinja {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/strings.h"
 #include "text/jinja/jinja_builtins.h"
 
 namespace kvtier::text::jinja {

@@ -410,22 +410,6 @@ std::string to_str(const Value& value) {
   return to_repr(value);
 }
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::string to_repr(const Value& value) {
   std::string out;
   if (!repr_into(out, value, 0)) out += "...";

@@ -156,8 +156,6 @@ struct Callable {
 
 // Python str(): what `{{ value }}` prints ("" for undefined, "None", "True", repr of containers).
 std::string to_str(const Value& value);
-// HTML escaping as markupsafe.escape does it (& < > " ').
-std::string html_escape(std::string_view text);
 // Python repr().
 std::string to_repr(const Value& value);
 // Python ==.
