@@ -238,92 +238,125 @@ double percentile(std::vector<double> v, double p) {
   return v[idx];
 }
 
+namespace {
+
+// One load run's shared state: each user's thread sends its rounds and records
+// each request's sample at its slot (round-major).
+class LoadRun {
+ public:
+  LoadRun(const LoadgenOptions& o, std::string model, uint32_t vocab, const std::function<void(size_t, size_t)>& progress)
+      : o_(o), model_(std::move(model)), vocab_(vocab), progress_(progress),
+        system_(synth_tokens(o.seed, 1, 0, 0, o.system_prompt_tokens, vocab)), total_(size_t(o.users) * o.rounds),
+        t0_(SteadyClock::now()) {
+    result_.samples.resize(total_);
+    sent_.assign(total_, 0);
+  }
+
+  void user_loop(uint32_t u) {
+    if (o_.agent)
+      return run_agent_session(o_, model_, u, [&](uint32_t r) { return may_send(index(u, r)); },
+                               [&](uint32_t r, LoadgenSample s) { record(index(u, r), std::move(s)); });
+    if (o_.chat) return chat_loop(u);
+    if (o_.rag) return rag_loop(u);
+    token_loop(u);
+  }
+
+  // The samples of the requests sent (none starts once the duration has run out).
+  LoadgenResult finish() {
+    result_.wall_s = since(t0_);
+    std::vector<LoadgenSample> kept;
+    for (size_t k = 0; k < total_; ++k)
+      if (sent_[k]) kept.push_back(std::move(result_.samples[k]));
+    result_.samples = std::move(kept);
+    return std::move(result_);
+  }
+
+ private:
+  size_t index(uint32_t u, uint32_t r) const { return size_t(r) * o_.users + u; }
+
+  // Request k waits for its slot with qps; none starts once the duration has run out.
+  bool may_send(size_t k) const {
+    if (o_.qps > 0)
+      std::this_thread::sleep_until(
+          t0_ + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(double(k) / o_.qps)));
+    return !(o_.duration_s > 0 && since(t0_) >= o_.duration_s);
+  }
+
+  void record(size_t k, LoadgenSample s) {
+    std::lock_guard lk(mu_);
+    result_.samples[k] = std::move(s);
+    sent_[k] = 1;
+    ++done_;
+    if (progress_) progress_(done_, total_);
+  }
+
+  void send(httplib::Client& client, uint32_t u, uint32_t r, json body, std::string* reply = nullptr) {
+    LoadgenSample s = send_one(client, o_, model_, std::move(body), reply);
+    s.user = u, s.round = r;
+    record(index(u, r), std::move(s));
+  }
+
+  // Chat messages; each round adds the server's own reply, as a client would.
+  void chat_loop(uint32_t u) {
+    auto client = make_client(o_);
+    json messages = json::array({{{"role", "system"}, {"content", synth_text(o_.seed, 1, 0, 0, o_.system_prompt_tokens)}}});
+    const std::string own = synth_text(o_.seed, 2, u, 0, o_.history_tokens);
+    for (uint32_t r = 0; r < o_.rounds && may_send(index(u, r)); ++r) {
+      const std::string question = synth_text(o_.seed, 3, u, r, o_.question_tokens);
+      messages.push_back({{"role", "user"}, {"content", r == 0 && !own.empty() ? own + "\n\n" + question : question}});
+      std::string reply;
+      send(*client, u, r, json{{"messages", messages}}, &reply);
+      messages.push_back({{"role", "assistant"}, {"content", reply}});
+    }
+  }
+
+  void rag_loop(uint32_t u) {
+    auto client = make_client(o_);
+    std::mt19937_64 rng(o_.seed * 31 + u);
+    for (uint32_t r = 0; r < o_.rounds && may_send(index(u, r)); ++r)
+      send(*client, u, r, rag_body(o_, system_, rng, u, r, vocab_));
+  }
+
+  // Token prompts: system, the user's own history, then each round's question and a synthetic answer.
+  void token_loop(uint32_t u) {
+    auto client = make_client(o_);
+    std::vector<int32_t> prompt = system_;
+    const auto own = synth_tokens(o_.seed, 2, u, 0, o_.history_tokens, vocab_);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    for (uint32_t r = 0; r < o_.rounds && may_send(index(u, r)); ++r) {
+      const auto question = synth_tokens(o_.seed, 3, u, r, o_.question_tokens, vocab_);
+      prompt.insert(prompt.end(), question.begin(), question.end());
+      send(*client, u, r, json{{"prompt", prompt}});
+      const auto answer = synth_tokens(o_.seed, 4, u, r, o_.answer_tokens, vocab_);
+      prompt.insert(prompt.end(), answer.begin(), answer.end());
+    }
+  }
+
+  const LoadgenOptions& o_;
+  const std::string model_;
+  const uint32_t vocab_;
+  const std::function<void(size_t, size_t)>& progress_;
+  const std::vector<int32_t> system_;
+  const size_t total_;
+  const SteadyClock::time_point t0_;
+  std::mutex mu_;
+  LoadgenResult result_;    // samples at their slots until finish()
+  std::vector<char> sent_;  // which slots were sent
+  size_t done_ = 0;
+};
+
+}  // namespace
+
 Result<LoadgenResult> run_loadgen(const LoadgenOptions& o, const std::function<void(size_t, size_t)>& progress) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   KVTIER_ASSIGN_OR_RETURN(ServerInfo info, query_models(o));
-  const std::string model = o.model.empty() ? info.model : o.model;
   const uint32_t vocab = o.vocab_size != 0 ? o.vocab_size : (info.vocab != 0 ? info.vocab : 256);
-
-  const std::vector<int32_t> system = synth_tokens(o.seed, 1, 0, 0, o.system_prompt_tokens, vocab);
-  const size_t total = size_t(o.users) * o.rounds;
-  LoadgenResult result;
-  result.samples.resize(total);
-  std::vector<char> sent(total, 0);
-  std::mutex mu;
-  size_t done = 0;
-  const auto t0 = SteadyClock::now();
-  // Request k (round-major) waits for its slot with qps; none starts once the duration has run out.
-  auto may_send = [&](size_t k) {
-    if (o.qps > 0) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<SteadyClock::duration>(
-                                                        std::chrono::duration<double>(double(k) / o.qps)));
-    return !(o.duration_s > 0 && since(t0) >= o.duration_s);
-  };
-  auto record = [&](size_t k, LoadgenSample s) {
-    std::lock_guard lk(mu);
-    result.samples[k] = std::move(s);
-    sent[k] = 1;
-    ++done;
-    if (progress) progress(done, total);
-  };
-  auto index = [&](uint32_t u, uint32_t r) { return size_t(r) * o.users + u; };
-
-  auto chat_loop = [&](uint32_t u) {
-    auto client = make_client(o);
-    json messages = json::array({{{"role", "system"}, {"content", synth_text(o.seed, 1, 0, 0, o.system_prompt_tokens)}}});
-    const std::string own = synth_text(o.seed, 2, u, 0, o.history_tokens);
-    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
-      const std::string question = synth_text(o.seed, 3, u, r, o.question_tokens);
-      messages.push_back({{"role", "user"}, {"content", r == 0 && !own.empty() ? own + "\n\n" + question : question}});
-      std::string reply;
-      LoadgenSample s = send_one(*client, o, model, json{{"messages", messages}}, &reply);
-      s.user = u, s.round = r;
-      messages.push_back({{"role", "assistant"}, {"content", reply}});  // the server's own reply, as a client would
-      record(index(u, r), std::move(s));
-    }
-  };
-  auto rag_loop = [&](uint32_t u) {
-    auto client = make_client(o);
-    std::mt19937_64 rng(o.seed * 31 + u);
-    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
-      LoadgenSample s = send_one(*client, o, model, rag_body(o, system, rng, u, r, vocab));
-      s.user = u, s.round = r;
-      record(index(u, r), std::move(s));
-    }
-  };
-  auto token_loop = [&](uint32_t u) {
-    auto client = make_client(o);
-    std::vector<int32_t> prompt = system;
-    const auto own = synth_tokens(o.seed, 2, u, 0, o.history_tokens, vocab);
-    prompt.insert(prompt.end(), own.begin(), own.end());
-    for (uint32_t r = 0; r < o.rounds && may_send(index(u, r)); ++r) {
-      const auto question = synth_tokens(o.seed, 3, u, r, o.question_tokens, vocab);
-      prompt.insert(prompt.end(), question.begin(), question.end());
-      LoadgenSample s = send_one(*client, o, model, json{{"prompt", prompt}});
-      s.user = u, s.round = r;
-      const auto answer = synth_tokens(o.seed, 4, u, r, o.answer_tokens, vocab);
-      prompt.insert(prompt.end(), answer.begin(), answer.end());
-      record(index(u, r), std::move(s));
-    }
-  };
-  auto user_loop = [&](uint32_t u) {
-    if (o.agent)
-      return run_agent_session(o, model, u, [&](uint32_t r) { return may_send(index(u, r)); },
-                               [&](uint32_t r, LoadgenSample s) { record(index(u, r), std::move(s)); });
-    if (o.chat) return chat_loop(u);
-    if (o.rag) return rag_loop(u);
-    token_loop(u);
-  };
+  LoadRun run(o, o.model.empty() ? info.model : o.model, vocab, progress);
   std::vector<std::thread> threads;
   threads.reserve(o.users);
-  for (uint32_t u = 0; u < o.users; ++u) threads.emplace_back(user_loop, u);
+  for (uint32_t u = 0; u < o.users; ++u) threads.emplace_back([&run, u] { run.user_loop(u); });
   for (auto& t : threads) t.join();
-  result.wall_s = since(t0);
-  // Requests never sent (duration ran out) are not samples.
-  std::vector<LoadgenSample> kept;
-  for (size_t k = 0; k < total; ++k)
-    if (sent[k]) kept.push_back(std::move(result.samples[k]));
-  result.samples = std::move(kept);
-  return result;
+  return run.finish();
 }
 
 LoadgenSummary summarize(const LoadgenResult& r) {
