@@ -28,7 +28,8 @@ CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {
-    if (Status s = parse_lengths_and_dtype(f->prefixes, "--prefix", f->o.prefixes, f->kv_dtype, f->o.kv_dtype); !s.ok()) {
+    if (Status s = parse_lengths_and_dtype(f->prefixes, "--prefix", f->o.prefixes, f->kv_dtype, f->o.kv_dtype);
+        !s.ok()) {
       exit_code = report(s);
       return;
     }

@@ -4,9 +4,8 @@
 // sets the process exit code through the returned int reference.
 #pragma once
 
-#include <cstdio>
-
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>

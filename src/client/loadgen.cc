@@ -244,9 +244,14 @@ namespace {
 // each request's sample at its slot (round-major).
 class LoadRun {
  public:
-  LoadRun(const LoadgenOptions& o, std::string model, uint32_t vocab, const std::function<void(size_t, size_t)>& progress)
-      : o_(o), model_(std::move(model)), vocab_(vocab), progress_(progress),
-        system_(synth_tokens(o.seed, 1, 0, 0, o.system_prompt_tokens, vocab)), total_(size_t(o.users) * o.rounds),
+  LoadRun(const LoadgenOptions& o, std::string model, uint32_t vocab,
+          const std::function<void(size_t, size_t)>& progress)
+      : o_(o),
+        model_(std::move(model)),
+        vocab_(vocab),
+        progress_(progress),
+        system_(synth_tokens(o.seed, 1, 0, 0, o.system_prompt_tokens, vocab)),
+        total_(size_t(o.users) * o.rounds),
         t0_(SteadyClock::now()) {
     result_.samples.resize(total_);
     sent_.assign(total_, 0);
@@ -254,8 +259,9 @@ class LoadRun {
 
   void user_loop(uint32_t u) {
     if (o_.agent)
-      return run_agent_session(o_, model_, u, [&](uint32_t r) { return may_send(index(u, r)); },
-                               [&](uint32_t r, LoadgenSample s) { record(index(u, r), std::move(s)); });
+      return run_agent_session(
+          o_, model_, u, [&](uint32_t r) { return may_send(index(u, r)); },
+          [&](uint32_t r, LoadgenSample s) { record(index(u, r), std::move(s)); });
     if (o_.chat) return chat_loop(u);
     if (o_.rag) return rag_loop(u);
     token_loop(u);
@@ -299,7 +305,8 @@ class LoadRun {
   // Chat messages; each round adds the server's own reply, as a client would.
   void chat_loop(uint32_t u) {
     auto client = make_client(o_);
-    json messages = json::array({{{"role", "system"}, {"content", synth_text(o_.seed, 1, 0, 0, o_.system_prompt_tokens)}}});
+    json messages =
+        json::array({{{"role", "system"}, {"content", synth_text(o_.seed, 1, 0, 0, o_.system_prompt_tokens)}}});
     const std::string own = synth_text(o_.seed, 2, u, 0, o_.history_tokens);
     for (uint32_t r = 0; r < o_.rounds && may_send(index(u, r)); ++r) {
       const std::string question = synth_text(o_.seed, 3, u, r, o_.question_tokens);

@@ -286,7 +286,8 @@ Status invariant_failure(const std::string& what, uint32_t id) {
 // What check_invariants() recounts from the nodes, to compare with the index's running totals.
 struct PrefixIndex::InvariantTally {
   explicit InvariantTally(size_t n_nodes, size_t n_tenants)
-      : children(n_nodes, 0), child_tier{std::vector<uint32_t>(n_nodes, 0), std::vector<uint32_t>(n_nodes, 0)},
+      : children(n_nodes, 0),
+        child_tier{std::vector<uint32_t>(n_nodes, 0), std::vector<uint32_t>(n_nodes, 0)},
         tenant_tier(n_tenants, {0, 0}) {}
   std::vector<uint32_t> children, child_tier[2];  // per node: its children, those with pages on tier t
   uint64_t pages = 0, tier[2] = {}, prot = 0, prot_tier[2] = {}, retained_host = 0, nodes = 0, roots = 0;

@@ -6,8 +6,8 @@
 
 #include "common/file_text.h"
 #include "common/option_values.h"
-#include "common/strings.h"
 #include "common/secrets.h"
+#include "common/strings.h"
 #include "server/config.h"
 
 namespace kvtier::server {

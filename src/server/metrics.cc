@@ -1,9 +1,9 @@
 #include "server/metrics.h"
 
-#include "common/strings.h"
-
 #include <cstdio>
 #include <set>
+
+#include "common/strings.h"
 
 namespace kvtier::server {
 namespace {

@@ -1,11 +1,11 @@
 #include "sim/kvtier_trace.h"
-#include "common/file_text.h"
-#include "common/strings.h"
 
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "common/file_text.h"
+#include "common/strings.h"
 #include "sim/mooncake_trace.h"
 
 namespace kvtier {

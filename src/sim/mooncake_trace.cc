@@ -1,9 +1,10 @@
 #include "sim/mooncake_trace.h"
-#include "common/file_text.h"
-#include "common/strings.h"
 
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "common/file_text.h"
+#include "common/strings.h"
 
 namespace kvtier {
 

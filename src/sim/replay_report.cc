@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "sim/replay.h"
 #include "common/option_values.h"
 #include "common/strings.h"
+#include "sim/replay.h"
 
 namespace kvtier {
 

@@ -1,9 +1,9 @@
+#include "common/strings.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
-
-#include "common/strings.h"
 
 namespace kvtier {
 namespace {

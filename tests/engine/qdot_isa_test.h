@@ -29,6 +29,8 @@ class SimdIsaTest : public IsaTest {
 
 inline constexpr Isa kSimdIsas[] = {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512};
 
-inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); }
+inline std::string isa_test_name(const ::testing::TestParamInfo<Isa>& info) {
+  return std::string(isa_name(info.param));
+}
 
 }  // namespace kvtier::engine::qdot::testing

@@ -453,8 +453,7 @@ TEST_P(QdotKquantSimd, IsBitIdenticalToAvx2) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotKquantSimd, ::testing::ValuesIn(testing::kSimdIsas),
-                         testing::isa_test_name);
+INSTANTIATE_TEST_SUITE_P(Isas, QdotKquantSimd, ::testing::ValuesIn(testing::kSimdIsas), testing::isa_test_name);
 
 }  // namespace
 }  // namespace kvtier::engine::qdot

@@ -161,7 +161,8 @@ TEST_P(QdotLegacy, DotNIsBitIdenticalToDotPerRow) {
       const std::vector<uint8_t> w = random_row(type, n, rng);
       std::vector<std::vector<BlockQ8>> acts;
       const void* a[kDotN];
-      for (int j = 0; j < kDotN; ++j) acts.push_back(quantize(*k_, random_activations(n, rng))), a[j] = acts.back().data();
+      for (int j = 0; j < kDotN; ++j)
+        acts.push_back(quantize(*k_, random_activations(n, rng))), a[j] = acts.back().data();
       for (int count : {kDotN, 5, 1}) {  // whatever the number of rows sharing the call
         constexpr size_t kStride = 3;  // results land token-major in a tile, as Matmul lays them
         float got[kDotN * kStride];
@@ -335,8 +336,7 @@ TEST_P(QdotLegacySimd, IsBitIdenticalToAvx2) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacySimd, ::testing::ValuesIn(testing::kSimdIsas),
-                         testing::isa_test_name);
+INSTANTIATE_TEST_SUITE_P(Isas, QdotLegacySimd, ::testing::ValuesIn(testing::kSimdIsas), testing::isa_test_name);
 
 }  // namespace
 }  // namespace kvtier::engine::qdot

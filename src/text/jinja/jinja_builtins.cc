@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "common/strings.h"
 #include "text/jinja/jinja_interpreter.h"
 #include "text/jinja/jinja_operators.h"
-#include "common/strings.h"
 #include "text/jinja/jinja_strings.h"
 
 namespace kvtier::text::jinja {
