@@ -285,7 +285,7 @@ Status invariant_failure(const std::string& what, uint32_t id) {
 
 // What check_invariants() recounts from the nodes, to compare with the index's running totals.
 struct PrefixIndex::InvariantTally {
-  explicit InvariantTally(size_t n_nodes, size_t n_tenants)
+  InvariantTally(size_t n_nodes, size_t n_tenants)
       : children(n_nodes, 0),
         child_tier{std::vector<uint32_t>(n_nodes, 0), std::vector<uint32_t>(n_nodes, 0)},
         tenant_tier(n_tenants, {0, 0}) {}

@@ -140,7 +140,7 @@ void traffic_metrics(MetricsText& w, const RuntimeStats& stats) {
   w.by_tier("kvtier_cached_tokens_total", "counter", "Prompt tokens served from cached KV, by tier.",
             [&](int t) { return c.cached_tokens_by_tier[t]; });
   w.scalar("kvtier_cache_hit_ratio", "gauge", "Cached prompt tokens / prompt tokens since start.",
-           (c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0));
+           c.prompt_tokens ? double(c.cached_tokens) / double(c.prompt_tokens) : 0.0);
   w.by_tier("kvtier_bytes_loaded_total", "counter", "KV bytes loaded from each tier into device memory.",
             [&](int t) { return s.bytes_loaded_by_tier[t]; });
   w.by_tier("kvtier_bytes_stored_total", "counter", "KV bytes written down to each tier.",
@@ -155,10 +155,10 @@ void traffic_metrics(MetricsText& w, const RuntimeStats& stats) {
 void integrity_metrics(MetricsText& w, const RuntimeStats& stats) {
   const KVCacheStats& s = stats.cache;
   w.scalar("kvtier_checksum_failures_total", "counter", "Cached entries dropped because their bytes did not verify.",
-           (s.disk.checksum_failures + s.remote.checksum_failures));
+           s.disk.checksum_failures + s.remote.checksum_failures);
   w.scalar("kvtier_forged_entries_total", "counter",
            "Cached entries dropped because they failed authentication with the tier secret (forged or foreign).",
-           (s.disk.forged_entries + s.remote.forged_entries));
+           s.disk.forged_entries + s.remote.forged_entries);
   w.scalar("kvtier_lossy_tokens_total", "counter",
            "Reused prompt tokens whose KV came from lossy codec entries (every codec but none): approximate, labelled "
            "per request.",
@@ -166,7 +166,7 @@ void integrity_metrics(MetricsText& w, const RuntimeStats& stats) {
   w.scalar(
       "kvtier_lossy_entries_refused_total", "counter",
       "Lossy codec entries not served because every codec of this cache is none (exact only); the tokens recomputed.",
-      (s.disk.lossy_refused + s.remote.lossy_refused));
+      s.disk.lossy_refused + s.remote.lossy_refused);
   w.scalar(
       "kvtier_disk_skipped_files", "gauge",
       "Files in the disk directory left alone at open: not this cache's regions (other geometry, version, foreign).",
