@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 
 #include "engine/sampler.h"
 #include "engine_fixture.h"
@@ -80,7 +81,11 @@ TEST_P(PrefixExactness, SplitPrefillMatchesFullPrefill) {
 INSTANTIATE_TEST_SUITE_P(Engine, PrefixExactness,
                          ::testing::Values(SplitCase{"tiny", 100, 48}, SplitCase{"tiny", 150, 37},
                                            SplitCase{"tiny", 200, 1}, SplitCase{"tiny", 90, 89},
-                                           SplitCase{"small", 40, 16}));
+                                           SplitCase{"small", 40, 16}),
+                         [](const auto& info) {  // e.g. tiny_100_48: model, length, prefix
+                           const SplitCase& c = info.param;
+                           return std::string(c.model) + "_" + std::to_string(c.len) + "_" + std::to_string(c.prefix);
+                         });
 
 TEST(Engine, DecodeMatchesPrefillLogits) {
   Rig rig(testing::preset_model("tiny"), DType::kF32, 32);
