@@ -250,7 +250,7 @@ struct ChunkReaders {
     for (size_t c = first + size_t(r) * batch; c < last; c += size_t(readers) * batch) {
       ops.clear();
       for (size_t i = c; i < std::min(last, c + batch); ++i)
-        ops.push_back(GetOp{keys[i], 0, kAllLayers, {dst + (i - c) * chunk_bytes, chunk_bytes}, {}, 0});
+        ops.push_back(GetOp{.key = keys[i], .out = {dst + (i - c) * chunk_bytes, chunk_bytes}});
       disk.get_batch(ops);
       for (auto& op : ops) KVTIER_RETURN_IF_ERROR(op.status);
     }

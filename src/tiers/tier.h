@@ -148,7 +148,7 @@ class Tier {
     return get_layers(key, 0, kAllLayers, out);
   }
   Result<uint32_t> get_layers(const ChunkKey& key, uint32_t first_layer, uint32_t num_layers, std::span<std::byte> out) {
-    GetOp op{key, first_layer, num_layers, out, {}, 0, KvCodec::kNone};
+    GetOp op{.key = key, .first_layer = first_layer, .num_layers = num_layers, .out = out};
     get_batch({&op, 1});
     if (!op.status.ok()) return op.status;
     return op.num_pages;

@@ -385,15 +385,12 @@ void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0
   for (size_t j = 0; j < t.loads.size(); ++j) {
     const LoadMove& m = b.loads[t.loads[j]];
     if (f.failed[j] || m.from != k) continue;
-    ops.push_back(GetOp{m.key,
-                        l0,
-                        l1 - l0,
-                        f.staging[j],
-                        {},
-                        0,
-                        KvCodec::kNone,
-                        uint32_t(m.dst.size()),
-                        f.direct[j] ? std::span<std::byte* const>(f.dst[j]) : std::span<std::byte* const>()});
+    ops.push_back(GetOp{.key = m.key,
+                        .first_layer = l0,
+                        .num_layers = l1 - l0,
+                        .out = f.staging[j],
+                        .expect_pages = uint32_t(m.dst.size()),
+                        .pages = f.direct[j] ? std::span<std::byte* const>(f.dst[j]) : std::span<std::byte* const>()});
     which.push_back(j);
   }
   if (ops.empty()) return;

@@ -70,8 +70,8 @@ TEST_F(ChunkStoreTest, SetThenExistsAndGetAcrossTiersFastestFirst) {
 
   std::vector<std::vector<std::byte>> out(5, std::vector<std::byte>(g.max_payload_bytes()));
   std::vector<GetOp> gets;
-  for (size_t i = 0; i < 4; ++i) gets.push_back(GetOp{chunks[i].key, 0, kAllLayers, out[i], {}, 0});
-  gets.push_back(GetOp{ChunkKey{PageHash{7, 7}, PageHash{99, 99}}, 0, kAllLayers, out[4], {}, 0});
+  for (size_t i = 0; i < 4; ++i) gets.push_back(GetOp{.key = chunks[i].key, .out = out[i]});
+  gets.push_back(GetOp{.key = ChunkKey{PageHash{7, 7}, PageHash{99, 99}}, .out = out[4]});
   (*store)->get(gets);
   for (size_t i = 0; i < 4; ++i) {
     ASSERT_TRUE(gets[i].status.ok()) << i << " " << gets[i].status.to_string();
@@ -121,7 +121,7 @@ TEST_F(ChunkStoreTest, ReadsWhatAKVCacheWroteToDisk) {
   for (auto& k : keys) hashes.push_back(k.hash);
   EXPECT_EQ((*store)->exists(keys[0].ns, hashes), keys.size());
   std::vector<std::byte> out(g.max_payload_bytes());
-  GetOp op{keys[0], 0, kAllLayers, out, {}, 0};
+  GetOp op{.key = keys[0], .out = out};
   (*store)->get({&op, 1});
   ASSERT_TRUE(op.status.ok()) << op.status.to_string();
   // Layer-major payload: layer 0 of page 0 is the payload's first slice.

@@ -72,7 +72,7 @@ TEST_F(RedisClusterTest, SlotsMatchTheServersAndKeysSpreadOverAllMasters) {
   for (size_t i = 0; i < cluster_->size(); ++i) EXPECT_GT(std::stoi(*cluster_->node(i).cmd({"DBSIZE"})), 0) << "master " << i;
   std::vector<std::vector<std::byte>> bufs(chunks.size(), std::vector<std::byte>(g.max_payload_bytes()));
   std::vector<GetOp> gets;
-  for (size_t i = 0; i < chunks.size(); ++i) gets.push_back(GetOp{chunks[i].key, 0, kAllLayers, bufs[i]});
+  for (size_t i = 0; i < chunks.size(); ++i) gets.push_back(GetOp{.key = chunks[i].key, .out = bufs[i]});
   tier->get_batch(gets);
   for (size_t i = 0; i < chunks.size(); ++i) {
     ASSERT_TRUE(gets[i].status.ok()) << gets[i].status.to_string();

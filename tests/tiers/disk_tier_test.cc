@@ -280,7 +280,7 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
       // Layers 1 and 2 through `out` (the reference), then into separate pages.
       const size_t slice = g.kv.layer_slice_bytes(), lb = g.layer_bytes(4);
       std::vector<std::byte> out(2 * lb);
-      GetOp ref{c.key, 1, 2, out};
+      GetOp ref{.key = c.key, .first_layer = 1, .num_layers = 2, .out = out};
       t->get_batch({&ref, 1});
       ASSERT_TRUE(ref.status.ok()) << ref.status.to_string();
       EXPECT_FALSE(ref.placed);
@@ -288,7 +288,7 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
       std::vector<std::byte*> ptrs;
       for (auto& p : pages) ptrs.push_back(p.data());
       std::vector<std::byte> untouched(2 * lb, std::byte{0x11}), staging = untouched;
-      GetOp op{c.key, 1, 2, staging};
+      GetOp op{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
       op.pages = ptrs;
       t->get_batch({&op, 1});
       ASSERT_TRUE(op.status.ok()) << op.status.to_string();
@@ -311,7 +311,7 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
           }
         }
       // A caller whose page count differs gets the layers in `out`, unplaced.
-      GetOp fewer{c.key, 1, 2, staging};
+      GetOp fewer{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
       fewer.pages = std::span<std::byte* const>(ptrs).first(3);
       t->get_batch({&fewer, 1});
       ASSERT_TRUE(fewer.status.ok());
@@ -352,7 +352,7 @@ TEST(DiskTier, ABatchOfEncodedChunksGivesEachItsOwnLayers) {
   std::vector<std::vector<std::byte>> alone;
   for (size_t i = 0; i < chunks.size(); ++i) {
     alone.emplace_back((3 - first_layer(i)) * lb);
-    GetOp op{chunks[i].key, first_layer(i), kAllLayers, alone.back()};
+    GetOp op{.key = chunks[i].key, .first_layer = first_layer(i), .out = alone.back()};
     t->get_batch({&op, 1});
     ASSERT_TRUE(op.status.ok()) << i << ": " << op.status.to_string();
   }
@@ -361,7 +361,7 @@ TEST(DiskTier, ABatchOfEncodedChunksGivesEachItsOwnLayers) {
   std::vector<GetOp> ops;
   for (size_t i = 0; i < chunks.size(); ++i) {
     outs.emplace_back((3 - first_layer(i)) * lb, std::byte{0x33});
-    ops.push_back(GetOp{chunks[i].key, first_layer(i), kAllLayers, outs.back()});
+    ops.push_back(GetOp{.key = chunks[i].key, .first_layer = first_layer(i), .out = outs.back()});
   }
   t->get_batch(ops);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -442,7 +442,7 @@ TEST(DiskTier, AlignedChunksAreReadAndVerifiedLayerByLayer) {
   auto t = DiskTier::create(o).value();
   AlignedBuffer out(g.max_payload_bytes());
   // Layers 0..1 of the damaged chunk verify on their own.
-  GetOp front{chunks[1].key, 0, 2, out.span(), {}, 0};
+  GetOp front{.key = chunks[1].key, .num_layers = 2, .out = out.span()};
   t->get_batch(std::span(&front, 1));
   ASSERT_TRUE(front.status.ok()) << front.status.to_string();
   EXPECT_EQ(std::memcmp(out.data(), chunks[1].payload.data(), 2 * lb), 0);
@@ -451,7 +451,7 @@ TEST(DiskTier, AlignedChunksAreReadAndVerifiedLayerByLayer) {
   std::vector<GetOp> ops;
   for (auto& c : chunks) {
     outs.emplace_back(g.max_payload_bytes());
-    ops.push_back(GetOp{c.key, 0, kAllLayers, outs.back().span(), {}, 0});
+    ops.push_back(GetOp{.key = c.key, .out = outs.back().span()});
   }
   t->get_batch(ops);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -466,7 +466,7 @@ TEST(DiskTier, AlignedChunksAreReadAndVerifiedLayerByLayer) {
   EXPECT_FALSE(t->exists(chunks[1].key));
   // A failed read in the middle of a chunk fails that chunk alone.
   fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kRead, .nth = 3, .times = 1, .path_contains = "region-"});
-  GetOp hit{chunks[2].key, 0, kAllLayers, outs[2].span(), {}, 0};
+  GetOp hit{.key = chunks[2].key, .out = outs[2].span()};
   t->get_batch(std::span(&hit, 1));
   EXPECT_EQ(hit.status.code(), StatusCode::kIOError);
   fs.clear_rules();
