@@ -152,7 +152,10 @@ struct Steps {
     for (uint32_t l = 0; l < (layerwise ? layers : 1u); ++l) {
       std::vector<GetOp> ops;
       for (size_t i = 0; i < n; ++i)
-        ops.push_back(GetOp{.key = d.key(b + i), .first_layer = layerwise ? l : 0, .num_layers = layerwise ? 1u : kAllLayers, .out = outs[i]});
+        ops.push_back(GetOp{.key = d.key(b + i),
+                            .first_layer = layerwise ? l : 0,
+                            .num_layers = layerwise ? 1u : kAllLayers,
+                            .out = outs[i]});
       t.get_batch(ops);
       for (auto& op : ops)
         if (!op.status.ok()) failed = op.status;

@@ -92,7 +92,8 @@ Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) 
   std::sort(lat.begin(), lat.end());
   // The fixed cost is what a read costs beyond its bytes; bounded below by 20 µs.
   std::vector<GetOp> ops;
-  for (size_t i = 0; i < sealed; ++i) ops.push_back(GetOp{.key = ChunkKey{ns, hashes[i].back()}, .out = bufs[i].span()});
+  for (size_t i = 0; i < sealed; ++i)
+    ops.push_back(GetOp{.key = ChunkKey{ns, hashes[i].back()}, .out = bufs[i].span()});
   auto t0 = std::chrono::steady_clock::now();
   (*tier)->get_batch(ops);
   const double secs = seconds_since(t0);
