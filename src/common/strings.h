@@ -14,6 +14,12 @@ std::string quoted(std::string_view text);
 // escape filter, and text in the reports' SVG.
 std::string html_escape(std::string_view text);
 
+// The deepest nesting of arrays and objects in JSON text (brackets inside
+// strings not counted), read without recursion and without parsing. A parsed
+// value is copied recursively, one stack frame per level, so text from a
+// client is measured before it is parsed.
+size_t json_nesting_depth(std::string_view text);
+
 // The lines of a text, split at '\n' (which they do not include); a text that
 // ends in '\n' has no empty last line. number(): the last line's, from 1.
 class Lines {

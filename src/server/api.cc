@@ -20,7 +20,9 @@ const char* kind(const json& v) {
     case json::value_t::string: return "a string";
     case json::value_t::boolean: return "a boolean";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
+      return "an integer";
+    case json::value_t::number_unsigned:
+      return v.get<uint64_t>() > uint64_t(INT64_MAX) ? "an integer past 2^63 - 1" : "an integer";
     case json::value_t::number_float: return "a number";
     default: return "an unsupported value";
   }
@@ -31,13 +33,15 @@ ApiError wrong_type(const char* field, const char* expected, const json& got) {
 }
 
 // Integral JSON numbers only (1.0 is accepted as 1, 1.5 is not).
+// is_number_integer() holds for unsigned values too: they are looked at first, so one past
+// INT64_MAX is refused rather than wrapped to a negative.
 std::optional<int64_t> as_integer(const json& v) {
-  if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
     if (u > uint64_t(INT64_MAX)) return std::nullopt;
     return int64_t(u);
   }
+  if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) return int64_t(d);
@@ -177,9 +181,9 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
     r.sampling.top_k = *v <= 0 ? 0 : uint32_t(std::min<int64_t>(*v, UINT32_MAX));
   }
   if (auto it = doc.find("seed"); it != doc.end() && !it->is_null()) {
-    auto v = as_integer(*it);
-    if (!v) return wrong_type("seed", "an integer", *it);
-    r.sampling.seed = uint64_t(*v);
+    auto v = as_integer(*it);  // any 64-bit pattern seeds: one past INT64_MAX as itself, a negative one as its bits
+    if (!v && !it->is_number_unsigned()) return wrong_type("seed", "an integer", *it);
+    r.sampling.seed = v ? uint64_t(*v) : it->get<uint64_t>();
   }
   if (auto it = doc.find("n"); it != doc.end() && !it->is_null()) {
     auto v = as_integer(*it);
@@ -251,6 +255,11 @@ std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestL
 }  // namespace
 
 Result<json> parse_json_object(std::string_view body, ApiError& error) {
+  if (json_nesting_depth(body) > kMaxJsonDepth) {
+    error = bad_request("request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " deep",
+                        "", "invalid_json");
+    return Status::InvalidArgument(error.message);
+  }
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) error = bad_request("request body is not valid JSON", "", "invalid_json");
   else if (!doc.is_object()) error = bad_request("request body must be a JSON object", "", "invalid_json");

@@ -19,10 +19,11 @@
 #include <variant>
 #include <vector>
 
-#include "kvtier/status.h"
 #include "engine/sampler.h"
+#include "kvtier/status.h"
 #include "runtime/blend_prefill.h"
 #include "runtime/runtime.h"
+#include "server/json_limits.h"
 
 namespace kvtier::server {
 
@@ -125,6 +126,7 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
 // Pieces of the request parsers, shared by the chat endpoint (chat_api.h).
 // The body as a JSON object, or the 400 in `error`.
 Result<nlohmann::json> parse_json_object(std::string_view body, ApiError& error);
+
 // model, max_tokens/max_completion_tokens (at least `min_max_tokens`), sampling, stop, stream, ignore_eos, cache_salt.
 // Top-level fields of `doc` that are neither read by every endpoint (model,
 // max_tokens, sampling, stream, cache_salt, kvtier, ...) nor in `endpoint_fields`.

@@ -91,7 +91,7 @@ std::optional<ApiError> read_tool_call(ojson& call, const std::string& where, st
   if (args == fn->end() || args->is_null()) {
     (*fn)["arguments"] = ojson::object();
   } else if (args->is_string()) {
-    ojson parsed = ojson::parse(args->get_ref<const std::string&>(), nullptr, false);
+    ojson parsed = parse_bounded_json<ojson>(args->get_ref<const std::string&>());
     if (parsed.is_discarded() || !parsed.is_object())
       return bad_request(kvtier::quoted(args_at) + " is not a JSON object: " + args->get<std::string>().substr(0, 200), args_at,
                          "invalid_value");

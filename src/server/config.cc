@@ -94,8 +94,12 @@ OptionTable<S> make_table() {
   t.push_back(duration_option<S>({"limits.shutdown_grace_s", "--shutdown-grace", {},
                                   "Seconds in-flight requests get after SIGINT/SIGTERM"},
                                  KVTIER_FIELD(limits.shutdown_grace_s)));
-  t.push_back(uint_option<S>({"limits.http_threads", "--http-threads", {}, "HTTP connection threads (one per open stream)"},
-                             KVTIER_FIELD(limits.http_threads), 2, 4096));
+  t.push_back(uint_option<S>({"limits.http_threads",
+                              "--http-threads",
+                              {},
+                              "HTTP connection threads, one per request in flight; 0: (max_sequences + max_queue) "
+                              "x 4/3 + 8"},
+                             KVTIER_FIELD(limits.http_threads), 0, 4096));
   t.push_back(size_option<S>({"limits.max_body_bytes", "--max-body", {}, "Largest request body"},
                              KVTIER_FIELD(limits.max_body_bytes), 1024));
   return t;
@@ -169,14 +173,34 @@ Status ServerLimits::validate() const {
     return Status::InvalidArgument("limits.default_max_tokens must be in [1, max_tokens]");
   if (!(request_timeout_s > 0)) return Status::InvalidArgument("limits.request_timeout_s must be positive");
   if (!(shutdown_grace_s >= 0)) return Status::InvalidArgument("limits.shutdown_grace_s must be >= 0");
-  if (http_threads < 2) return Status::InvalidArgument("limits.http_threads must be at least 2");
+  if (http_threads == 1) return Status::InvalidArgument("limits.http_threads must be 0 (derived) or at least 2");
   if (max_body_bytes < 1024) return Status::InvalidArgument("limits.max_body_bytes must be at least 1KiB");
   return Status::Ok();
 }
 
+namespace {
+
+// Requests that hold a connection thread at once: the running and the queued.
+uint64_t requests_in_flight(const ServerConfig& c) { return uint64_t(c.runtime.max_sequences) + c.limits.max_queue; }
+
+}  // namespace
+
+uint32_t ServerConfig::connection_threads() const {
+  if (limits.http_threads != 0) return limits.http_threads;
+  return uint32_t(std::min<uint64_t>(requests_in_flight(*this) * 4 / 3 + 8, 4096));
+}
+
+uint32_t ServerConfig::max_event_listeners() const { return std::max(1u, connection_threads() / 4); }
+
 Status ServerConfig::validate() const {
   if (host.empty()) return Status::InvalidArgument("server.host must not be empty");
   KVTIER_RETURN_IF_ERROR(limits.validate());
+  const uint64_t in_flight = requests_in_flight(*this);
+  if (connection_threads() <= in_flight + max_event_listeners())
+    return Status::InvalidArgument("limits.http_threads (" + std::to_string(connection_threads()) +
+                                   ") must exceed max_sequences + max_queue (" + std::to_string(in_flight) +
+                                   ") plus a quarter for event listeners: a request beyond the queue must find a "
+                                   "thread to be refused with 429 on (0 derives enough)");
   KVTIER_RETURN_IF_ERROR(require_authenticated_remote(runtime));
   return runtime.validate();
 }

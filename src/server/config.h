@@ -30,7 +30,7 @@ struct ServerLimits {
   uint32_t max_prompt_tokens = 0;      // 0: the model's context length
   double request_timeout_s = 600;      // a request still running after this is cancelled
   double shutdown_grace_s = 10;        // SIGINT/SIGTERM: time in-flight requests get to finish
-  uint32_t http_threads = 64;          // connection threads (one per open stream)
+  uint32_t http_threads = 0;           // connection threads; 0: ServerConfig::connection_threads() derives them
   size_t max_body_bytes = size_t(16) << 20;
   SchedulePolicy schedule = SchedulePolicy::kFcfs;  // admission order (server/schedule_policy.h)
 
@@ -60,6 +60,14 @@ struct ServerConfig {
   // Checks the server fields and the runtime fields this module understands
   // (RuntimeOptions::validate() runs again when the Runtime is created).
   Status validate() const;
+
+  // Connection threads: limits.http_threads, or where that is 0 enough for every running and
+  // queued request (each holds its connection's thread) plus a quarter more, which event
+  // listeners may take at most a quarter of: so a request beyond the queue always finds a
+  // thread to be refused with 429 on, and /health one to answer on.
+  uint32_t connection_threads() const;
+  // Event-stream listeners (GET /v1/cache/events) at once: a quarter of the connection threads.
+  uint32_t max_event_listeners() const;
 };
 
 // Applies a TOML document on top of `config`. `origin` names the source in errors.

@@ -10,7 +10,7 @@
 // (everything since the previous message, at most kMaxBatch events). Every message's `id:`
 // is its number, so a client that reconnects with since=that id misses
 // nothing. Each open stream holds a connection thread: at most
-// kMaxListenersShare of them may follow events at once (429 past it).
+// ServerConfig::max_event_listeners() may follow events at once (429 past it).
 #include <httplib.h>
 
 #include <charconv>
@@ -29,7 +29,6 @@ using namespace std::chrono_literals;
 constexpr size_t kMaxBatch = 4096;          // events in one message
 constexpr auto kWake = 200ms;               // the longest a listener waits for news before looking again
 constexpr int kIdleWakesPerKeepAlive = 10;  // a comment after this many idle wake-ups (a gone client is noticed)
-constexpr uint32_t kMaxListenersShare = 4;  // at most http_threads / this listeners
 
 json hashes_json(const std::vector<PageHash>& hashes) {
   json a = json::array();
@@ -92,7 +91,7 @@ void HttpServer::install_events_route() {
     auto log = scheduler_->call([](Runtime& r) { return r.cache_events(); });
     if (!log.ok()) return send_error(res, error_from_status(log.status()));
     if (*log == nullptr) return send_error(res, bad_request("this server runs without a cache", {}, "no_cache"));
-    if (event_listeners_.fetch_add(1) >= std::max(1u, config_.limits.http_threads / kMaxListenersShare)) {
+    if (event_listeners_.fetch_add(1) >= config_.max_event_listeners()) {
       --event_listeners_;
       ApiError e = error_from_status(Status::Busy("too many event listeners (each holds a connection thread)"));
       e.code = "too_many_listeners";

@@ -296,7 +296,7 @@ void HttpServer::install_generation_routes() {
 
 void HttpServer::install_routes() {
   httplib::Server& s = *http_;
-  const uint32_t threads = config_.limits.http_threads;
+  const uint32_t threads = config_.connection_threads();
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(config_.limits.max_body_bytes);
   s.set_read_timeout(30, 0);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
+#include "server/json_limits.h"
 #include "server/text_stream.h"
 
 namespace kvtier::server {
@@ -21,7 +22,7 @@ std::optional<ToolCall> call_of(const json& j) {
     auto it = j.find(key);
     if (it == j.end()) continue;
     if (it->is_string()) {  // some models write the arguments as a JSON string
-      json parsed = json::parse(it->get_ref<const std::string&>(), nullptr, false);
+      json parsed = parse_bounded_json<json>(it->get_ref<const std::string&>());
       if (parsed.is_discarded()) return std::nullopt;
       args = std::move(parsed);
     } else {
@@ -34,7 +35,7 @@ std::optional<ToolCall> call_of(const json& j) {
 }
 
 std::optional<ToolCall> call_of_text(std::string_view text) {
-  const json j = json::parse(trim(text), nullptr, false);
+  const json j = parse_bounded_json<json>(trim(text));
   if (j.is_discarded()) return std::nullopt;
   return call_of(j);
 }
@@ -88,7 +89,7 @@ ParsedReply parse_llama3(std::string_view text) {
 ParsedReply parse_mistral(std::string_view text) {
   const size_t at = text.find(kMistralTag);
   if (at == std::string_view::npos) return as_content(text);
-  const json j = json::parse(trim(text.substr(at + kMistralTag.size())), nullptr, false);
+  const json j = parse_bounded_json<json>(trim(text.substr(at + kMistralTag.size())));
   if (!j.is_array() || j.empty()) return as_content(text);
   ParsedReply out;
   for (const json& item : j) {

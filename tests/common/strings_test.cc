@@ -33,5 +33,16 @@ TEST(Strings, TrimAndQuoted) {
   EXPECT_EQ(quoted("x y"), "'x y'");
 }
 
+// Brackets count where JSON nests them, not inside strings (escaped quotes included).
+TEST(Strings, JsonNestingDepth) {
+  EXPECT_EQ(json_nesting_depth(""), 0u);
+  EXPECT_EQ(json_nesting_depth("42"), 0u);
+  EXPECT_EQ(json_nesting_depth(R"({"a":[1,{"b":[]}],"c":{}})"), 4u);
+  EXPECT_EQ(json_nesting_depth(R"(["[[[[", "\"[[[", "\\", [[]]])"), 3u);
+  EXPECT_EQ(json_nesting_depth(R"({"k": "}}}]]] {{{"})"), 1u);
+  EXPECT_EQ(json_nesting_depth("]]][[]"), 2u);  // not JSON: stray closers never go below zero
+  EXPECT_EQ(json_nesting_depth(std::string(100000, '[')), 100000u);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -38,7 +38,6 @@ void start_tiny(TinyServer& s, size_t device_bytes) {
   c.runtime.host_bytes = size_t(4) << 20;
   c.runtime.max_sequences = 8;
   c.runtime.threads = 1;
-  c.limits.http_threads = 16;
   auto runtime = Runtime::create(c.runtime);
   ASSERT_TRUE(runtime.ok()) << runtime.status().to_string();
   SchedulerOptions so;

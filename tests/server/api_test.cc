@@ -132,6 +132,9 @@ TEST(ApiParseTest, BadInputsAre400WithAParam) {
       {R"({"prompt":"x","cache_salt":7})", "cache_salt", "invalid_type"},
       {R"({"prompt":"x","n":2})", "n", "unsupported"},
       {R"({"prompt":"x","model":1})", "model", "invalid_type"},
+      // Past INT64_MAX: refused, not wrapped to a negative (top_k -1 would turn top-k off).
+      {R"({"prompt":"x","max_tokens":18446744073709551615})", "max_tokens", "invalid_type"},
+      {R"({"prompt":"x","top_k":18446744073709551615})", "top_k", "invalid_type"},
   };
   for (const Case& c : cases) {
     const ApiError e = error_of(c.body);
@@ -141,6 +144,29 @@ TEST(ApiParseTest, BadInputsAre400WithAParam) {
     const json j = json::parse(error_json(e));
     EXPECT_TRUE(j["error"]["message"].is_string());
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  }
+}
+
+// A seed is any 64-bit pattern, also one past INT64_MAX.
+TEST(ApiParseTest, SeedTakesTheWholeUnsignedRange) {
+  auto r = parse(R"({"prompt":"x","seed":18446744073709551615})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_EQ(std::get<CompletionRequest>(r).sampling.seed, UINT64_MAX);
+}
+
+// A body nested deeper than kMaxJsonDepth is refused before it is parsed; one
+// 100,000 deep used to overflow the connection thread's stack when the chat
+// parser copied it. At the limit it parses (the unknown field is ignored).
+TEST(ApiParseTest, DeepNestingIsRefusedBeforeParsing) {
+  auto nested = [](size_t depth) {
+    return R"({"prompt":"x","x":)" + std::string(depth - 1, '[') + std::string(depth - 1, ']') + "}";
+  };
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(nested(kMaxJsonDepth))));
+  for (size_t depth : {kMaxJsonDepth + 1, size_t(100000)}) {
+    const ApiError e = error_of(nested(depth));
+    EXPECT_EQ(e.http_status, 400) << depth;
+    EXPECT_EQ(e.code, "invalid_json") << depth;
+    EXPECT_NE(e.message.find("128 deep"), std::string::npos) << e.message;
   }
 }
 

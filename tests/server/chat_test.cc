@@ -55,6 +55,21 @@ ApiError chat_error(const std::string& body) {
   return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
 }
 
+// Nesting past kMaxJsonDepth inside a message (the chat parser copies messages, one stack frame
+// per level: 100,000 levels crashed the server) or inside a tool call's arguments string is a 400.
+TEST(ChatApi, DeepNestingIsA400) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ApiError e = chat_error(R"({"messages":[{"role":"user","content":"hi","x":)" + deep + "}]}");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.code, "invalid_json");
+  json args = std::string(R"({"a":)") + deep + "}";
+  e = chat_error(
+      R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":)" +
+      args.dump() + "}}]}]}");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_NE(e.param.find("arguments"), std::string::npos) << e.param;
+}
+
 TEST(ChatApi, ParsesMessagesAndGenerationFields) {
   auto r = parse_chat_request(
       R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},

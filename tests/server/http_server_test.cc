@@ -40,7 +40,6 @@ class HttpServerTest : public ::testing::Test {
     c.port = 0;
     c.runtime.model = "fake-model";
     c.limits.max_tokens = 64;
-    c.limits.http_threads = 48;
     if (tweak) tweak(c);
     if (fake_setup) fake_setup(*fake_);
     SchedulerOptions so;

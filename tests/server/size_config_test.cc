@@ -86,6 +86,27 @@ max_sequences = 8
   EXPECT_TRUE(c.validate().ok());
 }
 
+// Every running and queued request holds a connection thread: by default there are enough for
+// all of them, the event listeners' quarter and one more, so a request past the queue gets its
+// 429 and /health an answer. Fewer, set by hand, is refused.
+TEST(ConfigTest, ConnectionThreadsCoverEveryRequestInFlight) {
+  ServerConfig c;
+  ASSERT_TRUE(c.validate().ok());
+  const uint32_t in_flight = c.runtime.max_sequences + c.limits.max_queue;
+  EXPECT_GT(c.connection_threads(), in_flight + c.max_event_listeners());
+  EXPECT_EQ(c.max_event_listeners(), c.connection_threads() / 4);
+  c.limits.http_threads = 64;  // the old default, under 64 sequences + 256 queued
+  const Status s = c.validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("429"), std::string::npos) << s.to_string();
+  c.limits.max_queue = 16;
+  c.runtime.max_sequences = 8;
+  EXPECT_TRUE(c.validate().ok());
+  EXPECT_EQ(c.connection_threads(), 64u);
+  c.limits.http_threads = 1;
+  EXPECT_FALSE(c.validate().ok());
+}
+
 TEST(ConfigTest, TomlErrorsNameTheKeyAndLeaveConfigUntouched) {
   ServerConfig c;
   auto expect_bad = [&](const char* doc, const char* needle) {

@@ -60,6 +60,10 @@ TEST(ToolCalls, WhatDoesNotParseIsContent) {
   }
   EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, "[TOOL_CALLS][{\"name\": 3}]").calls.empty());
   EXPECT_TRUE(parse_tool_calls(ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>").calls.empty());
+  // A model's JSON nested past kMaxJsonDepth is content too (its arguments are copied recursively).
+  const std::string deep = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(100000, '[') +
+                           std::string(100000, ']') + "}}</tool_call>";
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kHermes, deep).calls.empty());
 }
 
 // A reply cut at every byte (max_tokens, a disconnect) is either a whole call or plain content.
