@@ -134,6 +134,7 @@ class FaultQueue final : public IoQueue {
   }
   uint32_t depth() const override { return inner_->depth(); }
   bool async() const override { return inner_->async(); }
+  bool reusable() const override { return inner_->reusable(); }
 
  private:
   FaultFileSystem& fs_;

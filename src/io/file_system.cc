@@ -113,14 +113,16 @@ class UringQueue final : public IoQueue {
   }
   uint32_t depth() const override { return depth_; }
   bool async() const override { return true; }
+  bool reusable() const override { return !broken_; }
 
  private:
   Status run_impl(std::span<IoOp> ops, const std::function<void(size_t)>* on_done, uint32_t max_inflight) {
     size_t next = 0, inflight = 0, completed = 0;
     for (IoOp& op : ops) {
-      op.status = Status::Ok();
+      op.status = broken_ ? Status::Unavailable("io_uring queue failed earlier") : Status::Ok();
       op.done = 0;
     }
+    if (broken_) return ops.empty() ? Status::Ok() : ops.front().status;
     // Queues ops until max_inflight are in the ring; true if any was queued.
     auto fill = [&] {
       bool queued = false;
@@ -200,11 +202,18 @@ class UringQueue final : public IoQueue {
     }
   }
 
-  // A ring-level failure: reap what is in flight so no buffer is written after return.
+  // A ring-level failure: reap what is in flight so no buffer is written after
+  // return. Requests the kernel never took (a failed submit) are not in flight:
+  // waiting for them would never end. They stay queued in the ring, so it is
+  // never used again.
   Status fail_remaining(std::span<IoOp> ops, size_t next, size_t inflight, Status st) {
+    broken_ = true;
+    inflight -= std::min<size_t>(inflight, io_uring_sq_ready(&ring_));
     while (inflight > 0) {
       io_uring_cqe* cqe = nullptr;
-      if (io_uring_wait_cqe(&ring_, &cqe) < 0) break;
+      const int rc = io_uring_wait_cqe(&ring_, &cqe);
+      if (rc == -EINTR) continue;
+      if (rc < 0) break;
       IoOp& op = ops[io_uring_cqe_get_data64(cqe)];
       int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
@@ -218,6 +227,7 @@ class UringQueue final : public IoQueue {
   uint32_t depth_;
   io_uring ring_{};
   bool ready_ = false;
+  bool broken_ = false;  // a ring-level failure: see fail_remaining
 };
 
 class PosixFileSystem final : public FileSystem {

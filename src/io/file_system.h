@@ -101,6 +101,9 @@ class IoQueue {
   virtual uint32_t depth() const = 0;
   // True when backed by io_uring (false: synchronous fallback).
   virtual bool async() const = 0;
+  // False once the queue itself failed (not one op: the ring): requests may
+  // be left in it, so it must not run another batch; its owner drops it.
+  virtual bool reusable() const { return true; }
 
  protected:
   IoQueue() = default;

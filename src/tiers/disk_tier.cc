@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "common/page_hash.h"
 #include "tiers/disk_region_format.h"
@@ -12,10 +13,19 @@
 namespace kvtier {
 namespace {
 
+std::string region_file_name(uint32_t id) {
+  char name[32];
+  std::snprintf(name, sizeof name, "region-%08x.kvr", id);
+  return name;
+}
+
+// Only the names region_file_name writes: sscanf alone also takes upper-case
+// hex, a sign or spaces, so two files could claim one id. The last id is
+// refused so that the next region's id (id + 1) never wraps to 0.
 bool parse_region_name(const std::string& name, uint32_t& id) {
   unsigned v = 0;
-  char tail = 0;
-  if (name.size() != 19 || std::sscanf(name.c_str(), "region-%8x.kv%c", &v, &tail) != 2 || tail != 'r') return false;
+  if (name.size() != 19 || std::sscanf(name.c_str(), "region-%8x.kvr", &v) != 1 || v == UINT32_MAX) return false;
+  if (region_file_name(v) != name) return false;
   id = v;
   return true;
 }
@@ -78,11 +88,7 @@ DiskTier::~DiskTier() {
   writer_.join();  // the writer drains its queue before it stops
 }
 
-std::string DiskTier::region_path(RegionId id) const {
-  char name[32];
-  std::snprintf(name, sizeof name, "/region-%08x.kvr", id.value());
-  return options_.dir + name;
-}
+std::string DiskTier::region_path(RegionId id) const { return options_.dir + "/" + region_file_name(id.value()); }
 
 bool DiskTier::direct_io_in_effect() const {
   std::lock_guard lock(mu_);
@@ -232,6 +238,7 @@ std::unique_ptr<IoQueue> DiskTier::acquire_queue(Status& st) {
 }
 
 void DiskTier::release_queue(std::unique_ptr<IoQueue> q) {
+  if (!q->reusable()) return;  // the ring itself failed: dropped, the next read makes a new one
   std::lock_guard lock(qmu_);
   queues_.push_back(std::move(q));
 }
@@ -302,6 +309,7 @@ void DiskTier::write_jobs(std::vector<WriteJob>& jobs, std::unique_ptr<IoQueue>&
   }
   first[jobs.size()] = ops.size();
   if (st.ok() && !ops.empty()) (void)q->run(ops);
+  if (q && !q->reusable()) q.reset();  // the ring itself failed: the next jobs get a new one
   for (size_t i = 0; i < jobs.size(); ++i) {
     WriteJob& j = jobs[i];
     j.status = st;
@@ -348,8 +356,11 @@ DiskTier::Index::iterator DiskTier::erase_entry_locked(Index::iterator it) {
   return index_.erase(it);
 }
 
+// The entry's own size: a tier reopened with another codec holds entries of both.
 uint64_t DiskTier::entry_bytes(const Loc& l) const {
-  return chunk_entry_layout(options_.geometry, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
+  ChunkGeometry g = options_.geometry;
+  g.codec = l.codec;
+  return chunk_entry_layout(g, l.num_pages, kIoAlign, l.auth_meta != nullptr).entry_bytes;
 }
 
 std::vector<PageHash> DiskTier::held_chunks() const {
@@ -423,6 +434,7 @@ void DiskTier::reclaim_one_locked() {
   }
   regions_.erase(victim->id);
   (void)fs_->remove(region_path(RegionId(victim->id)));
+  dir_dirty_ = true;
 }
 
 // Needs a free region buffer.
@@ -433,6 +445,7 @@ Status DiskTier::open_region_locked() {
   const std::string path = region_path(RegionId(id));
   auto f = fs_->open(path, {.create = true, .truncate = true, .direct = options_.direct_io});
   if (!f.ok()) return f.status();
+  dir_dirty_ = true;
   if (buffers_[b].empty()) buffers_[b] = AlignedBuffer(options_.region_bytes);
   auto r = std::make_shared<Region>();
   r->id = id;
@@ -510,7 +523,16 @@ Status DiskTier::flush() {
   Lock lock(mu_);
   KVTIER_RETURN_IF_ERROR(take_failure_locked());
   submit_locked(false, options_.sync_writes);
-  return wait_writes_locked(lock);
+  KVTIER_RETURN_IF_ERROR(wait_writes_locked(lock));
+  // A region file created or removed since the last flush: its directory entry is made durable too.
+  if (!options_.sync_writes || !std::exchange(dir_dirty_, false)) return Status::Ok();
+  lock.unlock();
+  Status s = fs_->sync_dir(options_.dir);
+  if (!s.ok()) {
+    lock.lock();
+    dir_dirty_ = true;
+  }
+  return s;
 }
 
 size_t DiskTier::exists_prefix(const PageHash& ns, std::span<const PageHash> keys) {

@@ -129,7 +129,8 @@ class DiskTier final : public Tier {
   size_t exists_prefix(const PageHash& ns, std::span<const PageHash> chunk_keys) override;
   Status erase(const ChunkKey& key) override;
   // Writes the buffered tail of the active region, waits until every
-  // accepted put is on disk (and synced when sync_writes).
+  // accepted put is on disk (and synced when sync_writes, with the directory
+  // when a region file was created or removed since the last flush).
   Status flush() override;
   TierStats stats() const override;
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
@@ -218,6 +219,7 @@ class DiskTier final : public Tier {
   uint64_t cursor_ = 0;     // bytes of the active buffer in use
   uint64_t submitted_ = 0;  // bytes of the active buffer handed to the writer
   uint32_t next_region_ = 0;
+  bool dir_dirty_ = false;  // a region file created or removed since the directory was last synced
   uint64_t next_sequence_ = 1;
   uint64_t tick_ = 0;
   RegionReclaimOrder reclaim_order_;  // which region is reclaimed next (tiers/region_reclaim.h)

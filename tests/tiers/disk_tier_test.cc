@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -250,6 +252,142 @@ TEST(DiskTier, WarmRestartServesWhatWasDurable) {
   ASSERT_TRUE(foreign.ok()) << foreign.status().to_string();
   EXPECT_EQ((*foreign)->open_report().entries, 0u);
   EXPECT_GT((*foreign)->open_report().skipped_regions, 0u);
+}
+
+// A tier reopened with another codec counts each entry at its own size: raw
+// entries written before the switch are not counted at q8's size (a tenant's
+// quota would then keep several times its bytes).
+TEST(DiskTier, EntriesKeepTheirOwnSizeAfterTheCodecChanges) {
+  TempDir dir;
+  ChunkGeometry g{KVGeometry{.num_layers = 4, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 4}, 4};
+  const uint64_t raw_entry = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
+  const PageHash ns = test_ns(1);
+  {
+    auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+    (void)put_all(*t, g, 1, 3);
+    ASSERT_TRUE(t->flush().ok());
+  }
+  ChunkGeometry q8 = g;
+  q8.codec = KvCodec::kQ8;
+  ASSERT_LT(chunk_entry_layout(q8, q8.chunk_pages, 4096).entry_bytes, raw_entry);
+  auto opts = disk_options(dir.path(), q8);
+  opts.accept_lossy = true;
+  auto t = DiskTier::create(opts).value();
+  ASSERT_EQ(t->open_report().entries, 3u);
+  EXPECT_EQ(t->namespace_bytes({&ns, 1}), 3 * raw_entry);
+  EXPECT_EQ(t->trim_namespaces({&ns, 1}, 2 * raw_entry), 1u * g.chunk_pages);
+  EXPECT_EQ(t->namespace_bytes({&ns, 1}), 2 * raw_entry);
+}
+
+// Only the region names the tier writes are its regions. An upper-case
+// spelling of an id is left alone: read as a second region 10, its entries
+// replaced the real one's in the index but were never reclaimed with it, so
+// they outlived every eviction.
+TEST(DiskTier, OnlyItsOwnRegionNamesAreRead) {
+  TempDir dir;
+  auto g = small_geometry();
+  std::vector<TestChunk> chunks;
+  {
+    auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+    chunks = put_all(*t, g, 1, 22);  // two chunks a region: regions 0 to 10 (0xa)
+    ASSERT_TRUE(t->flush().ok());
+  }
+  const std::string copy = dir.path() + "/region-0000000A.kvr";
+  std::filesystem::copy_file(dir.path() + "/region-0000000a.kvr", copy);
+  auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+  EXPECT_EQ(t->open_report().entries, 22u);
+  EXPECT_EQ(t->open_report().skipped_regions, 0u);  // not even looked at
+  expect_exact(*t, chunks[20]);
+  (void)put_all(*t, g, 2, 200);  // every old region is reclaimed
+  EXPECT_FALSE(t->exists(chunks[20].key));
+  EXPECT_FALSE(t->exists(chunks[21].key));
+  EXPECT_TRUE(std::filesystem::exists(copy));
+}
+
+// flush() with sync_writes makes a new region's directory entry durable too:
+// a failed directory sync is its error, and the next flush tries it again.
+TEST(DiskTier, FlushSyncsTheDirectoryAfterANewRegion) {
+  TempDir dir;
+  auto g = small_geometry();
+  FaultFileSystem fs(FileSystem::posix());
+  auto opts = disk_options(dir.path(), g, &fs);
+  opts.sync_writes = true;
+  auto t = DiskTier::create(opts).value();
+  (void)put_all(*t, g, 1, 1);
+  fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kSync, .nth = 2});  // the region file's sync, then the directory's
+  EXPECT_FALSE(t->flush().ok());
+  const uint64_t syncs = fs.calls(FaultOp::kSync);
+  EXPECT_TRUE(t->flush().ok());
+  EXPECT_EQ(fs.calls(FaultOp::kSync), syncs + 2);  // the file and, again, the directory
+  EXPECT_TRUE(t->flush().ok());
+  EXPECT_EQ(fs.calls(FaultOp::kSync), syncs + 3);  // no new region: the file only
+}
+
+// The POSIX file system, whose queues report a failure of the ring itself
+// (IoQueue::reusable() false) after their first batch while `break_rings` is
+// set; counts the queues it makes.
+class RingFailingFs final : public FileSystem {
+ public:
+  std::atomic<bool> break_rings{false};
+  std::atomic<int> queues_made{0};
+
+  Result<std::unique_ptr<File>> open(const std::string& p, const OpenOptions& o) override { return posix().open(p, o); }
+  Status remove(const std::string& p) override { return posix().remove(p); }
+  Status rename(const std::string& a, const std::string& b) override { return posix().rename(a, b); }
+  Status create_dirs(const std::string& p) override { return posix().create_dirs(p); }
+  Result<std::vector<std::string>> list_dir(const std::string& p) override { return posix().list_dir(p); }
+  Status sync_dir(const std::string& p) override { return posix().sync_dir(p); }
+  Result<std::unique_ptr<IoQueue>> create_queue(uint32_t depth) override {
+    KVTIER_ASSIGN_OR_RETURN(auto inner, posix().create_queue(depth));
+    ++queues_made;
+    return std::unique_ptr<IoQueue>(new Queue(*this, std::move(inner)));
+  }
+
+ private:
+  class Queue final : public IoQueue {
+   public:
+    Queue(RingFailingFs& fs, std::unique_ptr<IoQueue> inner) : fs_(fs), inner_(std::move(inner)) {}
+    Status run(std::span<IoOp> ops) override {
+      Status st = inner_->run(ops);
+      broken_ = fs_.break_rings.load();
+      return st;
+    }
+    uint32_t depth() const override { return inner_->depth(); }
+    bool async() const override { return inner_->async(); }
+    bool reusable() const override { return !broken_; }
+
+   private:
+    RingFailingFs& fs_;
+    std::unique_ptr<IoQueue> inner_;
+    bool broken_ = false;
+  };
+  static FileSystem& posix() { return FileSystem::posix(); }
+};
+
+// A queue whose ring failed is never handed another batch (requests may be
+// left in it): reads and the writer each make a new one, and keep working.
+TEST(DiskTier, AQueueWhoseRingFailedIsNotReused) {
+  TempDir dir;
+  auto g = small_geometry();
+  std::vector<TestChunk> chunks;
+  {
+    auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+    chunks = put_all(*t, g, 1, 4);  // two regions on disk
+    ASSERT_TRUE(t->flush().ok());
+  }
+  RingFailingFs fs;
+  auto t = DiskTier::create(disk_options(dir.path(), g, &fs)).value();
+  for (int i = 0; i < 2; ++i) expect_exact(*t, chunks[i]);
+  const int healthy = fs.queues_made.load();
+  EXPECT_EQ(healthy, 1);  // one read queue, reused
+  fs.break_rings = true;
+  for (int i = 0; i < 2; ++i) expect_exact(*t, chunks[2 + i]);
+  EXPECT_EQ(fs.queues_made.load(), healthy + 1);  // the reused one broke on the first read: the second made another
+  auto more = put_all(*t, g, 2, 6);               // the writer's queue breaks too: three regions need new ones
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_GE(fs.queues_made.load(), healthy + 3);
+  fs.break_rings = false;
+  for (auto& c : more) expect_exact(*t, c);
 }
 
 // Layers that pass through the tier's buffers (an encoded entry decoded, a
