@@ -264,6 +264,18 @@ TEST_F(HttpServerTest, BadInputs) {
     ASSERT_TRUE(j.is_object()) << r->body;
     EXPECT_TRUE(j["error"]["message"].is_string());
   }
+  // Too large: the 413 names the limit, also httplib's 8 KiB on form-encoded bodies (curl -d's default).
+  const std::string big = R"({"prompt":")" + std::string(9000, 'a') + R"("})";
+  auto form = client().Post("/v1/completions", big, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 413);
+  EXPECT_NE(json::parse(form->body)["error"]["message"].get<std::string>().find("application/json"), std::string::npos)
+      << form->body;
+  auto huge = post(R"({"prompt":")" + std::string((16 << 20) + 1, 'a') + R"("})");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 413);
+  EXPECT_NE(json::parse(huge->body)["error"]["message"].get<std::string>().find("--max-body"), std::string::npos)
+      << huge->body;
   auto nf = client().Get("/v1/nothing");
   ASSERT_TRUE(nf);
   EXPECT_EQ(nf->status, 404);
