@@ -33,8 +33,10 @@ bool parse_block(std::string_view block, SseMessage& m) {
 }
 
 // Where the first blank line ends (the message before it, up to blank_at, is complete), or npos.
-size_t message_end(const std::string& buf, size_t& blank_at) {
-  for (size_t nl = buf.find('\n'); nl != std::string::npos; nl = buf.find('\n', nl + 1)) {
+// A blank line ("\n\n" or "\n\r\n") is sought from `from` on: one that ends past it starts at most
+// two bytes before it, so `from` is where the last search ended minus two.
+size_t message_end(const std::string& buf, size_t from, size_t& blank_at) {
+  for (size_t nl = buf.find('\n', from); nl != std::string::npos; nl = buf.find('\n', nl + 1)) {
     const size_t next = nl + 1;
     if (next < buf.size() && buf[next] == '\n') return blank_at = nl, next + 1;
     if (next + 1 < buf.size() && buf[next] == '\r' && buf[next + 1] == '\n') return blank_at = nl, next + 2;
@@ -47,12 +49,14 @@ size_t message_end(const std::string& buf, size_t& blank_at) {
 Status SseReader::feed(std::string_view bytes, const std::function<Status(const SseMessage&)>& on) {
   buf_.append(bytes);
   size_t blank = 0;
-  for (size_t end; (end = message_end(buf_, blank)) != std::string::npos;) {
+  for (size_t end; (end = message_end(buf_, searched_ > 2 ? searched_ - 2 : 0, blank)) != std::string::npos;) {
     SseMessage m;
     const bool any = parse_block(std::string_view(buf_).substr(0, blank), m);
     buf_.erase(0, end);
+    searched_ = 0;
     if (any) KVTIER_RETURN_IF_ERROR(on(m));
   }
+  searched_ = buf_.size();
   if (buf_.size() > max_bytes_) return Status::Corruption("event stream: a message over " + std::to_string(max_bytes_) + " bytes");
   return Status::Ok();
 }

@@ -40,6 +40,7 @@ class SseReader {
  private:
   size_t max_bytes_;
   std::string buf_;
+  size_t searched_ = 0;  // bytes of buf_ already searched for a blank line: each byte is searched once
 };
 
 }  // namespace kvtier::client

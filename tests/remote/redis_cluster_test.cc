@@ -139,6 +139,25 @@ TEST_F(RedisClusterTest, MigratingSlotIsFollowedThroughAsk) {
   EXPECT_FALSE(tier->degraded());
 }
 
+// An error reply to CLUSTER SLOTS that does not say "no cluster support" (here
+// NOPERM; "max number of clients reached" or LOADING alike) is asked again on
+// the next command: it used to make the client standalone for good, sending
+// every key to the seed node.
+TEST_F(RedisClusterTest, AnErrorToClusterSlotsIsAskedAgainNotTakenForStandalone) {
+  for (size_t i = 0; i < cluster_->size(); ++i)
+    ASSERT_TRUE(cluster_->node(i).cmd({"ACL", "SETUSER", "default", "-cluster"}).ok());
+  auto t = testing::make_remote(cluster_->url(), g);
+  for (size_t i = 0; i < cluster_->size(); ++i)
+    ASSERT_TRUE(cluster_->node(i).cmd({"ACL", "SETUSER", "default", "+@all"}).ok());
+  ASSERT_TRUE(t);
+  EXPECT_FALSE(t->client().is_cluster());
+  std::vector<RedisCommand> cmds;
+  cmds.push_back(RedisCommand{{"PING"}});
+  ASSERT_TRUE(t->client().run(cmds).ok());
+  EXPECT_TRUE(t->client().is_cluster());
+  EXPECT_EQ(t->client().nodes().size(), 3u);
+}
+
 TEST_F(RedisClusterTest, ClusterModeOnAgainstAStandaloneServerIsAConfigurationError) {
   testing::RedisServer s;
   ASSERT_TRUE(s.start().ok());

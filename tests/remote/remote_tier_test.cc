@@ -335,6 +335,32 @@ TEST_F(RemoteTierTest, CorruptOrForeignValuesAreNeverServed) {
   }
 }
 
+// A read the server refuses (here NOPERM: the ACL takes GET and GETRANGE away;
+// LOADING while it restarts is the same) is unavailable, not corrupt: the
+// entry is neither counted as a checksum failure nor deleted, and is served
+// again once reads are allowed.
+TEST_F(RemoteTierTest, RefusedReadsAreUnavailableAndKeepTheEntry) {
+  for (bool ranges : {true, false}) {
+    SCOPED_TRACE(ranges ? "range reads" : "whole reads");
+    auto t = ranges ? tier() : tier(whole_reads);
+    ASSERT_TRUE(t);
+    auto c = make_chunk(g, test_ns(8), 1);
+    ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+    ASSERT_TRUE(server_->cmd({"ACL", "SETUSER", "default", "-get", "-getrange"}).ok());
+    std::vector<std::byte> out(c.payload.size());
+    auto r = t->get(c.key, out);
+    ASSERT_TRUE(server_->cmd({"ACL", "SETUSER", "default", "+@all"}).ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("NOPERM"), std::string::npos) << r.status().to_string();
+    EXPECT_EQ(t->stats().checksum_failures, 0u);
+    EXPECT_EQ(*server_->cmd({"EXISTS", t->key_of(c.key)}), "1") << "a refused read must not delete the entry";
+    auto t2 = ranges ? tier() : tier(whole_reads);  // a fresh tier: no backoff from the refusal
+    ASSERT_TRUE(t2->get(c.key, out).ok());
+    EXPECT_EQ(out, c.payload);
+    ASSERT_TRUE(server_->cmd({"FLUSHALL"}).ok());
+  }
+}
+
 TEST_F(RemoteTierTest, ServerKilledMidRunFailsWithStatusThenRecovers) {
   auto t = tier([](RemoteTierOptions& o) {
     o.backoff_initial = std::chrono::milliseconds(20);

@@ -26,6 +26,20 @@ std::vector<PageHash> chain(uint64_t conversation, size_t pages) {
 
 // What a backend's events say it holds: pages one by one in the index,
 // then whole chunks on disk, as the backend's own lookup would find them.
+// Every message end ("\n\n" or "\n\r\n") is found however the bytes are cut,
+// also when it straddles two feeds: the reader searches each byte once, from
+// two bytes before where its last search ended.
+TEST(SseReader, FindsEveryMessageEndWhereverTheBytesAreCut) {
+  const std::string stream = "data: a\n\ndata: b\r\n\r\n: a comment\n\nevent: e\ndata: c\n\r\ndata: d\ndata: e\n\n";
+  for (size_t step = 1; step <= stream.size(); ++step) {
+    client::SseReader reader(1 << 10);
+    std::vector<std::string> got;
+    for (size_t i = 0; i < stream.size(); i += step)
+      ASSERT_TRUE(reader.feed_data(std::string_view(stream).substr(i, step), [&](std::string_view d) { got.emplace_back(d); }).ok());
+    EXPECT_EQ(got, (std::vector<std::string>{"a", "b", "c", "d\ne"})) << "step " << step;
+  }
+}
+
 TEST(HeldIndex, MatchesPagesThenDiskChunksAndFollowsMovesAndRemovals) {
   HeldIndex h;
   const auto a = chain(1, 12);

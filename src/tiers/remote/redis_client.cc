@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include <algorithm>
 #include <cerrno>
@@ -261,6 +262,16 @@ void RedisClient::note_moved(uint16_t slot, const RedisEndpoint& to) {
   stale_ = true;
 }
 
+namespace {
+
+// What a server without cluster support answers CLUSTER SLOTS with; any other
+// error (LOADING, NOPERM, "max number of clients reached") says nothing about it.
+bool says_not_a_cluster(std::string_view err) {
+  return err.find("cluster support disabled") != std::string_view::npos || err.starts_with("ERR unknown command");
+}
+
+}  // namespace
+
 Status RedisClient::learn_topology(Session& s) {
   Status last = Status::Unavailable("redis: no seed reachable");
   // Known masters first (they survive seed failures), then the seeds.
@@ -283,8 +294,13 @@ Status RedisClient::learn_topology(Session& s) {
         continue;
       }
       if (r->type == REDIS_REPLY_ERROR) {
+        const std::string err(r->str, r->len);
         if (options_.cluster == RedisClusterMode::kOn)
-          return Status::FailedPrecondition("redis " + ep.to_string() + " is not a cluster node: " + std::string(r->str, r->len));
+          return Status::FailedPrecondition("redis " + ep.to_string() + " is not a cluster node: " + err);
+        if (!says_not_a_cluster(err)) {  // LOADING, NOPERM, too many clients...: ask again next time
+          last = Status::Unavailable("redis " + ep.to_string() + " answered CLUSTER SLOTS with " + err);
+          continue;
+        }
       } else {
         auto map = parse_cluster_slots(r.get(), ep.host);
         if (!map.ok()) return map.status();

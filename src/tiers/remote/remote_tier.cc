@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace kvtier {
 
@@ -19,6 +20,16 @@ bool is_oom(const redisReply* r) {
 
 std::string reply_error(const redisReply* r) {
   return "redis: " + (r && r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("unexpected reply"));
+}
+
+// An error reply to a read (LOADING, NOPERM, CLUSTERDOWN, MOVED, ...) says
+// nothing about the entry: the server refused, so the read is unavailable and
+// the entry stays. WRONGTYPE does say: another kind of value holds the key, a
+// foreign value that open_entry drops. OK for any other reply.
+Status refused_read(const redisReply* r) {
+  if (!r || r->type != REDIS_REPLY_ERROR) return Status::Ok();
+  if (std::string_view(r->str, r->len).starts_with("WRONGTYPE")) return Status::Ok();
+  return Status::Unavailable("remote: read refused, " + reply_error(r));
 }
 
 }  // namespace
@@ -295,7 +306,7 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
     cmds.push_back(RedisCommand{{"GET", k}});
     if (per == 2) cmds.push_back(RedisCommand{{"PEXPIRE", k, ttl_ms_}});
   }
-  Status transport = client_->run(cmds);
+  Status transport = client_->run(cmds), refused;
   for (size_t i = 0; i < ops.size(); ++i) {
     GetOp& op = *ops[i];
     RedisCommand& c = cmds[i * per];
@@ -304,6 +315,10 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
       continue;
     }
     const redisReply* r = c.reply.get();
+    if (op.status = refused_read(r); !op.status.ok()) {
+      refused = op.status;
+      continue;
+    }
     const std::optional<ChunkMeta> meta = open_entry(op, r, /*whole=*/true);
     if (!meta) continue;
     const std::span<const std::byte> entry(reinterpret_cast<const std::byte*>(r->str), r->len);
@@ -314,7 +329,7 @@ void RemoteTier::get_whole(std::span<GetOp*> ops) {
     op.num_pages = n;
     ++counters_.hits;
   }
-  note_result(transport);
+  note_result(transport.ok() ? refused : transport);  // refusals back off like a failing transport
 }
 
 void RemoteTier::get_ranges(std::span<GetOp*> ops) {
@@ -343,7 +358,7 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     cmds.push_back(RedisCommand{{"GETRANGE", keys[i], r_begin[i], r_end[i]}});
     if (touch) cmds.push_back(RedisCommand{{"PEXPIRE", keys[i], ttl_ms_}});
   }
-  Status transport = client_->run(cmds);
+  Status transport = client_->run(cmds), refused;
   std::vector<GetOp*> partial;
   for (size_t i = 0; i < ops.size(); ++i) {
     GetOp& op = *ops[i];
@@ -351,6 +366,11 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     RedisCommand& lc = cmds[i * per + 1];
     if (!mc.status.ok() || !lc.status.ok()) {
       op.status = mc.status.ok() ? lc.status : mc.status;
+      continue;
+    }
+    if (op.status = refused_read(mc.reply.get()); op.status.ok()) op.status = refused_read(lc.reply.get());
+    if (!op.status.ok()) {
+      refused = op.status;
       continue;
     }
     const std::optional<ChunkMeta> meta = open_entry(op, mc.reply.get(), /*whole=*/false);
@@ -372,7 +392,7 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     op.num_pages = n;
     ++counters_.hits;
   }
-  note_result(transport);
+  note_result(transport.ok() ? refused : transport);
   // Chunks of other lengths or codecs than expected: their layers sit elsewhere; reread them whole.
   if (!partial.empty() && transport.ok()) {
     for (auto* op : partial) {
