@@ -181,9 +181,10 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
     r.sampling.top_k = *v <= 0 ? 0 : uint32_t(std::min<int64_t>(*v, UINT32_MAX));
   }
   if (auto it = doc.find("seed"); it != doc.end() && !it->is_null()) {
-    auto v = as_integer(*it);  // any 64-bit pattern seeds: one past INT64_MAX as itself, a negative one as its bits
-    if (!v && !it->is_number_unsigned()) return wrong_type("seed", "an integer", *it);
-    r.sampling.seed = v ? uint64_t(*v) : it->get<uint64_t>();
+    // Any 64-bit pattern seeds: an unsigned value as itself, a negative one as its bits.
+    if (it->is_number_unsigned()) r.sampling.seed = it->get<uint64_t>();
+    else if (auto v = as_integer(*it)) r.sampling.seed = uint64_t(*v);
+    else return wrong_type("seed", "an integer", *it);
   }
   if (auto it = doc.find("n"); it != doc.end() && !it->is_null()) {
     auto v = as_integer(*it);
