@@ -25,6 +25,7 @@ Status RouterOptions::validate() const {
     return Status::InvalidArgument("route: the health interval and probe timeout must be > 0");
   if (max_tracked_pages == 0) return Status::InvalidArgument("route: --max-tracked-pages must be > 0");
   if (threads == 0) return Status::InvalidArgument("route: --threads must be > 0");
+  if (stream_idle_timeout_s == 0) return Status::InvalidArgument("route: --stream-idle-timeout must be > 0");
   return Status::Ok();
 }
 
@@ -59,6 +60,10 @@ const OptionTable<RouterOptions>& router_option_table() {
                                KVTIER_FIELD(balance_slack), 0, 1u << 20));
     t.push_back(uint_option<R>({"route.threads", "--threads", {}, "HTTP threads (each open stream holds one)"},
                                KVTIER_FIELD(threads), 1, 4096));
+    t.push_back(uint_option<R>({"route.stream_idle_timeout_s", "--stream-idle-timeout", {},
+                                "A stream whose backend sends nothing for this many seconds is cut off (a kvtier "
+                                "backend sends a keep-alive each second, queued or computing)"},
+                               KVTIER_FIELD(stream_idle_timeout_s), 1, 3600));
     return t;
   }();
   return table;

@@ -45,6 +45,7 @@ struct RouterOptions {
   size_t max_tracked_pages = size_t(1) << 20;  // per backend (PrefixTracker)
   uint32_t balance_slack = 4;                  // cache-aware yields to load past this many requests
   uint32_t threads = 64;                       // HTTP threads (a stream holds one while it lasts)
+  uint32_t stream_idle_timeout_s = 30;         // a stream's backend silent this long is cut off
   Status validate() const;
 };
 

@@ -1,11 +1,17 @@
 // The router's pass-through: a whole answer as it is, a stream chunk by chunk
-// as the backend sends it (a thread reads the backend; the client's content
-// provider writes what it read, so nothing is buffered past one chunk).
+// as the backend sends it. A thread reads the backend; the client's handler
+// (a stream's content provider) takes what it read, at most kMaxQueuedBytes
+// ahead of the client, and checks each second that the client is still
+// there: a client that hangs up resets the backend's connection, which
+// cancels the backend's sequence, and frees the router's thread.
+#include <sys/socket.h>
+
 #include <deque>
 
 #include <nlohmann/json.hpp>
 
 #include "client/sse.h"
+#include "server/client_connection.h"
 
 #include "router/router_impl.h"
 
@@ -20,20 +26,22 @@ httplib::Headers passed_headers(const httplib::Request& req) {
 
 namespace {
 
+using namespace std::chrono_literals;
+using server::ClientConnection;
+
 constexpr int kConnectTimeoutS = 2;
-constexpr int kReadTimeoutS = 3600;  // a long generation streams or answers within it
+constexpr int kWholeAnswerTimeoutS = 3600;  // a long generation answers within it (the client may leave sooner)
+constexpr size_t kMaxQueuedBytes = size_t(1) << 20;  // a stream read ahead of a slow client
+constexpr auto kClientCheck = 1s;
 
-void set_timeouts(httplib::Client& c) {
-  c.set_connection_timeout(kConnectTimeoutS, 0);
-  c.set_read_timeout(kReadTimeoutS, 0);
-  c.set_write_timeout(60, 0);
-}
-
-// A backend's stream as it arrives, from its reading thread to the client's content provider.
+// A backend's answer as it arrives, from its reading thread to the client's handler.
 struct Relay {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::string> chunks;
+  bool stream = false;
+  std::deque<std::string> chunks;  // a stream's, not yet relayed
+  size_t queued = 0;               // their bytes
+  std::string body;                // a whole answer's
   bool head = false, done = false, cancelled = false;
   int status = 0;
   std::string content_type;
@@ -43,13 +51,53 @@ struct Relay {
   // backend that dies while the request waits in its queue (sending at most keep-alive comments)
   // leaves the request free to go elsewhere.
   bool begun = false;
-  bool failed = false;  // the backend's connection failed before the answer's end
+  bool failed = false;                // the backend's connection failed before the answer's end
+  httplib::Client* client = nullptr;  // while the reader's request is in flight
   std::thread reader;
+
+  // The client left: ends the backend's request (its connection is reset: the backend cancels it).
+  void cancel() {
+    std::lock_guard lk(mu);
+    cancelled = true;
+    if (client != nullptr) client->stop();
+    cv.notify_all();
+  }
+  // Waits under `lk` until `ready`, checking each second that the client is there; false once it is not.
+  template <class Ready>
+  bool wait_watching(std::unique_lock<std::mutex>& lk, const std::optional<ClientConnection>& from, Ready ready) {
+    while (!cv.wait_for(lk, kClientCheck, ready))
+      if (from && from->closed()) return false;
+    return true;
+  }
 };
 
-void read_backend(const BackendAddress& b, httplib::Request r, const std::shared_ptr<Relay>& relay) {
+// What the backend sent, into the relay; a stream waits while the client is kMaxQueuedBytes behind.
+bool receive(Relay& relay, const char* data, size_t n) {
+  std::unique_lock lk(relay.mu);
+  if (relay.cancelled) return false;  // the client left
+  if (!relay.stream) {
+    relay.body.append(data, n);
+    return true;
+  }
+  relay.chunks.emplace_back(data, n);
+  relay.queued += n;
+  relay.tail.append(data, n);
+  relay.begun = relay.begun || relay.tail.find("data:") != std::string::npos;
+  if (relay.tail.size() > 2 * kTailBytes) relay.tail.erase(0, relay.tail.size() - kTailBytes);
+  relay.cv.notify_all();
+  relay.cv.wait(lk, [&] { return relay.queued <= kMaxQueuedBytes || relay.cancelled; });
+  return !relay.cancelled;
+}
+
+void read_backend(const BackendAddress& b, httplib::Request r, int read_timeout_s, const std::shared_ptr<Relay>& relay) {
   httplib::Client c(b.host, b.port);
-  set_timeouts(c);
+  c.set_connection_timeout(kConnectTimeoutS, 0);
+  c.set_read_timeout(read_timeout_s, 0);
+  c.set_write_timeout(60, 0);
+  c.set_socket_options([](int fd) {  // close() resets: a backend notices a cancelled request at once
+    const linger abort{1, 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+  });
   r.response_handler = [relay](const httplib::Response& res) {
     std::lock_guard lk(relay->mu);
     relay->status = res.status;
@@ -58,37 +106,76 @@ void read_backend(const BackendAddress& b, httplib::Request r, const std::shared
     relay->cv.notify_all();
     return true;
   };
-  r.content_receiver = [relay](const char* data, size_t n, uint64_t, uint64_t) {
+  r.content_receiver = [relay](const char* data, size_t n, uint64_t, uint64_t) { return receive(*relay, data, n); };
+  {
     std::lock_guard lk(relay->mu);
-    if (relay->cancelled) return false;  // the client left: closing the connection cancels the backend's sequence
-    relay->chunks.emplace_back(data, n);
-    relay->tail.append(data, n);
-    relay->begun = relay->begun || relay->tail.find("data:") != std::string::npos;
-    if (relay->tail.size() > 2 * kTailBytes) relay->tail.erase(0, relay->tail.size() - kTailBytes);
-    relay->cv.notify_all();
-    return true;
-  };
+    if (relay->cancelled) return;
+    relay->client = &c;
+  }
   auto result = c.send(r);
   std::lock_guard lk(relay->mu);
+  relay->client = nullptr;
   if (!result) relay->error = httplib::to_string(result.error());
   relay->failed = !result && !relay->cancelled;
   relay->done = true;
   relay->cv.notify_all();
 }
 
-Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, httplib::Response& res,
-                         std::string& why, std::function<void(int, std::string_view)> done) {
+std::shared_ptr<Relay> start_relay(const BackendAddress& b, const httplib::Request& req, bool stream,
+                                   int read_timeout_s) {
   auto relay = std::make_shared<Relay>();
+  relay->stream = stream;
   httplib::Request out;
   out.method = "POST";
   out.path = req.path;
   out.headers = passed_headers(req);
   out.headers.emplace("Content-Type", "application/json");
   out.body = req.body;
-  relay->reader = std::thread([b, out = std::move(out), relay]() mutable { read_backend(b, std::move(out), relay); });
+  relay->reader = std::thread(
+      [b, out = std::move(out), read_timeout_s, relay]() mutable { read_backend(b, std::move(out), read_timeout_s, relay); });
+  return relay;
+}
+
+// The client hung up before the answer began: the backend's request is reset.
+Forwarded client_left(Relay& relay, httplib::Response& res, const std::function<void(int, std::string_view)>& done) {
+  relay.cancel();
+  relay.reader.join();
+  res.status = kClientLeft;  // written to nobody
+  done(kClientLeft, {});
+  return Forwarded::kAnswered;
+}
+
+Forwarded forward_whole(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
+                        httplib::Response& res, std::string& why, const std::function<void(int, std::string_view)>& done) {
+  std::unique_lock lk(relay->mu);
+  if (!relay->wait_watching(lk, from, [&] { return relay->done; })) {
+    lk.unlock();
+    return client_left(*relay, res, done);
+  }
+  lk.unlock();
+  relay->reader.join();
+  if (relay->failed || !relay->head) {
+    why = relay->error.empty() ? "no answer" : relay->error;
+    return Forwarded::kUnreachable;
+  }
+  res.status = relay->status;
+  res.set_content(relay->body, relay->content_type.empty() ? "application/json" : relay->content_type);
+  done(relay->status, relay->body);
+  return Forwarded::kAnswered;
+}
+
+Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
+                         httplib::Response& res, std::string& why, std::function<void(int, std::string_view)> done) {
   {
     std::unique_lock lk(relay->mu);
-    relay->cv.wait(lk, [&] { return (relay->head && relay->begun) || relay->done; });
+    // A backend that fills the queue without an event has begun an answer of its own kind.
+    const bool waited = relay->wait_watching(lk, from, [&] {
+      return (relay->head && (relay->begun || relay->queued >= kMaxQueuedBytes)) || relay->done;
+    });
+    if (!waited) {
+      lk.unlock();
+      return client_left(*relay, res, done);
+    }
     if (!relay->begun && relay->failed) {  // nothing relayed yet: another backend may take it
       why = relay->error.empty() ? "no answer" : relay->error;
       lk.unlock();
@@ -99,23 +186,23 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
   res.status = relay->status;
   res.set_chunked_content_provider(
       relay->content_type.empty() ? "text/event-stream" : relay->content_type,
-      [relay](size_t, httplib::DataSink& sink) {
+      [relay, from](size_t, httplib::DataSink& sink) {
         std::unique_lock lk(relay->mu);
-        relay->cv.wait(lk, [&] { return !relay->chunks.empty() || relay->done; });
+        if (!relay->wait_watching(lk, from, [&] { return !relay->chunks.empty() || relay->done; }))
+          return false;  // the client left: the releaser resets the backend
         if (relay->chunks.empty()) {
           sink.done();
           return true;
         }
         std::string chunk = std::move(relay->chunks.front());
         relay->chunks.pop_front();
+        relay->queued -= chunk.size();
+        relay->cv.notify_all();  // the reader may wait for room
         lk.unlock();
         return sink.write(chunk.data(), chunk.size());
       },
       [relay, done = std::move(done)](bool) {
-        {
-          std::lock_guard lk(relay->mu);
-          relay->cancelled = true;
-        }
+        relay->cancel();  // after the end, nothing to cancel
         relay->reader.join();
         done(relay->failed ? kCutStream : relay->status, relay->tail);  // the reader has ended: no lock needed
       });
@@ -124,21 +211,13 @@ Forwarded forward_stream(const BackendAddress& b, const httplib::Request& req, h
 
 }  // namespace
 
-Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
-                  std::string& why, std::function<void(int, std::string_view)> done) {
-  if (stream) return forward_stream(b, req, res, why, std::move(done));
-  httplib::Client c(b.host, b.port);
-  set_timeouts(c);
-  auto r = c.Post(req.path.c_str(), passed_headers(req), req.body, "application/json");
-  if (!r) {
-    why = httplib::to_string(r.error());
-    return Forwarded::kUnreachable;
-  }
-  res.status = r->status;
-  res.set_content(r->body, r->get_header_value("Content-Type").empty() ? "application/json"
-                                                                        : r->get_header_value("Content-Type"));
-  done(r->status, r->body);
-  return Forwarded::kAnswered;
+Forwarded forward(const BackendAddress& b, const httplib::Request& req, const ForwardLimits& limits,
+                  httplib::Response& res, std::string& why, std::function<void(int, std::string_view)> done) {
+  // Found while the handler runs, before anything is sent (a reset socket has no peer to match).
+  const auto from = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  auto relay = start_relay(b, req, limits.stream, limits.stream ? limits.stream_idle_s : kWholeAnswerTimeoutS);
+  if (limits.stream) return forward_stream(relay, from, res, why, std::move(done));
+  return forward_whole(relay, from, res, why, done);
 }
 
 std::optional<uint64_t> reported_cached_tokens(std::string_view text) {

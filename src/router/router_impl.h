@@ -49,6 +49,7 @@ struct RouterCounters {
   uint64_t failovers = 0;   // attempts that found their backend unreachable
   uint64_t unroutable = 0;  // requests answered 503: no backend up
   uint64_t cut_streams = 0; // streams whose backend went away after they began (the client saw them end early)
+  uint64_t client_left = 0; // requests whose client hung up before their answer began (the backend's was reset)
   uint64_t matched_pages = 0, request_pages = 0;
   double decide_s = 0;  // time spent rendering, hashing and choosing
   uint64_t decisions = 0;
@@ -106,14 +107,24 @@ httplib::Headers passed_headers(const httplib::Request& req);
 
 // What a forward attempt came to: an answer was (or is being) relayed, or the backend could not be reached.
 enum class Forwarded : uint8_t { kAnswered, kUnreachable };
+// How a request is forwarded: streamed or whole, and how long a stream's backend may stay silent
+// (a kvtier backend sends a keep-alive comment each second, queued or computing).
+struct ForwardLimits {
+  bool stream = false;
+  int stream_idle_s = 30;
+};
 // Sends the request to `b` and relays its answer into `res` (a stream chunk by chunk through a
 // content provider; `done` runs once the relay is over, whatever its outcome, with the backend's status
-// and the answer's body, or a stream's last kTailBytes).
+// and the answer's body, or a stream's last kTailBytes). A client that hangs up (resets) ends the
+// backend's request; `done` gets kClientLeft where nothing was relayed yet.
 // The status `done` gets for a stream its backend cut off after it began (it reaches the client cut).
 inline constexpr int kCutStream = 0;
+// The status `done` gets when the client left before its answer began (nginx's "client closed request").
+inline constexpr int kClientLeft = 499;
 inline constexpr size_t kTailBytes = 16384;
-Forwarded forward(const BackendAddress& b, const httplib::Request& req, bool stream, httplib::Response& res,
-                  std::string& unreachable_why, std::function<void(int status, std::string_view tail)> done);
+Forwarded forward(const BackendAddress& b, const httplib::Request& req, const ForwardLimits& limits,
+                  httplib::Response& res, std::string& unreachable_why,
+                  std::function<void(int status, std::string_view tail)> done);
 // The cached tokens a backend's answer reports (usage.prompt_tokens_details.cached_tokens), from a
 // whole JSON body or the last usage-bearing `data:` line of a stream's tail; nullopt when it says none.
 std::optional<uint64_t> reported_cached_tokens(std::string_view body_or_tail);

@@ -114,6 +114,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       --backends[i].in_flight;
       if (status == 200) backends[i].tracker.insert(chain);  // its pages are there now, in some tier
       if (status == kCutStream) ++counters.cut_streams;
+      if (status == kClientLeft) ++counters.client_left;
       if (actual) {
         ++counters.compared;
         counters.predicted_cached += predicted_cached;
@@ -122,7 +123,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       }
     };
     std::string why;
-    const Forwarded f = forward(addr, req, stream, res, why, done);  // returns once the answer has begun
+    const Forwarded f = forward(addr, req, {stream, int(o.stream_idle_timeout_s)}, res, why, done);  // returns once the answer has begun
     std::lock_guard lk(mu);
     backends[i].prefill_queue_s = std::max(0.0, backends[i].prefill_queue_s - queued_s);
     if (f == Forwarded::kAnswered) return;
@@ -189,6 +190,9 @@ std::string Router::Impl::metrics_text() const {
   scalar("kvtier_router_unroutable_total", "Requests answered 503 because no backend was up.", counters.unroutable);
   scalar("kvtier_router_cut_streams_total", "Streams whose backend went away after they began (relayed as far as they got).",
          counters.cut_streams);
+  scalar("kvtier_router_client_left_total",
+         "Requests whose client hung up before the answer began (the backend's request was reset, cancelling it).",
+         counters.client_left);
   scalar("kvtier_router_cached_tokens_compared_total",
          "Answers whose backend reported its cached tokens (non-streamed, or streamed with a usage).", counters.compared);
   scalar("kvtier_router_predicted_cached_tokens_total", "Of those answers: the cached tokens the router predicted.",

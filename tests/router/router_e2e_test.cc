@@ -21,6 +21,7 @@
 #include "e2e/server_process.h"
 #include "remote/redis_fixture.h"
 #include "router/router.h"
+#include "server/client_connection.h"
 
 namespace kvtier::router {
 namespace {
@@ -320,6 +321,185 @@ TEST_F(RouterE2E, AStreamNotYetBegunGoesElsewhereWhenItsBackendDies) {
   good.stop();
   dthread.join();
   gthread.join();
+}
+
+// A backend on loopback whose /v1/completions is `handler`; healthy, idle.
+class FakeBackend {
+ public:
+  explicit FakeBackend(httplib::Server::Handler handler) {
+    http_.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok","waiting":0,"running":0})", "application/json");
+    });
+    http_.Post("/v1/completions", std::move(handler));
+    http_.set_write_timeout(1, 0);  // a write nobody reads fails soon (the relay test)
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~FakeBackend() {
+    http_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  httplib::Server http_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// Whether the router's connection for `req` is reset within 60 s (a bound against a hang): the
+// backend's view of a client that left, as kvtier serve has it (it cancels the sequence then).
+bool router_resets(const httplib::Request& req) {
+  const auto from = server::ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (!from) return false;
+  for (int i = 0; i < 6000; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(10)))
+    if (from->closed()) return true;
+  return false;
+}
+
+// A client on a raw socket: sends one POST, reads only when asked, and can hang up with a reset.
+class RawClient {
+ public:
+  RawClient(int port, const json& body) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string text = body.dump();
+    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(text.size()) + "\r\n\r\n" + text;
+    EXPECT_EQ(::send(fd_, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+  }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Reads until `what` has arrived (up to 60 s); whether it did.
+  bool read_until(std::string_view what) {
+    char buf[4096];
+    for (int waited = 0; got_.find(what) == std::string::npos;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 0 && (waited += 100) < 60000) continue;
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return false;
+      got_.append(buf, size_t(n));
+    }
+    return true;
+  }
+  void reset() {
+    const linger abort{1, 0};
+    (void)setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string got_;
+};
+
+// Waits (up to 60 s) until the router's /metrics has `line`.
+bool metrics_show(int port, const std::string& line) {
+  httplib::Client c("127.0.0.1", port);
+  for (int k = 0; k < kPolls; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(5)))
+    if (auto r = c.Get("/metrics"); r && r->body.find(line) != std::string::npos) return true;
+  return false;
+}
+
+// A client that hangs up while its backend computes frees its router thread and cancels the
+// backend's request (the router resets that connection), streamed or not. The backend here
+// never answers; the router used to wait up to an hour for it, with the thread held.
+TEST_F(RouterE2E, AClientThatHangsUpCancelsItsRequestOnTheBackend) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int entered = 0, resets = 0;
+  auto count = [&](int& n) {
+    std::lock_guard lk(mu);
+    ++n;
+    cv.notify_all();
+  };
+  FakeBackend fake([&](const httplib::Request& req, httplib::Response& res) {
+    if (json::parse(req.body).value("stream", false)) {
+      return res.set_chunked_content_provider("text/event-stream", [&, req](size_t, httplib::DataSink& sink) {
+        count(entered);
+        if (sink.write("data: one\n\n", 11) && router_resets(req)) count(resets);
+        return false;
+      });
+    }
+    count(entered);
+    if (router_resets(req)) count(resets);
+    res.set_content("{}", "application/json");
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.threads = 2; });
+  ASSERT_TRUE(wait_backend(0, true));
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", stream}});
+    {
+      std::unique_lock lk(mu);
+      ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return entered == 1 + stream; }));
+    }
+    if (stream) {
+      ASSERT_TRUE(client.read_until("data: one"));
+    }
+    client.reset();
+    std::unique_lock lk(mu);
+    EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return resets == 1 + stream; }));
+  }
+  EXPECT_TRUE(metrics_show(port_, "kvtier_router_client_left_total 1\n"));  // the whole answer's; the stream had begun
+  EXPECT_EQ(router_->backends()[0].in_flight, 0u);
+}
+
+// A stream whose backend falls silent (no event, no keep-alive) is cut off after
+// --stream-idle-timeout: the client gets what was relayed and the end, not an hour's wait.
+TEST_F(RouterE2E, AStreamWhoseBackendFallsSilentIsCutOff) {
+  FakeBackend fake([](const httplib::Request& req, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [req](size_t, httplib::DataSink& sink) {
+      if (sink.write("data: one\n\n", 11)) (void)router_resets(req);  // silent until the router gives up
+      return false;
+    });
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.stream_idle_timeout_s = 3; });
+  ASSERT_TRUE(wait_backend(0, true));
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(30, 0);  // half the backend's silence: without the cut, this client gives up first
+  auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", true}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "data: one\n\n");
+  EXPECT_TRUE(metrics_show(port_, "kvtier_router_cut_streams_total 1\n"));
+}
+
+// A client that reads a stream slower than its backend writes holds the backend back: the
+// router reads at most about a megabyte ahead, so memory stays bounded whatever the stream's size.
+TEST_F(RouterE2E, AStreamIsReadAtMostAMegabyteAheadOfItsClient) {
+  constexpr size_t kStreamBytes = size_t(64) << 20, kEvent = size_t(64) << 10;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<size_t> written;  // by the backend before a write found no room for a second
+  FakeBackend fake([&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [&](size_t, httplib::DataSink& sink) {
+      const std::string event = "data: " + std::string(kEvent - 8, 'x') + "\n\n";
+      size_t n = 0;
+      while (n < kStreamBytes && sink.write(event.data(), event.size())) n += event.size();
+      std::lock_guard lk(mu);
+      written = n;
+      cv.notify_all();
+      return false;
+    });
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  ASSERT_TRUE(wait_backend(0, true));
+  RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", true}});  // reads nothing
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return written.has_value(); }));
+  }
+  // What the socket buffers on the way hold (a few MB each on loopback), plus the router's queue.
+  EXPECT_LT(*written, kStreamBytes / 2);
+  client.reset();
 }
 
 // A real backend's streams, errors and models come back as the backend gave them.
