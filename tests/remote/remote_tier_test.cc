@@ -4,7 +4,15 @@
 // corrupt and foreign values, TTL, OOM, eviction, and failure handling.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "remote_test_util.h"
@@ -534,6 +542,137 @@ TEST(RemoteTierLifecycle, OomRepliesAreNoSpaceAndEvictionNeverServesWrongBytes) 
     EXPECT_LT(present, chunks.size());  // Redis evicted some: its maxmemory is the capacity
     EXPECT_FALSE(t->degraded());
   }
+}
+
+// ------------------------------------------- a server that misbehaves ----
+
+namespace scripted {
+
+// A Redis stand-in on loopback: each connection runs `serve(fd, n)` (n: the connection's number)
+// on a thread of its own. Stopping closes the listener and waits for the connections' threads.
+class ScriptedRedis {
+ public:
+  explicit ScriptedRedis(std::function<void(int fd, int n)> serve) : serve_(std::move(serve)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listener_, 16), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] {
+      for (int n = 0;; ++n) {
+        const int fd = ::accept(listener_, nullptr, nullptr);
+        if (fd < 0) return;  // shut down
+        connections_.emplace_back([this, fd, n] {
+          serve_(fd, n);
+          ::close(fd);
+        });
+      }
+    });
+  }
+  ~ScriptedRedis() {
+    ::shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    ::close(listener_);
+    for (std::thread& t : connections_) t.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  std::function<void(int, int)> serve_;
+  int listener_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;  // the acceptor's until it has joined
+};
+
+// Reads what the client sent, once some bytes arrived (up to 60 s); false when it hung up.
+bool read_request(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  char buf[4096];
+  return ::poll(&p, 1, 60000) == 1 && ::recv(fd, buf, sizeof buf, 0) > 0;
+}
+
+RedisClientOptions standalone(uint16_t port, uint32_t pool_size) {
+  RedisClientOptions o;
+  o.seeds = {RedisEndpoint{"127.0.0.1", port}};
+  o.cluster = RedisClusterMode::kOff;
+  o.command_timeout = std::chrono::milliseconds(300);
+  o.pool_size = pool_size;
+  return o;
+}
+
+}  // namespace scripted
+
+// A server that sends its reply a byte at a time, each byte well within the
+// timeout, times out once the whole reply is late: hiredis's own timeout
+// bounds each read, and a trickling Redis stalled every load for as long as
+// it pleased (a review saw 36.9 s for one completion) without ever
+// degrading the tier.
+TEST(RedisClientDeadline, AReplyTrickledSlowerThanTheTimeoutTimesOut) {
+  scripted::ScriptedRedis server([](int fd, int) {
+    if (!scripted::read_request(fd)) return;
+    for (char byte : std::string("$10\r\n0123456789\r\n"))  // 17 bytes, 50 ms apart: 850 ms
+      if (std::this_thread::sleep_for(std::chrono::milliseconds(50)); ::send(fd, &byte, 1, MSG_NOSIGNAL) != 1) return;
+  });
+  auto client = RedisClient::create(scripted::standalone(server.port(), 1));
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->command({"GET", "k"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().to_string().find("timeout"), std::string::npos) << r.status().to_string();
+  EXPECT_EQ((*client)->stats().timeouts, 1u);
+}
+
+// Callers queued for a pooled connection when one fails fail at once: they
+// would only queue up for a server that is likely gone (each reconnect
+// waiting its own timeout) while the tier already backs off.
+TEST(RedisClientDeadline, CallersWaitingForAConnectionFailWhenOneFails) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_arrived = false, hang_up = false;
+  scripted::ScriptedRedis server([&](int fd, int n) {
+    if (!scripted::read_request(fd)) return;
+    if (n > 0) {  // a later connection: every command answered at once
+      do (void)::send(fd, "+PONG\r\n", 7, MSG_NOSIGNAL);
+      while (scripted::read_request(fd));
+      return;
+    }
+    std::unique_lock lk(mu);
+    first_arrived = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return hang_up; });  // then the connection closes unanswered
+  });
+  auto o = scripted::standalone(server.port(), 1);
+  o.command_timeout = std::chrono::milliseconds(60000);  // the first call fails by the hang-up, not a timeout
+  auto made = RedisClient::create(o);
+  ASSERT_TRUE(made.ok());
+  RedisClient& client = **made;
+  Status first;
+  std::thread holder([&] { first = client.command({"PING"}, 0).status(); });
+  {
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return first_arrived; });
+  }
+  Status second;
+  std::thread waiter([&] { second = client.command({"PING"}, 0).status(); });
+  for (int i = 0; i < 60000 && client.stats().pool_waiting == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(client.stats().pool_waiting, 1u);
+  {
+    std::lock_guard lk(mu);
+    hang_up = true;
+    cv.notify_all();
+  }
+  holder.join();
+  waiter.join();
+  EXPECT_EQ(first.code(), StatusCode::kUnavailable) << first.to_string();
+  EXPECT_EQ(second.code(), StatusCode::kUnavailable) << second.to_string();
+  EXPECT_NE(second.to_string().find("waited"), std::string::npos) << second.to_string();
+  EXPECT_EQ(client.stats().failed_waits, 1u);
+  EXPECT_TRUE(client.command({"PING"}, 0).ok());  // a later call reconnects
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "tiers/remote/redis_client.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -70,6 +71,56 @@ class SigpipeGuard {
 
 bool is_timeout(const redisContext* c) {
   return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
+}
+
+// Marks the context broken by a timeout, as hiredis marks its own (is_timeout() reads errno).
+void time_out(redisContext* c, std::chrono::milliseconds limit) {
+  c->err = REDIS_ERR_IO;
+  std::snprintf(c->errstr, sizeof c->errstr, "reply incomplete after %lld ms", static_cast<long long>(limit.count()));
+  errno = ETIMEDOUT;
+}
+
+// The context's next reply, whole within `limit` of now. hiredis's own timeout bounds each read of
+// the socket, so a server that trickles a reply a byte at a time never tripped it. False (the
+// context carries the error) on a timeout or a broken connection.
+bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + limit;
+  *reply = nullptr;
+  if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+  while (*reply == nullptr) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd readable{c->fd, POLLIN, 0};
+    const int ready = left > 0 ? ::poll(&readable, 1, static_cast<int>(std::min<int64_t>(left, INT_MAX))) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      time_out(c, limit);
+      return false;
+    }
+    if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+  }
+  return true;
+}
+
+// Writes what the context has queued (blocking, each write bounded by its send timeout).
+bool flush_output(redisContext* c) {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+  return true;
+}
+
+// One command on a connection, its reply whole within `limit`; nullptr when the connection failed
+// (the context carries the error).
+RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  for (auto a : args) argv.push_back(a.data()), argl.push_back(a.size());
+  void* raw = nullptr;
+  if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()) != REDIS_OK ||
+      !flush_output(c) || !read_reply(c, limit, &raw))
+    return nullptr;
+  return RedisReplyPtr(static_cast<redisReply*>(raw));
 }
 
 std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
@@ -183,14 +234,11 @@ struct RedisClient::Session {
     redisEnableKeepAlive(c);
     c->reader->maxbuf = 0;  // keep the read buffer between large values instead of freeing it
     if (!o.password.empty()) {
-      redisReply* r = o.username.empty()
-                          ? static_cast<redisReply*>(redisCommand(c, "AUTH %b", o.password.data(), o.password.size()))
-                          : static_cast<redisReply*>(redisCommand(c, "AUTH %b %b", o.username.data(), o.username.size(),
-                                                                  o.password.data(), o.password.size()));
+      const RedisReplyPtr r = o.username.empty() ? call(c, o.command_timeout, {"AUTH", o.password})
+                                                 : call(c, o.command_timeout, {"AUTH", o.username, o.password});
       std::string err;
       if (!r) err = context_error(c, ep);
       else if (r->type == REDIS_REPLY_ERROR) err = "redis " + ep.to_string() + ": AUTH failed: " + std::string(r->str, r->len);
-      if (r) freeReplyObject(r);
       if (!err.empty()) {
         redisFree(c);
         ++client->counters_.connect_failures;
@@ -213,7 +261,13 @@ Result<std::unique_ptr<RedisClient>> RedisClient::create(const RedisClientOption
 
 std::unique_ptr<RedisClient::Session> RedisClient::acquire() {
   std::unique_lock lock(mu_);
-  pool_cv_.wait(lock, [&] { return !idle_.empty() || sessions_ < options_.pool_size; });
+  const uint64_t arrived = epoch_.load();
+  ++waiting_;
+  pool_cv_.wait(lock, [&] { return !idle_.empty() || sessions_ < options_.pool_size || epoch_.load() != arrived; });
+  --waiting_;
+  // A connection failed while this caller waited: the server is likely down or hung, and the
+  // caller would only wait again for a reconnect; it fails now, as the one that saw the failure did.
+  if (epoch_.load() != arrived) return nullptr;
   std::unique_ptr<Session> s;
   if (!idle_.empty()) {
     s = std::move(idle_.back());
@@ -235,6 +289,12 @@ std::unique_ptr<RedisClient::Session> RedisClient::acquire() {
   return s;
 }
 
+Status RedisClient::waited_through_failure() {
+  ++counters_.failed_waits;
+  return Status::Unavailable("redis: a connection failed while this call waited for one of the " +
+                             std::to_string(options_.pool_size) + " pooled sessions");
+}
+
 void RedisClient::release(std::unique_ptr<Session> s) {
   std::lock_guard lock(mu_);
   idle_.push_back(std::move(s));
@@ -249,7 +309,11 @@ std::shared_ptr<const RedisClient::Topology> RedisClient::topology() const {
 void RedisClient::note_transport_error(bool timeout) {
   ++counters_.transport_errors;
   if (timeout) ++counters_.timeouts;
-  ++epoch_;
+  {
+    std::lock_guard lock(mu_);  // a waiter checks the epoch under it: no wake-up is lost
+    ++epoch_;
+  }
+  pool_cv_.notify_all();
 }
 
 void RedisClient::note_moved(uint16_t slot, const RedisEndpoint& to) {
@@ -286,7 +350,7 @@ Status RedisClient::learn_topology(Session& s) {
     }
     auto t = std::make_shared<Topology>();
     if (options_.cluster != RedisClusterMode::kOff) {
-      RedisReplyPtr r(static_cast<redisReply*>(redisCommand(*c, "CLUSTER SLOTS")));
+      RedisReplyPtr r = call(*c, options_.command_timeout, {"CLUSTER", "SLOTS"});
       if (!r) {
         last = Status::Unavailable(context_error(*c, ep));
         note_transport_error(is_timeout(*c));
@@ -325,6 +389,7 @@ Status RedisClient::learn_topology(Session& s) {
 Status RedisClient::connect() {
   SigpipeGuard guard;
   auto s = acquire();
+  if (!s) return waited_through_failure();
   Status st = topology() ? Status::Ok() : learn_topology(*s);
   release(std::move(s));
   return st;
@@ -334,6 +399,11 @@ Status RedisClient::run(std::span<RedisCommand> cmds) {
   if (cmds.empty()) return Status::Ok();
   SigpipeGuard guard;
   auto s = acquire();
+  if (!s) {
+    const Status e = waited_through_failure();
+    for (RedisCommand& c : cmds) c.status = e;
+    return e;
+  }
   Status st = run_in(*s, cmds);
   release(std::move(s));
   return st;
@@ -366,17 +436,6 @@ struct RedisClient::NodeBatch {
   std::vector<size_t> idx;  // commands, in sending order
   redisContext* c = nullptr;
 };
-
-namespace {
-
-bool flush_output(redisContext* c) {
-  int done = 0;
-  while (!done)
-    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
-  return true;
-}
-
-}  // namespace
 
 // The pending commands grouped by the node that serves them: an ASK target,
 // the slot's master in a cluster, else the one server.
@@ -462,13 +521,13 @@ std::vector<size_t> RedisClient::receive(Session& s, Pipeline& p, std::vector<No
       const size_t i = n.idx[k];
       void* raw = nullptr;
       if (p.asked[i]) {
-        if (redisGetReply(n.c, &raw) != REDIS_OK) {
+        if (!read_reply(n.c, options_.command_timeout, &raw)) {
           broken(s, p, n, k);
           break;
         }
         freeReplyObject(raw);
       }
-      if (redisGetReply(n.c, &raw) != REDIS_OK) {
+      if (!read_reply(n.c, options_.command_timeout, &raw)) {
         broken(s, p, n, k);
         break;
       }
@@ -539,6 +598,11 @@ RedisClientStats RedisClient::stats() const {
   s.connect_failures = counters_.connect_failures.load();
   s.transport_errors = counters_.transport_errors.load();
   s.timeouts = counters_.timeouts.load();
+  s.failed_waits = counters_.failed_waits.load();
+  {
+    std::lock_guard lock(mu_);
+    s.pool_waiting = waiting_;
+  }
   s.moved = counters_.moved.load();
   s.ask = counters_.ask.load();
   s.topology_refreshes = counters_.refreshes.load();

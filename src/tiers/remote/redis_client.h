@@ -16,10 +16,15 @@
 // all sessions reconnect before their next use. Error *replies* (OOM,
 // WRONGTYPE) are not transport failures: they come back as replies.
 //
+// Timeouts: connect_timeout bounds a connect; command_timeout bounds each
+// reply's whole arrival (not each read: a server trickling bytes times out).
+//
 // Thread safety: run() and stats() are thread-safe; each call borrows one
 // session (one connection per node) from a pool of `pool_size` and waits
-// when all are in use. Ownership: the client owns its connections; a
-// command's args are views the caller keeps alive during run().
+// when all are in use; a call waiting when a connection fails fails too
+// (Unavailable), instead of queueing for a server that is likely gone.
+// Ownership: the client owns its connections; a command's args are views
+// the caller keeps alive during run().
 #pragma once
 
 #include <atomic>
@@ -46,7 +51,7 @@ struct RedisClientOptions {
   std::string username;              // empty: AUTH <password> (Redis < 6 style)
   std::string password;              // empty: no AUTH
   std::chrono::milliseconds connect_timeout{500};
-  std::chrono::milliseconds command_timeout{2000};
+  std::chrono::milliseconds command_timeout{2000};  // each reply arrives whole within it
   RedisClusterMode cluster = RedisClusterMode::kAuto;
   uint32_t pool_size = 4;      // sessions (each: one connection per node it talks to)
   uint32_t max_redirects = 5;  // MOVED/ASK hops per command before giving up
@@ -75,7 +80,9 @@ struct RedisClientStats {
   uint64_t connects = 0;          // successful connections (the first ones included)
   uint64_t connect_failures = 0;
   uint64_t transport_errors = 0;  // broken pipelines (reset, EOF, timeout)
-  uint64_t timeouts = 0;
+  uint64_t timeouts = 0;          // replies not whole within command_timeout (or hiredis's own read timeouts)
+  uint64_t failed_waits = 0;      // calls failed because a connection failed while they waited for a session
+  uint32_t pool_waiting = 0;      // calls waiting for a session now
   uint64_t moved = 0, ask = 0;
   uint64_t topology_refreshes = 0;
 };
@@ -106,7 +113,9 @@ class RedisClient {
   struct Session;
   struct Topology;
   explicit RedisClient(const RedisClientOptions& o);
+  // A session, waiting while all are in use; nullptr when a connection failed meanwhile.
   std::unique_ptr<Session> acquire();
+  Status waited_through_failure();
   void release(std::unique_ptr<Session> s);
   std::shared_ptr<const Topology> topology() const;
   Status learn_topology(Session& s);
@@ -126,12 +135,13 @@ class RedisClient {
   std::condition_variable pool_cv_;
   std::vector<std::unique_ptr<Session>> idle_;
   uint32_t sessions_ = 0;
+  uint32_t waiting_ = 0;  // callers in acquire()
   std::shared_ptr<const Topology> topology_;
   std::atomic<uint64_t> epoch_{0};  // bumped on transport errors: sessions reconnect
   std::atomic<bool> stale_{false};  // slot map needs a refresh
   struct Counters {
     std::atomic<uint64_t> connects{0}, connect_failures{0}, transport_errors{0}, timeouts{0}, moved{0}, ask{0},
-        refreshes{0};
+        refreshes{0}, failed_waits{0};
   };
   mutable Counters counters_;
   friend struct Session;
