@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "remote_test_util.h"
+#include <hiredis/hiredis.h>
+
 #include "tiers/remote/redis_slots.h"
 
 namespace kvtier {
@@ -596,6 +598,41 @@ bool read_request(int fd) {
   return ::poll(&p, 1, 60000) == 1 && ::recv(fd, buf, sizeof buf, 0) > 0;
 }
 
+// The next command the client sent (a RESP array of bulk strings), its arguments; empty when it hung up.
+std::vector<std::string> read_command(int fd, std::string& buf) {
+  for (;;) {
+    size_t at = 0;
+    auto line = [&]() -> std::optional<long> {  // "<sigil><number>\r\n"
+      const size_t end = buf.find("\r\n", at);
+      if (end == std::string::npos) return std::nullopt;
+      const long n = std::stol(buf.substr(at + 1, end - at - 1));
+      at = end + 2;
+      return n;
+    };
+    std::vector<std::string> args;
+    std::optional<long> n = line();
+    for (long i = 0; n && i < *n; ++i) {
+      const std::optional<long> len = line();
+      if (!len || buf.size() < at + size_t(*len) + 2) {
+        n.reset();
+        break;
+      }
+      args.push_back(buf.substr(at, size_t(*len)));
+      at += size_t(*len) + 2;
+    }
+    if (n) {
+      buf.erase(0, at);
+      return args;
+    }
+    pollfd p{fd, POLLIN, 0};
+    char more[4096];
+    if (::poll(&p, 1, 60000) != 1) return {};
+    const ssize_t got = ::recv(fd, more, sizeof more, 0);
+    if (got <= 0) return {};
+    buf.append(more, size_t(got));
+  }
+}
+
 RedisClientOptions standalone(uint16_t port, uint32_t pool_size) {
   RedisClientOptions o;
   o.seeds = {RedisEndpoint{"127.0.0.1", port}};
@@ -606,6 +643,58 @@ RedisClientOptions standalone(uint16_t port, uint32_t pool_size) {
 }
 
 }  // namespace scripted
+
+TEST(RedisSlots, ClusterSlotsWithAPortOutOfRangeIsRefused) {
+  auto slots_reply = [](const std::string& port) {
+    const std::string resp = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n";
+    redisReader* reader = redisReaderCreate();
+    EXPECT_EQ(redisReaderFeed(reader, resp.data(), resp.size()), REDIS_OK);
+    void* reply = nullptr;
+    EXPECT_EQ(redisReaderGetReply(reader, &reply), REDIS_OK);
+    redisReaderFree(reader);
+    RedisReplyPtr owned(static_cast<redisReply*>(reply));
+    return parse_cluster_slots(owned.get(), "127.0.0.1");
+  };
+  ASSERT_TRUE(slots_reply("7000").ok());
+  EXPECT_EQ(slots_reply("7000")->nodes[0].port, 7000);
+  for (const char* bad : {"70000", "0", "-1"}) {  // 70000 was taken as 4464 (its low 16 bits)
+    const auto map = slots_reply(bad);
+    ASSERT_FALSE(map.ok()) << bad;
+    EXPECT_EQ(map.status().code(), StatusCode::kCorruption);
+  }
+}
+
+// A cluster node whose CLUSTER SLOTS turns malformed after a MOVED: the client keeps the map it
+// has and asks again at the next MOVED, not before every call (each was an extra round trip).
+TEST(RedisClientDeadline, AFailedTopologyRefreshIsNotRepeatedOnEveryCall) {
+  std::atomic<int> slots_asked{0}, gets{0};
+  std::atomic<uint16_t> port{0};  // the server's, read by its connection (the socket is no synchronization to TSan)
+  scripted::ScriptedRedis server([&](int fd, int) {
+    std::string buf;
+    for (auto cmd = scripted::read_command(fd, buf); !cmd.empty(); cmd = scripted::read_command(fd, buf)) {
+      std::string reply = "$-1\r\n";
+      if (cmd[0] == "CLUSTER") {
+        const std::string p = slots_asked++ == 0 ? std::to_string(port.load()) : "70000";
+        reply = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + p + "\r\n";
+      } else if (gets++ == 0) {
+        reply = "-MOVED 3999 127.0.0.1:" + std::to_string(port.load()) + "\r\n";
+      }
+      if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) != ssize_t(reply.size())) return;
+    }
+  });
+  port = server.port();
+  auto o = scripted::standalone(port.load(), 1);
+  o.cluster = RedisClusterMode::kOn;
+  o.command_timeout = std::chrono::milliseconds(60000);
+  auto client = RedisClient::create(o);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 6; ++i) {
+    auto r = (*client)->command({"GET", "k"});
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status().to_string();
+  }
+  EXPECT_EQ(slots_asked.load(), 2);  // the first map, and one refresh after the MOVED
+  EXPECT_EQ(gets.load(), 7);         // the MOVED one went again
+}
 
 // A server that sends its reply a byte at a time, each byte well within the
 // timeout, times out once the whole reply is late: hiredis's own timeout

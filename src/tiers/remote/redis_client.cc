@@ -561,6 +561,8 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
       for (auto& c : cmds) c.status = t;
       return t;
     }
+    // A refresh that failed keeps the map it had; the next MOVED asks again (not every call).
+    if (!t.ok()) stale_ = false;
   }
   Pipeline p{.cmds = cmds, .topo = topology(), .pending = {}, .ask_to = {}, .asked = {}, .first_error = {}};
   p.ask_to.resize(cmds.size());

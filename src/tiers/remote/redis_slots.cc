@@ -77,8 +77,11 @@ Result<RedisSlotMap> parse_cluster_slots(const redisReply* r, const std::string&
     const redisReply* m = e->element[2];
     if (m->element[0]->type != REDIS_REPLY_STRING || m->element[1]->type != REDIS_REPLY_INTEGER)
       return Status::Corruption("CLUSTER SLOTS: malformed master address");
-    RedisEndpoint ep{std::string(m->element[0]->str, m->element[0]->len), static_cast<uint16_t>(m->element[1]->integer)};
+    const long long port = m->element[1]->integer;
+    if (port < 1 || port > 65535) return Status::Corruption("CLUSTER SLOTS: master port " + std::to_string(port) + " out of range");
+    RedisEndpoint ep{std::string(m->element[0]->str, m->element[0]->len), static_cast<uint16_t>(port)};
     if (ep.host.empty() || ep.host == "?") ep.host = fallback_host;
+    if (map.nodes.size() >= RedisSlotMap::kNoOwner - 1) return Status::Corruption("CLUSTER SLOTS: too many masters");
     const uint16_t idx = map.node_index(ep);
     for (long long s = lo; s <= hi; ++s) map.owner[s] = idx;
   }
