@@ -29,6 +29,7 @@ class FaultFile final : public File {
         case FaultKind::kNoSpace: return injected(d.kind, "read " + path());
         case FaultKind::kShortIo: return inner_->read(offset, buf.first(short_len(buf.size(), direct())));
         case FaultKind::kDelay: std::this_thread::sleep_for(d.delay); break;
+        case FaultKind::kBrokenRing: break;  // queues only
         case FaultKind::kFlipBytes: {
           auto r = inner_->read(offset, buf);
           if (r.ok()) flip_middle(buf.data(), *r);
@@ -51,6 +52,7 @@ class FaultFile final : public File {
         }
         case FaultKind::kDelay: std::this_thread::sleep_for(d.delay); break;
         case FaultKind::kFlipBytes: break;  // corruption is injected on reads
+        case FaultKind::kBrokenRing: break;  // queues only
       }
     }
     return inner_->write(offset, buf);
@@ -72,7 +74,8 @@ class FaultFile final : public File {
     auto d = fs_.decide(op, path());
     if (d.fire) {
       if (d.kind == FaultKind::kDelay) std::this_thread::sleep_for(d.delay);
-      else if (d.kind != FaultKind::kFlipBytes) return injected(d.kind, std::string(what) + " " + path());
+      else if (d.kind != FaultKind::kFlipBytes && d.kind != FaultKind::kBrokenRing)
+        return injected(d.kind, std::string(what) + " " + path());
     }
     return f();
   }
@@ -104,6 +107,7 @@ class FaultQueue final : public IoQueue {
           continue;
         }
         if (d.kind == FaultKind::kDelay) std::this_thread::sleep_for(d.delay);
+        if (d.kind == FaultKind::kBrokenRing) ring_failed_ = true;
         if (d.kind == FaultKind::kShortIo) inner.len = short_len(op.len, ff->direct());
         if (d.kind == FaultKind::kFlipBytes && op.kind == IoKind::kWrite) decisions[i].fire = false;
       }
@@ -134,11 +138,12 @@ class FaultQueue final : public IoQueue {
   }
   uint32_t depth() const override { return inner_->depth(); }
   bool async() const override { return inner_->async(); }
-  bool reusable() const override { return inner_->reusable(); }
+  bool reusable() const override { return !ring_failed_ && inner_->reusable(); }
 
  private:
   FaultFileSystem& fs_;
   std::unique_ptr<IoQueue> inner_;
+  bool ring_failed_ = false;  // a kBrokenRing fired in one of its batches
 };
 
 bool matches(FaultOp rule, FaultOp call) { return rule == FaultOp::kAny || rule == call; }
@@ -199,7 +204,8 @@ FaultFileSystem::Decision FaultFileSystem::decide(FaultOp op, const std::string&
 
 Result<std::unique_ptr<File>> FaultFileSystem::open(const std::string& path, const OpenOptions& options) {
   auto d = decide(FaultOp::kOpen, path);
-  if (d.fire && d.kind != FaultKind::kDelay && d.kind != FaultKind::kFlipBytes) return injected(d.kind, "open " + path);
+  if (d.fire && (d.kind == FaultKind::kError || d.kind == FaultKind::kNoSpace || d.kind == FaultKind::kShortIo))
+    return injected(d.kind, "open " + path);
   if (d.fire && d.kind == FaultKind::kDelay) std::this_thread::sleep_for(d.delay);
   KVTIER_ASSIGN_OR_RETURN(auto f, inner_.open(path, options));
   return std::unique_ptr<File>(new FaultFile(*this, std::move(f)));
@@ -219,6 +225,8 @@ Status FaultFileSystem::sync_dir(const std::string& path) {
   return inner_.sync_dir(path);
 }
 Result<std::unique_ptr<IoQueue>> FaultFileSystem::create_queue(uint32_t depth) {
+  auto d = decide(FaultOp::kQueue, {});
+  if (d.fire && (d.kind == FaultKind::kError || d.kind == FaultKind::kNoSpace)) return injected(d.kind, "create_queue");
   KVTIER_ASSIGN_OR_RETURN(auto q, inner_.create_queue(depth));
   return std::unique_ptr<IoQueue>(new FaultQueue(*this, std::move(q)));
 }

@@ -6,8 +6,11 @@
 // kNoSpace (ENOSPC, nothing done), kShortIo (half the bytes are transferred,
 // then an error — a torn write or a truncated read), kFlipBytes (a read
 // succeeds but one byte in the middle of the buffer is inverted), kDelay
-// (the call sleeps, then proceeds). Faults apply to File calls and to the
-// ops of IoQueue batches alike. While recording is on, every read and write
+// (the call sleeps, then proceeds), kBrokenRing (a queue's op completes,
+// but its queue then reports a failure of the ring itself:
+// IoQueue::reusable() false; File calls ignore it). Faults apply to File
+// calls and to the ops of IoQueue batches alike; FaultOp::kQueue is the
+// creation of a queue (kError or kNoSpace fail it). While recording is on, every read and write
 // (of at least one byte) is also logged with its byte range, so tests can
 // check the I/O pattern.
 //
@@ -25,8 +28,8 @@
 
 namespace kvtier {
 
-enum class FaultKind : uint8_t { kError = 0, kNoSpace, kShortIo, kFlipBytes, kDelay };
-enum class FaultOp : uint8_t { kAny = 0, kRead, kWrite, kSync, kOpen };
+enum class FaultKind : uint8_t { kError = 0, kNoSpace, kShortIo, kFlipBytes, kDelay, kBrokenRing };
+enum class FaultOp : uint8_t { kAny = 0, kRead, kWrite, kSync, kOpen, kQueue };
 
 struct FaultRule {
   FaultKind kind = FaultKind::kError;
@@ -84,7 +87,7 @@ class FaultFileSystem final : public FileSystem {
   mutable std::mutex mu_;
   std::vector<RuleState> rules_;
   uint64_t fired_ = 0;
-  uint64_t calls_[5] = {};
+  uint64_t calls_[6] = {};
   bool recording_ = false;
   std::vector<IoCall> recorded_;
 };

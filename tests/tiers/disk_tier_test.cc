@@ -323,47 +323,6 @@ TEST(DiskTier, FlushSyncsTheDirectoryAfterANewRegion) {
   EXPECT_EQ(fs.calls(FaultOp::kSync), syncs + 3);  // no new region: the file only
 }
 
-// The POSIX file system, whose queues report a failure of the ring itself
-// (IoQueue::reusable() false) after their first batch while `break_rings` is
-// set; counts the queues it makes.
-class RingFailingFs final : public FileSystem {
- public:
-  std::atomic<bool> break_rings{false};
-  std::atomic<int> queues_made{0};
-
-  Result<std::unique_ptr<File>> open(const std::string& p, const OpenOptions& o) override { return posix().open(p, o); }
-  Status remove(const std::string& p) override { return posix().remove(p); }
-  Status rename(const std::string& a, const std::string& b) override { return posix().rename(a, b); }
-  Status create_dirs(const std::string& p) override { return posix().create_dirs(p); }
-  Result<std::vector<std::string>> list_dir(const std::string& p) override { return posix().list_dir(p); }
-  Status sync_dir(const std::string& p) override { return posix().sync_dir(p); }
-  Result<std::unique_ptr<IoQueue>> create_queue(uint32_t depth) override {
-    KVTIER_ASSIGN_OR_RETURN(auto inner, posix().create_queue(depth));
-    ++queues_made;
-    return std::unique_ptr<IoQueue>(new Queue(*this, std::move(inner)));
-  }
-
- private:
-  class Queue final : public IoQueue {
-   public:
-    Queue(RingFailingFs& fs, std::unique_ptr<IoQueue> inner) : fs_(fs), inner_(std::move(inner)) {}
-    Status run(std::span<IoOp> ops) override {
-      Status st = inner_->run(ops);
-      broken_ = fs_.break_rings.load();
-      return st;
-    }
-    uint32_t depth() const override { return inner_->depth(); }
-    bool async() const override { return inner_->async(); }
-    bool reusable() const override { return !broken_; }
-
-   private:
-    RingFailingFs& fs_;
-    std::unique_ptr<IoQueue> inner_;
-    bool broken_ = false;
-  };
-  static FileSystem& posix() { return FileSystem::posix(); }
-};
-
 // A queue whose ring failed is never handed another batch (requests may be
 // left in it): reads and the writer each make a new one, and keep working.
 TEST(DiskTier, AQueueWhoseRingFailedIsNotReused) {
@@ -375,18 +334,18 @@ TEST(DiskTier, AQueueWhoseRingFailedIsNotReused) {
     chunks = put_all(*t, g, 1, 4);  // two regions on disk
     ASSERT_TRUE(t->flush().ok());
   }
-  RingFailingFs fs;
+  FaultFileSystem fs(FileSystem::posix());
   auto t = DiskTier::create(disk_options(dir.path(), g, &fs)).value();
   for (int i = 0; i < 2; ++i) expect_exact(*t, chunks[i]);
-  const int healthy = fs.queues_made.load();
-  EXPECT_EQ(healthy, 1);  // one read queue, reused
-  fs.break_rings = true;
+  const uint64_t healthy = fs.calls(FaultOp::kQueue);
+  EXPECT_EQ(healthy, 1u);  // one read queue, reused
+  fs.add_rule({.kind = FaultKind::kBrokenRing, .op = FaultOp::kAny, .nth = 1, .times = 0});
   for (int i = 0; i < 2; ++i) expect_exact(*t, chunks[2 + i]);
-  EXPECT_EQ(fs.queues_made.load(), healthy + 1);  // the reused one broke on the first read: the second made another
-  auto more = put_all(*t, g, 2, 6);               // the writer's queue breaks too: three regions need new ones
+  EXPECT_EQ(fs.calls(FaultOp::kQueue), healthy + 1);  // the reused one broke on the first read: the second made another
+  auto more = put_all(*t, g, 2, 6);                   // the writer's queue breaks too: three regions need new ones
   ASSERT_TRUE(t->flush().ok());
-  EXPECT_GE(fs.queues_made.load(), healthy + 3);
-  fs.break_rings = false;
+  EXPECT_GE(fs.calls(FaultOp::kQueue), healthy + 3);
+  fs.clear_rules();
   for (auto& c : more) expect_exact(*t, c);
 }
 
