@@ -255,18 +255,21 @@ std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestL
 
 }  // namespace
 
-Result<json> parse_json_object(std::string_view body, ApiError& error) {
+template <class J>
+Result<J> parse_json_object(std::string_view body, ApiError& error) {
   if (json_nesting_depth(body) > kMaxJsonDepth) {
     error = bad_request("request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " deep",
                         "", "invalid_json");
     return Status::InvalidArgument(error.message);
   }
-  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  J doc = J::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) error = bad_request("request body is not valid JSON", "", "invalid_json");
   else if (!doc.is_object()) error = bad_request("request body must be a JSON object", "", "invalid_json");
   else return doc;
   return Status::InvalidArgument(error.message);
 }
+template Result<json> parse_json_object<json>(std::string_view, ApiError&);
+template Result<nlohmann::ordered_json> parse_json_object<nlohmann::ordered_json>(std::string_view, ApiError&);
 
 // "kvtier": {"blend": bool, "retain_s": N, "session": "..."}: kvtier's own
 // options of a request, one parser for every endpoint.

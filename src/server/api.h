@@ -124,8 +124,10 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
                                                                    const Tokenizer& tokenize);
 
 // Pieces of the request parsers, shared by the chat endpoint (chat_api.h).
-// The body as a JSON object, or the 400 in `error`.
-Result<nlohmann::json> parse_json_object(std::string_view body, ApiError& error);
+// The body as a JSON object (J: nlohmann::json, or ordered_json where key order matters), or the
+// 400 in `error`.
+template <class J = nlohmann::json>
+Result<J> parse_json_object(std::string_view body, ApiError& error);
 
 // model, max_tokens/max_completion_tokens (at least `min_max_tokens`), sampling, stop, stream, ignore_eos, cache_salt.
 // Top-level fields of `doc` that are neither read by every endpoint (model,

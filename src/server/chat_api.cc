@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
 #include "common/strings.h"
 
@@ -123,11 +124,11 @@ std::optional<ApiError> read_tool_fields(ojson& m, const std::string& where, std
   return std::nullopt;
 }
 
-std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<std::string>& cacheable) {
+std::optional<ApiError> read_messages(ojson& doc, ojson& out, std::vector<std::string>& cacheable) {
   auto it = doc.find("messages");
   if (it == doc.end() || it->is_null()) return bad_request("'messages' is required", "messages", "missing_field");
   if (!it->is_array() || it->empty()) return bad_request("'messages' must be a non-empty array", "messages", "invalid_value");
-  out = *it;
+  out = std::move(*it);
   std::set<std::string> call_ids;
   for (size_t i = 0; i < out.size(); ++i) {
     ojson& m = out[i];
@@ -146,12 +147,12 @@ std::optional<ApiError> read_messages(const ojson& doc, ojson& out, std::vector<
 }
 
 // `tools`: OpenAI function tools; null or absent: none.
-std::optional<ApiError> read_tools(const ojson& doc, ojson& out) {
+std::optional<ApiError> read_tools(ojson& doc, ojson& out) {
   auto it = doc.find("tools");
   if (it == doc.end() || it->is_null()) return std::nullopt;
   if (!it->is_array()) return wrong_type("tools", "an array of tools");
   for (size_t i = 0; i < it->size(); ++i) {
-    const ojson& tool = (*it)[i];
+    const ojson& tool = std::as_const(*it)[i];
     const std::string where = "tools[" + std::to_string(i) + "]";
     if (!tool.is_object()) return wrong_type(where, "an object");
     if (auto err = function_type(tool, where)) return err;
@@ -163,7 +164,7 @@ std::optional<ApiError> read_tools(const ojson& doc, ojson& out) {
     if (auto p = fn->find("parameters"); p != fn->end() && !p->is_null() && !p->is_object())
       return wrong_type(at(where, "function.parameters"), "a JSON schema object");
   }
-  out = *it;
+  out = std::move(*it);
   return std::nullopt;
 }
 
@@ -195,7 +196,7 @@ std::optional<ApiError> read_tool_choice(const ojson& doc, const ojson& tools) {
                      "tool_choice", "unsupported");
 }
 
-std::optional<ApiError> read_template_kwargs(const ojson& doc, ojson& out) {
+std::optional<ApiError> read_template_kwargs(ojson& doc, ojson& out) {
   if (auto it = doc.find("parallel_tool_calls"); it != doc.end() && !it->is_null() && !it->is_boolean())
     return wrong_type("parallel_tool_calls", "a boolean");
   auto it = doc.find("chat_template_kwargs");
@@ -203,7 +204,7 @@ std::optional<ApiError> read_template_kwargs(const ojson& doc, ojson& out) {
   if (!it->is_object()) return wrong_type("chat_template_kwargs", "an object");
   if (it->contains("messages") || it->contains("tools"))
     return bad_request("'chat_template_kwargs' may not set 'messages' or 'tools'", "chat_template_kwargs", "invalid_value");
-  out = *it;
+  out = std::move(*it);
   return std::nullopt;
 }
 
@@ -254,7 +255,7 @@ json chat_envelope(const CompletionMeta& meta, const char* object) {
 
 }  // namespace
 
-std::variant<text::ChatInput, ApiError> read_chat_input(const ojson& doc, std::vector<std::string>& cacheable) {
+std::variant<text::ChatInput, ApiError> read_chat_input(ojson& doc, std::vector<std::string>& cacheable) {
   text::ChatInput in;
   if (!doc.is_object()) return bad_request("the request body must be a JSON object", "", "invalid_type");
   if (auto err = read_messages(doc, in.messages, cacheable)) return *err;
@@ -309,12 +310,11 @@ Result<uint32_t> tokens_through(const text::ChatInput& chat, size_t last, std::s
 
 }  // namespace
 
-std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const ojson& doc) {
+std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const ojson& messages) {
   std::vector<CacheControl> out;
-  const auto it = doc.find("messages");
-  if (it == doc.end() || !it->is_array()) return out;
-  for (size_t i = 0; i < it->size(); ++i) {
-    const ojson& m = (*it)[i];
+  if (!messages.is_array()) return out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ojson& m = messages[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) continue;
     if (auto c = m.find("cache_control"); c != m.end())
@@ -333,20 +333,23 @@ std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const ojso
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, const RequestLimits& limits,
                                                        const ChatPromptBuilder& build) {
   ApiError error;
-  auto doc = parse_json_object(body, error);
-  if (!doc.ok()) return error;
+  auto ordered = parse_json_object<ojson>(body, error);  // the body's one parse: key order matters to templates
+  if (!ordered.ok()) return error;
   ChatRequest r;
-  const ojson ordered = ojson::parse(body, nullptr, false);  // key order matters to templates
-  auto chat = read_chat_input(ordered, r.segment_texts);
+  // Marks are read before the conversation is taken out of the document (its text parts are joined).
+  const auto messages = ordered->find("messages");
+  auto marks = messages != ordered->end() ? read_cache_controls(*messages) : std::vector<CacheControl>{};
+  auto chat = read_chat_input(*ordered, r.segment_texts);
   if (auto* err = std::get_if<ApiError>(&chat)) return *err;
   r.chat = std::move(std::get<text::ChatInput>(chat));
-  auto marks = read_cache_controls(ordered);
   if (auto* err = std::get_if<ApiError>(&marks)) return *err;
   const auto& controls = std::get<std::vector<CacheControl>>(marks);
-  r.tool_calls_wanted = !r.chat.tools.is_null() && !(ordered.contains("tool_choice") && ordered["tool_choice"] == "none");
-  if (auto err = read_logprobs(*doc, r.completion)) return *err;
-  if (auto err = read_common_request(*doc, limits, 1, r.completion)) return *err;
-  r.completion.ignored_fields = count_ignored_fields(*doc, {"messages", "tools", "tool_choice", "parallel_tool_calls",
+  const auto choice = ordered->find("tool_choice");
+  r.tool_calls_wanted = !r.chat.tools.is_null() && !(choice != ordered->end() && *choice == "none");
+  const json rest(*ordered);  // the other fields (small now), for the readers every endpoint shares
+  if (auto err = read_logprobs(rest, r.completion)) return *err;
+  if (auto err = read_common_request(rest, limits, 1, r.completion)) return *err;
+  r.completion.ignored_fields = count_ignored_fields(rest, {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                                             "chat_template_kwargs", "logprobs", "top_logprobs"});
   auto ids = build(r.chat, r.completion.cache_salt, r.rendered);
   if (!ids.ok() && ids.status().is(StatusCode::kOutOfRange)) {  // too long to tokenize

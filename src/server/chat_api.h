@@ -48,7 +48,7 @@ struct CacheControl {
   uint32_t seconds = 300;
 };
 inline constexpr size_t kMaxCacheControls = 4;
-std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const nlohmann::ordered_json& doc);
+std::variant<std::vector<CacheControl>, ApiError> read_cache_controls(const nlohmann::ordered_json& messages);
 
 // Renders `messages` with the chat template (add_generation_prompt on) and
 // tokenizes the text; an error Status becomes a 400 carrying its message.
@@ -73,7 +73,9 @@ using ChatPromptBuilder = std::function<Result<std::vector<TokenId>>(const text:
 // `cacheable` collects the texts of content parts marked "cacheable": true.
 // Message `cache_control` marks (read_cache_controls below) pass to the
 // template as they are.
-std::variant<text::ChatInput, ApiError> read_chat_input(const nlohmann::ordered_json& doc,
+// Moves `messages`, `tools` and `chat_template_kwargs` out of `doc` (a body
+// is parsed once, and its conversation is not copied).
+std::variant<text::ChatInput, ApiError> read_chat_input(nlohmann::ordered_json& doc,
                                                         std::vector<std::string>& cacheable);
 
 std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, const RequestLimits& limits,

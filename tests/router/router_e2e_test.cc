@@ -448,6 +448,9 @@ TEST_F(RouterE2E, AClientThatHangsUpCancelsItsRequestOnTheBackend) {
     EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return resets == 1 + stream; }));
   }
   EXPECT_TRUE(metrics_show(port_, "kvtier_router_client_left_total 1\n"));  // the whole answer's; the stream had begun
+  // The stream's relay ends after it reset the backend's connection: wait for it (a bound, not a measure).
+  for (int k = 0; k < kPolls && router_->backends()[0].in_flight > 0; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(router_->backends()[0].in_flight, 0u);
 }
 

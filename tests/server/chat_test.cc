@@ -118,6 +118,22 @@ TEST(ChatApi, ToolRequestsReachTheTemplate) {
                          limits(), simple_builder())));
 }
 
+// The conversation is moved out of the parsed body, never copied: a 16 MiB body peaked at
+// 912 MB when it was parsed twice and its messages copied, against 656 MB parsed once.
+TEST(ChatApi, TheConversationIsTakenOutOfTheBodyNotCopied) {
+  ojson doc = ojson::parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],
+                              "chat_template_kwargs":{"k":1},"temperature":0})");
+  std::vector<std::string> cacheable;
+  auto in = read_chat_input(doc, cacheable);
+  ASSERT_TRUE(std::holds_alternative<text::ChatInput>(in)) << std::get<ApiError>(in).message;
+  EXPECT_EQ(std::get<text::ChatInput>(in).messages.size(), 1u);
+  EXPECT_EQ(std::get<text::ChatInput>(in).tools.size(), 1u);
+  EXPECT_TRUE(doc["messages"].is_null());
+  EXPECT_TRUE(doc["tools"].is_null());
+  EXPECT_TRUE(doc["chat_template_kwargs"].is_null());
+  EXPECT_EQ(doc["temperature"], 0);  // the rest stays for the shared readers
+}
+
 TEST(ChatApi, TokensAsTokenIds) {
   auto r = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1,
                                  "return_tokens_as_token_ids":true})", limits(), simple_builder());
