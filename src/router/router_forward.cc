@@ -164,6 +164,33 @@ Forwarded forward_whole(const std::shared_ptr<Relay>& relay, const std::optional
   return Forwarded::kAnswered;
 }
 
+// A stream to a client that half-closed after its request, written here (cpp-httplib writes nothing
+// to such a socket); its end is the connection's close.
+Forwarded relay_to_half_closed(const std::shared_ptr<Relay>& relay, const ClientConnection& to, httplib::Response& res,
+                               const std::function<void(int, std::string_view)>& done) {
+  res.status = relay->status;
+  bool ok = to.send_all("HTTP/1.1 " + std::to_string(relay->status) + (relay->status < 400 ? " OK" : " Error") +
+                        "\r\nContent-Type: " + (relay->content_type.empty() ? "text/event-stream" : relay->content_type) +
+                        "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+  std::unique_lock lk(relay->mu);
+  const std::optional<ClientConnection> watched = to;
+  while (ok && relay->wait_watching(lk, watched, [&] { return !relay->chunks.empty() || relay->done; }) &&
+         !relay->chunks.empty()) {
+    std::string chunk = std::move(relay->chunks.front());
+    relay->chunks.pop_front();
+    relay->queued -= chunk.size();
+    relay->cv.notify_all();
+    lk.unlock();
+    ok = to.send_all(chunk);
+    lk.lock();
+  }
+  lk.unlock();
+  relay->cancel();  // after the end, nothing to cancel
+  relay->reader.join();
+  done(relay->failed ? kCutStream : relay->status, relay->tail);
+  return Forwarded::kAnswered;
+}
+
 Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
                          httplib::Response& res, std::string& why, std::function<void(int, std::string_view)> done) {
   {
@@ -183,6 +210,7 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optiona
       return Forwarded::kUnreachable;
     }
   }
+  if (from && from->half_closed()) return relay_to_half_closed(relay, *from, res, done);
   res.status = relay->status;
   res.set_chunked_content_provider(
       relay->content_type.empty() ? "text/event-stream" : relay->content_type,
@@ -211,10 +239,9 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optiona
 
 }  // namespace
 
-Forwarded forward(const BackendAddress& b, const httplib::Request& req, const ForwardLimits& limits,
-                  httplib::Response& res, std::string& why, std::function<void(int, std::string_view)> done) {
-  // Found while the handler runs, before anything is sent (a reset socket has no peer to match).
-  const auto from = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+Forwarded forward(const BackendAddress& b, const httplib::Request& req, const std::optional<ClientConnection>& from,
+                  const ForwardLimits& limits, httplib::Response& res, std::string& why,
+                  std::function<void(int, std::string_view)> done) {
   auto relay = start_relay(b, req, limits.stream, limits.stream ? limits.stream_idle_s : kWholeAnswerTimeoutS);
   if (limits.stream) return forward_stream(relay, from, res, why, std::move(done));
   return forward_whole(relay, from, res, why, done);

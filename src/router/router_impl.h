@@ -18,6 +18,7 @@
 #include "server/api.h"
 #include "server/auth.h"
 #include "server/chat_prompt.h"
+#include "server/client_connection.h"
 
 namespace kvtier::router {
 
@@ -94,7 +95,10 @@ struct Router::Impl {
   RoutedPrompt page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const;
   // Under mu: what backend b holds of `p` (its events, what was routed there, its shared store), priced.
   Belief believe(const BackendState& b, const RoutedPrompt& p) const;
+  // A request to the backends, its answer written to a client that half-closed after sending it too.
   void route(Endpoint ep, const httplib::Request& req, httplib::Response& res);
+  void route_to_backend(Endpoint ep, const httplib::Request& req, const std::optional<server::ClientConnection>& from,
+                        httplib::Response& res);
   // Under mu.
   std::string health_json() const;
   std::string metrics_text() const;
@@ -122,8 +126,9 @@ inline constexpr int kCutStream = 0;
 // The status `done` gets when the client left before its answer began (nginx's "client closed request").
 inline constexpr int kClientLeft = 499;
 inline constexpr size_t kTailBytes = 16384;
-Forwarded forward(const BackendAddress& b, const httplib::Request& req, const ForwardLimits& limits,
-                  httplib::Response& res, std::string& unreachable_why,
+// `from`: the client's connection (server::ClientConnection), watched while the answer is awaited.
+Forwarded forward(const BackendAddress& b, const httplib::Request& req, const std::optional<server::ClientConnection>& from,
+                  const ForwardLimits& limits, httplib::Response& res, std::string& unreachable_why,
                   std::function<void(int status, std::string_view tail)> done);
 // The cached tokens a backend's answer reports (usage.prompt_tokens_details.cached_tokens), from a
 // whole JSON body or the last usage-bearing `data:` line of a stream's tail; nullopt when it says none.

@@ -64,6 +64,15 @@ Belief Router::Impl::believe(const BackendState& b, const RoutedPrompt& p) const
 }
 
 void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
+  // Found while the handler runs, before anything is sent (a reset socket has no peer to match).
+  const auto from = server::ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  route_to_backend(ep, req, from, res);
+  // cpp-httplib takes a client's FIN for a hang-up and writes nothing (a stream to one was written already).
+  if (from && !res.content_provider_ && res.status != kClientLeft && from->half_closed()) from->send_whole(res);
+}
+
+void Router::Impl::route_to_backend(Endpoint ep, const httplib::Request& req,
+                                    const std::optional<server::ClientConnection>& from, httplib::Response& res) {
   const auto tenant = tenant_of(req, res);
   if (!tenant) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -123,7 +132,7 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
       }
     };
     std::string why;
-    const Forwarded f = forward(addr, req, {stream, int(o.stream_idle_timeout_s)}, res, why, done);  // returns once the answer has begun
+    const Forwarded f = forward(addr, req, from, {stream, int(o.stream_idle_timeout_s)}, res, why, done);  // returns once the answer has begun
     std::lock_guard lk(mu);
     backends[i].prefill_queue_s = std::max(0.0, backends[i].prefill_queue_s - queued_s);
     if (f == Forwarded::kAnswered) return;

@@ -17,6 +17,10 @@
 #include <optional>
 #include <string_view>
 
+namespace httplib {
+struct Response;
+}
+
 namespace kvtier::server {
 
 class ClientConnection {
@@ -38,6 +42,10 @@ class ClientConnection {
   // Writes all of `bytes` (each send waits at most 30 s for room); false
   // when the connection fails.
   bool send_all(std::string_view bytes) const;
+  // Writes a whole (non-streaming) response, the connection to be closed
+  // after it. For a client that half-closed: cpp-httplib 0.11 takes its FIN
+  // for a hang-up and will not write the answer.
+  bool send_whole(const httplib::Response& res) const;
   // Bytes this side has sent on the connection so far (TCP_INFO), or
   // nullopt when the kernel does not say: whether anything went out since.
   std::optional<uint64_t> bytes_sent() const;

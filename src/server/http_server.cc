@@ -80,21 +80,6 @@ void widen_listen_backlog(uint16_t port) {
   closedir(dir);
 }
 
-namespace {
-
-// A whole (non-streaming) response as HTTP/1.1 bytes, the connection closed after it.
-std::string whole_response_bytes(const httplib::Response& res) {
-  // The reason phrase is informative only (RFC 9112 §4): clients read the code.
-  const int status = res.status == -1 ? 200 : res.status;  // httplib's default, applied after the handler
-  std::string out = "HTTP/1.1 " + std::to_string(status) + (status < 400 ? " OK\r\n" : " Error\r\n");
-  for (const auto& [name, value] : res.headers)
-    if (name != "Content-Length" && name != "Connection") out += name + ": " + value + "\r\n";
-  out += "Content-Length: " + std::to_string(res.body.size()) + "\r\nConnection: close\r\n\r\n";
-  return out + res.body;
-}
-
-}  // namespace
-
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
   res.set_content(error_json(e), kJson);
@@ -507,7 +492,7 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   answer_whole(connection, res, gen, *state, meta);
   // httplib 0.11 takes a client's FIN for a hang-up and will not write the
   // answer; a client that half-closed after sending gets it written here.
-  if (connection && connection->half_closed()) connection->send_all(whole_response_bytes(res));
+  if (connection && connection->half_closed()) connection->send_whole(res);
 }
 
 void HttpServer::answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res,

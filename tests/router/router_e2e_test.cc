@@ -387,6 +387,9 @@ class RawClient {
     }
     return true;
   }
+  // Shuts the sending side (a FIN, as `nc -N` and some proxies send after a request): not a hang-up.
+  void half_close() { ::shutdown(fd_, SHUT_WR); }
+  const std::string& got() const { return got_; }
   void reset() {
     const linger abort{1, 0};
     (void)setsockopt(fd_, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
@@ -452,6 +455,24 @@ TEST_F(RouterE2E, AClientThatHangsUpCancelsItsRequestOnTheBackend) {
   for (int k = 0; k < kPolls && router_->backends()[0].in_flight > 0; ++k)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(router_->backends()[0].in_flight, 0u);
+}
+
+// A client that half-closes after its request (its FIN alone is no hang-up) still gets its answer,
+// whole or streamed, as from kvtier serve itself; cpp-httplib would not write to such a socket.
+TEST_F(RouterE2E, AClientThatHalfClosesAfterItsRequestIsAnswered) {
+  FakeBackend fake([](const httplib::Request& req, httplib::Response& res) {
+    if (!json::parse(req.body).value("stream", false)) return res.set_content(R"({"answer":1})", "application/json");
+    res.set_content("data: one\n\ndata: [DONE]\n\n", "text/event-stream");
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  ASSERT_TRUE(wait_backend(0, true));
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", stream}});
+    client.half_close();
+    EXPECT_TRUE(client.read_until(stream ? "data: [DONE]" : R"({"answer":1})")) << client.got();
+    EXPECT_EQ(client.got().rfind("HTTP/1.1 200", 0), 0u) << client.got();
+  }
 }
 
 // A stream whose backend falls silent (no event, no keep-alive) is cut off after
