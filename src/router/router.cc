@@ -58,7 +58,7 @@ const OptionTable<RouterOptions>& router_option_table() {
                                 "Where a backend does not publish its planner: cache-aware sends a request to the least "
                                 "loaded backend instead once the cached one has this many more requests"},
                                KVTIER_FIELD(balance_slack), 0, 1u << 20));
-    t.push_back(uint_option<R>({"route.threads", "--threads", {}, "HTTP threads (each open stream holds one)"},
+    t.push_back(uint_option<R>({"route.threads", "--threads", {}, "HTTP threads (each open stream holds one); three quarters forward requests at once, past that a request is answered 429, and the rest answer health checks"},
                                KVTIER_FIELD(threads), 1, 4096));
     t.push_back(uint_option<R>({"route.stream_idle_timeout_s", "--stream-idle-timeout", {},
                                 "A stream whose backend sends nothing for this many seconds is cut off (a kvtier "

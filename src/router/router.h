@@ -19,6 +19,7 @@
 // guards the backends' state, held only to decide (never during I/O).
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -45,6 +46,9 @@ struct RouterOptions {
   size_t max_tracked_pages = size_t(1) << 20;  // per backend (PrefixTracker)
   uint32_t balance_slack = 4;                  // cache-aware yields to load past this many requests
   uint32_t threads = 64;                       // HTTP threads (a stream holds one while it lasts)
+  // Requests forwarded at once: three quarters of the threads (at least one); the rest answer
+  // /health, /metrics and the 429s past it, which would otherwise wait in an unbounded queue.
+  uint32_t max_forwarding() const { return std::max<uint32_t>(1, threads * 3 / 4); }
   uint32_t stream_idle_timeout_s = 30;         // a stream's backend silent this long is cut off
   Status validate() const;
 };

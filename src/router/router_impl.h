@@ -51,6 +51,7 @@ struct RouterCounters {
   uint64_t unroutable = 0;  // requests answered 503: no backend up
   uint64_t cut_streams = 0; // streams whose backend went away after they began (the client saw them end early)
   uint64_t client_left = 0; // requests whose client hung up before their answer began (the backend's was reset)
+  uint64_t busy = 0;        // requests answered 429: max_forwarding() already in flight
   uint64_t matched_pages = 0, request_pages = 0;
   double decide_s = 0;  // time spent rendering, hashing and choosing
   uint64_t decisions = 0;
@@ -72,6 +73,7 @@ struct Router::Impl {
   std::map<std::string, HeldIndex> stores;      // by remote_store: chunks any of its backends put there
   uint64_t rotation = 0;
   RouterCounters counters;
+  uint32_t forwarding = 0;  // requests in route() now
 
   httplib::Server http;
   std::thread health_thread;

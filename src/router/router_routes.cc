@@ -66,7 +66,33 @@ Belief Router::Impl::believe(const BackendState& b, const RoutedPrompt& p) const
 void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Response& res) {
   // Found while the handler runs, before anything is sent (a reset socket has no peer to match).
   const auto from = server::ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  route_to_backend(ep, req, from, res);
+  bool admitted = false;
+  {
+    std::lock_guard lk(mu);
+    admitted = forwarding < o.max_forwarding();
+    forwarding += admitted;
+    counters.busy += !admitted;
+  }
+  if (admitted) {
+    route_to_backend(ep, req, from, res);
+    auto finished = [this] {
+      std::lock_guard lk(mu);
+      --forwarding;
+    };
+    if (!res.content_provider_) {
+      finished();
+    } else {  // a stream holds its thread until httplib releases its provider (always, when the response goes)
+      res.content_provider_resource_releaser_ = [finished, relayed = std::move(res.content_provider_resource_releaser_)](
+                                                    bool success) {
+        if (relayed) relayed(success);
+        finished();
+      };
+    }
+  } else {
+    send_error(res, 429, "server_error", "router_busy",
+               std::to_string(o.max_forwarding()) + " requests are being forwarded, as many as --threads " +
+                   std::to_string(o.threads) + " allows (a quarter answers health checks and refusals); retry later");
+  }
   // cpp-httplib takes a client's FIN for a hang-up and writes nothing (a stream to one was written already).
   if (from && !res.content_provider_ && res.status != kClientLeft && from->half_closed()) from->send_whole(res);
 }
@@ -199,6 +225,8 @@ std::string Router::Impl::metrics_text() const {
   scalar("kvtier_router_unroutable_total", "Requests answered 503 because no backend was up.", counters.unroutable);
   scalar("kvtier_router_cut_streams_total", "Streams whose backend went away after they began (relayed as far as they got).",
          counters.cut_streams);
+  scalar("kvtier_router_busy_total", "Requests answered 429 because the router forwarded as many as its threads allow.",
+         counters.busy);
   scalar("kvtier_router_client_left_total",
          "Requests whose client hung up before the answer began (the backend's request was reset, cancelling it).",
          counters.client_left);

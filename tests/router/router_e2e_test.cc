@@ -434,7 +434,7 @@ TEST_F(RouterE2E, AClientThatHangsUpCancelsItsRequestOnTheBackend) {
     if (router_resets(req)) count(resets);
     res.set_content("{}", "application/json");
   });
-  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.threads = 2; });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.threads = 4; });
   ASSERT_TRUE(wait_backend(0, true));
   for (const bool stream : {false, true}) {
     SCOPED_TRACE(stream ? "streamed" : "whole");
@@ -455,6 +455,43 @@ TEST_F(RouterE2E, AClientThatHangsUpCancelsItsRequestOnTheBackend) {
   for (int k = 0; k < kPolls && router_->backends()[0].in_flight > 0; ++k)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(router_->backends()[0].in_flight, 0u);
+}
+
+// Past three quarters of --threads forwarding at once, a request is answered 429 at once and
+// /health still answers: requests past the threads used to wait in cpp-httplib's unbounded queue,
+// /health behind them, for as long as the backends took.
+TEST_F(RouterE2E, PastItsThreadsTheRouterRefusesAndStillAnswersHealth) {
+  std::mutex mu;
+  std::condition_variable cv;
+  int entered = 0;
+  bool release = false;
+  FakeBackend fake([&](const httplib::Request&, httplib::Response& res) {
+    std::unique_lock lk(mu);
+    ++entered;
+    cv.notify_all();
+    cv.wait_for(lk, std::chrono::seconds(60), [&] { return release; });
+    res.set_content(R"({"answer":1})", "application/json");
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.threads = 4; });
+  ASSERT_TRUE(wait_backend(0, true));
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 3; ++i)  // max_forwarding(): 3 of 4 threads
+    held.push_back(std::make_unique<RawClient>(port_, json{{"prompt", prompt(i, 0)}, {"max_tokens", 8}}));
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return entered == 3; }));
+  }
+  const Reply busy = testing::post_json(port_, "/v1/completions", {{"prompt", prompt(9, 0)}, {"max_tokens", 8}});
+  EXPECT_EQ(busy.status, 429) << busy.body.dump();
+  EXPECT_EQ(busy.body["error"]["code"], "router_busy") << busy.body.dump();
+  EXPECT_EQ(testing::get_json(port_, "/health").status, 200);
+  {
+    std::lock_guard lk(mu);
+    release = true;
+    cv.notify_all();
+  }
+  for (auto& c : held) EXPECT_TRUE(c->read_until(R"({"answer":1})")) << c->got();
+  EXPECT_TRUE(metrics_show(port_, "kvtier_router_busy_total 1\n"));
 }
 
 // A client that half-closes after its request (its FIN alone is no hang-up) still gets its answer,
