@@ -6,6 +6,7 @@
 // cancels the backend's sequence, and frees the router's thread.
 #include <sys/socket.h>
 
+#include <cstdio>
 #include <deque>
 
 #include <nlohmann/json.hpp>
@@ -54,13 +55,23 @@ struct Relay {
   bool failed = false;                // the backend's connection failed before the answer's end
   httplib::Client* client = nullptr;  // while the reader's request is in flight
   std::thread reader;
+  // The handler thread's own (the content provider and its releaser run on it):
+  std::optional<uint64_t> sent_at_start;  // the client connection's bytes sent before the stream's head
+  bool written_raw = false;               // the stream went to a half-closed client past cpp-httplib
 
-  // The client left: ends the backend's request (its connection is reset: the backend cancels it).
-  void cancel() {
-    std::lock_guard lk(mu);
+  // Ends the backend's request if it still runs (its connection is reset: the backend cancels it) and
+  // waits for the reader. stop() does nothing before cpp-httplib has the request in flight, so it is
+  // repeated until the reader is done.
+  void cancel_and_join() {
+    std::unique_lock lk(mu);
     cancelled = true;
-    if (client != nullptr) client->stop();
     cv.notify_all();
+    while (!done) {
+      if (client != nullptr) client->stop();
+      cv.wait_for(lk, 50ms, [&] { return done; });
+    }
+    lk.unlock();
+    reader.join();
   }
   // Waits under `lk` until `ready`, checking each second that the client is there; false once it is not.
   template <class Ready>
@@ -68,6 +79,18 @@ struct Relay {
     while (!cv.wait_for(lk, kClientCheck, ready))
       if (from && from->closed()) return false;
     return true;
+  }
+  enum class Next : uint8_t { kChunk, kEnd, kClientGone };
+  // Waits for the stream's next chunk (into `chunk`), its end, or its client's leaving.
+  Next next_chunk(const std::optional<ClientConnection>& from, std::string& chunk) {
+    std::unique_lock lk(mu);
+    if (!wait_watching(lk, from, [&] { return !chunks.empty() || done; })) return Next::kClientGone;
+    if (chunks.empty()) return Next::kEnd;
+    chunk = std::move(chunks.front());
+    chunks.pop_front();
+    queued -= chunk.size();
+    cv.notify_all();  // the reader may wait for room
+    return Next::kChunk;
   }
 };
 
@@ -109,7 +132,11 @@ void read_backend(const BackendAddress& b, httplib::Request r, int read_timeout_
   r.content_receiver = [relay](const char* data, size_t n, uint64_t, uint64_t) { return receive(*relay, data, n); };
   {
     std::lock_guard lk(relay->mu);
-    if (relay->cancelled) return;
+    if (relay->cancelled) {
+      relay->done = true;
+      relay->cv.notify_all();
+      return;
+    }
     relay->client = &c;
   }
   auto result = c.send(r);
@@ -138,8 +165,7 @@ std::shared_ptr<Relay> start_relay(const BackendAddress& b, const httplib::Reque
 
 // The client hung up before the answer began: the backend's request is reset.
 Forwarded client_left(Relay& relay, httplib::Response& res, const std::function<void(int, std::string_view)>& done) {
-  relay.cancel();
-  relay.reader.join();
+  relay.cancel_and_join();
   res.status = kClientLeft;  // written to nobody
   done(kClientLeft, {});
   return Forwarded::kAnswered;
@@ -164,31 +190,33 @@ Forwarded forward_whole(const std::shared_ptr<Relay>& relay, const std::optional
   return Forwarded::kAnswered;
 }
 
-// A stream to a client that half-closed after its request, written here (cpp-httplib writes nothing
-// to such a socket); its end is the connection's close.
-Forwarded relay_to_half_closed(const std::shared_ptr<Relay>& relay, const ClientConnection& to, httplib::Response& res,
-                               const std::function<void(int, std::string_view)>& done) {
-  res.status = relay->status;
-  bool ok = to.send_all("HTTP/1.1 " + std::to_string(relay->status) + (relay->status < 400 ? " OK" : " Error") +
-                        "\r\nContent-Type: " + (relay->content_type.empty() ? "text/event-stream" : relay->content_type) +
-                        "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
-  std::unique_lock lk(relay->mu);
+// The rest of a stream, written on the socket itself to a client that half-closed after its request
+// (cpp-httplib takes the FIN for a hang-up and writes no more). `head_sent`: cpp-httplib wrote the
+// (chunked) head, so the rest goes as chunks; else with a head of its own, ended by the close.
+void relay_rest_raw(Relay& relay, const ClientConnection& to, std::string pending, bool head_sent) {
+  relay.written_raw = true;
+  auto framed = [](const std::string& data) {
+    char size[24];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + data + "\r\n";
+  };
+  bool ok = head_sent || to.send_all("HTTP/1.1 " + std::to_string(relay.status) + (relay.status < 400 ? " OK" : " Error") +
+                                     "\r\nContent-Type: " +
+                                     (relay.content_type.empty() ? "text/event-stream" : relay.content_type) +
+                                     "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
   const std::optional<ClientConnection> watched = to;
-  while (ok && relay->wait_watching(lk, watched, [&] { return !relay->chunks.empty() || relay->done; }) &&
-         !relay->chunks.empty()) {
-    std::string chunk = std::move(relay->chunks.front());
-    relay->chunks.pop_front();
-    relay->queued -= chunk.size();
-    relay->cv.notify_all();
-    lk.unlock();
-    ok = to.send_all(chunk);
-    lk.lock();
+  for (std::string chunk = std::move(pending); ok;) {
+    if (!chunk.empty()) ok = to.send_all(head_sent ? framed(chunk) : chunk);
+    const Relay::Next next = relay.next_chunk(watched, chunk);
+    if (next == Relay::Next::kEnd && head_sent && ok && !relay.failed) (void)to.send_all("0\r\n\r\n");
+    if (next != Relay::Next::kChunk) break;
   }
-  lk.unlock();
-  relay->cancel();  // after the end, nothing to cancel
-  relay->reader.join();
-  done(relay->failed ? kCutStream : relay->status, relay->tail);
-  return Forwarded::kAnswered;
+}
+
+// Whether cpp-httplib wrote the stream's head to `to` (the connection's bytes sent grew since).
+bool head_went_out(const Relay& relay, const ClientConnection& to) {
+  const auto sent = to.bytes_sent();
+  return sent && relay.sent_at_start && *sent > *relay.sent_at_start;
 }
 
 Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
@@ -210,28 +238,27 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optiona
       return Forwarded::kUnreachable;
     }
   }
-  if (from && from->half_closed()) return relay_to_half_closed(relay, *from, res, done);
   res.status = relay->status;
+  if (from) relay->sent_at_start = from->bytes_sent();
   res.set_chunked_content_provider(
       relay->content_type.empty() ? "text/event-stream" : relay->content_type,
       [relay, from](size_t, httplib::DataSink& sink) {
-        std::unique_lock lk(relay->mu);
-        if (!relay->wait_watching(lk, from, [&] { return !relay->chunks.empty() || relay->done; }))
-          return false;  // the client left: the releaser resets the backend
-        if (relay->chunks.empty()) {
+        std::string chunk;
+        const Relay::Next next = relay->next_chunk(from, chunk);
+        if (next == Relay::Next::kClientGone) return false;  // the releaser resets the backend
+        if (next == Relay::Next::kEnd) {
           sink.done();
           return true;
         }
-        std::string chunk = std::move(relay->chunks.front());
-        relay->chunks.pop_front();
-        relay->queued -= chunk.size();
-        relay->cv.notify_all();  // the reader may wait for room
-        lk.unlock();
-        return sink.write(chunk.data(), chunk.size());
+        if (sink.write(chunk.data(), chunk.size())) return true;
+        if (from && from->half_closed()) relay_rest_raw(*relay, *from, std::move(chunk), head_went_out(*relay, *from));
+        return false;
       },
-      [relay, done = std::move(done)](bool) {
-        relay->cancel();  // after the end, nothing to cancel
-        relay->reader.join();
+      [relay, from, done = std::move(done)](bool success) {
+        // cpp-httplib gave up before the provider wrote anything: a client that half-closed gets it all here.
+        if (!success && !relay->written_raw && from && from->half_closed() && !head_went_out(*relay, *from))
+          relay_rest_raw(*relay, *from, {}, false);
+        relay->cancel_and_join();  // after the end, nothing to cancel
         done(relay->failed ? kCutStream : relay->status, relay->tail);  // the reader has ended: no lock needed
       });
   return Forwarded::kAnswered;

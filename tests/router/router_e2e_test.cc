@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -387,6 +388,20 @@ class RawClient {
     }
     return true;
   }
+  // Reads until the router closes the connection (up to 60 s); whether it did.
+  bool read_to_end() {
+    char buf[4096];
+    for (int waited = 0;;) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) == 0) {
+        if ((waited += 100) >= 60000) return false;
+        continue;
+      }
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return n == 0;
+      got_.append(buf, size_t(n));
+    }
+  }
   // Shuts the sending side (a FIN, as `nc -N` and some proxies send after a request): not a hang-up.
   void half_close() { ::shutdown(fd_, SHUT_WR); }
   const std::string& got() const { return got_; }
@@ -494,22 +509,88 @@ TEST_F(RouterE2E, PastItsThreadsTheRouterRefusesAndStillAnswersHealth) {
   EXPECT_TRUE(metrics_show(port_, "kvtier_router_busy_total 1\n"));
 }
 
+// The body of a whole HTTP/1.1 response as read off the socket: chunked (each chunk's framing
+// checked, nothing after the last) or as it stands; "<malformed>" where the framing is wrong.
+std::string body_of(const std::string& raw) {
+  const size_t head_end = raw.find("\r\n\r\n");
+  if (head_end == std::string::npos) return "<malformed>";
+  std::string rest = raw.substr(head_end + 4), body;
+  if (raw.substr(0, head_end).find("Transfer-Encoding: chunked") == std::string::npos) return rest;
+  for (;;) {
+    const size_t line_end = rest.find("\r\n");
+    if (line_end == std::string::npos) return "<malformed>";
+    const size_t n = std::stoul(rest.substr(0, line_end), nullptr, 16);
+    if (rest.size() < line_end + 2 + n + 2 || rest.compare(line_end + 2 + n, 2, "\r\n") != 0) return "<malformed>";
+    if (n == 0) return rest.size() == line_end + 4 ? body : "<malformed>";
+    body += rest.substr(line_end + 2, n);
+    rest.erase(0, line_end + 2 + n + 2);
+  }
+}
+
 // A client that half-closes after its request (its FIN alone is no hang-up) still gets its answer,
 // whole or streamed, as from kvtier serve itself; cpp-httplib would not write to such a socket.
+// Whatever the answer, nothing follows it on the connection.
 TEST_F(RouterE2E, AClientThatHalfClosesAfterItsRequestIsAnswered) {
   FakeBackend fake([](const httplib::Request& req, httplib::Response& res) {
-    if (!json::parse(req.body).value("stream", false)) return res.set_content(R"({"answer":1})", "application/json");
+    const json body = json::parse(req.body);
+    if (body["max_tokens"] == 0) {
+      res.status = 400;
+      return res.set_content(R"({"error":{"message":"bad"}})", "application/json");
+    }
+    if (!body.value("stream", false)) return res.set_content(R"({"answer":1})", "application/json");
     res.set_content("data: one\n\ndata: [DONE]\n\n", "text/event-stream");
   });
   start_router(RoutePolicy::kRoundRobin, {fake.url()});
   ASSERT_TRUE(wait_backend(0, true));
-  for (const bool stream : {false, true}) {
-    SCOPED_TRACE(stream ? "streamed" : "whole");
-    RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", stream}});
+  struct Case {
+    bool stream;
+    int max_tokens;
+    const char* status;
+    const char* body;
+  };
+  for (const Case& c : {Case{false, 8, "HTTP/1.1 200", R"({"answer":1})"},
+                        Case{true, 8, "HTTP/1.1 200", "data: one\n\ndata: [DONE]\n\n"},
+                        Case{true, 0, "HTTP/1.1 400", R"({"error":{"message":"bad"}})"}}) {
+    SCOPED_TRACE(std::string(c.stream ? "streamed " : "whole ") + c.status);
+    RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", c.max_tokens}, {"stream", c.stream}});
     client.half_close();
-    EXPECT_TRUE(client.read_until(stream ? "data: [DONE]" : R"({"answer":1})")) << client.got();
-    EXPECT_EQ(client.got().rfind("HTTP/1.1 200", 0), 0u) << client.got();
+    ASSERT_TRUE(client.read_to_end()) << client.got();
+    EXPECT_EQ(client.got().rfind(c.status, 0), 0u) << client.got();
+    EXPECT_EQ(body_of(client.got()), c.body) << client.got();
   }
+}
+
+// A client that half-closes in the middle of a stream gets the rest of it, chunk-framed as it began,
+// and the backend is not cancelled.
+TEST_F(RouterE2E, AClientThatHalfClosesMidStreamGetsTheRest) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go_on = false;
+  FakeBackend fake([&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/event-stream", [&, sent = 0](size_t, httplib::DataSink& sink) mutable {
+      if (sent++ == 0) return sink.write("data: one\n\n", 11);
+      std::unique_lock lk(mu);
+      if (!cv.wait_for(lk, std::chrono::seconds(60), [&] { return go_on; })) return false;
+      const std::string rest = "data: two\n\ndata: [DONE]\n\n";
+      sink.write(rest.data(), rest.size());
+      sink.done();
+      return true;
+    });
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  ASSERT_TRUE(wait_backend(0, true));
+  RawClient client(port_, {{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", true}});
+  ASSERT_TRUE(client.read_until("data: one"));
+  client.half_close();
+  {
+    std::lock_guard lk(mu);
+    go_on = true;
+    cv.notify_all();
+  }
+  ASSERT_TRUE(client.read_to_end()) << client.got();
+  EXPECT_NE(client.got().find("Transfer-Encoding: chunked"), std::string::npos) << client.got();  // as it began
+  EXPECT_EQ(body_of(client.got()), "data: one\n\ndata: two\n\ndata: [DONE]\n\n") << client.got();
+  EXPECT_TRUE(metrics_show(port_, "kvtier_router_cut_streams_total 0\n"));
 }
 
 // A stream whose backend falls silent (no event, no keep-alive) is cut off after
