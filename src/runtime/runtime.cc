@@ -309,7 +309,9 @@ class RuntimeImpl final : public Runtime {
     BlockPool& pool = cache_->pool();
     const size_t page_bytes = pool.geometry().page_bytes();
     const size_t pages = (s.kv.num_tokens + o_.page_tokens - 1) / o_.page_tokens;
-    const bool raw = preempted_bytes_ + pages * page_bytes <= o_.host_bytes / 4;
+    // A lease with lossy KV is recomputed at resume, where its lookup labels it again: a raw copy
+    // would come back in a fresh lease, which carries no lossy marks, and be committed as exact.
+    const bool raw = s.lease.report().lossy_tokens == 0 && preempted_bytes_ + pages * page_bytes <= o_.host_bytes / 4;
     if (raw) {
       s.saved.resize(pages * page_bytes);
       std::vector<ByteCopy> copies(pages);

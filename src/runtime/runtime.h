@@ -244,7 +244,8 @@ class Runtime {
   // Preemption, for sequences that together outgrow the device pool while
   // decoding: preempt() takes the sequence's KV off the device pool — copied
   // raw into host memory (never through a codec) while the preempted copies
-  // fit a quarter of the host tier's capacity, else dropped — and keeps its
+  // fit a quarter of the host tier's capacity and the KV is exact (a lossy
+  // label would not survive the copy), else dropped — and keeps its
   // tokens and sampler; decode() refuses it until resume() puts its KV back
   // in fresh pages (copied, or recomputed from its tokens: Busy while they do
   // not fit). Its output is the one it would have had unpreempted (exactly so

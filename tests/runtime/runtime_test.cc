@@ -94,6 +94,47 @@ TEST(Runtime, LossyDiskHitsAreLabelledAndCounted) {
   EXPECT_EQ((*rt)->stats().cache.lossy_tokens, hit.lossy_cached_tokens);
 }
 
+// A sequence whose prefix came from a lossy disk entry keeps its label through preemption: its KV
+// was copied raw into a fresh lease, which carries no lossy marks, so at finish its pages went into
+// the index as exact (and down to exact-only tiers). A lossy sequence is preempted by recompute.
+TEST(Runtime, APreemptedLossySequenceStaysLabelled) {
+  TempDir dir;
+  RuntimeOptions o = tiny(dir.path.string());
+  o.disk_codec = KvCodec::kQ8;
+  o.model = "small";  // head_dim 64
+  o.device_bytes = size_t(32) << 20;
+  o.host_bytes = size_t(256) << 20;  // a quarter of it would hold the sequence raw
+  auto made = Runtime::create(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  Runtime& rt = **made;
+  auto prompt = rt.model().text.tokenize(std::string(700, 'b') + " a long prompt served from a q8 disk tier", {.add_bos = true});
+  generate(rt, prompt, 2);
+  ASSERT_TRUE(rt.flush().ok());  // the prefix is on disk only
+  auto s = rt.start(prompt, {});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ASSERT_GT(s->report.lossy_cached_tokens, 0u);
+  std::vector<TokenId> all(prompt.begin(), prompt.end());
+  all.push_back(s->first_token);
+  for (int i = 0; i < 20; ++i) {
+    if (i == 10) {
+      auto raw = rt.preempt(s->seq);
+      ASSERT_TRUE(raw.ok()) << raw.status().to_string();
+      EXPECT_FALSE(*raw);  // recomputed at resume, where its lookup labels it again
+      ASSERT_TRUE(rt.resume(s->seq).ok());
+    }
+    auto d = rt.decode(std::span(&s->seq, 1));
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    all.push_back((*d)[0]);
+  }
+  rt.finish(s->seq);
+  // The whole sequence again, in place on the device: its KV is still labelled approximate.
+  auto again = rt.start(std::span(all).first(all.size() - 1), {});
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_GT(again->report.cached_tokens, prompt.size());
+  EXPECT_GT(again->report.lossy_cached_tokens, 0u);
+  rt.finish(again->seq);
+}
+
 TEST(Runtime, NoCacheBaselineGivesTheSameOutput) {
   TempDir dir;
   auto cached = Runtime::create(tiny(dir.path.string()));
