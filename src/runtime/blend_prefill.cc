@@ -80,13 +80,17 @@ std::vector<HeldSegment> gather_segments(engine::Forward& engine, KVCache& cache
   return held;
 }
 
-// Plain prefill of positions from `from` on (after a failed load, or when blending does not pay).
-Result<engine::Logits> plain_from(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv,
+// Plain prefill of positions from `from` on, waiting for the lease's loads (when blending does not
+// pay, or a blended prefill failed on a segment); a load that fails is recomputed, as
+// cached_prefill does: everything past the pages shared in place.
+Result<engine::Logits> plain_from(engine::Forward& engine, KVCache& cache, CacheLease& lease, engine::SequenceKV& kv,
                                   std::span<const TokenId> prompt, uint32_t from) {
   kv.num_tokens = from;
   engine::PrefillOptions po;
   po.layer_hook = [&](LayerIdx l) { return lease.wait_layer(l); };
-  return engine.prefill(kv, prompt, from, po);
+  auto out = engine.prefill(kv, prompt, from, po);
+  if (out.ok() || lease.cached_end() == 0) return out;
+  return recompute_after_failed_load(engine, cache, lease, kv, prompt);
 }
 
 // Segments are in order, disjoint, non-empty and inside the prompt.
@@ -176,7 +180,7 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   if (!held.empty()) report.decision = BlendDecision::kExactFaster;
   if (held.empty() || options.check_layer >= layers || !(options.force || estimate.blend())) {
     for (HeldSegment& h : held) cache.release(h.lease);
-    return plain_from(engine, lease, kv, prompt, exact);
+    return plain_from(engine, cache, lease, kv, prompt, exact);
   }
 
   std::vector<uint8_t> reused(prompt.size() - exact, 0);
@@ -213,7 +217,8 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   }
   if (!out.ok()) {
     report.decision = BlendDecision::kFailed;
-    return plain_from(engine, lease, kv, prompt, lease_failed ? cache.fall_back(lease) : exact);
+    if (lease_failed) return recompute_after_failed_load(engine, cache, lease, kv, prompt);
+    return plain_from(engine, cache, lease, kv, prompt, exact);
   }
   report.decision = BlendDecision::kBlended;
   report.blended = true;

@@ -22,6 +22,12 @@ namespace kvtier {
 // before it. `kv` receives the lease's page table.
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt);
 
+// After a load of the lease failed: recomputes everything that was not shared in place
+// (KVCache::fall_back counts the failure), no layer waiting for a load.
+Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCache& cache, CacheLease& lease,
+                                                   engine::SequenceKV& kv, std::span<const TokenId> prompt,
+                                                   bool all_logits = false);
+
 // `kv` receives the lease's page table; on success kv.num_tokens == prompt.size().
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,

@@ -147,6 +147,40 @@ TEST(BlendPrefill, CorruptSegmentIsRecomputed) {
   EXPECT_GT(after.load_failures + after.disk.checksum_failures, before.load_failures + before.disk.checksum_failures);
 }
 
+// A request's own prefix whose load from disk fails is recomputed, as without blending, whether
+// nothing was found to blend or a segment was being blended in: the request used to fail with the
+// load's error (the plain prefill after it still waited on the failed load).
+TEST(BlendPrefill, AFailedLoadOfTheRequestsPrefixIsRecomputed) {
+  RigOptions o;
+  o.region_bytes = 64 << 10;
+  CacheRig rig(o);
+  const std::vector<TokenId> prefix = CacheRig::random_tokens(128, 40);
+  rig.cached(prefix, 0);  // the prefix, committed
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // on disk only, and then corrupt
+  corrupt_region_files(rig.dir_);
+  const RagPrompt seen = rag_prompt(41, {42}, 43, 64);
+  blend_request(rig, seen, forced());  // the document's KV is stored (on the device) as a segment
+  for (const bool doc_cached : {true, false}) {
+    SCOPED_TRACE(doc_cached ? "a segment blended in" : "nothing to blend");
+    RagPrompt p;
+    p.tokens = prefix;
+    const auto doc = doc_cached ? CacheRig::random_tokens(64, 42) : CacheRig::random_tokens(64, 44);
+    p.segments.push_back({uint32_t(p.tokens.size()), uint32_t(p.tokens.size() + doc.size())});
+    p.tokens.insert(p.tokens.end(), doc.begin(), doc.end());
+    p.tokens.push_back(7);
+    const Outcome ref = rig.reference(p.tokens, 0);
+    const uint64_t failures = rig.cache->stats().load_failures;
+    const BlendOutcome got = blend_request(rig, p, forced());
+    ASSERT_FALSE(got.logits.empty());
+    EXPECT_FALSE(got.report.blended);
+    EXPECT_LT(rel_diff(got.logits, ref.logits), 1e-6);
+    EXPECT_GT(rig.cache->stats().load_failures, failures);
+    ASSERT_TRUE(rig.cache->flush().ok());  // the prefix (recomputed, stored again) on disk only, and corrupt
+    corrupt_region_files(rig.dir_);
+  }
+}
+
 // Only the exact front of a blended request is committed: the same prompt
 // later is an exact hit for the system prompt's whole pages at most, and
 // served exactly through the ordinary path.
