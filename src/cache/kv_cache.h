@@ -348,6 +348,7 @@ class KVCache {
   Status evict(TierKind tier, uint32_t pages);
   // Drops every cached page on the device and host tiers (leases keep their
   // pages; disk and remote entries stay until their own capacity reclaims them).
+  // Returns the disk tier's flush error, if any, after dropping them.
   Status flush();
   // Applies finished background transfers; called by every entry point too.
   void poll();

@@ -332,7 +332,7 @@ Status KVCache::drain() {
 }
 
 Status KVCache::flush() {
-  KVTIER_RETURN_IF_ERROR(drain());
+  const Status drained = drain();  // a failed disk is reported after the pages are dropped all the same
   expire_retained(/*all=*/true);  // flushing drops what hints kept too
   // Device pages of inner nodes whose children are host-only go once those
   // children have: alternate until a round frees nothing (locked pages stay).
@@ -343,7 +343,7 @@ Status KVCache::flush() {
     KVTIER_RETURN_IF_ERROR(evict_host(std::numeric_limits<uint32_t>::max(), /*move_down=*/false));
   }
   chunk_hits_.clear();
-  return Status::Ok();
+  return drained;
 }
 
 KVCacheStats KVCache::stats() const {

@@ -443,6 +443,25 @@ TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
   expect_counted_as_recomputed(*rig.cache, hit, before);
 }
 
+// A flush drops the device and host pages even when the disk tier has failed (a full disk): it
+// returns the disk's error after doing so. It returned first, so POST /v1/cache/flush answered 503
+// forever and dropped nothing, not even what an operator flushed to purge.
+TEST(CacheExactness, AFlushDropsTheCachedPagesWhenTheDiskHasFailed) {
+  FaultFileSystem faults(FileSystem::posix());
+  RigOptions o;
+  o.region_bytes = 64 << 10;
+  o.disk_fs = &faults;
+  CacheRig rig(o);
+  faults.add_rule(FaultRule{.kind = FaultKind::kNoSpace, .op = FaultOp::kWrite, .nth = 1, .times = 0});
+  rig.cached(CacheRig::random_tokens(300, 9), 0);
+  ASSERT_GT(rig.cache->stats().index.device_pages, 0u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(rig.cache->flush().ok());  // the disk's failure, then its degraded state
+    EXPECT_EQ(rig.cache->stats().index.device_pages, 0u);
+    EXPECT_EQ(rig.cache->stats().index.host_pages, 0u);
+  }
+}
+
 // A prompt that shares its first pages with a cached prompt whose pages fill
 // the device: its lookup matches part of that prompt's index node, and the
 // rest of the node must stay evictable for it. (Locking the whole node made
