@@ -211,6 +211,27 @@ TEST(JinjaTest, HostileTemplatesHitLimits) {
             std::string::npos);
 }
 
+// Work on long strings counts against the budget, size limits are checked before a result is
+// built, and substring search is linear (found by a review: one `in` ran for minutes, a list
+// repeat of long strings allocated gigabytes before its size was checked).
+TEST(JinjaTest, LongStringWorkIsBoundedBeforeItIsDone) {
+  // A needle of 4 MB that almost matches everywhere in 8 MB: quadratic search took about 400 s.
+  EXPECT_EQ(render_or_error("{% set h = 'a' * 8000000 %}{% set n = 'a' * 4000000 ~ 'b' %}{{ n in h }}|"
+                            "{{ h.find(n) }}|{{ h.count('a' * 100) }}|{{ (h ~ 'b').split(n) | length }}"),
+            "False|-1|80000|2");
+  // Results past the 8 MiB limit are refused before they are built.
+  EXPECT_NE(render_or_error("{% set s = 'a' * 5000000 %}{{ ([s] * 2) | length }}").find("larger than"), std::string::npos);
+  EXPECT_NE(render_or_error("{% set s = 'a' * 5000000 %}{{ ([s] + [s]) | length }}").find("larger than"), std::string::npos);
+  EXPECT_NE(render_or_error("{{ ['a'] * 4611686018427387904 }}").find("ERROR"), std::string::npos);  // 2^62: no wrap
+  EXPECT_NE(render_or_error("{{ ('a' * 2000000).replace('', 'b' * 1000) }}").find("larger than"), std::string::npos);
+  EXPECT_NE(render_or_error("{{ ('x\n' * 4000000) | indent(1000, true, true) }}").find("larger than"), std::string::npos);
+  // A statement over 8 MB strings, a million times: about 4.5 hours unbudgeted; now out of steps.
+  EXPECT_NE(render_or_error("{% set s = 'a' * 8000000 %}{% for i in range(1000000) %}{% if s.upper() == s %}{% endif %}"
+                            "{% endfor %}")
+                .find("steps"),
+            std::string::npos);
+}
+
 // ---- exactness against Python's jinja2 ----
 
 std::filesystem::path source_dir() {

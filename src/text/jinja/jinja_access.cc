@@ -103,22 +103,22 @@ Result<Value> call_string_method(CallContext& context, const std::string& text, 
     KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments(name, args, {"old", "new", "count"}));
     if (!bound[0].is_string() || !bound[1].is_string()) return Status::InvalidArgument("replace() takes strings");
     const long long count = bound[2].is_int() ? bound[2].as_int() : -1;
-    std::string result = py_replace(text, bound[0].as_string(), bound[1].as_string(), count);
-    KVTIER_RETURN_IF_ERROR(context.check_size(result.size()));
-    return Value(std::move(result));
+    KVTIER_RETURN_IF_ERROR(context.check_size(py_replace_size(text, bound[0].as_string(), bound[1].as_string(), count)));
+    return Value(py_replace(text, bound[0].as_string(), bound[1].as_string(), count));
   }
   if (name == "find" || name == "count") {
     KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments(name, args, {"sub"}));
     if (!bound[0].is_string()) return Status::InvalidArgument(std::string(name) + "() takes a string");
     const std::string& needle = bound[0].as_string();
     if (name == "find") {
-      const size_t found = text.find(needle);
+      const size_t found = find_text(text, needle);
       if (found == std::string::npos) return Value(-1);
       return Value(static_cast<int64_t>(code_point_count(std::string_view(text).substr(0, found))));
     }
     if (needle.empty()) return Value(static_cast<int64_t>(code_point_count(text) + 1));
     int64_t count = 0;
-    for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + needle.size())) ++count;
+    for (size_t pos = find_text(text, needle); pos != std::string::npos; pos = find_text(text, needle, pos + needle.size()))
+      ++count;
     return Value(count);
   }
   if (name == "join") {
@@ -318,7 +318,7 @@ Result<bool> contains(const Value& container, const Value& item) {
       return Status::InvalidArgument("'in <string>' requires string as left operand, not " +
                                      std::string(item.type_name()));
     }
-    return container.as_string().find(item.as_string()) != std::string::npos;
+    return find_text(container.as_string(), item.as_string()) != std::string::npos;
   }
   if (container.is_dict()) return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
   if (container.is_list()) {

@@ -230,11 +230,12 @@ Result<Value> sum_filter(CallContext& context, const Value& value, CallArgs& arg
   return total;
 }
 
-Result<Value> indent_filter(const Value& value, CallArgs& args) {
+Result<Value> indent_filter(CallContext& context, const Value& value, CallArgs& args) {
   KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments("indent", args, {"width", "first", "blank"}));
   std::string indentation = bound[0].is_string() ? bound[0].as_string()
                             : std::string(bound[0].is_undefined() ? 4 : static_cast<size_t>(std::clamp<int64_t>(bound[0].to_int(), 0, 1000)), ' ');
   std::vector<std::string> lines = py_split(py_replace(to_str(value), "\r\n", "\n", -1), std::string("\n"), -1);
+  KVTIER_RETURN_IF_ERROR(context.check_size(to_str(value).size() + lines.size() * indentation.size()));
   std::string out;
   for (size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) out += '\n';
@@ -278,9 +279,9 @@ Result<Value> string_filter(CallContext& context, std::string_view name, const V
   if (name == "replace") {
     KVTIER_ASSIGN_OR_RETURN(auto bound, bind_arguments(name, args, {"old", "new", "count"}));
     const long long count = bound[2].is_int() ? bound[2].as_int() : -1;
-    std::string out = py_replace(to_str(value), to_str(bound[0]), to_str(bound[1]), count);
-    KVTIER_RETURN_IF_ERROR(context.check_size(out.size()));
-    return Value(std::move(out));
+    const std::string text = to_str(value), old_text = to_str(bound[0]), new_text = to_str(bound[1]);
+    KVTIER_RETURN_IF_ERROR(context.check_size(py_replace_size(text, old_text, new_text, count)));
+    return Value(py_replace(text, old_text, new_text, count));
   }
   KVTIER_RETURN_IF_ERROR(bind_arguments(name, args, {}).status());
   const std::string text = to_str(value);
@@ -350,7 +351,7 @@ Result<Value> apply_filter(CallContext& context, std::string_view name, const Va
   if (name == "join") return join_filter(context, value, args);
   if (name == "first" || name == "last") return first_or_last(name, value);
   if (name == "int" || name == "float") return number_filter(name, value, args);
-  if (name == "indent") return indent_filter(value, args);
+  if (name == "indent") return indent_filter(context, value, args);
   if (name == "map") return map_filter(context, value, args);
   if (name == "sum") return sum_filter(context, value, args);
   if (name == "sort" || name == "min" || name == "max") return ordering_filter(context, name, value, args);

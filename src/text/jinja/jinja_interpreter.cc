@@ -273,6 +273,8 @@ class Renderer final : public CallContext {
     if (++depth_ > limits_.max_depth) return render_error(expr.line, "expression nested too deeply");
     auto result = eval_inner(expr, scope);
     --depth_;
+    // A string costs a step per KiB, built or copied: a statement that works on long strings is not one step.
+    if (result.ok() && result->is_string()) KVTIER_RETURN_IF_ERROR(charge(result->as_string().size() / 1024));
     return result;
   }
 

@@ -25,7 +25,7 @@ namespace kvtier::text::jinja {
 struct RenderLimits {
   size_t max_output_bytes = size_t{8} << 20;  // also the largest string a render may build
   size_t max_list_items = 1'000'000;          // range() and list building
-  uint64_t max_steps = 2'000'000;               // statements, loop iterations and calls
+  uint64_t max_steps = 2'000'000;               // statements, loop iterations, calls, and a step per KiB of string
   int max_depth = 256;                        // nested expression evaluation + macro calls
   int64_t now_unix_seconds = 0;               // what strftime_now formats
 };

@@ -15,6 +15,21 @@ Status type_error(std::string_view op, const Value& lhs, const Value& rhs) {
 
 Status overflow_error() { return Status::OutOfRange("jinja: integer overflow"); }
 
+// a × b, saturated: a repeat count near 2^63 must not wrap past the size checks.
+uint64_t saturated_product(uint64_t a, uint64_t b) {
+  uint64_t product = 0;
+  return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+}
+
+// The bytes of the strings a list holds directly: what copying its items copies (nested lists and
+// dicts are shared, not copied).
+uint64_t string_bytes(const List& list) {
+  uint64_t bytes = 0;
+  for (const Value& item : list.items)
+    if (item.is_string()) bytes += item.as_string().size();
+  return bytes;
+}
+
 Result<Value> add(CallContext& context, const Value& lhs, const Value& rhs) {
   if (lhs.is_number() && rhs.is_number()) {
     if (lhs.is_float() || rhs.is_float()) return Value(lhs.to_double() + rhs.to_double());
@@ -37,8 +52,9 @@ Result<Value> add(CallContext& context, const Value& lhs, const Value& rhs) {
     return Value(lhs.as_string() + rhs.as_string());
   }
   if (lhs.is_list() && rhs.is_list() && lhs.as_list().tuple == rhs.as_list().tuple) {
+    KVTIER_RETURN_IF_ERROR(context.check_items(lhs.as_list().items.size() + rhs.as_list().items.size()));
+    KVTIER_RETURN_IF_ERROR(context.check_size(string_bytes(lhs.as_list()) + string_bytes(rhs.as_list())));
     std::vector<Value> items = lhs.as_list().items;
-    KVTIER_RETURN_IF_ERROR(context.check_items(items.size() + rhs.as_list().items.size()));
     items.insert(items.end(), rhs.as_list().items.begin(), rhs.as_list().items.end());
     return Value::list(std::move(items), lhs.as_list().tuple);
   }
@@ -49,13 +65,16 @@ Result<Value> repeat(CallContext& context, const Value& sequence, int64_t count)
   count = std::max<int64_t>(count, 0);
   if (sequence.is_string()) {
     const std::string& text = sequence.as_string();
-    if (!text.empty()) KVTIER_RETURN_IF_ERROR(context.check_size(text.size() * static_cast<uint64_t>(count)));
+    if (!text.empty()) KVTIER_RETURN_IF_ERROR(context.check_size(saturated_product(text.size(), uint64_t(count))));
     std::string out;
     for (int64_t i = 0; i < count && !text.empty(); ++i) out += text;
     return Value::string_like(std::move(out), sequence);
   }
   const List& list = sequence.as_list();
-  if (!list.items.empty()) KVTIER_RETURN_IF_ERROR(context.check_items(list.items.size() * static_cast<uint64_t>(count)));
+  if (!list.items.empty()) {
+    KVTIER_RETURN_IF_ERROR(context.check_items(saturated_product(list.items.size(), uint64_t(count))));
+    KVTIER_RETURN_IF_ERROR(context.check_size(saturated_product(string_bytes(list), uint64_t(count))));
+  }
   std::vector<Value> items;
   for (int64_t i = 0; i < count && !list.items.empty(); ++i) items.insert(items.end(), list.items.begin(), list.items.end());
   return Value::list(std::move(items), list.tuple);

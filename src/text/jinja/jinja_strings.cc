@@ -1,5 +1,8 @@
 #include "text/jinja/jinja_strings.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace kvtier::text::jinja {
 
 char32_t decode_utf8(std::string_view text, size_t& pos) {
@@ -120,13 +123,44 @@ std::vector<std::string> split_on_whitespace(std::string_view text, long long ma
 
 }  // namespace
 
+size_t find_text(std::string_view text, std::string_view needle, size_t from) {
+  if (from > text.size()) return std::string_view::npos;
+  if (needle.size() <= 64) return text.find(needle, from);  // naive, at most 64 compares a position
+  // Knuth-Morris-Pratt: the needle's failure table, then one pass over the text.
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < text.size(); ++i) {
+    while (k > 0 && text[i] != needle[k]) k = fail[k - 1];
+    if (text[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - k;
+  }
+  return std::string_view::npos;
+}
+
+size_t py_replace_size(std::string_view text, std::string_view old_text, std::string_view new_text, long long count) {
+  uint64_t replaced = 0;
+  if (old_text.empty()) {
+    replaced = code_point_count(text) + 1;
+  } else {
+    for (size_t at = find_text(text, old_text); at != std::string_view::npos && (count < 0 || replaced < uint64_t(count));
+         at = find_text(text, old_text, at + old_text.size()))
+      ++replaced;
+  }
+  if (count >= 0) replaced = std::min<uint64_t>(replaced, uint64_t(count));
+  return text.size() - replaced * old_text.size() + replaced * new_text.size();
+}
+
 std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& separator,
                                   long long max_split) {
   if (!separator) return split_on_whitespace(text, max_split);
   std::vector<std::string> parts;
   size_t start = 0;
   while (max_split < 0 || static_cast<long long>(parts.size()) < max_split) {
-    const size_t found = text.find(*separator, start);
+    const size_t found = find_text(text, *separator, start);
     if (found == std::string_view::npos) break;
     parts.emplace_back(text.substr(start, found - start));
     start = found + separator->size();
@@ -155,7 +189,7 @@ std::string py_replace(std::string_view text, std::string_view old_text, std::st
   }
   size_t start = 0;
   while (count < 0 || done < count) {
-    const size_t found = text.find(old_text, start);
+    const size_t found = find_text(text, old_text, start);
     if (found == std::string_view::npos) break;
     result += text.substr(start, found - start);
     result += new_text;
