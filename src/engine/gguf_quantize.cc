@@ -112,7 +112,10 @@ Status quantize_gguf(const std::string& in, const std::string& out, const Weight
     const GgufTensor& t = tensors[index];
     const uint64_t row_bytes = quant::row_bytes(quant::info(t.type), t.shape[0]);
     const auto rows_bytes = bytes.subspan(size_t(t.file_offset + first_row * row_bytes), size_t(rows * row_bytes));
-    return quant::dequantize_row(t.type, rows_bytes, size_t(rows * t.shape[0]), values);
+    const size_t n = size_t(rows * t.shape[0]);
+    if (quant::first_nonfinite(t.type, rows_bytes, n) != n)  // as the loader refuses it (a NaN quantized to 0 loaded)
+      return Status::Corruption(in + ": tensor '" + t.name + "' holds a NaN or infinite value");
+    return quant::dequantize_row(t.type, rows_bytes, n, values);
   };
   return write_gguf_stream(out, metadata, specs, source, stream);
 }

@@ -362,5 +362,31 @@ TEST(Synthetic, QuantizeGgufMatchesMakingTheModelQuantised) {
   fs::remove(f16), fs::remove(made), fs::remove(converted);
 }
 
+// A weight that is NaN or infinite is refused by name, as the loader refuses it: quantize took a NaN
+// to 0 and wrote a file that loaded (or, to f16, one that did not), exiting 0 either way.
+TEST(Synthetic, QuantizeRefusesANonFiniteWeight) {
+  const ModelConfig c = *model_preset("tiny");
+  auto model = Model::synthetic(c, 6);
+  ASSERT_TRUE(model.ok());
+  const std::string f16 = temp_path("nan-f16.gguf"), out = temp_path("nan-q8.gguf");
+  ASSERT_TRUE(write_gguf(**model, f16, {.weight_type = GgufType::kF16}).ok());
+  auto tensors = load_gguf_tensors(f16, false);
+  ASSERT_TRUE(tensors.ok());
+  const GgufTensor& poisoned = tensors->back();
+  {
+    std::fstream io(f16, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(poisoned.file_offset + 2));  // its second value
+    const unsigned char nan_f16[2] = {0x00, 0x7E};
+    io.write(reinterpret_cast<const char*>(nan_f16), 2);
+  }
+  for (const WeightFormat& format : {WeightFormat(GgufType::kQ8_0), WeightFormat::Q4_K_M(), WeightFormat(GgufType::kF16)}) {
+    const Status s = quantize_gguf(f16, out, format);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.to_string();
+    EXPECT_NE(s.message().find("'" + poisoned.name + "' holds a NaN"), std::string::npos) << s.to_string();
+    EXPECT_FALSE(fs::exists(out));
+  }
+  fs::remove(f16);
+}
+
 }  // namespace
 }  // namespace kvtier::engine
