@@ -18,7 +18,7 @@ namespace kvtier::engine::gguf_detail {
 
 using gguf::ValueType;
 
-// One metadata value. Arrays keep strings or numbers; nested arrays are walked but not kept.
+// One metadata value. Arrays keep strings or numbers (where asked); nested arrays are walked but not kept.
 struct Value {
   ValueType type = ValueType::kU8;
   bool is_int = false;
@@ -69,7 +69,9 @@ class Cursor {
     return Status::Ok();
   }
 
-  Status value(ValueType t, Value& v, int depth) {
+  // `keep_array`: an array's elements are kept (else only checked and walked: a key nothing reads,
+  // whose bytes would cost several times their size in memory).
+  Status value(ValueType t, Value& v, int depth, bool keep_array = true) {
     v.type = t;
     switch (t) {
       case ValueType::kU8: return num<uint8_t>(v);
@@ -102,7 +104,7 @@ class Cursor {
         // is kept is then bounded by a small multiple of the file size.
         if (count > remaining() / min_encoded_bytes(v.elem))
           return corrupt("truncated file: array of " + std::to_string(count) + " elements past the end");
-        const bool keep = v.elem != ValueType::kArray;
+        const bool keep = keep_array && v.elem != ValueType::kArray;
         if (keep && v.elem == ValueType::kString) v.strs.reserve(size_t(count));
         if (keep && v.elem != ValueType::kString) v.nums.reserve(size_t(count));
         for (uint64_t k = 0; k < count; ++k) {

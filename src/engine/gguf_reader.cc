@@ -50,6 +50,13 @@ std::string_view gguf_type_name(GgufType t) {
 
 namespace {
 
+// The metadata arrays the loader reads; the elements of others are checked but not kept (a u8 array
+// kept as doubles took eight times its bytes, before the memory check counted anything).
+bool array_is_read(std::string_view key) {
+  return key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.scores" || key == "tokenizer.ggml.token_type" ||
+         key == "tokenizer.ggml.merges";
+}
+
 using gguf_detail::Cursor;
 using gguf_detail::Value;
 
@@ -117,7 +124,7 @@ class Parser {
       KVTIER_RETURN_IF_ERROR(cur_.pod(t, "metadata value type"));
       if (t > uint32_t(ValueType::kF64)) return cur_.corrupt("metadata '" + key + "' has unknown value type " + std::to_string(t));
       Value v;
-      KVTIER_RETURN_IF_ERROR(cur_.value(ValueType(t), v, 0));
+      KVTIER_RETURN_IF_ERROR(cur_.value(ValueType(t), v, 0, array_is_read(key)));
       if (!kv_.emplace(key, std::move(v)).second) return bad("duplicate metadata key '" + key + "'");
     }
     uint64_t alignment = gguf::kDefaultAlignment;
@@ -300,7 +307,11 @@ class Parser {
     }
     if (const Value* t = find("tokenizer.ggml.token_type")) {
       if (t->type != ValueType::kArray || t->nums.size() != n) return bad("tokenizer.ggml.token_type must have one value per token");
-      for (size_t k = 0; k < n; ++k) v.types[k] = int32_t(t->nums[k]);
+      for (size_t k = 0; k < n; ++k) {
+        if (!(t->nums[k] >= INT32_MIN && t->nums[k] <= INT32_MAX))  // a double out of int32's range casts to UB
+          return bad("tokenizer.ggml.token_type[" + std::to_string(k) + "] is not a token type");
+        v.types[k] = int32_t(t->nums[k]);
+      }
     }
     if (const Value* m = find("tokenizer.ggml.merges")) {
       if (m->type != ValueType::kArray || m->elem != ValueType::kString) return bad("tokenizer.ggml.merges must be an array of strings");

@@ -8,7 +8,7 @@ namespace {
 
 // ggml / GGUF codes used below (see src/engine/gguf_format.h).
 constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeIQ2_XXS = 16;
-constexpr uint32_t kValU32 = 4, kValString = 8, kValArray = 9, kValU64 = 10;
+constexpr uint32_t kValU32 = 4, kValString = 8, kValArray = 9, kValU64 = 10, kValF64 = 12;
 
 // Little-endian fields appended to a byte string.
 class Bytes {
@@ -215,6 +215,12 @@ std::vector<HostileGguf> hostile_images() {
   out.push_back(edited("alignment_not_power_of_two", "power of two",
                        [](ImageSpec& s) { s.kvs.push_back(kv_u32("general.alignment", 48)); }));
   out.push_back(edited("vocab_size_disagrees", "disagrees", [](ImageSpec& s) { s.kvs.push_back(kv_u32("llama.vocab_size", 1u << 24)); }));
+  out.push_back(edited("token_type_out_of_int32", "is not a token type", [](ImageSpec& s) {
+    Bytes b;
+    b.str("tokenizer.ggml.token_type").pod(kValArray).pod(kValF64).pod<uint64_t>(kTokens.size());
+    for (size_t i = 0; i < kTokens.size(); ++i) b.pod(i == 1 ? 1e300 : 1.0);  // cast to int32: undefined
+    s.kvs.push_back(b.out());
+  }));
   out.push_back(edited("layers_claimed_not_present", "missing tensor 'blk.1.",
                        [](ImageSpec& s) { s.kvs[2] = kv_u32("llama.block_count", 1024); }));
   return out;
