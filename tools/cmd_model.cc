@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "engine/engine.h"
 #include "engine/gguf.h"
 #include "engine/synthetic.h"
 #include "server/chat_api.h"
@@ -272,11 +273,15 @@ CommandRegistration reg("model", [](CLI::App& root, int& exit_code) {
   chat->callback([ct, &exit_code] { exit_code = report(render_chat(*ct)); });
 
   auto path = std::make_shared<std::string>();
-  CLI::App* info = cmd->add_subcommand("info", "Load a GGUF file and print its shape and fingerprint");
+  CLI::App* info = cmd->add_subcommand("info", "Load a GGUF file, check that kvtier can run it, and print its shape "
+                                                "and fingerprint");
   info->add_option("file", *path, "a .gguf file")->required();
   info->callback([path, &exit_code] {
     auto model = engine::load_gguf(*path);
     if (!model.ok()) return void(exit_code = report(model.status()));
+    // What `kvtier serve` would refuse at start, refused here too: the engine's shapes, the tokenizer.
+    if (Status st = engine::check_engine_supports((*model)->config()); !st.ok()) return void(exit_code = report(st));
+    if (auto tok = text::Tokenizer::create((*model)->vocab()); !tok.ok()) return void(exit_code = report(tok.status()));
     print_model(**model);
     auto tensors = engine::load_gguf_tensors(*path, /*dequantize=*/false);
     if (!tensors.ok()) return void(exit_code = report(tensors.status()));

@@ -104,9 +104,14 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
                                    ") does not match the model");
   if (!qdot::cpu_has(qdot::Isa::kAvx2))
     return Status::Unimplemented("Engine: this CPU lacks AVX2, FMA or F16C, which the engine's f32 kernels are built for");
+  KVTIER_RETURN_IF_ERROR(check_engine_supports(c));
+  return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
+}
+
+Status check_engine_supports(const ModelConfig& c) {
   if (c.head_dim % 16 != 0)  // every kernel width (simd::kLanes: 8 or 16) divides it
     return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
-  return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
+  return Status::Ok();
 }
 
 namespace {

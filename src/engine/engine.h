@@ -146,6 +146,10 @@ Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> mod
 Status move_kv(const ModelConfig& config, BlockPool& pool, LayerIdx layer, std::span<const PageId> src,
                uint32_t src_pos, std::span<const PageId> dst, uint32_t dst_pos, uint32_t n);
 
+// Whether the engine's kernels can run a model of this shape (whatever the CPU): Unimplemented
+// with the reason where not. Engine::create checks it; `kvtier model info` too.
+Status check_engine_supports(const ModelConfig& config);
+
 class Engine final : public Forward {
  public:
   // The pool's geometry must be model.config().kv_geometry(dtype, page_tokens)

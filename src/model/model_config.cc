@@ -36,7 +36,8 @@ Status ModelConfig::validate() const {
   for (float f : rope_freq_factors)
     if (!(f > 0.0f) || !std::isfinite(f)) return bad("rope_freq_factors must be finite and > 0");
   if (!(rms_eps > 0.0f) || !(rms_eps < 1.0f)) return bad("rms_eps must be in (0, 1)");
-  if (max_context == 0 || max_context > (1u << 24)) return bad("max_context must be in [1, 2^24]");
+  if (max_context < 2 || max_context > (1u << 24))  // a prompt's token and one generated
+    return bad("max_context must be in [2, 2^24]");
   return Status::Ok();
 }
 

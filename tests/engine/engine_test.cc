@@ -87,6 +87,17 @@ INSTANTIATE_TEST_SUITE_P(Engine, PrefixExactness,
                            return std::string(c.model) + "_" + std::to_string(c.len) + "_" + std::to_string(c.prefix);
                          });
 
+// What the engine cannot run is said from the shape alone (kvtier model info asks it too: it
+// printed such a file as fine, and kvtier serve then refused it).
+TEST(Engine, ShapesItCannotRunAreNamedBeforeAnyEngineIsMade) {
+  ModelConfig c = *model_preset("tiny");
+  EXPECT_TRUE(check_engine_supports(c).ok());
+  c.head_dim = 8;
+  const Status st = check_engine_supports(c);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("head_dim 8"), std::string::npos) << st.to_string();
+}
+
 TEST(Engine, DecodeMatchesPrefillLogits) {
   Rig rig(testing::preset_model("tiny"), DType::kF32, 32);
   const auto tokens = random_tokens(70, rig.model->config().vocab_size, 5);

@@ -221,6 +221,8 @@ std::vector<HostileGguf> hostile_images() {
     for (size_t i = 0; i < kTokens.size(); ++i) b.pod(i == 1 ? 1e300 : 1.0);  // cast to int32: undefined
     s.kvs.push_back(b.out());
   }));
+  out.push_back(edited("context_of_one_token", "max_context must be in [2,",  // serve failed later, obscurely
+                       [](ImageSpec& s) { s.kvs[6] = kv_u32("llama.context_length", 1); }));
   out.push_back(edited("layers_claimed_not_present", "missing tensor 'blk.1.",
                        [](ImageSpec& s) { s.kvs[2] = kv_u32("llama.block_count", 1024); }));
   return out;
