@@ -149,6 +149,9 @@ struct CompletionUsage {
   double ttft_s = 0;     // arrival to the first token (what the client sees)
   double e2e_s = 0;      // arrival to the last token
   uint32_t retained_tokens = 0;  // kept by the request's retention hints (Runtime::finish)
+  // Ended by the server before its end, its client still there: its deadline passed or the server
+  // stopped. Answered 503; counted as cancelled, not failed.
+  bool cut_short = false;
   // The request's tenant's cached bytes per tier and quota once it ended (tenant keys only).
   std::optional<KVCacheStats::Tenant> tenant;
 };

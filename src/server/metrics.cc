@@ -73,7 +73,8 @@ void ServerMetrics::record_response(const std::string& endpoint, int status) {
 void ServerMetrics::record_completion(const CompletionUsage& u, const Status& outcome) {
   std::lock_guard lk(mu_);
   const bool ok = outcome.ok();
-  ++(ok ? completions_ok_ : outcome.code() == StatusCode::kCancelled ? completions_cancelled_ : completions_failed_);
+  const bool cancelled = outcome.code() == StatusCode::kCancelled || u.cut_short;
+  ++(ok ? completions_ok_ : cancelled ? completions_cancelled_ : completions_failed_);
   prompt_tokens_ += u.prompt_tokens;
   completion_tokens_ += u.completion_tokens;
   cached_tokens_ += u.report.cached_tokens;

@@ -301,14 +301,17 @@ void Scheduler::loop() {
     if (stopping) {
       // Cancel everything: waiting requests end here, running ones below.
       while (!waiting_.empty()) {
-        waiting_.front().state->complete({}, {}, Status::Cancelled("the server is shutting down"), {});
+        waiting_.front().state->complete({}, {}, Status::Unavailable("the server is shutting down"), {.cut_short = true});
         waiting_.pop_front();
       }
     }
     lk.unlock();
     for (auto& c : calls) c();
     if (stopping)
-      for (auto& r : running_) r->state->cancel();
+      for (auto& r : running_) {
+        r->usage.cut_short = true;
+        end(*r, {}, Status::Unavailable("the server is shutting down"));  // its client may still be there: a 503
+      }
     step();
     const uint32_t free_pages = runtime_->free_device_pages();
     lk.lock();
@@ -330,10 +333,15 @@ void Scheduler::loop() {
 void Scheduler::step() {
   const auto now = options_.clock->now();
   for (auto& r : running_) {
-    if (r->state->cancelled()) end(*r, {}, Status::Cancelled("the request was cancelled"));
-    else if (now > r->deadline) end(*r, {}, Status::Unavailable("the request timed out"));
+    if (r->state->cancelled()) {
+      end(*r, {}, Status::Cancelled("the request was cancelled"));
+    } else if (now > r->deadline) {
+      r->usage.cut_short = true;
+      end(*r, {}, Status::Unavailable("the request timed out"));
+    }
   }
   std::erase_if(running_, [](const auto& r) { return r->ended; });
+  answer_waiting_that_are_over();
   if (resume_paused()) admit();  // new requests wait while a paused one does not fit
   prefetch_waiting();  // their lower-tier reads overlap the decode below
   decode_running();
@@ -416,18 +424,30 @@ void Scheduler::admit() {
   }
 }
 
-Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
-  const auto now = options_.clock->now();
+Clock::time_point Scheduler::deadline_of(const RequestState& state) const {
+  return state.arrival() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.request_timeout_s));
+}
+
+bool Scheduler::answer_if_over(Waiting& w, Clock::time_point now) const {
   if (w.state->cancelled()) {
     w.state->complete({}, {}, Status::Cancelled("the client went away"), {});
-    return Admission::kAnswered;
+    return true;
   }
-  const auto deadline = w.state->arrival() + std::chrono::duration_cast<RequestState::Clock::duration>(
-                                                 std::chrono::duration<double>(options_.request_timeout_s));
-  if (now > deadline) {
-    w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {});
-    return Admission::kAnswered;
-  }
+  if (now <= deadline_of(*w.state)) return false;
+  w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {.cut_short = true});
+  return true;
+}
+
+void Scheduler::answer_waiting_that_are_over() {
+  const auto now = options_.clock->now();
+  std::lock_guard lk(mu_);
+  std::erase_if(waiting_, [&](Waiting& w) { return answer_if_over(w, now); });
+}
+
+Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
+  const auto now = options_.clock->now();
+  if (answer_if_over(w, now)) return Admission::kAnswered;
+  const auto deadline = deadline_of(*w.state);
   auto started = runtime_->start(w.request);
   if (!started.ok() && started.status().is(StatusCode::kBusy)) return Admission::kNoRoom;
   auto r = std::make_unique<Running>(std::move(w.request));

@@ -210,6 +210,13 @@ class Scheduler {
   struct Waiting;
   // Runtime::start for one request taken from the queue; kNoRoom leaves `w` intact.
   Admission start_waiting(Waiting& w);
+  // When a request's time is up: its arrival plus options_.request_timeout_s.
+  Clock::time_point deadline_of(const RequestState& state) const;
+  // Answers a waiting request whose client left or whose deadline passed (at `now`); false if neither.
+  bool answer_if_over(Waiting& w, Clock::time_point now) const;
+  // Every step: waiting requests that are over are answered, whether or not any request can start
+  // (their queue places and their HTTP threads come back). Takes mu_.
+  void answer_waiting_that_are_over();
   // The index of the next waiting request to try, if any may start, by options_.policy
   // (server/schedule_policy.h) over the first kScheduleWindow admissible ones. Holds mu_.
   static constexpr uint32_t kScheduleWindow = 16;

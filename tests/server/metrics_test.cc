@@ -35,6 +35,7 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   m.record_completion(u, Status::Ok());
   m.record_completion(CompletionUsage{}, Status::Cancelled("the client went away"));
   m.record_completion(CompletionUsage{}, Status::Internal("the engine failed"));
+  m.record_completion(CompletionUsage{.cut_short = true}, Status::Unavailable("the request timed out"));  // cancelled
   m.record_ignored_fields(2);
   m.record_ignored_fields(0);
   const std::string text = m.render({3, 2, false});
@@ -49,9 +50,9 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.01"}}), 0);
   EXPECT_EQ(p.value("kvtier_server_ttft_seconds_bucket", {{"le", "0.025"}}), 1);
   EXPECT_EQ(p.value("kvtier_server_requests_waiting"), 3);
-  // A client that hangs up is not a failure of the server.
+  // A client that hangs up, a deadline that passes, are not failures of the server.
   EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "ok"}}), 1);
-  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 1);
+  EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "cancelled"}}), 2);
   EXPECT_EQ(p.value("kvtier_server_requests_total", {{"outcome", "failed"}}), 1);
   EXPECT_EQ(p.types.at("kvtier_server_e2e_latency_seconds"), "histogram");
   EXPECT_EQ(p.value("kvtier_request_ignored_fields_total"), 2);

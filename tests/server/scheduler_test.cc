@@ -164,6 +164,24 @@ TEST(SchedulerTest, CancelWhileQueuedNeverStarts) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "start"), 1);
 }
 
+// A queued request whose client left is answered at the next step even while nothing can start:
+// it kept its queue place (new requests got 429) and its HTTP thread until a running request ended.
+TEST(SchedulerTest, AQueuedRequestWhoseClientLeftIsAnsweredWhileTheRunningOnesRun) {
+  SchedulerOptions o;
+  o.max_running = 1;
+  Fixture f(o, [](FakeShared& s) { s.decode_delay = 1ms; });
+  auto running = f.submit({1}, 100000000);
+  size_t offset = 0;
+  while (offset == 0) running->wait(offset, true, 1000ms);
+  auto left = f.submit({2}, 2);
+  left->cancel();
+  EXPECT_TRUE(left->wait_done().error.is(StatusCode::kCancelled));
+  EXPECT_EQ(f.sched->counts().waiting, 0u);
+  EXPECT_FALSE(running->wait_done(0ms).has_value());  // it never had to end first
+  running->cancel();
+  (void)running->wait_done();
+}
+
 TEST(SchedulerTest, RunningLimitIsRespected) {
   SchedulerOptions o;
   o.max_running = 2;
@@ -239,7 +257,10 @@ TEST(SchedulerTest, DrainRefusesNewWorkAndCancelsAfterGrace) {
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(refused.status().is(StatusCode::kUnavailable));
   EXPECT_EQ(f.sched->drain(50ms), 1u);
-  EXPECT_TRUE(slow->wait_done().error.is(StatusCode::kCancelled));
+  const auto v = slow->wait_done();  // its client is still there: a 503 it can act on, counted as cancelled
+  EXPECT_TRUE(v.error.is(StatusCode::kUnavailable)) << v.error.to_string();
+  EXPECT_NE(v.error.message().find("shutting down"), std::string::npos);
+  EXPECT_TRUE(v.usage.cut_short);
   EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
 }
 
@@ -268,6 +289,7 @@ TEST(SchedulerTest, RequestTimeout) {
   clock.advance(std::chrono::seconds(11));
   auto v = st->wait_done();
   EXPECT_TRUE(v.error.is(StatusCode::kUnavailable)) << v.error.to_string();
+  EXPECT_TRUE(v.usage.cut_short);
   EXPECT_LT(v.usage.completion_tokens, 100000u);
   EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));
 }
