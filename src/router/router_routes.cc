@@ -93,8 +93,6 @@ void Router::Impl::route(Endpoint ep, const httplib::Request& req, httplib::Resp
                std::to_string(o.max_forwarding()) + " requests are being forwarded, as many as --threads " +
                    std::to_string(o.threads) + " allows (a quarter answers health checks and refusals); retry later");
   }
-  // cpp-httplib takes a client's FIN for a hang-up and writes nothing (a stream's relay writes its own).
-  if (from && !res.content_provider_ && res.status != kClientLeft && from->half_closed()) from->send_whole(res);
 }
 
 void Router::Impl::route_to_backend(Endpoint ep, const httplib::Request& req,

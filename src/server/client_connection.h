@@ -18,6 +18,7 @@
 #include <string_view>
 
 namespace httplib {
+struct Request;
 struct Response;
 }
 
@@ -54,5 +55,10 @@ class ClientConnection {
   explicit ClientConnection(int fd) : fd_(fd) {}
   int fd_;
 };
+
+// For httplib::Server::set_post_routing_handler (it runs after every route, a refused request's
+// too): a client that half-closed after sending its request gets the whole answer written, any
+// status (a streamed answer writes its own).
+void answer_half_closed_client(const httplib::Request& req, httplib::Response& res);
 
 }  // namespace kvtier::server

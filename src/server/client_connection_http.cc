@@ -23,4 +23,10 @@ std::string whole_response_bytes(const httplib::Response& res) {
 
 bool ClientConnection::send_whole(const httplib::Response& res) const { return send_all(whole_response_bytes(res)); }
 
+void answer_half_closed_client(const httplib::Request& req, httplib::Response& res) {
+  if (res.content_provider_) return;
+  const auto c = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  if (c && c->half_closed()) c->send_whole(res);
+}
+
 }  // namespace kvtier::server

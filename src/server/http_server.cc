@@ -313,6 +313,7 @@ void HttpServer::install_routes() {
     else e.message = "request rejected with HTTP " + std::to_string(res.status);
     res.set_content(error_json(e), kJson);
   });
+  s.set_post_routing_handler(answer_half_closed_client);  // a 400, 429 or 503 as well as a 200
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     ApiError e;
     e.http_status = 500;
@@ -489,10 +490,7 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   const bool chat = gen.endpoint == Endpoint::kChat;
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
   if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta, connection);
-  answer_whole(connection, res, gen, *state, meta);
-  // httplib 0.11 takes a client's FIN for a hang-up and will not write the
-  // answer; a client that half-closed after sending gets it written here.
-  if (connection && connection->half_closed()) connection->send_whole(res);
+  answer_whole(connection, res, gen, *state, meta);  // a half-closed client's: answer_half_closed_client
 }
 
 void HttpServer::answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res,

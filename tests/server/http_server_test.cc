@@ -498,6 +498,21 @@ TEST_F(HttpServerTest, HalfClosedClientIsStillAnswered) {
   EXPECT_EQ(sched_->counts().cancels, 0u);
 }
 
+// Refusals reach a half-closed client too (a 400 here, as a 429 or a 503 would): they were written
+// to nobody, since only the success path wrote past httplib.
+TEST_F(HttpServerTest, HalfClosedClientGetsItsRefusal) {
+  start();
+  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":-1})");
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+  ::close(fd);
+  ASSERT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  EXPECT_NE(reply.find("max_tokens"), std::string::npos) << reply;
+}
+
 // The same for a streamed answer, whether the client's FIN arrives before the
 // answer's head (the whole stream is written past httplib) or after it (the
 // rest is): every event arrives, framed as chunks, and nothing is cancelled.
