@@ -602,7 +602,8 @@ TEST_F(RouterE2E, AStreamWhoseBackendFallsSilentIsCutOff) {
       return false;
     });
   });
-  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.stream_idle_timeout_s = 3; });
+  // 10 s: room for the first event to arrive on a loaded machine; the silence after it lasts 60 s.
+  start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.stream_idle_timeout_s = 10; });
   ASSERT_TRUE(wait_backend(0, true));
   httplib::Client c("127.0.0.1", port_);
   c.set_read_timeout(30, 0);  // half the backend's silence: without the cut, this client gives up first
