@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <random>
+
 #include "engine/gguf.h"
 #include "text/vocab_fixture.h"
 
@@ -148,6 +151,56 @@ TEST(Tokenizer, SyntheticVocabularySpellsAnyText) {
   EXPECT_EQ(ids[1], 259);  // the leading space prefix: one "▁" token
   EXPECT_EQ(tok->decode(ids), " " + text);
   EXPECT_EQ(ids.size(), 1 + 1 + 5 + 1 + 6 + 1 + 4u);  // BOS, ▁, bytes of each word, ▁ between
+}
+
+// Special tokens are found by a search over their sorted texts; it finds what a scan of every
+// special at every position finds: the longest one starting there (the lowest id of equal texts),
+// only user-defined ones without parse_special. Random texts over an alphabet that makes the
+// specials overlap, nest and repeat.
+TEST(Tokenizer, SpecialsAreTheLongestMatchAsAScanFindsThem) {
+  auto v = Vocab::synthetic(512);
+  ASSERT_TRUE(v.ok());
+  const std::vector<std::pair<std::string, TokenType>> added = {
+      {"<a", TokenType::kUserDefined},   {"<ab", TokenType::kUserDefined}, {"<abc", TokenType::kControl},
+      {"ab", TokenType::kUserDefined},   {"abcab", TokenType::kUserDefined}, {"<|x|>", TokenType::kControl},
+      {"<ab", TokenType::kControl},      {"ba", TokenType::kUserDefined},  {"<abcabc>", TokenType::kUserDefined}};
+  for (const auto& [text, type] : added) {
+    v->tokens.push_back(text);
+    v->scores.push_back(0);
+    v->types.push_back(int32_t(type));
+  }
+  auto tok = Tokenizer::create(*v);
+  ASSERT_TRUE(tok.ok()) << tok.status().to_string();
+  auto scan = [&](std::string_view text, bool parse_special) {  // the reference: every special, every position
+    std::vector<TokenId> found;
+    for (size_t at = 0; at < text.size();) {
+      std::optional<size_t> best;
+      for (size_t k = 0; k < added.size(); ++k) {
+        if (!parse_special && added[k].second != TokenType::kUserDefined) continue;
+        if (!text.substr(at).starts_with(added[k].first)) continue;
+        if (!best || added[k].first.size() > added[*best].first.size()) best = k;
+      }
+      if (!best) {
+        ++at;
+        continue;
+      }
+      found.push_back(TokenId(512 + *best));
+      at += added[*best].first.size();
+    }
+    return found;
+  };
+  std::mt19937 rng(7);
+  const std::string alphabet[] = {"<", "a", "b", "c", "|", "x", ">", "ab", "<ab", " "};
+  for (int round = 0; round < 500; ++round) {
+    std::string text;
+    for (int i = 0; i < 24; ++i) text += alphabet[rng() % std::size(alphabet)];
+    for (const bool parse_special : {true, false}) {
+      std::vector<TokenId> specials;
+      for (TokenId id : tok->encode(text, {.parse_special = parse_special}))
+        if (id >= 512) specials.push_back(id);
+      ASSERT_EQ(specials, scan(text, parse_special)) << "'" << text << "' parse_special " << parse_special;
+    }
+  }
 }
 
 }  // namespace
