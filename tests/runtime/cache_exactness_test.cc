@@ -423,12 +423,17 @@ TEST(CacheExactness, CorruptDiskEntryIsRecomputed) {
 }
 
 // A disk read that fails (EIO) is recomputed and counted like a corrupt one.
-TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
-  FaultFileSystem faults(FileSystem::posix());
+// A rig whose disk tier writes 64 KiB regions through `faults`.
+RigOptions small_regions_over(FaultFileSystem& faults) {
   RigOptions o;
   o.region_bytes = 64 << 10;
   o.disk_fs = &faults;
-  CacheRig rig(o);
+  return o;
+}
+
+TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
+  FaultFileSystem faults(FileSystem::posix());
+  CacheRig rig(small_regions_over(faults));
   auto prompt = CacheRig::random_tokens(300, 8);
   Outcome ref = rig.reference(prompt, 8);
   rig.cached(prompt, 8);
@@ -448,10 +453,7 @@ TEST(CacheExactness, FailedDiskReadIsRecomputedNotCountedAsReused) {
 // forever and dropped nothing, not even what an operator flushed to purge.
 TEST(CacheExactness, AFlushDropsTheCachedPagesWhenTheDiskHasFailed) {
   FaultFileSystem faults(FileSystem::posix());
-  RigOptions o;
-  o.region_bytes = 64 << 10;
-  o.disk_fs = &faults;
-  CacheRig rig(o);
+  CacheRig rig(small_regions_over(faults));
   faults.add_rule(FaultRule{.kind = FaultKind::kNoSpace, .op = FaultOp::kWrite, .nth = 1, .times = 0});
   rig.cached(CacheRig::random_tokens(300, 9), 0);
   ASSERT_GT(rig.cache->stats().index.device_pages, 0u);

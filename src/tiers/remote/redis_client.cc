@@ -1,164 +1,22 @@
 #include "tiers/remote/redis_client.h"
 
 #include <hiredis/hiredis.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <climits>
-#include <cstdio>
-#include <cstring>
-#include <string_view>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <ctime>
+#include <string_view>
+
+#include "tiers/remote/redis_wire.h"
 
 namespace kvtier {
+
+using namespace redis_wire;
 
 void RedisReplyDeleter::operator()(redisReply* r) const {
   if (r) freeReplyObject(r);
 }
 
 namespace {
-
-timeval to_timeval(std::chrono::milliseconds ms) {
-  timeval tv;
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
-  return tv;
-}
-
-// hiredis writes with write(2): a peer that died turns the next write into a
-// SIGPIPE that would kill the process. The library must not change process-
-// wide signal handling, so SIGPIPE is blocked on this thread for the
-// duration of a call and any instance it raised is consumed before unblocking.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigset_t pending;
-    sigemptyset(&pending);
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SIGPIPE);
-    blocked_ = pthread_sigmask(SIG_BLOCK, &block, &old_) == 0;
-  }
-  ~SigpipeGuard() {
-    if (!blocked_) return;
-    if (!was_pending_) {
-      sigset_t pending;
-      sigemptyset(&pending);
-      sigpending(&pending);
-      if (sigismember(&pending, SIGPIPE) == 1) {
-        sigset_t just;
-        sigemptyset(&just);
-        sigaddset(&just, SIGPIPE);
-        timespec zero{0, 0};
-        while (sigtimedwait(&just, nullptr, &zero) == -1 && errno == EINTR) {
-        }
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-  bool blocked_ = false, was_pending_ = false;
-};
-
-bool is_timeout(const redisContext* c) {
-  return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
-}
-
-// Marks the context broken by a timeout, as hiredis marks its own (is_timeout() reads errno).
-void time_out(redisContext* c, std::chrono::milliseconds limit) {
-  c->err = REDIS_ERR_IO;
-  std::snprintf(c->errstr, sizeof c->errstr, "reply incomplete after %lld ms", static_cast<long long>(limit.count()));
-  errno = ETIMEDOUT;
-}
-
-// The context's next reply, whole within `limit` of now. hiredis's own timeout bounds each read of
-// the socket, so a server that trickles a reply a byte at a time never tripped it. False (the
-// context carries the error) on a timeout or a broken connection.
-bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + limit;
-  *reply = nullptr;
-  if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
-  while (*reply == nullptr) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd readable{c->fd, POLLIN, 0};
-    const int ready = left > 0 ? ::poll(&readable, 1, static_cast<int>(std::min<int64_t>(left, INT_MAX))) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) {
-      time_out(c, limit);
-      return false;
-    }
-    if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
-  }
-  return true;
-}
-
-// Writes what the context has queued (blocking, each write bounded by its send timeout).
-bool flush_output(redisContext* c) {
-  int done = 0;
-  while (!done)
-    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
-  return true;
-}
-
-// One command on a connection, its reply whole within `limit`; nullptr when the connection failed
-// (the context carries the error).
-RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args) {
-  std::vector<const char*> argv;
-  std::vector<size_t> argl;
-  for (auto a : args) argv.push_back(a.data()), argl.push_back(a.size());
-  void* raw = nullptr;
-  if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()) != REDIS_OK ||
-      !flush_output(c) || !read_reply(c, limit, &raw))
-    return nullptr;
-  return RedisReplyPtr(static_cast<redisReply*>(raw));
-}
-
-std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
-  std::string what = c->errstr[0] ? c->errstr : "connection lost";
-  if (c->err == REDIS_ERR_EOF) what = "server closed the connection";
-  return "redis " + ep.to_string() + ": " + what;
-}
-
-// Sends `pieces` straight to the context's socket (blocking, bounded by its
-// send timeout). On failure the context carries the error, as hiredis does.
-bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
-  std::vector<iovec> iov;
-  iov.reserve(pieces.size());
-  for (auto p : pieces)
-    if (!p.empty()) iov.push_back(iovec{const_cast<char*>(p.data()), p.size()});
-  size_t i = 0;
-  while (i < iov.size()) {
-    msghdr m{};
-    m.msg_iov = iov.data() + i;
-    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
-    ssize_t n = ::sendmsg(c->fd, &m, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      c->err = REDIS_ERR_IO;
-      std::snprintf(c->errstr, sizeof c->errstr, "%s", std::strerror(errno));
-      return false;
-    }
-    for (size_t left = static_cast<size_t>(n); left > 0;) {
-      const size_t take = std::min(left, iov[i].iov_len);
-      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + take;
-      iov[i].iov_len -= take;
-      left -= take;
-      if (iov[i].iov_len == 0) ++i;
-    }
-    while (i < iov.size() && iov[i].iov_len == 0) ++i;
-  }
-  return true;
-}
 
 // "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381".
 bool parse_redirect(std::string_view err, std::string_view verb, const RedisEndpoint& from, uint16_t& slot,
@@ -470,8 +328,6 @@ std::vector<RedisClient::NodeBatch> RedisClient::route(Pipeline& p) {
 // connection fails or breaks fails its commands and has no context after.
 void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
   p.asked.assign(p.cmds.size(), 0);
-  std::vector<const char*> argv;
-  std::vector<size_t> argl;
   for (auto& n : nodes) {
     auto c = s.get(n.ep);
     if (!c.ok()) {
@@ -491,13 +347,7 @@ void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
         if (!flush_output(n.c) || !send_pieces(n.c, p.cmds[i].formatted)) break;
         continue;
       }
-      argv.clear();
-      argl.clear();
-      for (auto a : p.cmds[i].args) {
-        argv.push_back(a.data());
-        argl.push_back(a.size());
-      }
-      redisAppendCommandArgv(n.c, static_cast<int>(argv.size()), argv.data(), argl.data());
+      (void)append_command(n.c, p.cmds[i].args);  // a failure surfaces in the write loop below
     }
   }
   for (auto& n : nodes)

@@ -1,0 +1,143 @@
+#include "tiers/remote/redis_wire.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace kvtier::redis_wire {
+
+namespace {
+
+// Marks the context broken by a timeout, as hiredis marks its own (is_timeout() reads errno).
+void time_out(redisContext* c, std::chrono::milliseconds limit) {
+  c->err = REDIS_ERR_IO;
+  std::snprintf(c->errstr, sizeof c->errstr, "reply incomplete after %lld ms", static_cast<long long>(limit.count()));
+  errno = ETIMEDOUT;
+}
+
+}  // namespace
+
+SigpipeGuard::SigpipeGuard() {
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  blocked_ = pthread_sigmask(SIG_BLOCK, &block, &old_) == 0;
+}
+
+SigpipeGuard::~SigpipeGuard() {
+  if (!blocked_) return;
+  if (!was_pending_) {
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) == 1) {
+      sigset_t just;
+      sigemptyset(&just);
+      sigaddset(&just, SIGPIPE);
+      timespec zero{0, 0};
+      while (sigtimedwait(&just, nullptr, &zero) == -1 && errno == EINTR) {
+      }
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+}
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv;
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+bool is_timeout(const redisContext* c) {
+  return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
+}
+
+bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + limit;
+  *reply = nullptr;
+  if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+  while (*reply == nullptr) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd readable{c->fd, POLLIN, 0};
+    const int ready = left > 0 ? ::poll(&readable, 1, static_cast<int>(std::min<int64_t>(left, INT_MAX))) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) {
+      time_out(c, limit);
+      return false;
+    }
+    if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+  }
+  return true;
+}
+
+bool flush_output(redisContext* c) {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+  return true;
+}
+
+bool append_command(redisContext* c, std::span<const std::string_view> args) {
+  std::vector<const char*> argv;
+  std::vector<size_t> argl;
+  argv.reserve(args.size()), argl.reserve(args.size());
+  for (auto a : args) argv.push_back(a.data()), argl.push_back(a.size());
+  return redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()) == REDIS_OK;
+}
+
+RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args) {
+  void* raw = nullptr;
+  if (!append_command(c, std::span(args.begin(), args.size())) || !flush_output(c) || !read_reply(c, limit, &raw))
+    return nullptr;
+  return RedisReplyPtr(static_cast<redisReply*>(raw));
+}
+
+std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
+  std::string what = c->errstr[0] ? c->errstr : "connection lost";
+  if (c->err == REDIS_ERR_EOF) what = "server closed the connection";
+  return "redis " + ep.to_string() + ": " + what;
+}
+
+bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
+  std::vector<iovec> iov;
+  iov.reserve(pieces.size());
+  for (auto p : pieces)
+    if (!p.empty()) iov.push_back(iovec{const_cast<char*>(p.data()), p.size()});
+  size_t i = 0;
+  while (i < iov.size()) {
+    msghdr m{};
+    m.msg_iov = iov.data() + i;
+    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
+    ssize_t n = ::sendmsg(c->fd, &m, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      c->err = REDIS_ERR_IO;
+      std::snprintf(c->errstr, sizeof c->errstr, "%s", std::strerror(errno));
+      return false;
+    }
+    for (size_t left = static_cast<size_t>(n); left > 0;) {
+      const size_t take = std::min(left, iov[i].iov_len);
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + take;
+      iov[i].iov_len -= take;
+      left -= take;
+      if (iov[i].iov_len == 0) ++i;
+    }
+    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  }
+  return true;
+}
+
+}  // namespace kvtier::redis_wire
