@@ -128,10 +128,12 @@ Result<int> Router::bind() {
   const int threads = int(m.o.threads);
   m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   m.http.set_post_routing_handler(server::answer_half_closed_client);  // cpp-httplib writes nothing to one
+  m.drain.install(m.http);
   const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;
   if (port < 0 || (m.o.port != 0 && !m.http.bind_to_port(m.o.host.c_str(), m.o.port)))
     return Status::Unavailable("route: cannot listen on " + m.o.host + ":" + std::to_string(m.o.port));
   server::widen_listen_backlog(uint16_t(port));
+  m.port = port;
   m.probe_all();
   m.health_thread = std::thread([&m] { m.health_loop(); });
   if (m.o.policy == RoutePolicy::kCacheAware)
@@ -159,6 +161,11 @@ void Router::stop() {
   // waited for (one that has not started will not: it sees `stopping`).
   while (impl_->serving.load() && !impl_->http.is_running()) std::this_thread::yield();
   impl_->http.stop();
+}
+
+size_t Router::close_connections(std::chrono::milliseconds bound) {
+  impl_->drain.wait_none(bound);
+  return impl_->port == 0 ? 0 : server::shut_connections_on(uint16_t(impl_->port));
 }
 
 Status Router::reload_keys() { return impl_->keys ? impl_->keys->reload() : Status::Ok(); }
@@ -324,6 +331,9 @@ Status run_router(RouterOptions options, std::optional<text::Vocab> vocab, std::
   }
   std::fprintf(log, "kvtier route: stopping\n");
   router->stop();
+  // Whole answers being written end (streams stop at their next chunk), then idle keep-alive
+  // connections and requests half sent are shut, or the exit would wait out httplib's timeouts.
+  router->close_connections(std::chrono::hours(1));
   server.join();
   return Status::Ok();
 }

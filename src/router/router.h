@@ -20,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -82,6 +83,10 @@ class Router {
   // Serves until stop() (from another thread or a signal handler's thread).
   void serve();
   void stop();
+  // After stop(): waits up to `bound` for the answers being written (a stream ends at its next
+  // chunk), then shuts the connections still open (idle keep-alive ones, requests half sent) so
+  // that serve() returns at once. Returns how many it shut.
+  size_t close_connections(std::chrono::milliseconds bound);
   // Re-reads the keys file (SIGHUP); on an error the keys in use stay.
   Status reload_keys();
   std::vector<BackendStatus> backends() const;

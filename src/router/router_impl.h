@@ -19,6 +19,7 @@
 #include "server/auth.h"
 #include "server/chat_prompt.h"
 #include "server/client_connection.h"
+#include "server/connection_drain.h"
 
 namespace kvtier::router {
 
@@ -76,6 +77,8 @@ struct Router::Impl {
   uint32_t forwarding = 0;  // requests in route() now
 
   httplib::Server http;
+  server::ConnectionDrain drain;  // counts the answers being written; closes what is left at the end
+  int port = 0;                   // once bound
   std::thread health_thread;
   std::vector<std::thread> event_threads;  // one per backend (cache-aware only)
   std::mutex stop_mu;

@@ -15,15 +15,32 @@
 namespace kvtier::server {
 namespace {
 
+int port_of(const sockaddr_storage& addr) {
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+  return -1;
+}
+
 // An address as httplib prints it (numeric host, as getnameinfo gives it) and its port.
 bool address_is(const sockaddr_storage& addr, socklen_t len, std::string_view host, int port) {
   char text[NI_MAXHOST];
   if (getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0)
     return false;
-  int actual = -1;
-  if (addr.ss_family == AF_INET) actual = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-  else if (addr.ss_family == AF_INET6) actual = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
-  return actual == port && host == text;
+  return port_of(addr) == port && host == text;
+}
+
+// Calls `fn` with each descriptor the process has open until it returns false.
+template <typename Fn>
+void for_each_descriptor(Fn fn) {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (dirent* entry = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(entry->d_name, &end, 10);
+    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    if (!fn(int(fd))) break;
+  }
+  closedir(dir);
 }
 
 bool connects(int fd, std::string_view local_addr, int local_port, std::string_view remote_addr, int remote_port) {
@@ -42,20 +59,28 @@ std::optional<ClientConnection> ClientConnection::find(std::string_view local_ad
   thread_local int last_found = -1;
   if (last_found >= 0 && connects(last_found, local_addr, local_port, remote_addr, remote_port))
     return ClientConnection(last_found);
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return std::nullopt;
   std::optional<ClientConnection> found;
-  while (dirent* entry = readdir(dir)) {
-    char* end = nullptr;
-    const long fd = std::strtol(entry->d_name, &end, 10);
-    if (end == entry->d_name || *end != '\0' || fd == dirfd(dir)) continue;
-    if (!connects(int(fd), local_addr, local_port, remote_addr, remote_port)) continue;
-    found = ClientConnection(int(fd));
-    last_found = int(fd);
-    break;
-  }
-  closedir(dir);
+  for_each_descriptor([&](int fd) {
+    if (!connects(fd, local_addr, local_port, remote_addr, remote_port)) return true;
+    found = ClientConnection(fd);
+    last_found = fd;
+    return false;
+  });
   return found;
+}
+
+size_t shut_connections_on(uint16_t port) {
+  size_t shut = 0;
+  for_each_descriptor([&](int fd) {
+    sockaddr_storage local{}, remote{};
+    socklen_t local_len = sizeof local, remote_len = sizeof remote;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0 || port_of(local) != port ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_len) != 0)
+      return true;  // not a socket, another port, or a listening one
+    if (shutdown(fd, SHUT_RDWR) == 0) ++shut;
+    return true;
+  });
+  return shut;
 }
 
 bool ClientConnection::closed() const {

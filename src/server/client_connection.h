@@ -13,6 +13,7 @@
 // httplib closes the socket after them). Safe from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -55,6 +56,10 @@ class ClientConnection {
   explicit ClientConnection(int fd) : fd_(fd) {}
   int fd_;
 };
+
+// Shuts (both directions) every connected TCP socket of this process whose
+// local port is `port`: the connections a server accepted there. Returns how many.
+size_t shut_connections_on(uint16_t port);
 
 // For httplib::Server::set_post_routing_handler (it runs after every route, a refused request's
 // too): a client that half-closed after sending its request gets the whole answer written, any

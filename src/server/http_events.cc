@@ -108,7 +108,7 @@ void HttpServer::install_events_route() {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, stream](size_t, httplib::DataSink& sink) {
-          if (stop_requested_) {
+          if (stop_requested_ || scheduler_->draining()) {  // a shut_down() waits for it
             sink.done();
             return true;
           }

@@ -150,13 +150,13 @@ Result<uint16_t> HttpServer::bind() {
     const int port = http_->bind_to_any_port(config_.host);
     if (port <= 0) return Status::Unavailable("cannot listen on " + config_.host + " (any port)");
     widen_listen_backlog(uint16_t(port));
-    return uint16_t(port);
+    return port_ = uint16_t(port);
   }
   if (!http_->bind_to_port(config_.host, config_.port))
     return Status::Unavailable("cannot listen on " + config_.host + ":" + std::to_string(config_.port) +
                                " (address in use or not local?)");
   widen_listen_backlog(config_.port);
-  return config_.port;
+  return port_ = config_.port;
 }
 
 Status HttpServer::serve() {
@@ -180,6 +180,12 @@ void HttpServer::stop() {
   while (serve_entered_ && !serve_returned_ && !http_->is_running())
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   if (http_->is_running()) http_->stop();
+}
+
+size_t HttpServer::shut_down(std::chrono::milliseconds bound) {
+  drain_.wait_none(bound);
+  stop();
+  return port_ == 0 ? 0 : shut_connections_on(port_);
 }
 
 std::optional<Principal> HttpServer::authorize(const httplib::Request& req, httplib::Response& res, Access access) const {
@@ -300,7 +306,7 @@ void HttpServer::install_routes() {
   s.set_read_timeout(30, 0);
   s.set_write_timeout(30, 0);
   s.set_keep_alive_max_count(1000);
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+  drain_.install(s, [this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.record_response(endpoint_label(req.path), res.status);
   });
   s.set_error_handler([max_body = config_.limits.max_body_bytes](const httplib::Request& req, httplib::Response& res) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@
 #include "server/chat_prompt.h"
 #include "server/client_connection.h"
 #include "server/config.h"
+#include "server/connection_drain.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 
@@ -57,8 +59,14 @@ class HttpServer {
   Result<uint16_t> bind();
   // Accepts connections until stop(). Returns an error if listening failed.
   Status serve();
-  // Stops accepting and closes connections; serve() returns.
+  // Stops accepting; serve() returns once each worker has finished its request (a stream is cut at
+  // its next chunk) and let go of its connection: one idle or half sent holds it for httplib's
+  // keep-alive or read timeout (5 s, 30 s). shut_down() does not wait on them.
   void stop();
+  // The end of serving, after the scheduler's drain: waits up to `bound` for the answers being
+  // written (event streams end at the drain), stop()s, then shuts the connections still open, so
+  // that serve() returns at once (server/connection_drain.h). Returns how many it shut.
+  size_t shut_down(std::chrono::milliseconds bound);
 
  private:
   enum class Endpoint { kCompletions, kChat };
@@ -121,6 +129,8 @@ class HttpServer {
   ToolParser tool_parser_ = ToolParser::kNone;  // --tool-parser, or the one the chat template's format names
   std::shared_ptr<CacheView> view_;  // the dashboard's snapshots
   std::unique_ptr<httplib::Server> http_;
+  ConnectionDrain drain_;
+  uint16_t port_ = 0;  // once bound
   std::atomic<bool> stop_requested_{false}, serve_entered_{false}, serve_returned_{false};
   std::atomic<uint64_t> next_prefetch_{1};
   std::atomic<uint32_t> event_listeners_{0};

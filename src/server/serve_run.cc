@@ -113,7 +113,10 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
     const size_t cancelled = scheduler->drain(grace);
     std::fprintf(log, "kvtier serve: drained (%zu request(s) cancelled), stopping\n", cancelled);
     std::fflush(log);
-    http->stop();
+    // The answers' last bytes get the grace again; then idle keep-alive connections and requests
+    // half sent are shut, or the exit would wait out httplib's timeouts (5 s, 30 s).
+    const size_t shut = http->shut_down(grace);
+    if (shut > 0) std::fprintf(log, "kvtier serve: closed %zu connection(s) still open\n", shut);
     break;
   }
   acceptor.join();

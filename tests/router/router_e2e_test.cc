@@ -560,6 +560,32 @@ TEST_F(RouterE2E, AClientThatHalfClosesAfterItsRequestIsAnswered) {
   }
 }
 
+// At the router's end (SIGTERM), a connection whose request head is half sent is shut once no
+// answer is being written: it held an httplib worker, and the exit, for the read timeout (30 s).
+TEST_F(RouterE2E, ClosingConnectionsEndsHalfSentRequests) {
+  FakeBackend fake([](const httplib::Request&, httplib::Response& res) { res.set_content("{}", "application/json"); });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(uint16_t(port_));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string half = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL), ssize_t(half.size()));
+  sockaddr_in mine{};
+  socklen_t len = sizeof mine;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &len), 0);
+  while (!server::ClientConnection::find("127.0.0.1", port_, "127.0.0.1", ntohs(mine.sin_port)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // accepted: the router holds its end
+  router_->stop();
+  EXPECT_EQ(router_->close_connections(std::chrono::seconds(60)), 1u);
+  pollfd ended{fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&ended, 1, 4000), 1) << "the connection is still open";  // it would end after 30 s
+  ::close(fd);
+  serving_.join();
+}
+
 // A client that half-closes in the middle of a stream gets the rest of it, chunk-framed as it began,
 // and the backend is not cancelled.
 TEST_F(RouterE2E, AClientThatHalfClosesMidStreamGetsTheRest) {

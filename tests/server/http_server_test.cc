@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -418,21 +419,25 @@ TEST_F(HttpServerTest, DisconnectMidStreamFreesTheSequence) {
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);
 }
 
-// Opens a connection and sends one POST /v1/completions, without reading the answer.
-int send_raw_completion(int port, const std::string& body) {
+// Opens a connection and sends `bytes` on it, without reading the answer.
+int send_raw(int port, const std::string& bytes) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(uint16_t(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return -1;
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != ssize_t(bytes.size())) {
     ::close(fd);
     return -1;
   }
   return fd;
+}
+
+// Opens a connection and sends one POST /v1/completions, without reading the answer.
+int send_raw_completion(int port, const std::string& body) {
+  return send_raw(port, "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
 // A non-streaming request whose client hangs up is cancelled: the handler
@@ -547,6 +552,52 @@ TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
     EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";
   }
   EXPECT_EQ(sched_->counts().cancels, 0u);
+}
+
+// At a server's end, shut_down() shuts the connections still open once no answer is being
+// written. Without it an idle keep-alive connection holds its httplib worker, and serve()'s
+// return, for the keep-alive timeout (5 s), and a request whose head is half sent for the read
+// timeout (30 s): `kvtier serve` exited that much after SIGTERM.
+TEST_F(HttpServerTest, ClosingConnectionsEndsIdleAndHalfSentOnes) {
+  start();
+  const int idle = send_raw(port_, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  ASSERT_GE(idle, 0);
+  std::string answer;
+  char c;
+  while (answer.find("}") == std::string::npos && ::recv(idle, &c, 1, 0) == 1) answer += c;  // the JSON body's end
+  ASSERT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  const int half = send_raw(port_, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+  ASSERT_GE(half, 0);
+  sockaddr_in mine{};
+  socklen_t len = sizeof mine;
+  ASSERT_EQ(::getsockname(half, reinterpret_cast<sockaddr*>(&mine), &len), 0);
+  // Accepted (this process holds the server's end): a connection still in the backlog would be
+  // reset when the listening socket closes, with or without close_connections().
+  while (!ClientConnection::find("127.0.0.1", port_, "127.0.0.1", ntohs(mine.sin_port)))
+    std::this_thread::sleep_for(1ms);
+  EXPECT_GE(http_->shut_down(60s), 1u);
+  for (const int fd : {idle, half}) {
+    pollfd ended{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&ended, 1, 4000), 1) << "the connection is still open";  // it would end after 5 s or 30 s
+    EXPECT_LE(::recv(fd, &c, 1, MSG_DONTWAIT), 0);
+    ::close(fd);
+  }
+  thread_.join();  // serve() has returned
+}
+
+// ... and it waits for the answers being written first (after stop(), httplib would cut a stream
+// at its next chunk): a stream in flight ends whole.
+TEST_F(HttpServerTest, ClosingConnectionsWaitsForTheAnswersBeingWritten) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":8,"ignore_eos":true,"stream":true})");
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  std::thread closer([&] { http_->shut_down(60s); });
+  const std::string reply = release_and_read_to_end(*fake_, fd);  // its end: the closer's shutdown
+  closer.join();
+  EXPECT_NE(reply.find("\"completion_tokens\":8"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("data: [DONE]"), std::string::npos) << reply;
+  EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";
 }
 
 // A client that waits for its whole answer is not mistaken for one that left.

@@ -1,0 +1,50 @@
+#include "server/connection_drain.h"
+
+#include <httplib.h>
+
+namespace kvtier::server {
+namespace {
+
+// The drain whose answer this worker thread is writing, if any: the logger
+// also runs for answers that never reached routing (a malformed head), which
+// were never counted.
+thread_local const ConnectionDrain* answering = nullptr;
+
+}  // namespace
+
+void ConnectionDrain::install(httplib::Server& http, Logger logger) {
+  http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    started();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  http.set_logger([this, logger = std::move(logger)](const httplib::Request& req, const httplib::Response& res) {
+    if (logger) logger(req, res);
+    finished();
+  });
+}
+
+void ConnectionDrain::started() {
+  if (answering == this) return;  // a pre-routing handler twice without a logger: counted once
+  answering = this;
+  std::lock_guard lk(mu_);
+  ++in_flight_;
+}
+
+void ConnectionDrain::finished() {
+  if (answering != this) return;
+  answering = nullptr;
+  std::lock_guard lk(mu_);
+  if (--in_flight_ == 0) none_.notify_all();
+}
+
+size_t ConnectionDrain::in_flight() const {
+  std::lock_guard lk(mu_);
+  return in_flight_;
+}
+
+bool ConnectionDrain::wait_none(std::chrono::milliseconds bound) {
+  std::unique_lock lk(mu_);
+  return none_.wait_for(lk, bound, [&] { return in_flight_ == 0; });
+}
+
+}  // namespace kvtier::server

@@ -1,0 +1,56 @@
+// ConnectionDrain: how an HTTP front end (kvtier serve, kvtier route) ends
+// without waiting on clients that keep connections open.
+//
+// cpp-httplib 0.11's stop() closes the listening socket and lets each worker
+// finish the request it is answering. A worker holding an idle keep-alive
+// connection then waits out the keep-alive timeout (5 s), and one reading a
+// request whose head is still arriving waits out the read timeout (30 s): the
+// process exits that much later, past a supervisor's grace period when a
+// client (or a slow or hostile one) holds a connection open, and a killed
+// `kvtier serve` never writes its disk tier's index.
+//
+// install() counts the answers being written, from the pre-routing handler to
+// the logger (httplib calls both on the worker's thread, the logger after the
+// last byte, streamed or whole). A server waits for those to end (before its
+// stop(): after it, httplib writes no more of a stream), stops, then shuts
+// every connection still open on its port (shut_connections_on, in
+// client_connection.h): their workers wake at once and return.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}
+
+namespace kvtier::server {
+
+class ConnectionDrain {
+ public:
+  using Logger = std::function<void(const httplib::Request&, const httplib::Response&)>;
+
+  // Sets `http`'s pre-routing handler and its logger (`logger` runs first,
+  // when given). Call once, before the server serves.
+  void install(httplib::Server& http, Logger logger = nullptr);
+  // Answers being written now.
+  size_t in_flight() const;
+  // Waits up to `bound` for none to be in flight; false if some still are.
+  bool wait_none(std::chrono::milliseconds bound);
+
+ private:
+  void started();
+  void finished();
+
+  mutable std::mutex mu_;
+  std::condition_variable none_;
+  size_t in_flight_ = 0;
+};
+
+}  // namespace kvtier::server
