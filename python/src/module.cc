@@ -11,13 +11,32 @@ namespace kvtier::python {
 
 std::vector<TokenId> to_tokens(const py::handle& tokens) {
   if (py::isinstance<py::array>(tokens)) {
-    auto a = py::array_t<TokenId, py::array::c_style | py::array::forcecast>::ensure(tokens);
-    if (!a || a.ndim() != 1) throw py::type_error("tokens: expected a 1-D array of token ids");
-    return std::vector<TokenId>(a.data(), a.data() + a.size());
+    // Integers only, each checked before it narrows: a cast would wrap 2^32 + 5 to 5, or truncate
+    // 5.9, and hit another prompt's cached prefix.
+    const auto a = py::reinterpret_borrow<py::array>(tokens);
+    const char kind = a.dtype().kind();
+    if ((kind != 'i' && kind != 'u') || a.ndim() != 1)
+      throw py::type_error("tokens: expected a 1-D array of integer token ids");
+    const auto wide = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(a);  // a u64 past 2^63: < 0
+    std::vector<TokenId> out(size_t(wide.size()));
+    for (ssize_t i = 0; i < wide.size(); ++i) {
+      const int64_t id = wide.data()[i];
+      if (id < 0 || id > INT32_MAX) throw py::value_error("tokens: id " + std::to_string(id) + " is out of range");
+      out[size_t(i)] = TokenId(id);
+    }
+    return out;
   }
   if (py::hasattr(tokens, "tolist") && !py::isinstance<py::list>(tokens))  // torch tensors
     return to_tokens(tokens.attr("tolist")());
-  return py::cast<std::vector<TokenId>>(tokens);
+  std::vector<TokenId> out;
+  try {
+    out = py::cast<std::vector<TokenId>>(tokens);
+  } catch (const py::cast_error&) {
+    throw py::type_error("tokens: expected token ids (ints in [0, 2^31)) as a list, a 1-D integer array or a tensor");
+  }
+  for (const TokenId id : out)
+    if (id < 0) throw py::value_error("tokens: id " + std::to_string(id) + " is out of range");
+  return out;
 }
 
 namespace {

@@ -181,7 +181,11 @@ void register_lease(py::module_& m) {
            py::arg("tokens"), "Makes the page table cover at least `tokens` positions (decode).")
       .def("fall_back", [](LeaseHandle& l) { return on_lease(l, [](KVCache& c, CacheLease& x) { return c.fall_back(x); }); },
            "After a failed wait: waits for the loads and returns the position to recompute from.")
-      .def_property_readonly("report", [](LeaseHandle& l) { return report_dict(l.lease.report()); })
+      .def_property_readonly("report",
+                             [](LeaseHandle& l) {  // waits for the loads: GIL released, under the cache's mutex
+                               if (!l.owner || !l.lease.valid()) return report_dict(l.lease.report());
+                               return report_dict(on_lease(l, [](KVCache&, CacheLease& x) { return x.report(); }));
+                             })
       .def("release",
            [](LeaseHandle& l) {
              if (!l.owner) return;

@@ -127,6 +127,43 @@ def test_errors_carry_status_code(geometry, tmp_path):
     assert isinstance(e.value, RuntimeError)
 
 
+def test_a_stale_match_is_refused_not_loaded_over_another_lease(geometry, tmp_path):
+    """A Match whose device pages were evicted, and handed to another lease, is refused (look up again)."""
+    with open_cache(geometry, tmp_path, device_capacity=8 * geometry.page_bytes) as cache:
+        tokens = list(range(1, 4 * geometry.page_tokens + 2))
+        commit_prompt(cache, tokens, seed=1)
+        match = cache.lookup(tokens)
+        assert set(match.tiers) == {"device"}
+        cache.evict("device", 8)
+        other = cache.fresh(7 * geometry.page_tokens)
+        with pytest.raises(kvtier.Error) as e:
+            cache.load(match)
+        assert e.value.code == "Retry" and "stale" in e.value.message
+        other.release()
+        lease = cache.load(cache.lookup(tokens))  # found again, on the host
+        assert lease.cached_end == 4 * geometry.page_tokens
+        lease.release()
+
+
+def test_token_ids_are_integers_in_range(geometry, tmp_path):
+    """Token arrays are not cast: a wrapped int64 or a truncated float would hit another prompt's prefix."""
+    with open_cache(geometry, tmp_path) as cache:
+        ids = np.arange(1, 2 * geometry.page_tokens + 2)
+        commit_prompt(cache, ids.tolist(), seed=2)
+        assert cache.lookup(ids.astype(np.int64)).cached_tokens == 2 * geometry.page_tokens
+        assert cache.lookup(ids.astype(np.uint16)).cached_tokens == 2 * geometry.page_tokens
+        with pytest.raises(ValueError):
+            cache.lookup(ids.astype(np.int64) + 2**32)
+        with pytest.raises(ValueError):
+            cache.lookup(ids.astype(np.uint64) + 2**63)
+        with pytest.raises(TypeError):
+            cache.lookup(ids.astype(np.float64) + 0.9)
+        with pytest.raises(ValueError):
+            cache.lookup([1, 2, -3])
+        with pytest.raises(TypeError):
+            cache.lookup([1, 2, 2**40])
+
+
 def test_stats_and_leases_released_on_close(geometry, tmp_path):
     cache = open_cache(geometry, tmp_path)
     tokens = list(range(4 * 4 + 1))

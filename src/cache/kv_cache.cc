@@ -419,6 +419,7 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
 // stay evictable: locked, device copies the lease does not use would hold
 // pool pages it may need.
 Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
+  KVTIER_RETURN_IF_ERROR(check_current(L, a));
   uint32_t used = std::min(L.index_pages, a.pages());
   while (used > 0 && !(a.action[used - 1] == PlanAction::kInPlace ||
                        (a.action[used - 1] == PlanAction::kLoad && a.tier[used - 1] == TierKind::kHost)))
@@ -434,6 +435,28 @@ Status KVCache::pin(CacheLeaseState& lease, const CacheLookup& L, const PageActi
     pool_->ref(lease.pages_[p]);
   }
   return Status::Ok();
+}
+
+Status KVCache::check_current(const CacheLookup& L, const PageActions& a) const {
+  for (uint32_t p = 0; p < std::min(L.index_pages, a.pages()); ++p) {
+    const bool in_place = a.action[p] == PlanAction::kInPlace;
+    if (!in_place && !(a.action[p] == PlanAction::kLoad && a.tier[p] == TierKind::kHost)) continue;
+    const Result<PageLocation> now = index_->location(L.match.deepest, p);
+    const PageLocation& then = L.match.locations[p];
+    if (!now.ok() || (in_place ? now->device != then.device : now->host != then.host))
+      return Status::Retry("apply: the lookup is stale (page " + std::to_string(p) +
+                           " it found was evicted since); look the prompt up again");
+  }
+  return Status::Ok();
+}
+
+Result<CacheLease> KVCache::acquire(const Namespace& ns, std::span<const TokenId> tokens) {
+  for (int attempt = 0;; ++attempt) {
+    KVTIER_ASSIGN_OR_RETURN(CacheLookup look, lookup(ns, tokens));
+    const Plan p = plan(look);
+    Result<CacheLease> lease = apply(std::move(look), p);
+    if (lease.ok() || lease.status().code() != StatusCode::kRetry || attempt == 1) return lease;
+  }
 }
 
 // Every fresh page at once, and scratch pages for the parts of lower-tier

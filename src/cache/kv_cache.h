@@ -307,8 +307,15 @@ class KVCache {
   // cached page (Planner::use_all). Pure.
   Plan plan(const CacheLookup& lookup) const;
   // Pins the pages the plan uses, allocates pages for every prompt position,
-  // and submits loads. On failure nothing is held.
+  // and submits loads. On failure nothing is held. Retry when a page the plan
+  // reads from the index (in place, or from the host) is no longer where the
+  // lookup found it: evicted since, its page or slot perhaps another
+  // sequence's now (a lookup kept while other calls ran, or a prefetch landing
+  // in apply's own poll). Look the prompt up again then (acquire() does).
   Result<CacheLease> apply(CacheLookup&& lookup, const Plan& plan);
+  // lookup(), plan() and apply(), the lookup made again (once) when apply()
+  // finds it stale.
+  Result<CacheLease> acquire(const Namespace& ns, std::span<const TokenId> tokens);
   // A lease for a sequence that uses no cache at all (the no-cache baseline).
   Result<CacheLease> fresh(const Namespace& ns, size_t tokens);
   // After a failed load: waits for the lease's transfers, counts the failure,
@@ -439,6 +446,8 @@ class KVCache {
   // what is shared, allocate what is fresh, submit the loads, count.
   struct PageActions;
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
+  // Retry unless every index page the plan reads is where the lookup found it.
+  Status check_current(const CacheLookup& L, const PageActions& a) const;
   Status allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
   // Scratch pages for the pages of lower-tier chunks that are not loaded (each chunk lands whole).
   uint32_t scratch_pages(const CacheLookup& L, const PageActions& a) const;

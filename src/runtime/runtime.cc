@@ -198,9 +198,7 @@ class RuntimeImpl final : public Runtime {
     auto arrivals = std::make_shared<LayerArrivals>(model_->config().num_layers);
     ScopedLayerArrivals recording(arrivals);
     if (o_.cache_enabled && !sp.prompt_logprobs) {
-      KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, prompt));
-      const Plan plan = cache_->plan(look);
-      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->apply(std::move(look), plan));
+      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->acquire(s.ns, prompt));
     } else {
       KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
     }
@@ -411,9 +409,7 @@ class RuntimeImpl final : public Runtime {
     const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
     CacheLease lease;
     if (o_.cache_enabled) {
-      KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache_->lookup(s.ns, known));
-      const Plan plan = cache_->plan(look);
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->apply(std::move(look), plan));
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known));
     } else {
       KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
     }

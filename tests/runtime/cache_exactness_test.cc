@@ -211,6 +211,34 @@ TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
   EXPECT_TRUE(rig.cache->index().check_invariants().ok());
 }
 
+// A lookup kept while its device pages were evicted, and taken by another sequence, is refused
+// (Retry) rather than applied over that sequence's pages (the Python API's lookup and load are
+// two calls); acquire() looks the prompt up again, and is exact.
+TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
+  RigOptions o;
+  o.device_pages = 32;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 20 + 5, 9);
+  Outcome ref = rig.reference(prompt, 4);
+  rig.cached(prompt, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  auto stale = rig.cache->lookup(rig.ns, prompt);
+  ASSERT_TRUE(stale.ok());
+  ASSERT_EQ(stale->index_pages, 20u);
+  ASSERT_TRUE(stale->match.locations[0].on_device());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
+  auto other = rig.cache->fresh(rig.ns, 16 * 28);               // the freed pages, now another's
+  ASSERT_TRUE(other.ok()) << other.status().to_string();
+  const Plan plan = rig.cache->plan(*stale);
+  auto lease = rig.cache->apply(std::move(*stale), plan);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), StatusCode::kRetry) << lease.status().to_string();
+  other = CacheLease();
+  auto fresh_look = rig.cache->acquire(rig.ns, prompt);
+  ASSERT_TRUE(fresh_look.ok()) << fresh_look.status().to_string();
+  expect_same(rig.drive(*fresh_look, prompt, 4, /*commit=*/false), ref, 1e-5);
+}
+
 TEST(CacheExactness, F16FromDiskAndHost) {
   RigOptions o;
   o.dtype = DType::kF16;
