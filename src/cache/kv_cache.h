@@ -400,6 +400,7 @@ class KVCache {
     HoldEnd end = HoldEnd::kTime;
     uint32_t pages = 0;  // the held prefix's pages, and the chained hash of its last one:
     PageHash last;       // a lookup whose prompt has it there extends the prefix (kFirstUse)
+    uint32_t tenant = 0;  // whose host quota its pages count against
   };
   // retain() on the host tier: the hint's node in the retention table; the pages retained (0: none).
   uint32_t retain_on_host(const NsKey& ns, std::span<const TokenId> tokens, Clock::time_point until,
@@ -488,6 +489,8 @@ class KVCache {
   Status evict_host(uint32_t n, bool move_down = true, uint32_t tenant = kAnyTenant);
   // Brings every tenant over a quota back within it (kv_cache_quota.cc).
   void enforce_quotas();
+  // enforce_quotas() on the host: the tenant's oldest hints yield while it holds more than `allowed_pages`.
+  void yield_hints_over(uint32_t tenant, uint64_t allowed_pages);
   // Records that `ns` writes to disk: a tenant's disk bytes are those of its namespaces there.
   void note_disk_namespace(const NsKey& ns);
   // The bytes of a tenant's namespaces on disk (0 without a disk tier).

@@ -23,6 +23,7 @@ void KVCache::enforce_quotas() {
       const uint32_t over = uint32_t(std::min<uint64_t>(held - allowed, UINT32_MAX));
       // Best effort: pages in use stay until released; a failure here leaves them for the next commit.
       (void)(tier == TierKind::kDevice ? evict_device(over, true, id) : evict_host(over, true, id));
+      if (tier == TierKind::kHost) yield_hints_over(id, allowed);
       stats_.quota_evicted_pages += before - std::min(before, index_->tenant_pages(id, tier));
     }
     // Disk: what landed so far (writes still in flight count from the next commit on).
@@ -30,6 +31,21 @@ void KVCache::enforce_quotas() {
     if (quota.disk == 0 || !disk_ || seeds == disk_seeds_.end()) continue;
     if (disk_->namespace_bytes(seeds->second.seeds) > quota.disk)
       stats_.quota_evicted_pages += disk_->trim_namespaces(seeds->second.seeds, quota.disk);
+  }
+}
+
+// Retained host pages are out of eviction's reach (PrefixIndex I6): while the tenant is still over
+// its host quota, its oldest hint yields and what it held is evicted.
+void KVCache::yield_hints_over(uint32_t tenant, uint64_t allowed_pages) {
+  for (size_t i = 0; i < retained_.size() && index_->tenant_pages(tenant, TierKind::kHost) > allowed_pages;) {
+    if (retained_[i].tenant != tenant) {
+      ++i;
+      continue;
+    }
+    let_go(i);
+    ++stats_.retain_yields;
+    const uint64_t held = index_->tenant_pages(tenant, TierKind::kHost);
+    if (held > allowed_pages) (void)evict_host(uint32_t(std::min<uint64_t>(held - allowed_pages, UINT32_MAX)), true, tenant);
   }
 }
 

@@ -23,6 +23,7 @@ Result<uint32_t> KVCache::retain(const Namespace& ns, std::span<const TokenId> t
     pages = std::max(pages, std::min(uint32_t(held) * options_.chunk_pages, prefix_pages));
   }
   if (pages > 0) ++stats_.retain_hints;
+  if (!quotas_.empty()) enforce_quotas();  // the hint's pages count against the tenant's host quota now
   return pages * P;
 }
 
@@ -44,11 +45,13 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
     index_->match(ns, whole, m, /*hash_remainder=*/false);
   uint32_t held = 0;
   while (held < m.matched_pages && m.locations[held].on_host()) ++held;
-  if (held == 0) return 0;
+  // A hint over the cap alone yields at once, and alone: retained first, it made every other hint
+  // (any tenant's) yield before it.
+  if (held == 0 || held > retained_cap()) return 0;
   const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });
-  Retention r{*node, until, end, held, m.hashes[held - 1]};
+  Retention r{*node, until, end, held, m.hashes[held - 1], ns.tenant};
   if (same != retained_.end()) {  // extend: it moves to the back, the last to yield; a timed hint stays timed
     r.until = std::max(same->until, until);
     if (same->end == HoldEnd::kTime) r.end = HoldEnd::kTime;

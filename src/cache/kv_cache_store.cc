@@ -137,9 +137,11 @@ Status KVCache::evict_device(uint32_t n, bool move_down, uint32_t tenant) {
   if (move_down && options_.write_policy == WritePolicy::kWriteBack && host_) {
     // Room first (host eviction cannot run inside the device eviction), then
     // each dropped device page is copied into a free slot.
+    // A tenant over its device quota makes that room from its own host pages, never another's
+    // (without room a page is dropped instead of demoted).
     const uint32_t want = std::min(n, host_->num_slots());
     if (host_->free_slots() < want) {
-      (void)evict_host(want - host_->free_slots());
+      (void)evict_host(want - host_->free_slots(), true, tenant);
       // Slots that feed a spill come back once it is done.
       for (auto& pd : pending_)
         if (pd->reads_host) (void)pd->handle.wait_all();

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "cache_rig.h"
+#include "common/clock.h"
 
 namespace kvtier::testing {
 namespace {
@@ -52,6 +53,55 @@ TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
   EXPECT_GT(cached_pages(rig, last), 0u) << "acme's newest prompt went first";
   rig.ns.tenant = "globex";
   EXPECT_EQ(cached_pages(rig, g0), 4u);
+}
+
+// Retained pages count against the host quota: the tenant's oldest hints yield past it. Hints
+// were out of eviction's reach, so five prompts held for an hour kept 24 host pages against 6.
+TEST(CacheQuota, RetainedPagesStayWithinTheHostQuota) {
+  ManualClock clock;
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 64;
+  o.disk = false;
+  o.clock = &clock;
+  CacheRig rig(o);
+  const uint64_t page = rig.cache->options().geometry.page_bytes();
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 6 * page, .disk = 0}}});
+  rig.ns.tenant = "acme";
+  std::vector<TokenId> last;
+  for (uint32_t i = 0; i < 6; ++i) {
+    rig.cached(last = CacheRig::random_tokens(65, 20 + i), 2);
+    ASSERT_TRUE(rig.cache->retain(rig.ns, last, std::chrono::seconds(3600)).ok());
+    EXPECT_LE(find(rig.cache->stats(), "acme")->host_bytes, 6 * page) << "after hint " << i;
+  }
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_GE(s.retain_active, 1u) << "the newest hint holds";
+  EXPECT_GT(s.retain_yields, 0u);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
+// Under write-back, a tenant over its device quota demotes its pages to the host by making room
+// there from its own host pages, not another tenant's (globex lost 8 of its 16 host pages).
+TEST(CacheQuota, WriteBackDemotionForAQuotaTakesNoOtherTenantsHostPages) {
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 16;
+  o.disk = false;
+  o.write_policy = WritePolicy::kWriteBack;
+  CacheRig rig(o);
+  const uint64_t page = rig.cache->options().geometry.page_bytes();
+  rig.ns.tenant = "globex";
+  for (uint32_t i = 0; i < 4; ++i) rig.cached(CacheRig::random_tokens(65, 10 + i), 2);
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 64).ok());  // demoted: globex fills the host
+  const uint64_t globex_host = find(rig.cache->stats(), "globex")->host_bytes;
+  ASSERT_EQ(globex_host, 16 * page);
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 4 * page, .host = 0, .disk = 0}}});
+  rig.ns.tenant = "acme";
+  for (uint32_t i = 0; i < 3; ++i) rig.cached(CacheRig::random_tokens(65, 20 + i), 2);
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(find(s, "globex")->host_bytes, globex_host);
+  EXPECT_LE(find(s, "acme")->device_bytes, 4 * page);
+  ASSERT_TRUE(rig.cache->index().check_invariants().ok());
 }
 
 TEST(CacheQuota, TenantOverItsDiskQuotaGivesUpItsOwnOldestEntries) {

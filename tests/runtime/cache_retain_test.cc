@@ -202,6 +202,31 @@ TEST(CacheRetain, AHintOverTheCapCopiesNothingToTheHost) {
   EXPECT_EQ(rig.cache->stats().retain_active, 0u);
 }
 
+// A hint over the cap alone yields alone: it made every other hint, any tenant's, yield first (it
+// was retained, then the oldest hints went until the total fit), and then retained nothing itself.
+TEST(CacheRetain, AHintOverTheCapLeavesTheOtherHintsInPlace) {
+  ManualClock clock;
+  RigOptions o;
+  o.device_pages = 128;
+  o.host_pages = 64;  // cap 32 pages
+  o.disk = false;
+  o.clock = &clock;
+  CacheRig rig(o);
+  rig.ns.tenant = "globex";
+  const auto a = CacheRig::random_tokens(65, 1), b = CacheRig::random_tokens(65, 2);
+  rig.cached(a, 2);
+  rig.cached(b, 2);
+  EXPECT_GT(*rig.cache->retain(rig.ns, a, seconds(3600)), 0u);
+  EXPECT_GT(*rig.cache->retain(rig.ns, b, seconds(3600)), 0u);
+  rig.ns.tenant = "acme";
+  const auto big = CacheRig::random_tokens(40 * 16 + 1, 3);  // 40 whole pages
+  rig.cached(big, 1);
+  EXPECT_EQ(*rig.cache->retain(rig.ns, big, seconds(3600)), 0u);
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.retain_active, 2u) << "globex's hints yielded to one that retained nothing";
+  EXPECT_EQ(s.retain_yields, 0u);
+}
+
 // A held read-ahead makes room for what it lifts: with the host full of held
 // pages, the oldest hint yields before the read-ahead allocates, instead of
 // the read-ahead finding no slot (it lifted nothing before).
