@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <sstream>
@@ -112,6 +113,18 @@ void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, St
 }
 
 }  // namespace
+
+std::string TextCodec::detokenize_showing(std::span<const TokenId> ids, std::span<const TokenId> shown) const {
+  if (shown.empty()) return detokenize(ids);
+  std::string out;
+  size_t run = 0;  // ids[run, i) decode as usual
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (std::find(shown.begin(), shown.end(), ids[i]) == shown.end()) continue;
+    out += detokenize(ids.subspan(run, i - run)) + detokenize_special(ids.subspan(i, 1));
+    run = i + 1;
+  }
+  return out + detokenize(ids.subspan(run));
+}
 
 TextCodec text_codec(const text::Tokenizer& tok, const text::Vocab& vocab) {
   TextCodec c;

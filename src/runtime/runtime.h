@@ -142,6 +142,9 @@ struct TextCodec {
   std::function<std::vector<TokenId>(std::string_view text, const text::EncodeOptions& options)> tokenize;
   std::function<std::string(std::span<const TokenId> ids)> detokenize;
   std::function<std::string(std::span<const TokenId> ids)> detokenize_special;  // control tokens as their text
+  // A reply's text: control tokens decode as nothing, except those in `shown` (a tool-call
+  // format's marker, as [TOOL_CALLS] in Mistral's vocabularies), which decode as their text.
+  std::string detokenize_showing(std::span<const TokenId> ids, std::span<const TokenId> shown) const;
   std::string chat_template;         // tokenizer.chat_template; empty when the model has none
   std::string bos_token, eos_token;  // their texts, as chat templates use them
   // The longest token's text in bytes (0: unknown). No token covers more

@@ -50,6 +50,9 @@ struct GenerationRequest : PromptRequest {
   // "kvtier": {"session": "..."}: an opaque id of the client's session,
   // shown with the request in GET /v1/requests/recent (at most 256 bytes).
   std::string session;
+  // Control tokens the reply shows as their text (TextCodec::detokenize_showing): the markers of
+  // the tool-call format, when the reply's tool calls are parsed. Others decode as nothing.
+  std::vector<TokenId> shown_specials;
 };
 
 // A parsed /v1/completions or /v1/chat/completions request: the

@@ -124,6 +124,10 @@ Status HttpServer::load_chat_template() {
   auto prompts = ChatPrompts::create(codec, source);
   if (!prompts.ok() && !config_.chat_template_file.empty()) return prompts.status();
   tool_parser_ = config_.tool_parser.value_or(tool_parser_for_template(source));
+  for (const std::string_view marker : tool_call_markers(tool_parser_)) {  // those the vocabulary has as one token
+    const std::vector<TokenId> ids = codec.tokenize(marker, {.add_bos = false, .parse_special = true});
+    if (ids.size() == 1) tool_marker_ids_.push_back(ids[0]);
+  }
   chat_ = std::make_unique<ChatPrompts>(prompts.ok() ? std::move(prompts).value()
                                                      : ChatPrompts::unavailable(codec, prompts.status().message()));
   chat_->set_splicing(config_.reply_splice);
@@ -281,6 +285,7 @@ void HttpServer::install_generation_routes() {
         if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
       }
     }
+    if (chat.tool_calls_wanted) chat.completion.shown_specials = tool_marker_ids_;
     respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
   });
 }

@@ -127,6 +127,7 @@ class HttpServer {
   ServerMetrics metrics_;
   std::unique_ptr<ChatPrompts> chat_;
   ToolParser tool_parser_ = ToolParser::kNone;  // --tool-parser, or the one the chat template's format names
+  std::vector<TokenId> tool_marker_ids_;        // its markers that are single tokens: shown in replies it parses
   std::shared_ptr<CacheView> view_;  // the dashboard's snapshots
   std::unique_ptr<httplib::Server> http_;
   ConnectionDrain drain_;

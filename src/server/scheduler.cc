@@ -552,7 +552,7 @@ bool Scheduler::on_token(Running& r, TokenId token) {
   r.tokens.push_back(token);
   const engine::TokenLogprobs* logprobs = runtime_->last_logprobs(r.seq);
   r.usage.completion_tokens = uint32_t(r.tokens.size());
-  const std::string full = model_.text.detokenize(r.tokens);
+  const std::string full = model_.text.detokenize_showing(r.tokens, r.request.shown_specials);
   std::string delta = r.text.advance(full);
   r.state->publish_token(delta, first, r.usage, token, logprobs);
   if (r.text.stopped()) {
@@ -575,7 +575,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   if (!r.request.tenant.empty()) r.usage.tenant = runtime_->tenant_usage(r.request.tenant);
   ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
-  if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize(r.tokens));
+  if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize_showing(r.tokens, r.request.shown_specials));
   r.usage.e2e_s = seconds_between(r.state->arrival(), options_.clock->now());
   r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
 }

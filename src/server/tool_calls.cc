@@ -61,7 +61,32 @@ ParsedReply parse_hermes(std::string_view text) {
   }
   if (out.calls.empty()) return as_content(text);
   out.content += text.substr(from);
-  out.content = std::string(trim(out.content));
+  return out;
+}
+
+// `text` split at each `sep` that is outside JSON strings and brackets.
+std::vector<std::string_view> top_level_pieces(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  size_t from = 0, depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    } else if (c == sep && depth == 0) {
+      out.push_back(text.substr(from, i - from));
+      from = i + 1;
+    }
+  }
+  out.push_back(text.substr(from));
   return out;
 }
 
@@ -70,18 +95,12 @@ ParsedReply parse_llama3(std::string_view text) {
   if (body.substr(0, kPythonTag.size()) == kPythonTag) body = trim(body.substr(kPythonTag.size()));
   if (body.empty() || body.front() != '{') return as_content(text);
   ParsedReply out;
-  // One object, or several joined by ';' (a ';' inside a string ends no object: each piece must parse).
-  size_t from = 0;
-  while (from < body.size()) {
-    size_t end = body.find(';', from);
-    std::optional<ToolCall> call;
-    while (!(call = call_of_text(body.substr(from, end == std::string_view::npos ? std::string_view::npos : end - from)))) {
-      if (end == std::string_view::npos) return as_content(text);
-      end = body.find(';', end + 1);
-    }
+  // One object, or several joined by ';' outside strings and brackets (found in one pass: trying
+  // each ';' in turn re-parsed ever longer pieces, seconds for a cut-off reply with many of them).
+  for (const std::string_view piece : top_level_pieces(body, ';')) {
+    std::optional<ToolCall> call = call_of_text(piece);
+    if (!call) return as_content(text);
     out.calls.push_back(std::move(*call));
-    if (end == std::string_view::npos) break;
-    from = end + 1;
   }
   return out;
 }
@@ -97,7 +116,7 @@ ParsedReply parse_mistral(std::string_view text) {
     if (!call) return as_content(text);
     out.calls.push_back(std::move(*call));
   }
-  out.content = std::string(trim(text.substr(0, at)));
+  out.content = std::string(text.substr(0, at));
   return out;
 }
 
@@ -127,14 +146,29 @@ ToolParser tool_parser_for_template(std::string_view source) {
   return ToolParser::kNone;
 }
 
-ParsedReply parse_tool_calls(ToolParser parser, std::string_view text) {
+std::vector<std::string_view> tool_call_markers(ToolParser parser) {
   switch (parser) {
-    case ToolParser::kNone: return as_content(text);
-    case ToolParser::kHermes: return parse_hermes(text);
-    case ToolParser::kLlama3Json: return parse_llama3(text);
-    case ToolParser::kMistral: return parse_mistral(text);
+    case ToolParser::kHermes: return {kHermesOpen, "</tool_call>"};
+    case ToolParser::kLlama3Json: return {kPythonTag};
+    case ToolParser::kMistral: return {kMistralTag};
+    case ToolParser::kNone: break;
   }
-  return as_content(text);
+  return {};
+}
+
+ParsedReply parse_tool_calls(ToolParser parser, std::string_view text) {
+  ParsedReply r = as_content(text);
+  switch (parser) {
+    case ToolParser::kNone: break;
+    case ToolParser::kHermes: r = parse_hermes(text); break;
+    case ToolParser::kLlama3Json: r = parse_llama3(text); break;
+    case ToolParser::kMistral: r = parse_mistral(text); break;
+  }
+  // Beside calls, the content loses its trailing whitespace only (the text before a call): a stream
+  // has sent what came first as it came, and holds back only whitespace (ToolCallStream::push).
+  if (!r.calls.empty())
+    r.content.erase(r.content.find_last_not_of(" \t\r\n") == std::string::npos ? 0 : r.content.find_last_not_of(" \t\r\n") + 1);
+  return r;
 }
 
 size_t ToolCallStream::sendable() const {
@@ -158,7 +192,10 @@ size_t ToolCallStream::sendable() const {
 
 std::string ToolCallStream::push(std::string_view delta) {
   reply_ += delta;
-  const size_t upto = std::max(sent_, sendable());
+  size_t upto = sendable();
+  while (upto > sent_ && std::string_view(" \t\r\n").find(reply_[upto - 1]) != std::string_view::npos)
+    --upto;  // whitespace goes out with what follows it: before a call it is no content (parse_tool_calls)
+  upto = std::max(sent_, upto);
   std::string out = reply_.substr(sent_, upto - sent_);
   sent_ = upto;
   return out;

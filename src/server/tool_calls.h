@@ -39,6 +39,10 @@ struct ParsedReply {
 };
 
 ParsedReply parse_tool_calls(ToolParser parser, std::string_view text);
+// The texts that mark a tool call in the parser's format. Where a vocabulary has one as a control
+// token (Mistral's [TOOL_CALLS], Llama 3.1's <|python_tag|>) the reply must show it, or it decodes
+// as nothing and no call is found (GenerationRequest::shown_specials).
+std::vector<std::string_view> tool_call_markers(ToolParser parser);
 
 // A streamed reply: content is sent as it comes until it may be the start of
 // a tool call (a prefix of the format's marker, or for llama3_json a reply

@@ -4,18 +4,56 @@
 
 #include <gtest/gtest.h>
 
+#include "common/strings.h"
+#include "engine/gguf.h"
+#include "runtime/runtime.h"
+#include "text/tokenizer.h"
+
 #include <fstream>
 #include <sstream>
 
 namespace kvtier::server {
 namespace {
 
-std::string read(const std::string& rel) {
+std::string read_path(const std::string& rel) {
   const char* src = std::getenv("KVTIER_SOURCE_DIR");
-  std::ifstream in(std::string(src ? src : ".") + "/" + rel, std::ios::binary);
+  return std::string(src ? src : KVTIER_SOURCE_DIR) + "/" + rel;
+}
+
+std::string read(const std::string& rel) {
+  std::ifstream in(read_path(rel), std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// In Mistral's vocabularies [TOOL_CALLS] is a control token (id 5 in v0.3's), which a reply
+// decodes as nothing: no call was ever found. A reply whose calls are parsed shows its format's
+// markers (GenerationRequest::shown_specials), and only those.
+TEST(ToolCalls, AMarkerThatIsAControlTokenIsShownInTheReply) {
+  auto v = engine::load_gguf_vocab(read_path("tests/data/vocab/ggml-vocab-llama-spm.gguf"));
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  v->tokens.push_back("[TOOL_CALLS]");
+  v->scores.push_back(0);
+  v->types.push_back(int32_t(text::TokenType::kControl));
+  auto tok = text::Tokenizer::create(*v);
+  ASSERT_TRUE(tok.ok());
+  const TextCodec codec = text_codec(*tok, *v);
+  const TokenId marker = TokenId(v->tokens.size() - 1);
+  const std::vector<TokenId> ids =
+      codec.tokenize("Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]</s>",
+                     {.add_bos = false, .parse_special = true});
+  ASSERT_NE(std::find(ids.begin(), ids.end(), marker), ids.end());
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, codec.detokenize(ids)).calls.empty()) << "what replies were";
+  const std::vector<TokenId> shown{marker};
+  const std::string reply = codec.detokenize_showing(ids, shown);
+  EXPECT_EQ(reply.find("</s>"), std::string::npos) << "other control tokens still decode as nothing";
+  const ParsedReply r = parse_tool_calls(ToolParser::kMistral, reply);
+  ASSERT_EQ(r.calls.size(), 1u) << reply;
+  EXPECT_EQ(r.calls[0].name, "get_weather");
+  EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
+  EXPECT_EQ(trim(r.content), "Sure.");
+  EXPECT_EQ(tool_call_markers(ToolParser::kMistral), std::vector<std::string_view>{"[TOOL_CALLS]"});
 }
 
 TEST(ToolCalls, Hermes) {
@@ -41,6 +79,13 @@ TEST(ToolCalls, Llama3Json) {
   EXPECT_EQ(r.calls[1].name, "g");
   EXPECT_EQ(r.calls[1].arguments, "{\"b\":1}");
   EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "The answer is {x}.").calls.size(), 0u);
+  // Cut off by max_tokens inside a string of many ';': content, found in one pass (trying each ';'
+  // in turn re-parsed ever longer pieces: 12 s for 32,768 of them).
+  std::string cut = "{\"name\": \"f\", \"parameters\": {\"code\": \"";
+  for (int i = 0; i < 100000; ++i) cut += "x;";
+  r = parse_tool_calls(ToolParser::kLlama3Json, cut);
+  EXPECT_TRUE(r.calls.empty());
+  EXPECT_EQ(r.content, cut);
 }
 
 TEST(ToolCalls, Mistral) {
@@ -88,7 +133,8 @@ TEST(ToolCalls, EveryPrefixIsSafe) {
 }
 
 // A reply streamed one byte at a time: no byte of a tool call is sent as content, plain text
-// all is, and the calls found at the end are the whole reply's.
+// all is (whitespace with what follows it), the calls found at the end are the whole reply's, and
+// the content streamed is the whole reply's content.
 TEST(ToolCalls, StreamHoldsBackOnlyWhatMayBeACall) {
   struct Case {
     ToolParser parser;
@@ -97,12 +143,14 @@ TEST(ToolCalls, StreamHoldsBackOnlyWhatMayBeACall) {
   };
   const Case cases[] = {
       {ToolParser::kHermes, "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>\nDone.",
-       "Let me check.\n", "Done.", 1},
-      {ToolParser::kHermes, "a <tool b <tool_cal", "a <tool b ", "<tool_cal", 0},
+       "Let me check.", "\n\nDone.", 1},
+      {ToolParser::kHermes, "a <tool b <tool_cal", "a <tool b", " <tool_cal", 0},
       {ToolParser::kLlama3Json, "  {\"name\": \"f\", \"parameters\": {\"x\": 1}}", "", "", 1},
       {ToolParser::kLlama3Json, "{not a call}", "", "{not a call}", 0},
       {ToolParser::kLlama3Json, "Hello {x}", "Hello {x}", "", 0},
-      {ToolParser::kMistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", "ok ", "", 1},
+      {ToolParser::kMistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", "ok", "", 1},
+      {ToolParser::kHermes, "\n<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "", "", 1},
+      {ToolParser::kHermes, "Sure. <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> done", "Sure.", "  done", 1},
       {ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", "", 0}};
   for (const Case& c : cases) {
     ToolCallStream stream(c.parser);
@@ -112,6 +160,7 @@ TEST(ToolCalls, StreamHoldsBackOnlyWhatMayBeACall) {
     EXPECT_EQ(live, c.live) << c.reply;
     EXPECT_EQ(end.content, c.rest) << c.reply;
     EXPECT_EQ(end.calls.size(), c.calls) << c.reply;
+    EXPECT_EQ(live + end.content, parse_tool_calls(c.parser, c.reply).content) << "streamed and whole content differ";
     if (c.calls == 0) {
       EXPECT_EQ(live + end.content, c.reply);
     }
