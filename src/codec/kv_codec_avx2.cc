@@ -218,7 +218,7 @@ void q8_decode_t(const std::byte* scales, const std::byte* quants, size_t blocks
     const __m256 four[4] = {_mm256_set1_ps(scale), _mm256_set1_ps(scale), _mm256_set1_ps(scale), _mm256_set1_ps(scale)};
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(quants + b * kBlock));
     std::byte* dst = out + b * kBlock * elem_size<T>();
-    if (T == DType::kF16 && may_overflow_f16(scale, 127.0f)) {
+    if (T == DType::kF16 && may_overflow_f16(scale, 128.0f)) {  // a stored quant may be -128 (a damaged entry)
       dequantize32<T, true>(q, four, dst);
     } else {
       dequantize32<T, false>(q, four, dst);

@@ -92,45 +92,6 @@ Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const Engine
 
 Engine::~Engine() = default;
 
-Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, BlockPool& pool,
-                                               const EngineOptions& options) {
-  KVTIER_RETURN_IF_ERROR(options.validate());
-  if (!model) return Status::InvalidArgument("Engine: no model");
-  const ModelConfig& c = model->config();
-  const KVGeometry& g = pool.geometry();
-  if (g != c.kv_geometry(g.dtype, g.page_tokens))
-    return Status::InvalidArgument("Engine: block pool geometry (layers " + std::to_string(g.num_layers) + ", kv heads " +
-                                   std::to_string(g.num_kv_heads) + ", head dim " + std::to_string(g.head_dim) +
-                                   ") does not match the model");
-  if (!qdot::cpu_has(qdot::Isa::kAvx2))
-    return Status::Unimplemented("Engine: this CPU lacks AVX2, FMA or F16C, which the engine's f32 kernels are built for");
-  KVTIER_RETURN_IF_ERROR(check_engine_supports(c));
-  return std::unique_ptr<Engine>(new Engine(std::move(model), pool, options));
-}
-
-Status check_engine_supports(const ModelConfig& c) {
-  if (c.head_dim % 16 != 0)  // every kernel width (simd::kLanes: 8 or 16) divides it
-    return Status::Unimplemented("Engine: head_dim " + std::to_string(c.head_dim) + " is not a multiple of 16");
-  return Status::Ok();
-}
-
-namespace {
-std::atomic<ForwardFactory> g_accelerator_engine{nullptr};
-}  // namespace
-
-void register_accelerator_engine(ForwardFactory factory) { g_accelerator_engine.store(factory); }
-
-Result<std::unique_ptr<Forward>> create_forward(std::shared_ptr<const Model> model, BlockPool& pool,
-                                                const EngineOptions& options) {
-  if (pool.memory().backend() == MemoryBackend::kCpu) {
-    KVTIER_ASSIGN_OR_RETURN(auto e, Engine::create(std::move(model), pool, options));
-    return std::unique_ptr<Forward>(std::move(e));
-  }
-  const ForwardFactory f = g_accelerator_engine.load();
-  if (!f) return Status::Unavailable("no engine for device memory in this build (configure with -DKVTIER_CUDA=ON)");
-  return f(std::move(model), pool, options);
-}
-
 void Engine::Impl::qkv_rows(const LayerWeights& lw, const float* x, const float* rope_cs, uint32_t m) {
   const ModelConfig& c = cfg;
   const uint32_t H = c.hidden_size, Q = c.q_dim(), W = Q + 2 * c.kv_dim();

@@ -40,7 +40,8 @@ bool cpu_has(Isa isa) {
     case Isa::kAvxVnni: return avx2 && has_avxvnni();
     case Isa::kAvx512:
       return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vnni");
   }
   return false;
 }

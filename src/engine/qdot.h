@@ -28,9 +28,9 @@
 
 namespace kvtier::engine::qdot {
 
-// kAvxVnni: AVX2 plus AVX-VNNI's VEX-encoded dpbusd/dpwssd. kAvx512: AVX2 plus AVX-512 F, BW, VL
-// and VNNI (the same integer products, EVEX-encoded, with 32 vector registers); an AVX-512 CPU
-// without VNNI runs the AVX2 set.
+// kAvxVnni: AVX2 plus AVX-VNNI's VEX-encoded dpbusd/dpwssd. kAvx512: AVX2 plus AVX-512 F, BW, VL,
+// DQ and VNNI (the same integer products, EVEX-encoded, with 32 vector registers; DQ for the
+// compiler's 64x2/32x8 lane extracts); an AVX-512 CPU without VNNI runs the AVX2 set.
 enum class Isa : uint8_t { kScalar, kAvx2, kAvxVnni, kAvx512 };
 inline constexpr Isa kAllIsas[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512};
 std::string_view isa_name(Isa isa);

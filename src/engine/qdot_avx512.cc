@@ -15,7 +15,7 @@
 #include "engine/isa_region.h"
 #include "engine/qdot_impl.h"
 
-KVTIER_ISA_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni")
+KVTIER_ISA_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 #define KVTIER_QDOT_VNNI 1
 #include "engine/qdot_kquant_x86.h"
 #include "engine/qdot_legacy_x86.h"

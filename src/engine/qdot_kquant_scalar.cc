@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/half.h"
 #include "engine/qdot_impl.h"
@@ -153,7 +154,8 @@ float dot_kquant(size_t n, const void* w, const void* a) {
 void quantize_block_q8k(const float* x, BlockQ8K& y) {
   float amax = 0.0f;
   for (size_t i = 0; i < kQK; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (amax == 0.0f) {
+  // Zero, or so small that d is subnormal (inexact: x / d could pass 127 and wrap): a zero block.
+  if (!(amax / 127.0f >= std::numeric_limits<float>::min())) {
     std::memset(&y, 0, sizeof y);
     return;
   }

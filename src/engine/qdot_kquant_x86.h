@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstring>
+#include <limits>
 
 #include "engine/qdot_impl.h"
 #include "engine/qdot_x86_isa.h"
@@ -426,7 +427,8 @@ __m256i quantize32(const float* x, __m256 d) {
 // qs = x / d rounded; an all-zero block gives d = 0. bsums by byte sums of qs + 128.
 void quantize_block_q8k(const float* x, BlockQ8K& y) {
   const float amax = abs_max(x);
-  if (amax == 0.0f) {
+  // Zero, or so small that d is subnormal (inexact: x / d could pass 127 and wrap): a zero block.
+  if (!(amax / 127.0f >= std::numeric_limits<float>::min())) {
     std::memset(&y, 0, sizeof y);
     return;
   }

@@ -233,6 +233,21 @@ TEST_P(QdotKquant, QuantizeQ8KWithinHalfStep) {
   }
 }
 
+// A block so small that max|x| / 127 is subnormal is a zero block on every set: d is inexact
+// there, x / d passed 127, and the scalar set wrapped to -128 (bsums -2048) where the SIMD sets
+// saturated to 127.
+TEST_P(QdotKquant, QuantizeQ8KTakesAVanishingBlockAsZero) {
+  std::vector<float> x(2 * kQK, 1.12734e-41f);
+  for (size_t i = kQK; i < 2 * kQK; ++i) x[i] = -1e-40f;
+  std::vector<BlockQ8K> q(2);
+  k_->quantize_q8k(x.data(), x.size(), q.data());
+  for (const BlockQ8K& blk : q) {
+    EXPECT_EQ(blk.d, 0.0f);
+    for (size_t i = 0; i < kQK; ++i) ASSERT_EQ(blk.qs[i], 0) << "element " << i;
+    for (size_t g = 0; g < 16; ++g) EXPECT_EQ(blk.bsums[g], 0);
+  }
+}
+
 // The dot with quantize_q8k's activations against the f32 activations: the
 // quantization moves each x_i by ≤ d/2, so |error| ≤ Σ_blocks d/2 · Σ|w_i|
 // (proven bound, checked). Relative to Σ|w_i x_i| the error is that of random

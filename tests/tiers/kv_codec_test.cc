@@ -380,6 +380,32 @@ TEST(KvCodec, RandomEncodedBytesDecodeSafely) {
   }
 }
 
+// A damaged q8 entry may hold a quant of -128, which an encoder never writes: decoded into an
+// f16 pool with a scale near the limit, both tables clamp it to -65504 (the native one wrote -Inf:
+// it checked the scale against 127 only).
+TEST(KvCodec, AQuantOfMinus128DecodesTheSameOnEveryTable) {
+  const detail::KvCodecKernels* native = detail::native_kernels();
+  if (native == nullptr) GTEST_SKIP() << "no native codec kernels on this CPU";
+  KVGeometry g;
+  g.num_layers = 1;
+  g.num_kv_heads = 1;
+  g.head_dim = 32;
+  g.dtype = DType::kF16;
+  g.page_tokens = 1;
+  std::vector<std::byte> enc(kv_codec_layer_bytes(KvCodec::kQ8, g, 1), std::byte{0});
+  const uint16_t scale = 0x6007;  // 515.5: 127 of it fit in f16, 128 do not
+  std::memcpy(enc.data(), &scale, 2);
+  enc[4] = std::byte(0x80);  // block 0's first quant: -128
+  enc[5] = std::byte(0x7f);
+  std::vector<std::byte> a(g.layer_slice_bytes()), b(g.layer_slice_bytes());
+  ASSERT_TRUE(detail::decode_layer_with(detail::scalar_kernels(), KvCodec::kQ8, g, 1, enc, a).ok());
+  ASSERT_TRUE(detail::decode_layer_with(*native, KvCodec::kQ8, g, 1, enc, b).ok());
+  uint16_t first = 0;
+  std::memcpy(&first, a.data(), 2);
+  EXPECT_EQ(first, 0xfbffu) << "-65504";
+  EXPECT_EQ(a, b);
+}
+
 // Every entry of the native table is its own code, not the scalar one: the
 // bit-for-bit test below cannot tell them apart when they are the same
 // function (as they were while GCC merged the two files' make_kernels).
