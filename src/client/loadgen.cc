@@ -74,6 +74,9 @@ std::string synth_text(uint64_t seed, uint64_t a, uint64_t b, uint64_t c, uint32
   return out;
 }
 
+constexpr size_t kMaxErrorBody = 64 << 10;   // of a refusal's body: its message
+constexpr size_t kMaxReplyBytes = 64 << 20;  // of a reply's text, kept for the next turn (--chat, --agent)
+
 LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const std::string& model, json body,
                        std::string* text) {
   LoadgenSample s;
@@ -130,24 +133,37 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
     s.http_status = r.status;
     return true;
   };
+  // --timeout bounds the whole request (httplib's read timeout is per read: a server that trickles
+  // keep-alives never trips it); what is kept of an answer is bounded too.
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (s.http_status != 200) error_body.append(data, n);
-    else if (const Status st = sse.feed_data({data, n}, on_data); !st.ok()) {
+    if (since(t0) > o.timeout_s) {
+      error = "timed out after " + std::to_string(o.timeout_s) + " s (--timeout)";
+      return false;
+    }
+    if (s.http_status != 200) {
+      error_body.append(data, std::min(n, kMaxErrorBody - std::min(kMaxErrorBody, error_body.size())));
+      return error_body.size() < kMaxErrorBody;  // enough to name the error
+    }
+    if (const Status st = sse.feed_data({data, n}, on_data); !st.ok()) {
       error = st.message();
+      return false;
+    }
+    if (text != nullptr && text->size() > kMaxReplyBytes) {
+      error = "the reply is over " + std::to_string(kMaxReplyBytes >> 20) + " MiB";
       return false;
     }
     return true;
   };
   auto res = client.send(req);
   s.e2e_s = since(t0);
-  if (!res) {
-    s.error = "connection failed: " + httplib::to_string(res.error());
-  } else if (s.http_status != 200) {
+  if (!error.empty()) {  // an error event, or the receiver stopped the read
+    s.error = error;
+  } else if (s.http_status != 0 && s.http_status != 200) {  // its body perhaps cut at kMaxErrorBody
     const json j = json::parse(error_body, nullptr, false);
     s.error = "HTTP " + std::to_string(s.http_status) + ": " +
               (j.is_object() && j.contains("error") ? message_of(j["error"], error_body) : error_body);
-  } else if (!error.empty()) {
-    s.error = error;
+  } else if (!res) {
+    s.error = "connection failed: " + httplib::to_string(res.error());
   } else if (!done || !got_first) {
     s.error = "stream ended without [DONE]";
   } else {
@@ -187,9 +203,13 @@ Result<ServerInfo> query_models(const LoadgenOptions& o) {
   if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
     const json& m = j["data"][0];
     if (m.contains("id") && m["id"].is_string()) info.model = m["id"].get<std::string>();
-    if (m.contains("kvtier") && m["kvtier"].is_object() && m["kvtier"].contains("vocab_size") &&
-        m["kvtier"]["vocab_size"].is_number_unsigned())
-      info.vocab = m["kvtier"]["vocab_size"].get<uint32_t>();
+    if (m.contains("kvtier") && m["kvtier"].is_object() && m["kvtier"].contains("vocab_size")) {
+      const json& v = m["kvtier"]["vocab_size"];
+      if (!v.is_number_unsigned() || v.get<uint64_t>() < 2 || v.get<uint64_t>() > uint64_t(INT32_MAX))
+        return Status::InvalidArgument("loadgen: the server reports vocab_size " + v.dump() +
+                                       ", not an integer in [2, 2^31): pass --vocab-size");
+      info.vocab = v.get<uint32_t>();
+    }
   }
   return info;
 }
@@ -215,7 +235,8 @@ Status LoadgenOptions::validate() const {
   if (system_prompt_tokens + history_tokens + question_tokens == 0)
     return Status::InvalidArgument("loadgen: the prompt would be empty");
   if (qps < 0 || duration_s < 0) return Status::InvalidArgument("loadgen: --qps and --duration must be >= 0");
-  if (vocab_size == 1) return Status::InvalidArgument("loadgen: --vocab-size must be at least 2");
+  if (vocab_size == 1 || vocab_size > uint32_t(INT32_MAX))
+    return Status::InvalidArgument("loadgen: --vocab-size must be in [2, 2^31)");
   if (!(timeout_s > 0)) return Status::InvalidArgument("loadgen: --timeout must be positive");
   if (rag && (docs_per_request == 0 || docs_per_request > docs_pool || doc_tokens == 0))
     return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");

@@ -78,7 +78,8 @@ class LineParser {
       return Status::InvalidArgument("give either \"tokens\" or \"hash_ids\", not both");
     if (toks != obj.end()) {
       if (!toks->is_array()) return Status::InvalidArgument("\"tokens\" must be an array");
-      if (toks->size() > kU32) return Status::InvalidArgument("\"tokens\" is too long");
+      if (toks->size() > kMaxTraceInputTokens)
+        return Status::InvalidArgument("\"tokens\" holds more than 2^24 tokens, the most a replayed request may have");
       for (const auto& v : *toks)
         if (!is_uint(v) || v.get<uint64_t>() > uint64_t(std::numeric_limits<TokenId>::max()))
           return Status::InvalidArgument("\"tokens\" must hold token ids in [0, 2^31)");
@@ -106,6 +107,9 @@ class LineParser {
         return Status::InvalidArgument("input_length " + std::to_string(in) + " exceeds " +
                                        std::to_string(ids->size()) + " hash ids of " +
                                        std::to_string(o_.block_tokens) + " tokens");
+      if (in > kMaxTraceInputTokens)
+        return Status::InvalidArgument("input_length " + std::to_string(in) +
+                                       " is over 2^24 tokens, the most a replayed request may have");
       r.input_length = static_cast<uint32_t>(in);
       r.offset = t_.hash_ids.size();
       r.count = static_cast<uint32_t>(ids->size());

@@ -40,6 +40,8 @@ Status parse_line(std::string_view text, size_t line, const MooncakeReadOptions&
   if (!(r.timestamp_ms >= 0)) return line_error(line, "\"timestamp\" must be >= 0");
   constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
   KVTIER_ASSIGN_OR_RETURN(uint64_t in, read_uint(obj, "input_length", line, kU32));
+  if (in > kMaxTraceInputTokens)
+    return line_error(line, "input_length " + std::to_string(in) + " is over 2^24 tokens, the most a request may have");
   KVTIER_ASSIGN_OR_RETURN(uint64_t out, read_uint(obj, "output_length", line, kU32));
   r.input_length = static_cast<uint32_t>(in);
   r.output_length = static_cast<uint32_t>(out);

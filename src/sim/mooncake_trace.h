@@ -49,6 +49,10 @@ Result<MooncakeTrace> read_mooncake_trace(const std::string& path, const Mooncak
 // first token, so two different ids never give the same block.
 inline constexpr uint64_t kMaxExpandableHashId = (uint64_t{1} << 31) - 1;
 
+// The most tokens one request of a trace may have (past any model's context): a replay or a bench
+// holds a request's tokens and page hashes in memory, and input_length 2^32-1 aborted with bad_alloc.
+inline constexpr uint64_t kMaxTraceInputTokens = uint64_t{1} << 24;
+
 // Writes the block_tokens token ids of block `hash_id` to out (out.size() ==
 // block_tokens). Deterministic: the same id always gives the same tokens;
 // ids differ in their first token. Tokens lie in [0, 2^31).

@@ -3,6 +3,10 @@
 #include "client/sse.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
 
 namespace kvtier::server {
 namespace {
@@ -80,6 +84,65 @@ TEST(LoadgenTest, OptionsAreValidated) {
   o.agent = true;
   o.tools = 0;
   EXPECT_FALSE(o.validate().ok());
+  o = {};
+  o.vocab_size = 1u << 31;  // ids would come out negative
+  EXPECT_FALSE(o.validate().ok());
+}
+
+// A hostile or broken server: one trickling keep-alives and never finishing, one refusing with
+// an endless body. The request fails (it hung forever, and buffered without bound), the run ends.
+class MisbehavingServer {
+ public:
+  explicit MisbehavingServer(bool endless_refusal) {
+    http_.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"data":[{"id":"m","kvtier":{"vocab_size":100}}]})", "application/json");
+    });
+    http_.Post("/v1/completions", [this, endless_refusal](const httplib::Request&, httplib::Response& res) {
+      if (endless_refusal) res.status = 500;
+      res.set_chunked_content_provider("text/event-stream", [this, endless_refusal](size_t, httplib::DataSink& sink) {
+        if (stop_) return false;
+        if (endless_refusal) return sink.write(std::string(1 << 20, 'x').data(), 1 << 20);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return ++sent_ < 1200 && sink.write(": keep-alive\n\n", 14);  // a minute of them, then an end without [DONE]
+      });
+    });
+    port_ = http_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { http_.listen_after_bind(); });
+  }
+  ~MisbehavingServer() {
+    stop_ = true;
+    http_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  httplib::Server http_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> sent_{0};
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(LoadgenTest, AServerThatNeverFinishesTimesOutAndAnEndlessRefusalIsCut) {
+  for (const bool refusal : {false, true}) {
+    SCOPED_TRACE(refusal ? "endless 500" : "trickling stream");
+    MisbehavingServer server(refusal);
+    LoadgenOptions o;
+    o.url = server.url();
+    o.users = o.rounds = 1;
+    o.timeout_s = 1;
+    auto r = run_loadgen(o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(r->samples.size(), 1u);
+    const std::string& error = r->samples[0].error;
+    if (refusal) {
+      EXPECT_EQ(error.rfind("HTTP 500: xxx", 0), 0u) << error.substr(0, 80);
+      EXPECT_LE(error.size(), size_t(70) << 10);
+    } else {
+      EXPECT_NE(error.find("timed out after"), std::string::npos) << error;
+    }
+  }
 }
 
 TEST(LoadgenTest, UnreachableServerIsAnError) {

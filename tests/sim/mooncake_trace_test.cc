@@ -47,6 +47,16 @@ TEST(MooncakeTrace, ReportsMalformedLinesWithTheirNumber) {
     EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().to_string();
   }
   EXPECT_EQ(read_mooncake_trace("/nonexistent/trace.jsonl").status().code(), StatusCode::kNotFound);
+  // A request past 2^24 tokens is refused by its line: a replay holds each request's tokens, and
+  // input_length 2^32-1 aborted with bad_alloc.
+  std::string ids = "0";
+  for (int i = 0; i < 32768; ++i) ids += ",0";
+  auto huge = parse_mooncake_trace("{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [0]}\n"
+                                   "{\"timestamp\": 0, \"input_length\": 16777217, \"output_length\": 1, \"hash_ids\": [" +
+                                   ids + "]}\n");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("line 2"), std::string::npos) << huge.status().to_string();
+  EXPECT_NE(huge.status().message().find("2^24"), std::string::npos) << huge.status().to_string();
 }
 
 TEST(MooncakeTrace, ExpansionIsDeterministicAndCollisionFree) {

@@ -51,6 +51,18 @@ TEST(ReplayTrace, ReadsBothFormats) {
   EXPECT_EQ(t->salts.size(), 2u);
 }
 
+// A request past 2^24 tokens is refused by its line: a replay holds each request's tokens and
+// page hashes, and one hash id of 2^32-1 tokens (--block-tokens) aborted with bad_alloc.
+TEST(ReplayTrace, ARequestPastTwoToThe24TokensIsRefused) {
+  TraceReadOptions o;
+  o.block_tokens = 1u << 25;
+  auto t = parse_replay_trace(mc(0, 10, "0") + mc(0, (1u << 24) + 1, "0"), o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().to_string();
+  EXPECT_NE(t.status().message().find("2^24"), std::string::npos) << t.status().to_string();
+  EXPECT_TRUE(parse_replay_trace(mc(0, 1u << 24, "0"), o).ok());
+}
+
 TEST(ReplayTrace, MalformedLinesNameTheirLineOrAreSkipped) {
   const std::string good = mc(0, 10, "0");
   const std::string bad_mooncake[] = {"not json\n", "[1]\n", "{\"timestamp\": 0}\n", mc(0, 1025, "0, 1"),
