@@ -25,7 +25,7 @@ size_t MetadataTier::retain(std::span<const ChunkKey> keys, Clock::time_point un
   for (; n < keys.size(); ++n) {
     auto it = index_.find(keys[n]);
     if (it == index_.end()) break;
-    stats_.retain_yields += reclaim_order_.retain(it->second.region, until, cap);
+    stats_.retain_yields += reclaim_order_.retain(it->second.region, until, cap, options_.clock->now());
   }
   return n;
 }

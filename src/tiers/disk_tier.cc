@@ -408,7 +408,7 @@ size_t DiskTier::retain(std::span<const ChunkKey> keys, Clock::time_point until,
   for (; n < keys.size(); ++n) {
     auto it = index_.find(keys[n]);
     if (it == index_.end()) break;
-    stats_.retain_yields += reclaim_order_.retain(it->second.region->id, until, cap);
+    stats_.retain_yields += reclaim_order_.retain(it->second.region->id, until, cap, options_.clock->now());
   }
   // The rest may still be on its way (a write-through put not yet made): held when it lands. Bounded.
   pending_hold_cap_ = cap;
@@ -505,7 +505,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   add_entry_locked(op.key, std::move(loc));
   active_->keys.push_back(op.key);
   if (auto hold = pending_holds_.find(op.key); hold != pending_holds_.end()) {  // retained before it landed
-    stats_.retain_yields += reclaim_order_.retain(active_->id, hold->second, pending_hold_cap_);
+    stats_.retain_yields += reclaim_order_.retain(active_->id, hold->second, pending_hold_cap_, options_.clock->now());
     pending_holds_.erase(hold);
   }
   cursor_ += lay.entry_bytes;

@@ -39,8 +39,14 @@ size_t RegionReclaimOrder::held(Clock::time_point now) const {
   return size_t(std::count_if(holds_.begin(), holds_.end(), [&](const auto& h) { return h.second.until > now; }));
 }
 
-uint32_t RegionReclaimOrder::retain(uint32_t region, Clock::time_point until, uint32_t max_regions) {
-  if (!key_of_.count(region) || max_regions == 0) return 0;
+uint32_t RegionReclaimOrder::retain(uint32_t region, Clock::time_point until, uint32_t max_regions,
+                                    Clock::time_point now) {
+  if (!key_of_.count(region) || max_regions == 0 || until <= now) return 0;
+  for (auto h = holds_.begin(); h != holds_.end();) {  // an expired hold takes no place
+    const auto next = std::next(h);
+    if (h->second.until <= now) release(h->first);
+    h = next;
+  }
   auto h = holds_.find(region);
   if (h != holds_.end()) {
     until = std::max(until, h->second.until);

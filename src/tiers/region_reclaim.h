@@ -39,9 +39,10 @@ class RegionReclaimOrder {
   // A read of the region at `tick` (counts under kLru only).
   void touch(uint32_t region, uint64_t tick);
   void remove(uint32_t region);
-  // Holds `region` until `until` (a later time extends it); at most `max_regions` are held.
-  // Returns how many holds yielded to make room.
-  uint32_t retain(uint32_t region, Clock::time_point until, uint32_t max_regions);
+  // Holds `region` until `until` (a later time extends it); at most `max_regions` are held at
+  // `now` (holds past their time are dropped first, and a hold already past is no hold).
+  // Returns how many live holds yielded to make room.
+  uint32_t retain(uint32_t region, Clock::time_point until, uint32_t max_regions, Clock::time_point now);
   // The region to reclaim next, other than `active`, preferring regions not
   // held at `now` (holds past their time are dropped); nullopt when there is none.
   std::optional<uint32_t> victim(std::optional<uint32_t> active, Clock::time_point now);

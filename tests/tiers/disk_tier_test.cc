@@ -944,5 +944,28 @@ TEST(DiskTier, RetainedRegionsSurviveReclaimUntilTheyExpire) {
   EXPECT_FALSE(t->degraded());
 }
 
+// A hold on a chunk not yet written whose time ran out before the chunk landed holds nothing:
+// it took a place under the cap and made a live hold yield (RegionReclaimOrder::retain).
+TEST(DiskTier, AHoldPastItsTimeWhenItsChunkLandsMakesNoLiveHoldYield) {
+  TempDir dir;
+  const ChunkGeometry g = small_geometry();
+  ManualClock clock;
+  DiskTierOptions o = disk_options(dir.path(), g);
+  o.clock = &clock;
+  auto t = std::move(DiskTier::create(o)).value();
+  const TestChunk late = make_chunk(g, test_ns(1), 999);
+  EXPECT_EQ(t->retain({&late.key, 1}, clock.now() + std::chrono::seconds(1), 2.0 / 64), 0u);  // pending
+  const auto a = put_all(*t, g, 1, 2);  // region 0
+  ASSERT_EQ(t->retain({&a[0].key, 1}, clock.now() + std::chrono::hours(1), 2.0 / 64), 1u);
+  put_all(*t, g, 1, 2, 2);  // region 1
+  const auto b = put_all(*t, g, 1, 2, 4);
+  ASSERT_EQ(t->retain({&b[0].key, 1}, clock.now() + std::chrono::hours(1), 2.0 / 64), 1u);
+  const uint64_t held = t->stats().retained_bytes;
+  clock.advance(std::chrono::seconds(60));
+  ASSERT_TRUE(t->put(late.key, late.hashes, late.payload).ok());
+  EXPECT_EQ(t->stats().retain_yields, 0u);
+  EXPECT_EQ(t->stats().retained_bytes, held);
+}
+
 }  // namespace
 }  // namespace kvtier
