@@ -104,8 +104,10 @@ class Cache:
     def pool_tensor(self):
         """The pool as a torch tensor sharing its memory (torch.from_numpy; bf16 viewed as torch.bfloat16)."""
         import torch
-        if type(self._owner).__module__.startswith("torch"):
+        same = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[self.geometry.dtype]
+        if type(self._owner).__module__.startswith("torch") and self._owner.dtype == same:
             return self._owner.reshape(-1)[: self._pool.size].reshape(self._pool.shape)
+        # A pool of another dtype (a uint8 torch buffer, a NumPy array): the NumPy view's memory.
         if self.geometry.dtype == "bf16":  # torch has no uint16: the same bits as int16, viewed as bfloat16
             return torch.from_numpy(self._pool.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(self._pool)

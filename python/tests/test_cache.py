@@ -227,6 +227,18 @@ def test_half_precision_pools_share_memory(tmp_path, dtype, torch_dtype):
                 assert t.data_ptr() == pool.data_ptr() and pool[3, 1, 0, 2, 0, 0].item() == 1.5
 
 
+def test_a_byte_pool_gives_a_tensor_of_the_geometrys_dtype(tmp_path):
+    """pool_tensor() over a uint8 torch buffer with an f16 geometry: f16 values, not the bytes."""
+    g = kvtier.Geometry(num_layers=2, num_kv_heads=2, head_dim=8, dtype="f16", page_tokens=4)
+    raw = torch.zeros(16 * g.page_bytes, dtype=torch.uint8)
+    with open_cache(g, tmp_path, pool=raw, device_capacity=16 * g.page_bytes) as cache:
+        t = cache.pool_tensor()
+        assert t.dtype == torch.float16 and t.shape == kvtier.pool_shape(g, 16)
+        cache.pool[7] = 64
+        assert t[7].flatten()[0].item() == 64 and t[7].flatten()[-1].item() == 64
+        assert t.data_ptr() == raw.data_ptr()
+
+
 def test_pool_is_shared_through_dlpack(geometry, tmp_path):
     """DLPack consumers (torch.from_dlpack) see the pool's own memory: a write through either side shows in the other."""
     with open_cache(geometry, tmp_path) as cache:

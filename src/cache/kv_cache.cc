@@ -544,9 +544,17 @@ Result<CacheLease> KVCache::fresh(const Namespace& ns, size_t tokens) {
   poll();
   CacheLease held(this);
   held.s_->ns_ = index_->namespace_key(ns);
-  const uint32_t P = options_.geometry.page_tokens;
-  KVTIER_RETURN_IF_ERROR(allocate_pages(static_cast<uint32_t>((tokens + P - 1) / P), held.s_->pages_));
+  KVTIER_ASSIGN_OR_RETURN(const uint32_t pages, pages_for(tokens));
+  KVTIER_RETURN_IF_ERROR(allocate_pages(pages, held.s_->pages_));
   return held;
+}
+
+Result<uint32_t> KVCache::pages_for(size_t tokens) const {
+  const uint32_t P = options_.geometry.page_tokens;
+  if (tokens > uint64_t(pool_->num_pages()) * P)  // before rounding up: (tokens + P - 1) could wrap
+    return Status::NoSpace(std::to_string(tokens) + " tokens need more pages than the pool has (" +
+                           std::to_string(pool_->num_pages()) + ")");
+  return static_cast<uint32_t>((tokens + P - 1) / P);
 }
 
 uint32_t KVCache::fall_back(CacheLease& held) {
@@ -581,8 +589,7 @@ uint32_t KVCache::fall_back(CacheLease& held) {
 Status KVCache::grow(CacheLease& held, size_t tokens) {
   if (!held.valid()) return Status::FailedPrecondition("grow: lease is not active");
   CacheLeaseState& lease = *held.s_;
-  const uint32_t P = options_.geometry.page_tokens;
-  const size_t need = (tokens + P - 1) / P;
+  KVTIER_ASSIGN_OR_RETURN(const uint32_t need, pages_for(tokens));
   // Decoding: the prefill's chunk loads have landed, so the pages that took
   // the parts of chunks it did not load go back before the sequence asks for
   // more (a prompt near the pool's size would otherwise find none).
@@ -592,7 +599,7 @@ Status KVCache::grow(CacheLease& held, size_t tokens) {
     lease.scratch_.clear();
   }
   if (lease.pages_.size() >= need) return Status::Ok();
-  return allocate_pages(static_cast<uint32_t>(need - lease.pages_.size()), lease.pages_);
+  return allocate_pages(need - static_cast<uint32_t>(lease.pages_.size()), lease.pages_);
 }
 
 void KVCache::release(CacheLease& lease) { lease.s_.reset(); }

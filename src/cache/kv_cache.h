@@ -449,6 +449,8 @@ class KVCache {
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   // Retry unless every index page the plan reads is where the lookup found it.
   Status check_current(const CacheLookup& L, const PageActions& a) const;
+  // The pages `tokens` positions take; NoSpace past the pool (a huge count wrapped to few pages).
+  Result<uint32_t> pages_for(size_t tokens) const;
   Status allocate(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a, uint32_t fresh);
   // Scratch pages for the pages of lower-tier chunks that are not loaded (each chunk lands whole).
   uint32_t scratch_pages(const CacheLookup& L, const PageActions& a) const;

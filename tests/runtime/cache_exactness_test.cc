@@ -239,6 +239,19 @@ TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
   expect_same(rig.drive(*fresh_look, prompt, 4, /*commit=*/false), ref, 1e-5);
 }
 
+// A lease of more positions than the pool has pages for is refused: 2^64-1 tokens wrapped to no
+// page at all, and the caller got an empty page table for them.
+TEST(CacheExactness, ALeaseLargerThanThePoolIsRefused) {
+  RigOptions o;
+  o.device_pages = 32;
+  CacheRig rig(o);
+  EXPECT_EQ(rig.cache->fresh(rig.ns, SIZE_MAX).status().code(), StatusCode::kNoSpace);
+  EXPECT_EQ(rig.cache->fresh(rig.ns, 16 * 32 + 1).status().code(), StatusCode::kNoSpace);
+  auto whole = rig.cache->fresh(rig.ns, 16 * 32);  // exactly the pool
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_EQ(rig.cache->grow(*whole, SIZE_MAX - 1).code(), StatusCode::kNoSpace);
+}
+
 TEST(CacheExactness, F16FromDiskAndHost) {
   RigOptions o;
   o.dtype = DType::kF16;
