@@ -6,7 +6,7 @@
 
 #include "command.h"
 #include "index_bench.h"
-#include "sim/mooncake_trace.h"
+#include "sim/kvtier_trace.h"
 
 namespace kvtier::cli {
 namespace {
@@ -22,8 +22,7 @@ struct BenchIndexFlags {
 
 Status run(const BenchIndexFlags& f) {
   KVTIER_ASSIGN_OR_RETURN(EvictionPolicyKind policy, parse_eviction_policy(f.policy));
-  MooncakeReadOptions ro;
-  KVTIER_ASSIGN_OR_RETURN(MooncakeTrace trace, read_mooncake_trace(f.trace, ro));
+  KVTIER_ASSIGN_OR_RETURN(ReplayTrace trace, read_replay_trace(f.trace, TraceReadOptions{}));  // Mooncake's
   IndexBenchOptions o;
   o.page_tokens = f.page_tokens;
   o.capacity_tokens = f.capacity_tokens;
@@ -31,7 +30,7 @@ Status run(const BenchIndexFlags& f) {
   o.store_hashes = !f.no_hashes;
   PromptSource src;
   src.count = trace.requests.size();
-  src.fill = [&](size_t i, std::vector<TokenId>& out) { return expand_prompt(trace, i, ro.block_tokens, out); };
+  src.fill = [&](size_t i, std::vector<TokenId>& out) { return expand_request(trace, trace.requests[i], out); };
   KVTIER_ASSIGN_OR_RETURN(IndexBenchReport r, run_index_bench(o, src));
   const std::string text = f.json ? format_json(r) + "\n" : format_table(r);
   std::fputs(text.c_str(), stdout);

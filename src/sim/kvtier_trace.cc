@@ -179,4 +179,27 @@ Result<ReplayTrace> read_replay_trace(const std::string& path, const TraceReadOp
   return parse_replay_trace(text, options);
 }
 
+Status expand_request(const ReplayTrace& trace, const ReplayRequest& r, std::vector<TokenId>& out) {
+  if (r.has_tokens) {
+    if (r.offset + r.count > trace.tokens.size() || r.input_length > r.count)
+      return Status::InvalidArgument("request's tokens lie outside the trace");
+    const auto p = trace.prompt(r);
+    out.assign(p.begin(), p.begin() + r.input_length);
+    return Status::Ok();
+  }
+  const uint32_t B = trace.block_tokens;
+  if (B == 0 || r.offset + r.count > trace.hash_ids.size() || uint64_t(r.count) * B < r.input_length)
+    return Status::InvalidArgument("request's input_length exceeds its hash ids");
+  const auto ids = trace.ids(r);
+  const size_t blocks = (size_t(r.input_length) + B - 1) / B;  // only what is kept
+  out.resize(blocks * B);
+  for (size_t b = 0; b < blocks; ++b) {
+    if (ids[b] > kMaxExpandableHashId)
+      return Status::InvalidArgument("hash id " + std::to_string(ids[b]) + " is above the expandable range");
+    expand_block(ids[b], std::span<TokenId>(out.data() + b * B, B));
+  }
+  out.resize(r.input_length);
+  return Status::Ok();
+}
+
 }  // namespace kvtier

@@ -73,4 +73,8 @@ struct TraceReadOptions {
 Result<ReplayTrace> parse_replay_trace(std::string_view text, const TraceReadOptions& options);
 Result<ReplayTrace> read_replay_trace(const std::string& path, const TraceReadOptions& options);
 
+// The prompt of a request of `trace`: its tokens, or its hash ids' blocks expanded (expand_block)
+// and cut to input_length. InvalidArgument for a request the reader would refuse.
+Status expand_request(const ReplayTrace& trace, const ReplayRequest& r, std::vector<TokenId>& out);
+
 }  // namespace kvtier

@@ -107,17 +107,7 @@ class SequenceSource {
       if (partial) seq[W] = 0;
       return;
     }
-    if (r.has_tokens) {
-      const auto p = t_.prompt(r);
-      seq.assign(p.begin(), p.begin() + r.input_length);
-      return;
-    }
-    const uint32_t B = t_.block_tokens;
-    const auto ids = t_.ids(r);
-    const size_t blocks = (size_t(r.input_length) + B - 1) / B;
-    seq.resize(blocks * B);
-    for (size_t b = 0; b < blocks; ++b) expand_block(ids[b], std::span<TokenId>(seq.data() + b * B, B));
-    seq.resize(r.input_length);
+    (void)expand_request(t_, r, seq);  // cannot fail: the reader checked every request
   }
 
  private:

@@ -8,7 +8,7 @@
 
 #include <cstdlib>
 
-#include "sim/mooncake_trace.h"
+#include "sim/kvtier_trace.h"
 #include "test_data.h"
 
 namespace kvtier {
@@ -17,9 +17,9 @@ namespace {
 class IndexBenchOnSharedTrace : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto t = read_mooncake_trace(testdata::mooncake_trace_path());
+    auto t = read_replay_trace(testdata::mooncake_trace_path(), TraceReadOptions{});
     ASSERT_TRUE(t.ok()) << t.status().to_string();
-    trace_ = new MooncakeTrace(std::move(t).value());
+    trace_ = new ReplayTrace(std::move(t).value());
   }
   static void TearDownTestSuite() {
     delete trace_;
@@ -32,14 +32,14 @@ class IndexBenchOnSharedTrace : public ::testing::Test {
     o.capacity_tokens = capacity;
     PromptSource src;
     src.count = trace_->requests.size();
-    src.fill = [](size_t i, std::vector<TokenId>& out) { return expand_prompt(*trace_, i, 512, out); };
+    src.fill = [](size_t i, std::vector<TokenId>& out) { return expand_request(*trace_, trace_->requests[i], out); };
     auto r = run_index_bench(o, src);
     EXPECT_TRUE(r.ok()) << r.status().to_string();
     return r.ok() ? r.value() : IndexBenchReport{};
   }
-  static MooncakeTrace* trace_;
+  static ReplayTrace* trace_;
 };
-MooncakeTrace* IndexBenchOnSharedTrace::trace_ = nullptr;
+ReplayTrace* IndexBenchOnSharedTrace::trace_ = nullptr;
 
 TEST_F(IndexBenchOnSharedTrace, UnlimitedCapacityHitRatio) {
   const IndexBenchReport r = run(0);

@@ -32,7 +32,7 @@ std::string check_chat_template(Input data);
 // Text through the byte-level BPE tokenizer of KVTIER_FUZZ_VOCAB (Qwen2's): ids inside the vocabulary;
 // valid UTF-8 comes back whole from decode(encode(text)).
 std::string check_tokenizer(Input data);
-// A Mooncake JSON-lines trace (sim/mooncake_trace.h), every prompt expanded.
+// A Mooncake JSON-lines trace (sim/kvtier_trace.h's reader), every prompt expanded.
 std::string check_mooncake_trace(Input data);
 // A kvtier JSON-lines trace (sim/kvtier_trace.h), strict and with skip_bad_lines.
 std::string check_kvtier_trace(Input data);

@@ -33,15 +33,13 @@ std::string check_replay_trace(const ReplayTrace& t) {
 }  // namespace
 
 std::string check_mooncake_trace(Input data) {
-  auto t = parse_mooncake_trace(as_text(data), {.block_tokens = kBlockTokens});
+  auto t = parse_replay_trace(as_text(data), {.format = TraceFormat::kMooncake, .block_tokens = kBlockTokens});
   if (!t.ok()) return t.status().message().find("line ") == std::string::npos ? "an error that names no line" : "";
+  if (auto why = check_replay_trace(*t); !why.empty()) return why;
   std::vector<TokenId> prompt;
-  for (size_t i = 0; i < t->requests.size(); ++i) {
-    const MooncakeRequest& r = t->requests[i];
-    if (r.hash_offset + r.hash_count > t->hash_ids.size()) return "hash id range outside the array";
-    Status st = expand_prompt(*t, i, kBlockTokens, prompt);
-    if (st.ok() && prompt.size() != r.input_length) return "expanded prompt of the wrong length";
-    if (!st.ok() && st.message().empty()) return "expansion refused without a message";
+  for (const ReplayRequest& r : t->requests) {
+    if (!expand_request(*t, r, prompt).ok()) return "a request the reader took does not expand";
+    if (prompt.size() != r.input_length) return "expanded prompt of the wrong length";
   }
   return {};
 }

@@ -3,7 +3,6 @@
 
 #include "replay_support.h"
 #include "sim/kvtier_trace.h"
-#include "sim/mooncake_trace.h"
 
 namespace kvtier::fuzzing {
 namespace {
@@ -14,7 +13,7 @@ std::string_view text_of(const std::vector<uint8_t>& b) { return {reinterpret_ca
 TEST(TraceReplay, ValidSeedsAreRead) {
   for (const auto& [name, bytes] : corpus_files("mooncake_trace")) {
     if (name != "basic.jsonl") continue;
-    auto t = parse_mooncake_trace(text_of(bytes), {.block_tokens = 16});
+    auto t = parse_replay_trace(text_of(bytes), {.format = TraceFormat::kMooncake, .block_tokens = 16});
     ASSERT_TRUE(t.ok()) << t.status().to_string();
     EXPECT_EQ(t->requests.size(), 3u);
   }

@@ -1,4 +1,5 @@
 #include "sim/mooncake_trace.h"
+#include "sim/kvtier_trace.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +7,8 @@
 
 namespace kvtier {
 namespace {
+
+Result<ReplayTrace> parse_mooncake_trace(std::string_view text) { return parse_replay_trace(text, TraceReadOptions{}); }
 
 TEST(MooncakeTrace, ParsesRequests) {
   auto t = parse_mooncake_trace(
@@ -16,16 +19,18 @@ TEST(MooncakeTrace, ParsesRequests) {
   ASSERT_EQ(t->requests.size(), 2u);
   EXPECT_EQ(t->requests[0].input_length, 700u);
   EXPECT_EQ(t->requests[0].output_length, 6u);
-  EXPECT_EQ(t->ids(0).size(), 2u);
-  EXPECT_EQ(t->ids(0)[1], 1u);
+  EXPECT_EQ(t->ids(t->requests[0]).size(), 2u);
+  EXPECT_EQ(t->ids(t->requests[0])[1], 1u);
   EXPECT_DOUBLE_EQ(t->requests[1].timestamp_ms, 12.5);
   std::vector<TokenId> a, b;
-  ASSERT_TRUE(expand_prompt(*t, 0, 512, a).ok());
-  ASSERT_TRUE(expand_prompt(*t, 1, 512, b).ok());
+  ASSERT_TRUE(expand_request(*t, t->requests[0], a).ok());
+  ASSERT_TRUE(expand_request(*t, t->requests[1], b).ok());
   ASSERT_EQ(a.size(), 700u);
   ASSERT_EQ(b.size(), 10u);
   EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin()));  // same id, same tokens
-  EXPECT_FALSE(expand_prompt(*t, 2, 512, a).ok());
+  ReplayRequest beyond = t->requests[0];
+  beyond.input_length = 1025;  // more than its two ids of 512
+  EXPECT_FALSE(expand_request(*t, beyond, a).ok());
 }
 
 TEST(MooncakeTrace, ReportsMalformedLinesWithTheirNumber) {
@@ -46,7 +51,7 @@ TEST(MooncakeTrace, ReportsMalformedLinesWithTheirNumber) {
     EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(t.status().message().find("line 2"), std::string::npos) << t.status().to_string();
   }
-  EXPECT_EQ(read_mooncake_trace("/nonexistent/trace.jsonl").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(read_replay_trace("/nonexistent/trace.jsonl", {}).status().code(), StatusCode::kNotFound);
   // A request past 2^24 tokens is refused by its line: a replay holds each request's tokens, and
   // input_length 2^32-1 aborted with bad_alloc.
   std::string ids = "0";
@@ -78,11 +83,13 @@ TEST(MooncakeTrace, ExpansionIsDeterministicAndCollisionFree) {
     firsts.insert(blk[0]);
   }
   EXPECT_GE(firsts.size(), 200000u);
-  MooncakeTrace t;
+  ReplayTrace t;
   t.hash_ids = {1ull << 40};
-  t.requests.push_back(MooncakeRequest{0, 10, 1, 0, 1});
+  ReplayRequest r;
+  r.input_length = 10;
+  r.count = 1;
   std::vector<TokenId> out;
-  EXPECT_FALSE(expand_prompt(t, 0, 512, out).ok());  // beyond the collision-free range
+  EXPECT_FALSE(expand_request(t, r, out).ok());  // beyond the collision-free range
 }
 
 }  // namespace
