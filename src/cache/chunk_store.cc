@@ -68,8 +68,7 @@ void ChunkStore::get(std::span<GetOp> ops) {
     std::vector<size_t> still;
     for (size_t j = 0; j < batch.size(); ++j) {
       GetOp& op = ops[pending[j]];
-      op.status = batch[j].status;
-      op.num_pages = batch[j].num_pages;
+      op.take_outputs(batch[j]);  // the codec (a lossy entry is labelled) and placed too
       if (op.status.ok()) {
         ++hits[static_cast<size_t>(t->kind())];
       } else {

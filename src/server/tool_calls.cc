@@ -98,6 +98,7 @@ ParsedReply parse_llama3(std::string_view text) {
   // One object, or several joined by ';' outside strings and brackets (found in one pass: trying
   // each ';' in turn re-parsed ever longer pieces, seconds for a cut-off reply with many of them).
   for (const std::string_view piece : top_level_pieces(body, ';')) {
+    if (trim(piece).empty() && !out.calls.empty()) continue;  // after a trailing ';'
     std::optional<ToolCall> call = call_of_text(piece);
     if (!call) return as_content(text);
     out.calls.push_back(std::move(*call));

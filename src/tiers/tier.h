@@ -69,6 +69,14 @@ struct GetOp {
   // through `out`, and sets `placed`; `out` is then not written.
   std::span<std::byte* const> pages;
   bool placed = false;  // out
+
+  // The out fields of `from`, an op a tier filled for this one (ChunkStore asks a copy).
+  void take_outputs(const GetOp& from) {
+    status = from.status;
+    num_pages = from.num_pages;
+    codec = from.codec;
+    placed = from.placed;
+  }
 };
 
 struct TierStats {

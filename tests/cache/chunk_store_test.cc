@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include <filesystem>
 #include <random>
 
@@ -128,6 +131,44 @@ TEST_F(ChunkStoreTest, ReadsWhatAKVCacheWroteToDisk) {
   const size_t slice = g.kv.layer_slice_bytes();
   EXPECT_TRUE(std::equal(out.begin(), out.begin() + slice, first_page.begin()));
   std::filesystem::remove_all(disk_dir);
+}
+
+// A get reports what the tier reported: the entry's codec (a q8 entry's layers are an
+// approximation, and came back labelled exact), and `placed` when the tier wrote the caller's
+// pages itself (the caller read `out`, never written).
+TEST_F(ChunkStoreTest, AGetReportsTheEntrysCodecAndWhereItPlacedTheLayers) {
+  ChunkGeometry g = small_chunks();
+  g.kv.head_dim = 32;  // the q8 codec's block
+  ChunkStoreOptions o;
+  o.geometry = g;
+  o.host_bytes = 0;
+  o.disk_dir = dir_.string();
+  o.disk_region_bytes = 1 << 20;
+  o.disk_bytes = 4 << 20;
+  o.disk_codec = KvCodec::kQ8;
+  auto store = ChunkStore::create(o);
+  ASSERT_TRUE(store.ok()) << store.status().to_string();
+  Chunk c = make_chunk(g, 1);
+  std::vector<float> values(c.payload.size() / 4);
+  std::mt19937 rng(1);
+  for (float& v : values) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::memcpy(c.payload.data(), values.data(), c.payload.size());
+  std::vector<PutOp> puts{PutOp{c.key, c.pages, c.payload, {}}};
+  (*store)->set(puts);
+  ASSERT_TRUE(puts[0].status.ok()) << puts[0].status.to_string();
+  ASSERT_TRUE((*store)->flush().ok());
+  std::vector<std::byte> out(g.payload_bytes(2));
+  GetOp plain{.key = c.key, .out = out};
+  (*store)->get({&plain, 1});
+  ASSERT_TRUE(plain.status.ok()) << plain.status.to_string();
+  EXPECT_EQ(plain.codec, KvCodec::kQ8);
+  std::vector<std::byte> p0(g.kv.page_bytes()), p1(g.kv.page_bytes());
+  std::byte* pages[] = {p0.data(), p1.data()};
+  GetOp into_pages{.key = c.key, .out = out, .pages = pages};
+  (*store)->get({&into_pages, 1});
+  ASSERT_TRUE(into_pages.status.ok());
+  EXPECT_TRUE(into_pages.placed);
+  EXPECT_TRUE(std::any_of(p0.begin(), p0.end(), [](std::byte b) { return b != std::byte{0}; }));
 }
 
 TEST(ChunkStoreOptionsTest, NeedsATier) {

@@ -79,6 +79,7 @@ TEST(ToolCalls, Llama3Json) {
   EXPECT_EQ(r.calls[1].name, "g");
   EXPECT_EQ(r.calls[1].arguments, "{\"b\":1}");
   EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "The answer is {x}.").calls.size(), 0u);
+  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {}}; ").calls.size(), 1u);
   // Cut off by max_tokens inside a string of many ';': content, found in one pass (trying each ';'
   // in turn re-parsed ever longer pieces: 12 s for 32,768 of them).
   std::string cut = "{\"name\": \"f\", \"parameters\": {\"code\": \"";
