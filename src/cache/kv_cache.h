@@ -205,6 +205,7 @@ struct KVCacheStats {
   uint64_t demoted_pages = 0;  // device → host on eviction (write-back)
   uint64_t spilled_chunks = 0;  // chunk stores to disk/remote on host eviction (write-back)
   uint64_t load_failures = 0;  // loads that failed (corrupt, I/O); the request recomputed
+  uint64_t host_copy_failures = 0;  // write-through host copies that failed: the page stays on the device only
   uint64_t lossy_tokens = 0;   // reused tokens whose KV came from lossy entries (LeaseReport::lossy_tokens)
   uint64_t prefetched_pages = 0;       // pages read ahead into the host tier and indexed there
   uint64_t prefetch_failures = 0;      // prefetched chunks dropped (failed or corrupt load)
@@ -392,6 +393,15 @@ class KVCache {
     bool writes_host = false;        // writes host slots (must land before a slot is reused or read)
     bool reads_host = false;         // reads host slots (must finish before a slot is freed)
     uint64_t bytes[kNumTiers] = {};
+    // Write-through host copies, in the batch's order: where the index points at each slot, so
+    // that a copy that failed leaves the index (settle_host_copies).
+    struct HostCopy {
+      NodeHandle node;
+      uint32_t page = 0;
+      SlotId slot;
+    };
+    std::vector<HostCopy> host_copies;
+    bool settled = false;
   };
   // One retention hint in force (retain()).
   struct Retention {
@@ -476,6 +486,11 @@ class KVCache {
   // Waits for the background writes into host slots: a slot about to be read (a load, a
   // promotion) may still be receiving a write-through copy.
   void await_host_writes();
+  // Waits for the write-through host copies and takes every one that failed out of the index (the
+  // page keeps its device copy; the slot is freed): its slot holds stale bytes. Before a device
+  // eviction, which could leave such a slot as the page's only copy.
+  void settle_host_copies();
+  void settle(Pending& pd);
   // Waits for the promotions in `ns`; true when there were any.
   bool await_promotions(const NsKey& ns);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);

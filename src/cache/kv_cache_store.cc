@@ -133,6 +133,7 @@ bool KVCache::cut_for_device(uint32_t n) {
 // Device eviction. With write-back, a page without a host copy is first
 // copied to a host slot (demotion) so it stays cached one tier down.
 Status KVCache::evict_device(uint32_t n, bool move_down, uint32_t tenant) {
+  settle_host_copies();  // a failed copy's slot must not outlive the page's device copy
   PrefixIndex::DemoteFn demote;
   if (move_down && options_.write_policy == WritePolicy::kWriteBack && host_) {
     // Room first (host eviction cannot run inside the device eviction), then
@@ -279,6 +280,7 @@ void KVCache::poll() {
   finish_done(promotions_, [this](Promotion& pr) { finish_promotion(pr); });
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
+    settle(pd);
     for (int t = 0; t < kNumTiers; ++t) stats_.bytes_stored_by_tier[t] += pd.bytes[t];
     for (PageId p : pd.refs) pool_->unref(p);
     for (SlotId s : pd.slots) host_->free_slot(s);

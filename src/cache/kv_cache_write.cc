@@ -29,6 +29,7 @@ void KVCache::copy_to_host(const NodeHandle& deepest, Committed& c) {
       continue;
     }
     batch.copies.push_back({PageLoc::pool(dev), PageLoc::host(slots[k])});
+    pd->host_copies.push_back({deepest, i, slots[k]});
     pool_->ref(dev);
     pd->refs.push_back(dev);
   }
@@ -38,8 +39,36 @@ void KVCache::copy_to_host(const NodeHandle& deepest, Committed& c) {
     pd->handle = std::move(h).value();
     pending_.push_back(std::move(pd));
   } else {
+    for (const Pending::HostCopy& hc : pd->host_copies)  // nothing was copied: no slot holds the page
+      if (auto loc = index_->location(hc.node, hc.page); loc.ok() && loc->host == hc.slot) {
+        (void)index_->set_location(hc.node, hc.page, {loc->device, SlotId(), loc->lossy});
+        host_->free_slot(hc.slot);
+      }
     for (PageId p : pd->refs) pool_->unref(p);
   }
+}
+
+void KVCache::settle(Pending& pd) {
+  if (pd.settled || pd.host_copies.empty()) return;
+  pd.settled = true;
+  (void)pd.handle.wait_all();
+  const TransferResult r = pd.handle.result();
+  for (size_t k = 0; k < pd.host_copies.size() && k < r.copies.size(); ++k) {
+    if (r.copies[k].ok()) continue;
+    const Pending::HostCopy& hc = pd.host_copies[k];
+    auto loc = index_->location(hc.node, hc.page);
+    if (!loc.ok() || loc->host != hc.slot) continue;  // dropped since (the slot went with it)
+    ++stats_.host_copy_failures;
+    if (loc->on_device()) {
+      (void)index_->set_location(hc.node, hc.page, {loc->device, SlotId(), loc->lossy});
+      host_->free_slot(hc.slot);
+    }
+  }
+}
+
+void KVCache::settle_host_copies() {
+  for (auto& pd : pending_)
+    if (pd->writes_host) settle(*pd);
 }
 
 // Whole chunks of the committed pages go to disk and to the remote store

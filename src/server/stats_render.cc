@@ -73,6 +73,7 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   }
   j["planner_pages"] = {{"in_place", s.plan_pages[0]}, {"load", s.plan_pages[1]}, {"recompute", s.plan_pages[2]}};
   j["load_failures"] = s.load_failures;
+  j["host_copy_failures"] = s.host_copy_failures;
   j["prefetch"] = {{"pages", s.prefetched_pages},
                    {"failures", s.prefetch_failures},
                    {"waits", s.prefetch_waits},
@@ -177,6 +178,9 @@ void integrity_metrics(MetricsText& w, const RuntimeStats& stats) {
 void movement_metrics(MetricsText& w, const RuntimeStats& stats) {
   const KVCacheStats& s = stats.cache;
   w.scalar("kvtier_load_failures_total", "counter", "Loads that failed; the request recomputed.", s.load_failures);
+  w.scalar("kvtier_host_copy_failures_total", "counter",
+           "Write-through host copies that failed (a value the host codec refuses); the page stays on the device only.",
+           s.host_copy_failures);
   w.scalar("kvtier_prefetched_pages_total", "counter",
            "Pages read ahead from disk/remote into the host tier for queued requests.", s.prefetched_pages);
   w.scalar("kvtier_prefetch_failures_total", "counter", "Prefetched chunks dropped (failed or corrupt load).",

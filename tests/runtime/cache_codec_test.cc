@@ -228,5 +228,44 @@ TEST(CacheCodec, ALossyHostCodecWithWriteBackIsRefused) {
   EXPECT_NE(cache.status().message().find("write_back"), std::string::npos) << cache.status().to_string();
 }
 
+// A write-through host copy that fails (the f16 host codec refuses a value past 65504) leaves the
+// index: the page stays on the device only (served from there, or recomputed once evicted). The
+// failed slot, and the copies after it in the same worker's share, were served as hits with stale
+// bytes (load_failures 0).
+TEST(CacheCodec, AFailedHostCopyIsNeverServed) {
+  RigOptions o;
+  o.disk = false;
+  o.host_codec = KvCodec::kF16;
+  CacheRig rig(o);
+  KVCache& c = *rig.cache;
+  const KVGeometry g = c.geometry();
+  const uint32_t P = g.page_tokens, W = 8;
+  const auto prompt = CacheRig::random_tokens(W * P + 1, 7);
+  auto lease = c.fresh(rig.ns, W * P);
+  ASSERT_TRUE(lease.ok());
+  const size_t n = g.page_bytes() / 4;
+  auto value = [](uint32_t page, size_t i) { return 0.5f * std::sin(float(page * 1000 + i) * 0.37f); };
+  for (uint32_t p = 0; p < W; ++p) {
+    float* f = reinterpret_cast<float*>(c.pool().page(lease->pages()[p]));
+    for (size_t i = 0; i < n; ++i) f[i] = value(p, i);
+  }
+  reinterpret_cast<float*>(c.pool().page(lease->pages()[2]))[0] = 1e6f;  // past f16: the copy is refused
+  ASSERT_TRUE(c.commit(*lease, std::span(prompt).first(W * P)).ok());
+  ASSERT_TRUE(c.drain().ok());
+  EXPECT_GE(c.stats().host_copy_failures, 1u);
+  ASSERT_TRUE(c.evict(TierKind::kDevice, 1000).ok());
+  auto look = c.lookup(rig.ns, prompt);
+  ASSERT_TRUE(look.ok());
+  const Plan plan = c.planner().use_all(look->runs, prompt.size());
+  auto served = c.apply(std::move(*look), plan);
+  ASSERT_TRUE(served.ok()) << served.status().to_string();
+  for (uint32_t l = 0; l < g.num_layers; ++l) ASSERT_TRUE(served->wait_layer(LayerIdx(l)).ok());
+  for (uint32_t p = 0; p < served->cached_end() / P; ++p) {
+    const float* f = reinterpret_cast<const float*>(c.pool().page(served->pages()[p]));
+    for (size_t i = p == 2 ? 1 : 0; i < n; ++i) ASSERT_NEAR(f[i], value(p, i), 1e-3) << "page " << p << " value " << i;
+  }
+  EXPECT_TRUE(c.index().check_invariants().ok());
+}
+
 }  // namespace
 }  // namespace kvtier::testing
