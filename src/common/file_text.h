@@ -2,6 +2,7 @@
 // Stateless and thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -9,7 +10,10 @@
 
 namespace kvtier {
 
-// The file's bytes; NotFound "cannot open <what> '<path>'" or IOError "reading <what> '<path>' failed".
-Result<std::string> read_file(const std::string& path, std::string_view what);
+// The bytes of a regular file of at most `max_bytes`; NotFound "cannot open <what> '<path>'",
+// InvalidArgument for anything else (a directory, a FIFO, a device) or a larger file, or IOError
+// "reading <what> '<path>' failed".
+inline constexpr uint64_t kMaxSmallFileBytes = 1 << 20;  // config, keys, secrets, profiles
+Result<std::string> read_file(const std::string& path, std::string_view what, uint64_t max_bytes = kMaxSmallFileBytes);
 
 }  // namespace kvtier

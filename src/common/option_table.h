@@ -65,6 +65,11 @@ struct Option {
   }
   // Parses `text` into `c`; errors name the option as `origin` calls it.
   Status apply(T& c, std::string_view text, std::string_view origin) const {
+    // What --print-config shows in place of a secret is not one: a printed config read back made
+    // "<set>" the API key, which then let anyone in.
+    if (info.secret && text == "<set>")
+      return Status::InvalidArgument(std::string(origin) + ": '" + std::string(text) +
+                                     "' is the placeholder printed for a secret, not the secret: give it (or its file)");
     Status st = parse(c, text);
     if (st.ok()) return st;
     return Status::InvalidArgument(std::string(origin) + ": " + st.message());

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <utility>
@@ -115,6 +116,10 @@ Result<double> parse_duration(std::string_view text) {
   auto v = parse_double(s);
   if (!v.ok() || *v < 0)
     return Status::InvalidArgument("duration " + kvtier::quoted(text) + " is not a non-negative number of seconds (600, 1.5s, 250ms, 10m, 2h)");
+  // Past ~9.2e9 s a deadline in nanoseconds overflows (1e10 s made every request time out at once).
+  if (!(*v * unit <= kMaxDurationSeconds))
+    return Status::InvalidArgument("duration " + kvtier::quoted(text) + " is over " + format_number(kMaxDurationSeconds) +
+                                   " seconds");
   return *v * unit;
 }
 
@@ -151,7 +156,12 @@ Result<uint64_t> parse_size(std::string_view text) {
     if (v != 0 && mult > UINT64_MAX / v) return Status::InvalidArgument("size '" + original + "' overflows 64 bits");
     return uint64_t(v) * mult;
   }
-  const long double v = std::stold(number) * static_cast<long double>(mult);
+  // strtold, not stold: a number past long double's range (5,000 digits) threw out_of_range, and a
+  // SIGHUP reload of a keys file with such a quota aborted the server.
+  errno = 0;
+  const long double parsed = std::strtold(number.c_str(), nullptr);
+  if (errno == ERANGE) return Status::InvalidArgument("size '" + original + "' is out of range");
+  const long double v = parsed * static_cast<long double>(mult);
   if (!std::isfinite(v) || v >= 18446744073709551615.0L)
     return Status::InvalidArgument("size '" + original + "' overflows 64 bits");
   const long double rounded = std::floor(v);

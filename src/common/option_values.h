@@ -33,6 +33,9 @@ Result<uint64_t> parse_uint(std::string_view text, uint64_t lo, uint64_t hi);
 Result<double> parse_number(std::string_view text, double lo, double hi);
 // Seconds: "600", "1.5s", "250ms", "10m", "2h"; never negative.
 Result<double> parse_duration(std::string_view text);
+// The longest duration an option takes (about 31 years): a deadline past ~9.2e9 s overflows
+// nanoseconds.
+inline constexpr double kMaxDurationSeconds = 1e9;
 // The shortest text that parses back to the same double ("600", "0.05").
 std::string format_number(double v);
 

@@ -11,12 +11,20 @@
 
 namespace kvtier {
 
+namespace {
+// A secret's one trailing line end ("\n" or "\r\n") is not part of it, from a file (echo > f) or
+// from the environment (a Kubernetes secret made --from-file): the same secret, the same bytes.
+std::string without_line_end(std::string s) {
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  return s;
+}
+}  // namespace
+
 Result<std::string> read_secret_file(const std::string& path, std::string_view what, size_t min_bytes) {
   auto text = read_file(path, what);
   if (!text.ok()) return Status::InvalidArgument(text.status().message());
-  std::string s = std::move(text).value();
-  if (!s.empty() && s.back() == '\n') s.pop_back();
-  if (!s.empty() && s.back() == '\r') s.pop_back();
+  std::string s = without_line_end(std::move(text).value());
   if (s.size() < min_bytes)
     return Status::InvalidArgument(std::string(what) + " '" + path + "' holds fewer than " + std::to_string(min_bytes) +
                                    " bytes");
@@ -39,10 +47,11 @@ Result<std::optional<std::string>> read_secret(const std::string& file, const ch
   }
   const char* v = lookup(env);
   if (v == nullptr || *v == '\0') return std::optional<std::string>();
-  if (std::strlen(v) < min_bytes)
+  std::string s = without_line_end(v);
+  if (s.size() < min_bytes)
     return Status::InvalidArgument(std::string(what) + " from " + env + " holds fewer than " + std::to_string(min_bytes) +
                                    " bytes");
-  return std::optional<std::string>(std::string(v));
+  return std::optional<std::string>(std::move(s));
 }
 
 Status require_private_file(const std::string& path, std::string_view what) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "router/router_impl.h"
+#include "common/json_text.h"
 
 namespace kvtier::router {
 
@@ -193,7 +194,7 @@ std::string Router::Impl::health_json() const {
   for (const auto& [name, held] : stores) shared[name] = {{"chunks", held.remote_chunks()}};
   json j = {{"status", "ok"}, {"policy", policy_name(o.policy)}, {"backends", list}, {"remote_stores", shared}};
   if (reference) j["model_fingerprint"] = reference->fingerprint.to_hex();
-  return j.dump();
+  return json_text(j);
 }
 
 std::string Router::Impl::metrics_text() const {

@@ -1,4 +1,5 @@
 #include "server/api.h"
+#include "common/json_text.h"
 
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return json_text(j); }
 
 const char* kind(const json& v) {
   switch (v.type()) {

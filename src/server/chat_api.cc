@@ -1,4 +1,5 @@
 #include "server/chat_api.h"
+#include "common/json_text.h"
 
 #include <algorithm>
 #include <set>
@@ -12,7 +13,7 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return json_text(j); }
 
 // `o` is an object whose `key` is the string `value` (any other type there: false, never a type_error).
 bool field_is(const ojson& o, const char* key, std::string_view value) {

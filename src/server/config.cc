@@ -171,8 +171,10 @@ Status ServerLimits::validate() const {
   if (max_tokens == 0) return Status::InvalidArgument("limits.max_tokens must be at least 1");
   if (default_max_tokens == 0 || default_max_tokens > max_tokens)
     return Status::InvalidArgument("limits.default_max_tokens must be in [1, max_tokens]");
-  if (!(request_timeout_s > 0)) return Status::InvalidArgument("limits.request_timeout_s must be positive");
-  if (!(shutdown_grace_s >= 0)) return Status::InvalidArgument("limits.shutdown_grace_s must be >= 0");
+  if (!(request_timeout_s > 0 && request_timeout_s <= kMaxDurationSeconds))
+    return Status::InvalidArgument("limits.request_timeout_s must be positive and at most 1e9");
+  if (!(shutdown_grace_s >= 0 && shutdown_grace_s <= kMaxDurationSeconds))
+    return Status::InvalidArgument("limits.shutdown_grace_s must be in [0, 1e9]");
   if (http_threads == 1) return Status::InvalidArgument("limits.http_threads must be 0 (derived) or at least 2");
   if (max_body_bytes < 1024) return Status::InvalidArgument("limits.max_body_bytes must be at least 1KiB");
   return Status::Ok();
@@ -228,8 +230,7 @@ Status apply_toml(std::string_view toml_text, std::string_view origin, ServerCon
       const Option<S>* row = find_option(server_option_table(), full);
       if (row == nullptr) return Status::InvalidArgument(std::string(origin) + ": unknown key '" + full + "'");
       KVTIER_ASSIGN_OR_RETURN(const std::string text, node_text(value, row->kind, origin, full));
-      Status st = row->parse(next, text);
-      if (!st.ok()) return bad(origin, full, st.message());
+      KVTIER_RETURN_IF_ERROR(row->apply(next, text, std::string(origin) + ": '" + full + "'"));
     }
   }
   config = std::move(next);

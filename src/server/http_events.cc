@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http_server.h"
+#include "common/json_text.h"
 #include "server/http_server_detail.h"
 
 namespace kvtier::server {
@@ -38,7 +39,7 @@ json hashes_json(const std::vector<PageHash>& hashes) {
 
 // `event: NAME` with `id: seq` and one data line.
 std::string sse_message(std::string_view name, uint64_t seq, const json& data) {
-  return "id: " + std::to_string(seq) + "\nevent: " + std::string(name) + "\ndata: " + data.dump() + "\n\n";
+  return "id: " + std::to_string(seq) + "\nevent: " + std::string(name) + "\ndata: " + json_text(data) + "\n\n";
 }
 
 std::string snapshot_message(const KvSnapshot& s) {

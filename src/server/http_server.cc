@@ -1,4 +1,5 @@
 #include "server/http_server.h"
+#include "common/json_text.h"
 #include "server/stats_render.h"
 
 #include <httplib.h>
@@ -228,7 +229,7 @@ void HttpServer::install_cache_routes() {
            {"cache_enabled", o.cache_enabled},
            {"remote_store", m.remote_store.empty() ? json(nullptr) : json(m.remote_store)}};
     if (m.planner) j["planner"] = json::parse(m.planner->to_json());
-    res.set_content(j.dump(), kJson);
+    res.set_content(json_text(j), kJson);
   });
 
   s.Get("/v1/cache/stats", [this](const httplib::Request& req, httplib::Response& res) {
@@ -236,7 +237,7 @@ void HttpServer::install_cache_routes() {
     auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
     if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
     const auto c = scheduler_->counts();
-    res.set_content(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}.dump(),
+    res.set_content(json_text(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}),
                     kJson);
   });
 
@@ -346,7 +347,7 @@ void HttpServer::install_routes() {
               {"max_kv_tokens", limits_.max_kv_tokens},
               {"auth", auth_mode_name(keys_->mode())}};
     if (!config_.runtime.remote_url.empty()) body["remote_authenticated"] = has_tier_secret(config_.runtime);
-    res.set_content(body.dump(), kJson);
+    res.set_content(json_text(body), kJson);
   });
 
   // What a router needs to hash prompts into the same pages as this instance (docs/SCALING.md).
@@ -472,7 +473,7 @@ void HttpServer::install_prefetch_route() {
       answer["again_in_ms"] = again->count();
     }
     res.status = 202;
-    res.set_content(answer.dump(), kJson);
+    res.set_content(json_text(answer), kJson);
   });
 }
 

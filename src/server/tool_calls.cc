@@ -1,4 +1,5 @@
 #include "server/tool_calls.h"
+#include "common/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -11,7 +12,7 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dump(const json& j) { return json_text(j); }
 
 // {"name": string, <args_key>: object} → a call; anything else: nullopt.
 std::optional<ToolCall> call_of(const json& j) {

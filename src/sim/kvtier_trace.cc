@@ -175,7 +175,7 @@ Result<ReplayTrace> parse_replay_trace(std::string_view text, const TraceReadOpt
 }
 
 Result<ReplayTrace> read_replay_trace(const std::string& path, const TraceReadOptions& options) {
-  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "trace"));
+  KVTIER_ASSIGN_OR_RETURN(std::string text, read_file(path, "trace", uint64_t{16} << 30));
   return parse_replay_trace(text, options);
 }
 

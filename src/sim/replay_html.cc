@@ -1,4 +1,5 @@
 #include "sim/replay_html.h"
+#include "common/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,7 +11,7 @@ using nlohmann::json;
 // JSON that is safe inside a <script> element: '<' only occurs inside strings,
 // where \u003c means the same character.
 std::string script_safe(const json& data) {
-  const std::string text = data.dump();
+  const std::string text = json_text(data);
   std::string out;
   out.reserve(text.size());
   for (char c : text) {

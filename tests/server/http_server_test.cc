@@ -600,6 +600,18 @@ TEST_F(HttpServerTest, ClosingConnectionsWaitsForTheAnswersBeingWritten) {
   EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";
 }
 
+// A model path that is not UTF-8 (any bytes are a valid file name) is answered, replaced: /health,
+// /v1/cache/config and /v1/cache/stats answered 500 (nlohmann's dump throws on it).
+TEST_F(HttpServerTest, ANonUtf8ModelPathIsAnsweredNotA500) {
+  start([](ServerConfig& c) { c.runtime.model = "mod\xe8le.gguf"; });
+  auto c = client();
+  for (const char* path : {"/health", "/v1/cache/config", "/v1/cache/stats", "/v1/models"}) {
+    auto r = c.Get(path);
+    ASSERT_TRUE(r) << path;
+    EXPECT_EQ(r->status, 200) << path << ": " << r->body;
+  }
+}
+
 // A client that waits for its whole answer is not mistaken for one that left.
 TEST_F(HttpServerTest, WaitingClientIsNotCancelled) {
   start({}, [](FakeShared& s) { s.decode_delay = 2ms; });

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include "server/config.h"
 #include "server/config_flags.h"
 #include "common/option_values.h"
+#include "common/file_text.h"
 #include "common/secrets.h"
 
 namespace kvtier::server {
@@ -29,6 +32,58 @@ TEST(SizeTest, ParsesUnits) {
 TEST(SizeTest, RejectsGarbage) {
   for (const char* bad : {"", "MiB", "-1GiB", "12XB", "1.2.3", "99999999999999999999TiB", "0.3B", "abc"})
     EXPECT_FALSE(parse_size(bad).ok()) << bad;
+}
+
+// Hostile numbers are refused, never thrown: a size of 5,000 digits threw out_of_range from stold
+// (a SIGHUP reload of a keys file with such a quota aborted the server), and a duration past ~9e9 s
+// overflowed its deadline (every request timed out at once).
+TEST(SizeTest, HostileNumbersAreErrors) {
+  EXPECT_FALSE(parse_size("1" + std::string(5000, '0') + ".5").ok());
+  EXPECT_FALSE(parse_size("0." + std::string(5000, '0') + "1GiB").ok());
+  for (const char* bad : {"1e10", "1e308h", "inf"}) EXPECT_FALSE(parse_duration(bad).ok()) << bad;
+  EXPECT_TRUE(parse_duration("1e9").ok());
+  ServerConfig c;
+  c.limits.request_timeout_s = 1e10;
+  EXPECT_FALSE(c.limits.validate().ok());
+}
+
+// A config printed by --print-config and read back does not take its placeholders for secrets:
+// the API key became the literal '<set>'.
+TEST(ConfigTest, APrintedSecretsPlaceholderIsNotASecret) {
+  ServerConfig c;
+  c.api_key = "0123456789abcdefXYZ";
+  ServerConfig back;
+  const Status s = apply_toml(to_toml(c), "printed", back);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("placeholder"), std::string::npos) << s.to_string();
+}
+
+// Secrets from a file and from the environment are the same bytes: one trailing line end is not
+// part of either (a Kubernetes secret made --from-file keeps it in the variable).
+TEST(SecretTest, ATrailingLineEndIsNotPartOfAnEnvironmentSecret) {
+  set_secret_lookup([](const char*) -> const char* { return "0123456789abcdef0123\r\n"; });
+  auto s = read_secret("", "KVTIER_TIER_SECRET", "tier secret", 16);
+  set_secret_lookup(nullptr);
+  ASSERT_TRUE(s.ok() && s->has_value());
+  EXPECT_EQ(**s, "0123456789abcdef0123");
+}
+
+// Only regular files are read, and small ones: a directory read as an empty config (the server
+// started unconfigured), a FIFO blocked, /dev/urandom was read until memory ran out.
+TEST(FileTest, OnlySmallRegularFilesAreRead) {
+  const std::string dir = std::filesystem::temp_directory_path() / ("kvtier-file-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(read_file(dir, "config file").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(read_file("/dev/zero", "tier secret").status().code(), StatusCode::kInvalidArgument);
+  {
+    std::ofstream big(dir + "/big");
+    big << std::string(kMaxSmallFileBytes + 1, 'x');
+  }
+  EXPECT_EQ(read_file(dir + "/big", "config file").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(read_file(dir + "/big", "trace", kMaxSmallFileBytes + 1).ok());
+  ServerConfig c;
+  EXPECT_FALSE(apply_toml_file(dir, c).ok());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SizeTest, FormatsExactBinaryUnits) {
