@@ -343,8 +343,9 @@ void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
 }
 
 void DiskTier::add_entry_locked(const ChunkKey& key, Loc loc) {
-  ns_bytes_[key.ns] += entry_bytes(loc);
-  index_.emplace(key, std::move(loc));
+  const uint64_t bytes = entry_bytes(loc);
+  if (!index_.emplace(key, std::move(loc)).second) return;  // held already: counted once
+  ns_bytes_[key.ns] += bytes;
   report_chunk(KvEventKind::kStored, key);
 }
 
@@ -491,6 +492,9 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
       return st;
     }
   }
+  // The wait above let go of the lock: another put of the same key may have landed it meanwhile
+  // (two commits of one prefix); a second copy took space, and its bytes were counted twice.
+  if (index_.count(op.key)) return Status::Ok();
   std::byte* at = buffers_[active_->buffer].data() + cursor_;
   KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
                                             {at, lay.entry_bytes}, options_.auth.get()));

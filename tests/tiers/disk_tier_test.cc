@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "io/fault_file_system.h"
 #include "memory/block_pool.h"
@@ -942,6 +943,44 @@ TEST(DiskTier, RetainedRegionsSurviveReclaimUntilTheyExpire) {
   const auto more = put_all(*t, g, 3, 200);
   for (size_t i = more.size() - 20; i < more.size(); ++i) expect_exact(*t, more[i]);
   EXPECT_FALSE(t->degraded());
+}
+
+// Two puts of one chunk that both wait for a region buffer (a slow disk; two commits of one prefix
+// on two transfer workers) store it once: each had checked the index only before waiting, so both
+// wrote it and its bytes were counted twice for good (the tenant's disk_bytes never went back to
+// zero, and its quota trimmed real entries for the phantom ones). Without overlap (a loaded
+// machine) the second put finds the first: the test cannot fail falsely either way.
+TEST(DiskTier, TwoPutsOfOneChunkWaitingForABufferStoreItOnce) {
+  TempDir dir;
+  const ChunkGeometry g{KVGeometry{.num_layers = 2, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 16}, 4};
+  FaultFileSystem slow(FileSystem::posix());
+  slow.add_rule(FaultRule{.kind = FaultKind::kDelay, .op = FaultOp::kWrite, .nth = 1, .times = 0,
+                          .delay = std::chrono::microseconds(100000)});
+  DiskTierOptions o;
+  o.geometry = g;
+  o.dir = dir.path();
+  o.region_bytes = 4096 + chunk_entry_layout(g, 4, 4096).entry_bytes;  // one chunk per region
+  o.capacity_bytes = 64 * o.region_bytes;
+  o.fs = &slow;
+  auto t = std::move(DiskTier::create(o)).value();
+  const PageHash ns{9, 9};
+  std::vector<std::byte> payload(g.payload_bytes(4), std::byte{1});
+  auto put = [&](uint64_t id) {
+    const ChunkKey key{ns, PageHash{id, id}};
+    std::vector<PageHash> pages{PageHash{1, id}, PageHash{2, id}, PageHash{3, id}, key.hash};
+    std::vector<PutOp> ops{PutOp{key, pages, payload, {}}};
+    t->put_batch(ops);
+    return ops[0].status;
+  };
+  ASSERT_TRUE(put(1).ok());
+  ASSERT_TRUE(put(2).ok());  // both buffers busy: the next puts wait for the writer
+  std::thread a([&] { EXPECT_TRUE(put(3).ok()); }), b([&] { EXPECT_TRUE(put(3).ok()); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_EQ(t->stats().entries, 3u);
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(t->erase(ChunkKey{ns, PageHash{id, id}}).ok());
+  EXPECT_EQ(t->namespace_bytes({&ns, 1}), 0u);
 }
 
 // A hold on a chunk not yet written whose time ran out before the chunk landed holds nothing:
