@@ -508,6 +508,8 @@ class KVCache {
   void enforce_quotas();
   // enforce_quotas() on the host: the tenant's oldest hints yield while it holds more than `allowed_pages`.
   void yield_hints_over(uint32_t tenant, uint64_t allowed_pages);
+  // The tenant's host quota in pages (UINT64_MAX: none).
+  uint64_t host_quota_pages(uint32_t tenant) const;
   // Records that `ns` writes to disk: a tenant's disk bytes are those of its namespaces there.
   void note_disk_namespace(const NsKey& ns);
   // The bytes of a tenant's namespaces on disk (0 without a disk tier).

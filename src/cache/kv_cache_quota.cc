@@ -34,6 +34,12 @@ void KVCache::enforce_quotas() {
   }
 }
 
+uint64_t KVCache::host_quota_pages(uint32_t tenant) const {
+  if (quotas_.empty()) return UINT64_MAX;
+  const auto q = quotas_.find(index_->tenant_name(tenant));
+  return q == quotas_.end() || q->second.host == 0 ? UINT64_MAX : q->second.host / options_.geometry.page_bytes();
+}
+
 // Retained host pages are out of eviction's reach (PrefixIndex I6): while the tenant is still over
 // its host quota, its oldest hint yields and what it held is evicted.
 void KVCache::yield_hints_over(uint32_t tenant, uint64_t allowed_pages) {

@@ -45,9 +45,9 @@ uint32_t KVCache::retain_on_host(const NsKey& ns, std::span<const TokenId> token
     index_->match(ns, whole, m, /*hash_remainder=*/false);
   uint32_t held = 0;
   while (held < m.matched_pages && m.locations[held].on_host()) ++held;
-  // A hint over the cap alone yields at once, and alone: retained first, it made every other hint
-  // (any tenant's) yield before it.
-  if (held == 0 || held > retained_cap()) return 0;
+  // A hint over the cap alone, or over its tenant's host quota alone, yields at once, and alone:
+  // retained first, it made every other hint (any tenant's, or the tenant's own) yield before it.
+  if (held == 0 || held > retained_cap() || held > host_quota_pages(ns.tenant)) return 0;
   const auto node = index_->ending_at(m.deepest, held);  // the prefix, not a longer prompt's node
   if (!node.ok()) return 0;
   auto same = std::find_if(retained_.begin(), retained_.end(), [&](const Retention& r) { return r.node == *node; });

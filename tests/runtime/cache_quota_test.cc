@@ -80,6 +80,28 @@ TEST(CacheQuota, RetainedPagesStayWithinTheHostQuota) {
   ASSERT_TRUE(rig.cache->index().check_invariants().ok());
 }
 
+// A hint larger than its tenant's host quota by itself retains nothing and leaves the tenant's
+// other hints: it cleared them, then yielded itself, and retain() still reported it retained.
+TEST(CacheQuota, AHintOverTheTenantsHostQuotaAloneRetainsNothing) {
+  ManualClock clock;
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 64;
+  o.disk = false;
+  o.clock = &clock;
+  CacheRig rig(o);
+  const uint64_t page = rig.cache->options().geometry.page_bytes();
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 6 * page, .disk = 0}}});
+  rig.ns.tenant = "acme";
+  const auto a = CacheRig::random_tokens(65, 1);  // 4 whole pages
+  rig.cached(a, 2);
+  EXPECT_GT(*rig.cache->retain(rig.ns, a, std::chrono::seconds(3600)), 0u);
+  const auto big = CacheRig::random_tokens(10 * 16 + 1, 2);  // 10 whole pages
+  rig.cached(big, 1);
+  EXPECT_EQ(*rig.cache->retain(rig.ns, big, std::chrono::seconds(3600)), 0u);
+  EXPECT_EQ(rig.cache->stats().retain_active, 1u) << "the tenant's first hint stays";
+}
+
 // Under write-back, a tenant over its device quota demotes its pages to the host by making room
 // there from its own host pages, not another tenant's (globex lost 8 of its 16 host pages).
 TEST(CacheQuota, WriteBackDemotionForAQuotaTakesNoOtherTenantsHostPages) {
