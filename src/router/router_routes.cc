@@ -25,9 +25,9 @@ bool wants_stream(const std::string& body) {
 }  // namespace
 
 void Router::Impl::install_routes() {
-  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kCompletions, q, r); });
-  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kChat, q, r); });
-  http.Post("/v1/cache/prefetch", [this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kPrefetch, q, r); });
+  http.Post("/v1/completions", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kCompletions, q, r); }));
+  http.Post("/v1/chat/completions", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kChat, q, r); }));
+  http.Post("/v1/cache/prefetch", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kPrefetch, q, r); }));
   http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& res) {
     std::vector<BackendAddress> up;
     {

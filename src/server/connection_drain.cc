@@ -13,14 +13,23 @@ thread_local const ConnectionDrain* answering = nullptr;
 }  // namespace
 
 void ConnectionDrain::install(httplib::Server& http, Logger logger) {
-  http.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
-    started();
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+    const bool body = req.has_header("Transfer-Encoding") ||
+                      (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+    if (!body) started();
     return httplib::Server::HandlerResponse::Unhandled;
   });
   http.set_logger([this, logger = std::move(logger)](const httplib::Request& req, const httplib::Response& res) {
     if (logger) logger(req, res);
     finished();
   });
+}
+
+ConnectionDrain::Handler ConnectionDrain::counted(Handler handler) {
+  return [this, handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    started();
+    handler(req, res);
+  };
 }
 
 void ConnectionDrain::started() {

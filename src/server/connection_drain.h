@@ -9,9 +9,11 @@
 // client (or a slow or hostile one) holds a connection open, and a killed
 // `kvtier serve` never writes its disk tier's index.
 //
-// install() counts the answers being written, from the pre-routing handler to
-// the logger (httplib calls both on the worker's thread, the logger after the
-// last byte, streamed or whole). A server waits for those to end (before its
+// install() counts the answers being written, to the logger (httplib calls it
+// on the worker's thread after the last byte, streamed or whole): from the
+// pre-routing handler for a request without a body, from its handler for one
+// with a body (counted(): httplib reads the body after pre-routing, and a body
+// still arriving, perhaps a byte at a time, is no answer being written). A server waits for those to end (before its
 // stop(): after it, httplib writes no more of a stream), stops, then shuts
 // every connection still open on its port (shut_connections_on, in
 // client_connection.h): their workers wake at once and return.
@@ -35,10 +37,13 @@ namespace kvtier::server {
 class ConnectionDrain {
  public:
   using Logger = std::function<void(const httplib::Request&, const httplib::Response&)>;
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
   // Sets `http`'s pre-routing handler and its logger (`logger` runs first,
   // when given). Call once, before the server serves.
   void install(httplib::Server& http, Logger logger = nullptr);
+  // A route that takes a body (every POST): counted from when it runs, its body read.
+  Handler counted(Handler handler);
   // Answers being written now.
   size_t in_flight() const;
   // Waits up to `bound` for none to be in flight; false if some still are.

@@ -241,19 +241,19 @@ void HttpServer::install_cache_routes() {
                     kJson);
   });
 
-  s.Post("/v1/cache/flush", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/cache/flush", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, Access::kAdmin)) return;
     const Status st = scheduler_->call([](Runtime& r) { return r.flush(); });
     if (st.code() == StatusCode::kUnavailable) return send_error(res, error_from_status(st));
     if (!st.ok()) return send_error(res, error_from_status(Status::Internal("flush failed: " + st.to_string())));
     res.set_content(json{{"flushed", true}}.dump(), kJson);
-  });
+  }));
 }
 
 // The OpenAI endpoints that generate: completions and chat completions.
 void HttpServer::install_generation_routes() {
   httplib::Server& s = *http_;
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/completions", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
     if (scheduler_->draining())
@@ -266,9 +266,9 @@ void HttpServer::install_generation_routes() {
     metrics_.record_ignored_fields(r.ignored_fields);
     r.tenant = who->tenant;
     respond(req, res, {std::move(r), Endpoint::kCompletions, {}});
-  });
+  }));
 
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/v1/chat/completions", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
     if (scheduler_->draining())
@@ -288,7 +288,7 @@ void HttpServer::install_generation_routes() {
     }
     if (chat.tool_calls_wanted) chat.completion.shown_specials = tool_marker_ids_;
     respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
-  });
+  }));
 }
 
 namespace {
@@ -430,7 +430,7 @@ RetainHint deadline_hold(double lead_ms) {
 // ready_in_ms (read_ahead_again_in); a request for it that arrives meanwhile
 // waits for those reads instead of issuing its own (KVCache::prefetch).
 void HttpServer::install_prefetch_route() {
-  http_->Post("/v1/cache/prefetch", [this](const httplib::Request& req, httplib::Response& res) {
+  http_->Post("/v1/cache/prefetch", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
     if (scheduler_->draining())
@@ -474,7 +474,7 @@ void HttpServer::install_prefetch_route() {
     }
     res.status = 202;
     res.set_content(json_text(answer), kJson);
-  });
+  }));
 }
 
 RequestState::View HttpServer::wait_watching_client(const std::optional<ClientConnection>& connection,

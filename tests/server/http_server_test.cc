@@ -600,6 +600,37 @@ TEST_F(HttpServerTest, ClosingConnectionsWaitsForTheAnswersBeingWritten) {
   EXPECT_EQ(reply.substr(reply.size() - 5), "0\r\n\r\n") << "the chunked body's end";
 }
 
+// A request whose body is still arriving is no answer being written: the drain counts a POST from
+// its handler, after the body (it counted from the pre-routing handler, before the body is read,
+// so a client trickling a body held a router's exit for an hour and a server's for its grace).
+TEST(ConnectionDrain, ABodyStillArrivingIsNotCounted) {
+  httplib::Server http;
+  ConnectionDrain drain;
+  drain.install(http);
+  std::atomic<bool> in_get{false}, release{false};
+  http.Get("/hold", [&](const httplib::Request&, httplib::Response& res) {
+    in_get = true;
+    while (!release) std::this_thread::sleep_for(1ms);
+    res.set_content("ok", "text/plain");
+  });
+  http.Post("/post", drain.counted([](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); }));
+  const int port = http.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { http.listen_after_bind(); });
+  const int trickling = send_raw(port, "POST /post HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{");
+  ASSERT_GE(trickling, 0);
+  std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
+  const int holding = send_raw(port, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_GE(holding, 0);
+  while (!in_get) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(drain.in_flight(), 1u) << "only the GET is being answered";
+  release = true;
+  EXPECT_TRUE(drain.wait_none(60s));
+  ::close(trickling);
+  ::close(holding);
+  http.stop();
+  serving.join();
+}
+
 // A model path that is not UTF-8 (any bytes are a valid file name) is answered, replaced: /health,
 // /v1/cache/config and /v1/cache/stats answered 500 (nlohmann's dump throws on it).
 TEST_F(HttpServerTest, ANonUtf8ModelPathIsAnsweredNotA500) {
