@@ -55,16 +55,21 @@ TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
   EXPECT_EQ(cached_pages(rig, g0), 4u);
 }
 
-// Retained pages count against the host quota: the tenant's oldest hints yield past it. Hints
-// were out of eviction's reach, so five prompts held for an hour kept 24 host pages against 6.
-TEST(CacheQuota, RetainedPagesStayWithinTheHostQuota) {
-  ManualClock clock;
+// Device and host of 64 pages, no disk, hints timed by `clock`.
+RigOptions hinting_rig(const Clock* clock) {
   RigOptions o;
   o.device_pages = 64;
   o.host_pages = 64;
   o.disk = false;
-  o.clock = &clock;
-  CacheRig rig(o);
+  o.clock = clock;
+  return o;
+}
+
+// Retained pages count against the host quota: the tenant's oldest hints yield past it. Hints
+// were out of eviction's reach, so five prompts held for an hour kept 24 host pages against 6.
+TEST(CacheQuota, RetainedPagesStayWithinTheHostQuota) {
+  ManualClock clock;
+  CacheRig rig(hinting_rig(&clock));
   const uint64_t page = rig.cache->options().geometry.page_bytes();
   rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 6 * page, .disk = 0}}});
   rig.ns.tenant = "acme";
@@ -84,12 +89,7 @@ TEST(CacheQuota, RetainedPagesStayWithinTheHostQuota) {
 // other hints: it cleared them, then yielded itself, and retain() still reported it retained.
 TEST(CacheQuota, AHintOverTheTenantsHostQuotaAloneRetainsNothing) {
   ManualClock clock;
-  RigOptions o;
-  o.device_pages = 64;
-  o.host_pages = 64;
-  o.disk = false;
-  o.clock = &clock;
-  CacheRig rig(o);
+  CacheRig rig(hinting_rig(&clock));
   const uint64_t page = rig.cache->options().geometry.page_bytes();
   rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 0, .host = 6 * page, .disk = 0}}});
   rig.ns.tenant = "acme";
