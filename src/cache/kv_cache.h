@@ -491,6 +491,9 @@ class KVCache {
   // eviction, which could leave such a slot as the page's only copy.
   void settle_host_copies();
   void settle(Pending& pd);
+  // A host copy that never landed: its slot leaves the index and is freed, the page keeping its
+  // device copy. False when the index no longer points at the slot (dropped since).
+  bool drop_host_copy(const Pending::HostCopy& hc);
   // Waits for the promotions in `ns`; true when there were any.
   bool await_promotions(const NsKey& ns);
   Status allocate_pages(uint32_t n, std::vector<PageId>& out);

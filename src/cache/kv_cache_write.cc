@@ -39,11 +39,7 @@ void KVCache::copy_to_host(const NodeHandle& deepest, Committed& c) {
     pd->handle = std::move(h).value();
     pending_.push_back(std::move(pd));
   } else {
-    for (const Pending::HostCopy& hc : pd->host_copies)  // nothing was copied: no slot holds the page
-      if (auto loc = index_->location(hc.node, hc.page); loc.ok() && loc->host == hc.slot) {
-        (void)index_->set_location(hc.node, hc.page, {loc->device, SlotId(), loc->lossy});
-        host_->free_slot(hc.slot);
-      }
+    for (const Pending::HostCopy& hc : pd->host_copies) (void)drop_host_copy(hc);  // nothing was copied
     for (PageId p : pd->refs) pool_->unref(p);
   }
 }
@@ -53,17 +49,18 @@ void KVCache::settle(Pending& pd) {
   pd.settled = true;
   (void)pd.handle.wait_all();
   const TransferResult r = pd.handle.result();
-  for (size_t k = 0; k < pd.host_copies.size() && k < r.copies.size(); ++k) {
-    if (r.copies[k].ok()) continue;
-    const Pending::HostCopy& hc = pd.host_copies[k];
-    auto loc = index_->location(hc.node, hc.page);
-    if (!loc.ok() || loc->host != hc.slot) continue;  // dropped since (the slot went with it)
-    ++stats_.host_copy_failures;
-    if (loc->on_device()) {
-      (void)index_->set_location(hc.node, hc.page, {loc->device, SlotId(), loc->lossy});
-      host_->free_slot(hc.slot);
-    }
+  for (size_t k = 0; k < pd.host_copies.size() && k < r.copies.size(); ++k)
+    if (!r.copies[k].ok() && drop_host_copy(pd.host_copies[k])) ++stats_.host_copy_failures;
+}
+
+bool KVCache::drop_host_copy(const Pending::HostCopy& hc) {
+  auto loc = index_->location(hc.node, hc.page);
+  if (!loc.ok() || loc->host != hc.slot) return false;  // dropped since (the slot went with it)
+  if (loc->on_device()) {  // settled before any device eviction: it is still there
+    (void)index_->set_location(hc.node, hc.page, {loc->device, SlotId(), loc->lossy});
+    host_->free_slot(hc.slot);
   }
+  return true;
 }
 
 void KVCache::settle_host_copies() {
