@@ -56,6 +56,58 @@ std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o) {
   return c;
 }
 
+RequestDeadline::RequestDeadline(httplib::Client& client, double seconds)
+    : thread_([this, &client, seconds] {
+        std::unique_lock lock(mu_);
+        if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+        passed_ = true;
+        client.stop();  // shuts the socket down: the blocked read returns
+      }) {}
+
+RequestDeadline::~RequestDeadline() {
+  {
+    std::lock_guard lock(mu_);
+    done_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+bool RequestDeadline::passed() const {
+  std::lock_guard lock(mu_);
+  return passed_;
+}
+
+constexpr size_t kMaxSmallAnswer = 1 << 20;
+
+Result<SmallAnswer> small_request(httplib::Client& client, const LoadgenOptions& o, const std::string& method,
+                                  const std::string& path, const std::string& body) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.headers = auth_headers(o);
+  if (!body.empty()) req.set_header("Content-Type", "application/json");
+  req.body = body;
+  SmallAnswer answer;
+  req.response_handler = [&](const httplib::Response& r) {
+    answer.status = r.status;
+    return true;
+  };
+  bool too_large = false;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    too_large = answer.body.size() + n > kMaxSmallAnswer;
+    if (!too_large) answer.body.append(data, n);
+    return !too_large;
+  };
+  const RequestDeadline deadline(client, o.timeout_s);
+  auto res = client.send(req);
+  const std::string what = method + " " + path;
+  if (too_large) return Status::Unavailable(what + ": the answer is over 1 MiB");
+  if (deadline.passed()) return Status::Unavailable(what + ": timed out after " + std::to_string(o.timeout_s) + " s (--timeout)");
+  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
+  return answer;
+}
+
 constexpr const char* kWords[] = {
     "the", "cache", "keeps", "every", "prefix", "a", "request", "has", "seen", "and", "loads", "it", "back", "when",
     "next", "prompt", "starts", "with", "same", "words", "so", "model", "does", "not", "compute", "again", "memory",
@@ -133,13 +185,8 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
     s.http_status = r.status;
     return true;
   };
-  // --timeout bounds the whole request (httplib's read timeout is per read: a server that trickles
-  // keep-alives never trips it); what is kept of an answer is bounded too.
+  // --timeout bounds the whole request (RequestDeadline); what is kept of an answer is bounded too.
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (since(t0) > o.timeout_s) {
-      error = "timed out after " + std::to_string(o.timeout_s) + " s (--timeout)";
-      return false;
-    }
     if (s.http_status != 200) {
       error_body.append(data, std::min(n, kMaxErrorBody - std::min(kMaxErrorBody, error_body.size())));
       return error_body.size() < kMaxErrorBody;  // enough to name the error
@@ -154,9 +201,15 @@ LoadgenSample send_one(httplib::Client& client, const LoadgenOptions& o, const s
     }
     return true;
   };
-  auto res = client.send(req);
+  const auto res = [&] {
+    const RequestDeadline deadline(client, o.timeout_s);
+    auto r = client.send(req);
+    if (deadline.passed() && error.empty() && !done)
+      error = "timed out after " + std::to_string(o.timeout_s) + " s (--timeout)";
+    return r;
+  }();
   s.e2e_s = since(t0);
-  if (!error.empty()) {  // an error event, or the receiver stopped the read
+  if (!error.empty()) {  // an error event, the receiver stopped the read, or the deadline passed
     s.error = error;
   } else if (s.http_status != 0 && s.http_status != 200) {  // its body perhaps cut at kMaxErrorBody
     const json j = json::parse(error_body, nullptr, false);
@@ -194,11 +247,10 @@ struct ServerInfo {
 
 Result<ServerInfo> query_models(const LoadgenOptions& o) {
   auto c = make_client(o);
-  auto res = c->Get("/v1/models", auth_headers(o));
-  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
-  if (res->status != 200)
-    return Status::Unavailable("GET /v1/models returned HTTP " + std::to_string(res->status) + ": " + res->body);
-  const json j = json::parse(res->body, nullptr, false);
+  KVTIER_ASSIGN_OR_RETURN(const SmallAnswer res, small_request(*c, o, "GET", "/v1/models"));
+  if (res.status != 200)
+    return Status::Unavailable("GET /v1/models returned HTTP " + std::to_string(res.status) + ": " + res.body);
+  const json j = json::parse(res.body, nullptr, false);
   ServerInfo info;
   if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty()) {
     const json& m = j["data"][0];

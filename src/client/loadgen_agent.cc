@@ -61,8 +61,8 @@ std::chrono::milliseconds tool_latency(const LoadgenOptions& o, uint32_t session
 // POST /v1/cache/prefetch of the conversation so far; best effort: its answer's tokens_matched and
 // tokens_loading go with the next turn's sample, 0 where it failed.
 std::pair<uint32_t, uint32_t> prefetch(httplib::Client& client, const LoadgenOptions& o, const json& body) {
-  auto res = client.Post("/v1/cache/prefetch", auth_headers(o), body.dump(), "application/json");
-  if (!res || res->status != 202) return {0, 0};
+  const auto res = small_request(client, o, "POST", "/v1/cache/prefetch", body.dump());
+  if (!res.ok() || res->status != 202) return {0, 0};
   const json a = json::parse(res->body, nullptr, /*allow_exceptions=*/false);  // count_of: 0 unless an object
   return {count_of(a, "tokens_matched"), count_of(a, "tokens_loading")};
 }

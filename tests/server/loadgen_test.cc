@@ -5,8 +5,15 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
+#include <vector>
 
 namespace kvtier::server {
 namespace {
@@ -143,6 +150,114 @@ TEST(LoadgenTest, AServerThatNeverFinishesTimesOutAndAnEndlessRefusalIsCut) {
       EXPECT_NE(error.find("timed out after"), std::string::npos) << error;
     }
   }
+}
+
+// A server below HTTP: it answers GET /v1/models whole (or, with `trickle_models`, trickles that
+// answer's header lines too) and trickles a header line of every other answer every 20 ms for as
+// long as the client reads, so no single read ever waits long.
+class TricklingHeadServer {
+ public:
+  explicit TricklingHeadServer(bool trickle_models) : trickle_models_(trickle_models) {
+    listener_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(bind(listener_, reinterpret_cast<sockaddr*>(&addr), len), 0);
+    EXPECT_EQ(listen(listener_, 8), 0);
+    EXPECT_EQ(getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
+    acceptor_ = std::thread([this] { accept_all(); });
+  }
+  ~TricklingHeadServer() {
+    stop_ = true;
+    acceptor_.join();
+    for (auto& t : connections_) t.join();
+    close(listener_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void accept_all() {
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (poll(&p, 1, 20) != 1) continue;
+      const int fd = accept(listener_, nullptr, nullptr);
+      if (fd >= 0) connections_.emplace_back([this, fd] { serve(fd); });
+    }
+  }
+  void serve(int fd) {
+    std::string head;
+    char buf[4096];
+    while (!stop_ && head.find("\r\n\r\n") == std::string::npos) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 20) != 1) continue;
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      head.append(buf, size_t(n));
+    }
+    if (head.rfind("GET /v1/models", 0) == 0 && !trickle_models_) {
+      const std::string body = R"({"data":[{"id":"m","kvtier":{"vocab_size":100}}]})";
+      const std::string answer = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+      (void)!write(fd, answer.data(), answer.size());
+    } else {
+      std::string line = "HTTP/1.1 200 OK\r\n";
+      while (!stop_ && send(fd, line.data(), line.size(), MSG_NOSIGNAL) == ssize_t(line.size())) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        line = "X-Still-Coming: yes\r\n";
+      }
+    }
+    close(fd);
+  }
+
+  bool trickle_models_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;  // joined after the acceptor, which alone adds to it
+};
+
+TEST(LoadgenTest, AServerTricklingHeaderLinesTimesOut) {
+  for (const bool models : {true, false}) {
+    SCOPED_TRACE(models ? "GET /v1/models" : "a completion");
+    TricklingHeadServer server(models);
+    LoadgenOptions o;
+    o.url = server.url();
+    o.users = o.rounds = 1;
+    o.timeout_s = 1;
+    auto r = run_loadgen(o);  // hung forever, a header line at a time
+    if (models) {
+      ASSERT_FALSE(r.ok());
+      EXPECT_NE(r.status().message().find("timed out after"), std::string::npos) << r.status().to_string();
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(r->samples.size(), 1u);
+      EXPECT_NE(r->samples[0].error.find("timed out after"), std::string::npos) << r->samples[0].error;
+    }
+  }
+}
+
+TEST(LoadgenTest, AnEndlessModelListIsCut) {
+  httplib::Server http;
+  std::atomic<bool> stop{false};
+  http.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("application/json", [&](size_t, httplib::DataSink& sink) {
+      return !stop && sink.write(std::string(1 << 16, ' ').data(), 1 << 16);  // buffered without bound
+    });
+  });
+  const int port = http.bind_to_any_port("127.0.0.1");
+  std::thread t([&] { http.listen_after_bind(); });
+  LoadgenOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(port);
+  o.timeout_s = 60;
+  auto r = run_loadgen(o);
+  stop = true;
+  http.stop();
+  t.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("over 1 MiB"), std::string::npos) << r.status().to_string();
 }
 
 TEST(LoadgenTest, UnreachableServerIsAnError) {
