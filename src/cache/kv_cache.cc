@@ -352,13 +352,22 @@ Status KVCache::check_current(const CacheLookup& L, const PageActions& a) const 
   return Status::Ok();
 }
 
-Result<CacheLease> KVCache::acquire(const Namespace& ns, std::span<const TokenId> tokens) {
-  for (int attempt = 0;; ++attempt) {
-    KVTIER_ASSIGN_OR_RETURN(CacheLookup look, lookup(ns, tokens));
-    const Plan p = plan(look);
-    Result<CacheLease> lease = apply(std::move(look), p);
-    if (lease.ok() || lease.status().code() != StatusCode::kRetry || attempt == 1) return lease;
-  }
+Result<CacheLease> KVCache::acquire(const Namespace& ns, std::span<const TokenId> tokens, const PlanChoice& choose) {
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup first, lookup(ns, tokens));
+  return acquire(std::move(first), ns, tokens, choose);
+}
+
+Result<CacheLease> KVCache::acquire(CacheLookup&& first, const Namespace& ns, std::span<const TokenId> tokens,
+                                    const PlanChoice& choose) {
+  const auto planned = [&](CacheLookup&& look) {
+    const Plan p = choose ? choose(look) : plan(look);
+    return apply(std::move(look), p);
+  };
+  Result<CacheLease> lease = planned(std::move(first));
+  if (lease.ok() || lease.status().code() != StatusCode::kRetry) return lease;
+  KVTIER_ASSIGN_OR_RETURN(CacheLookup again, find(ns, tokens));  // the same request's lookup: counted once
+  end_used_holds(again);
+  return planned(std::move(again));
 }
 
 // Every fresh page at once, and scratch pages for the parts of lower-tier

@@ -30,6 +30,7 @@
 #include <array>
 #include <deque>
 #include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -314,9 +315,15 @@ class KVCache {
   // sequence's now (a lookup kept while other calls ran, or a prefetch landing
   // in apply's own poll). Look the prompt up again then (acquire() does).
   Result<CacheLease> apply(CacheLookup&& lookup, const Plan& plan);
-  // lookup(), plan() and apply(), the lookup made again (once) when apply()
-  // finds it stale.
-  Result<CacheLease> acquire(const Namespace& ns, std::span<const TokenId> tokens);
+  // A lookup's plan, chosen by the caller (acquire() asks it of each lookup it applies).
+  using PlanChoice = std::function<Plan(const CacheLookup&)>;
+  // lookup(), a plan (`choose`'s, else plan()) and apply(); where apply()
+  // finds the lookup stale, the prompt is looked up once more (not counted
+  // again in the lookup statistics) and that lookup planned and applied.
+  Result<CacheLease> acquire(const Namespace& ns, std::span<const TokenId> tokens, const PlanChoice& choose = {});
+  // The same from `first`, a lookup the caller made of `tokens` under `ns`.
+  Result<CacheLease> acquire(CacheLookup&& first, const Namespace& ns, std::span<const TokenId> tokens,
+                             const PlanChoice& choose = {});
   // A lease for a sequence that uses no cache at all (the no-cache baseline).
   Result<CacheLease> fresh(const Namespace& ns, size_t tokens);
   // After a failed load: waits for the lease's transfers, counts the failure,

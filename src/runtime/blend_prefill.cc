@@ -33,8 +33,7 @@ Result<uint32_t> store_segment(engine::Forward& engine, KVCache& cache, const Na
   const std::vector<TokenId> key = lookup_key(segment);
   KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache.lookup(ns, key));
   if (size_t(look.cached_pages()) * P >= segment.size() / P * P) return 0u;
-  const Plan plan = cache.plan(look);
-  KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache.apply(std::move(look), plan));
+  KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache.acquire(std::move(look), ns, key));
   engine::SequenceKV kv;
   KVTIER_RETURN_IF_ERROR(cached_prefill(engine, cache, lease, kv, segment).status());
   const uint32_t computed = uint32_t(segment.size()) - lease.report().reused_tokens();
@@ -45,12 +44,12 @@ Result<uint32_t> store_segment(engine::Forward& engine, KVCache& cache, const Na
 // The segment's cached whole pages, every one in place or loading.
 Result<HeldSegment> hold_segment(KVCache& cache, const Namespace& ns, std::span<const TokenId> segment, PromptSegment at) {
   const std::vector<TokenId> key = lookup_key(segment);
-  KVTIER_ASSIGN_OR_RETURN(CacheLookup look, cache.lookup(ns, key));
   HeldSegment held;
   held.at = at;
-  held.runs = look.runs;
-  const Plan plan = cache.planner().use_all(look.runs, key.size());
-  KVTIER_ASSIGN_OR_RETURN(held.lease, cache.apply(std::move(look), plan));
+  KVTIER_ASSIGN_OR_RETURN(held.lease, cache.acquire(ns, key, [&](const CacheLookup& look) {
+    held.runs = look.runs;
+    return cache.planner().use_all(look.runs, key.size());
+  }));
   const CacheLease& l = held.lease;
   held.reused = l.recompute_end() > l.recompute_begin() ? l.recompute_begin() : l.cached_end();
   held.reused = std::min<uint32_t>(held.reused, uint32_t(segment.size()));

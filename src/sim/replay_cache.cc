@@ -87,12 +87,12 @@ Status ReplayCache::prefetch(const Namespace& ns, std::span<const TokenId> promp
 
 Status ReplayCache::request(const Namespace& ns, std::span<const TokenId> prompt, uint32_t whole_pages,
                             ReplayStep& out) {
-  KVTIER_ASSIGN_OR_RETURN(CacheLookup L, cache_->lookup(ns, prompt));
-  out.pages_by_tier = {};
-  out.runs = L.runs;
-  for (const CachedRun& r : L.runs) out.pages_by_tier[static_cast<size_t>(r.tier)] += r.pages;
-  const Plan plan = cache_->planner().use_all(L.runs, L.prompt_tokens);
-  auto lease = cache_->apply(std::move(L), plan);
+  auto lease = cache_->acquire(ns, prompt, [&](const CacheLookup& L) {
+    out.pages_by_tier = {};
+    out.runs = L.runs;
+    for (const CachedRun& r : L.runs) out.pages_by_tier[static_cast<size_t>(r.tier)] += r.pages;
+    return cache_->planner().use_all(L.runs, L.prompt_tokens);
+  });
   out.served = lease.ok();
   if (!lease.ok()) {
     if (lease.status().code() != StatusCode::kBusy) return lease.status();

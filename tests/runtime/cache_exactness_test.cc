@@ -239,6 +239,34 @@ TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
   expect_same(rig.drive(*fresh_look, prompt, 4, /*commit=*/false), ref, 1e-5);
 }
 
+// acquire() from a lookup gone stale looks the prompt up again and applies that: the caller's plan
+// choice sees the second lookup, and the lookup statistics count the request once. (Blending and the
+// replay take their leases this way; a stale lookup was their request's error.)
+TEST(CacheExactness, AcquireFromAStaleLookupLooksAgainAndCountsOnce) {
+  RigOptions o;
+  o.device_pages = 32;
+  CacheRig rig(o);
+  auto prompt = CacheRig::random_tokens(16 * 20 + 5, 9);
+  Outcome ref = rig.reference(prompt, 4);
+  rig.cached(prompt, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  auto stale = rig.cache->lookup(rig.ns, prompt);
+  ASSERT_TRUE(stale.ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
+  const uint64_t lookups = rig.cache->stats().lookups;
+  std::vector<uint32_t> host_pages_seen;
+  auto lease = rig.cache->acquire(std::move(*stale), rig.ns, prompt, [&](const CacheLookup& look) {
+    uint32_t host = 0;
+    for (const CachedRun& r : look.runs) host += r.tier == TierKind::kHost ? r.pages : 0;
+    host_pages_seen.push_back(host);
+    return rig.cache->plan(look);
+  });
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(host_pages_seen, (std::vector<uint32_t>{0, 20}));  // the stale lookup's device pages, then the host's
+  EXPECT_EQ(rig.cache->stats().lookups, lookups);
+  expect_same(rig.drive(*lease, prompt, 4, /*commit=*/false), ref, 1e-5);
+}
+
 // A lease of more positions than the pool has pages for is refused: 2^64-1 tokens wrapped to no
 // page at all, and the caller got an empty page table for them.
 TEST(CacheExactness, ALeaseLargerThanThePoolIsRefused) {
