@@ -235,15 +235,22 @@ class PosixFileSystem final : public FileSystem {
   Result<std::unique_ptr<File>> open(const std::string& path, const OpenOptions& o) override {
     int flags = o.read_only ? O_RDONLY : O_RDWR;
     if (o.create) flags |= O_CREAT;
+    if (o.create && o.exclusive) flags |= O_EXCL;
     if (o.truncate) flags |= O_TRUNC;
-    flags |= O_CLOEXEC;
+    flags |= O_CLOEXEC | O_NONBLOCK;  // a FIFO's open would wait for a writer; cleared below
     bool direct = o.direct;
     int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
     if (fd < 0 && direct && errno == EINVAL) {  // tmpfs and friends refuse O_DIRECT
       direct = false;
       fd = ::open(path.c_str(), flags, 0644);
     }
+    if (fd < 0 && errno == EEXIST) return Status::FailedPrecondition("open " + path + ": exists");
     if (fd < 0) return Status::FromErrno(errno, "open " + path);
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+      ::close(fd);
+      return Status::FailedPrecondition("open " + path + ": not a regular file");
+    }
     return std::unique_ptr<File>(new PosixFile(fd, path, direct));
   }
 

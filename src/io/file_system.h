@@ -30,8 +30,11 @@
 
 namespace kvtier {
 
+// open() opens regular files only (a FIFO, device or directory is FailedPrecondition, without
+// waiting on it).
 struct OpenOptions {
   bool create = false;     // create when missing
+  bool exclusive = false;  // with create: FailedPrecondition where the name exists (a symlink too)
   bool truncate = false;   // drop existing contents
   bool read_only = false;  // open O_RDONLY
   bool direct = false;     // ask for O_DIRECT (falls back to buffered where unsupported)

@@ -21,7 +21,7 @@ std::string region_file_name(uint32_t id) {
 
 // Only the names region_file_name writes: sscanf alone also takes upper-case
 // hex, a sign or spaces, so two files could claim one id. The last id is
-// refused so that the next region's id (id + 1) never wraps to 0.
+// never written (open_region_locked), so that id + 1 never wraps to 0.
 bool parse_region_name(const std::string& name, uint32_t& id) {
   unsigned v = 0;
   if (name.size() != 19 || std::sscanf(name.c_str(), "region-%8x.kvr", &v) != 1 || v == UINT32_MAX) return false;
@@ -102,13 +102,14 @@ Status DiskTier::open_existing() {
   for (const std::string& name : names) {
     uint32_t id;
     if (!parse_region_name(name, id)) continue;
-    scan_region(id, options_.dir + "/" + name);
-    // Past every region file, ours or not: a new region never truncates a file it skipped.
-    next_region_ = std::max(next_region_, id + 1);
+    // New regions go past this tier's own (ids order copies of an entry); a name that exists,
+    // ours or not, is never created over (open_region_locked), so a foreign file is left alone
+    // and cannot push the ids to their end.
+    if (scan_region(id, options_.dir + "/" + name)) next_region_ = std::max(next_region_, id + 1);
   }
-  // A smaller capacity than last time: shed the oldest regions now (one slot stays free for writing).
+  // A smaller capacity (or larger regions) than last time: shed the oldest regions now.
   scan_buf_ = AlignedBuffer();
-  while (regions_.size() >= max_regions_) reclaim_one_locked();
+  make_room_for_region_locked();
   open_report_.regions = static_cast<uint32_t>(regions_.size());
   open_report_.entries = index_.size();
   stats_.checksum_failures += open_report_.dropped_corrupt;
@@ -136,46 +137,41 @@ Result<size_t> DiskTier::read_for_scan(File& file, size_t have, size_t want) {
 }
 
 // Indexes region `id` if it is this tier's; a file that is not (or cannot be
-// read) is skipped and counted, and left alone. Reads stop at the region size.
-void DiskTier::scan_region(uint32_t id, const std::string& path) {
+// read, or is no regular file) is skipped and counted, and left alone. Reads
+// stop at the region size. Whether the region was this tier's.
+bool DiskTier::scan_region(uint32_t id, const std::string& path) {
+  const auto skipped = [this] {
+    ++open_report_.skipped_regions;
+    return false;
+  };
   auto opened = fs_->open(path, {.read_only = true, .direct = options_.direct_io});
   auto size = opened.ok() ? (*opened)->size() : Result<uint64_t>(opened.status());
-  if (!size.ok()) {
-    ++open_report_.skipped_regions;
-    return;
-  }
+  if (!size.ok()) return skipped();
   std::shared_ptr<File> file = std::move(opened).value();
   auto head = read_for_scan(*file, 0, kRegionHeaderBlock);
-  if (!head.ok()) {
-    ++open_report_.skipped_regions;
-    return;
-  }
+  if (!head.ok()) return skipped();
   const size_t head_bytes = std::min<size_t>(*head, *size);
   const RegionHeaderCheck check = check_region_header({scan_buf_.data(), head_bytes}, id, options_.geometry, options_.region_bytes);
-  if (check.kind == RegionKind::kForeign) {
-    ++open_report_.skipped_regions;
-    return;
-  }
+  if (check.kind == RegionKind::kForeign) return skipped();
   if (check.kind == RegionKind::kTorn) {  // ours, but nothing in it can be trusted
     ++open_report_.dropped_torn;
     file.reset();
     (void)fs_->remove(path);
-    return;
+    return true;
   }
   const size_t limit = std::min<uint64_t>(*size, check.region_bytes);
   auto have = read_for_scan(*file, head_bytes, align_up(limit));
-  if (!have.ok()) {
-    ++open_report_.skipped_regions;
-    return;
-  }
+  if (!have.ok()) return skipped();
   RegionScan scan = scan_region_entries({scan_buf_.data(), std::min<size_t>(*have, limit)}, options_.geometry,
                                         options_.verify_on_open, options_.auth.get());
-  index_region(id, std::move(file), scan);
+  index_region(id, check.region_bytes, std::move(file), scan);
+  return true;
 }
 
-void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan& scan) {
+void DiskTier::index_region(uint32_t id, uint64_t size, std::shared_ptr<File> file, RegionScan& scan) {
   auto region = std::make_shared<Region>();
   region->id = id;
+  region->size = size;
   region->file = std::move(file);
   for (ScannedEntry& e : scan.entries) {
     next_sequence_ = std::max(next_sequence_, e.sequence + 1);
@@ -189,6 +185,7 @@ void DiskTier::index_region(uint32_t id, std::shared_ptr<File> file, RegionScan&
   open_report_.dropped_torn += scan.dropped_torn;
   region->used = scan.end;
   reclaim_order_.add(id, ++tick_);
+  regions_bytes_ += region->size;
   regions_.emplace(id, std::move(region));
 }
 
@@ -418,10 +415,20 @@ size_t DiskTier::retain(std::span<const ChunkKey> keys, Clock::time_point until,
   return n;
 }
 
-void DiskTier::reclaim_one_locked() {
+// Reclaims regions, oldest first, until a new region fits the capacity beside
+// the others, counted in bytes (regions kept from a run with larger regions
+// count as what they are, not as one region of today's size).
+void DiskTier::make_room_for_region_locked() {
+  const uint64_t capacity = uint64_t(max_regions_) * options_.region_bytes;
+  while (regions_bytes_ + options_.region_bytes > capacity && reclaim_one_locked()) {
+  }
+}
+
+// Whether a region was reclaimed (none: only the active one is left).
+bool DiskTier::reclaim_one_locked() {
   const auto victim_id =
       reclaim_order_.victim(active_ ? std::optional(active_->id) : std::nullopt, options_.clock->now());
-  if (!victim_id) return;
+  if (!victim_id) return false;
   const std::shared_ptr<Region> victim = regions_.at(*victim_id);
   reclaim_order_.remove(victim->id);
   // Entries leave the index before the space can be reused. A write still in
@@ -433,24 +440,38 @@ void DiskTier::reclaim_one_locked() {
       ++stats_.evictions;
     }
   }
+  regions_bytes_ -= victim->size;
   regions_.erase(victim->id);
   (void)fs_->remove(region_path(RegionId(victim->id)));
   dir_dirty_ = true;
+  return true;
+}
+
+// A new region's file under the next free id: a name that exists (a file the
+// scan skipped, a symlink, another process's) is never opened, the id skipped.
+Result<std::unique_ptr<File>> DiskTier::create_region_file_locked() {
+  constexpr int kTries = 64;
+  for (int i = 0; i < kTries && next_region_ != UINT32_MAX; ++i) {
+    const std::string path = region_path(RegionId(next_region_++));
+    auto f = fs_->open(path, {.create = true, .exclusive = true, .direct = options_.direct_io});
+    if (f.ok() || f.status().code() != StatusCode::kFailedPrecondition) return f;
+  }
+  return Status::FailedPrecondition("DiskTier: no free region name in " + options_.dir + " (ids used up, or " +
+                                    std::to_string(kTries) + " names in a row taken by files not this tier's)");
 }
 
 // Needs a free region buffer.
 Status DiskTier::open_region_locked() {
   const int b = buffer_busy_[0] ? 1 : 0;
-  while (regions_.size() >= max_regions_) reclaim_one_locked();
-  const uint32_t id = next_region_++;
-  const std::string path = region_path(RegionId(id));
-  auto f = fs_->open(path, {.create = true, .truncate = true, .direct = options_.direct_io});
-  if (!f.ok()) return f.status();
+  make_room_for_region_locked();
+  KVTIER_ASSIGN_OR_RETURN(auto f, create_region_file_locked());
+  const uint32_t id = next_region_ - 1;
   dir_dirty_ = true;
   if (buffers_[b].empty()) buffers_[b] = AlignedBuffer(options_.region_bytes);
   auto r = std::make_shared<Region>();
   r->id = id;
-  r->file = std::move(f).value();
+  r->size = options_.region_bytes;
+  r->file = std::move(f);
   reclaim_order_.add(id, ++tick_);
   r->buffer = b;
   buffer_busy_[b] = true;
@@ -461,6 +482,7 @@ Status DiskTier::open_region_locked() {
   cursor_ = kRegionHeaderBlock;
   submitted_ = 0;
   active_ = r;
+  regions_bytes_ += r->size;
   regions_.emplace(id, std::move(r));
   return Status::Ok();
 }

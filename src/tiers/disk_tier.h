@@ -181,18 +181,20 @@ class DiskTier final : public Tier {
 
   explicit DiskTier(const DiskTierOptions& o);
   Status open_existing();
-  void scan_region(uint32_t id, const std::string& path);
+  bool scan_region(uint32_t id, const std::string& path);
   Result<size_t> read_for_scan(File& file, size_t have, size_t want);
-  void index_region(uint32_t id, std::shared_ptr<File> file, RegionScan& scan);
+  void index_region(uint32_t id, uint64_t size, std::shared_ptr<File> file, RegionScan& scan);
   Status put_locked(const PutOp& op, Lock& lock);
   void seal_locked();
+  Result<std::unique_ptr<File>> create_region_file_locked();
   Status open_region_locked();
   void submit_locked(bool seal, bool sync);
   Status wait_writes_locked(Lock& lock);
   void writer_loop();
   void write_jobs(std::vector<WriteJob>& jobs, std::unique_ptr<IoQueue>& q);
   void apply_jobs_locked(std::vector<WriteJob>& jobs);
-  void reclaim_one_locked();
+  bool reclaim_one_locked();
+  void make_room_for_region_locked();
   void drop_locked(const ChunkKey& key, const Region* expected);
   // Every index insert and erase goes through these two (they keep ns_bytes_).
   void add_entry_locked(const ChunkKey& key, Loc loc);
@@ -213,6 +215,7 @@ class DiskTier final : public Tier {
   Index index_;
   std::unordered_map<PageHash, uint64_t, PageHashHasher> ns_bytes_;  // entry bytes per namespace (no zeros)
   std::map<uint32_t, std::shared_ptr<Region>> regions_;  // by id (= age)
+  uint64_t regions_bytes_ = 0;                             // their sizes: at most the capacity
   std::shared_ptr<Region> active_;
   AlignedBuffer buffers_[2];  // region buffers; Region::buffer names the one a region's bytes are in
   bool buffer_busy_[2] = {false, false};

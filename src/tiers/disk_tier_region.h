@@ -15,6 +15,7 @@ namespace kvtier {
 struct DiskTier::Region {
   uint32_t id = 0;
   std::shared_ptr<File> file;
+  uint64_t size = 0;  // bytes it may take on disk: the region size it was written with
   uint64_t used = 0;  // bytes of the file holding entries (sealed) or reserved so far (active)
   std::vector<ChunkKey> keys;
   int buffer = -1;       // the region buffer still holding its bytes (-1: on disk only)

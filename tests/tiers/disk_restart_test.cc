@@ -10,6 +10,8 @@
 #include <iterator>
 #include <map>
 
+#include <sys/stat.h>
+
 #include "common/page_hash.h"
 #include "tier_test_util.h"
 #include "tiers/disk_region_format.h"
@@ -77,11 +79,22 @@ void plant_edited_region(const std::string& dir, uint32_t id, Edit edit) {
   write_file(region_name(dir, id), bytes);
 }
 
+// The region id a tier on `dir` takes next: past the last of its regions.
+uint32_t next_region_id(const std::string& dir) {
+  uint32_t next = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    unsigned id = 0;
+    if (std::sscanf(e.path().filename().c_str(), "region-%8x.kvr", &id) == 1) next = std::max(next, id + 1);
+  }
+  return next;
+}
+
 TEST(DiskRestart, ForeignFileIsSkippedCountedAndLeftAlone) {
   TempDir dir;
   const auto g = small_geometry();
   const auto chunks = fill(dir.path(), g, 1, 7);
-  const std::string foreign = region_name(dir.path(), 0x40);
+  const uint32_t foreign_id = next_region_id(dir.path());  // the name the tier would create next
+  const std::string foreign = region_name(dir.path(), foreign_id);
   const std::string content = "not a region file, but named like one\n" + std::string(10000, 'x');
   write_file(foreign, content);
   {
@@ -91,15 +104,99 @@ TEST(DiskRestart, ForeignFileIsSkippedCountedAndLeftAlone) {
     EXPECT_EQ((*t)->stats().skipped_files, 1u);  // what /v1/cache/stats and /metrics show
     EXPECT_EQ((*t)->open_report().entries, 7u);
     expect_served(**t, chunks);
-    // New regions are numbered past the foreign file, never over it.
+    // A new region skips the foreign file's name, never writes over it.
     auto more = make_chunk(g, test_ns(1), 100);
     ASSERT_TRUE((*t)->put(more.key, more.hashes, more.payload).ok());
     ASSERT_TRUE((*t)->flush().ok());
     auto where = (*t)->locate(more.key);
     ASSERT_TRUE(where.ok());
-    EXPECT_GT(where->first.value(), 0x40u);
+    EXPECT_EQ(where->first.value(), foreign_id + 1);
   }
   EXPECT_EQ(file_bytes(foreign), content);
+}
+
+// Names a tier would create are never opened when they exist: a symlink named like its next
+// region (its target outside the directory was truncated and filled with KV), and a file named
+// like the last region but one (the ids ran on from it to ffffffff, a name a restart refuses, then
+// wrapped over region 0).
+TEST(DiskRestart, ASymlinkOrAHighIdNamedLikeARegionIsNeverWrittenThrough) {
+  TempDir dir, outside;
+  const auto g = small_geometry();
+  fill(dir.path(), g, 1, 2);
+  const std::string victim = outside.path() + "/victim.txt", high = region_name(dir.path(), 0xfffffffe);
+  write_file(victim, "the operator's file\n");
+  std::filesystem::create_symlink(victim, region_name(dir.path(), next_region_id(dir.path())));
+  write_file(high, "junk\n");
+  std::vector<TestChunk> chunks;
+  {
+    auto t = DiskTier::create(options_for(dir.path(), g));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ((*t)->open_report().skipped_regions, 2u);
+    for (uint32_t i = 0; i < 12; ++i) {  // several new regions
+      chunks.push_back(make_chunk(g, test_ns(2), i));
+      ASSERT_TRUE((*t)->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
+    }
+    ASSERT_TRUE((*t)->flush().ok());
+  }
+  EXPECT_EQ(file_bytes(victim), "the operator's file\n");
+  EXPECT_EQ(file_bytes(high), "junk\n");
+  EXPECT_FALSE(std::filesystem::exists(region_name(dir.path(), 0xffffffff)));
+  auto t = DiskTier::create(options_for(dir.path(), g));  // and a restart serves every chunk
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  expect_served(**t, chunks);
+}
+
+// The bytes of the region files in `dir`.
+uint64_t region_files_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("region-", 0) == 0) n += e.file_size();
+  return n;
+}
+
+// The capacity holds in bytes across restarts with a smaller region size: regions kept from a run
+// with larger ones each counted as one of today's regions (twice the capacity right after open,
+// and more as new regions were added).
+TEST(DiskRestart, RegionsOfALargerRegionSizeCountAsTheirBytes) {
+  TempDir dir;
+  const auto g = small_geometry();
+  DiskTierOptions big = options_for(dir.path(), g);
+  big.region_bytes = 4096 + 8 * (big.region_bytes - 4096) / 2;  // eight entries a region
+  big.capacity_bytes = 8 * big.region_bytes;
+  {
+    auto t = DiskTier::create(big);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    for (uint32_t i = 0; i < 48; ++i) {
+      const TestChunk c = make_chunk(g, test_ns(1), i);
+      ASSERT_TRUE((*t)->put(c.key, c.hashes, c.payload).ok());
+    }
+    ASSERT_TRUE((*t)->flush().ok());
+  }
+  ASSERT_GT(region_files_bytes(dir.path()), 4 * big.region_bytes);
+  DiskTierOptions small = options_for(dir.path(), g);  // two entries a region
+  small.capacity_bytes = 4 * small.region_bytes;
+  auto t = DiskTier::create(small);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_LE(region_files_bytes(dir.path()), small.capacity_bytes);
+  for (uint32_t i = 0; i < 24; ++i) {
+    const TestChunk c = make_chunk(g, test_ns(2), i);
+    ASSERT_TRUE((*t)->put(c.key, c.hashes, c.payload).ok());
+    ASSERT_TRUE((*t)->flush().ok());
+    EXPECT_LE(region_files_bytes(dir.path()), small.capacity_bytes) << "after chunk " << i;
+  }
+}
+
+// A FIFO named like a region is skipped: opening it for reading waited for a writer forever, and
+// the server never started (nor stopped on SIGTERM).
+TEST(DiskRestart, AFifoNamedLikeARegionIsSkippedWithoutWaiting) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const auto chunks = fill(dir.path(), g, 1, 3);
+  ASSERT_EQ(mkfifo(region_name(dir.path(), 0x20).c_str(), 0644), 0);
+  auto t = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().skipped_regions, 1u);
+  expect_served(**t, chunks);
 }
 
 TEST(DiskRestart, RegionsOfAnotherGeometryAreSkippedNotFatal) {
