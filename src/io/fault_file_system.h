@@ -76,6 +76,7 @@ class FaultFileSystem final : public FileSystem {
   Status create_dirs(const std::string& path) override;
   Result<std::vector<std::string>> list_dir(const std::string& path) override;
   Status sync_dir(const std::string& path) override;
+  Result<std::unique_ptr<DirLock>> lock_dir(const std::string& dir) override { return inner_.lock_dir(dir); }
   Result<std::unique_ptr<IoQueue>> create_queue(uint32_t depth) override;
 
  private:

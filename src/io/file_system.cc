@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,8 +231,41 @@ class UringQueue final : public IoQueue {
   bool broken_ = false;  // a ring-level failure: see fail_remaining
 };
 
+class PosixDirLock final : public DirLock {
+ public:
+  explicit PosixDirLock(int fd) : fd_(fd) {}
+  ~PosixDirLock() override { ::close(fd_); }  // releases the flock
+
+ private:
+  int fd_;
+};
+
+Result<std::unique_ptr<DirLock>> lock_dir_file(const std::string& dir) {
+  const std::string path = dir + "/kvtier.lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    (void)!::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) return Status::FromErrno(err, "flock " + path);
+    return Status::FailedPrecondition(dir + " is in use by another kvtier (process " +
+                                      std::string(pid, ::strnlen(pid, sizeof pid)) +
+                                      "): two caches on one directory would overwrite each other's files");
+  }
+  const std::string mine = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) != ssize_t(mine.size())) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "write " + path);
+  }
+  return std::unique_ptr<DirLock>(new PosixDirLock(fd));
+}
+
 class PosixFileSystem final : public FileSystem {
  public:
+  Result<std::unique_ptr<DirLock>> lock_dir(const std::string& dir) override { return lock_dir_file(dir); }
   Result<std::unique_ptr<File>> open(const std::string& path, const OpenOptions& o) override {
     int flags = o.read_only ? O_RDONLY : O_RDWR;
     if (o.create) flags |= O_CREAT;

@@ -112,6 +112,12 @@ class IoQueue {
   IoQueue() = default;
 };
 
+// A directory's lock, held until destroyed (FileSystem::lock_dir).
+class DirLock {
+ public:
+  virtual ~DirLock() = default;
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -127,6 +133,10 @@ class FileSystem {
   // Names (not paths) of the entries of a directory, sorted, without "." and "..".
   virtual Result<std::vector<std::string>> list_dir(const std::string& path) = 0;
   virtual Status sync_dir(const std::string& path) = 0;
+  // Takes `dir`'s lock without waiting: an exclusive flock on dir + "/kvtier.lock" (created; it
+  // holds the holder's pid). FailedPrecondition, naming the holder, while another process (or
+  // another lock of this one) holds it.
+  virtual Result<std::unique_ptr<DirLock>> lock_dir(const std::string& dir) = 0;
   // A batched-I/O queue of the given depth (1..4096).
   virtual Result<std::unique_ptr<IoQueue>> create_queue(uint32_t depth) = 0;
 

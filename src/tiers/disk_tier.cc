@@ -65,6 +65,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   std::unique_ptr<DiskTier> t(new DiskTier(o));
   KVTIER_RETURN_IF_ERROR(t->fs_->create_dirs(o.dir));
+  KVTIER_ASSIGN_OR_RETURN(t->dir_lock_, t->fs_->lock_dir(o.dir));
   KVTIER_RETURN_IF_ERROR(t->open_existing());
   return t;
 }

@@ -208,6 +208,7 @@ class DiskTier final : public Tier {
 
   DiskTierOptions options_;
   FileSystem* fs_;
+  std::unique_ptr<DirLock> dir_lock_;  // the directory is this tier's alone while it lives
   uint32_t max_regions_;
 
   mutable std::mutex mu_;

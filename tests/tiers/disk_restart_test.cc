@@ -11,6 +11,7 @@
 #include <map>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/page_hash.h"
 #include "tier_test_util.h"
@@ -186,6 +187,24 @@ TEST(DiskRestart, RegionsOfALargerRegionSizeCountAsTheirBytes) {
   }
 }
 
+// One directory is one tier's at a time: a second tier (another server's) is refused with the
+// holder's pid while the first lives, and opens once it is gone. Two servers on one directory
+// deleted each other's regions as torn, wrote over them under the same ids, and held twice the
+// capacity between them.
+TEST(DiskRestart, ASecondTierOnTheSameDirectoryIsRefusedWhileTheFirstLives) {
+  TempDir dir;
+  const auto g = small_geometry();
+  auto first = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  auto second = DiskTier::create(options_for(dir.path(), g));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("process " + std::to_string(getpid())), std::string::npos)
+      << second.status().to_string();
+  first->reset();
+  EXPECT_TRUE(DiskTier::create(options_for(dir.path(), g)).ok());
+}
+
 // A FIFO named like a region is skipped: opening it for reading waited for a writer forever, and
 // the server never started (nor stopped on SIGTERM).
 TEST(DiskRestart, AFifoNamedLikeARegionIsSkippedWithoutWaiting) {
@@ -206,7 +225,8 @@ TEST(DiskRestart, RegionsOfAnotherGeometryAreSkippedNotFatal) {
   other.kv.num_layers = 2;
   const auto theirs = fill(dir.path(), other, 2, 3);
   std::map<std::string, std::string> before;
-  for (const auto& e : std::filesystem::directory_iterator(dir.path())) before[e.path().string()] = file_bytes(e.path().string());
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename() != "kvtier.lock") before[e.path().string()] = file_bytes(e.path().string());
   ASSERT_FALSE(before.empty());
 
   const auto ours = fill(dir.path(), g, 1, 5);  // opens over the other tier's regions

@@ -245,8 +245,10 @@ TEST(DiskTier, WarmRestartServesWhatWasDurable) {
   auto more = put_all(*t, g, 1, 3, 100);
   ASSERT_TRUE(t->flush().ok());
   for (auto& c : more) expect_exact(*t, c);
-  // A tier of another geometry opens on the directory without misreading or
-  // removing these regions (disk_restart_test covers the details).
+  // A tier of another geometry opens on the directory (after this one: a directory is one
+  // tier's at a time) without misreading or removing these regions (disk_restart_test covers
+  // the details).
+  t.reset();
   auto other = g;
   other.kv.num_layers = 2;
   auto foreign = DiskTier::create(disk_options(dir.path(), other));
