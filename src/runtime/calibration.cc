@@ -50,26 +50,49 @@ namespace {
 // written until earlier regions are sealed on disk, then read back with
 // O_DIRECT — one chunk alone (latency) and all sealed chunks in one batch
 // (bandwidth).
+}  // namespace
+
+// Chunks of 16 pages, fewer where twelve chunks would not fit a quarter of the
+// capacity; at least eight chunks (two sealed regions, the fewest measured).
+DiskTierOptions calibration_scratch(const KVGeometry& g, const CalibrationOptions& o, size_t& n_chunks) {
+  DiskTierOptions d;
+  const auto entry_of = [](const ChunkGeometry& c) { return c.max_payload_bytes() + (size_t(64) << 10); };
+  const size_t budget = o.disk_capacity_bytes == 0 ? SIZE_MAX : o.disk_capacity_bytes / 4;
+  d.geometry = ChunkGeometry{g, 16};
+  while (d.geometry.chunk_pages > 1 && 12 * entry_of(d.geometry) > budget) d.geometry.chunk_pages /= 2;
+  const size_t chunk = d.geometry.max_payload_bytes(), entry = entry_of(d.geometry);  // metadata, generously
+  d.region_bytes = (4 * entry + 4095) / 4096 * 4096;                                    // four chunks per region
+  n_chunks = std::clamp<size_t>((size_t(o.quick ? 32 : 256) << 20) / chunk, 8, std::max<size_t>(8, budget / entry));
+  d.capacity_bytes = (n_chunks / 4 + 3) * d.region_bytes;  // nothing is reclaimed
+  d.dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
+  return d;
+}
+
+namespace {
+
 Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) {
-  const std::string dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
+  size_t n_chunks = 0;
+  DiskTierOptions d = calibration_scratch(g, o, n_chunks);
+  const std::string dir = d.dir;
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  DiskTierOptions d;
-  d.geometry = ChunkGeometry{g, 16};
-  d.dir = dir;
+  struct RemoveAfter {  // on every path out, the failures' too
+    std::string dir;
+    ~RemoveAfter() {
+      std::error_code e;
+      std::filesystem::remove_all(dir, e);
+    }
+  } remove_after{dir};
   const size_t chunk = d.geometry.max_payload_bytes();
-  const size_t entry = chunk + (size_t(64) << 10);               // payload + metadata, generously
-  d.region_bytes = (4 * entry + 4095) / 4096 * 4096;              // four chunks per region
-  const size_t n_chunks = std::max<size_t>(12, (size_t(o.quick ? 32 : 256) << 20) / chunk);
-  d.capacity_bytes = (n_chunks / 4 + 3) * d.region_bytes;         // nothing is reclaimed
+  const uint32_t C = d.geometry.chunk_pages;
   auto tier = DiskTier::create(d);
   if (!tier.ok()) return Status(tier.status().code(), "calibration of the disk tier under " + dir + ": " + tier.status().message());
   std::vector<std::byte> payload(chunk, std::byte{0x5A});
   std::vector<std::vector<PageHash>> hashes;
   const PageHash ns{7, 7};
   for (size_t i = 0; i < n_chunks; ++i) {
-    std::vector<PageHash> h(16);
-    for (uint32_t k = 0; k < 16; ++k) h[k] = PageHash{i + 1, k + 1};
+    std::vector<PageHash> h(C);
+    for (uint32_t k = 0; k < C; ++k) h[k] = PageHash{i + 1, k + 1};
     Status st = (*tier)->put(ChunkKey{ns, h.back()}, h, payload);
     if (!st.ok()) return Status(st.code(), "calibration of the disk tier under " + dir + ": " + st.message());
     hashes.push_back(std::move(h));
@@ -101,8 +124,7 @@ Result<TierLink> measure_disk(const KVGeometry& g, const CalibrationOptions& o) 
   const double latency = std::max(lat[1] - double(chunk) / bw, 20e-6);
   for (const GetOp& op : ops)
     if (!op.status.ok()) return Status(op.status.code(), "calibration read from " + dir + ": " + op.status.message());
-  tier->reset();
-  std::filesystem::remove_all(dir, ec);
+  tier->reset();  // before remove_after: its files closed
   return TierLink{latency, bw};
 }
 

@@ -12,11 +12,16 @@
 
 #include "engine/engine.h"
 #include "planner/cost_model.h"
+#include "tiers/disk_tier.h"
 
 namespace kvtier {
 
 struct CalibrationOptions {
   std::string disk_dir;     // empty: no disk figure
+  // The disk tier's capacity: the scratch files (under disk_dir/.calibration,
+  // removed after, on every path) take at most a quarter of it, in smaller
+  // chunks where whole ones would not fit. 0: no bound beyond the default.
+  size_t disk_capacity_bytes = 0;
   bool quick = true;        // start-up variant (well under a second on the small model)
   double remote_bytes_per_s = 0;  // measured by the caller when a remote store is configured
   double remote_latency_s = 0;
@@ -27,6 +32,10 @@ struct CalibrationOptions {
 // Host → pool copy rate (bytes/s, best of three of `bytes`): memcpy on the
 // CPU; pinned host → device memory through DeviceMemory::copy beside an accelerator.
 double host_to_pool_bytes_per_s(const BlockPool& pool, size_t bytes);
+
+// The scratch disk tier calibrate() measures, and the chunks it writes there
+// (`n_chunks`, each of its geometry's max_payload_bytes()). Pure.
+DiskTierOptions calibration_scratch(const KVGeometry& g, const CalibrationOptions& o, size_t& n_chunks);
 
 // Runs prefills on `engine` (borrowing free pages of `pool`) and I/O under disk_dir.
 Result<CostProfile> calibrate(engine::Forward& engine, BlockPool& pool, const CalibrationOptions& options);

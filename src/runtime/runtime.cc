@@ -81,6 +81,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
     KVTIER_ASSIGN_OR_RETURN(auto eng, engine::create_forward(st.model, cache->pool(), eo));
     CalibrationOptions cal;
     cal.disk_dir = co.disk_dir;
+    cal.disk_capacity_bytes = co.disk_bytes;
     if (remote && !remote->degraded()) {
       // One round trip and a few chunk-sized GETs; on failure the profile keeps its default remote link.
       auto link = remote->measure_link(std::max<size_t>(size_t(1) << 20, ChunkGeometry{geo, o.chunk_pages}.max_payload_bytes()));

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "runtime/calibration.h"
 #include "runtime/runtime.h"
 
 namespace kvtier {
@@ -45,6 +46,34 @@ std::vector<TokenId> generate(Runtime& rt, std::span<const TokenId> prompt, int 
   }
   rt.finish(s->seq);
   return out;
+}
+
+// Start-up calibration writes its scratch chunks within a quarter of the disk tier's capacity
+// (smaller chunks where whole ones would not fit: it wrote 33 MiB beside an 8 MiB tier, and
+// failed on a filesystem that held the tier) and leaves nothing behind.
+TEST(Runtime, CalibrationScratchStaysWithinTheDiskCapacity) {
+  const KVGeometry g{.num_layers = 4, .num_kv_heads = 4, .head_dim = 64, .dtype = DType::kF32, .page_tokens = 16};
+  for (const size_t capacity : {size_t(8) << 20, size_t(64) << 20, size_t(1) << 30}) {
+    CalibrationOptions o;
+    o.disk_dir = "/unused";
+    o.disk_capacity_bytes = capacity;
+    size_t chunks = 0;
+    const DiskTierOptions d = calibration_scratch(g, o, chunks);
+    const size_t written = chunks * (d.geometry.max_payload_bytes() + 4096);
+    EXPECT_LE(written, std::max(capacity / 4, 8 * (d.geometry.max_payload_bytes() + 4096))) << capacity;
+    EXPECT_GE(chunks, 8u);
+    EXPECT_TRUE(d.validate().ok()) << d.validate().to_string();
+  }
+  size_t chunks = 0;
+  CalibrationOptions small;
+  small.disk_dir = "/unused";
+  small.disk_capacity_bytes = size_t(8) << 20;
+  EXPECT_LT(calibration_scratch(g, small, chunks).geometry.chunk_pages, 16u);
+  TempDir dir;
+  auto rt = Runtime::create(tiny(dir.path.string()));
+  ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+  EXPECT_TRUE(std::filesystem::exists(dir.path));
+  EXPECT_FALSE(std::filesystem::exists(dir.path / ".calibration"));
 }
 
 TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
