@@ -1,6 +1,10 @@
 #include "server/api.h"
 #include "common/json_text.h"
 
+#include <algorithm>
+#include <atomic>
+#include <limits>
+#include <random>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -69,7 +73,9 @@ std::optional<ApiError> read_token_array(const json& arr, uint32_t vocab, std::v
 }  // namespace
 
 uint32_t max_prompt_tokens(const RequestLimits& limits) {
-  uint32_t limit = limits.max_context;
+  // The context holds the prompt and at least the position of the token sampled after it
+  // (Runtime::start refuses a prompt that fills the context).
+  uint32_t limit = limits.max_context == 0 ? 0 : limits.max_context - 1;
   if (limits.max_prompt_tokens != 0) limit = std::min(limit, limits.max_prompt_tokens);
   if (limits.max_kv_tokens != 0) limit = std::min(limit, limits.max_kv_tokens);
   return limit;
@@ -161,6 +167,17 @@ std::optional<ApiError> read_max_tokens(const json& doc, const RequestLimits& li
   return std::nullopt;
 }
 
+// A request without a seed samples afresh: seeds drawn from the process's own random start
+// (every request got seed 0, so N requests for N candidates gave N copies of one).
+uint64_t unseeded_request_seed() {
+  static const uint64_t start = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  static std::atomic<uint64_t> next{0};
+  uint64_t z = start + 0x9E3779B97F4A7C15ull * (next.fetch_add(1, std::memory_order_relaxed) + 1);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // The fields /v1/completions and /v1/chat/completions share: sampling, stop, stream, salt.
 std::optional<ApiError> read_generation_fields(const json& doc, CompletionRequest& r) {
   if (auto it = doc.find("temperature"); it != doc.end() && !it->is_null()) {
@@ -173,7 +190,8 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
     if (!it->is_number()) return wrong_type("top_p", "a number", *it);
     const double t = it->get<double>();
     if (!(t > 0 && t <= 1)) return bad_request("'top_p' must be in (0, 1]", "top_p", "invalid_value");
-    r.sampling.top_p = float(t);
+    // The sampler keeps it as a float: a value below the smallest float keeps the most likely token alone.
+    r.sampling.top_p = std::max(float(t), std::numeric_limits<float>::min());
   }
   if (auto it = doc.find("top_k"); it != doc.end() && !it->is_null()) {
     auto v = as_integer(*it);
@@ -186,6 +204,8 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
     if (it->is_number_unsigned()) r.sampling.seed = it->get<uint64_t>();
     else if (auto v = as_integer(*it)) r.sampling.seed = uint64_t(*v);
     else return wrong_type("seed", "an integer", *it);
+  } else {
+    r.sampling.seed = unseeded_request_seed();  // a fresh sample per request, as without a seed elsewhere
   }
   if (auto it = doc.find("n"); it != doc.end() && !it->is_null()) {
     auto v = as_integer(*it);
@@ -219,6 +239,11 @@ std::optional<ApiError> read_generation_fields(const json& doc, CompletionReques
   if (auto it = doc.find("cache_salt"); it != doc.end() && !it->is_null()) {
     if (!it->is_string()) return wrong_type("cache_salt", "a string", *it);
     r.cache_salt = it->get<std::string>();
+    // Kept with every queued request and timed prefetch (a hash of it would do, but it is
+    // named in logs and events): 16 MiB salts held an hour by 1,024 timers took 16 GiB.
+    if (r.cache_salt.size() > kMaxCacheSaltBytes)
+      return bad_request("'cache_salt' is longer than " + std::to_string(kMaxCacheSaltBytes) + " bytes", "cache_salt",
+                         "invalid_value");
   }
   return std::nullopt;
 }
@@ -228,7 +253,7 @@ std::string prompt_limit_reason(const RequestLimits& limits) {
   const uint32_t limit = max_prompt_tokens(limits);
   if (limits.max_kv_tokens != 0 && limit == limits.max_kv_tokens)
     return "the device KV pool holds " + std::to_string(limits.max_kv_tokens) + " tokens";
-  if (limit == limits.max_context) return "the model's context";
+  if (limit + 1 == limits.max_context) return "the model's context, less the first generated token";
   return "this server's max_prompt_tokens";
 }
 

@@ -112,6 +112,8 @@ struct RequestLimits {
   uint32_t max_kv_tokens = 0;        // ModelInfo::max_kv_tokens; 0: no limit
   uint64_t max_prompt_bytes = 0;     // longest text prompt or rendered chat; 0: no limit
 };
+// The longest cache_salt accepted.
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
 // The longest prompt accepted: the configured limit, the context and the device pool, whichever is least.
 uint32_t max_prompt_tokens(const RequestLimits& limits);
 // The limits a server derives from its configuration and its model: the

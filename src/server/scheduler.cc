@@ -215,8 +215,14 @@ Status Scheduler::post_after(Clock::duration delay, std::function<void(Runtime&)
   {
     std::lock_guard lk(mu_);
     if (stopping_ || stopped_) return Status::Unavailable("the scheduler is stopping");
-    if (timed_.size() >= kMaxTimedCalls)
-      return Status::Busy("too many timed calls pending (" + std::to_string(kMaxTimedCalls) + ")");
+    if (timed_.size() >= kMaxTimedCalls) {
+      // Full: the call due last gives way to a sooner one, so calls set far ahead (an hour-long
+      // ready_in_ms, 1,024 times) cannot lock out everyone else's.
+      const auto last = std::prev(timed_.end());
+      if (last->first <= due)
+        return Status::Busy("too many timed calls pending (" + std::to_string(kMaxTimedCalls) + "), all due sooner");
+      timed_.erase(last);
+    }
     timed_.emplace(due, [this, fn = std::move(fn)] { fn(*runtime_); });
   }
   cv_.notify_all();

@@ -169,8 +169,9 @@ class Scheduler {
   bool post(std::function<void(Runtime&)> fn);
   // The same once `delay` has passed on the scheduler's clock (options.clock),
   // at the first step from then on. Best effort: calls still pending when the
-  // scheduler stops are dropped. Busy past kMaxTimedCalls pending (each may
-  // hold a prompt: 1024 of the longest prompts are a bounded few hundred MB),
+  // scheduler stops are dropped. At most kMaxTimedCalls pending (each may
+  // hold a prompt: 1024 of the longest prompts are a bounded few hundred MB):
+  // past it the call due last is dropped for a sooner one, else Busy.
   // Unavailable once stopping.
   static constexpr size_t kMaxTimedCalls = 1024;
   Status post_after(Clock::duration delay, std::function<void(Runtime&)> fn);

@@ -102,7 +102,7 @@ TEST(ApiParseTest, PrefetchReadyInMs) {
 
 TEST(ApiParseTest, BadInputsAre400WithAParam) {
   struct Case {
-    const char* body;
+    std::string body;
     const char* param;
     const char* code;
   };
@@ -130,6 +130,7 @@ TEST(ApiParseTest, BadInputsAre400WithAParam) {
       {R"({"prompt":"x","stop":["a","b","c","d","e"]})", "stop", "invalid_value"},
       {R"({"prompt":"x","stream":"yes"})", "stream", "invalid_type"},
       {R"({"prompt":"x","cache_salt":7})", "cache_salt", "invalid_type"},
+      {R"({"prompt":"x","cache_salt":")" + std::string(kMaxCacheSaltBytes + 1, 's') + R"("})", "cache_salt", "invalid_value"},
       {R"({"prompt":"x","n":2})", "n", "unsupported"},
       {R"({"prompt":"x","model":1})", "model", "invalid_type"},
       // Past INT64_MAX: refused, not wrapped to a negative (top_k -1 would turn top-k off).
@@ -145,6 +146,17 @@ TEST(ApiParseTest, BadInputsAre400WithAParam) {
     EXPECT_TRUE(j["error"]["message"].is_string());
     EXPECT_EQ(j["error"]["type"], "invalid_request_error");
   }
+}
+
+// Without a seed every request samples afresh (each got seed 0, so N requests for N candidates
+// gave N copies of one); a top_p below the smallest float is the most likely token, not a late 400.
+TEST(ApiParseTest, UnseededRequestsGetTheirOwnSeedsAndTinyTopPIsKept) {
+  const auto seed_of = [](const char* body) { return std::get<CompletionRequest>(parse(body)).sampling.seed; };
+  EXPECT_NE(seed_of(R"({"prompt":"x","temperature":1})"), seed_of(R"({"prompt":"x","temperature":1})"));
+  EXPECT_EQ(seed_of(R"({"prompt":"x","seed":7})"), 7u);
+  auto r = parse(R"({"prompt":"x","temperature":1,"top_p":1e-300})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r));
+  EXPECT_GT(std::get<CompletionRequest>(r).sampling.top_p, 0.0f);
 }
 
 // A seed is any 64-bit pattern, also one past INT64_MAX.
@@ -200,6 +212,10 @@ TEST(ApiParseTest, SegmentsMarkReusablePieces) {
 TEST(ApiParseTest, ContextLimits) {
   std::string long_prompt(65, 'a');
   EXPECT_EQ(error_of(R"({"prompt":")" + long_prompt + R"("})").code, "context_length_exceeded");
+  // A prompt filling the whole context leaves no position for the token after it: refused here,
+  // not by the runtime after queueing (a streamed request got 200 and an error event).
+  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(64, 'a') + R"(","max_tokens":0,"echo":true})").code,
+            "context_length_exceeded");
   // 60 prompt tokens + 8 default max_tokens > 64.
   EXPECT_EQ(error_of(R"({"prompt":")" + std::string(60, 'a') + R"("})").param, "max_tokens");
   RequestLimits l = limits();

@@ -320,6 +320,27 @@ TEST(SchedulerTest, TimedCallsRunWhenDueOnTheSchedulersClock) {
   EXPECT_EQ(ran.load(), 101);
 }
 
+// A full timer table gives way to a sooner call: the call due last is dropped. One client's
+// 1,024 hour-long prefetch timers locked every other client's ten-second ones out for the hour.
+TEST(SchedulerTest, AFullTimerTableDropsTheCallDueLastForASoonerOne) {
+  ManualClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  Fixture f(o);
+  std::atomic<int> hours{0}, soon{0};
+  for (size_t i = 0; i < Scheduler::kMaxTimedCalls; ++i)
+    ASSERT_TRUE(f.sched->post_after(std::chrono::hours(1), [&](Runtime&) { hours += 1; }).ok());
+  EXPECT_EQ(f.sched->post_after(std::chrono::hours(2), [&](Runtime&) {}).code(), StatusCode::kBusy);  // not sooner
+  ASSERT_TRUE(f.sched->post_after(std::chrono::seconds(10), [&](Runtime&) { soon += 1; }).ok());
+  clock.advance(std::chrono::seconds(10));
+  const auto nothing = [](Runtime&) { return 0; };
+  ASSERT_TRUE(f.sched->call(nothing).ok());
+  EXPECT_EQ(soon.load(), 1);
+  clock.advance(std::chrono::hours(1));
+  ASSERT_TRUE(f.sched->call(nothing).ok());
+  EXPECT_EQ(hours.load(), int(Scheduler::kMaxTimedCalls) - 1);  // one gave way
+}
+
 TEST(SchedulerTest, StartErrorsReachTheRequest) {
   Fixture f({}, [](FakeShared& s) { s.fail_start = true; });
   auto v = f.submit({1}, 3)->wait_done();
