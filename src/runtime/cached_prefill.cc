@@ -1,5 +1,7 @@
 #include "runtime/cached_prefill.h"
 
+#include <algorithm>
+
 namespace kvtier {
 
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt) {
@@ -32,6 +34,26 @@ Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCa
   engine::PrefillOptions po;
   po.all_logits = all_logits;
   return engine.prefill(kv, prompt, kv.num_tokens, po);
+}
+
+Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv,
+                                                    std::span<const TokenId> prompt, uint32_t top,
+                                                    std::vector<engine::TokenLogprobs>& prompt_logprobs,
+                                                    size_t max_logit_bytes) {
+  const size_t vocab = engine.model().config().vocab_size;
+  const size_t slice = std::max<size_t>(1, max_logit_bytes / (vocab * sizeof(float)));
+  kv.pages = lease.pages();
+  kv.num_tokens = 0;
+  engine::PrefillOptions po;
+  po.all_logits = true;
+  engine::Logits logits;
+  for (size_t begin = 0, end = 0; begin < prompt.size(); begin = end) {
+    end = std::min(prompt.size(), begin + slice);
+    KVTIER_ASSIGN_OR_RETURN(logits, engine.prefill(kv, prompt.first(end), uint32_t(begin), po));
+    for (uint32_t r = 0; r < logits.rows && begin + r + 1 < prompt.size(); ++r)
+      prompt_logprobs.push_back(engine::token_logprobs(logits.row(r), prompt[begin + r + 1], top));
+  }
+  return logits;
 }
 
 }  // namespace kvtier

@@ -14,6 +14,7 @@
 
 #include "cache/kv_cache.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 
 namespace kvtier {
 
@@ -32,5 +33,15 @@ Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCa
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                       bool all_logits = false);
+
+// The prompt computed in full with every token's log-probability (`prompt_logprobs[i]` of token
+// i + 1, with `top` alternatives): the logits come in slices of rows (at most `max_logit_bytes` of
+// them at once, at least a row; all of a 16k-token prompt's took 2 GB with a 32k vocabulary) and
+// are kept only for the last slice, whose last row is the position after the prompt. The lease
+// must be fresh (nothing cached).
+Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv,
+                                                    std::span<const TokenId> prompt, uint32_t top,
+                                                    std::vector<engine::TokenLogprobs>& prompt_logprobs,
+                                                    size_t max_logit_bytes = size_t(64) << 20);
 
 }  // namespace kvtier

@@ -220,8 +220,11 @@ class RuntimeImpl final : public Runtime {
     begin_trace(*trace, lease.plan(), prompt.size(), t0);
     TracingForward traced(*engine_, *trace, t0);
     Started out;
-    auto logits = sp.prompt_logprobs || !o_.cache_enabled
-                      ? cached_prefill(traced, *cache_, lease, s.kv, prompt, sp.prompt_logprobs)
+    auto logits = sp.prompt_logprobs
+                      ? prefill_with_prompt_logprobs(traced, lease, s.kv, prompt, uint32_t(std::max(0, sp.logprobs)),
+                                                     out.prompt_logprobs)
+                  : !o_.cache_enabled
+                      ? cached_prefill(traced, *cache_, lease, s.kv, prompt)
                       : blend_prefill(traced, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
     if (!logits.ok()) return logits.status();
     s.exact_tokens = out.report.blend.blended ? out.report.blend.exact_tokens : UINT32_MAX;
@@ -230,11 +233,6 @@ class RuntimeImpl final : public Runtime {
     s.tokens.push_back(first);
 
     if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits->last(), first, uint32_t(s.logprobs));
-    if (sp.prompt_logprobs) {
-      const uint32_t top = uint32_t(std::max(0, sp.logprobs));
-      for (uint32_t i = 1; i < prompt.size(); ++i)
-        out.prompt_logprobs.push_back(engine::token_logprobs(logits->row(i - 1), prompt[i], top));
-    }
     out.report.computed_in_full_for_logprobs = sp.prompt_logprobs && o_.cache_enabled;
     out.seq = SeqId(next_seq_++);
     out.first_token = first;

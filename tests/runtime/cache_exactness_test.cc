@@ -239,6 +239,39 @@ TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
   expect_same(rig.drive(*fresh_look, prompt, 4, /*commit=*/false), ref, 1e-5);
 }
 
+// A prompt's logprobs come from slices of rows, so that the logits held at once stay bounded; the
+// slices agree with the whole prompt's logits row by row, and the last row is the same.
+TEST(CacheExactness, PromptLogprobsInSlicesMatchTheWholePromptsLogits) {
+  CacheRig rig;
+  const auto prompt = CacheRig::random_tokens(16 * 5 + 3, 4);
+  auto whole_lease = rig.cache->fresh(rig.ns, prompt.size());
+  ASSERT_TRUE(whole_lease.ok());
+  engine::SequenceKV kv;
+  kv.pages = whole_lease->pages();
+  engine::PrefillOptions all;
+  all.all_logits = true;
+  auto whole = rig.engine->prefill(kv, prompt, 0, all);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  *whole_lease = CacheLease();
+  auto lease = rig.cache->fresh(rig.ns, prompt.size());
+  ASSERT_TRUE(lease.ok());
+  std::vector<engine::TokenLogprobs> lp;
+  const size_t row_bytes = size_t(whole->vocab) * sizeof(float);
+  auto last = prefill_with_prompt_logprobs(*rig.engine, *lease, kv, prompt, 2, lp, 7 * row_bytes);  // 7 rows a slice
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  ASSERT_EQ(lp.size(), prompt.size() - 1);
+  for (size_t i = 0; i < lp.size(); ++i) {
+    const engine::TokenLogprobs expected = engine::token_logprobs(whole->row(uint32_t(i)), prompt[i + 1], 2);
+    EXPECT_EQ(lp[i].token, prompt[i + 1]);
+    EXPECT_NEAR(lp[i].logprob, expected.logprob, 1e-4) << i;
+    ASSERT_EQ(lp[i].top.size(), 2u);
+    EXPECT_EQ(lp[i].top[0].first, expected.top[0].first) << i;
+  }
+  EXPECT_LE(last->rows, 7u);  // never more logits at once than the bound
+  ASSERT_EQ(last->last().size(), whole->last().size());
+  for (size_t v = 0; v < whole->last().size(); ++v) ASSERT_NEAR(last->last()[v], whole->last()[v], 1e-4) << v;
+}
+
 // acquire() from a lookup gone stale looks the prompt up again and applies that: the caller's plan
 // choice sees the second lookup, and the lookup statistics count the request once. (Blending and the
 // replay take their leases this way; a stale lookup was their request's error.)
