@@ -273,6 +273,11 @@ class KVCache {
   // HoldEnd::kFirstUse the hold also ends at the first lookup() of a prompt
   // that extends the held prefix: the request it was for has come, and a
   // hold kept past it would only make the next read-ahead's hold yield.
+  // The hold covers the first `hold_tokens` of `tokens` (a message's
+  // cache_control mark: the prefix through it). A hold that could not be
+  // granted once landed (over the retention cap, or its tenant's host quota,
+  // by itself) is not made, and makes no other hint yield: the call is then a
+  // plain read-ahead.
   // Returns the prompt's cached pages (any tier), how many of them are
   // being read ahead now, and how many are being copied into the device now.
   struct PrefetchStart {
@@ -282,7 +287,8 @@ class KVCache {
   };
   enum class HoldEnd { kTime, kFirstUse };
   Result<PrefetchStart> prefetch(const Namespace& ns, std::span<const TokenId> tokens,
-                                 Clock::duration hold = Clock::duration::zero(), HoldEnd end = HoldEnd::kTime);
+                                 Clock::duration hold = Clock::duration::zero(), HoldEnd end = HoldEnd::kTime,
+                                 size_t hold_tokens = SIZE_MAX);
   // The leading whole pages of `tokens` (all but its last token) cached on
   // the device or host now: the index alone, no waiting, no counting.
   uint32_t cached_prefix_pages(const Namespace& ns, std::span<const TokenId> tokens);
@@ -443,6 +449,7 @@ class KVCache {
     std::vector<PageHash> chunk_keys; // what a lookup waits on
     std::vector<TierKind> chunk_from; // where each chunk is read from
     Clock::duration hold{};           // held on the host this long once landed (prefetch's `hold`)
+    size_t hold_tokens = SIZE_MAX;    // of `tokens`, the leading ones held
     HoldEnd hold_end = HoldEnd::kTime;
     TransferHandle handle;
   };
@@ -485,6 +492,8 @@ class KVCache {
   bool await_prefetches(const NsKey& ns, std::span<const PageHash> keys);
   // Indexes what a finished prefetch read (or frees its slots), then promotes it.
   void finish_prefetch(Prefetch& pf);
+  uint32_t read_ahead_pages(const CacheLookup& L) const;
+  bool read_ahead_hold_fits(const CacheLookup& L, size_t hold_tokens) const;
   // Starts copying the host-only cached pages of `tokens` (whole pages) into
   // free device pages, at most half of those free; returns how many.
   uint32_t promote(const NsKey& ns, std::span<const TokenId> tokens);

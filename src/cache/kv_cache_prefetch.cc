@@ -6,21 +6,40 @@
 
 namespace kvtier {
 
+// The pages a read-ahead of `L` reads now: its disk and remote pages, bounded
+// so that the slots of chunks in flight never exceed half the host tier (so
+// read-ahead cannot push out everything that is cached there); whole chunks,
+// and the tail when all fit.
+uint32_t KVCache::read_ahead_pages(const CacheLookup& L) const {
+  const uint32_t lower = L.disk_pages + L.remote_pages, C = options_.chunk_pages;
+  if (!host_ || lower == 0) return 0;
+  uint32_t in_flight = 0;
+  for (const auto& pf : prefetches_) in_flight += static_cast<uint32_t>(pf->slots.size());
+  const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
+  return lower <= budget ? lower : budget / C * C;
+}
+
+// Whether retain_on_host would grant the hold of a read-ahead of `L` once landed:
+// the prefix held is within the retention cap and the tenant's host quota.
+bool KVCache::read_ahead_hold_fits(const CacheLookup& L, size_t hold_tokens) const {
+  const uint64_t held = std::min<uint64_t>(L.index_pages + read_ahead_pages(L), hold_tokens / options_.geometry.page_tokens);
+  return held <= retained_cap() && held <= host_quota_pages(L.ns.tenant);
+}
+
 Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<const TokenId> tokens,
-                                                 Clock::duration hold, KVCache::HoldEnd hold_end) {
-  if (hold > Clock::duration::zero()) KVTIER_RETURN_IF_ERROR(retain(ns, tokens, hold, hold_end).status());
+                                                 Clock::duration hold, KVCache::HoldEnd hold_end, size_t hold_tokens) {
+  hold_tokens = std::min(hold_tokens, tokens.size());
+  if (hold > Clock::duration::zero()) {
+    // A hold that could not be granted is not made: it would make other hints yield for nothing.
+    KVTIER_ASSIGN_OR_RETURN(const CacheLookup before, find(ns, tokens));
+    if (!read_ahead_hold_fits(before, hold_tokens)) hold = Clock::duration::zero();
+    else KVTIER_RETURN_IF_ERROR(retain(ns, tokens.first(hold_tokens), hold, hold_end).status());
+  }
   KVTIER_ASSIGN_OR_RETURN(CacheLookup L, find(ns, tokens));  // not a request: no hit counting
   PrefetchStart out{L.cached_pages(), 0};
   const uint32_t C = options_.chunk_pages, P = options_.geometry.page_tokens;
   out.promoting_pages = promote(L.ns, tokens.first(size_t(L.index_pages) * P));
-  const uint32_t lower = L.disk_pages + L.remote_pages;
-  if (!host_ || lower == 0) return out;
-  // Bounded: the slots of chunks in flight never exceed half the host tier,
-  // so read-ahead cannot push out everything that is cached there.
-  uint32_t in_flight = 0;
-  for (const auto& pf : prefetches_) in_flight += static_cast<uint32_t>(pf->slots.size());
-  const uint32_t budget = host_->num_slots() / 2 > in_flight ? host_->num_slots() / 2 - in_flight : 0;
-  uint32_t pages = lower <= budget ? lower : budget / C * C;  // whole chunks, and the tail when all fit
+  uint32_t pages = read_ahead_pages(L);
   if (pages == 0) return out;
   // A held read-ahead is a hint for what it lifts too: the oldest hints yield
   // first, or held pages could fill the host and leave it no room to land.
@@ -39,6 +58,7 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   pf->ns = L.ns;
   pf->hold = hold;
   pf->hold_end = hold_end;
+  pf->hold_tokens = hold_tokens;
   pf->first_page = L.index_pages;
   const uint32_t end = L.index_pages + pages;
   pf->tokens.assign(tokens.begin(), tokens.begin() + size_t(end) * P);
@@ -131,7 +151,8 @@ void KVCache::finish_prefetch(Prefetch& pf) {
   for (uint32_t i = keep; i < pf.slots.size(); ++i) host_->free_slot(pf.slots[i]);
   const auto landed = std::span(pf.tokens).first(size_t(pf.first_page + keep) * P);
   if (taken > 0 && pf.hold > Clock::duration::zero() &&
-      retain_on_host(pf.ns, landed, options_.clock->now() + pf.hold, pf.hold_end) > 0)
+      retain_on_host(pf.ns, landed.first(std::min(landed.size(), pf.hold_tokens)), options_.clock->now() + pf.hold,
+                     pf.hold_end) > 0)
     ++stats_.retain_hints;
   if (taken > 0) promote(pf.ns, landed);
 }

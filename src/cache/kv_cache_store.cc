@@ -276,8 +276,11 @@ void finish_done(std::deque<std::unique_ptr<T>>& q, Fn&& finish) {
 void KVCache::poll() {
   (void)transfer_->poll_completions();  // results are read through the handles
   expire_retained();
+  const uint64_t landed = stats_.prefetched_pages + stats_.promoted_pages;
   finish_done(prefetches_, [this](Prefetch& pf) { finish_prefetch(pf); });  // may start promotions
   finish_done(promotions_, [this](Promotion& pr) { finish_promotion(pr); });
+  // Read-ahead and promoted pages count against their tenant's quotas as they land, as a commit's do.
+  if (!quotas_.empty() && stats_.prefetched_pages + stats_.promoted_pages != landed) enforce_quotas();
   while (!pending_.empty() && pending_.front()->handle.done()) {
     Pending& pd = *pending_.front();
     settle(pd);

@@ -267,12 +267,14 @@ class RuntimeImpl final : public Runtime {
       if (t < 0 || uint32_t(t) >= info_.vocab_size) return Status::InvalidArgument("prefetch: token outside the vocabulary");
     // Retention hints on a prefetch hold what it finds and reads ahead, for the longest hint's time,
     // ending at the request they are for only when every one of them says so.
-    uint32_t hold_s = 0;
+    // covering the longest prefix a hint marks (a message's cache_control holds through that message).
+    uint32_t hold_s = 0, hold_tokens = 0;
     bool until_used = !request.retain.empty();
-    for (const RetainHint& h : request.retain) hold_s = std::max(hold_s, h.seconds), until_used &= h.until_used;
+    for (const RetainHint& h : request.retain)
+      hold_s = std::max(hold_s, h.seconds), hold_tokens = std::max(hold_tokens, h.tokens), until_used &= h.until_used;
     const auto end = until_used ? KVCache::HoldEnd::kFirstUse : KVCache::HoldEnd::kTime;
-    KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p,
-                            cache_->prefetch(namespace_of(request), prompt, std::chrono::seconds(hold_s), end));
+    KVTIER_ASSIGN_OR_RETURN(const KVCache::PrefetchStart p, cache_->prefetch(namespace_of(request), prompt,
+                                                                             std::chrono::seconds(hold_s), end, hold_tokens));
     return PrefetchReport{p.cached_pages * o_.page_tokens, p.loading_pages * o_.page_tokens,
                           p.promoting_pages * o_.page_tokens};
   }

@@ -55,6 +55,38 @@ TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
   EXPECT_EQ(cached_pages(rig, g0), 4u);
 }
 
+// Pages a prefetch reads onto the host and promotes into the device count against the tenant's
+// quotas as they land: a prefetch left a tenant at four times its host and device quotas until
+// somebody's next commit.
+TEST(CacheQuota, PrefetchedPagesStayWithinTheTenantsQuotas) {
+  RigOptions o;
+  o.device_pages = 64;
+  o.host_pages = 64;
+  o.disk = true;
+  CacheRig rig(o);
+  const uint64_t page = rig.cache->options().geometry.page_bytes();
+  rig.ns.tenant = "acme";
+  const auto a = CacheRig::random_tokens(16 * 12 + 1, 30);  // 12 pages, three chunks
+  rig.cached(a, 2);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // on disk only
+  rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 4 * page, .host = 4 * page, .disk = 0}}});
+  auto started = rig.cache->prefetch(rig.ns, a);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  ASSERT_EQ(started->loading_pages, 12u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  rig.ns.tenant = "globex";
+  (void)cached_pages(rig, CacheRig::random_tokens(17, 31));  // any call lands it (and its promotion)
+  ASSERT_TRUE(rig.cache->drain().ok());
+  (void)cached_pages(rig, CacheRig::random_tokens(17, 32));
+  const KVCacheStats s = rig.cache->stats();
+  const auto* acme = find(s, "acme");
+  ASSERT_TRUE(acme);
+  EXPECT_GT(s.prefetched_pages, 4u);
+  EXPECT_LE(acme->host_bytes, 4 * page);
+  EXPECT_LE(acme->device_bytes, 4 * page);
+}
+
 // Device and host of 64 pages, no disk, hints timed by `clock`.
 RigOptions hinting_rig(const Clock* clock) {
   RigOptions o;

@@ -133,6 +133,43 @@ TEST(CacheRetain, APrefetchHoldKeepsWhatItReadAheadOnTheHost) {
   }
 }
 
+// A held read-ahead whose landed prefix would be over the retention cap by itself holds nothing
+// and makes no other hint yield: it made every other hint yield up front, then retain_on_host
+// refused its own hold once it landed (another tenant's hour-long hold was gone for nothing).
+TEST(CacheRetain, AHoldOverTheCapByItselfMakesNoOtherHintYield) {
+  ManualClock clock;
+  CacheRig rig(with_disk(&clock));  // host 8 pages: a cap of 4 retained
+  const auto a = CacheRig::random_tokens(129, 1), b = CacheRig::random_tokens(33, 2);
+  on_disk_only(rig, a);
+  rig.cached(b, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, b, seconds(3600)), 32u);
+  rig.cached(std::span(a).first(65), 2);  // a's first chunk cached again, its second on disk only
+  auto started = rig.cache->prefetch(rig.ns, a, seconds(60));
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  EXPECT_EQ(started->loading_pages, 4u);  // it still reads ahead
+  ASSERT_TRUE(rig.cache->drain().ok());
+  (void)cached_pages(rig, CacheRig::random_tokens(17, 3));  // any call lands it
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.retain_yields, 0u);
+  EXPECT_EQ(s.retain_active, 1u);
+  EXPECT_EQ(s.index.retained_host_pages, 2u);  // b's
+}
+
+// A prefetch's hold covers `hold_tokens` (a message's cache_control: through that message), not
+// the whole prompt it reads ahead (a mark on the first of two messages held all of the prompt).
+TEST(CacheRetain, APrefetchHoldsOnlyTheMarkedPrefix) {
+  ManualClock clock;
+  CacheRig rig(with_disk(&clock));
+  const auto a = CacheRig::random_tokens(65, 1);
+  on_disk_only(rig, a);
+  auto started = rig.cache->prefetch(rig.ns, a, seconds(60), KVCache::HoldEnd::kTime, /*hold_tokens=*/33);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  EXPECT_EQ(started->loading_pages, 4u);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  (void)cached_pages(rig, CacheRig::random_tokens(17, 3));
+  EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 2u);
+}
+
 // A read-ahead's deadline hold (HoldEnd::kFirstUse) ends at the first lookup
 // of a prompt that extends the held prefix: the request it was for has come.
 // Kept to its time, it counted against the cap that the next session's
