@@ -127,6 +127,11 @@ Result<KeyRing::Keys> KeyRing::load(const ServerConfig& c, std::vector<std::stri
   if (!c.api_key.empty()) {
     if (!c.api_key_file.empty()) return Status::InvalidArgument("give the API key once: --api-key or --api-key-file");
     client = c.api_key;
+    // The rule a key from a file or the environment meets (read_secret): a short flag key was the one way
+    // around it.
+    if (client.size() < kMinKeyChars || !printable_key(client))
+      return Status::InvalidArgument("the API key (--api-key or server.api_key) must be at least " +
+                                     std::to_string(kMinKeyChars) + " printable characters without spaces");
     warn("the API key is given in the configuration (--api-key or server.api_key): a flag is visible in ps; use "
          "KVTIER_API_KEY or --api-key-file");
   }

@@ -117,9 +117,9 @@ TEST(DashboardBrowser, PageIsPublicDataNeedsTheKeyWhichThePageAsksForOnce) {
   TempDir dir, profile;
   ServerProcess server;
   auto args = server_args(dir.str());
-  args.insert(args.end(), {"--api-key", "sesame"});
+  args.insert(args.end(), {"--api-key", "sesame-0123456789"});
   ASSERT_TRUE(server.start(args)) << server.log();
-  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  const httplib::Headers key = {{"Authorization", "Bearer sesame-0123456789"}};
   run_workload(server.port(), key);
   httplib::Client c("127.0.0.1", server.port());
   auto page = c.Get("/dashboard");
@@ -145,7 +145,7 @@ TEST(DashboardBrowser, PageIsPublicDataNeedsTheKeyWhichThePageAsksForOnce) {
   EXPECT_EQ(updates(*asking), 0);
   EXPECT_TRUE(chromium.screenshot(url, artefact("dashboard-asks-for-key.png")));
   // Given the key (here in the fragment, which never reaches the server), it sends it and draws.
-  const auto keyed = chromium.dump_dom(url + "#key=sesame");
+  const auto keyed = chromium.dump_dom(url + "#key=sesame-0123456789");
   ASSERT_TRUE(keyed.has_value());
   expect_no_page_errors(*keyed);
   EXPECT_GE(updates(*keyed), 1);

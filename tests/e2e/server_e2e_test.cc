@@ -365,17 +365,17 @@ TEST(ServerE2E, ApiKey) {
   TempDir dir;
   ServerProcess s;
   auto args = base_args(dir.str());
-  args.insert(args.end(), {"--api-key", "sesame"});
+  args.insert(args.end(), {"--api-key", "sesame-0123456789"});
   ASSERT_TRUE(s.start(args)) << s.log();
   const json req = {{"prompt", ids(8)}, {"max_tokens", 1}};
   Reply none = post(s.port(), req);
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.body["error"]["code"], "invalid_api_key");
   EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer nope"}}).status, 401);
-  EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer sesame"}}).status, 200);
+  EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer sesame-0123456789"}}).status, 200);
   httplib::Client c("127.0.0.1", s.port());
   EXPECT_EQ(c.Post("/v1/cache/flush")->status, 401);
-  EXPECT_EQ(c.Post("/v1/cache/flush", {{"Authorization", "Bearer sesame"}}, "", "application/json")->status, 200);
+  EXPECT_EQ(c.Post("/v1/cache/flush", {{"Authorization", "Bearer sesame-0123456789"}}, "", "application/json")->status, 200);
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }
@@ -399,10 +399,10 @@ TEST(ServerE2E, RedisPasswordNeverShows) {
   EXPECT_EQ(printed.find("hunter2"), std::string::npos) << printed;
   ServerProcess s;
   auto args = base_args(dir.str() + "/disk");
-  args.insert(args.end(), {"--remote", url, "--tier-secret-file", secret_file, "--api-key", "sesame"});
+  args.insert(args.end(), {"--remote", url, "--tier-secret-file", secret_file, "--api-key", "sesame-0123456789"});
   ASSERT_TRUE(s.start(args)) << s.log();
   const json req = {{"prompt", ids(300)}, {"max_tokens", 2}};
-  const httplib::Headers key = {{"Authorization", "Bearer sesame"}};
+  const httplib::Headers key = {{"Authorization", "Bearer sesame-0123456789"}};
   for (int i = 0; i < 2; ++i) EXPECT_EQ(post(s.port(), req, key).status, 200);  // Redis refuses: recomputed
   httplib::Client c("127.0.0.1", s.port());
   auto metrics = c.Get("/metrics", key);

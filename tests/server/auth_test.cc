@@ -124,16 +124,25 @@ TEST_F(AuthTest, KeySourcesAndTheirConflicts) {
   }
   {  // a lone legacy key is tenant and admin, with warnings (on argv; admin too)
     ServerConfig c;
-    c.api_key = "sekret";
+    c.api_key = "sekret-0123456789";
     std::vector<std::string> warnings;
     auto ring = KeyRing::create(c, &warnings);
     ASSERT_TRUE(ring.ok());
     EXPECT_EQ((*ring)->mode(), AuthMode::kApiKey);
     EXPECT_EQ(warnings.size(), 2u);
-    auto who = (*ring)->authenticate("sekret");
+    auto who = (*ring)->authenticate("sekret-0123456789");
     ASSERT_TRUE(who);
     EXPECT_TRUE(who->admin);
     EXPECT_EQ(who->tenant, "");  // today's namespace seeds
+  }
+  {  // a flag key meets the rule a file's or the environment's does: 16 printable characters
+    for (const char* weak : {"sekret", "sixteen chars ok"}) {
+      ServerConfig c;
+      c.api_key = weak;
+      auto ring = KeyRing::create(c);
+      ASSERT_FALSE(ring.ok()) << weak;
+      EXPECT_NE(ring.status().message().find("at least 16"), std::string::npos) << ring.status().to_string();
+    }
   }
   {  // KVTIER_API_KEY and KVTIER_ADMIN_KEY: a client key apart from the admin's
     ::setenv("KVTIER_API_KEY", "client-key-from-env-01", 1);

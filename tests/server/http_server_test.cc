@@ -288,20 +288,20 @@ TEST_F(HttpServerTest, BadInputs) {
 }
 
 TEST_F(HttpServerTest, ApiKey) {
-  start([](ServerConfig& c) { c.api_key = "sekret"; });
+  start([](ServerConfig& c) { c.api_key = "sekret-0123456789"; });
   auto none = post(R"({"prompt":[1]})");
   ASSERT_TRUE(none);
   EXPECT_EQ(none->status, 401);
   EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
   EXPECT_EQ(post(R"({"prompt":[1]})", {{"Authorization", "Bearer wrong"}})->status, 401);
-  EXPECT_EQ(post(R"({"prompt":[1]})", {{"Authorization", "Bearer sekret"}})->status, 200);
+  EXPECT_EQ(post(R"({"prompt":[1]})", {{"Authorization", "Bearer sekret-0123456789"}})->status, 200);
   EXPECT_EQ(client().Post("/v1/cache/flush")->status, 401);
-  EXPECT_EQ(client().Post("/v1/cache/flush", {{"Authorization", "Bearer sekret"}}, "", "application/json")->status, 200);
+  EXPECT_EQ(client().Post("/v1/cache/flush", {{"Authorization", "Bearer sekret-0123456789"}}, "", "application/json")->status, 200);
   EXPECT_EQ(client().Get("/v1/models")->status, 401);
   EXPECT_EQ(client().Get("/health")->status, 200);  // probes need no key
   // /metrics tells who uses the cache and how much: it needs the key too (Prometheus sends a bearer token).
   EXPECT_EQ(client().Get("/metrics")->status, 401);
-  auto m = client().Get("/metrics", {{"Authorization", "Bearer sekret"}});
+  auto m = client().Get("/metrics", {{"Authorization", "Bearer sekret-0123456789"}});
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
   EXPECT_NE(m->body.find("kvtier_running_sequences 1"), std::string::npos);
@@ -366,19 +366,19 @@ TEST_F(HttpServerTest, TenantKeysIsolateTenantsAndOnlyTheAdminSeesTheCache) {
 TEST_F(HttpServerTest, AdminKeyApartFromTheClientKey) {
   set_secret_lookup([](const char* name) -> const char* { return std::getenv(name); });  // as the executable's main() does
   ::setenv("KVTIER_ADMIN_KEY", kAdmin, 1);  // read when the server starts
-  start([](ServerConfig& c) { c.api_key = "sekret"; });
+  start([](ServerConfig& c) { c.api_key = "sekret-0123456789"; });
   ::unsetenv("KVTIER_ADMIN_KEY");
-  auto r = post(R"({"prompt":[1],"max_tokens":1})", bearer("sekret"));
+  auto r = post(R"({"prompt":[1],"max_tokens":1})", bearer("sekret-0123456789"));
   EXPECT_EQ(r->status, 200);
   EXPECT_FALSE(json::parse(r->body)["usage"]["kvtier"].contains("tenant")) << "no tenant, no tenant usage";
-  EXPECT_EQ(client().Post("/v1/cache/flush", bearer("sekret"), "", "application/json")->status, 403);
+  EXPECT_EQ(client().Post("/v1/cache/flush", bearer("sekret-0123456789"), "", "application/json")->status, 403);
   EXPECT_EQ(client().Get("/metrics", bearer(kAdmin))->status, 200);
   EXPECT_EQ(json::parse(client().Get("/health")->body)["auth"], "api-key");
 }
 
 TEST_F(HttpServerTest, MetricsPublicServesMetricsWithoutTheKey) {
   start([](ServerConfig& c) {
-    c.api_key = "sekret";
+    c.api_key = "sekret-0123456789";
     c.metrics_public = true;
   });
   EXPECT_EQ(client().Get("/metrics")->status, 200);
