@@ -64,7 +64,7 @@ struct PublishedTree {
 
 struct CacheViewOptions {
   std::chrono::milliseconds sample_every{1000};
-  uint32_t history = 300;                   // samples kept (5 minutes at 1 Hz)
+  uint32_t history = 300;                   // periods of samples kept (5 minutes at 1 Hz)
   std::chrono::milliseconds max_age{500};   // older published values are refreshed on request
   std::chrono::milliseconds max_wait{250};  // the longest a request waits for a refresh
   TreeSnapshotOptions tree;                 // what the scheduler takes (max_nodes: the most any client gets)
@@ -106,6 +106,7 @@ class CacheView : public std::enable_shared_from_this<CacheView> {
   std::condition_variable cv_;
   std::shared_ptr<const PublishedTree> tree_;
   std::deque<TierSample> samples_;
+  double kept_t_s_ = 0;  // when the newest sample was added (replacements keep it)
   Clock::time_point last_sample_{};
   bool sample_pending_ = false, tree_pending_ = false, stopping_ = false;
   std::thread sampler_;

@@ -332,6 +332,28 @@ TEST(CacheView, AgesFollowItsClock) {
   run_queued();
 }
 
+// The history spans its time whoever asks for samples: refreshes four times a period (a
+// dashboard's polls between the sampler's) replace the newest sample instead of adding one. Kept
+// by count, they shrank ten periods of history to two and a half.
+TEST(CacheView, ExtraSamplesKeepTheHistorysSpan) {
+  testing::FakeRuntime runtime(std::make_shared<testing::FakeShared>());
+  ManualClock clock;
+  CacheViewOptions o;
+  o.clock = &clock;
+  o.sample_every = std::chrono::milliseconds(1000);
+  o.history = 10;
+  auto view = CacheView::create(o, [](std::function<void(Runtime&)>) { return true; });  // the test refreshes
+  ASSERT_TRUE(view.ok());
+  for (int i = 0; i < 160; ++i) {
+    (*view)->refresh(runtime, false);
+    clock.advance(std::chrono::milliseconds(250));
+  }
+  const std::vector<TierSample> s = (*view)->samples();
+  ASSERT_FALSE(s.empty());
+  EXPECT_GE(s.back().t_s - s.front().t_s, 9.0);
+  EXPECT_LE(s.size(), 2u * o.history + 1);
+}
+
 TEST(CacheView, PublishesSamplesAndTreesTakenOnTheSchedulerThread) {
   testing::FakeRuntime runtime(std::make_shared<testing::FakeShared>());
   std::mutex mu;
