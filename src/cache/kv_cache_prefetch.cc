@@ -42,10 +42,12 @@ Result<KVCache::PrefetchStart> KVCache::prefetch(const Namespace& ns, std::span<
   uint32_t pages = read_ahead_pages(L);
   if (pages == 0) return out;
   // A held read-ahead is a hint for what it lifts too: the oldest hints yield
-  // first, or held pages could fill the host and leave it no room to land.
-  if (hold > Clock::duration::zero()) {
+  // first, or held pages could fill the host and leave it no room to land;
+  // for the pages its hold covers (the marked prefix's), and no more.
+  const uint64_t lifted_held = std::min<uint64_t>(pages, hold_tokens / P > L.index_pages ? hold_tokens / P - L.index_pages : 0);
+  if (hold > Clock::duration::zero() && lifted_held > 0) {
     const uint64_t cap = retained_cap();
-    yield_retained(cap > pages ? cap - pages : 0);
+    yield_retained(cap > lifted_held ? cap - lifted_held : 0);
   }
 
   auto pf = std::make_unique<Prefetch>();

@@ -289,7 +289,8 @@ Status LoadgenOptions::validate() const {
   if (qps < 0 || duration_s < 0) return Status::InvalidArgument("loadgen: --qps and --duration must be >= 0");
   if (vocab_size == 1 || vocab_size > uint32_t(INT32_MAX))
     return Status::InvalidArgument("loadgen: --vocab-size must be in [2, 2^31)");
-  if (!(timeout_s > 0)) return Status::InvalidArgument("loadgen: --timeout must be positive");
+  if (!(timeout_s > 0 && timeout_s <= kMaxTimeoutSeconds))  // a wait past it overflows the clock's nanoseconds
+    return Status::InvalidArgument("loadgen: --timeout must be in (0, " + std::to_string(int64_t(kMaxTimeoutSeconds)) + "] s");
   if (rag && (docs_per_request == 0 || docs_per_request > docs_pool || doc_tokens == 0))
     return Status::InvalidArgument("loadgen: --docs-per-request must be in [1, --docs-pool] and --doc-tokens >= 1");
   if (int(rag) + int(chat) + int(agent) > 1) return Status::InvalidArgument("loadgen: --rag, --chat and --agent are exclusive");

@@ -26,6 +26,8 @@
 
 namespace kvtier::server {
 
+inline constexpr double kMaxTimeoutSeconds = 1e6;  // loadgen --timeout: about 11 days
+
 struct LoadgenOptions {
   std::string url = "http://127.0.0.1:8000";
   std::string api_key;
@@ -40,7 +42,7 @@ struct LoadgenOptions {
   double duration_s = 0;           // 0: until every round is done
   uint64_t seed = 1;
   uint32_t vocab_size = 0;         // 0: from /v1/models (kvtier.vocab_size), else 256
-  double timeout_s = 600;          // per request
+  double timeout_s = 600;          // per request, at most kMaxTimeoutSeconds
   bool chat = false;               // /v1/chat/completions with text conversations: the *_tokens sizes
                                    // count words of synthetic sentences, and each assistant turn is the
                                    // server's own reply

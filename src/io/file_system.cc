@@ -276,6 +276,9 @@ class PosixFileSystem final : public FileSystem {
     int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
     if (fd < 0 && direct && errno == EINVAL) {  // tmpfs and friends refuse O_DIRECT
       direct = false;
+      // Such a filesystem creates the file before it refuses O_DIRECT: with O_EXCL the name
+      // did not exist (else EEXIST), so the file is ours to remove before the buffered open.
+      if (flags & O_EXCL) (void)::unlink(path.c_str());
       fd = ::open(path.c_str(), flags, 0644);
     }
     if (fd < 0 && errno == EEXIST) return Status::FailedPrecondition("open " + path + ": exists");

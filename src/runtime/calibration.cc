@@ -65,6 +65,7 @@ DiskTierOptions calibration_scratch(const KVGeometry& g, const CalibrationOption
   n_chunks = std::clamp<size_t>((size_t(o.quick ? 32 : 256) << 20) / chunk, 8, std::max<size_t>(8, budget / entry));
   d.capacity_bytes = (n_chunks / 4 + 3) * d.region_bytes;  // nothing is reclaimed
   d.dir = (std::filesystem::path(o.disk_dir) / ".calibration").string();
+  d.direct_io = o.disk_direct_io;
   return d;
 }
 

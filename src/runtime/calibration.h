@@ -22,6 +22,7 @@ struct CalibrationOptions {
   // removed after, on every path) take at most a quarter of it, in smaller
   // chunks where whole ones would not fit. 0: no bound beyond the default.
   size_t disk_capacity_bytes = 0;
+  bool disk_direct_io = true;  // as the disk tier's (O_DIRECT, buffered where refused)
   bool quick = true;        // start-up variant (well under a second on the small model)
   double remote_bytes_per_s = 0;  // measured by the caller when a remote store is configured
   double remote_latency_s = 0;

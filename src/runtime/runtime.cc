@@ -82,6 +82,7 @@ Result<ServingStack> build_stack(const RuntimeOptions& o) {
     CalibrationOptions cal;
     cal.disk_dir = co.disk_dir;
     cal.disk_capacity_bytes = co.disk_bytes;
+    cal.disk_direct_io = co.disk_direct_io;
     if (remote && !remote->degraded()) {
       // One round trip and a few chunk-sized GETs; on failure the profile keeps its default remote link.
       auto link = remote->measure_link(std::max<size_t>(size_t(1) << 20, ChunkGeometry{geo, o.chunk_pages}.max_payload_bytes()));

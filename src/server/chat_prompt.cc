@@ -75,12 +75,17 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
   if (!state || XXH3_64bits_reset_withSeed(state.get(), XXH3_64bits(cache_salt.data(), cache_salt.size())) != XXH_OK)
     return std::nullopt;
   std::vector<std::pair<uint64_t, size_t>> ends;  // (text_hash of the prefix, its end), in order
+  // A reply the template renders otherwise (trimmed) is not found, and each miss scans the rest of
+  // the rendering: after a few, the search stops (a conversation of such replies was quadratic).
+  constexpr int kMaxMisses = 8;
   size_t from = 0;
+  int misses = 0;
   for (const auto& m : messages) {
     if (m["role"] != "assistant" || !m["content"].is_string()) continue;
     const std::string& content = m["content"].get_ref<const std::string&>();
     if (content.empty()) continue;
     const size_t at = rendered.find(content, from);
+    if (at == std::string::npos && ++misses == kMaxMisses) break;
     if (at == std::string::npos) continue;
     (void)XXH3_64bits_update(state.get(), rendered.data() + from, at + content.size() - from);
     from = at + content.size();

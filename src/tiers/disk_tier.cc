@@ -139,7 +139,8 @@ Result<size_t> DiskTier::read_for_scan(File& file, size_t have, size_t want) {
 
 // Indexes region `id` if it is this tier's; a file that is not (or cannot be
 // read, or is no regular file) is skipped and counted, and left alone. Reads
-// stop at the region size. Whether the region was this tier's.
+// stop at the region size. Whether the region was indexed (a torn one, removed,
+// is not: an empty file planted at a high id would push the ids to their end).
 bool DiskTier::scan_region(uint32_t id, const std::string& path) {
   const auto skipped = [this] {
     ++open_report_.skipped_regions;
@@ -158,7 +159,7 @@ bool DiskTier::scan_region(uint32_t id, const std::string& path) {
     ++open_report_.dropped_torn;
     file.reset();
     (void)fs_->remove(path);
-    return true;
+    return false;
   }
   const size_t limit = std::min<uint64_t>(*size, check.region_bytes);
   auto have = read_for_scan(*file, head_bytes, align_up(limit));

@@ -214,16 +214,34 @@ TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
 // A lookup kept while its device pages were evicted, and taken by another sequence, is refused
 // (Retry) rather than applied over that sequence's pages (the Python API's lookup and load are
 // two calls); acquire() looks the prompt up again, and is exact.
-TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
-  RigOptions o;
-  o.device_pages = 32;
-  CacheRig rig(o);
-  auto prompt = CacheRig::random_tokens(16 * 20 + 5, 9);
+// A 20-page prompt cached (its pages on the device, with host copies) and looked up: the lookup
+// goes stale once the device pages are evicted.
+struct LookedUp {
+  static RigOptions options() {
+    RigOptions o;
+    o.device_pages = 32;
+    return o;
+  }
+  CacheRig rig{options()};
+  std::vector<TokenId> prompt = CacheRig::random_tokens(16 * 20 + 5, 9);
   Outcome ref = rig.reference(prompt, 4);
-  rig.cached(prompt, 4);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  auto stale = rig.cache->lookup(rig.ns, prompt);
-  ASSERT_TRUE(stale.ok());
+  std::optional<CacheLookup> stale;
+  LookedUp() {
+    rig.cached(prompt, 4);
+    EXPECT_TRUE(rig.cache->drain().ok());
+    auto look = rig.cache->lookup(rig.ns, prompt);
+    EXPECT_TRUE(look.ok());
+    if (look.ok()) stale = std::move(look).value();
+  }
+};
+
+TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
+  LookedUp l;
+  CacheRig& rig = l.rig;
+  const auto& prompt = l.prompt;
+  const Outcome& ref = l.ref;
+  auto& stale = l.stale;
+  ASSERT_TRUE(stale);
   ASSERT_EQ(stale->index_pages, 20u);
   ASSERT_TRUE(stale->match.locations[0].on_device());
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
@@ -276,15 +294,12 @@ TEST(CacheExactness, PromptLogprobsInSlicesMatchTheWholePromptsLogits) {
 // choice sees the second lookup, and the lookup statistics count the request once. (Blending and the
 // replay take their leases this way; a stale lookup was their request's error.)
 TEST(CacheExactness, AcquireFromAStaleLookupLooksAgainAndCountsOnce) {
-  RigOptions o;
-  o.device_pages = 32;
-  CacheRig rig(o);
-  auto prompt = CacheRig::random_tokens(16 * 20 + 5, 9);
-  Outcome ref = rig.reference(prompt, 4);
-  rig.cached(prompt, 4);
-  ASSERT_TRUE(rig.cache->drain().ok());
-  auto stale = rig.cache->lookup(rig.ns, prompt);
-  ASSERT_TRUE(stale.ok());
+  LookedUp l;
+  CacheRig& rig = l.rig;
+  const auto& prompt = l.prompt;
+  const Outcome& ref = l.ref;
+  auto& stale = l.stale;
+  ASSERT_TRUE(stale);
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
   const uint64_t lookups = rig.cache->stats().lookups;
   std::vector<uint32_t> host_pages_seen;

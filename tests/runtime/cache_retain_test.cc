@@ -168,6 +168,19 @@ TEST(CacheRetain, APrefetchHoldsOnlyTheMarkedPrefix) {
   ASSERT_TRUE(rig.cache->drain().ok());
   (void)cached_pages(rig, CacheRig::random_tokens(17, 3));
   EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 2u);
+  // Other hints yield only for the pages the marked prefix holds: one page of a cap of 4 beside
+  // their 2 makes none yield (sized by the whole read-ahead, the 4 pages made them all yield).
+  ManualClock clock2;
+  CacheRig two(with_disk(&clock2));
+  const auto b = CacheRig::random_tokens(33, 2);
+  on_disk_only(two, a);
+  two.cached(b, 2);
+  ASSERT_EQ(*two.cache->retain(two.ns, b, seconds(3600)), 32u);
+  ASSERT_TRUE(two.cache->prefetch(two.ns, a, seconds(60), KVCache::HoldEnd::kTime, /*hold_tokens=*/17).ok());
+  ASSERT_TRUE(two.cache->drain().ok());
+  (void)cached_pages(two, CacheRig::random_tokens(17, 3));
+  EXPECT_EQ(two.cache->stats().retain_yields, 0u);
+  EXPECT_EQ(two.cache->stats().index.retained_host_pages, 3u);
 }
 
 // A read-ahead's deadline hold (HoldEnd::kFirstUse) ends at the first lookup

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -73,6 +74,11 @@ TEST(SseReader, SplitsMessagesFedInAnyPieces) {
 TEST(LoadgenTest, OptionsAreValidated) {
   LoadgenOptions o;
   EXPECT_TRUE(o.validate().ok());
+  for (const double t : {1e10, std::numeric_limits<double>::infinity()}) {  // the deadline's wait would overflow
+    LoadgenOptions far;
+    far.timeout_s = t;
+    EXPECT_FALSE(far.validate().ok()) << t;
+  }
   o.users = 0;
   EXPECT_FALSE(o.validate().ok());
   o = {};

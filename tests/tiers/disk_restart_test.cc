@@ -128,6 +128,7 @@ TEST(DiskRestart, ASymlinkOrAHighIdNamedLikeARegionIsNeverWrittenThrough) {
   write_file(victim, "the operator's file\n");
   std::filesystem::create_symlink(victim, region_name(dir.path(), next_region_id(dir.path())));
   write_file(high, "junk\n");
+  write_file(region_name(dir.path(), 0xfffffff0), "");  // empty: torn, removed, and no push of the ids either
   std::vector<TestChunk> chunks;
   {
     auto t = DiskTier::create(options_for(dir.path(), g));
@@ -203,6 +204,30 @@ TEST(DiskRestart, ASecondTierOnTheSameDirectoryIsRefusedWhileTheFirstLives) {
       << second.status().to_string();
   first->reset();
   EXPECT_TRUE(DiskTier::create(options_for(dir.path(), g)).ok());
+}
+
+// On a filesystem without O_DIRECT (tmpfs before Linux 6.6, ramfs, FUSE) a region is created
+// buffered: the exclusive O_DIRECT open created the file before it failed, and the buffered retry
+// found the name taken, for every id (the server could not start there). /dev/shm is such a
+// filesystem on kernels before 6.6; on later ones this only checks the O_DIRECT path.
+TEST(DiskRestart, RegionsAreCreatedWhereODirectIsRefused) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm";
+  const std::string dir = "/dev/shm/kvtier-disk-restart-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const auto g = small_geometry();
+  {
+    DiskTierOptions o = options_for(dir, g);
+    o.direct_io = true;
+    auto t = DiskTier::create(o);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    const TestChunk c = make_chunk(g, test_ns(1), 1);
+    ASSERT_TRUE((*t)->put(c.key, c.hashes, c.payload).ok());
+    ASSERT_TRUE((*t)->flush().ok());
+    expect_served(**t, {c});
+    EXPECT_FALSE((*t)->degraded());
+  }
+  EXPECT_LE(std::distance(std::filesystem::directory_iterator(dir), {}), 3);  // a region or two and the lock
+  std::filesystem::remove_all(dir);
 }
 
 // A FIFO named like a region is skipped: opening it for reading waited for a writer forever, and
