@@ -245,13 +245,14 @@ TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
   ASSERT_EQ(stale->index_pages, 20u);
   ASSERT_TRUE(stale->match.locations[0].on_device());
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
-  auto other = rig.cache->fresh(rig.ns, 16 * 28);               // the freed pages, now another's
-  ASSERT_TRUE(other.ok()) << other.status().to_string();
-  const Plan plan = rig.cache->plan(*stale);
-  auto lease = rig.cache->apply(std::move(*stale), plan);
-  ASSERT_FALSE(lease.ok());
-  EXPECT_EQ(lease.status().code(), StatusCode::kRetry) << lease.status().to_string();
-  other = CacheLease();
+  {
+    auto other = rig.cache->fresh(rig.ns, 16 * 28);  // the freed pages, now another's (until the block ends)
+    ASSERT_TRUE(other.ok()) << other.status().to_string();
+    const Plan plan = rig.cache->plan(*stale);
+    auto lease = rig.cache->apply(std::move(*stale), plan);
+    ASSERT_FALSE(lease.ok());
+    EXPECT_EQ(lease.status().code(), StatusCode::kRetry) << lease.status().to_string();
+  }
   auto fresh_look = rig.cache->acquire(rig.ns, prompt);
   ASSERT_TRUE(fresh_look.ok()) << fresh_look.status().to_string();
   expect_same(rig.drive(*fresh_look, prompt, 4, /*commit=*/false), ref, 1e-5);
