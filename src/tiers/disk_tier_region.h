@@ -5,12 +5,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/file_system.h"
 #include "tiers/disk_tier.h"
 
 namespace kvtier {
+
+// A region's file name: region-%08x.kvr (disk_tier.cc).
+std::string region_file_name(uint32_t id);
 
 struct DiskTier::Region {
   uint32_t id = 0;

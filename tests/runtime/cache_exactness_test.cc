@@ -237,10 +237,7 @@ struct LookedUp {
 
 TEST(CacheExactness, AStaleLookupIsRefusedNotAppliedOverAnotherSequencesPages) {
   LookedUp l;
-  CacheRig& rig = l.rig;
-  const auto& prompt = l.prompt;
-  const Outcome& ref = l.ref;
-  auto& stale = l.stale;
+  auto& [rig, prompt, ref, stale] = l;
   ASSERT_TRUE(stale);
   ASSERT_EQ(stale->index_pages, 20u);
   ASSERT_TRUE(stale->match.locations[0].on_device());
@@ -296,10 +293,7 @@ TEST(CacheExactness, PromptLogprobsInSlicesMatchTheWholePromptsLogits) {
 // replay take their leases this way; a stale lookup was their request's error.)
 TEST(CacheExactness, AcquireFromAStaleLookupLooksAgainAndCountsOnce) {
   LookedUp l;
-  CacheRig& rig = l.rig;
-  const auto& prompt = l.prompt;
-  const Outcome& ref = l.ref;
-  auto& stale = l.stale;
+  auto& [rig, prompt, ref, stale] = l;
   ASSERT_TRUE(stale);
   ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // down to their host copies
   const uint64_t lookups = rig.cache->stats().lookups;
