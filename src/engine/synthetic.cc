@@ -6,19 +6,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/mix.h"
 #include "engine/half.h"
 
 namespace kvtier::engine {
 namespace {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // splitmix64's increment
-
-// splitmix64's output function of the state z.
-uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+constexpr uint64_t kGamma = kSplitMix64Gamma;
+constexpr auto mix = splitmix64_mix;
 
 // Rounds to a bf16 value, flushing magnitudes below 2^-17 to zero (as Model::synthetic does).
 float representable(float x) {

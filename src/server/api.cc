@@ -8,6 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "common/mix.h"
 #include "server/stats_render.h"
 
 namespace kvtier::server {
@@ -172,10 +173,7 @@ std::optional<ApiError> read_max_tokens(const json& doc, const RequestLimits& li
 uint64_t unseeded_request_seed() {
   static const uint64_t start = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
   static std::atomic<uint64_t> next{0};
-  uint64_t z = start + 0x9E3779B97F4A7C15ull * (next.fetch_add(1, std::memory_order_relaxed) + 1);  // splitmix64
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return splitmix64_mix(start + kSplitMix64Gamma * (next.fetch_add(1, std::memory_order_relaxed) + 1));
 }
 
 // The fields /v1/completions and /v1/chat/completions share: sampling, stop, stream, salt.

@@ -1,5 +1,7 @@
 #include "sim/mooncake_trace.h"
 
+#include "common/mix.h"
+
 namespace kvtier {
 
 namespace {
@@ -18,14 +20,6 @@ uint32_t permute31(uint32_t x) {
   return x;
 }
 
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
 
 }  // namespace
 
@@ -34,9 +28,9 @@ void expand_block(uint64_t hash_id, std::span<TokenId> out) {
   // The first token is a bijection of the id: different ids always differ there.
   out[0] = static_cast<TokenId>(permute31(static_cast<uint32_t>(hash_id & 0x7FFFFFFFu)));
   // The rest are independent hashes of (id, position): no serial dependency, so they pipeline.
-  const uint64_t base = mix64(hash_id + 0x9E3779B97F4A7C15ull);
+  const uint64_t base = splitmix64_mix(hash_id + kSplitMix64Gamma);
   for (size_t j = 1; j < out.size(); ++j)
-    out[j] = static_cast<TokenId>(mix64(base + j * 0xD1B54A32D192ED03ull) & 0x7FFFFFFFu);
+    out[j] = static_cast<TokenId>(splitmix64_mix(base + j * 0xD1B54A32D192ED03ull) & 0x7FFFFFFFu);
 }
 
 }  // namespace kvtier
