@@ -2,6 +2,7 @@
 #include "common/json_text.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 #include <utility>
 
@@ -295,18 +296,46 @@ std::optional<ApiError> read_cache_control(const ojson& c, const std::string& wh
   return std::nullopt;
 }
 
-// The tokens of `chat` through message `last` (no generation prompt) that
-// begin `prompt`: where that message ends in the rendered prompt.
-Result<uint32_t> tokens_through(const text::ChatInput& chat, size_t last, std::span<const TokenId> prompt,
-                                std::string_view salt, const ChatPromptBuilder& build) {
+// How many tokens of `prompt` the conversation through `upto` (no generation prompt) renders as.
+Result<uint32_t> common_prefix(const text::ChatInput& chat, ojson upto, std::span<const TokenId> prompt,
+                               std::string_view salt, const ChatPromptBuilder& build) {
   text::ChatInput head = chat;
-  head.messages = ojson::array();
-  for (size_t i = 0; i <= last; ++i) head.messages.push_back(chat.messages[i]);
+  head.messages = std::move(upto);
   head.add_generation_prompt = false;
   std::string rendered;
   KVTIER_ASSIGN_OR_RETURN(const std::vector<TokenId> ids, build(head, salt, rendered));
   const auto diverge = std::mismatch(ids.begin(), ids.end(), prompt.begin(), prompt.end());
   return uint32_t(diverge.first - ids.begin());
+}
+
+// Message `next` with content that differs from its own at the first character a template can
+// show (past leading white space, which `trim` removes).
+ojson other_content(const ojson& next) {
+  std::string_view mine = next.contains("content") && next["content"].is_string()
+                              ? std::string_view(next["content"].get_ref<const std::string&>()) : std::string_view();
+  while (!mine.empty() && std::isspace(static_cast<unsigned char>(mine.front()))) mine.remove_prefix(1);
+  ojson other = {{"role", next.value("role", std::string("user"))}};
+  other["content"] = !mine.empty() && mine.front() == '\x01' ? "\x02" : "\x01";
+  return other;
+}
+
+// The tokens of the prompt that messages 0..`last` determine: where that message ends in the
+// rendered prompt. Either the conversation through `last` renders as a prefix of the prompt
+// (ChatML and most templates), or a template renders a message inside the next one (Llama 2's
+// and Mistral's put the system text in the first user turn, so messages 0..0 alone render
+// nothing of it): then the prefix shared with a rendering whose next message holds other text.
+// The longer of the two; either is a prefix of the prompt.
+Result<uint32_t> tokens_through(const text::ChatInput& chat, size_t last, std::span<const TokenId> prompt,
+                                std::string_view salt, const ChatPromptBuilder& build) {
+  ojson upto = ojson::array();
+  for (size_t i = 0; i <= last; ++i) upto.push_back(chat.messages[i]);
+  const bool has_next = last + 1 < chat.messages.size();
+  ojson with_other = has_next ? upto : ojson();
+  KVTIER_ASSIGN_OR_RETURN(const uint32_t alone, common_prefix(chat, std::move(upto), prompt, salt, build));
+  if (!has_next) return alone;
+  with_other.push_back(other_content(chat.messages[last + 1]));
+  auto other = common_prefix(chat, std::move(with_other), prompt, salt, build);
+  return other.ok() ? std::max(alone, *other) : alone;  // a template that refuses the other text: the first
 }
 
 }  // namespace

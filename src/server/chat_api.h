@@ -42,7 +42,8 @@ struct ChatRequest {
 // A message's Anthropic-style retention mark, "cache_control": {"type":
 // "ephemeral", "ttl": "5m" | "1h"} (ttl absent: 5m), on the message or on
 // one of its content parts: the prompt through that message is retained
-// for the ttl (RetainHint). At most kMaxCacheControls per request.
+// for the ttl (RetainHint), also where the template renders the message
+// inside the next one (a Llama 2 system message). At most kMaxCacheControls per request.
 struct CacheControl {
   size_t message = 0;
   uint32_t seconds = 300;

@@ -443,6 +443,37 @@ TEST_F(ChatPromptsTest, ToolsRenderOrAreRefused) {
   EXPECT_EQ(r, "Hello Weather in Paris?");
 }
 
+// A template that renders the system text inside the first user turn (Llama 2's, Mistral's: the
+// trained fixture's) renders nothing of it for the system message alone; a mark on the system
+// message still holds the prompt through the system text, and none of the user's.
+TEST(ChatApi, ASystemMarkHoldsTheSystemTextWhereTheTemplateRendersItInTheFirstTurn) {
+  auto vocab = engine::load_gguf_vocab(source_path("tests/data/vocab/ggml-vocab-llama-spm.gguf"));
+  ASSERT_TRUE(vocab.ok()) << vocab.status().to_string();
+  auto tok = text::Tokenizer::create(*vocab);
+  ASSERT_TRUE(tok.ok());
+  TextCodec codec;
+  codec.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
+  codec.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
+  codec.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
+  codec.bos_token = vocab->tokens[size_t(vocab->bos)];
+  codec.eos_token = vocab->tokens[size_t(vocab->eos)];
+  auto prompts = ChatPrompts::create(codec, read(source_path("tests/data/models/fixture-trained.jinja")));
+  ASSERT_TRUE(prompts.ok()) << prompts.status().to_string();
+  RequestLimits l = limits();
+  l.vocab_size = uint32_t(vocab->tokens.size());
+  auto r = parse_chat_request(
+      R"({"messages":[{"role":"system","content":"You answer in one line.","cache_control":{"type":"ephemeral"}},
+                      {"role":"user","content":"  Where is the tokenizer defined?"}]})",
+      l, [&](const text::ChatInput& c, std::string_view, std::string& out) { return prompts->build(c, out); });
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const CompletionRequest& c = std::get<ChatRequest>(r).completion;
+  ASSERT_EQ(c.retain.size(), 1u);
+  ASSERT_LE(c.retain[0].tokens, c.prompt.size());
+  const std::string held = codec.detokenize_special(std::span(c.prompt).first(c.retain[0].tokens));
+  EXPECT_NE(held.find("You answer in one line.\n<</SYS>>"), std::string::npos) << held;
+  EXPECT_EQ(held.find("Where"), std::string::npos) << held;
+}
+
 TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {
   auto none = ChatPrompts::create(codec_, "");
   ASSERT_TRUE(none.ok());
@@ -472,9 +503,10 @@ TEST(ChatApi, RetentionHintsMarkTheirPrefix) {
   ASSERT_EQ(c.retain.size(), 3u);
   EXPECT_EQ(c.retain[0].tokens, UINT32_MAX);  // retain_s: everything committed
   EXPECT_EQ(c.retain[0].seconds, 30u);
-  EXPECT_EQ(c.retain[1].tokens, std::string("system:sys|").size());
+  // Through the marked message and what any next message of that role begins with.
+  EXPECT_EQ(c.retain[1].tokens, std::string("system:sys|user:").size());
   EXPECT_EQ(c.retain[1].seconds, 300u);  // the default ttl, 5m
-  EXPECT_EQ(c.retain[2].tokens, std::string("system:sys|user:doc|").size());
+  EXPECT_EQ(c.retain[2].tokens, std::string("system:sys|user:doc|user:").size());
   EXPECT_EQ(c.retain[2].seconds, 3600u);
   EXPECT_EQ(c.session, "s-1");
   EXPECT_EQ(c.ignored_fields, 0u);
