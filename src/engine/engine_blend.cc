@@ -167,8 +167,15 @@ Status move_kv(const ModelConfig& c, BlockPool& pool, LayerIdx layer, std::span<
                std::span<const PageId> dst, uint32_t dst_pos, uint32_t n) {
   const KVGeometry& geo = pool.geometry();
   const uint32_t P = geo.page_tokens, KV = c.kv_dim();
-  if (size_t(src_pos + n + P - 1) / P > src.size() || size_t(dst_pos + n + P - 1) / P > dst.size())
+  // In 64 bits: positions near 2^32 wrapped the check and read past the page table.
+  const uint64_t src_pages = (uint64_t(src_pos) + n + P - 1) / P, dst_pages = (uint64_t(dst_pos) + n + P - 1) / P;
+  if (src_pages > src.size() || dst_pages > dst.size() || uint64_t(src_pos) + n > UINT32_MAX ||
+      uint64_t(dst_pos) + n > UINT32_MAX)
     return Status::InvalidArgument("move_kv: the page tables do not cover the positions moved");
+  for (uint64_t i = src_pos / P; n > 0 && i < src_pages; ++i)
+    if (!pool.contains(src[i])) return Status::InvalidArgument("move_kv: a source page is not a page of the pool");
+  for (uint64_t i = dst_pos / P; n > 0 && i < dst_pages; ++i)
+    if (!pool.contains(dst[i])) return Status::InvalidArgument("move_kv: a destination page is not a page of the pool");
   // One rotation for every key: RoPE by the position difference.
   const double delta = double(dst_pos) - double(src_pos);
   std::vector<float> cs(c.head_dim);

@@ -153,8 +153,10 @@ struct GgufStreamOptions {
 
 // Writes a GGUF v3 file: `metadata`, the table of `tensors`, then their data
 // from `source`. InvalidArgument when a tensor's row length is not a multiple
-// of its type's block; the source's errors and I/O errors are returned (the
-// partial file is removed).
+// of its type's block; the source's errors and I/O errors are returned. The
+// file is written as `<path>.partial-<pid>` beside it (through a symbolic link:
+// beside its target) and renamed over the path once whole and synced, so a
+// failure leaves whatever was at the path, and removes the partial file.
 Status write_gguf_stream(const std::string& path, const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors,
                          const GgufRowSource& source, const GgufStreamOptions& options = {});
 

@@ -5,8 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
+
+#include <unistd.h>
 
 #include "engine/gguf.h"
 #include "engine/gguf_cursor.h"
@@ -223,18 +226,36 @@ uint64_t GgufTensorSpec::rows() const {
   return n;
 }
 
+namespace {
+
+// Where a written file ends up: through a symbolic link to its target (as cp writes), else the path.
+std::string final_destination(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_symlink(path, ec)) return path;
+  const auto target = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : target.string();
+}
+
+}  // namespace
+
 Status write_gguf_stream(const std::string& path, const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors,
                          const GgufRowSource& source, const GgufStreamOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<char> head, header(metadata, tensors));
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
-  if (!f) return Status::FromErrno(errno, "create " + path);
+  // Written beside the destination and renamed over it once whole: a failed or killed run leaves
+  // the file that was there (a bad tensor half way truncated it, or removed it).
+  const std::string dest = final_destination(path);
+  const std::string partial = dest + ".partial-" + std::to_string(::getpid());
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(partial.c_str(), "wbx"));
+  if (!f) return Status::FromErrno(errno, "create " + partial);
   Status s = write_all(f.get(), head.data(), head.size(), path);
   if (s.ok()) s = write_tensors(f.get(), path, tensors, source, options);
-  if (s.ok() && std::fflush(f.get()) != 0) s = Status::FromErrno(errno, "write " + path);
-  if (s.ok() && std::fclose(f.release()) != 0) s = Status::FromErrno(errno, "close " + path);
+  if (s.ok() && std::fflush(f.get()) != 0) s = Status::FromErrno(errno, "write " + partial);
+  if (s.ok() && ::fsync(::fileno(f.get())) != 0) s = Status::FromErrno(errno, "sync " + partial);
+  if (s.ok() && std::fclose(f.release()) != 0) s = Status::FromErrno(errno, "close " + partial);
+  if (s.ok() && std::rename(partial.c_str(), dest.c_str()) != 0) s = Status::FromErrno(errno, "rename to " + dest);
   if (!s.ok()) {
     f.reset();
-    std::remove(path.c_str());
+    std::remove(partial.c_str());
   }
   return s;
 }

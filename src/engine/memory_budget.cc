@@ -58,7 +58,7 @@ uint64_t available_memory_bytes() {
 
 std::string format_bytes(uint64_t bytes) {
   const bool gib = bytes >= (uint64_t(1) << 30);
-  const uint64_t tenths = bytes * 10 / (uint64_t(1) << (gib ? 30 : 20));
+  const uint64_t tenths = uint64_t((unsigned __int128)bytes * 10 / (uint64_t(1) << (gib ? 30 : 20)));  // no wrap
   return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + (gib ? " GiB" : " MiB");
 }
 
@@ -68,7 +68,7 @@ Status check_fits(std::string_view what, std::span<const MemoryPart> parts, uint
   uint64_t total = 0;
   std::string list;
   for (const MemoryPart& p : parts) {
-    total += p.bytes;
+    total = __builtin_add_overflow(total, p.bytes, &total) ? UINT64_MAX : total;  // parts near 2^64 wrapped to a fit
     list += (list.empty() ? "" : " + ") + p.name + " " + format_bytes(p.bytes);
   }
   if (total <= limit) return Status::Ok();

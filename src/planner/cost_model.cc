@@ -14,10 +14,11 @@ bool finite_nonneg(double x) { return std::isfinite(x) && x >= 0; }
 }  // namespace
 
 Status CostProfile::validate() const {
-  if (!(gemm_flops_per_s > 0) || !std::isfinite(gemm_flops_per_s))
-    return Status::InvalidArgument("CostProfile: gemm_flops_per_s must be > 0");
-  if (!(attn_flops_per_s > 0) || !std::isfinite(attn_flops_per_s))
-    return Status::InvalidArgument("CostProfile: attn_flops_per_s must be > 0");
+  // At least one operation a second: a subnormal rate made every predicted time infinite.
+  if (!(gemm_flops_per_s >= 1) || !std::isfinite(gemm_flops_per_s))
+    return Status::InvalidArgument("CostProfile: gemm_flops_per_s must be a finite number >= 1");
+  if (!(attn_flops_per_s >= 1) || !std::isfinite(attn_flops_per_s))
+    return Status::InvalidArgument("CostProfile: attn_flops_per_s must be a finite number >= 1");
   for (int t = 0; t < kNumTiers; ++t) {
     const TierLink& l = links[t];
     if (!finite_nonneg(l.latency_s) || !(l.bytes_per_s >= 0))
@@ -82,8 +83,9 @@ Status CostProfile::save(const std::string& path) const {
 }
 
 Status ModelCost::validate() const {
-  if (!(dense_flops_per_token > 0)) return Status::InvalidArgument("ModelCost: dense_flops_per_token must be > 0");
-  if (!(attn_flops_per_pair >= 0)) return Status::InvalidArgument("ModelCost: attn_flops_per_pair must be >= 0");
+  if (!(dense_flops_per_token > 0) || !std::isfinite(dense_flops_per_token))
+    return Status::InvalidArgument("ModelCost: dense_flops_per_token must be a finite number > 0");
+  if (!finite_nonneg(attn_flops_per_pair)) return Status::InvalidArgument("ModelCost: attn_flops_per_pair must be a finite number >= 0");
   if (num_layers == 0) return Status::InvalidArgument("ModelCost: num_layers must be > 0");
   if (kv_bytes_per_token == 0) return Status::InvalidArgument("ModelCost: kv_bytes_per_token must be > 0");
   for (const TierEncoding& e : encoding)

@@ -192,13 +192,14 @@ Status expand_request(const ReplayTrace& trace, const ReplayRequest& r, std::vec
     return Status::InvalidArgument("request's input_length exceeds its hash ids");
   const auto ids = trace.ids(r);
   const size_t blocks = (size_t(r.input_length) + B - 1) / B;  // only what is kept
-  out.resize(blocks * B);
+  out.resize(r.input_length);
   for (size_t b = 0; b < blocks; ++b) {
     if (ids[b] > kMaxExpandableHashId)
       return Status::InvalidArgument("hash id " + std::to_string(ids[b]) + " is above the expandable range");
-    expand_block(ids[b], std::span<TokenId>(out.data() + b * B, B));
+    // Positions are hashed independently, so the last block's kept part alone is expanded (a
+    // block of 2^32 tokens no longer allocates 16 GiB for a 100-token prompt).
+    expand_block(ids[b], std::span<TokenId>(out.data() + b * B, std::min<size_t>(B, r.input_length - b * B)));
   }
-  out.resize(r.input_length);
   return Status::Ok();
 }
 

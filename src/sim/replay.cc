@@ -5,6 +5,9 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <unordered_set>
+
+#include "common/page_hash.h"
 
 #include "sim/mooncake_trace.h"
 #include "sim/replay_cache.h"
@@ -53,11 +56,18 @@ namespace {
 using SteadyClock = std::chrono::steady_clock;
 constexpr size_t kDev = static_cast<size_t>(TierKind::kDevice);
 
+// A capacity in bytes, saturating (a token count past 2^64 bytes is as good as unlimited; it wrapped
+// to a tiny cache).
+uint64_t capacity_bytes(const Capacity& c, const KVGeometry& g) {
+  uint64_t bytes = 0;
+  if (c.bytes) return c.value;
+  return __builtin_mul_overflow(c.value, uint64_t(g.bytes_per_token()), &bytes) ? UINT64_MAX : bytes;
+}
+
 // Pages of a capacity whose pages take `stored_page_bytes` each (UINT64_MAX = unlimited, 0 = absent).
 uint64_t to_pages(const Capacity& c, const KVGeometry& g, size_t stored_page_bytes) {
   if (c.unlimited) return UINT64_MAX;
-  const uint64_t bytes = c.bytes ? c.value : c.value * g.bytes_per_token();
-  return bytes / stored_page_bytes;
+  return capacity_bytes(c, g) / stored_page_bytes;
 }
 
 // A tier's chunks as the server stores them, with its codec.
@@ -116,29 +126,52 @@ class SequenceSource {
   bool compressed_;
 };
 
-// Every page the trace's prompts could ever occupy: an "unlimited" tier of this size never evicts.
-uint64_t trace_pages(const ReplayTrace& t, uint32_t page_tokens) {
-  uint64_t n = 2;
-  for (const ReplayRequest& r : t.requests) n += (uint64_t(r.input_length) + page_tokens - 1) / page_tokens;
+// Bounds on the pages the trace's prompts could ever occupy, for "unlimited" tiers that never
+// evict: `sum` over requests (each repeat of a prompt counted again: a trace of repeated long
+// prompts asked for a pool of every repeat's pages), `distinct` pages (each counted once, plus the
+// running request's partial page and two spares).
+struct TracePages {
+  uint64_t sum = 2;
+  uint64_t distinct = 0;
+  // A device tier holds pages one by one; a host tier by chunks, which a prompt's tail fills in part.
+  uint64_t device() const { return std::min(sum, distinct); }
+  uint64_t host(uint32_t chunk_pages) const { return std::min(sum, distinct * chunk_pages); }
+};
+
+TracePages trace_pages(const ReplayTrace& t, SequenceSource& src, uint32_t page_tokens) {
+  TracePages n;
+  std::unordered_set<PageHash, PageHashHasher> pages;
+  std::vector<TokenId> seq;
+  std::vector<PageHash> hashes;
+  for (const ReplayRequest& r : t.requests) {
+    n.sum += (uint64_t(r.input_length) + page_tokens - 1) / page_tokens;
+    if (r.input_length == 0) continue;
+    src.fill(r, seq);
+    hashes.clear();
+    hash_pages(HashAlgo::kXXH3_128, PageHash{}, seq, src.unit(), hashes);
+    pages.insert(hashes.begin(), hashes.end());
+  }
+  n.distinct = pages.size() + 3;
   return n;
 }
 
 // The payload-less cache of `o`: device and host in pages (unlimited: every
 // page of the trace), disk as the DiskTier of the model's chunks that the
 // server would build, remote in chunks.
-Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uint32_t unit, uint64_t all_pages) {
+Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uint32_t unit, const TracePages& all) {
   const KVGeometry& g = o.model.geometry;
   sim_detail::ReplayCacheOptions c;
   c.unit = unit;
   c.chunk_pages = o.chunk_pages;
-  c.device_pages = std::min(to_pages(o.device, g, g.page_bytes()), all_pages);
-  c.host_pages = std::min(to_pages(o.host, g, tier_chunks(o, o.host_codec).stored_payload_bytes(1, o.host_codec)), all_pages);
+  c.device_pages = std::min(to_pages(o.device, g, g.page_bytes()), all.device());
+  c.host_pages = std::min(to_pages(o.host, g, tier_chunks(o, o.host_codec).stored_payload_bytes(1, o.host_codec)),
+                          all.host(o.chunk_pages));
   if (c.device_pages < 2) return Status::InvalidArgument("replay: the device capacity is below two pages");
   if (!o.disk.zero()) {
     DiskTierOptions d;
     d.geometry = tier_chunks(o, o.disk_codec);
     d.region_bytes = o.disk_region_bytes;
-    d.capacity_bytes = o.disk.bytes ? o.disk.value : o.disk.value * g.bytes_per_token();
+    d.capacity_bytes = capacity_bytes(o.disk, g);
     if (d.chunks_per_region() == 0)
       return Status::InvalidArgument("replay: a disk region of " + std::to_string(o.disk_region_bytes) +
                                      " bytes cannot hold one chunk entry of the model (" +
@@ -334,14 +367,14 @@ Result<ReplayReport> replay_once(const ReplayOptions& o, const ReplayTrace& t, b
   KVTIER_RETURN_IF_ERROR(o.validate());
   const auto t0 = SteadyClock::now();
   SequenceSource src(t, o.page_tokens());
-  const uint64_t all_pages = trace_pages(t, o.page_tokens());
+  const TracePages all_pages = trace_pages(t, src, o.page_tokens());
   KVTIER_ASSIGN_OR_RETURN(const sim_detail::ReplayCacheOptions co, cache_options(o, src.unit(), all_pages));
   KVTIER_ASSIGN_OR_RETURN(Pass main, make_pass(co, t));
   Pass max;
   if (with_max) {
     sim_detail::ReplayCacheOptions mo;
     mo.unit = src.unit();
-    mo.device_pages = all_pages;
+    mo.device_pages = all_pages.device();
     KVTIER_ASSIGN_OR_RETURN(max, make_pass(mo, t));
   }
 

@@ -103,7 +103,9 @@ std::vector<double> simulate_prefill_queue(std::span<const double> arrival_s, st
   std::vector<double> ttft(arrival_s.size());
   // Min-heap of the times at which each worker becomes free.
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
-  for (uint32_t w = 0; w < std::max<uint32_t>(workers, 1); ++w) free_at.push(0.0);
+  // More workers than requests answer as that many (4e9 workers were a heap of 4e9 entries).
+  const size_t n = std::clamp<size_t>(workers, 1, std::max<size_t>(arrival_s.size(), 1));
+  for (size_t w = 0; w < n; ++w) free_at.push(0.0);
   for (size_t i = 0; i < arrival_s.size(); ++i) {
     const double start = std::max(arrival_s[i], free_at.top());
     free_at.pop();

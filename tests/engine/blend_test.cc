@@ -88,6 +88,22 @@ TEST_P(BlendVariant, MovedKeysEqualFreshKeysAtLayerZero) {
   EXPECT_GT(testing::rel_error(unmoved_k, fresh_k), 1e-2);
 }
 
+// Positions near 2^32 are refused, not wrapped into an in-range check that then read past the
+// page table; pages outside the pool are refused by name.
+TEST(MoveKv, PositionsPastThePageTablesAreRefused) {
+  BlendCase bc(*kvtier::testing::model_variant("llama", 9));
+  SequenceKV one = bc.rig.sequence(1), other = bc.rig.sequence(1);
+  const ModelConfig& c = bc.rig.model->config();
+  EXPECT_EQ(move_kv(c, *bc.rig.pool, LayerIdx(0), one.pages, 0xFFFFFFF0u, other.pages, 0, 16).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(move_kv(c, *bc.rig.pool, LayerIdx(0), one.pages, 0, other.pages, 0xFFFFFFF0u, 16).code(),
+            StatusCode::kInvalidArgument);
+  const PageId stranger(1u << 30);
+  EXPECT_EQ(move_kv(c, *bc.rig.pool, LayerIdx(0), std::span(&stranger, 1), 0, other.pages, 0, 1).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(move_kv(c, *bc.rig.pool, LayerIdx(0), one.pages, 0, other.pages, 0, 1).ok());
+}
+
 // recompute_ratio = 1 computes what a plain prefill computes: the same logits,
 // the same greedy continuation.
 TEST_P(BlendVariant, RatioOneEqualsFullPrefill) {

@@ -110,6 +110,15 @@ TEST(MemoryBudget, CgroupRoomReadsMaxAndCurrent) {
   EXPECT_GT(available_memory_bytes(), 0u);
 }
 
+// Parts near 2^64 bytes neither wrap their sum to a fit nor their size to a small one when shown.
+TEST(MemoryBudget, HugePartsDoNotWrap) {
+  EXPECT_EQ(format_bytes(uint64_t(1) << 63), "8589934592.0 GiB");
+  const MemoryPart parts[] = {{"KV pool", uint64_t(1) << 63}, {"host tier", uint64_t(1) << 63}, {"weights", 22u << 20}};
+  const Status s = check_fits("model", parts, uint64_t(1) << 40);
+  ASSERT_EQ(s.code(), StatusCode::kNoSpace);
+  EXPECT_NE(s.message().find("KV pool 8589934592.0 GiB"), std::string::npos) << s.message();
+}
+
 // sqrt(mean (a - b)^2) / sqrt(mean b^2)
 double relative_rms(std::span<const float> a, std::span<const float> b) {
   double err = 0, ref = 0;

@@ -385,7 +385,29 @@ TEST(Synthetic, QuantizeRefusesANonFiniteWeight) {
     EXPECT_NE(s.message().find("'" + poisoned.name + "' holds a NaN"), std::string::npos) << s.to_string();
     EXPECT_FALSE(fs::exists(out));
   }
-  fs::remove(f16);
+  // A failed run leaves the file that was at the output, and a link's target, as they were; it
+  // truncated them, or removed the link and left its target half written.
+  const std::string kept = temp_path("kept.gguf"), link = temp_path("link.gguf");
+  std::ofstream(kept, std::ios::binary) << "the previous output";
+  fs::remove(link);
+  fs::create_symlink(kept, link);
+  for (const std::string& dest : {kept, link}) {
+    EXPECT_EQ(quantize_gguf(f16, dest, GgufType::kQ8_0).code(), StatusCode::kCorruption);
+    std::ifstream in(kept, std::ios::binary);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "the previous output") << dest;
+    EXPECT_TRUE(fs::is_symlink(link));
+  }
+  size_t partials = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(kept).parent_path()))
+    partials += e.path().filename().string().find(fs::path(kept).filename().string() + ".partial-") == 0;
+  EXPECT_EQ(partials, 0u);
+  // A whole run replaces the link's target and keeps the link.
+  const std::string good = temp_path("good-f16.gguf");
+  ASSERT_TRUE(write_gguf(**model, good, {.weight_type = GgufType::kF16}).ok());
+  ASSERT_TRUE(quantize_gguf(good, link, GgufType::kQ8_0).ok());
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(load_gguf_tensors(kept, false).ok());
+  fs::remove(f16), fs::remove(good), fs::remove(link), fs::remove(kept);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "planner/planner.h"
@@ -33,6 +34,25 @@ uint32_t pages_with(const Plan& plan, PlanAction a) {
   uint32_t n = 0;
   for (const auto& s : plan.segments) n += s.action == a ? s.pages : 0;
   return n;
+}
+
+// Inputs that would make a predicted time infinite or NaN are refused: a subnormal compute rate
+// priced every prefill at inf, an infinite cost per token at NaN.
+TEST(Planner, InputsThatMakeNoFiniteTimeAreRefused) {
+  EXPECT_TRUE(synthetic_profile().validate().ok());
+  CostProfile p = synthetic_profile();
+  p.gemm_flops_per_s = 1e-300;
+  EXPECT_FALSE(p.validate().ok());
+  p = synthetic_profile();
+  p.attn_flops_per_s = 0.5;
+  EXPECT_FALSE(p.validate().ok());
+  ModelCost m = synthetic_model();
+  EXPECT_TRUE(m.validate().ok());
+  m.dense_flops_per_token = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(m.validate().ok());
+  m = synthetic_model();
+  m.attn_flops_per_pair = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(m.validate().ok());
 }
 
 TEST(Planner, FastTierLongPrefixLoads) {

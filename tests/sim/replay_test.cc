@@ -63,6 +63,22 @@ TEST(ReplayTrace, ARequestPastTwoToThe24TokensIsRefused) {
   EXPECT_TRUE(parse_replay_trace(mc(0, 1u << 24, "0"), o).ok());
 }
 
+// A block larger than its prompt expands the prompt's tokens only: one hash id of 2^31 tokens
+// (--block-tokens) before a 100-token prompt allocated the whole block (8 GiB).
+TEST(ReplayTrace, APromptShorterThanItsBlockExpandsItsOwnTokensOnly) {
+  TraceReadOptions o;
+  o.block_tokens = 1u << 31;
+  auto t = parse_replay_trace(mc(0, 100, "7"), o);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<TokenId> tokens;
+  ASSERT_TRUE(expand_request(*t, t->requests[0], tokens).ok());
+  ASSERT_EQ(tokens.size(), 100u);
+  std::vector<TokenId> block(100);
+  expand_block(7, block);
+  EXPECT_EQ(tokens, block);
+  EXPECT_LE(tokens.capacity(), 1024u);
+}
+
 TEST(ReplayTrace, MalformedLinesNameTheirLineOrAreSkipped) {
   const std::string good = mc(0, 10, "0");
   const std::string bad_mooncake[] = {"not json\n", "[1]\n", "{\"timestamp\": 0}\n", mc(0, 1025, "0, 1"),
@@ -244,6 +260,30 @@ TEST(Replay, LowerTiersCatchWhatTheDeviceDrops) {
   EXPECT_GT(wb_disk->hit_ratio_by_tier[2], 0.5);
 }
 
+// A tier given more than the trace can fill is sized by the trace's distinct pages: a trace of
+// 50 repeats of 2 prompts sized it by every repeat (memory in proportion to the trace's length).
+// Capacities in tokens past 2^64 bytes saturate (they wrapped to a cache of a few pages).
+TEST(Replay, TiersLargerThanTheTraceHoldItsDistinctPages) {
+  std::string text;
+  for (int i = 0; i < 50; ++i) text += mc(i, 4096, i % 2 ? "1, 2, 3, 4, 5, 6, 7, 8" : "9, 10, 11, 12, 13, 14, 15, 16");
+  auto t = parse_replay_trace(text, TraceReadOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ReplayOptions o = opts();
+  o.timing = false;
+  o.device = Capacity::tokens(1'000'000'000);
+  auto r = run_replay(o, *t);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->capacity_pages[0], 2 * 4096 / 16 + 3);
+  EXPECT_EQ(r->evictions[0], 0u);
+  EXPECT_NEAR(r->token_hit_ratio, r->max_token_hit_ratio, 1e-9);
+  EXPECT_GT(r->token_hit_ratio, 0.9);
+  o.device = Capacity::tokens(UINT64_MAX / 4);
+  auto huge = run_replay(o, *t);
+  ASSERT_TRUE(huge.ok()) << huge.status().to_string();
+  EXPECT_EQ(huge->capacity_pages[0], r->capacity_pages[0]);
+  EXPECT_EQ(huge->evictions[0], 0u);
+}
+
 TEST(Replay, CapacitiesParseAndValidate) {
   EXPECT_EQ(parse_capacity("3e6")->value, 3000000u);
   EXPECT_FALSE(parse_capacity("3e6")->bytes);
@@ -294,6 +334,8 @@ TEST(TimingModel, PresetsAndQueue) {
   const std::vector<double> arrive = {0, 0, 0, 10}, service = {2, 3, 1, 1};
   const auto ttft = simulate_prefill_queue(arrive, service, 2);
   EXPECT_EQ(ttft, (std::vector<double>{2, 3, 3, 1}));
+  // More workers than requests: as many as the requests (4e9 were a heap of 4e9 entries).
+  EXPECT_EQ(simulate_prefill_queue(arrive, service, 4'000'000'000u), (std::vector<double>{2, 3, 1, 1}));
   const LatencySummary s = summarize_latency({1, 2, 3, 4});
   EXPECT_DOUBLE_EQ(s.mean, 2.5);
   EXPECT_DOUBLE_EQ(s.p50, 2);
