@@ -18,39 +18,68 @@ Result<Sampler> Sampler::create(const SamplerOptions& o) {
 }
 
 TokenId argmax(std::span<const float> logits) {
-  TokenId best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[size_t(best)]) best = TokenId(i);
-  return best;
+  size_t best = 0;
+  bool found = false;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isnan(logits[i]) && (!found || logits[i] > logits[best])) best = i, found = true;
+  return TokenId(best);
+}
+
+namespace {
+
+// Heavier first; equal weights: lower id first.
+bool heavier(const std::pair<float, TokenId>& a, const std::pair<float, TokenId>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+}  // namespace
+
+size_t Sampler::weigh(std::span<const float> logits) {
+  cand_.clear();
+  float mx = -std::numeric_limits<float>::infinity();
+  size_t infinite = 0;
+  for (float x : logits) {
+    if (x == std::numeric_limits<float>::infinity()) ++infinite;
+    else if (x > mx) mx = x;  // NaN compares false
+  }
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float x = logits[i];
+    if (infinite > 0) {
+      if (x == std::numeric_limits<float>::infinity()) cand_.emplace_back(1.0f, TokenId(i));
+    } else if (x > -std::numeric_limits<float>::infinity()) {
+      cand_.emplace_back(std::exp((x - mx) / o_.temperature), TokenId(i));
+    }
+  }
+  return cand_.size();
+}
+
+size_t Sampler::nucleus(double total) {
+  // Sorted only as far as the nucleus reaches: a whole sort of a 128k vocabulary every token
+  // cost ~12 ms of the scheduler's thread.
+  for (size_t k = std::min<size_t>(64, cand_.size());; k = std::min(cand_.size(), k * 4)) {
+    std::partial_sort(cand_.begin(), cand_.begin() + ptrdiff_t(k), cand_.end(), heavier);
+    double kept = 0.0;
+    for (size_t n = 0; n < k; ++n)
+      if ((kept += cand_[n].first) >= o_.top_p * total) return n + 1;
+    if (k == cand_.size()) return k;
+  }
 }
 
 TokenId Sampler::sample(std::span<const float> logits) {
   if (o_.temperature == 0.0f || logits.size() <= 1) return argmax(logits);
-  cand_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) cand_.emplace_back(logits[i], TokenId(i));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  size_t k = cand_.size();
-  if (o_.top_k > 0 && o_.top_k < k) {
-    k = o_.top_k;
-    std::partial_sort(cand_.begin(), cand_.begin() + k, cand_.end(), by_logit);
-    cand_.resize(k);
-  } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+  // Candidates: tokens with a finite logit, weighed by softmax at the temperature; where a logit
+  // is +inf, the +inf tokens alone, alike; a NaN logit is never drawn (it made the whole mass NaN
+  // and the least likely token came out).
+  if (weigh(logits) == 0) return argmax(logits);
+  if (o_.top_k > 0 && o_.top_k < cand_.size()) {
+    std::partial_sort(cand_.begin(), cand_.begin() + o_.top_k, cand_.end(), heavier);
+    cand_.resize(o_.top_k);
   }
-  const float mx = cand_[0].first;
   double total = 0.0;
-  for (auto& c : cand_) {
-    c.first = std::exp((c.first - mx) / o_.temperature);
-    total += c.first;
-  }
-  // Nucleus: keep the smallest prefix reaching top_p of the mass.
+  for (const auto& c : cand_) total += c.first;
+  const size_t n = o_.top_p < 1.0f ? nucleus(total) : cand_.size();
   double kept = 0.0;
-  size_t n = 0;
-  while (n < cand_.size()) {
-    kept += cand_[n].first;
-    ++n;
-    if (kept >= o_.top_p * total) break;
-  }
+  for (size_t i = 0; i < n; ++i) kept += cand_[i].first;
   std::uniform_real_distribution<double> u(0.0, kept);
   double r = u(rng_);
   for (size_t i = 0; i < n; ++i) {

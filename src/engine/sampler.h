@@ -1,7 +1,8 @@
 // Sampler: picks the next token from a row of logits. Greedy when
 // temperature is 0; otherwise softmax at `temperature`, restricted to the
 // top_k most likely tokens and then to the smallest set whose probability
-// reaches top_p, drawn with a seeded generator (same seed, same draws).
+// reaches top_p, drawn with a seeded generator (same seed, same draws). A NaN
+// logit is never drawn; where logits are +inf, one of those is, alike.
 // One Sampler per sequence; not thread-safe.
 #pragma once
 
@@ -30,6 +31,8 @@ class Sampler {
 
  private:
   explicit Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) {}
+  size_t weigh(std::span<const float> logits);  // fills cand_; how many
+  size_t nucleus(double total);                 // sorts cand_'s top; how many reach top_p of `total`
   SamplerOptions o_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, TokenId>> cand_;
@@ -45,7 +48,7 @@ struct TokenLogprobs {
 };
 TokenLogprobs token_logprobs(std::span<const float> logits, TokenId token, uint32_t top);
 
-// Index of the largest logit (lowest index on ties).
+// Index of the largest logit (lowest index on ties; NaN never; 0 when every logit is NaN).
 TokenId argmax(std::span<const float> logits);
 
 }  // namespace kvtier::engine

@@ -129,6 +129,7 @@ Result<int> Router::bind() {
   m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   m.http.set_post_routing_handler(server::answer_half_closed_client);  // cpp-httplib writes nothing to one
   m.drain.install(m.http);
+  m.http.set_socket_options(server::reuse_address_only);
   const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;
   if (port < 0 || (m.o.port != 0 && !m.http.bind_to_port(m.o.host.c_str(), m.o.port)))
     return Status::Unavailable("route: cannot listen on " + m.o.host + ":" + std::to_string(m.o.port));

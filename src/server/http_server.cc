@@ -60,6 +60,11 @@ std::string endpoint_label(const std::string& path) {
 }  // namespace
 
 // Finds our socket by its port.
+void reuse_address_only(int socket) {
+  const int yes = 1;
+  setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+}
+
 void widen_listen_backlog(uint16_t port) {
   DIR* dir = opendir("/proc/self/fd");
   if (dir == nullptr) return;
@@ -151,6 +156,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::create(const ServerConfig& confi
 }
 
 Result<uint16_t> HttpServer::bind() {
+  http_->set_socket_options(reuse_address_only);
   if (config_.port == 0) {
     const int port = http_->bind_to_any_port(config_.host);
     if (port <= 0) return Status::Unavailable("cannot listen on " + config_.host + " (any port)");

@@ -145,4 +145,9 @@ class HttpServer {
 // there is none. Every HTTP front (serve, route) calls it after binding.
 void widen_listen_backlog(uint16_t port);
 
+// cpp-httplib's listening socket takes SO_REUSEPORT, so a second server on a port in use started
+// without a word and the kernel shared the connections between the two. Every HTTP front sets
+// this instead (set_socket_options): SO_REUSEADDR alone, so a port in use fails to bind.
+void reuse_address_only(int socket);
+
 }  // namespace kvtier::server

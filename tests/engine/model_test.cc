@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "engine/model.h"
@@ -162,6 +163,39 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(s1.sample(logits), s2.sample(logits));
   EXPECT_FALSE(Sampler::create({.top_p = 0.0f}).ok());
   EXPECT_FALSE(Sampler::create({.temperature = -1.0f}).ok());
+}
+
+// A NaN logit is never drawn, nor taken as the largest; a +inf logit is the only one drawn (its
+// mass made the softmax NaN, and the least likely token came out every time).
+TEST(Sampler, NonFiniteLogits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits(1000, 0.0f);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(i % 17) * 0.1f;
+  logits[999] = -9.6f;
+  logits[500] = inf;
+  for (SamplerOptions o : {SamplerOptions{.temperature = 0.7f, .seed = 1},
+                           SamplerOptions{.temperature = 0.7f, .top_k = 40, .top_p = 0.9f, .seed = 2}}) {
+    auto s = *Sampler::create(o);
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(logits), 500);
+  }
+  logits[500] = 0.0f;
+  for (size_t i = 0; i < logits.size(); i += 3) logits[i] = nan;
+  auto s = *Sampler::create({.temperature = 1.0f, .top_p = 0.95f, .seed = 3});
+  for (int i = 0; i < 300; ++i) EXPECT_FALSE(std::isnan(logits[size_t(s.sample(logits))]));
+  EXPECT_EQ(argmax(std::vector<float>{nan, 1.0f, 3.0f, 2.0f}), 2);
+  EXPECT_EQ(argmax(std::vector<float>{nan, nan}), 0);
+}
+
+// The nucleus is the smallest set of most likely tokens reaching top_p, found without sorting
+// the whole vocabulary: over a long tail every draw is among the tokens it must hold.
+TEST(Sampler, NucleusOverALongTail) {
+  std::vector<float> logits(50000, -10.0f);
+  for (int i = 0; i < 100; ++i) logits[size_t(i) * 311] = 5.0f - 0.01f * float(i);
+  auto s = *Sampler::create({.temperature = 1.0f, .top_p = 0.5f, .seed = 4});
+  std::set<TokenId> seen;
+  for (int i = 0; i < 2000; ++i) seen.insert(s.sample(logits));
+  for (TokenId t : seen) EXPECT_GE(logits[size_t(t)], 5.0f - 0.01f * 99) << t;
+  EXPECT_GT(seen.size(), 30u);  // most of the hundred heavy tokens make up half the mass
 }
 
 }  // namespace

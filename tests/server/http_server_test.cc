@@ -154,6 +154,20 @@ TEST_F(HttpServerTest, PrefetchReadsAheadAgainBeforeTheRequestIsDue) {
   EXPECT_EQ(prefetches(), 3);  // refused before anything was read
 }
 
+// A second server on a port in use is refused (cpp-httplib's SO_REUSEPORT let it bind, and the
+// kernel shared the first server's connections with it).
+TEST_F(HttpServerTest, ASecondServerOnAPortInUseIsRefused) {
+  start();
+  ServerConfig c;
+  c.port = port_;
+  c.runtime.model = "fake-model";
+  auto second = HttpServer::create(c, sched_.get());
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  auto bound = (*second)->bind();
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.status().code(), StatusCode::kUnavailable);
+}
+
 TEST_F(HttpServerTest, Completion) {
   start();
   auto r = post(R"({"prompt":[1,2,3],"max_tokens":4})");
