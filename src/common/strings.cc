@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <vector>
 
 namespace kvtier {
 
@@ -76,6 +77,24 @@ size_t json_nesting_depth(std::string_view text) {
     }
   }
   return deepest;
+}
+
+size_t find_text(std::string_view text, std::string_view needle, size_t from) {
+  if (from > text.size()) return std::string_view::npos;
+  if (needle.size() <= 64) return text.find(needle, from);  // naive, at most 64 compares a position
+  // Knuth-Morris-Pratt: the needle's failure table, then one pass over the text.
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < text.size(); ++i) {
+    while (k > 0 && text[i] != needle[k]) k = fail[k - 1];
+    if (text[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - k;
+  }
+  return std::string_view::npos;
 }
 
 }  // namespace kvtier

@@ -33,4 +33,9 @@ class Lines {
   size_t pos_ = 0, number_ = 0;
 };
 
+// The first occurrence of `needle` in `text` at or after `from` (npos: none), in time linear in
+// their lengths (std::string::find compares naively: a long needle in a long text took hours; a
+// chat's reply searched for in its rendering, a client's text, seconds a request).
+size_t find_text(std::string_view text, std::string_view needle, size_t from = 0);
+
 }  // namespace kvtier

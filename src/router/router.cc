@@ -271,8 +271,8 @@ RoutedPrompt Router::Impl::page_chain(Endpoint ep, const std::string& body, cons
     cfg = reference;
   }
   if (!codec || !cfg || !cfg->cache_enabled) return {};
-  const server::Tokenizer tokenize = [this](std::string_view text, bool parse_special, bool add_bos) {
-    return codec->tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
+  const server::Tokenizer tokenize = [this](std::string_view text, const text::EncodeOptions& options) {
+    return codec->tokenize(text, options);
   };
   std::optional<server::CompletionRequest> r;
   const bool chat_shape = ep == Endpoint::kChat || (ep == Endpoint::kPrefetch && body.find("\"messages\"") != std::string::npos);

@@ -402,7 +402,10 @@ std::optional<ApiError> read_segments(const json& pieces, const RequestLimits& l
       if (!text->is_string()) return bad_request(where + " 'text' must be a string", "segments", "invalid_type");
       text_bytes += text->get_ref<const std::string&>().size();
       if (auto err = check_text_bytes(text_bytes, limits, "segments")) return *err;
-      ids = tokenize(text->get_ref<const std::string&>(), r.parse_special, /*add_bos=*/r.prompt.empty());
+      // A piece after others continues their text (no SentencePiece space prefix of its own).
+      ids = tokenize(text->get_ref<const std::string&>(),
+                     {.add_bos = r.prompt.empty(), .parse_special = r.parse_special,
+                      .follows = r.prompt.empty() ? std::nullopt : std::optional(r.prompt.back())});
       r.prompt_is_text = true;
     } else {
       if (!tokens->is_array()) return bad_request(where + " 'tokens' must be an array of ids", "segments", "invalid_type");
@@ -431,7 +434,7 @@ std::optional<ApiError> read_prompt(const json& doc, const RequestLimits& limits
     r.prompt_is_text = true;
     const std::string& text = prompt->get_ref<const std::string&>();
     if (auto err = check_text_bytes(text.size(), limits, "prompt")) return *err;
-    r.prompt = tokenize(text, r.parse_special, /*add_bos=*/true);
+    r.prompt = tokenize(text, {.add_bos = true, .parse_special = r.parse_special});
   } else if (prompt->is_array()) {
     if (auto err = read_token_array(*prompt, limits.vocab_size, r.prompt)) return *err;
   } else {

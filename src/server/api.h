@@ -122,7 +122,7 @@ uint32_t max_prompt_tokens(const RequestLimits& limits);
 RequestLimits derive_limits(const RequestLimits& configured, const ModelInfo& model);
 
 // Text to ids; `add_bos`: as the model does at the start of a prompt.
-using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, bool parse_special, bool add_bos)>;
+using Tokenizer = std::function<std::vector<TokenId>(std::string_view text, const text::EncodeOptions& options)>;
 
 // Returns the request or the 400 describing what is wrong with it.
 std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_view body, const RequestLimits& limits,

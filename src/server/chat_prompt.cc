@@ -5,12 +5,19 @@
 #include <memory>
 #include <utility>
 
+#include "common/strings.h"
+
 namespace kvtier {
 namespace {
 
 // The memo's key: the text, seeded by the namespace's salt.
 uint64_t text_hash(std::string_view text, std::string_view salt) {
   return XXH3_64bits_withSeed(text.data(), text.size(), XXH3_64bits(salt.data(), salt.size()));
+}
+
+// The token a piece of text tokenized after `ids` follows.
+std::optional<TokenId> last(std::span<const TokenId> ids) {
+  return ids.empty() ? std::nullopt : std::optional(ids.back());
 }
 
 }  // namespace
@@ -49,11 +56,11 @@ std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& 
   Segmented out;
   size_t from = 0;
   auto append = [&](std::string_view piece) {
-    const auto ids = codec_->tokenize(piece, {.add_bos = out.tokens.empty(), .parse_special = true});
+    const auto ids = codec_->tokenize(piece, {.add_bos = out.tokens.empty(), .parse_special = true, .follows = last(out.tokens)});
     out.tokens.insert(out.tokens.end(), ids.begin(), ids.end());
   };
   for (const std::string& text : segment_texts) {
-    const size_t at = rendered.find(text, from);
+    const size_t at = find_text(rendered, text, from);
     if (at == std::string::npos) return std::nullopt;
     append(std::string_view(rendered).substr(from, at - from));
     const uint32_t begin = uint32_t(out.tokens.size());
@@ -84,7 +91,7 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
     if (m["role"] != "assistant" || !m["content"].is_string()) continue;
     const std::string& content = m["content"].get_ref<const std::string&>();
     if (content.empty()) continue;
-    const size_t at = rendered.find(content, from);
+    const size_t at = find_text(rendered, content, from);  // linear: a client's reply is the needle
     if (at == std::string::npos && ++misses == kMaxMisses) break;
     if (at == std::string::npos) continue;
     (void)XXH3_64bits_update(state.get(), rendered.data() + from, at + content.size() - from);
@@ -99,7 +106,8 @@ std::optional<std::vector<TokenId>> ChatPrompts::splice(const nlohmann::ordered_
       if (auto it = memo_->ids.find(e->first); it != memo_->ids.end()) best = it->second, best_end = e->second;
   }
   if (!best) return std::nullopt;
-  const auto rest = codec_->tokenize(std::string_view(rendered).substr(best_end), {.add_bos = false, .parse_special = true});
+  const auto rest = codec_->tokenize(std::string_view(rendered).substr(best_end),
+                                     {.add_bos = false, .parse_special = true, .follows = last(*best)});
   best->insert(best->end(), rest.begin(), rest.end());
   return best;
 }

@@ -384,8 +384,8 @@ void HttpServer::install_routes() {
 }
 
 Tokenizer HttpServer::tokenizer() const {
-  return [this](std::string_view text, bool parse_special, bool add_bos) {
-    return scheduler_->model().text.tokenize(text, {.add_bos = add_bos, .parse_special = parse_special});
+  return [this](std::string_view text, const text::EncodeOptions& options) {
+    return scheduler_->model().text.tokenize(text, options);
   };
 }
 

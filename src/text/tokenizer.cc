@@ -109,6 +109,14 @@ struct Tokenizer::Impl {
     eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
   }
 
+  // Whether the encoder treats `id` as special (what follows it starts afresh).
+  bool is_special(TokenId id) const {
+    const size_t i = size_t(id);
+    return id >= 0 && i < vocab.tokens.size() &&
+           (is_type(vocab, i, TokenType::kControl) || is_type(vocab, i, TokenType::kUnknown) ||
+            is_type(vocab, i, TokenType::kUserDefined));
+  }
+
   const Special* special_at(std::string_view text, size_t at, bool parse_special) const {
     if (!starts_special[uint8_t(text[at])]) return nullptr;
     return longest_prefix(parse_special ? all_specials : user_specials, text.substr(at));
@@ -149,7 +157,8 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   std::vector<TokenId> out;
   out.reserve(text.size() / 3 + 2);
   if (options.add_bos && m.vocab.add_bos) out.push_back(m.vocab.bos);
-  bool after_special = true;  // SentencePiece prefixes a space to text that starts the prompt or follows a special token
+  // SentencePiece prefixes a space to text that starts the prompt or follows a special token.
+  bool after_special = !options.follows || m.is_special(*options.follows);
   size_t raw_begin = 0;
   for (size_t at = 0; at < text.size();) {
     const Special* s = m.special_at(text, at, options.parse_special);

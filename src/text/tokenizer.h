@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,11 @@ namespace kvtier::text {
 struct EncodeOptions {
   bool add_bos = false;       // prepend BOS if the vocabulary asks for it (never twice)
   bool parse_special = true;  // match control tokens such as <|im_start|> in the text
+  // The token this text comes right after, where it is a piece of a longer text tokenized piece
+  // by piece: SentencePiece vocabularies that prefix a space to a text (add_space_prefix) do so
+  // only at its start and after a special token, so a piece that follows ordinary text gets none
+  // (each piece got one: the model read a space the text did not have). None: the text starts.
+  std::optional<TokenId> follows;
 };
 
 class Tokenizer {

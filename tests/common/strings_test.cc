@@ -44,5 +44,16 @@ TEST(Strings, JsonNestingDepth) {
   EXPECT_EQ(json_nesting_depth(std::string(100000, '[')), 100000u);
 }
 
+// find_text finds what std::string::find finds, for needles short and long (past 64 bytes it
+// runs Knuth-Morris-Pratt, linear where find is quadratic: "a"*N+"b" in "a"*N).
+TEST(Strings, FindTextAgreesWithFind) {
+  const std::string hay = std::string(300, 'a') + "b" + std::string(100, 'a') + "ab";
+  for (const std::string& needle : {std::string("ab"), std::string(""), std::string(70, 'a') + "b", std::string(150, 'a') + "b",
+                                    std::string(101, 'a') + "b", std::string(400, 'a')})
+    for (size_t from : {size_t(0), size_t(5), size_t(290), size_t(301), hay.size(), hay.size() + 1})
+      EXPECT_EQ(find_text(hay, needle, from), from > hay.size() ? std::string::npos : hay.find(needle, from))
+          << needle.size() << " from " << from;
+}
+
 }  // namespace
 }  // namespace kvtier

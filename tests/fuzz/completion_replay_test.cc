@@ -9,7 +9,7 @@ namespace {
 TEST(CompletionReplay, ValidSeedsAreAccepted) {
   server::RequestLimits limits;
   limits.vocab_size = 300, limits.max_context = 256, limits.max_tokens = 64;
-  const server::Tokenizer bytes = [](std::string_view t, bool, bool) { return std::vector<TokenId>(t.begin(), t.end()); };
+  const server::Tokenizer bytes = [](std::string_view t, const text::EncodeOptions&) { return std::vector<TokenId>(t.begin(), t.end()); };
   for (const auto& [name, body] : corpus_files("completion")) {
     const bool valid = name == "text_prompt.json" || name == "token_prompt.json" || name == "stream_stop.json" ||
                        name == "echo_logprobs.json" || name == "salt_special.json" ||

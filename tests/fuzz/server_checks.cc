@@ -36,7 +36,7 @@ std::string check_completion_request(Input data) {
   const server::RequestLimits limits = fuzz_limits(256);
   // A byte tokenizer: every byte is one token below 256 (as unsigned char: a plain char is signed
   // here, and bytes past 0x7F became negative ids, which the check then took for the parser's).
-  const server::Tokenizer tokenize = [](std::string_view text, bool, bool) {
+  const server::Tokenizer tokenize = [](std::string_view text, const text::EncodeOptions&) {
     std::vector<TokenId> ids;
     for (unsigned char c : text) ids.push_back(TokenId(c));
     return ids;

@@ -26,7 +26,7 @@ std::vector<TokenId> char_tokens(std::string_view s, bool parse_special = true) 
 }
 
 std::variant<CompletionRequest, ApiError> parse(const std::string& body, RequestLimits l = limits()) {
-  return parse_completion_request(body, l, [](std::string_view s, bool special, bool) { return char_tokens(s, special); });
+  return parse_completion_request(body, l, [](std::string_view s, const text::EncodeOptions& o) { return char_tokens(s, o.parse_special); });
 }
 
 ApiError error_of(const std::string& body, RequestLimits l = limits()) {
@@ -185,7 +185,8 @@ TEST(ApiParseTest, DeepNestingIsRefusedBeforeParsing) {
 // "segments": the prompt as pieces; reusable ones (the default) are marked by
 // position; text pieces are tokenized one by one, BOS only before the first.
 TEST(ApiParseTest, SegmentsMarkReusablePieces) {
-  const Tokenizer bos_marking = [](std::string_view s, bool special, bool add_bos) {
+  const Tokenizer bos_marking = [](std::string_view s, const text::EncodeOptions& o) {
+    const bool special = o.parse_special, add_bos = o.add_bos;
     auto ids = char_tokens(s, special);
     if (add_bos) ids.insert(ids.begin(), 98);
     return ids;

@@ -443,35 +443,84 @@ TEST_F(ChatPromptsTest, ToolsRenderOrAreRefused) {
   EXPECT_EQ(r, "Hello Weather in Paris?");
 }
 
-// A template that renders the system text inside the first user turn (Llama 2's, Mistral's: the
-// trained fixture's) renders nothing of it for the system message alone; a mark on the system
-// message still holds the prompt through the system text, and none of the user's.
-TEST(ChatApi, ASystemMarkHoldsTheSystemTextWhereTheTemplateRendersItInTheFirstTurn) {
-  auto vocab = engine::load_gguf_vocab(source_path("tests/data/vocab/ggml-vocab-llama-spm.gguf"));
-  ASSERT_TRUE(vocab.ok()) << vocab.status().to_string();
-  auto tok = text::Tokenizer::create(*vocab);
-  ASSERT_TRUE(tok.ok());
+// Llama 2's SentencePiece vocabulary (a space prefixed to a text's start) and the trained
+// fixture's [INST] template, which renders the system text inside the first user turn.
+struct SpmChat {
+  SpmChat() {
+    auto vocab = engine::load_gguf_vocab(source_path("tests/data/vocab/ggml-vocab-llama-spm.gguf"));
+    EXPECT_TRUE(vocab.ok()) << vocab.status().to_string();
+    auto tok = text::Tokenizer::create(*vocab);
+    EXPECT_TRUE(tok.ok());
+    codec.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
+    codec.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
+    codec.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
+    codec.bos_token = vocab->tokens[size_t(vocab->bos)];
+    codec.eos_token = vocab->tokens[size_t(vocab->eos)];
+    limits.vocab_size = uint32_t(vocab->tokens.size());
+    auto p = ChatPrompts::create(codec, read(source_path("tests/data/models/fixture-trained.jinja")));
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    prompts = std::make_unique<ChatPrompts>(std::move(p).value());
+  }
+  std::variant<ChatRequest, ApiError> parse(const std::string& body) const {
+    return parse_chat_request(body, limits, [&](const text::ChatInput& c, std::string_view salt, std::string& out) {
+      return prompts->build(c, out, SIZE_MAX, salt);
+    });
+  }
   TextCodec codec;
-  codec.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
-  codec.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
-  codec.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
-  codec.bos_token = vocab->tokens[size_t(vocab->bos)];
-  codec.eos_token = vocab->tokens[size_t(vocab->eos)];
-  auto prompts = ChatPrompts::create(codec, read(source_path("tests/data/models/fixture-trained.jinja")));
-  ASSERT_TRUE(prompts.ok()) << prompts.status().to_string();
-  RequestLimits l = limits();
-  l.vocab_size = uint32_t(vocab->tokens.size());
-  auto r = parse_chat_request(
-      R"({"messages":[{"role":"system","content":"You answer in one line.","cache_control":{"type":"ephemeral"}},
-                      {"role":"user","content":"  Where is the tokenizer defined?"}]})",
-      l, [&](const text::ChatInput& c, std::string_view, std::string& out) { return prompts->build(c, out); });
+  RequestLimits limits = server::limits();
+  std::unique_ptr<ChatPrompts> prompts;
+};
+
+// A mark on the system message still holds the prompt through the system text, and none of
+// the user's, though the system message alone renders nothing of it with such a template.
+TEST(ChatApi, ASystemMarkHoldsTheSystemTextWhereTheTemplateRendersItInTheFirstTurn) {
+  const SpmChat spm;
+  auto r = spm.parse(R"({"messages":[{"role":"system","content":"You answer in one line.","cache_control":{"type":"ephemeral"}},
+                      {"role":"user","content":"  Where is the tokenizer defined?"}]})");
   ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
   const CompletionRequest& c = std::get<ChatRequest>(r).completion;
   ASSERT_EQ(c.retain.size(), 1u);
   ASSERT_LE(c.retain[0].tokens, c.prompt.size());
-  const std::string held = codec.detokenize_special(std::span(c.prompt).first(c.retain[0].tokens));
+  const std::string held = spm.codec.detokenize_special(std::span(c.prompt).first(c.retain[0].tokens));
   EXPECT_NE(held.find("You answer in one line.\n<</SYS>>"), std::string::npos) << held;
   EXPECT_EQ(held.find("Where"), std::string::npos) << held;
+}
+
+// With a SentencePiece vocabulary a cacheable part reads as the rendered text: each piece of the
+// segmented prompt took a space prefix of its own ("[INST]  hello world  [/INST]").
+TEST(ChatApi, SegmentedPromptsReadAsTheRenderedText) {
+  const SpmChat spm;
+  auto r = spm.parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hello world","cacheable":true}]}]})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& chat = std::get<ChatRequest>(r);
+  auto seg = spm.prompts->segmented(chat.rendered, chat.segment_texts);
+  ASSERT_TRUE(seg);
+  EXPECT_EQ(spm.codec.detokenize_special(seg->tokens), spm.codec.detokenize_special(chat.completion.prompt));
+  EXPECT_LE(seg->tokens.size(), chat.completion.prompt.size() + 1);
+}
+
+// The reply's own ids are spliced into the next turn's prompt with Llama 2's layout too: the text
+// after the reply was tokenized as a new text, took a space, and the splice was refused each time.
+TEST(ChatApi, ARepliesIdsAreSplicedWithASentencePieceVocabulary) {
+  SpmChat spm;
+  const std::string turn1 = R"({"role":"user","content":"Tell me about files."})";
+  auto first = spm.parse(R"({"messages":[)" + turn1 + "]}");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(first));
+  const ChatRequest& c1 = std::get<ChatRequest>(first);
+  const std::string reply = " Files hold bytes.";
+  std::vector<TokenId> reply_ids;  // one character a token, as no tokenizer would spell it: the model's own ids
+  for (char ch : reply) {
+    const auto id = spm.codec.tokenize(std::string(1, ch), {.follows = c1.completion.prompt.back()});
+    reply_ids.insert(reply_ids.end(), id.begin(), id.end());
+  }
+  spm.prompts->remember(c1.rendered, reply, c1.completion.prompt, reply_ids, "");
+  auto second = spm.parse(R"({"messages":[)" + turn1 + R"(,{"role":"assistant","content":")" + reply +
+                          R"("},{"role":"user","content":"again"}]})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(second)) << std::get<ApiError>(second).message;
+  const auto& prompt = std::get<ChatRequest>(second).completion.prompt;
+  EXPECT_EQ(spm.prompts->spliced(), 1u);
+  ASSERT_GE(prompt.size(), c1.completion.prompt.size() + reply_ids.size());
+  EXPECT_TRUE(std::equal(reply_ids.begin(), reply_ids.end(), prompt.begin() + ptrdiff_t(c1.completion.prompt.size())));
 }
 
 TEST_F(ChatPromptsTest, NoTemplateIsAClearError) {

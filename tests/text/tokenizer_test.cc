@@ -94,6 +94,31 @@ TEST(Tokenizer, BosNeverTwice) {
   EXPECT_NE(s[1], 1);
 }
 
+// A text tokenized in pieces, each after the ids of those before it, reads as the whole text:
+// SentencePiece's space prefix comes at the start and after a special token only (each piece took
+// one, and the model read "[INST]  hello world  [/INST]"). Pieces that break before a word's space
+// are the whole text's very ids.
+TEST(Tokenizer, PiecesThatFollowOtherTextTakeNoSpacePrefix) {
+  const Tokenizer spm = load("llama-spm");
+  auto in_pieces = [&](std::initializer_list<std::string> parts, std::string& whole) {
+    std::vector<TokenId> pieces;
+    for (const std::string& p : parts) {
+      whole += p;
+      const auto ids = spm.encode(p, {.follows = pieces.empty() ? std::nullopt : std::optional(pieces.back())});
+      pieces.insert(pieces.end(), ids.begin(), ids.end());
+    }
+    return pieces;
+  };
+  std::string chat;
+  const auto turn = in_pieces({"<s>[INST] ", "hello world", " [/INST]", "</s>", "again"}, chat);
+  EXPECT_EQ(spm.decode(turn, true), spm.decode(spm.encode(chat), true));
+  std::string words;
+  const auto pieces = in_pieces({"hello", " world", " again"}, words);
+  EXPECT_EQ(ids_text(pieces), ids_text(spm.encode(words)));
+  // Without `follows` every piece starts a text, and gets the space.
+  EXPECT_NE(ids_text(spm.encode("hello world")), ids_text(spm.encode("hello world", {.follows = 22172})));
+}
+
 TEST(Tokenizer, EndOfGeneration) {
   const Tokenizer llama3 = load("llama-bpe");
   EXPECT_TRUE(llama3.is_end_of_generation(128009));  // <|eot_id|> by its text

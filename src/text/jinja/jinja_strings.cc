@@ -123,24 +123,6 @@ std::vector<std::string> split_on_whitespace(std::string_view text, long long ma
 
 }  // namespace
 
-size_t find_text(std::string_view text, std::string_view needle, size_t from) {
-  if (from > text.size()) return std::string_view::npos;
-  if (needle.size() <= 64) return text.find(needle, from);  // naive, at most 64 compares a position
-  // Knuth-Morris-Pratt: the needle's failure table, then one pass over the text.
-  std::vector<size_t> fail(needle.size(), 0);
-  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
-    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
-    if (needle[i] == needle[k]) ++k;
-    fail[i] = k;
-  }
-  for (size_t i = from, k = 0; i < text.size(); ++i) {
-    while (k > 0 && text[i] != needle[k]) k = fail[k - 1];
-    if (text[i] == needle[k]) ++k;
-    if (k == needle.size()) return i + 1 - k;
-  }
-  return std::string_view::npos;
-}
-
 size_t py_replace_size(std::string_view text, std::string_view old_text, std::string_view new_text, long long count) {
   uint64_t replaced = 0;
   if (old_text.empty()) {

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/strings.h"  // find_text
+
 namespace kvtier::text::jinja {
 
 // Decodes one code point at `pos` (advancing it); U+FFFD for a malformed byte.
@@ -28,9 +30,6 @@ std::string py_strip(std::string_view text, const std::optional<std::string>& ch
 // str.split: no separator splits on whitespace runs; max_split < 0 is unlimited.
 std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& separator,
                                   long long max_split);
-// The first occurrence of `needle` in `text` at or after `from` (npos: none), in time linear in
-// their lengths (std::string::find compares naively: a long needle in a long text took hours).
-size_t find_text(std::string_view text, std::string_view needle, size_t from = 0);
 // The size py_replace's result will have, without building it.
 size_t py_replace_size(std::string_view text, std::string_view old_text, std::string_view new_text, long long count);
 // str.replace with an optional count (< 0: all).
