@@ -229,6 +229,7 @@ class RuntimeImpl final : public Runtime {
                       : blend_prefill(traced, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
     if (!logits.ok()) return logits.status();
     s.exact_tokens = out.report.blend.blended ? out.report.blend.exact_tokens : UINT32_MAX;
+    s.decoded_from = s.kv.num_tokens;
     const TokenId first = s.sampler.sample(logits->last());
     s.tokens.assign(prompt.begin(), prompt.end());
     s.tokens.push_back(first);
@@ -368,8 +369,8 @@ class RuntimeImpl final : public Runtime {
     if (s.preempted) {  // nothing on the device to commit
       preempted_bytes_ -= s.saved.size();
     } else if (o_.cache_enabled) {
-      // Blended KV is approximate: only the exact front is cached.
-      const auto committed = std::span(s.tokens).first(std::min(s.kv.num_tokens, s.exact_tokens));
+      // Blended KV is approximate: only the exact front is cached; decoded KV is prefilled first.
+      const auto committed = std::span(s.tokens).first(prefill_decoded(s));
       if (cache_->commit(s.lease, committed).ok())
         for (const RetainHint& h : s.retain) {
           const auto kept = cache_->retain(s.ns, committed.first(std::min<size_t>(h.tokens, committed.size())),
@@ -412,6 +413,7 @@ class RuntimeImpl final : public Runtime {
     int32_t logprobs = -1;        // SamplingParams::logprobs
     engine::TokenLogprobs last_logprobs;
     uint32_t exact_tokens = UINT32_MAX;  // KV past this position was blended: never committed
+    uint32_t decoded_from = 0;           // KV from here on was written by decode steps
     std::vector<RetainHint> retain;      // PromptRequest::retain
     bool preempted = false;              // its KV is off the device pool (preempt())
     std::vector<std::byte> saved;        // preempted raw: its pages' bytes; empty: recomputed at resume()
@@ -432,8 +434,23 @@ class RuntimeImpl final : public Runtime {
     KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known).status());
     s.lease = std::move(lease);
     s.kv = std::move(kv);
+    s.decoded_from = s.kv.num_tokens;
     s.preempted = false;
     return Status::Ok();
+  }
+
+  // Decode steps compute KV with a kernel of their own, which rounds otherwise than prefill's (and
+  // with quantized weights the activations' rounding carries a last-bit difference on to logits a
+  // tenth apart): the whole pages of generated tokens are computed again by prefill before they are
+  // cached, so a later hit on them is exactly what a prefill of the conversation computes. The
+  // tokens of a page the cache will not keep (the partial last one) are not. How many of the
+  // sequence's positions may be committed.
+  uint32_t prefill_decoded(Seq& s) {
+    const uint32_t whole = std::min(s.kv.num_tokens, s.exact_tokens) / o_.page_tokens * o_.page_tokens;
+    if (whole <= s.decoded_from) return std::min(s.kv.num_tokens, s.exact_tokens);
+    if (!engine_->prefill(s.kv, std::span(s.tokens).first(whole), s.decoded_from).ok()) return s.decoded_from;
+    counters_.decoded_tokens_prefilled += whole - s.decoded_from;
+    return whole;
   }
 
   RuntimeOptions o_;

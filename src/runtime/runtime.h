@@ -109,6 +109,9 @@ struct RuntimeCounters {
   uint64_t cached_tokens = 0;
   uint64_t cached_tokens_by_tier[kNumTiers] = {};
   uint64_t decode_tokens = 0;
+  // Generated tokens whose decoded KV was computed again by prefill before it was cached (decode's
+  // kernel rounds otherwise than prefill's; cached KV is always prefill's).
+  uint64_t decoded_tokens_prefilled = 0;
   double ttft_seconds_sum = 0;
   // Preemption (Runtime::preempt): sequences whose KV left the device pool,
   // kept raw in host memory or dropped to be recomputed at resume().

@@ -5,6 +5,7 @@
 
 #include "runtime/calibration.h"
 #include "runtime/runtime.h"
+#include "test_data.h"
 
 namespace kvtier {
 namespace {
@@ -256,6 +257,51 @@ TEST(Runtime, SequenceSlotsAreBoundedAndBatchedDecodeWorks) {
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(batched[i], alone[i]) << "conversation " << i;
   for (SeqId s : seqs) (*rt)->finish(s);
   EXPECT_TRUE((*rt)->start(p, {}).ok());
+}
+
+// A reply's cached KV is what a prefill of the conversation computes, bit for bit: the next turn
+// over it gives the very logits a server without a cache gives. Decode's kernel rounds otherwise
+// than prefill's, so decoded KV is prefilled again before it is cached (cached decode KV moved
+// the next turn's top logprob here by 0.025: the Q4_K_M matrices quantize their activations, so a
+// last-bit difference in one layer's output moves the next layer's by a rounding step).
+TEST(Runtime, AReplysCachedKvIsWhatAPrefillComputes) {
+  TempDir dir;
+  RuntimeOptions o = tiny(dir.path.string());
+  o.model = testdata::test_data_path("models/small-seed2-Q4_K_M.gguf");
+  o.disk_dir.clear();
+  o.device_bytes = size_t(16) << 20;
+  auto cached = Runtime::create(o);
+  ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+  o.cache_enabled = false;
+  auto plain = Runtime::create(o);
+  ASSERT_TRUE(plain.ok()) << plain.status().to_string();
+  const TextCodec& text = (*cached)->model().text;
+  std::vector<TokenId> prompt = text.tokenize("def read_file(path):\n    with open(path) as f:", {.add_bos = true});
+  const auto reply = generate(**cached, prompt, 48);
+  EXPECT_GE((*cached)->stats().counters.decoded_tokens_prefilled, 32u);
+  std::vector<TokenId> turn = prompt;
+  turn.insert(turn.end(), reply.begin(), reply.end() - 1);  // the last sampled token has no KV
+  const auto more = text.tokenize(" # and then", {.follows = turn.back()});
+  turn.insert(turn.end(), more.begin(), more.end());
+  auto first = [&](Runtime& rt, PrefillReport& rep) {
+    SamplingParams sp;
+    sp.logprobs = 5;
+    auto s = rt.start(turn, sp);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    if (!s.ok()) return engine::TokenLogprobs{};
+    rep = s->report;
+    const engine::TokenLogprobs lp = *rt.last_logprobs(s->seq);
+    rt.finish(s->seq);
+    return lp;
+  };
+  PrefillReport hit, computed;
+  const engine::TokenLogprobs a = first(**cached, hit), b = first(**plain, computed);
+  EXPECT_GT(hit.cached_tokens, prompt.size() + 16);  // pages of the reply were hits
+  EXPECT_EQ(computed.cached_tokens, 0u);
+  EXPECT_EQ(a.token, b.token);
+  EXPECT_EQ(a.logprob, b.logprob);  // bit for bit
+  ASSERT_EQ(a.top.size(), b.top.size());
+  for (size_t k = 0; k < a.top.size(); ++k) EXPECT_EQ(a.top[k], b.top[k]) << k;
 }
 
 }  // namespace
