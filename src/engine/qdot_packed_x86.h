@@ -2,9 +2,9 @@
 // qdot_avx512.cc) after the row kernels (qdot_kquant_x86.h, qdot_legacy_x86.h), whose helpers it
 // uses: the group dots of the packed layouts (qdot.h: Packing; layouts: qdot_impl.h). Each (row,
 // token) takes the f32 steps of the scalar reference (qdot_pack.cc) lane by lane, so every set
-// built from this file gives the reference's results bit for bit. Q4_K and Q6_K in every set;
-// Q8_0 and Q5_0 where there is a VNNI dpbusd (AVX2's maddubs could saturate on Q8_0's offset
-// quants, so that set keeps them as rows). Internal linkage only, as the row kernels.
+// built from this file gives the reference's results bit for bit. Q4_K, Q6_K, Q8_0 and Q5_0 in
+// every set (AVX2 splits Q8_0's offset bytes for maddubs, which would saturate on them). Internal
+// linkage only, as the row kernels.
 #pragma once
 
 #include <cstring>
@@ -340,8 +340,11 @@ void legacy_group_tokens(size_t n, const uint8_t* group, const BlockQ8* const* a
 
 #endif
 
-#if KVTIER_QDOT_VNNI == 2
-// AVX-VNNI: the packed Q8_0 and Q5_0 groups (above) as two halves of 8 rows on 256-bit registers.
+#if KVTIER_QDOT_VNNI != 1
+// AVX-VNNI and AVX2: the packed Q8_0 and Q5_0 groups (above) as two halves of 8 rows on 256-bit
+// registers, with the AVX-512 set's integers and f32 steps (the scalar reference's), so the three
+// sets agree bit for bit on these types too (AVX2 kept the file's rows and its row dot, whose f32
+// steps differ: a matrix's outputs differed between an AVX2 host and a VNNI one).
 // Q5_0's high bits: the half's 32 mask bits of a line, expanded to 0x10 in each byte that has one.
 [[gnu::always_inline]] inline __m256i high_bits(const uint8_t* masks, int k, int h) {
   uint32_t m;
@@ -371,9 +374,36 @@ template <Packing P>
   }
 }
 
+// Per int32 lane (a row of the half), Σ weight × activation over block `a`'s 32 elements; the lines
+// hold each weight plus an offset as an unsigned byte. VNNI: dpbusd, then the offset's share taken
+// off. AVX2: maddubs' int16 pair sums would saturate on Q8_0's bytes (up to 255), so their low 7
+// bits and their top bit go in apart (each pair then stays within ±2^15); Q5_0's (below 32) go in
+// as they are.
+template <Packing P>
+[[gnu::always_inline]] inline __m256i legacy_block_dot(const __m256i* w, const BlockQ8& a) {
+  constexpr int32_t kOffset = P == Packing::kQ8016 ? 128 : 16;
+  __m256i dot = _mm256_setzero_si256();
+  for (int k = 0; k < 8; ++k) {
+    const __m256i q = _mm256_set1_epi32(i32_at(a.qs + 4 * k));
+#if KVTIER_QDOT_VNNI == 2
+    dot = _mm256_dpbusd_avx_epi32(dot, w[k], q);
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    if constexpr (P == Packing::kQ8016) {
+      const __m256i top = _mm256_and_si256(w[k], _mm256_set1_epi8(char(0x80)));
+      const __m256i low = _mm256_and_si256(w[k], _mm256_set1_epi8(0x7F));
+      dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(top, q), ones));
+      dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(low, q), ones));
+    } else {
+      dot = _mm256_add_epi32(dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w[k], q), ones));
+    }
+#endif
+  }
+  return _mm256_sub_epi32(dot, _mm256_set1_epi32(kOffset * block_sum(a)));
+}
+
 template <int N, Packing P>
 void legacy_group_tokens(size_t n, const uint8_t* group, const BlockQ8* const* act, float* out, size_t stride) {
-  constexpr int32_t kOffset = P == Packing::kQ8016 ? 128 : 16;
   constexpr size_t kLineBytes = P == Packing::kQ8016 ? kLegacyQ8LineBytes : kLegacyQ5LineBytes;
   const size_t blocks = n / kBlock;
   for (int h = 0; h < 2; ++h) {
@@ -388,9 +418,7 @@ void legacy_group_tokens(size_t n, const uint8_t* group, const BlockQ8* const* a
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(group + 32 * b + 16 * h)));
       for (int t = 0; t < N; ++t) {
         const BlockQ8& a = act[t][b];
-        __m256i dot = _mm256_setzero_si256();
-        for (int k = 0; k < 8; ++k) dot = _mm256_dpbusd_avx_epi32(dot, w[k], _mm256_set1_epi32(i32_at(a.qs + 4 * k)));
-        dot = _mm256_sub_epi32(dot, _mm256_set1_epi32(kOffset * block_sum(a)));
+        const __m256i dot = legacy_block_dot<P>(w, a);
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(a.d)), acc[t]);
       }
     }
@@ -424,7 +452,6 @@ void group_dot(size_t n, const void* group, const void* const* act, int count, f
   in_runs(count, [&]<int N>(int t) { group_tokens<N>(n, g, a + t, out + t * stride, stride); });
 }
 
-#if KVTIER_QDOT_VNNI != 0
 // A packed Q8_0 or Q5_0 group against `count` tokens.
 template <Packing P>
 void legacy_group_dot(size_t n, const void* group, const void* const* act, int count, float* out, size_t stride) {
@@ -432,7 +459,6 @@ void legacy_group_dot(size_t n, const void* group, const void* const* act, int c
   const auto* const* a = reinterpret_cast<const BlockQ8* const*>(act);
   in_runs(count, [&]<int N>(int t) { legacy_group_tokens<N, P>(n, g, a + t, out + t * stride, stride); });
 }
-#endif
 
 #undef KQ_INLINE
 
@@ -442,12 +468,10 @@ void fill(Kernels& k) {
   k.packing[uint32_t(GgufType::kQ6_K)] = Packing::kQ6K16;
   k.group_dot[int(Packing::kQ4K16)] = group_dot<PackedQ4K16>;
   k.group_dot[int(Packing::kQ6K16)] = group_dot<PackedQ6K16>;
-#if KVTIER_QDOT_VNNI != 0
   k.packing[uint32_t(GgufType::kQ8_0)] = Packing::kQ8016;
   k.packing[uint32_t(GgufType::kQ5_0)] = Packing::kQ5016;
   k.group_dot[int(Packing::kQ8016)] = legacy_group_dot<Packing::kQ8016>;
   k.group_dot[int(Packing::kQ5016)] = legacy_group_dot<Packing::kQ5016>;
-#endif
 }
 
 }  // namespace
