@@ -9,6 +9,12 @@ namespace kvtier::engine {
 Status SamplerOptions::validate() const {
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return Status::InvalidArgument("SamplerOptions: temperature must be >= 0");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return Status::InvalidArgument("SamplerOptions: top_p must be in (0, 1]");
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) return Status::InvalidArgument("SamplerOptions: min_p must be in [0, 1]");
+  for (float p : {presence_penalty, frequency_penalty})
+    if (!(p >= -2.0f && p <= 2.0f)) return Status::InvalidArgument("SamplerOptions: penalties must be in [-2, 2]");
+  for (const auto& [id, bias] : logit_bias)
+    if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
+      return Status::InvalidArgument("SamplerOptions: a logit bias needs a token id >= 0 and a bias in [-100, 100]");
   return Status::Ok();
 }
 
@@ -65,16 +71,41 @@ size_t Sampler::nucleus(double total) {
   }
 }
 
-TokenId Sampler::sample(std::span<const float> logits) {
-  if (o_.temperature == 0.0f || logits.size() <= 1) return argmax(logits);
+std::span<const float> Sampler::adjusted(std::span<const float> logits) {
+  const bool penalised = o_.presence_penalty != 0.0f || o_.frequency_penalty != 0.0f;
+  if (o_.logit_bias.empty() && (!penalised || drawn_.empty())) return logits;
+  adjusted_.assign(logits.begin(), logits.end());
+  for (const auto& [id, bias] : o_.logit_bias)
+    if (size_t(id) < adjusted_.size()) adjusted_[size_t(id)] += bias;
+  for (const auto& [id, count] : drawn_)
+    if (size_t(id) < adjusted_.size()) adjusted_[size_t(id)] -= o_.frequency_penalty * float(count) + o_.presence_penalty;
+  return adjusted_;
+}
+
+TokenId Sampler::sample(std::span<const float> raw) {
+  const std::span<const float> logits = adjusted(raw);
+  TokenId t = argmax(logits);
   // Candidates: tokens with a finite logit, weighed by softmax at the temperature; where a logit
   // is +inf, the +inf tokens alone, alike; a NaN logit is never drawn (it made the whole mass NaN
   // and the least likely token came out).
-  if (weigh(logits) == 0) return argmax(logits);
-  if (o_.top_k > 0 && o_.top_k < cand_.size()) {
-    std::partial_sort(cand_.begin(), cand_.begin() + o_.top_k, cand_.end(), heavier);
-    cand_.resize(o_.top_k);
+  if (o_.temperature > 0.0f && logits.size() > 1 && weigh(logits) > 0) {
+    if (o_.min_p > 0.0f)  // weights are relative to the most likely token's (1)
+      std::erase_if(cand_, [&](const auto& c) { return c.first < o_.min_p; });
+    if (o_.top_k > 0 && o_.top_k < cand_.size()) {
+      std::partial_sort(cand_.begin(), cand_.begin() + o_.top_k, cand_.end(), heavier);
+      cand_.resize(o_.top_k);
+    }
+    t = draw();
   }
+  if (o_.presence_penalty != 0.0f || o_.frequency_penalty != 0.0f) {
+    auto it = std::find_if(drawn_.begin(), drawn_.end(), [&](const auto& d) { return d.first == t; });
+    if (it == drawn_.end()) drawn_.emplace_back(t, 1);
+    else ++it->second;
+  }
+  return t;
+}
+
+TokenId Sampler::draw() {
   double total = 0.0;
   for (const auto& c : cand_) total += c.first;
   const size_t n = o_.top_p < 1.0f ? nucleus(total) : cand_.size();

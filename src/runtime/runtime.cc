@@ -199,8 +199,7 @@ class RuntimeImpl final : public Runtime {
                                      std::to_string(o_.page_tokens) + ")");
     if (seqs_.size() >= o_.max_sequences)
       return Status::Busy("all " + std::to_string(o_.max_sequences) + " sequence slots are running");
-    KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(engine::SamplerOptions{
-                                              .temperature = sp.temperature, .top_k = sp.top_k, .top_p = sp.top_p, .seed = sp.seed}));
+    KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(sp));
 
     Seq s{std::move(sampler)};
     s.ns = namespace_of(request);

@@ -55,11 +55,9 @@ struct RuntimeOptions : CacheConfig {
 // sections [model], [cache], [blend], and limits.max_sequences).
 const OptionTable<RuntimeOptions>& runtime_option_table();
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy
-  float top_p = 1.0f;
-  uint32_t top_k = 0;        // 0 = off
-  uint64_t seed = 0;
+// The sampler's options (engine::SamplerOptions: temperature, top_k, top_p, min_p, seed, logit
+// bias, penalties) and what the runtime reports beside the tokens.
+struct SamplingParams : engine::SamplerOptions {
   int32_t logprobs = -1;         // >= 0: log-probability of each sampled token and the top `logprobs` alternatives
   bool prompt_logprobs = false;  // also of every prompt token: needs logits at every position, so the prompt
                                  // is computed in full (no cached KV is used; its KV is still committed)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <limits>
 #include <random>
 #include <cmath>
@@ -336,10 +337,57 @@ std::variant<uint32_t, ApiError> read_prefetch_ready_ms(const json& body) {
   return uint32_t(*ms);
 }
 
+namespace {
+
+// A number field in [lo, hi] into `out` (absent or null: unchanged).
+std::optional<ApiError> read_number_in(const json& doc, const char* name, double lo, double hi, float& out) {
+  const json* v = find_field(doc, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return wrong_type(name, "a number", *v);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi))
+    return bad_request(kvtier::quoted(name) + " must be in [" + json(lo).dump() + ", " + json(hi).dump() + "]", name,
+                       "invalid_value");
+  out = float(x);
+  return std::nullopt;
+}
+
+// OpenAI's logit_bias ({"token id": bias in [-100, 100]}, at most kMaxLogitBias entries),
+// presence_penalty and frequency_penalty ([-2, 2]), and vLLM's min_p ([0, 1]).
+std::optional<ApiError> read_logit_adjustments(const json& doc, const RequestLimits& limits, SamplingParams& s) {
+  if (auto err = read_number_in(doc, "presence_penalty", -2, 2, s.presence_penalty)) return err;
+  if (auto err = read_number_in(doc, "frequency_penalty", -2, 2, s.frequency_penalty)) return err;
+  if (auto err = read_number_in(doc, "min_p", 0, 1, s.min_p)) return err;
+  const json* bias = find_field(doc, "logit_bias");
+  if (bias == nullptr) return std::nullopt;
+  if (!bias->is_object()) return wrong_type("logit_bias", "an object of token ids to numbers", *bias);
+  if (bias->size() > kMaxLogitBias)
+    return bad_request("'logit_bias' may hold at most " + std::to_string(kMaxLogitBias) + " tokens", "logit_bias",
+                       "invalid_value");
+  for (const auto& [key, value] : bias->items()) {
+    uint64_t id = 0;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id >= limits.vocab_size)
+      return bad_request("'logit_bias' key " + kvtier::quoted(key) + " is not a token id below " +
+                             std::to_string(limits.vocab_size),
+                         "logit_bias", "invalid_value");
+    float b = 0;
+    if (auto err = read_number_in(*bias, key.c_str(), -100, 100, b)) {
+      err->param = "logit_bias";
+      return err;
+    }
+    s.logit_bias.emplace_back(TokenId(id), b);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 uint32_t count_ignored_fields(const json& doc, std::initializer_list<std::string_view> endpoint_fields) {
   static constexpr std::string_view kCommon[] = {
       "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
-      "stream_options", "cache_salt", "ignore_eos", "kvtier", "n", "return_tokens_as_token_ids"};
+      "stream_options", "cache_salt", "ignore_eos", "kvtier", "n", "return_tokens_as_token_ids",
+      "logit_bias", "presence_penalty", "frequency_penalty", "min_p"};
   uint32_t n = 0;
   for (const auto& [key, value] : doc.items()) {
     const bool read = std::find(std::begin(kCommon), std::end(kCommon), key) != std::end(kCommon) ||
@@ -359,6 +407,7 @@ std::optional<ApiError> read_common_request(const json& doc, const RequestLimits
   }
   if (auto err = read_max_tokens(doc, limits, min_max_tokens, r)) return err;
   if (auto err = read_bool(doc, "return_tokens_as_token_ids", r.tokens_as_ids)) return err;
+  if (auto err = read_logit_adjustments(doc, limits, r.sampling)) return err;
   return read_generation_fields(doc, r);
 }
 

@@ -114,6 +114,7 @@ struct RequestLimits {
 };
 // The longest cache_salt accepted.
 inline constexpr size_t kMaxCacheSaltBytes = 1024;
+inline constexpr size_t kMaxLogitBias = 1024;  // logit_bias entries a request may give
 // The longest prompt accepted: the configured limit, the context and the device pool, whichever is least.
 uint32_t max_prompt_tokens(const RequestLimits& limits);
 // The limits a server derives from its configuration and its model: the

@@ -186,6 +186,28 @@ TEST(Sampler, NonFiniteLogits) {
   EXPECT_EQ(argmax(std::vector<float>{nan, nan}), 0);
 }
 
+// logit_bias moves a token's logit before anything else (greedy too); presence and frequency
+// penalties lower the tokens drawn so far; min_p drops tokens far less likely than the best.
+// (The server took these fields and ignored them.)
+TEST(Sampler, LogitBiasPenaltiesAndMinP) {
+  const std::vector<float> logits = {1.0f, 0.9f, 0.8f, -20.0f};
+  auto banned = *Sampler::create({.logit_bias = {{0, -100.0f}, {3, 30.0f}}});
+  EXPECT_EQ(banned.sample(logits), 3);
+  auto presence = *Sampler::create({.presence_penalty = 0.5f});
+  std::vector<TokenId> drawn;
+  for (int i = 0; i < 4; ++i) drawn.push_back(presence.sample(logits));
+  EXPECT_EQ(drawn, (std::vector<TokenId>{0, 1, 2, 0}));  // each once, then the best again (0.5 > 0.4, 0.3)
+  auto frequency = *Sampler::create({.frequency_penalty = 0.15f});
+  drawn.clear();
+  for (int i = 0; i < 3; ++i) drawn.push_back(frequency.sample(logits));
+  EXPECT_EQ(drawn, (std::vector<TokenId>{0, 1, 0}));  // 0.85 > 0.8 > 0.75: token 0 again, then...
+  auto min_p = *Sampler::create({.temperature = 1.0f, .seed = 5, .min_p = 0.5f});
+  for (int i = 0; i < 200; ++i) EXPECT_LT(min_p.sample(logits), 3);  // e^-21 of the best is dropped
+  EXPECT_FALSE(Sampler::create({.presence_penalty = 2.5f}).ok());
+  EXPECT_FALSE(Sampler::create({.min_p = 1.5f}).ok());
+  EXPECT_FALSE(Sampler::create({.logit_bias = {{1, 101.0f}}}).ok());
+}
+
 // The nucleus is the smallest set of most likely tokens reaching top_p, found without sorting
 // the whole vocabulary: over a long tail every draw is among the tokens it must hold.
 TEST(Sampler, NucleusOverALongTail) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace kvtier::server {
@@ -62,6 +64,29 @@ TEST(ApiParseTest, EveryField) {
   EXPECT_TRUE(c.stream_include_usage);
   EXPECT_TRUE(c.ignore_eos);
   EXPECT_EQ(c.cache_salt, "tenant-a");
+}
+
+// logit_bias, presence_penalty, frequency_penalty and min_p reach the sampler (they were taken
+// and ignored); out of range, a 400 naming the field.
+TEST(ApiParseTest, LogitBiasAndPenalties) {
+  auto r = parse(R"({"prompt":"hi","logit_bias":{"7":-100,"50":2.5},"presence_penalty":0.5,"frequency_penalty":-1,
+                     "min_p":0.1})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(r)) << std::get<ApiError>(r).message;
+  const auto& c = std::get<CompletionRequest>(r);
+  auto bias = c.sampling.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<TokenId, float>>{{7, -100.0f}, {50, 2.5f}}));
+  EXPECT_FLOAT_EQ(c.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling.frequency_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(c.sampling.min_p, 0.1f);
+  EXPECT_EQ(c.ignored_fields, 0u);
+  EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"7":-101}})").param, "logit_bias");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"x7":1}})").param, "logit_bias");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"1000000":1}})").param, "logit_bias");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":[1]})").param, "logit_bias");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","presence_penalty":3})").param, "presence_penalty");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","frequency_penalty":"high"})").param, "frequency_penalty");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","min_p":-0.1})").param, "min_p");
 }
 
 TEST(ApiParseTest, StopAsOneStringAndBatchOfOne) {
