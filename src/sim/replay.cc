@@ -148,7 +148,7 @@ TracePages trace_pages(const ReplayTrace& t, SequenceSource& src, uint32_t page_
     if (r.input_length == 0) continue;
     src.fill(r, seq);
     hashes.clear();
-    hash_pages(HashAlgo::kXXH3_128, PageHash{}, seq, src.unit(), hashes);
+    hash_pages(HashAlgo::kXXH3_128, PageHash{.lo = r.salt}, seq, src.unit(), hashes);  // salts never share
     pages.insert(hashes.begin(), hashes.end());
   }
   n.distinct = pages.size() + 3;

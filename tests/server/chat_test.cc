@@ -87,10 +87,10 @@ TEST(ChatApi, ParsesMessagesAndGenerationFields) {
   EXPECT_EQ(c.chat.messages[2].contains("tool_calls"), true);  // other fields reach the template
   EXPECT_TRUE(c.chat.tools.is_null());
   EXPECT_EQ(c.completion.ignored_fields, 0u);
-  auto extra = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"user":"u1","presence_penalty":0.5,"seed":3})",
+  auto extra = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}],"user":"u1","repetition_penalty":1.1,"seed":3})",
                                   limits(), simple_builder());
   ASSERT_TRUE(std::holds_alternative<ChatRequest>(extra));
-  EXPECT_EQ(std::get<ChatRequest>(extra).completion.ignored_fields, 2u);  // user, presence_penalty: accepted, not read
+  EXPECT_EQ(std::get<ChatRequest>(extra).completion.ignored_fields, 2u);  // user, repetition_penalty: accepted, not read
 }
 
 // Tools, tool calls and tool results as an agent sends them: arguments given as a JSON string

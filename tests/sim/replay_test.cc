@@ -282,6 +282,20 @@ TEST(Replay, TiersLargerThanTheTraceHoldItsDistinctPages) {
   ASSERT_TRUE(huge.ok()) << huge.status().to_string();
   EXPECT_EQ(huge->capacity_pages[0], r->capacity_pages[0]);
   EXPECT_EQ(huge->evictions[0], 0u);
+  // The same prompts under two salts are pages of two namespaces.
+  TraceReadOptions k;
+  k.format = TraceFormat::kKvtier;
+  k.block_tokens = 512;
+  std::string salted;
+  for (int i = 0; i < 20; ++i)
+    salted += "{\"timestamp\": " + std::to_string(i) + ", \"hash_ids\": [1, 2, 3, 4, 5, 6, 7, 8], \"cache_salt\": \"" +
+              (i % 2 ? "a" : "b") + "\"}\n";
+  auto st = parse_replay_trace(salted, k);
+  ASSERT_TRUE(st.ok()) << st.status().to_string();
+  auto s = run_replay(o, *st);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->capacity_pages[0], 2 * 4096 / 16 + 3);
+  EXPECT_EQ(s->evictions[0], 0u);
 }
 
 TEST(Replay, CapacitiesParseAndValidate) {
