@@ -287,11 +287,7 @@ class ChatPromptsTest : public ::testing::Test {
     ASSERT_TRUE(vocab.ok()) << vocab.status().to_string();
     auto tok = text::Tokenizer::create(*vocab);
     ASSERT_TRUE(tok.ok());
-    codec_.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
-    codec_.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
-    codec_.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
-    codec_.bos_token = vocab->tokens[size_t(vocab->bos)];
-    codec_.eos_token = vocab->tokens[size_t(vocab->eos)];
+    codec_ = text_codec(*tok, *vocab);
     auto p = ChatPrompts::create(codec_, read(source_path("tests/data/chat-templates/Qwen-Qwen2.5-7B-Instruct.jinja")));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     prompts_ = std::make_unique<ChatPrompts>(std::move(p).value());
@@ -451,11 +447,7 @@ struct SpmChat {
     EXPECT_TRUE(vocab.ok()) << vocab.status().to_string();
     auto tok = text::Tokenizer::create(*vocab);
     EXPECT_TRUE(tok.ok());
-    codec.tokenize = [t = *tok](std::string_view s, const text::EncodeOptions& o) { return t.encode(s, o); };
-    codec.detokenize = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids); };
-    codec.detokenize_special = [t = *tok](std::span<const TokenId> ids) { return t.decode(ids, true); };
-    codec.bos_token = vocab->tokens[size_t(vocab->bos)];
-    codec.eos_token = vocab->tokens[size_t(vocab->eos)];
+    codec = text_codec(*tok, *vocab);
     limits.vocab_size = uint32_t(vocab->tokens.size());
     auto p = ChatPrompts::create(codec, read(source_path("tests/data/models/fixture-trained.jinja")));
     EXPECT_TRUE(p.ok()) << p.status().to_string();
