@@ -153,10 +153,13 @@ struct GgufStreamOptions {
 
 // Writes a GGUF v3 file: `metadata`, the table of `tensors`, then their data
 // from `source`. InvalidArgument when a tensor's row length is not a multiple
-// of its type's block; the source's errors and I/O errors are returned. The
-// file is written as `<path>.partial-<pid>` beside it (through a symbolic link:
-// beside its target) and renamed over the path once whole and synced, so a
-// failure leaves whatever was at the path, and removes the partial file.
+// of its type's block; the source's errors and I/O errors are returned. A
+// regular file (or none yet) is written as `<path>.partial-<pid>` beside it
+// (through symbolic links: beside their target) and renamed over it once whole
+// and synced, keeping its mode and owner, so a failure leaves whatever was
+// there and removes the partial file. Anything else (a device, a pipe such as
+// /dev/stdout), or a file in a directory that takes no new file, is written in
+// place.
 Status write_gguf_stream(const std::string& path, const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors,
                          const GgufRowSource& source, const GgufStreamOptions& options = {});
 

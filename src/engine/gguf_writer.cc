@@ -9,6 +9,7 @@
 #include <memory>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/gguf.h"
@@ -228,12 +229,39 @@ uint64_t GgufTensorSpec::rows() const {
 
 namespace {
 
-// Where a written file ends up: through a symbolic link to its target (as cp writes), else the path.
+// Where a written file ends up: through symbolic links to their target, as cp writes (a dangling
+// link's target too), followed by hand, at most 40 deep.
 std::string final_destination(const std::string& path) {
+  std::filesystem::path p = path;
   std::error_code ec;
-  if (!std::filesystem::is_symlink(path, ec)) return path;
-  const auto target = std::filesystem::weakly_canonical(path, ec);
-  return ec ? path : target.string();
+  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(p, ec); ++hops) {
+    const std::filesystem::path target = std::filesystem::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return p.string();
+}
+
+// The header and tensors into `f`, flushed (and synced when `sync`).
+Status write_whole(std::FILE* f, const std::string& name, const std::vector<char>& head,
+                   std::span<const GgufTensorSpec> tensors, const GgufRowSource& source,
+                   const GgufStreamOptions& options, bool sync) {
+  KVTIER_RETURN_IF_ERROR(write_all(f, head.data(), head.size(), name));
+  KVTIER_RETURN_IF_ERROR(write_tensors(f, name, tensors, source, options));
+  if (std::fflush(f) != 0) return Status::FromErrno(errno, "write " + name);
+  if (sync && ::fsync(::fileno(f)) != 0) return Status::FromErrno(errno, "sync " + name);
+  return Status::Ok();
+}
+
+// Into the file at `dest` itself: what is not a regular file (a device, a pipe as /dev/stdout),
+// or a file whose directory takes no new file. A failure leaves what was written.
+Status write_in_place(const std::string& dest, const std::vector<char>& head, std::span<const GgufTensorSpec> tensors,
+                      const GgufRowSource& source, const GgufStreamOptions& options) {
+  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(dest.c_str(), "wb"));
+  if (!f) return Status::FromErrno(errno, "create " + dest);
+  KVTIER_RETURN_IF_ERROR(write_whole(f.get(), dest, head, tensors, source, options, false));
+  if (std::fclose(f.release()) != 0) return Status::FromErrno(errno, "close " + dest);
+  return Status::Ok();
 }
 
 }  // namespace
@@ -241,16 +269,22 @@ std::string final_destination(const std::string& path) {
 Status write_gguf_stream(const std::string& path, const GgufMetadata& metadata, std::span<const GgufTensorSpec> tensors,
                          const GgufRowSource& source, const GgufStreamOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(std::vector<char> head, header(metadata, tensors));
-  // Written beside the destination and renamed over it once whole: a failed or killed run leaves
-  // the file that was there (a bad tensor half way truncated it, or removed it).
+  // A regular file (or none yet) is written beside its place and renamed over it once whole: a
+  // failed or killed run leaves the file that was there (a bad tensor half way truncated it).
+  struct stat old {};
+  const bool exists = ::stat(path.c_str(), &old) == 0;  // through links, /proc's too
+  if (exists && !S_ISREG(old.st_mode)) return write_in_place(path, head, tensors, source, options);
   const std::string dest = final_destination(path);
   const std::string partial = dest + ".partial-" + std::to_string(::getpid());
   std::unique_ptr<std::FILE, FileCloser> f(std::fopen(partial.c_str(), "wbx"));
+  if (!f && exists && (errno == EACCES || errno == EPERM || errno == EROFS))
+    return write_in_place(dest, head, tensors, source, options);  // a writable file in a closed directory
   if (!f) return Status::FromErrno(errno, "create " + partial);
-  Status s = write_all(f.get(), head.data(), head.size(), path);
-  if (s.ok()) s = write_tensors(f.get(), path, tensors, source, options);
-  if (s.ok() && std::fflush(f.get()) != 0) s = Status::FromErrno(errno, "write " + partial);
-  if (s.ok() && ::fsync(::fileno(f.get())) != 0) s = Status::FromErrno(errno, "sync " + partial);
+  if (exists) {  // the file keeps its mode and, where this process may give it, its owner
+    (void)::fchmod(::fileno(f.get()), old.st_mode & 07777);
+    (void)::fchown(::fileno(f.get()), old.st_uid, old.st_gid);
+  }
+  Status s = write_whole(f.get(), path, head, tensors, source, options, true);
   if (s.ok() && std::fclose(f.release()) != 0) s = Status::FromErrno(errno, "close " + partial);
   if (s.ok() && std::rename(partial.c_str(), dest.c_str()) != 0) s = Status::FromErrno(errno, "rename to " + dest);
   if (!s.ok()) {

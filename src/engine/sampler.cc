@@ -15,6 +15,11 @@ Status SamplerOptions::validate() const {
   for (const auto& [id, bias] : logit_bias)
     if (id < 0 || !(bias >= -100.0f && bias <= 100.0f))
       return Status::InvalidArgument("SamplerOptions: a logit bias needs a token id >= 0 and a bias in [-100, 100]");
+  std::vector<TokenId> ids;
+  for (const auto& entry : logit_bias) ids.push_back(entry.first);
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end())
+    return Status::InvalidArgument("SamplerOptions: a token has two logit biases");
   return Status::Ok();
 }
 

@@ -442,12 +442,16 @@ class RuntimeImpl final : public Runtime {
   // with quantized weights the activations' rounding carries a last-bit difference on to logits a
   // tenth apart): the whole pages of generated tokens are computed again by prefill before they are
   // cached, so a later hit on them is exactly what a prefill of the conversation computes. The
-  // tokens of a page the cache will not keep (the partial last one) are not. How many of the
+  // tokens of a page the cache will not keep (the partial last one) are not, nor those past
+  // reply_prefill_tokens (the prefill holds every other stream meanwhile). How many of the
   // sequence's positions may be committed.
   uint32_t prefill_decoded(Seq& s) {
-    const uint32_t whole = std::min(s.kv.num_tokens, s.exact_tokens) / o_.page_tokens * o_.page_tokens;
-    if (whole <= s.decoded_from) return std::min(s.kv.num_tokens, s.exact_tokens);
-    if (!engine_->prefill(s.kv, std::span(s.tokens).first(whole), s.decoded_from).ok()) return s.decoded_from;
+    const uint32_t known = std::min(s.kv.num_tokens, s.exact_tokens);
+    const uint32_t prefilled = std::min(known, s.decoded_from);  // KV a prefill wrote
+    const uint32_t end = uint32_t(std::min<uint64_t>(known, uint64_t(s.decoded_from) + o_.reply_prefill_tokens));
+    const uint32_t whole = end / o_.page_tokens * o_.page_tokens;
+    if (whole <= s.decoded_from) return prefilled;
+    if (!engine_->prefill(s.kv, std::span(s.tokens).first(whole), s.decoded_from).ok()) return prefilled;
     counters_.decoded_tokens_prefilled += whole - s.decoded_from;
     return whole;
   }

@@ -46,6 +46,10 @@ struct RuntimeOptions : CacheConfig {
   bool cache_enabled = true;        // false: every prompt is fully recomputed (the baseline)
   BlendPrefillOptions blend;        // non-prefix reuse of marked segments (runtime/blend_prefill.h)
   uint32_t max_sequences = 64;      // running sequences at once
+  // Generated tokens prefilled again when a sequence ends, so that their KV is cached as exactly
+  // what a prefill computes (decode's kernel rounds otherwise); a longer reply is cached this far.
+  // The prefill runs on the scheduler's thread: this bounds how long it holds other streams.
+  uint32_t reply_prefill_tokens = 256;
   uint32_t threads = 0;             // compute threads; 0 = all cores
 
   Status validate() const;

@@ -51,6 +51,11 @@ OptionTable<R> make_table() {
                              KVTIER_FIELD(blend.check_layer), 0, 1u << 16));
   t.push_back(uint_option<R>({"limits.max_sequences", "--max-sequences", {}, "Sequences decoded together (batch)"},
                              KVTIER_FIELD(max_sequences), 1, 1u << 16));
+  t.push_back(uint_option<R>({"limits.reply_prefill_tokens", "--reply-prefill-tokens", {},
+                              "Generated tokens prefilled again as a sequence ends so their KV is cached exactly "
+                              "(decode rounds otherwise); a longer reply is cached this far, 0: replies are not "
+                              "cached. The prefill holds other streams for its time"},
+                             KVTIER_FIELD(reply_prefill_tokens), 0, 1u << 20));
   return t;
 }
 

@@ -367,7 +367,8 @@ std::optional<ApiError> read_logit_adjustments(const json& doc, const RequestLim
   for (const auto& [key, value] : bias->items()) {
     uint64_t id = 0;
     const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
-    if (ec != std::errc() || end != key.data() + key.size() || key.empty() || id >= limits.vocab_size)
+    // Written as the id alone ("0500" would be a second entry for 500: biases past ±100 by adding).
+    if (ec != std::errc() || end != key.data() + key.size() || key != std::to_string(id) || id >= limits.vocab_size)
       return bad_request("'logit_bias' key " + kvtier::quoted(key) + " is not a token id below " +
                              std::to_string(limits.vocab_size),
                          "logit_bias", "invalid_value");

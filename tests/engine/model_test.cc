@@ -206,6 +206,7 @@ TEST(Sampler, LogitBiasPenaltiesAndMinP) {
   EXPECT_FALSE(Sampler::create({.presence_penalty = 2.5f}).ok());
   EXPECT_FALSE(Sampler::create({.min_p = 1.5f}).ok());
   EXPECT_FALSE(Sampler::create({.logit_bias = {{1, 101.0f}}}).ok());
+  EXPECT_FALSE(Sampler::create({.logit_bias = {{1, -100.0f}, {1, -100.0f}}}).ok());  // -200 by adding
 }
 
 // The nucleus is the smallest set of most likely tokens reaching top_p, found without sorting

@@ -401,13 +401,22 @@ TEST(Synthetic, QuantizeRefusesANonFiniteWeight) {
   for (const auto& e : fs::directory_iterator(fs::path(kept).parent_path()))
     partials += e.path().filename().string().find(fs::path(kept).filename().string() + ".partial-") == 0;
   EXPECT_EQ(partials, 0u);
-  // A whole run replaces the link's target and keeps the link.
+  // A whole run replaces the link's target, with the mode it had, and keeps the link; a link whose
+  // target is not there yet gets its target written (the link itself was replaced by a file).
   const std::string good = temp_path("good-f16.gguf");
   ASSERT_TRUE(write_gguf(**model, good, {.weight_type = GgufType::kF16}).ok());
+  fs::permissions(kept, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
   ASSERT_TRUE(quantize_gguf(good, link, GgufType::kQ8_0).ok());
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_TRUE(load_gguf_tensors(kept, false).ok());
-  fs::remove(f16), fs::remove(good), fs::remove(link), fs::remove(kept);
+  EXPECT_EQ(fs::status(kept).permissions(), fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  const std::string dangling = temp_path("dangling.gguf"), later = temp_path("later.gguf");
+  fs::remove(dangling), fs::remove(later);
+  fs::create_symlink(later, dangling);
+  ASSERT_TRUE(quantize_gguf(good, dangling, GgufType::kQ8_0).ok());
+  EXPECT_TRUE(fs::is_symlink(dangling));
+  EXPECT_TRUE(load_gguf_tensors(later, false).ok());
+  fs::remove(f16), fs::remove(good), fs::remove(link), fs::remove(kept), fs::remove(dangling), fs::remove(later);
 }
 
 }  // namespace

@@ -270,20 +270,13 @@ TEST(Runtime, AReplysCachedKvIsWhatAPrefillComputes) {
   o.model = testdata::test_data_path("models/small-seed2-Q4_K_M.gguf");
   o.disk_dir.clear();
   o.device_bytes = size_t(16) << 20;
-  auto cached = Runtime::create(o);
-  ASSERT_TRUE(cached.ok()) << cached.status().to_string();
   o.cache_enabled = false;
   auto plain = Runtime::create(o);
   ASSERT_TRUE(plain.ok()) << plain.status().to_string();
-  const TextCodec& text = (*cached)->model().text;
-  std::vector<TokenId> prompt = text.tokenize("def read_file(path):\n    with open(path) as f:", {.add_bos = true});
-  const auto reply = generate(**cached, prompt, 48);
-  EXPECT_GE((*cached)->stats().counters.decoded_tokens_prefilled, 32u);
-  std::vector<TokenId> turn = prompt;
-  turn.insert(turn.end(), reply.begin(), reply.end() - 1);  // the last sampled token has no KV
-  const auto more = text.tokenize(" # and then", {.follows = turn.back()});
-  turn.insert(turn.end(), more.begin(), more.end());
-  auto first = [&](Runtime& rt, PrefillReport& rep) {
+  const TextCodec& text = (*plain)->model().text;
+  const std::vector<TokenId> prompt = text.tokenize("def read_file(path):\n    with open(path) as f:", {.add_bos = true});
+  const uint32_t prompt_pages_tokens = uint32_t(prompt.size()) / 16 * 16;
+  auto first = [&](Runtime& rt, std::span<const TokenId> turn, PrefillReport& rep) {
     SamplingParams sp;
     sp.logprobs = 5;
     auto s = rt.start(turn, sp);
@@ -294,14 +287,31 @@ TEST(Runtime, AReplysCachedKvIsWhatAPrefillComputes) {
     rt.finish(s->seq);
     return lp;
   };
-  PrefillReport hit, computed;
-  const engine::TokenLogprobs a = first(**cached, hit), b = first(**plain, computed);
-  EXPECT_GT(hit.cached_tokens, prompt.size() + 16);  // pages of the reply were hits
-  EXPECT_EQ(computed.cached_tokens, 0u);
-  EXPECT_EQ(a.token, b.token);
-  EXPECT_EQ(a.logprob, b.logprob);  // bit for bit
-  ASSERT_EQ(a.top.size(), b.top.size());
-  for (size_t k = 0; k < a.top.size(); ++k) EXPECT_EQ(a.top[k], b.top[k]) << k;
+  // The reply cached as far as --reply-prefill-tokens lets it be: all 47 positions with KV, one
+  // page of them, none.
+  for (const uint32_t reply_prefill : {256u, 16u, 0u}) {
+    SCOPED_TRACE("reply_prefill_tokens " + std::to_string(reply_prefill));
+    o.cache_enabled = true;
+    o.reply_prefill_tokens = reply_prefill;
+    auto cached = Runtime::create(o);
+    ASSERT_TRUE(cached.ok()) << cached.status().to_string();
+    const auto reply = generate(**cached, prompt, 48);
+    const uint64_t prefilled = (*cached)->stats().counters.decoded_tokens_prefilled;
+    EXPECT_LE(prefilled, reply_prefill);
+    std::vector<TokenId> turn = prompt;
+    turn.insert(turn.end(), reply.begin(), reply.end() - 1);  // the last sampled token has no KV
+    const auto more = text.tokenize(" # and then", {.follows = turn.back()});
+    turn.insert(turn.end(), more.begin(), more.end());
+    PrefillReport hit, computed;
+    const engine::TokenLogprobs a = first(**cached, turn, hit), b = first(**plain, turn, computed);
+    EXPECT_EQ(hit.cached_tokens, (uint32_t(prompt.size()) + prefilled) / 16 * 16);  // the reply's pages as far as prefilled
+    EXPECT_GE(hit.cached_tokens, prompt_pages_tokens + std::min(reply_prefill, 32u));
+    EXPECT_EQ(computed.cached_tokens, 0u);
+    EXPECT_EQ(a.token, b.token);
+    EXPECT_EQ(a.logprob, b.logprob);  // bit for bit
+    ASSERT_EQ(a.top.size(), b.top.size());
+    for (size_t k = 0; k < a.top.size(); ++k) EXPECT_EQ(a.top[k], b.top[k]) << k;
+  }
 }
 
 }  // namespace

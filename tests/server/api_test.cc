@@ -82,6 +82,7 @@ TEST(ApiParseTest, LogitBiasAndPenalties) {
   EXPECT_EQ(c.ignored_fields, 0u);
   EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"7":-101}})").param, "logit_bias");
   EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"x7":1}})").param, "logit_bias");
+  EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"7":100,"07":100}})").param, "logit_bias");  // +200 by adding
   EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":{"1000000":1}})").param, "logit_bias");
   EXPECT_EQ(error_of(R"({"prompt":"hi","logit_bias":[1]})").param, "logit_bias");
   EXPECT_EQ(error_of(R"({"prompt":"hi","presence_penalty":3})").param, "presence_penalty");
