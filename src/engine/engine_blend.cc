@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/engine_checks.h"
 #include "engine/engine_impl.h"
 #include "engine/kv_rows.h"
 
@@ -172,10 +173,10 @@ Status move_kv(const ModelConfig& c, BlockPool& pool, LayerIdx layer, std::span<
   if (src_pages > src.size() || dst_pages > dst.size() || uint64_t(src_pos) + n > UINT32_MAX ||
       uint64_t(dst_pos) + n > UINT32_MAX)
     return Status::InvalidArgument("move_kv: the page tables do not cover the positions moved");
-  for (uint64_t i = src_pos / P; n > 0 && i < src_pages; ++i)
-    if (!pool.contains(src[i])) return Status::InvalidArgument("move_kv: a source page is not a page of the pool");
-  for (uint64_t i = dst_pos / P; n > 0 && i < dst_pages; ++i)
-    if (!pool.contains(dst[i])) return Status::InvalidArgument("move_kv: a destination page is not a page of the pool");
+  if (n > 0) {
+    KVTIER_RETURN_IF_ERROR(check_pool_pages(pool, src.subspan(src_pos / P, src_pages - src_pos / P)));
+    KVTIER_RETURN_IF_ERROR(check_pool_pages(pool, dst.subspan(dst_pos / P, dst_pages - dst_pos / P)));
+  }
   // One rotation for every key: RoPE by the position difference.
   const double delta = double(dst_pos) - double(src_pos);
   std::vector<float> cs(c.head_dim);

@@ -11,11 +11,19 @@ Status check_pages(const BlockPool& pool, const SequenceKV& seq, uint32_t needed
   if (uint64_t(seq.pages.size()) * P < needed)
     return Status::FailedPrecondition("page table covers " + std::to_string(seq.pages.size() * P) +
                                       " positions, the call needs " + std::to_string(needed));
-  for (uint32_t i = 0; i < (needed + P - 1) / P; ++i)
-    if (!pool.contains(seq.pages[i]))
+  return check_pool_pages(pool, std::span(seq.pages).first((needed + P - 1) / P));
+}
+
+}  // namespace
+
+Status check_pool_pages(const BlockPool& pool, std::span<const PageId> pages) {
+  for (size_t i = 0; i < pages.size(); ++i)
+    if (!pool.contains(pages[i]))
       return Status::InvalidArgument("page table entry " + std::to_string(i) + " is not a page of the pool");
   return Status::Ok();
 }
+
+namespace {
 
 Status check_tokens(std::span<const TokenId> tokens, uint32_t vocab) {
   for (TokenId t : tokens)

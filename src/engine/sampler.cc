@@ -89,7 +89,7 @@ std::span<const float> Sampler::adjusted(std::span<const float> logits) {
 
 TokenId Sampler::sample(std::span<const float> raw) {
   const std::span<const float> logits = adjusted(raw);
-  TokenId t = argmax(logits);
+  TokenId t;
   // Candidates: tokens with a finite logit, weighed by softmax at the temperature; where a logit
   // is +inf, the +inf tokens alone, alike; a NaN logit is never drawn (it made the whole mass NaN
   // and the least likely token came out).
@@ -101,6 +101,8 @@ TokenId Sampler::sample(std::span<const float> raw) {
       cand_.resize(o_.top_k);
     }
     t = draw();
+  } else {
+    t = argmax(logits);
   }
   if (o_.presence_penalty != 0.0f || o_.frequency_penalty != 0.0f) {
     auto it = std::find_if(drawn_.begin(), drawn_.end(), [&](const auto& d) { return d.first == t; });

@@ -23,11 +23,7 @@ const KVCacheStats::Tenant* find(const KVCacheStats& s, const std::string& name)
 }
 
 TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
-  RigOptions o;
-  o.device_pages = 64;
-  o.host_pages = 64;
-  o.disk = false;
-  CacheRig rig(o);
+  CacheRig rig({.device_pages = 64, .host_pages = 64, .disk = false});
   const uint64_t page = rig.cache->options().geometry.page_bytes();
   rig.cache->set_tenant_quotas({{"acme", TenantQuota{.device = 5 * page, .host = 6 * page, .disk = 0}}});
   // globex first (the coldest pages are its), then acme: each 65-token prompt commits 4 whole pages.
@@ -59,11 +55,7 @@ TEST(CacheQuota, TenantOverItsQuotaGivesUpItsOwnPages) {
 // quotas as they land: a prefetch left a tenant at four times its host and device quotas until
 // somebody's next commit.
 TEST(CacheQuota, PrefetchedPagesStayWithinTheTenantsQuotas) {
-  RigOptions o;
-  o.device_pages = 64;
-  o.host_pages = 64;
-  o.disk = true;
-  CacheRig rig(o);
+  CacheRig rig({.device_pages = 64, .host_pages = 64, .disk = true});
   const uint64_t page = rig.cache->options().geometry.page_bytes();
   rig.ns.tenant = "acme";
   const auto a = CacheRig::random_tokens(16 * 12 + 1, 30);  // 12 pages, three chunks
