@@ -109,9 +109,15 @@ engine::GgufStreamOptions stream_options(unsigned threads) {
   return o;
 }
 
-double file_mib(const std::string& path) {
+// "12.3 MiB" for a regular file; what else it is for a pipe or a device (`--out /dev/stdout`).
+std::string size_of(const std::string& path) {
   std::error_code ec;
-  return double(std::filesystem::file_size(path, ec)) / (1 << 20);
+  if (!std::filesystem::is_regular_file(path, ec)) return "not a regular file";
+  const uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec) return "size unknown";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f MiB", double(bytes) / (1 << 20));
+  return text;
 }
 
 Status make_model(const Make& mk) {
@@ -129,18 +135,19 @@ Status make_model(const Make& mk) {
   cfg.vocab_size = uint32_t(vocab.tokens.size());
   KVTIER_RETURN_IF_ERROR(
       engine::write_synthetic_gguf(cfg, mk.seed, vocab, mk.out, {.weight_type = format}, stream_options(mk.threads)));
-  std::printf("wrote %s (%s %s, RoPE scaling %s, %s weights, seed %llu, vocabulary %u tokens (%s), %.1f MiB; "
-              "`kvtier model info` prints its fingerprint)\n",
-              mk.out.c_str(), mk.arch.c_str(), mk.preset.c_str(), mk.rope_scaling.c_str(), format.name().c_str(),
-              static_cast<unsigned long long>(mk.seed), cfg.vocab_size, vocab.model.c_str(), file_mib(mk.out));
+  // On stderr, as the progress lines: the file itself may be stdout.
+  std::fprintf(stderr, "wrote %s (%s %s, RoPE scaling %s, %s weights, seed %llu, vocabulary %u tokens (%s), %s; "
+               "`kvtier model info` prints its fingerprint)\n",
+               mk.out.c_str(), mk.arch.c_str(), mk.preset.c_str(), mk.rope_scaling.c_str(), format.name().c_str(),
+               static_cast<unsigned long long>(mk.seed), cfg.vocab_size, vocab.model.c_str(), size_of(mk.out).c_str());
   return Status::Ok();
 }
 
 Status quantize_model(const Quantize& q) {
   KVTIER_ASSIGN_OR_RETURN(engine::WeightFormat format, engine::parse_weight_format(q.dtype));
   KVTIER_RETURN_IF_ERROR(engine::quantize_gguf(q.in, q.out, format, stream_options(q.threads)));
-  std::printf("wrote %s (%s weights from %s: %.1f MiB -> %.1f MiB)\n", q.out.c_str(), format.name().c_str(),
-              q.in.c_str(), file_mib(q.in), file_mib(q.out));
+  std::fprintf(stderr, "wrote %s (%s weights from %s: %s -> %s)\n", q.out.c_str(), format.name().c_str(), q.in.c_str(),
+               size_of(q.in).c_str(), size_of(q.out).c_str());
   return Status::Ok();
 }
 

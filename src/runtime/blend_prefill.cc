@@ -144,18 +144,24 @@ std::vector<PromptSegment> segments_between(std::span<const TokenId> prompt, std
   return out;
 }
 
+Result<BlendDecision> blend_intent(std::span<const PromptSegment> segments, size_t prompt_tokens,
+                                   const BlendPrefillOptions& options, const engine::Forward& engine) {
+  KVTIER_RETURN_IF_ERROR(options.validate());
+  KVTIER_RETURN_IF_ERROR(check_segments(segments, prompt_tokens));
+  if (segments.empty()) return BlendDecision::kNoSegments;
+  if (!options.enabled) return BlendDecision::kDisabled;
+  if (!engine.supports_blend()) return BlendDecision::kUnsupported;
+  return BlendDecision::kFirstSeen;
+}
+
 Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, const Namespace& ns, CacheLease& lease,
                                      engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                      std::span<const PromptSegment> segments, const BlendPrefillOptions& options,
                                      BlendReport& report) {
-  KVTIER_RETURN_IF_ERROR(options.validate());
-  KVTIER_RETURN_IF_ERROR(check_segments(segments, prompt.size()));
   report = BlendReport{};
   report.exact_tokens = uint32_t(prompt.size());
-  if (segments.empty()) return cached_prefill(engine, cache, lease, kv, prompt);
-  report.decision = !options.enabled ? BlendDecision::kDisabled : BlendDecision::kUnsupported;
-  if (!options.enabled || !engine.supports_blend()) return cached_prefill(engine, cache, lease, kv, prompt);
-  report.decision = BlendDecision::kFirstSeen;
+  KVTIER_ASSIGN_OR_RETURN(report.decision, blend_intent(segments, prompt.size(), options, engine));
+  if (report.decision != BlendDecision::kFirstSeen) return cached_prefill(engine, cache, lease, kv, prompt);
   Status front = prefill_front(engine, lease, kv, prompt);
   const uint32_t exact = lease.cached_end();
   if (!front.ok()) {

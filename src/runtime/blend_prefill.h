@@ -77,6 +77,13 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
                                      std::span<const PromptSegment> segments, const BlendPrefillOptions& options,
                                      BlendReport& report);
 
+// What blend_prefill does with `segments` before any cache work: InvalidArgument for segments out
+// of order, overlapping, empty or past the prompt (or bad options); kNoSegments, kDisabled or
+// kUnsupported when it will not try to blend (it runs a plain cached_prefill, which a caller may
+// run itself, in parts); kFirstSeen when it will try.
+Result<BlendDecision> blend_intent(std::span<const PromptSegment> segments, size_t prompt_tokens,
+                                   const BlendPrefillOptions& options, const engine::Forward& engine);
+
 // Segments from a separator (LMCache's convention, `--blend-separator`): the
 // ranges between occurrences of `separator` in `prompt` (token ids); the
 // separators' own tokens are computed, not reused. Empty separator: none.

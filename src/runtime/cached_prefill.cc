@@ -36,20 +36,22 @@ Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCa
   return engine.prefill(kv, prompt, kv.num_tokens, po);
 }
 
-Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv,
-                                                    std::span<const TokenId> prompt, uint32_t top,
+Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, engine::SequenceKV& kv,
+                                                    std::span<const TokenId> prompt, size_t end, uint32_t top,
                                                     std::vector<engine::TokenLogprobs>& prompt_logprobs,
                                                     size_t max_logit_bytes) {
+  if (end > prompt.size() || end <= kv.num_tokens)
+    return Status::InvalidArgument("prompt logprobs: positions [" + std::to_string(kv.num_tokens) + ", " +
+                                   std::to_string(end) + ") are not inside the prompt of " +
+                                   std::to_string(prompt.size()));
   const size_t vocab = engine.model().config().vocab_size;
   const size_t slice = std::max<size_t>(1, max_logit_bytes / (vocab * sizeof(float)));
-  kv.pages = lease.pages();
-  kv.num_tokens = 0;
   engine::PrefillOptions po;
   po.all_logits = true;
   engine::Logits logits;
-  for (size_t begin = 0, end = 0; begin < prompt.size(); begin = end) {
-    end = std::min(prompt.size(), begin + slice);
-    KVTIER_ASSIGN_OR_RETURN(logits, engine.prefill(kv, prompt.first(end), uint32_t(begin), po));
+  for (size_t begin = kv.num_tokens, stop = 0; begin < end; begin = stop) {
+    stop = std::min(end, begin + slice);
+    KVTIER_ASSIGN_OR_RETURN(logits, engine.prefill(kv, prompt.first(stop), uint32_t(begin), po));
     for (uint32_t r = 0; r < logits.rows && begin + r + 1 < prompt.size(); ++r)
       prompt_logprobs.push_back(engine::token_logprobs(logits.row(r), prompt[begin + r + 1], top));
   }

@@ -34,13 +34,14 @@ Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, C
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                       bool all_logits = false);
 
-// The prompt computed in full with every token's log-probability (`prompt_logprobs[i]` of token
-// i + 1, with `top` alternatives): the logits come in slices of rows (at most `max_logit_bytes` of
+// Positions [kv.num_tokens, end) of `prompt` computed with every token's log-probability
+// (appended to `prompt_logprobs`: the one of token i + 1 for each position i < prompt.size() - 1,
+// with `top` alternatives), no cached KV used (`kv` holds its pages; a prompt is computed by one
+// call or by several in order). The logits come in slices of rows (at most `max_logit_bytes` of
 // them at once, at least a row; all of a 16k-token prompt's took 2 GB with a 32k vocabulary) and
-// are kept only for the last slice, whose last row is the position after the prompt. The lease
-// must be fresh (nothing cached).
-Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv,
-                                                    std::span<const TokenId> prompt, uint32_t top,
+// are kept only for the last slice, whose last row is position end - 1.
+Result<engine::Logits> prefill_with_prompt_logprobs(engine::Forward& engine, engine::SequenceKV& kv,
+                                                    std::span<const TokenId> prompt, size_t end, uint32_t top,
                                                     std::vector<engine::TokenLogprobs>& prompt_logprobs,
                                                     size_t max_logit_bytes = size_t(64) << 20);
 

@@ -179,11 +179,10 @@ class RuntimeImpl final : public Runtime {
   const ModelInfo& model() const override { return info_; }
 
   using Runtime::start;
-  Result<Started> start(const PromptRequest& request) override {
+  Result<Started> start(const PromptRequest& request, uint32_t chunk_tokens) override {
     const auto t0 = SteadyClock::now();
     const std::span<const TokenId> prompt = request.prompt;
     const SamplingParams& sp = request.sampling;
-    const std::span<const PromptSegment> segments = request.segments;
     if (prompt.empty()) return Status::InvalidArgument("prompt is empty");
     for (size_t i = 0; i < prompt.size(); ++i)
       if (prompt[i] < 0 || uint32_t(prompt[i]) >= info_.vocab_size)
@@ -200,60 +199,37 @@ class RuntimeImpl final : public Runtime {
     if (seqs_.size() >= o_.max_sequences)
       return Status::Busy("all " + std::to_string(o_.max_sequences) + " sequence slots are running");
     KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(sp));
+    KVTIER_ASSIGN_OR_RETURN(BlendDecision blend, blend_intent(request.segments, prompt.size(), o_.blend, *engine_));
+    // Blending reuses cached segments: not without the cache, nor where every position's logits are asked.
+    if (blend == BlendDecision::kFirstSeen && (!o_.cache_enabled || sp.prompt_logprobs)) blend = BlendDecision::kDisabled;
 
     Seq s{std::move(sampler)};
     s.ns = namespace_of(request);
     s.logprobs = sp.logprobs;
     s.retain = request.retain;
+    s.tokens = request.prompt;
+    s.prefill = std::make_unique<PromptPrefill>();
+    PromptPrefill& p = *s.prefill;
+    p.t0 = t0;
+    p.prompt_logprobs = sp.prompt_logprobs;
+    p.report.blend.decision = blend;
+    p.report.blend.exact_tokens = uint32_t(prompt.size());
+    if (blend == BlendDecision::kFirstSeen) p.segments = request.segments;
     // The race of this prefill: loads stamped by the transfer workers, compute by the traced engine.
-    auto trace = std::make_shared<PrefillTrace>();
-    trace->num_layers = model_->config().num_layers;
-    trace->page_tokens = o_.page_tokens;
-    auto arrivals = std::make_shared<LayerArrivals>(model_->config().num_layers);
-    ScopedLayerArrivals recording(arrivals);
-    if (o_.cache_enabled && !sp.prompt_logprobs) {
-      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->acquire(s.ns, prompt));
-    } else {
-      KVTIER_ASSIGN_OR_RETURN(s.lease, cache_->fresh(s.ns, prompt.size()));
-    }
-    CacheLease& lease = s.lease;
-    begin_trace(*trace, lease.plan(), prompt.size(), t0);
-    TracingForward traced(*engine_, *trace, t0);
-    Started out;
-    auto logits = sp.prompt_logprobs
-                      ? prefill_with_prompt_logprobs(traced, lease, s.kv, prompt, uint32_t(std::max(0, sp.logprobs)),
-                                                     out.prompt_logprobs)
-                  : !o_.cache_enabled
-                      ? cached_prefill(traced, *cache_, lease, s.kv, prompt)
-                      : blend_prefill(traced, *cache_, s.ns, lease, s.kv, prompt, segments, o_.blend, out.report.blend);
-    if (!logits.ok()) return logits.status();
-    s.exact_tokens = out.report.blend.blended ? out.report.blend.exact_tokens : UINT32_MAX;
-    s.decoded_from = s.kv.num_tokens;
-    const TokenId first = s.sampler.sample(logits->last());
-    s.tokens.assign(prompt.begin(), prompt.end());
-    s.tokens.push_back(first);
+    p.trace = std::make_shared<PrefillTrace>();
+    p.trace->num_layers = model_->config().num_layers;
+    p.trace->page_tokens = o_.page_tokens;
+    KVTIER_RETURN_IF_ERROR(lease_prompt(s));
+    const SeqId id(next_seq_++);
+    return advance(id, seqs_.emplace(id.value(), std::move(s)).first->second, chunk_tokens);
+  }
 
-    if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits->last(), first, uint32_t(s.logprobs));
-    out.report.computed_in_full_for_logprobs = sp.prompt_logprobs && o_.cache_enabled;
-    out.seq = SeqId(next_seq_++);
-    out.first_token = first;
-    PrefillReport& rep = out.report;
-    rep.prompt_tokens = static_cast<uint32_t>(prompt.size());
-    const LeaseReport& lr = lease.report();
-    for (int t = 0; t < kNumTiers; ++t) {
-      rep.cached_tokens_by_tier[t] = lr.reused_tokens_by_tier[t];
-      rep.bytes_loaded_by_tier[t] = lr.bytes_loaded_by_tier[t];
-      rep.cached_tokens += lr.reused_tokens_by_tier[t];
-    }
-    rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
-    rep.lossy_cached_tokens = lr.lossy_tokens;
-    rep.ttft_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
-    trace->prefill_s = rep.ttft_s;
-    trace->take_arrivals(*arrivals, t0);
-    rep.trace = std::move(trace);
-    counters_.record(rep);
-    seqs_.emplace(out.seq.value(), std::move(s));
-    return out;
+  Result<Started> prefill_more(SeqId id, uint32_t chunk_tokens) override {
+    auto it = seqs_.find(id.value());
+    if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
+    if (it->second.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is preempted");
+    if (!it->second.prefill) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is prefilled");
+    return advance(id, it->second, chunk_tokens);
   }
 
   uint32_t cached_prefix_tokens(const PromptRequest& request) override {
@@ -289,6 +265,7 @@ class RuntimeImpl final : public Runtime {
       if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
       Seq& s = it->second;
       if (s.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is preempted");
+      if (s.prefill) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is still prefilling");
       if (s.kv.num_tokens + 1 >= info_.max_context)
         return Status::OutOfRange("sequence " + std::to_string(id.value()) + " reached the context limit");
       KVTIER_RETURN_IF_ERROR(cache_->grow(s.lease, s.kv.num_tokens + 1));
@@ -319,6 +296,7 @@ class RuntimeImpl final : public Runtime {
     if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
     Seq& s = it->second;
     if (s.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is already preempted");
+    if (s.prefill) return preempt_prefill(s);
     BlockPool& pool = cache_->pool();
     const size_t page_bytes = pool.geometry().page_bytes();
     const size_t pages = (s.kv.num_tokens + o_.page_tokens - 1) / o_.page_tokens;
@@ -344,6 +322,7 @@ class RuntimeImpl final : public Runtime {
     if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
     Seq& s = it->second;
     if (!s.preempted) return Status::Ok();
+    if (s.prefill) return lease_prompt(s);  // the prefill goes on from what the cache holds
     if (s.saved.empty()) return recompute_kv(s);
     KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache_->fresh(s.ns, s.kv.num_tokens));  // Busy: not yet
     BlockPool& pool = cache_->pool();
@@ -403,6 +382,18 @@ class RuntimeImpl final : public Runtime {
     return Namespace{.model_fingerprint = info_.fingerprint, .adapter_id = {}, .cache_salt = r.cache_salt, .tenant = r.tenant};
   }
 
+  // A prompt being computed (start(), prefill_more()); what its report needs until the first token.
+  struct PromptPrefill {
+    SteadyClock::time_point t0;
+    bool prompt_logprobs = false;          // SamplingParams::prompt_logprobs
+    std::vector<PromptSegment> segments;   // set only when it may blend (one call)
+    bool begun = false;                    // the lease's loads are consumed (a chunk ran on it)
+    PrefillReport report;
+    std::shared_ptr<PrefillTrace> trace;
+    std::shared_ptr<LayerArrivals> arrivals;      // of the lease's loads
+    std::vector<engine::TokenLogprobs> logprobs;  // of the prompt's tokens so far
+  };
+
   struct Seq {
     engine::Sampler sampler;
     Namespace ns;
@@ -412,11 +403,117 @@ class RuntimeImpl final : public Runtime {
     int32_t logprobs = -1;        // SamplingParams::logprobs
     engine::TokenLogprobs last_logprobs;
     uint32_t exact_tokens = UINT32_MAX;  // KV past this position was blended: never committed
-    uint32_t decoded_from = 0;           // KV from here on was written by decode steps
+    uint32_t decoded_from = UINT32_MAX;  // KV from here on was written by decode steps
+    std::unique_ptr<PromptPrefill> prefill;  // while the prompt is computed (tokens: the prompt)
     std::vector<RetainHint> retain;      // PromptRequest::retain
     bool preempted = false;              // its KV is off the device pool (preempt())
     std::vector<std::byte> saved;        // preempted raw: its pages' bytes; empty: recomputed at resume()
   };
+
+  // The sequence's pages for its whole prompt, the cached prefix's loads started (a fresh lease
+  // where the cache is off or every position's logits are asked). Busy: no room now; `s` unchanged.
+  Status lease_prompt(Seq& s) {
+    PromptPrefill& p = *s.prefill;
+    const std::span<const TokenId> prompt = s.tokens;
+    auto arrivals = std::make_shared<LayerArrivals>(model_->config().num_layers);
+    ScopedLayerArrivals recording(arrivals);  // the loads the lease submits are stamped into it
+    CacheLease lease;
+    if (o_.cache_enabled && !p.prompt_logprobs) {
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, prompt));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, prompt.size()));
+    }
+    s.lease = std::move(lease);
+    s.kv = {};
+    s.preempted = false;
+    p.arrivals = std::move(arrivals);
+    p.begun = false;
+    p.logprobs.clear();
+    begin_trace(*p.trace, s.lease.plan(), prompt.size(), p.t0);
+    return Status::Ok();
+  }
+
+  // The next chunk of the prompt: the first one on a lease waits for its loads (or blends, in one
+  // call); later ones continue from the KV computed. On success kv.num_tokens is how far it got.
+  Result<engine::Logits> compute_chunk(Seq& s, uint32_t chunk) {
+    PromptPrefill& p = *s.prefill;
+    const std::span<const TokenId> prompt = s.tokens;
+    TracingForward traced(*engine_, *p.trace, p.t0);
+    const auto end_from = [&](size_t from) { return std::min(prompt.size(), from + std::max<size_t>(chunk, 1)); };
+    if (p.prompt_logprobs) {
+      if (!p.begun) s.kv.pages = s.lease.pages();
+      p.begun = true;
+      return prefill_with_prompt_logprobs(traced, s.kv, prompt, end_from(s.kv.num_tokens),
+                                          uint32_t(std::max(0, s.logprobs)), p.logprobs);
+    }
+    if (p.begun) return traced.prefill(s.kv, prompt.first(end_from(s.kv.num_tokens)), s.kv.num_tokens);
+    p.begun = true;
+    ScopedLayerArrivals recording(p.arrivals);  // and those blending submits
+    auto logits = !p.segments.empty()
+                      ? blend_prefill(traced, *cache_, s.ns, s.lease, s.kv, prompt, p.segments, o_.blend, p.report.blend)
+                      : cached_prefill(traced, *cache_, s.lease, s.kv, prompt.first(end_from(s.lease.cached_end())));
+    p.trace->take_arrivals(*p.arrivals, p.t0);  // every load was waited for
+    return logits;
+  }
+
+  // One chunk of sequence `id`'s prompt, and the first token once it is all computed. A failed
+  // chunk ends the sequence.
+  Result<Started> advance(SeqId id, Seq& s, uint32_t chunk) {
+    const uint32_t before = s.prefill->begun ? s.kv.num_tokens : s.lease.cached_end();
+    auto logits = compute_chunk(s, chunk);
+    if (!logits.ok()) {
+      seqs_.erase(id.value());
+      return logits.status();
+    }
+    Started out;
+    out.seq = id;
+    out.computed = s.kv.num_tokens - std::min(before, s.kv.num_tokens);
+    out.prompt_left = uint32_t(s.tokens.size()) - s.kv.num_tokens;
+    if (out.prompt_left == 0) first_token(s, *logits, out);
+    return out;
+  }
+
+  // The prompt is computed: samples the first token and completes the report.
+  void first_token(Seq& s, const engine::Logits& logits, Started& out) {
+    PromptPrefill& p = *s.prefill;
+    PrefillReport& rep = p.report;
+    s.exact_tokens = rep.blend.blended ? rep.blend.exact_tokens : UINT32_MAX;
+    s.decoded_from = s.kv.num_tokens;
+    out.first_token = s.sampler.sample(logits.last());
+    s.tokens.push_back(out.first_token);
+    if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits.last(), out.first_token, uint32_t(s.logprobs));
+    rep.computed_in_full_for_logprobs = p.prompt_logprobs && o_.cache_enabled;
+    rep.prompt_tokens = s.kv.num_tokens;
+    const LeaseReport& lr = s.lease.report();
+    for (int t = 0; t < kNumTiers; ++t) {
+      rep.cached_tokens_by_tier[t] = lr.reused_tokens_by_tier[t];
+      rep.bytes_loaded_by_tier[t] = lr.bytes_loaded_by_tier[t];
+      rep.cached_tokens += lr.reused_tokens_by_tier[t];
+    }
+    rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
+    rep.lossy_cached_tokens = lr.lossy_tokens;
+    rep.ttft_s = std::chrono::duration<double>(SteadyClock::now() - p.t0).count();
+    p.trace->prefill_s = rep.ttft_s;
+    rep.trace = std::move(p.trace);
+    counters_.record(rep);
+    out.report = std::move(rep);
+    out.prompt_logprobs = std::move(p.logprobs);
+    s.prefill.reset();
+  }
+
+  // A prompt being computed gives up its pages: what it computed is cached (or, without the cache,
+  // dropped), and resume() leases the prompt again, finding that.
+  Result<bool> preempt_prefill(Seq& s) {
+    if (o_.cache_enabled) {
+      (void)cache_->commit(s.lease, std::span(s.tokens).first(s.kv.num_tokens));
+    } else {
+      cache_->release(s.lease);
+    }
+    s.kv = {};
+    s.preempted = true;
+    ++counters_.preempted_recompute;
+    return false;
+  }
 
   // A preempted sequence whose KV was dropped: recomputed from its tokens
   // (the cached prefix reused, as for a prompt). The last sampled token is

@@ -223,14 +223,36 @@ class Runtime {
   // With sampling.prompt_logprobs, `prompt_logprobs[i]` is about prompt token i + 1.
   struct Started {
     SeqId seq;
-    TokenId first_token;
-    PrefillReport report;
-    std::vector<engine::TokenLogprobs> prompt_logprobs;
+    TokenId first_token = -1;  // once prompt_left is 0
+    uint32_t prompt_left = 0;  // prompt positions not computed yet: prefill_more() computes them
+    uint32_t computed = 0;     // prompt positions this call computed (a recomputed cached front aside)
+    PrefillReport report;      // once prompt_left is 0
+    std::vector<engine::TokenLogprobs> prompt_logprobs;  // once prompt_left is 0
   };
+  // Chunked prefill, so that a long prompt does not hold the streams decoding beside it: start()
+  // takes the sequence's pages for the whole prompt and its cached prefix (loads and a recomputed
+  // front included), but computes at most `chunk_tokens` (at least 1) of the positions past it;
+  // prefill_more() computes the next ones, and the call that computes the last one samples the
+  // first token. The result is the one-call prefill's (each chunk continues from the KV before
+  // it, as a cache hit does). Until then decode() refuses the sequence; finish() caches the
+  // positions computed so far; preempt() caches them too and drops the sequence's pages, and once
+  // resume() has taken pages again the prefill goes on from what the cache then holds.
   // `segments` mark reusable pieces of the prompt (blend_prefill.h): when the
   // planner blends them, the output is approximate, only the KV before the
-  // first blended position is cached at finish(), and report.blend says so.
-  virtual Result<Started> start(const PromptRequest& request) = 0;
+  // first blended position is cached at finish(), and report.blend says so. A prompt that may
+  // blend is computed by one call whatever `chunk_tokens` says.
+  virtual Result<Started> start(const PromptRequest& request, uint32_t chunk_tokens) = 0;
+  // NotFound for an unknown sequence, FailedPrecondition when it is preempted or prefilled.
+  // A failed chunk ends the sequence (nothing of it is cached).
+  virtual Result<Started> prefill_more(SeqId seq, uint32_t chunk_tokens) = 0;
+  // The whole prompt at once.
+  Result<Started> start(const PromptRequest& request) {
+    KVTIER_ASSIGN_OR_RETURN(Started s, start(request, UINT32_MAX));
+    while (s.prompt_left > 0) {
+      KVTIER_ASSIGN_OR_RETURN(s, prefill_more(s.seq, UINT32_MAX));
+    }
+    return s;
+  }
   // The same from loose parts (tests and tools).
   Result<Started> start(std::span<const TokenId> prompt, const SamplingParams& sampling, std::string_view cache_salt = {},
                         std::span<const PromptSegment> segments = {}) {

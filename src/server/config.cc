@@ -82,6 +82,10 @@ OptionTable<S> make_table() {
                               "later ones)"},
                              KVTIER_FIELD(limits.schedule), parse_schedule_policy, schedule_policy_name,
                              "fcfs, cached-first"));
+  t.push_back(uint_option<S>({"limits.prefill_chunk_tokens", "--prefill-chunk-tokens", {},
+                              "Prompt positions computed between two decode steps, over all prompts (chunked "
+                              "prefill): a long prompt holds the streams beside it this long at a time"},
+                             KVTIER_FIELD(limits.prefill_chunk_tokens), 1, 1u << 24));
   t.push_back(uint_option<S>({"limits.max_tokens", "--max-tokens", {}, "Largest max_tokens a request may ask for"},
                              KVTIER_FIELD(limits.max_tokens), 1, 1u << 24));
   t.push_back(uint_option<S>({"limits.default_max_tokens", "--default-max-tokens", {}, "max_tokens when a request omits it"},
@@ -168,6 +172,7 @@ const OptionTable<ServerConfig>& server_option_table() {
 
 Status ServerLimits::validate() const {
   if (max_queue == 0) return Status::InvalidArgument("limits.max_queue must be at least 1");
+  if (prefill_chunk_tokens == 0) return Status::InvalidArgument("limits.prefill_chunk_tokens must be at least 1");
   if (max_tokens == 0) return Status::InvalidArgument("limits.max_tokens must be at least 1");
   if (default_max_tokens == 0 || default_max_tokens > max_tokens)
     return Status::InvalidArgument("limits.default_max_tokens must be in [1, max_tokens]");

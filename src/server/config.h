@@ -33,6 +33,7 @@ struct ServerLimits {
   uint32_t http_threads = 0;           // connection threads; 0: ServerConfig::connection_threads() derives them
   size_t max_body_bytes = size_t(16) << 20;
   SchedulePolicy schedule = SchedulePolicy::kFcfs;  // admission order (server/schedule_policy.h)
+  uint32_t prefill_chunk_tokens = kDefaultPrefillChunkTokens;  // prompt positions between two decode steps
 
   Status validate() const;
 };

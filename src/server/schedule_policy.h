@@ -11,6 +11,7 @@
 // next, so none starves.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "kvtier/status.h"
@@ -18,6 +19,10 @@
 namespace kvtier::server {
 
 enum class SchedulePolicy { kFcfs, kCachedFirst };
+
+// Prompt positions computed between two decode steps (SchedulerOptions::prefill_chunk_tokens,
+// `--prefill-chunk-tokens`).
+inline constexpr uint32_t kDefaultPrefillChunkTokens = 256;
 
 std::string_view schedule_policy_name(SchedulePolicy p);
 Result<SchedulePolicy> parse_schedule_policy(std::string_view name);  // "fcfs", "cached-first"

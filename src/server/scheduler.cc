@@ -133,6 +133,7 @@ struct Scheduler::Running {
   CompletionUsage usage;
   RequestState::Clock::time_point deadline;
   bool ended = false;
+  bool prefilling = false;           // its prompt is being computed in chunks (Runtime::prefill_more)
   bool paused = false;               // preempted: its KV is off the device pool (Runtime::preempt)
   uint64_t resume_tried_at = 0;      // room_epoch_ when resume() last found no room
 
@@ -143,6 +144,7 @@ Status SchedulerOptions::validate() const {
   if (max_queue == 0) return Status::InvalidArgument("scheduler: max_queue must be at least 1");
   if (max_running == 0) return Status::InvalidArgument("scheduler: max_running must be at least 1");
   if (prefills_per_step == 0) return Status::InvalidArgument("scheduler: prefills_per_step must be at least 1");
+  if (prefill_chunk_tokens == 0) return Status::InvalidArgument("scheduler: prefill_chunk_tokens must be at least 1");
   if (!(request_timeout_s > 0)) return Status::InvalidArgument("scheduler: request_timeout_s must be positive");
   if (retry_idle.count() <= 0) return Status::InvalidArgument("scheduler: retry_idle must be positive");
   if (recent_requests == 0) return Status::InvalidArgument("scheduler: recent_requests must be at least 1");
@@ -348,7 +350,9 @@ void Scheduler::step() {
   }
   std::erase_if(running_, [](const auto& r) { return r->ended; });
   answer_waiting_that_are_over();
-  if (resume_paused()) admit();  // new requests wait while a paused one does not fit
+  uint32_t budget = options_.prefill_chunk_tokens;
+  prefill_running(budget);
+  if (resume_paused()) admit(budget);  // new requests wait while a paused one does not fit
   prefetch_waiting();  // their lower-tier reads overlap the decode below
   decode_running();
   std::erase_if(running_, [](const auto& r) { return r->ended; });
@@ -405,8 +409,8 @@ std::optional<size_t> Scheduler::next_admissible_locked() const {
   return best;
 }
 
-void Scheduler::admit() {
-  for (uint32_t n = 0; n < options_.prefills_per_step && running_.size() < options_.max_running;) {
+void Scheduler::admit(uint32_t& budget) {
+  for (uint32_t n = 0; n < options_.prefills_per_step && budget > 0 && running_.size() < options_.max_running;) {
     Waiting w;
     size_t index = 0;
     {
@@ -419,7 +423,7 @@ void Scheduler::admit() {
       waiting_.erase(waiting_.begin() + long(index));
       ++running_count_;  // so drain() never sees it in neither place
     }
-    const Admission admission = start_waiting(w);
+    const Admission admission = start_waiting(w, budget);
     if (admission == Admission::kPrefilled) ++n;
     if (admission != Admission::kNoRoom) continue;
     // No room now: back to its place, skipped until room may have appeared.
@@ -450,11 +454,11 @@ void Scheduler::answer_waiting_that_are_over() {
   std::erase_if(waiting_, [&](Waiting& w) { return answer_if_over(w, now); });
 }
 
-Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
+Scheduler::Admission Scheduler::start_waiting(Waiting& w, uint32_t& budget) {
   const auto now = options_.clock->now();
   if (answer_if_over(w, now)) return Admission::kAnswered;
   const auto deadline = deadline_of(*w.state);
-  auto started = runtime_->start(w.request);
+  auto started = runtime_->start(w.request, budget);
   if (!started.ok() && started.status().is(StatusCode::kBusy)) return Admission::kNoRoom;
   auto r = std::make_unique<Running>(std::move(w.request));
   r->state = std::move(w.state);
@@ -465,15 +469,36 @@ Scheduler::Admission Scheduler::start_waiting(Waiting& w) {
     r->state->complete({}, {}, started.status(), r->usage);
     return Admission::kPrefilled;  // a prefill's worth of work was spent on it
   }
+  budget -= std::min(budget, started->computed);
   r->seq = started->seq;
-  r->usage.report = started->report;
-  r->state->set_prompt_logprobs(std::move(started->prompt_logprobs));
-  r->usage.ttft_s = seconds_between(r->state->arrival(), options_.clock->now());
-  record_prefill(r->usage, r->request.session);
+  r->prefilling = true;
   Running& ref = *r;
   running_.push_back(std::move(r));
-  on_token(ref, started->first_token);
+  if (started->prompt_left == 0) prefilled(ref, *started);
   return Admission::kPrefilled;
+}
+
+void Scheduler::prefill_running(uint32_t& budget) {
+  for (auto& r : running_) {
+    if (budget == 0) return;
+    if (!r->prefilling || r->paused || r->ended) continue;
+    auto more = runtime_->prefill_more(r->seq, budget);
+    if (!more.ok()) {
+      end(*r, {}, more.status());
+      continue;
+    }
+    budget -= std::min(budget, more->computed);
+    if (more->prompt_left == 0) prefilled(*r, *more);
+  }
+}
+
+void Scheduler::prefilled(Running& r, Runtime::Started& started) {
+  r.prefilling = false;
+  r.usage.report = started.report;
+  r.state->set_prompt_logprobs(std::move(started.prompt_logprobs));
+  r.usage.ttft_s = seconds_between(r.state->arrival(), options_.clock->now());
+  record_prefill(r.usage, r.request.session);
+  on_token(r, started.first_token);
 }
 
 void Scheduler::record_prefill(const CompletionUsage& usage, const std::string& session) {
@@ -490,12 +515,14 @@ void Scheduler::record_prefill(const CompletionUsage& usage, const std::string& 
 void Scheduler::decode_running() {
   for (;;) {
     std::vector<SeqId> seqs;
-    std::vector<Running*> batch;
-    for (auto& r : running_)
-      if (!r->ended && !r->paused) {
-        seqs.push_back(r->seq);
-        batch.push_back(r.get());
-      }
+    std::vector<Running*> batch, active;  // decoding; decoding or prefilling
+    for (auto& r : running_) {
+      if (r->ended || r->paused) continue;
+      active.push_back(r.get());
+      if (r->prefilling) continue;
+      seqs.push_back(r->seq);
+      batch.push_back(r.get());
+    }
     if (seqs.empty()) return;
     auto tokens = runtime_->decode(seqs);
     if (tokens.ok() && tokens->size() == seqs.size()) {
@@ -503,8 +530,8 @@ void Scheduler::decode_running() {
       return;
     }
     // Out of device pages: the youngest sequence pauses and the others go on.
-    if (!tokens.ok() && tokens.status().is(StatusCode::kBusy) && batch.size() > 1) {
-      pause(*batch.back());
+    if (!tokens.ok() && tokens.status().is(StatusCode::kBusy) && active.size() > 1) {
+      pause(*active.back());
       continue;
     }
     // The batch failed: decode one by one so a single bad sequence (context

@@ -4,12 +4,17 @@
 // on; they never touch the Runtime. The scheduler thread loops:
 //   1. reap running sequences whose client went away or whose time is up
 //      (Runtime::finish frees their pages);
-//   2. admit at most `prefills_per_step` waiting requests (Runtime::start:
-//      cache lookup + prefill), so prefill of a newcomer is interleaved with
-//      the decode steps of running streams instead of stalling them; which
-//      one first is SchedulerOptions::policy's choice (arrival order, or the
-//      one with the least left to compute: server/schedule_policy.h);
-//   3. decode every running sequence in one Runtime::decode batch.
+//   2. compute at most `prefill_chunk_tokens` prompt positions in all:
+//      first the next chunks of prompts being computed (oldest first,
+//      Runtime::prefill_more), then with what is left admit at most
+//      `prefills_per_step` waiting requests (Runtime::start: cache lookup,
+//      loads, a first chunk), so a long prompt is computed in chunks between
+//      the decode steps of running streams instead of stalling them for its
+//      whole length (chunked prefill); which request first is
+//      SchedulerOptions::policy's choice (arrival order, or the one with the
+//      least left to compute: server/schedule_policy.h);
+//   3. decode every running sequence whose prompt is computed, in one
+//      Runtime::decode batch.
 // A sequence ends on EOS, a stop string, max_tokens or the context limit;
 // its text is published incrementally (stop strings are cut off).
 // The waiting queue is bounded: submit() fails with Busy (HTTP 429) when it
@@ -25,7 +30,8 @@
 // request starts until it has, so it cannot starve.
 // Running sequences that together outgrow the device pool while decoding
 // never fail for it: the youngest is preempted (Runtime::preempt: its KV
-// leaves the pool, raw to host memory or dropped for recompute) and paused;
+// leaves the pool, raw to host memory or dropped for recompute; a prompt
+// being computed caches what it has and resumes from there) and paused;
 // paused sequences resume, oldest first, once a sequence ends, and no new
 // request is admitted while one is paused. Their output is unchanged.
 // Each prefill is kept in a small log (recent()) with its per-layer trace,
@@ -124,6 +130,10 @@ struct SchedulerOptions {
   uint32_t max_queue = 256;          // waiting (not yet prefilled) requests
   uint32_t max_running = 64;         // sequences decoded together
   uint32_t prefills_per_step = 1;    // admissions between two decode steps
+  // Prompt positions computed between two decode steps, over every prompt (a chunk of a long one,
+  // or several short ones): bounds how long a prompt holds the streams beside it. A prompt's cached
+  // prefix (its loads, a recomputed front) and a prompt that may blend are computed past it.
+  uint32_t prefill_chunk_tokens = kDefaultPrefillChunkTokens;
   double request_timeout_s = 600;
   uint32_t max_passes = 64;          // later requests that may start ahead of one (waiting for room, or by policy)
   SchedulePolicy policy = SchedulePolicy::kFcfs;  // admission order (server/schedule_policy.h)
@@ -206,11 +216,16 @@ class Scheduler {
   // Moves the timed calls due by now (the scheduler's clock) to `calls`. Holds mu_.
   void take_due_locked(std::vector<std::function<void()>>& calls);
   void step();
-  void admit();
+  // Admissions, each computing a first chunk of at most `budget` positions (taken from it).
+  void admit(uint32_t& budget);
   enum class Admission { kPrefilled, kAnswered, kNoRoom };  // kPrefilled: start() ran (counts toward prefills_per_step)
   struct Waiting;
   // Runtime::start for one request taken from the queue; kNoRoom leaves `w` intact.
-  Admission start_waiting(Waiting& w);
+  Admission start_waiting(Waiting& w, uint32_t& budget);
+  // The next chunks of prompts being computed, oldest first, while `budget` lasts.
+  void prefill_running(uint32_t& budget);
+  // The prompt is computed: its report, and its first token.
+  void prefilled(Running& r, Runtime::Started& started);
   // When a request's time is up: its arrival plus options_.request_timeout_s.
   Clock::time_point deadline_of(const RequestState& state) const;
   // Answers a waiting request whose client left or whose deadline passed (at `now`); false if neither.
@@ -225,9 +240,10 @@ class Scheduler {
   static PromptRequest prompt_of(const GenerationRequest& r);
   // Asks the runtime to read ahead the cached prefixes of requests still queued.
   void prefetch_waiting();
-  // One decode step for every running sequence that is not paused. When
-  // they outgrow the device pool (the runtime answers Busy) the youngest is
-  // preempted (pause()) and the rest try again.
+  // One decode step for every running sequence that is not paused nor
+  // prefilling. When they outgrow the device pool (the runtime answers Busy)
+  // the youngest sequence (decoding or prefilling) is preempted (pause()) and
+  // the rest try again.
   void decode_running();
   void pause(Running& r);
   // Resumes paused sequences, oldest first, once room may have appeared;

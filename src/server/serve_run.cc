@@ -62,6 +62,7 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
   so.max_running = config.runtime.max_sequences;
   so.request_timeout_s = config.limits.request_timeout_s;
   so.policy = config.limits.schedule;
+  so.prefill_chunk_tokens = config.limits.prefill_chunk_tokens;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Scheduler> scheduler, Scheduler::create(so, std::move(runtime)));
   // Each tenant's quotas go to the cache, now and at every reload.
   auto apply_quotas = [&scheduler, &keys] {

@@ -273,8 +273,16 @@ TEST(CacheExactness, PromptLogprobsInSlicesMatchTheWholePromptsLogits) {
   ASSERT_TRUE(lease.ok());
   std::vector<engine::TokenLogprobs> lp;
   const size_t row_bytes = size_t(whole->vocab) * sizeof(float);
-  auto last = prefill_with_prompt_logprobs(*rig.engine, *lease, kv, prompt, 2, lp, 7 * row_bytes);  // 7 rows a slice
+  kv = {};
+  kv.pages = lease->pages();
+  // In two calls, as a chunked prefill makes them (the second continues from kv.num_tokens).
+  auto first = prefill_with_prompt_logprobs(*rig.engine, kv, prompt, 40, 2, lp, 7 * row_bytes);  // 7 rows a slice
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_EQ(kv.num_tokens, 40u);
+  ASSERT_EQ(lp.size(), 40u);
+  auto last = prefill_with_prompt_logprobs(*rig.engine, kv, prompt, prompt.size(), 2, lp, 7 * row_bytes);
   ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_FALSE(prefill_with_prompt_logprobs(*rig.engine, kv, prompt, prompt.size(), 2, lp).ok());  // nothing left
   ASSERT_EQ(lp.size(), prompt.size() - 1);
   for (size_t i = 0; i < lp.size(); ++i) {
     const engine::TokenLogprobs expected = engine::token_logprobs(whole->row(uint32_t(i)), prompt[i + 1], 2);

@@ -127,7 +127,7 @@ class FakeRuntime final : public Runtime {
   }
 
   using Runtime::start;
-  Result<Started> start(const PromptRequest& request) override {
+  Result<Started> start(const PromptRequest& request, uint32_t chunk_tokens) override {
     const std::span<const TokenId> prompt = request.prompt;
     // The namespace as the real runtime forms it: the tenant, then the salt within it.
     const std::string salt = request.tenant + '\0' + request.cache_salt;
@@ -156,11 +156,24 @@ class FakeRuntime final : public Runtime {
     st.report.cached_tokens = uint32_t(best);
     st.report.cached_tokens_by_tier[int(TierKind::kHost)] = uint32_t(best);
     st.report.ttft_s = 0.001;
-    seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), salt, 0, 0};
-    st.first_token = next_token(seqs_[st.seq.value()], prompt.back());
+    seqs_[st.seq.value()] = Seq{std::vector<TokenId>(prompt.begin(), prompt.end()), salt, 0, 0, uint32_t(best)};
     s_->live.insert(st.seq.value());
     s_->started.push_back(prompt.front());
     s_->log.push_back("start");
+    compute_locked(seqs_[st.seq.value()], chunk_tokens, st);
+    s_->cv.notify_all();
+    return st;
+  }
+  // The prompt is computed `chunk_tokens` positions a call past its cached prefix.
+  Result<Started> prefill_more(SeqId seq, uint32_t chunk_tokens) override {
+    std::lock_guard lk(s_->mu);
+    auto it = seqs_.find(seq.value());
+    if (it == seqs_.end() || it->second.computed >= it->second.prompt.size())
+      return Status::FailedPrecondition("fake: not prefilling");
+    Started st;
+    st.seq = seq;
+    compute_locked(it->second, chunk_tokens, st);
+    s_->log.push_back("prefill:" + std::to_string(st.computed));
     s_->cv.notify_all();
     return st;
   }
@@ -201,6 +214,7 @@ class FakeRuntime final : public Runtime {
     for (SeqId id : seqs) {
       auto it = seqs_.find(id.value());
       if (it == seqs_.end() || !s_->live.count(id.value())) return Status::InvalidArgument("fake: unknown sequence");
+      if (it->second.computed < it->second.prompt.size()) return Status::FailedPrecondition("fake: still prefilling");
       out.push_back(next_token(it->second, it->second.last));
     }
     s_->max_batch = std::max(s_->max_batch, seqs.size());
@@ -245,7 +259,16 @@ class FakeRuntime final : public Runtime {
     std::string salt;
     TokenId last;
     uint32_t generated;
+    uint32_t computed;  // prompt positions computed (the cached prefix counts)
   };
+  void compute_locked(Seq& s, uint32_t chunk_tokens, Started& st) {
+    const uint32_t prompt = uint32_t(s.prompt.size());
+    const uint32_t end = uint32_t(std::min<uint64_t>(prompt, uint64_t(s.computed) + std::max(chunk_tokens, 1u)));
+    st.computed = end - s.computed;
+    s.computed = end;
+    st.prompt_left = prompt - end;
+    if (st.prompt_left == 0) st.first_token = next_token(s, s.prompt.back());
+  }
   TokenId next_token(Seq& s, TokenId prev) {
     ++s.generated;
     TokenId t = s.generated == 1 ? TokenId(prev % 35 + 1) : TokenId(prev % 35 + 1);

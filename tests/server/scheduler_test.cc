@@ -121,6 +121,35 @@ TEST(SchedulerTest, PrefillIsInterleavedWithDecodeSteps) {
   EXPECT_EQ(std::count(log.begin(), log.end(), "start"), 6);
 }
 
+// Chunked prefill: a long prompt is computed prefill_chunk_tokens positions at a time, and the
+// running stream decodes between two chunks (without it the whole prompt ran in one step).
+TEST(SchedulerTest, ALongPromptIsComputedInChunksBetweenDecodeSteps) {
+  SchedulerOptions o;
+  o.prefill_chunk_tokens = 8;
+  Fixture f(o, [](FakeShared& s) { s.gate_closed = true; });
+  auto stream = f.submit({1}, 4000);
+  ASSERT_TRUE(f.fake->wait_for([&] { return f.fake->in_start; }));
+  auto longer = f.submit(std::vector<TokenId>(40, 5), 3);  // 5 chunks
+  auto after = f.submit({2}, 2);
+  f.fake->open_gate();
+  const auto v = longer->wait_done();
+  ASSERT_TRUE(v.error.ok()) << v.error.to_string();
+  EXPECT_EQ(v.delta, "ghi");  // 5 -> 6, 7, 8
+  ASSERT_TRUE(after->wait_done().error.ok());
+  stream->cancel();
+  stream->wait_done();
+  std::vector<std::string> steps;  // starts, chunks and decodes, in order
+  for (const std::string& e : f.log())
+    if (e.rfind("start", 0) == 0 || e.rfind("prefill", 0) == 0 || e.rfind("decode", 0) == 0) steps.push_back(e);
+  const auto second_start = std::find(std::next(std::find(steps.begin(), steps.end(), "start")), steps.end(), "start");
+  ASSERT_NE(second_start, steps.end());
+  // The long prompt's first chunk at its start, then four more, each after a decode step of the stream alone.
+  const std::vector<std::string> expected = {"start", "decode:1", "prefill:8", "decode:1", "prefill:8", "decode:1",
+                                             "prefill:8", "decode:1", "prefill:8", "decode:2"};
+  ASSERT_GE(size_t(steps.end() - second_start), expected.size());
+  EXPECT_EQ(std::vector<std::string>(second_start, second_start + long(expected.size())), expected);
+}
+
 TEST(SchedulerTest, CancelFreesTheSequence) {
   Fixture f({}, [](FakeShared& s) { s.decode_delay = 1ms; });
   auto st = f.submit({1}, 4000);
@@ -472,6 +501,9 @@ TEST(SchedulerTest, RequestWaitingForRoomIsPassedAtMostMaxPassesTimes) {
 TEST(SchedulerTest, OptionsAreValidated) {
   SchedulerOptions o;
   o.max_queue = 0;
+  EXPECT_FALSE(Scheduler::create(o, std::make_unique<FakeRuntime>(std::make_shared<FakeShared>())).ok());
+  o = {};
+  o.prefill_chunk_tokens = 0;
   EXPECT_FALSE(Scheduler::create(o, std::make_unique<FakeRuntime>(std::make_shared<FakeShared>())).ok());
   o = {};
   o.retry_idle = 0ms;
