@@ -27,7 +27,9 @@ def one_run(args, seed):
                     answered[0] = time.monotonic()
 
     stream_prompt = [rng.randrange(100, args.vocab) for _ in range(16)]
-    body = {"prompt": stream_prompt, "max_tokens": args.stream_tokens, "ignore_eos": True, "stream": True}
+    # logprobs: an event per token, even where its text is held back (a byte of a character)
+    body = {"prompt": stream_prompt, "max_tokens": args.stream_tokens, "ignore_eos": True, "stream": True,
+            "logprobs": 0}
     sender = None
     with post(url, body) as r:
         for line in r:

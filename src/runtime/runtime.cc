@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -388,6 +389,10 @@ class RuntimeImpl final : public Runtime {
     bool prompt_logprobs = false;          // SamplingParams::prompt_logprobs
     std::vector<PromptSegment> segments;   // set only when it may blend (one call)
     bool begun = false;                    // the lease's loads are consumed (a chunk ran on it)
+    // What the request's first lease found, kept when it was preempted: the lease taken at resume()
+    // finds the pages the request computed itself, which its report does not count as cached. The
+    // trace keeps that first lease's plan and loads, with every compute pass.
+    std::optional<LeaseReport> first_lease;
     PrefillReport report;
     std::shared_ptr<PrefillTrace> trace;
     std::shared_ptr<LayerArrivals> arrivals;      // of the lease's loads
@@ -429,7 +434,7 @@ class RuntimeImpl final : public Runtime {
     p.arrivals = std::move(arrivals);
     p.begun = false;
     p.logprobs.clear();
-    begin_trace(*p.trace, s.lease.plan(), prompt.size(), p.t0);
+    if (!p.first_lease) begin_trace(*p.trace, s.lease.plan(), prompt.size(), p.t0);
     return Status::Ok();
   }
 
@@ -452,14 +457,15 @@ class RuntimeImpl final : public Runtime {
     auto logits = !p.segments.empty()
                       ? blend_prefill(traced, *cache_, s.ns, s.lease, s.kv, prompt, p.segments, o_.blend, p.report.blend)
                       : cached_prefill(traced, *cache_, s.lease, s.kv, prompt.first(end_from(s.lease.cached_end())));
-    p.trace->take_arrivals(*p.arrivals, p.t0);  // every load was waited for
+    if (!p.first_lease) p.trace->take_arrivals(*p.arrivals, p.t0);  // every load was waited for
     return logits;
   }
 
   // One chunk of sequence `id`'s prompt, and the first token once it is all computed. A failed
   // chunk ends the sequence.
   Result<Started> advance(SeqId id, Seq& s, uint32_t chunk) {
-    const uint32_t before = s.prefill->begun ? s.kv.num_tokens : s.lease.cached_end();
+    const bool first = !s.prefill->begun;
+    const uint32_t before = s.kv.num_tokens;
     auto logits = compute_chunk(s, chunk);
     if (!logits.ok()) {
       seqs_.erase(id.value());
@@ -467,7 +473,9 @@ class RuntimeImpl final : public Runtime {
     }
     Started out;
     out.seq = id;
-    out.computed = s.kv.num_tokens - std::min(before, s.kv.num_tokens);
+    // On a lease's first chunk, what was not reused: a recomputed front, or everything past a failed load.
+    const uint32_t from = first ? s.lease.report().reused_tokens() : before;
+    out.computed = s.kv.num_tokens - std::min(from, s.kv.num_tokens);
     out.prompt_left = uint32_t(s.tokens.size()) - s.kv.num_tokens;
     if (out.prompt_left == 0) first_token(s, *logits, out);
     return out;
@@ -484,7 +492,7 @@ class RuntimeImpl final : public Runtime {
     if (s.logprobs >= 0) s.last_logprobs = engine::token_logprobs(logits.last(), out.first_token, uint32_t(s.logprobs));
     rep.computed_in_full_for_logprobs = p.prompt_logprobs && o_.cache_enabled;
     rep.prompt_tokens = s.kv.num_tokens;
-    const LeaseReport& lr = s.lease.report();
+    const LeaseReport& lr = p.first_lease ? *p.first_lease : s.lease.report();
     for (int t = 0; t < kNumTiers; ++t) {
       rep.cached_tokens_by_tier[t] = lr.reused_tokens_by_tier[t];
       rep.bytes_loaded_by_tier[t] = lr.bytes_loaded_by_tier[t];
@@ -504,6 +512,7 @@ class RuntimeImpl final : public Runtime {
   // A prompt being computed gives up its pages: what it computed is cached (or, without the cache,
   // dropped), and resume() leases the prompt again, finding that.
   Result<bool> preempt_prefill(Seq& s) {
+    if (!s.prefill->first_lease) s.prefill->first_lease = s.lease.report();
     if (o_.cache_enabled) {
       (void)cache_->commit(s.lease, std::span(s.tokens).first(s.kv.num_tokens));
     } else {

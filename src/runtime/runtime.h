@@ -225,7 +225,7 @@ class Runtime {
     SeqId seq;
     TokenId first_token = -1;  // once prompt_left is 0
     uint32_t prompt_left = 0;  // prompt positions not computed yet: prefill_more() computes them
-    uint32_t computed = 0;     // prompt positions this call computed (a recomputed cached front aside)
+    uint32_t computed = 0;     // prompt positions this call computed (not reused from the cache)
     PrefillReport report;      // once prompt_left is 0
     std::vector<engine::TokenLogprobs> prompt_logprobs;  // once prompt_left is 0
   };
@@ -236,7 +236,8 @@ class Runtime {
   // first token. The result is the one-call prefill's (each chunk continues from the KV before
   // it, as a cache hit does). Until then decode() refuses the sequence; finish() caches the
   // positions computed so far; preempt() caches them too and drops the sequence's pages, and once
-  // resume() has taken pages again the prefill goes on from what the cache then holds.
+  // resume() has taken pages again the prefill goes on from what the cache then holds (the
+  // report's cached tokens stay those the request found when it started).
   // `segments` mark reusable pieces of the prompt (blend_prefill.h): when the
   // planner blends them, the output is approximate, only the KV before the
   // first blended position is cached at finish(), and report.blend says so. A prompt that may

@@ -18,7 +18,7 @@ double seconds_between(RequestState::Clock::time_point a, RequestState::Clock::t
 // ---------------------------------------------------------------- RequestState
 
 RequestState::View RequestState::wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout) {
-  StreamCursor cursor{offset, SIZE_MAX, true};  // text only: no tokens are read
+  StreamCursor cursor{offset, SIZE_MAX, true};  // text only: no tokens are read nor waited for
   View v = wait(cursor, seen_start, timeout);
   offset = cursor.text;
   return v;
@@ -26,7 +26,9 @@ RequestState::View RequestState::wait(size_t& offset, bool seen_start, std::chro
 
 RequestState::View RequestState::wait(StreamCursor& cursor, bool seen_start, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return done_ || text_.size() > cursor.text || (started_ && !seen_start); });
+  cv_.wait_for(lk, timeout, [&] {
+    return done_ || text_.size() > cursor.text || tokens_.ids.size() > cursor.tokens || (started_ && !seen_start);
+  });
   View v;
   v.delta = text_.substr(std::min(cursor.text, text_.size()));
   cursor.text = text_.size();
@@ -351,8 +353,9 @@ void Scheduler::step() {
   std::erase_if(running_, [](const auto& r) { return r->ended; });
   answer_waiting_that_are_over();
   uint32_t budget = options_.prefill_chunk_tokens;
+  const bool none_paused = resume_paused();  // first: a resumed prompt gets its chunk in this step
   prefill_running(budget);
-  if (resume_paused()) admit(budget);  // new requests wait while a paused one does not fit
+  if (none_paused) admit(budget);  // new requests wait while a paused one does not fit
   prefetch_waiting();  // their lower-tier reads overlap the decode below
   decode_running();
   std::erase_if(running_, [](const auto& r) { return r->ended; });

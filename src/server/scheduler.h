@@ -88,8 +88,9 @@ class RequestState {
   // back, but clients time the first event), the request is done, or
   // `timeout` passes; advances `offset` past the returned delta.
   View wait(size_t& offset, bool seen_start, std::chrono::milliseconds timeout);
-  // The same, also returning the tokens (ids, logprobs) published past `cursor.tokens`
-  // and, once the request has started, the prompt's logprobs the first time.
+  // The same, also waking for tokens (ids, logprobs) published past `cursor.tokens` (a token
+  // whose text is held back still comes at once), returning them and, once the request has
+  // started, the prompt's logprobs the first time.
   View wait(StreamCursor& cursor, bool seen_start, std::chrono::milliseconds timeout);
   // Waits until done (no timeout: the scheduler enforces request_timeout_s).
   View wait_done();

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "server/fake_runtime.h"
 
 namespace kvtier::server {
@@ -148,6 +150,21 @@ TEST(SchedulerTest, ALongPromptIsComputedInChunksBetweenDecodeSteps) {
                                              "prefill:8", "decode:1", "prefill:8", "decode:2"};
   ASSERT_GE(size_t(steps.end() - second_start), expected.size());
   EXPECT_EQ(std::vector<std::string>(second_start, second_start + long(expected.size())), expected);
+}
+
+// A streaming reader that takes tokens wakes for a token whose text is held back (a byte of a
+// character): with logprobs every token is an event as it comes. (Before, it slept until text came.)
+TEST(SchedulerTest, AStreamTakingTokensWakesForATokenWithoutText) {
+  RequestState state;
+  std::thread reader([&] {
+    RequestState::StreamCursor cursor;
+    const auto v = state.wait(cursor, /*seen_start=*/true, std::chrono::hours(1));
+    EXPECT_EQ(v.tokens.ids, std::vector<TokenId>{7});
+    EXPECT_EQ(v.delta, "");
+    EXPECT_FALSE(v.done);
+  });
+  state.publish_token("", /*first_token=*/false, {}, 7, nullptr);
+  reader.join();  // without the wake-up, an hour
 }
 
 TEST(SchedulerTest, CancelFreesTheSequence) {
