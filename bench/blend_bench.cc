@@ -157,6 +157,7 @@ Status BlendBenchOptions::validate() const {
     return Status::InvalidArgument("bench blend: doc tokens, requests, greedy tokens and question tokens must be > 0");
   for (float r : ratios)
     if (!(r >= 0 && r <= 1)) return Status::InvalidArgument("bench blend: ratios must be in [0, 1]");
+  if (!(ratio >= 0 && ratio <= 1)) return Status::InvalidArgument("bench blend: --ratio must be in [0, 1]");
   return Status::Ok();
 }
 

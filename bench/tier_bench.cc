@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -444,8 +445,16 @@ Status TierBenchOptions::validate() const {
 Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   TierBenchResult r;
-  const std::string dir = o.dir + "/kvtier-bench-tiers";
-  std::filesystem::remove_all(dir);
+  const std::string dir = o.dir + "/kvtier-bench-tiers-" + std::to_string(::getpid());
+  struct RemoveAfter {  // on every way out, the failures' too
+    const std::string& dir;
+    ~RemoveAfter() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove_after{dir};
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   FileSystem& fs = FileSystem::posix();
   KVTIER_RETURN_IF_ERROR(fs.create_dirs(dir));
   KVTIER_ASSIGN_OR_RETURN(r.memcpy_gbps, measure_memcpy(o));
@@ -460,8 +469,6 @@ Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   db.raw_file.reset();
   (void)fs.remove(dir + "/raw.bin");
   KVTIER_RETURN_IF_ERROR(measure_layer_loads(o, *disk, db.chunks.keys, r));
-  disk.reset();
-  std::filesystem::remove_all(dir);
   return r;
 }
 

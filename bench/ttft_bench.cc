@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <unistd.h>
 
 #include "common/stats.h"
 #include "engine/sampler.h"
@@ -16,12 +17,20 @@
 
 namespace kvtier {
 
+namespace {
+constexpr uint64_t kMaxPromptTokens = uint64_t(1) << 24;
+}  // namespace
+
 Status TtftBenchOptions::validate() const {
   if (prefixes.empty()) return Status::InvalidArgument("bench ttft: --prefix needs at least one length");
   for (uint32_t p : prefixes)
     if (p == 0) return Status::InvalidArgument("bench ttft: prefix lengths must be > 0");
   if (suffix == 0) return Status::InvalidArgument("bench ttft: suffix must be > 0");
   if (dir.empty()) return Status::InvalidArgument("bench ttft: a directory is required");
+  for (uint32_t p : prefixes)
+    if (uint64_t(p) + suffix > kMaxPromptTokens)
+      return Status::InvalidArgument("bench ttft: a prompt (prefix + suffix) must be at most " +
+                                     std::to_string(kMaxPromptTokens) + " tokens");
   return Status::Ok();
 }
 
@@ -55,19 +64,33 @@ Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, b
   return ms;
 }
 
-// The files under the bench's directory: the disk tier's and the cost profile.
-struct BenchPaths {
-  std::string disk_dir, profile;
-};
+// The bench's own directory inside the one it is given (never that one itself: `--dir /tmp` must not
+// empty /tmp), removed on every way out; the disk tier's files and the cost profile live in it.
+class BenchPaths {
+ public:
+  explicit BenchPaths(const std::string& parent)
+      : root_(std::filesystem::path(parent) / ("kvtier-bench-ttft-" + std::to_string(::getpid()))),
+        disk_dir((root_ / "disk").string()), profile((root_ / "profile.json").string()) {}
+  BenchPaths(const BenchPaths&) = delete;
+  BenchPaths& operator=(const BenchPaths&) = delete;
+  ~BenchPaths() {
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+  }
+  Status create() const {
+    std::error_code ec;
+    std::filesystem::remove_all(root_, ec);
+    std::filesystem::create_directories(root_, ec);
+    if (ec) return Status::IOError("bench ttft: cannot create " + root_.string() + ": " + ec.message());
+    return Status::Ok();
+  }
 
-// Empties (or creates) `dir` and names the files under it.
-BenchPaths reset_dir(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
-  std::filesystem::create_directories(dir, ec);
-  return BenchPaths{(std::filesystem::path(dir) / "disk").string(),
-                    (std::filesystem::path(dir) / "profile.json").string()};
-}
+ private:
+  std::filesystem::path root_;
+
+ public:
+  const std::string disk_dir, profile;
+};
 
 // The serving stack's options for `o`: one sequence, the disk tier in
 // `disk_dir`; tier sizes and profile still to set.
@@ -252,11 +275,17 @@ struct TierRows {
 
 Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* progress) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  const BenchPaths paths = reset_dir(o.dir);
+  const BenchPaths paths(o.dir);
+  KVTIER_RETURN_IF_ERROR(paths.create());
   RuntimeOptions ro = runtime_options(o, paths.disk_dir);
   KVTIER_ASSIGN_OR_RETURN(const size_t bpt, calibrate_probe(ro, paths));
   size_tiers(ro, o, bpt, paths.profile);
   KVTIER_ASSIGN_OR_RETURN(ServingStack s, build_stack(ro));
+  for (uint32_t n : o.prefixes)
+    if (n + o.suffix >= s.model->config().max_context)  // validate() bounded the sum
+      return Status::InvalidArgument("bench ttft: a prompt of " + std::to_string(n) + " + " + std::to_string(o.suffix) +
+                                     " tokens does not fit the model's context of " +
+                                     std::to_string(s.model->config().max_context));
   TtftBenchResult res;
   res.model = o.model;
   res.device = o.device;
@@ -272,9 +301,7 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
   ro.host_bytes = size_t(1) << 20;
   KVTIER_ASSIGN_OR_RETURN(s, build_stack(ro));
   KVTIER_RETURN_IF_ERROR(rows.measure(s, TierKind::kDisk));
-  s = ServingStack();
-  std::error_code ec;
-  std::filesystem::remove_all(o.dir, ec);
+  s = ServingStack();  // closed before `paths` removes its files
   return res;
 }
 

@@ -21,7 +21,7 @@ struct TtftBenchOptions {
   std::vector<uint32_t> prefixes = {1024, 4096, 16384};
   uint32_t suffix = 64;
   DType kv_dtype = DType::kF16;
-  std::string dir = "kvtier-bench-ttft";
+  std::string dir = ".";  // the bench works in a directory of its own inside it, removed afterwards
   uint32_t threads = 0;
 
   Status validate() const;

@@ -24,7 +24,7 @@ CommandRegistration reg("bench-ttft", [](CLI::App& root, int& exit_code) {
   cmd->add_option("--prefix", f->prefixes, "comma-separated cached prefix lengths")->capture_default_str();
   cmd->add_option("--suffix", f->o.suffix, "new tokens after the prefix")->capture_default_str();
   cmd->add_option("--kv-dtype", f->kv_dtype, "KV dtype: f32, f16, bf16")->capture_default_str();
-  cmd->add_option("--dir", f->o.dir, "scratch directory for the disk tier (removed afterwards)")->capture_default_str();
+  cmd->add_option("--dir", f->o.dir, "where the disk tier's scratch directory is made (kvtier-bench-ttft-PID inside it, removed afterwards)")->capture_default_str();
   cmd->add_option("--threads", f->o.threads, "compute threads (0: all cores)")->capture_default_str();
   cmd->add_flag("--json", f->json, "print one JSON object");
   cmd->callback([f, &exit_code] {

@@ -5,6 +5,7 @@
 #include "common/secrets.h"
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 
 #include "command.h"
 
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {  // a backstop: commands answer with a Status, not a throw
+    std::fprintf(stderr, "kvtier: %s\n", e.what());
+    return 1;
   }
   return exit_code;
 }

@@ -283,6 +283,11 @@ json rag_body(const LoadgenOptions& o, const std::vector<int32_t>& system, std::
 
 Status LoadgenOptions::validate() const {
   if (users == 0 || rounds == 0) return Status::InvalidArgument("loadgen: --users and --rounds must be at least 1");
+  // One thread per user, one sample per user and round.
+  if (users > kMaxUsers) return Status::InvalidArgument("loadgen: --users must be at most " + std::to_string(kMaxUsers));
+  if (uint64_t(users) * rounds > kMaxRequests)
+    return Status::InvalidArgument("loadgen: --users times --rounds must be at most " + std::to_string(kMaxRequests));
+  if (!std::isfinite(qps)) return Status::InvalidArgument("loadgen: --qps must be a finite number");
   if (answer_tokens == 0) return Status::InvalidArgument("loadgen: --answer-tokens must be at least 1");
   if (system_prompt_tokens + history_tokens + question_tokens == 0)
     return Status::InvalidArgument("loadgen: the prompt would be empty");

@@ -27,6 +27,8 @@
 namespace kvtier::server {
 
 inline constexpr double kMaxTimeoutSeconds = 1e6;  // loadgen --timeout: about 11 days
+inline constexpr uint32_t kMaxUsers = 4096;          // loadgen --users: one thread each
+inline constexpr uint64_t kMaxRequests = 10'000'000;  // --users × --rounds: one sample each
 
 struct LoadgenOptions {
   std::string url = "http://127.0.0.1:8000";

@@ -63,13 +63,16 @@ std::vector<HeldSegment> gather_segments(engine::Forward& engine, KVCache& cache
                                          std::span<const TokenId> prompt, std::span<const PromptSegment> segments,
                                          uint32_t exact, BlendReport& report) {
   std::vector<HeldSegment> held;
+  // A segment at position 0 is the prompt's prefix: its KV computed alone is the prefix cache's (the
+  // request commits it), and blending it would compute it twice for an approximate label.
+  const auto reusable = [&](const PromptSegment& s) { return s.begin >= exact && s.begin > 0; };
   for (const PromptSegment& s : segments) {
-    if (s.begin < exact) continue;
+    if (!reusable(s)) continue;
     auto computed = store_segment(engine, cache, ns, prompt.subspan(s.begin, s.end - s.begin));
     if (computed.ok()) report.stored_segment_tokens += *computed;
   }
   for (const PromptSegment& s : segments) {
-    if (s.begin < exact) continue;
+    if (!reusable(s)) continue;
     auto h = hold_segment(cache, ns, prompt.subspan(s.begin, s.end - s.begin), s);
     if (!h.ok()) continue;
     // The last prompt position yields the logits: it is always computed.

@@ -50,10 +50,11 @@ enum class BlendDecision : uint8_t {
   kNoSegments,    // the request marked no segments: it did not ask to blend
   kDisabled,      // the server does not blend (blend.enabled false)
   kUnsupported,   // the engine has no selective recompute (CUDA)
-  kFirstSeen,     // no segment was cached yet: they were stored for the next request
-  kNothingToBlend,  // the exact cached prefix covered the segments, or none spans a whole page
+  kFirstSeen,     // segments were stored (computed alone) by this request, and none could be used in it
+  kNothingToBlend,  // the exact cached prefix covered the segments, none spans a whole page, or
+                    // the only one starts the prompt (a prefix: the prefix cache's)
   kExactFaster,   // the planner predicted the exact prefill faster
-  kFailed,        // a segment's load failed verification: recomputed exactly
+  kFailed,        // a load failed verification (a segment's, or the exact prefix's): recomputed exactly
   kBlended,
 };
 std::string_view blend_decision_name(BlendDecision d);

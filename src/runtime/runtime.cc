@@ -579,6 +579,10 @@ class RuntimeImpl final : public Runtime {
 
 Result<std::unique_ptr<Runtime>> Runtime::create(const RuntimeOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(ServingStack stack, build_stack(options));
+  const uint32_t layers = stack.model->config().num_layers;
+  if (options.blend.enabled && options.blend.check_layer >= layers)  // it would never blend
+    return Status::InvalidArgument("blend.check_layer (" + std::to_string(options.blend.check_layer) +
+                                   ") must be below the model's " + std::to_string(layers) + " layers");
   KVTIER_ASSIGN_OR_RETURN(auto tok, text::Tokenizer::create(stack.model->vocab()));
   return std::unique_ptr<Runtime>(new RuntimeImpl(options, std::move(stack), std::move(tok)));
 }

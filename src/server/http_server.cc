@@ -111,8 +111,15 @@ HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler, std::sh
   configured.max_tokens = config.limits.max_tokens;
   configured.default_max_tokens = config.limits.default_max_tokens;
   limits_ = derive_limits(configured, scheduler->model());
-  if (config.runtime.blend.enabled && !config.blend_separator.empty())  // applies only when blending is on
-    blend_separator_ = scheduler->model().text.tokenize(config.blend_separator, {.add_bos = false, .parse_special = true});
+  if (config.runtime.blend.enabled && !config.blend_separator.empty()) {  // applies only when blending is on
+    // As it reads inside a prompt: after ordinary text (a SentencePiece vocabulary gave it a space
+    // prefix, which the prompt's separators lack: none was ever found, and the whole prompt was one
+    // segment, blended against itself).
+    const TextCodec& text = scheduler->model().text;
+    const std::vector<TokenId> word = text.tokenize("a", {.add_bos = false});
+    const std::optional<TokenId> after = word.empty() ? std::nullopt : std::optional<TokenId>(word.back());
+    blend_separator_ = text.tokenize(config.blend_separator, {.add_bos = false, .parse_special = true, .follows = after});
+  }
 }
 
 HttpServer::~HttpServer() { stop(); }
@@ -285,7 +292,9 @@ void HttpServer::install_generation_routes() {
     ChatRequest& chat = std::get<ChatRequest>(parsed);
     metrics_.record_ignored_fields(chat.completion.ignored_fields);
     chat.completion.tenant = who->tenant;
-    if (!chat.segment_texts.empty()) {
+    // Cacheable parts are tokenized as pieces (which may split what the whole text tokenizes as) only
+    // where the request may blend: the server allows it and the request did not say no.
+    if (!chat.segment_texts.empty() && config_.runtime.blend.enabled && chat.completion.blend != false) {
       if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
         chat.completion.prompt = std::move(seg->tokens);
         chat.completion.segments = std::move(seg->segments);

@@ -1,6 +1,8 @@
 // End-to-end: the real `kvtier serve --model tiny` over loopback HTTP.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cstring>
 #include <httplib.h>
 #include <signal.h>
@@ -787,6 +789,22 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   }
   EXPECT_TRUE(blend_usage["blended"].get<bool>()) << blend_usage.dump();
   EXPECT_GT(blend_usage["reused_tokens"].get<int>(), 100) << blend_usage.dump();
+
+  // Cacheable parts are tokenized as pieces only where the request may blend: one that says no reads
+  // the conversation as the whole text tokenizes (the pieces split " The" after doc_a's last space).
+  auto prompt_tokens = [&](bool cacheable, std::optional<bool> blend) {
+    const json parts = json::array({{{"type", "text"}, {"text", doc_a}, {"cacheable", cacheable}},
+                                    {{"type", "text"}, {"text", doc_b}, {"cacheable", cacheable}},
+                                    {{"type", "text"}, {"text", "What is loaded?"}}});
+    json body{{"messages", json::array({{{"role", "user"}, {"content", parts}}})}, {"max_tokens", 1}};
+    if (blend) body["kvtier"] = {{"blend", *blend}};
+    auto r = httplib::Client("127.0.0.1", s.port()).Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r && r->status == 200 ? json::parse(r->body)["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  const int whole = prompt_tokens(false, std::nullopt);
+  EXPECT_EQ(prompt_tokens(true, false), whole);
+  EXPECT_NE(prompt_tokens(true, true), whole);  // where it may blend, the pieces tokenize otherwise
 
   // Streamed: role, then content deltas, then the finish reason; [DONE] last.
   messages.push_back({{"role", "user"}, {"content", "And streaming?"}});

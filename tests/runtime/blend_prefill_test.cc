@@ -215,6 +215,25 @@ TEST(BlendPrefill, NoSegmentsIsThePlainPath) {
   EXPECT_LT(rel_diff(b.logits, ref.logits), 1e-6);
 }
 
+// A segment that starts the prompt is its prefix: not stored apart, not blended (it was computed twice
+// and labelled approximate, and nothing of the prompt was committed); the prompt is computed exactly and
+// its pages are cached as any prompt's.
+TEST(BlendPrefill, ASegmentAtTheStartIsThePrefixNotABlend) {
+  CacheRig rig;
+  RagPrompt p = rag_prompt(7, {14}, 8);
+  p.segments = {{0, p.segments.front().end}};  // system prompt and document as one piece
+  Outcome ref = rig.reference(p.tokens, 0);
+  const BlendOutcome a = blend_request(rig, p, forced());
+  EXPECT_FALSE(a.report.blended);
+  EXPECT_EQ(a.report.decision, BlendDecision::kNothingToBlend);
+  EXPECT_EQ(a.report.stored_segment_tokens, 0u);
+  EXPECT_EQ(a.report.exact_tokens, p.tokens.size());
+  EXPECT_LT(rel_diff(a.logits, ref.logits), 1e-6);
+  const BlendOutcome b = blend_request(rig, p, forced());  // its prefix is now an exact hit
+  EXPECT_FALSE(b.report.blended);
+  EXPECT_LT(rel_diff(b.logits, ref.logits), 1e-6);
+}
+
 TEST(BlendPrefill, RefusesBadSegments) {
   CacheRig rig;
   const RagPrompt p = rag_prompt(7, {14}, 8);
