@@ -1,5 +1,7 @@
 #include "codec_bench.h"
 
+#include "scratch_dir.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,34 +119,6 @@ uint32_t chunk_pages() {
   const RuntimeOptions defaults;
   return defaults.chunk_pages;
 }
-
-// A fresh directory under `parent` (the system temp directory when empty), removed with its contents.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& parent) {
-    static int counter = 0;
-    std::error_code ec;
-    const std::filesystem::path base = parent.empty() ? std::filesystem::temp_directory_path(ec) : std::filesystem::path(parent);
-    path_ = base / ("kvtier-bench-codec-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  Status create() const {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-    std::filesystem::create_directories(path_, ec);
-    if (ec) return Status::IOError("bench codec: cannot create " + path_.string() + ": " + ec.message());
-    return Status::Ok();
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A preset (synthetic weights, the runtime's default seed) or a GGUF file; shared by every codec's engine.
 Result<std::shared_ptr<const engine::Model>> load_model(const std::string& name) {
@@ -510,7 +484,7 @@ Result<CodecBenchResult> run_codec_bench(const CodecBenchOptions& o, std::FILE* 
   if (uint64_t(longest) + o.suffix_tokens + o.gen_tokens > model->config().max_context)
     return Status::InvalidArgument("bench codec: the longest prefix, suffix and gen tokens exceed the model's context of " +
                                    std::to_string(model->config().max_context));
-  ScratchDir dir(o.disk_dir);
+  ScratchDir dir(o.disk_dir, "codec");
   KVTIER_RETURN_IF_ERROR(dir.create());
   std::vector<CodecStack> stacks;  // declared after `dir`: closed before it is removed
   for (KvCodec codec : kKvCodecs) {

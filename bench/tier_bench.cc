@@ -1,10 +1,11 @@
 #include "tier_bench.h"
 
+#include "scratch_dir.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
@@ -445,18 +446,10 @@ Status TierBenchOptions::validate() const {
 Result<TierBenchResult> run_tier_bench(const TierBenchOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
   TierBenchResult r;
-  const std::string dir = o.dir + "/kvtier-bench-tiers-" + std::to_string(::getpid());
-  struct RemoveAfter {  // on every way out, the failures' too
-    const std::string& dir;
-    ~RemoveAfter() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove_after{dir};
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  const ScratchDir scratch(o.dir, "tiers");  // removed on every way out, the failures' too
+  KVTIER_RETURN_IF_ERROR(scratch.create());
+  const std::string dir = scratch.path().string();
   FileSystem& fs = FileSystem::posix();
-  KVTIER_RETURN_IF_ERROR(fs.create_dirs(dir));
   KVTIER_ASSIGN_OR_RETURN(r.memcpy_gbps, measure_memcpy(o));
   KVTIER_ASSIGN_OR_RETURN(r.host_gather_gbps, measure_host_gather(o));
   KVTIER_ASSIGN_OR_RETURN(DiskBench db, DiskBench::open(o, dir));

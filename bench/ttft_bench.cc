@@ -1,12 +1,13 @@
 #include "ttft_bench.h"
 
+#include "scratch_dir.h"
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-#include <unistd.h>
 
 #include "common/stats.h"
 #include "engine/sampler.h"
@@ -64,32 +65,9 @@ Result<double> timed_request(ServingStack& s, const Prompt& p, bool layerwise, b
   return ms;
 }
 
-// The bench's own directory inside the one it is given (never that one itself: `--dir /tmp` must not
-// empty /tmp), removed on every way out; the disk tier's files and the cost profile live in it.
-class BenchPaths {
- public:
-  explicit BenchPaths(const std::string& parent)
-      : root_(std::filesystem::path(parent) / ("kvtier-bench-ttft-" + std::to_string(::getpid()))),
-        disk_dir((root_ / "disk").string()), profile((root_ / "profile.json").string()) {}
-  BenchPaths(const BenchPaths&) = delete;
-  BenchPaths& operator=(const BenchPaths&) = delete;
-  ~BenchPaths() {
-    std::error_code ec;
-    std::filesystem::remove_all(root_, ec);
-  }
-  Status create() const {
-    std::error_code ec;
-    std::filesystem::remove_all(root_, ec);
-    std::filesystem::create_directories(root_, ec);
-    if (ec) return Status::IOError("bench ttft: cannot create " + root_.string() + ": " + ec.message());
-    return Status::Ok();
-  }
-
- private:
-  std::filesystem::path root_;
-
- public:
-  const std::string disk_dir, profile;
+// The disk tier's files and the cost profile, in the bench's scratch directory.
+struct BenchPaths {
+  std::string disk_dir, profile;
 };
 
 // The serving stack's options for `o`: one sequence, the disk tier in
@@ -275,8 +253,9 @@ struct TierRows {
 
 Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* progress) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  const BenchPaths paths(o.dir);
-  KVTIER_RETURN_IF_ERROR(paths.create());
+  const ScratchDir scratch(o.dir, "ttft");
+  KVTIER_RETURN_IF_ERROR(scratch.create());
+  const BenchPaths paths{(scratch.path() / "disk").string(), (scratch.path() / "profile.json").string()};
   RuntimeOptions ro = runtime_options(o, paths.disk_dir);
   KVTIER_ASSIGN_OR_RETURN(const size_t bpt, calibrate_probe(ro, paths));
   size_tiers(ro, o, bpt, paths.profile);
@@ -301,7 +280,7 @@ Result<TtftBenchResult> run_ttft_bench(const TtftBenchOptions& o, std::FILE* pro
   ro.host_bytes = size_t(1) << 20;
   KVTIER_ASSIGN_OR_RETURN(s, build_stack(ro));
   KVTIER_RETURN_IF_ERROR(rows.measure(s, TierKind::kDisk));
-  s = ServingStack();  // closed before `paths` removes its files
+  s = ServingStack();  // closed before `scratch` removes its files
   return res;
 }
 
