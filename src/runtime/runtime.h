@@ -279,8 +279,9 @@ class Runtime {
   // label would not survive the copy), else dropped — and keeps its
   // tokens and sampler; decode() refuses it until resume() puts its KV back
   // in fresh pages (copied, or recomputed from its tokens: Busy while they do
-  // not fit). Its output is the one it would have had unpreempted (exactly so
-  // for the raw copy; recomputed KV matches to the engine's rounding).
+  // not fit). Its output is the one it would have had unpreempted exactly
+  // for the raw copy; recomputed, its generated tokens' KV is prefill's, which
+  // rounds otherwise than decode's, so the continuation may drift (docs/SERVER.md).
   // Returns true when the KV was kept raw.
   virtual Result<bool> preempt(SeqId seq) = 0;
   virtual Status resume(SeqId seq) = 0;
