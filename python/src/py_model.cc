@@ -88,7 +88,7 @@ struct ReferenceEngine {
       const Namespace ns{model->fingerprint(), "", ""};
       CacheLease lease = value_or_throw(cache->fresh(ns, prompt.size() + size_t(steps)));
       engine::SequenceKV kv;
-      first = value_or_throw(cached_prefill(*engine, *cache, lease, kv, prompt, all_logits));
+      first = value_or_throw(cached_prefill(*engine, *cache, lease, kv, prompt, {.all_logits = all_logits}));
       TokenId t = engine::argmax(first.last());
       for (int i = 0; i < steps; ++i) {
         out.push_back(t);

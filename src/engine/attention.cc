@@ -37,6 +37,9 @@ static_assert(simd::kLanes == 8, "attention.cc is built for AVX2 (engine/CMakeLi
 // Decode reads keys and values kDecodeBlock rows at a time, widened to f32 once into a block that
 // every query row of the group then reuses from L1.
 constexpr uint32_t kDecodeBlock = chunk_keys<vfloat>;
+// Query rows of a decode pass (several tokens' rows when a prefill recomputes decoded tokens:
+// engine.h, PrefillOptions::decode_from).
+constexpr uint32_t kDecodePassRows = 32;
 
 // scores[k] = scale · q · K[k] for the n ≤ 8 key rows at `keys` (D floats each): eight keys'
 // products in eight registers, reduced together. A key's score never depends on n.
@@ -82,14 +85,17 @@ inline void accumulate_row(const float* p, const float* values, uint32_t n, uint
   }
 }
 
-// One token (job.decode): the g query rows of KV head kvh against keys [0, pos], with an exact
-// two-pass softmax: S = Q · Kᵀ over blocks of keys, P = exp(S - max) with 1 / Σ P kept, O = P · V
-// over blocks of values. `scores` grows to g * (pos + 2) floats, `block` holds kDecodeBlock rows of
-// D, `o` g rows of D.
-void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t, std::vector<float>& scores,
-                   float* block, float* o) {
+// Tokens [t_begin, t_end) as decode steps (job.decode): each token's g query rows of KV head kvh
+// against keys [0, its position], with an exact two-pass softmax: S = Q · Kᵀ over blocks of keys,
+// P = exp(S - max) with 1 / Σ P kept, O = P · V over blocks of values. Every block of keys and
+// values is widened once for all the tokens' rows, and each row's arithmetic is the one a single
+// token's call does (a key's score never depends on the rows beside it), so a token's result is
+// the same bit for bit whichever tokens share the call. `scores` grows to rows * (keys + 1) floats,
+// `block` holds kDecodeBlock rows of D, `o` the rows' D each.
+void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
+                   std::vector<float>& scores, float* block, float* o) {
   const uint32_t D = sh.head_dim, nv = D / simd::kLanes;
-  const uint32_t g = sh.num_heads / sh.num_kv_heads, n_keys = job.pos0 + t + 1;
+  const uint32_t g = sh.num_heads / sh.num_kv_heads, rows = (t_end - t_begin) * g, n_max = job.pos0 + t_end;
   const KVGeometry& geo = job.pool->geometry();
   const size_t esz = geo.elem_bytes(), tok_stride = size_t(geo.num_kv_heads) * D * esz;
   const size_t row_bytes = size_t(D) * esz;
@@ -103,26 +109,34 @@ void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t k
   constexpr uint32_t kPrefetchRows = 8;
   auto read_block = [&](const std::byte* (BlockPool::*part)(PageId, LayerIdx) const, uint32_t j0, uint32_t n) {
     for (uint32_t k = 0; k < n; ++k) {
-      if (j0 + k + kPrefetchRows < n_keys) {
+      if (j0 + k + kPrefetchRows < n_max) {
         const std::byte* ahead = row_at(part, j0 + k + kPrefetchRows);
         for (size_t line = 0; line < row_bytes; line += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + line), _MM_HINT_T0);
       }
       load_kv_row(geo.dtype, row_at(part, j0 + k), block + size_t(k) * D, D);
     }
   };
-  const float* q = job.q + size_t(t) * job.q_stride + size_t(kvh) * g * D;
-  scores.resize(size_t(g) * n_keys + g);
-  float* inv = scores.data() + size_t(g) * n_keys;  // 1 / Σ P per query row
-  for (uint32_t j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {  // S = Q · Kᵀ
-    const uint32_t n = std::min(kDecodeBlock, n_keys - j0);
+  // Row r = (t - t_begin) * g + h: its query, its scores (n_max apart) and its key count.
+  auto keys_of = [&](uint32_t r) { return job.pos0 + t_begin + r / g + 1; };
+  auto query_of = [&](uint32_t r) {
+    return job.q + size_t(t_begin + r / g) * job.q_stride + size_t(kvh * g + r % g) * D;
+  };
+  scores.resize(size_t(rows) * n_max + rows);
+  float* inv = scores.data() + size_t(rows) * n_max;  // 1 / Σ P per row
+  for (uint32_t j0 = 0; j0 < n_max; j0 += kDecodeBlock) {  // S = Q · Kᵀ
+    const uint32_t n = std::min(kDecodeBlock, n_max - j0);
     read_block(&BlockPool::k, j0, n);
-    for (uint32_t h = 0; h < g; ++h)
-      for (uint32_t k = 0; k < n; k += 8)
-        score_keys(q + size_t(h) * D, block + size_t(k) * D, std::min(8u, n - k), nv, sh.scale,
-                   scores.data() + size_t(h) * n_keys + j0 + k);
+    for (uint32_t r = 0; r < rows; ++r) {
+      if (keys_of(r) <= j0) continue;
+      const uint32_t nr = std::min(n, keys_of(r) - j0);
+      for (uint32_t k = 0; k < nr; k += 8)
+        score_keys(query_of(r), block + size_t(k) * D, std::min(8u, nr - k), nv, sh.scale,
+                   scores.data() + size_t(r) * n_max + j0 + k);
+    }
   }
-  for (uint32_t h = 0; h < g; ++h) {  // P = softmax(S), unnormalised; 1 / Σ P kept
-    float* s = scores.data() + size_t(h) * n_keys;
+  for (uint32_t r = 0; r < rows; ++r) {  // P = softmax(S), unnormalised; 1 / Σ P kept
+    float* s = scores.data() + size_t(r) * n_max;
+    const uint32_t n_keys = keys_of(r);
     const float mx = *std::max_element(s, s + n_keys);
     float sum = 0.0f;
     uint32_t j = 0;
@@ -132,17 +146,19 @@ void attend_decode(const AttentionShape& sh, const AttentionJob& job, uint32_t k
       sum += simd::hsum(p);
     }
     for (; j < n_keys; ++j) sum += (s[j] = std::exp(s[j] - mx));
-    inv[h] = 1.0f / sum;
+    inv[r] = 1.0f / sum;
   }
-  std::fill(o, o + size_t(g) * D, 0.0f);
-  for (uint32_t j0 = 0; j0 < n_keys; j0 += kDecodeBlock) {  // O = P · V
-    const uint32_t n = std::min(kDecodeBlock, n_keys - j0);
+  std::fill(o, o + size_t(rows) * D, 0.0f);
+  for (uint32_t j0 = 0; j0 < n_max; j0 += kDecodeBlock) {  // O = P · V
+    const uint32_t n = std::min(kDecodeBlock, n_max - j0);
     read_block(&BlockPool::v, j0, n);
-    for (uint32_t h = 0; h < g; ++h) accumulate_row(scores.data() + size_t(h) * n_keys + j0, block, n, nv, o + size_t(h) * D);
+    for (uint32_t r = 0; r < rows; ++r)
+      if (keys_of(r) > j0)
+        accumulate_row(scores.data() + size_t(r) * n_max + j0, block, std::min(n, keys_of(r) - j0), nv, o + size_t(r) * D);
   }
-  for (uint32_t h = 0; h < g; ++h) {
-    float* dst = job.out + size_t(t) * job.out_stride + size_t(kvh * g + h) * D;
-    for (uint32_t d = 0; d < D; ++d) dst[d] = o[size_t(h) * D + d] * inv[h];
+  for (uint32_t r = 0; r < rows; ++r) {
+    float* dst = job.out + size_t(t_begin + r / g) * job.out_stride + size_t(kvh * g + r % g) * D;
+    for (uint32_t d = 0; d < D; ++d) dst[d] = o[size_t(r) * D + d] * inv[r];
   }
 }
 
@@ -166,7 +182,11 @@ uint32_t attention_block_tokens(const AttentionShape& sh) {
 void attend(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
             AttentionScratch& s) {
   if (job.decode) {
-    for (uint32_t t = t_begin; t < t_end; ++t) attend_decode(sh, job, kvh, t, s.scores_, s.kt_.data(), s.o_.data());
+    // Tokens in passes of about kDecodePassRows rows: they share each widened block of K and V, and
+    // their scores (rows × keys) stay a few MiB at long contexts.
+    const uint32_t pass = std::max<uint32_t>(1, kDecodePassRows / (sh.num_heads / sh.num_kv_heads));
+    for (uint32_t t = t_begin; t < t_end; t += pass)
+      attend_decode(sh, job, kvh, t, std::min(t_end, t + pass), s.scores_, s.kt_.data(), s.o_.data());
     return;
   }
   const AttentionBuffers b{s.q_.data(), s.o_.data(), s.m_.data(),  s.l_.data(),

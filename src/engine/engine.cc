@@ -188,12 +188,17 @@ void Engine::Impl::embed(const Model& model, std::span<const TokenId> tokens, ui
 }
 
 void Engine::Impl::contiguous_layer(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, SequenceKV& seq,
-                                    uint32_t pos0, uint32_t n, uint32_t chunk) {
+                                    uint32_t pos0, uint32_t n, uint32_t chunk, uint32_t decode_from) {
   for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
-    const uint32_t m = std::min(chunk, n - c0);
-    const RowSpan span{&seq, 0, m, pos0 + c0};
+    const uint32_t m = std::min(chunk, n - c0), p0 = pos0 + c0;
+    // Rows [0, split) attend as prefill, [split, m) as decode steps.
+    const uint32_t split = uint32_t(std::clamp<int64_t>(int64_t(decode_from) - p0, 0, m));
+    RowSpan spans[2];
+    size_t k = 0;
+    if (split > 0) spans[k++] = RowSpan{&seq, 0, split, p0};
+    if (split < m) spans[k++] = RowSpan{&seq, split, m - split, p0 + split, /*decode=*/true};
     layer_pass(pool, lw, layer, x.data() + size_t(c0) * cfg.hidden_size, rope_cs.data() + size_t(c0) * cfg.head_dim,
-               m, std::span(&span, 1));
+               m, std::span(spans, k));
   }
 }
 
@@ -226,7 +231,8 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
   im.embed(*model_, tokens.subspan(start_pos), start_pos);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     if (options.layer_hook) KVTIER_RETURN_IF_ERROR(options.layer_hook(LayerIdx(l)));
-    im.contiguous_layer(pool_, model_->weights().layers[l], LayerIdx(l), seq, start_pos, n, options_.prefill_chunk);
+    im.contiguous_layer(pool_, model_->weights().layers[l], LayerIdx(l), seq, start_pos, n, options_.prefill_chunk,
+                        options.decode_from);
   }
   const uint32_t rows = options.all_logits ? n : 1;
   Logits out = im.project_logits(*model_, im.x.data() + size_t(n - rows) * c.hidden_size, rows);

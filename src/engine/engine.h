@@ -65,7 +65,13 @@ struct BlendOptions {
 struct PrefillOptions {
   bool all_logits = false;  // logits of every computed position, not only the last
   LayerHook layer_hook;
-  BlendOptions* blend = nullptr;  // selective recompute (CPU engine; not with all_logits)
+  BlendOptions* blend = nullptr;  // selective recompute (CPU engine; not with all_logits or decode_from)
+  // Positions at or past decode_from attend as decode() does (attention.h: AttentionJob::decode),
+  // the others as prefill. Recomputing the KV of tokens a sequence's decode steps wrote with it
+  // gives their bytes bit for bit on the CPU engine with quantized weights, whose matrices round a
+  // row alike at any batch (matmul.h). Not so with F32 weights (BLAS rounds by batch); the CUDA
+  // engine ignores it.
+  uint32_t decode_from = UINT32_MAX;
 };
 
 // Rows of logits, row-major [rows][vocab].

@@ -115,6 +115,7 @@ std::string_view blend_decision_name(BlendDecision d) {
     case BlendDecision::kNoSegments: return "no_segments";
     case BlendDecision::kDisabled: return "disabled";
     case BlendDecision::kUnsupported: return "unsupported";
+    case BlendDecision::kInFull: return "computed_in_full";
     case BlendDecision::kFirstSeen: return "first_seen";
     case BlendDecision::kNothingToBlend: return "nothing_to_blend";
     case BlendDecision::kExactFaster: return "exact_faster";
@@ -148,12 +149,13 @@ std::vector<PromptSegment> segments_between(std::span<const TokenId> prompt, std
 }
 
 Result<BlendDecision> blend_intent(std::span<const PromptSegment> segments, size_t prompt_tokens,
-                                   const BlendPrefillOptions& options, const engine::Forward& engine) {
+                                   const BlendPrefillOptions& options, const engine::Forward& engine, bool in_full) {
   KVTIER_RETURN_IF_ERROR(options.validate());
   KVTIER_RETURN_IF_ERROR(check_segments(segments, prompt_tokens));
   if (segments.empty()) return BlendDecision::kNoSegments;
   if (!options.enabled) return BlendDecision::kDisabled;
   if (!engine.supports_blend()) return BlendDecision::kUnsupported;
+  if (in_full) return BlendDecision::kInFull;
   return BlendDecision::kFirstSeen;
 }
 

@@ -50,6 +50,8 @@ enum class BlendDecision : uint8_t {
   kNoSegments,    // the request marked no segments: it did not ask to blend
   kDisabled,      // the server does not blend (blend.enabled false)
   kUnsupported,   // the engine has no selective recompute (CUDA)
+  kInFull,        // the prompt is computed whole: the request asked every position's logprobs, or
+                  // the cache is off (blending reuses cached segments)
   kFirstSeen,     // segments were stored (computed alone) by this request, and none could be used in it
   kNothingToBlend,  // the exact cached prefix covered the segments, none spans a whole page, or
                     // the only one starts the prompt (a prefix: the prefix cache's)
@@ -79,11 +81,13 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
                                      BlendReport& report);
 
 // What blend_prefill does with `segments` before any cache work: InvalidArgument for segments out
-// of order, overlapping, empty or past the prompt (or bad options); kNoSegments, kDisabled or
-// kUnsupported when it will not try to blend (it runs a plain cached_prefill, which a caller may
-// run itself, in parts); kFirstSeen when it will try.
+// of order, overlapping, empty or past the prompt (or bad options); kNoSegments, kDisabled,
+// kUnsupported or kInFull (`in_full`: the caller computes the prompt whole, with no cached KV)
+// when it will not try to blend (it runs a plain cached_prefill, which a caller may run itself, in
+// parts); kFirstSeen when it will try.
 Result<BlendDecision> blend_intent(std::span<const PromptSegment> segments, size_t prompt_tokens,
-                                   const BlendPrefillOptions& options, const engine::Forward& engine);
+                                   const BlendPrefillOptions& options, const engine::Forward& engine,
+                                   bool in_full = false);
 
 // Segments from a separator (LMCache's convention, `--blend-separator`): the
 // ranges between occurrences of `separator` in `prompt` (token ids); the

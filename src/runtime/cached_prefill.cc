@@ -14,25 +14,28 @@ Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::Sequenc
 }
 
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
-                                      engine::SequenceKV& kv, std::span<const TokenId> prompt, bool all_logits) {
+                                      engine::SequenceKV& kv, std::span<const TokenId> prompt,
+                                      const CachedPrefillOptions& options) {
   if (prefill_front(engine, lease, kv, prompt).ok()) {
     engine::PrefillOptions po;
-    po.all_logits = all_logits;
+    po.all_logits = options.all_logits;
+    po.decode_from = options.decode_from;
     kv.num_tokens = lease.cached_end();
     po.layer_hook = [&](LayerIdx l) { return lease.wait_layer(l); };
     auto r = engine.prefill(kv, prompt, lease.cached_end(), po);
     if (r.ok() || lease.cached_end() == 0) return r;
   }
   // A load failed: recompute everything that was not shared in place.
-  return recompute_after_failed_load(engine, cache, lease, kv, prompt, all_logits);
+  return recompute_after_failed_load(engine, cache, lease, kv, prompt, options);
 }
 
 Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                                    engine::SequenceKV& kv, std::span<const TokenId> prompt,
-                                                   bool all_logits) {
+                                                   const CachedPrefillOptions& options) {
   kv.num_tokens = cache.fall_back(lease);
   engine::PrefillOptions po;
-  po.all_logits = all_logits;
+  po.all_logits = options.all_logits;
+  po.decode_from = options.decode_from;
   return engine.prefill(kv, prompt, kv.num_tokens, po);
 }
 

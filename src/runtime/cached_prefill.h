@@ -23,16 +23,25 @@ namespace kvtier {
 // before it. `kv` receives the lease's page table.
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt);
 
+// What a prefill over a lease computes besides the last position's logits.
+struct CachedPrefillOptions {
+  bool all_logits = false;  // the logits of every computed position
+  // Positions at or past it are computed as decode steps computed them (engine::PrefillOptions):
+  // tokens a sequence generated, whose KV is recomputed after a preemption. The lease's cached
+  // prefix must end at or before it (look up only the tokens before it).
+  uint32_t decode_from = UINT32_MAX;
+};
+
 // After a load of the lease failed: recomputes everything that was not shared in place
 // (KVCache::fall_back counts the failure), no layer waiting for a load.
 Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                                    engine::SequenceKV& kv, std::span<const TokenId> prompt,
-                                                   bool all_logits = false);
+                                                   const CachedPrefillOptions& options = {});
 
 // `kv` receives the lease's page table; on success kv.num_tokens == prompt.size().
 Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                       engine::SequenceKV& kv, std::span<const TokenId> prompt,
-                                      bool all_logits = false);
+                                      const CachedPrefillOptions& options = {});
 
 // Positions [kv.num_tokens, end) of `prompt` computed with every token's log-probability
 // (appended to `prompt_logprobs`: the one of token i + 1 for each position i < prompt.size() - 1,

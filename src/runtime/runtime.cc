@@ -200,9 +200,8 @@ class RuntimeImpl final : public Runtime {
     if (seqs_.size() >= o_.max_sequences)
       return Status::Busy("all " + std::to_string(o_.max_sequences) + " sequence slots are running");
     KVTIER_ASSIGN_OR_RETURN(auto sampler, engine::Sampler::create(sp));
-    KVTIER_ASSIGN_OR_RETURN(BlendDecision blend, blend_intent(request.segments, prompt.size(), o_.blend, *engine_));
-    // Blending reuses cached segments: not without the cache, nor where every position's logits are asked.
-    if (blend == BlendDecision::kFirstSeen && (!o_.cache_enabled || sp.prompt_logprobs)) blend = BlendDecision::kDisabled;
+    KVTIER_ASSIGN_OR_RETURN(BlendDecision blend, blend_intent(request.segments, prompt.size(), o_.blend, *engine_,
+                                                              !o_.cache_enabled || sp.prompt_logprobs));
 
     Seq s{std::move(sampler)};
     s.ns = namespace_of(request);
@@ -527,19 +526,24 @@ class RuntimeImpl final : public Runtime {
   // A preempted sequence whose KV was dropped: recomputed from its tokens
   // (the cached prefix reused, as for a prompt). The last sampled token is
   // not in the KV yet: decode() feeds it next.
+  // A preempted sequence's KV computed again: the prompt's as prefill computed it (from the cache
+  // where it holds it), the generated tokens' as its decode steps did, so it goes on as it would
+  // have unpreempted (bit for bit where engine::PrefillOptions::decode_from promises it). Only the
+  // prompt is looked up: what the cache holds past it is prefill's KV, not the decode steps'.
   Status recompute_kv(Seq& s) {
     const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
+    const uint32_t decoded_from = std::min<uint32_t>(s.decoded_from, s.kv.num_tokens);
     CacheLease lease;
     if (o_.cache_enabled) {
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known));
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known.first(decoded_from)));
+      KVTIER_RETURN_IF_ERROR(cache_->grow(lease, known.size()));  // the lease releases itself on a failure
     } else {
       KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
     }
     engine::SequenceKV kv;
-    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known).status());
+    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known, {.decode_from = decoded_from}).status());
     s.lease = std::move(lease);
     s.kv = std::move(kv);
-    s.decoded_from = s.kv.num_tokens;
     s.preempted = false;
     return Status::Ok();
   }

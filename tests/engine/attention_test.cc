@@ -103,8 +103,20 @@ class AttentionKernels : public ::testing::TestWithParam<Case> {
 // Whichever prefill kernel the CPU runs (16 lanes with AVX-512, else 8).
 TEST_P(AttentionKernels, PrefillMatchesTheReference) { expect_near_reference(run(/*decode=*/false)); }
 
-// Decode's path, one token at a time.
+// Decode's path over every token in one call (as a prefill that recomputes decoded tokens runs it).
 TEST_P(AttentionKernels, DecodeMatchesTheReference) { expect_near_reference(run(/*decode=*/true)); }
+
+// A token's decode rows are the same bit for bit whichever tokens share the call: one at a time (a
+// decode step) or all of them (PrefillOptions::decode_from).
+TEST_P(AttentionKernels, DecodeRowsDoNotDependOnTheTokensBesideThem) {
+  const Case& c = GetParam();
+  const std::vector<float> together = run(/*decode=*/true);
+  std::vector<float> alone(q_.size());
+  AttentionScratch scratch(shape_, c.heads / c.kv_heads);
+  for (uint32_t t = 0; t < c.tokens; ++t)
+    for (uint32_t kvh = 0; kvh < c.kv_heads; ++kvh) attend(shape_, job(alone.data(), true), kvh, t, t + 1, scratch);
+  EXPECT_EQ(alone, together);
+}
 
 // The two chunked kernels on the same inputs, each against the reference (they round apart).
 TEST_P(AttentionKernels, WideAndNarrowPrefillKernelsAgree) {

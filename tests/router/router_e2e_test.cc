@@ -27,9 +27,10 @@
 namespace kvtier::router {
 namespace {
 
-// Waits on the router's view poll every 5 ms up to kPolls times (60 s): a bound against a hang,
-// never a measure; on a loaded machine backends and their event streams can take seconds.
-constexpr int kPolls = 12000;
+// Waits on the router's view poll every 5 ms up to kPolls times (300 s): a bound against a hang,
+// never a measure; on a loaded machine (TSan builds beside other work) backends and their event
+// streams can take seconds, and one slow wait must not fail a test.
+constexpr int kPolls = 60000;
 
 using nlohmann::json;
 using testing::Reply;
@@ -66,6 +67,9 @@ class RouterE2E : public ::testing::Test {
     o.port = 0;
     o.policy = policy;
     o.health_interval_ms = 50;
+    // A probe's timeout marks a backend down: under TSan on a loaded machine a live backend may
+    // take seconds to answer /health, and the tests' dead backends refuse connections at once.
+    o.probe_timeout_ms = 30000;
     o.threads = 8;
     if (tweak) tweak(o);
     auto r = Router::create(o, *text::Vocab::synthetic(512));
@@ -417,7 +421,7 @@ class RawClient {
   std::string got_;
 };
 
-// Waits (up to 60 s) until the router's /metrics has `line`.
+// Waits (up to kPolls) until the router's /metrics has `line`.
 bool metrics_show(int port, const std::string& line) {
   httplib::Client c("127.0.0.1", port);
   for (int k = 0; k < kPolls; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(5)))

@@ -1,7 +1,8 @@
 // Chunked prefill (Runtime::start with a chunk, Runtime::prefill_more): a prompt computed in parts
 // gives the one-call prefill's tokens and log-probabilities bit for bit (on a quantized model, whose
 // matrices round a row alike at any batch), from a cold start, after a cache hit, with prompt
-// logprobs, and across a preemption; what a sequence computed before it ended is cached.
+// logprobs, and across a preemption; what a sequence computed before it ended is cached. A decoding
+// sequence preempted without a raw copy goes on bit for bit too (its KV recomputed as written).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -22,8 +23,10 @@ RuntimeOptions quantized(bool cache) {
   return o;
 }
 
-std::unique_ptr<Runtime> make(bool cache) {
-  auto rt = Runtime::create(quantized(cache));
+std::unique_ptr<Runtime> make(bool cache, size_t host_bytes = size_t(16) << 20) {
+  RuntimeOptions o = quantized(cache);
+  o.host_bytes = host_bytes;
+  auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   return rt.ok() ? std::move(rt).value() : nullptr;
 }
@@ -173,6 +176,39 @@ TEST(ChunkedPrefill, ASequenceEndedMidPromptCachesWhatItComputed) {
   EXPECT_TRUE(cached->prefill_more(s->seq, 40).status().is(StatusCode::kNotFound));
   const Generated again = generate(*cached, r, UINT32_MAX, 1);
   EXPECT_EQ(again.report.cached_tokens, 32u);
+}
+
+// Preempted while decoding, with no host memory for a raw copy, a sequence's KV is recomputed at
+// resume: its prompt's by prefill (from the cache), its generated tokens' as its decode steps computed
+// them, so it goes on as it would have unpreempted, bit for bit. The cache holds the same conversation
+// past the prompt (an earlier run committed its reply, prefilled): the resume must not take that,
+// whose KV rounds as prefill's.
+TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
+  auto cached = make(true, /*host_bytes=*/0);
+  ASSERT_NE(cached, nullptr);
+  const PromptRequest r = request_of(*cached, kText);
+  constexpr int kTokens = 48, kBefore = 30;
+  const Generated whole = generate(*cached, r, UINT32_MAX, kTokens);  // commits prompt and reply
+  ASSERT_GT(cached->stats().counters.decoded_tokens_prefilled, 0u);
+
+  auto s = cached->start(r);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  std::vector<engine::TokenLogprobs> tokens = {*cached->last_logprobs(s->seq)};
+  const SeqId one[] = {s->seq};
+  for (int i = 1; i < kTokens; ++i) {
+    if (i == kBefore) {
+      auto kept = cached->preempt(s->seq);
+      ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+      EXPECT_FALSE(*kept);  // no host memory: recomputed at resume
+      ASSERT_TRUE(cached->resume(s->seq).ok());
+    }
+    auto d = cached->decode(one);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    tokens.push_back(*cached->last_logprobs(s->seq));
+  }
+  cached->finish(s->seq);
+  expect_same(tokens, whole.tokens);
+  EXPECT_EQ(cached->stats().counters.preempted_recompute, 1u);
 }
 
 }  // namespace

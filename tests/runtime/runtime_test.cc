@@ -49,6 +49,29 @@ std::vector<TokenId> generate(Runtime& rt, std::span<const TokenId> prompt, int 
   return out;
 }
 
+// On a server that blends, a request with segments that asks every position's logprobs (or a
+// server without its cache) is computed whole: its report says so (it said `disabled`).
+TEST(Runtime, ABlendRequestComputedInFullSaysSo) {
+  TempDir dir;
+  for (const bool cache : {true, false}) {
+    RuntimeOptions o = tiny(dir.path.string(), cache);
+    o.blend.enabled = true;
+    auto rt = Runtime::create(o);
+    ASSERT_TRUE(rt.ok()) << rt.status().to_string();
+    PromptRequest r;
+    for (uint32_t i = 0; i < 80; ++i) r.prompt.push_back(TokenId(1 + i * 7 % 300));
+    r.segments = {{16, 48}};
+    for (const bool logprobs : {true, false}) {
+      r.sampling.prompt_logprobs = logprobs;
+      auto s = (*rt)->start(r);
+      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      EXPECT_EQ(s->report.blend.decision == BlendDecision::kInFull, logprobs || !cache)
+          << cache << logprobs << blend_decision_name(s->report.blend.decision);
+      (*rt)->finish(s->seq);
+    }
+  }
+}
+
 // Start-up calibration writes its scratch chunks within a quarter of the disk tier's capacity
 // (smaller chunks where whole ones would not fit: it wrote 33 MiB beside an 8 MiB tier, and
 // failed on a filesystem that held the tier) and leaves nothing behind.
