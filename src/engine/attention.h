@@ -34,10 +34,11 @@ struct AttentionJob {
   size_t out_stride = 0;
   uint32_t n_tokens = 0;
   uint32_t pos0 = 0;  // position of token 0; token t attends keys [0, pos0 + t]
-  // One decoded token: its rows read K and V straight from the pages, key by key, with an
-  // exact two-pass softmax (no transposed chunk: for a handful of rows the transposition was
-  // most of the cost). Rounds differently from the chunked path, so a sequence's decode steps
-  // always take it and its prefills never do.
+  // Decode's kernel: rows read K and V straight from the pages, key by key, with an exact two-pass
+  // softmax (no transposed chunk: for a handful of rows the transposition was most of the cost).
+  // It rounds otherwise than the chunked path, so decode steps always take it, and prefills only
+  // for the rows of tokens a sequence's decode steps wrote (engine.h, PrefillOptions::decode_from);
+  // a row's result does not depend on the other tokens of the job.
   bool decode = false;
 };
 

@@ -20,7 +20,7 @@ struct RowSpan {
   uint32_t row0;
   uint32_t n;
   uint32_t pos0;
-  bool decode = false;  // a decode step (attention.h: AttentionJob::decode)
+  bool decode = false;  // attended with decode's kernel (attention.h: AttentionJob::decode)
 };
 
 struct Engine::Impl {

@@ -115,6 +115,33 @@ void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, St
   trace.loads_submitted_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
+// The cache's plan for `L` with every cached page from `first` on recomputed instead: from where a
+// lower tier's chunk begins (no chunk is read in part) or where the plan already recomputes, so the
+// recomputed pages are one range that runs to the end of the cached ones.
+Plan plan_before(const KVCache& cache, const CacheLookup& L, uint32_t first) {
+  Plan plan = cache.plan(L);
+  const uint32_t C = cache.options().chunk_pages;
+  if (first > L.index_pages) first = L.index_pages + (first - L.index_pages) / C * C;
+  for (const PlanSegment& s : plan.segments)
+    if (s.action == PlanAction::kRecompute) first = std::min(first, s.first_page);
+  std::vector<PlanSegment> segments;
+  for (PlanSegment s : plan.segments) {
+    if (s.first_page < first) {
+      PlanSegment head = s;
+      head.pages = std::min(s.pages, first - s.first_page);
+      segments.push_back(head);
+      if (head.pages == s.pages) continue;
+      s.first_page = first, s.pages -= head.pages;
+    }
+    if (s.action == PlanAction::kLoad) plan.load_pages -= s.pages;
+    if (s.action != PlanAction::kRecompute) plan.recompute_pages += s.pages;
+    s.action = PlanAction::kRecompute;
+    segments.push_back(s);
+  }
+  plan.segments = std::move(segments);
+  return plan;
+}
+
 }  // namespace
 
 std::string TextCodec::detokenize_showing(std::span<const TokenId> ids, std::span<const TokenId> shown) const {
@@ -523,20 +550,20 @@ class RuntimeImpl final : public Runtime {
     return false;
   }
 
-  // A preempted sequence whose KV was dropped: recomputed from its tokens
-  // (the cached prefix reused, as for a prompt). The last sampled token is
-  // not in the KV yet: decode() feeds it next.
-  // A preempted sequence's KV computed again: the prompt's as prefill computed it (from the cache
-  // where it holds it), the generated tokens' as its decode steps did, so it goes on as it would
-  // have unpreempted (bit for bit where engine::PrefillOptions::decode_from promises it). Only the
-  // prompt is looked up: what the cache holds past it is prefill's KV, not the decode steps'.
+  // A preempted sequence whose KV was dropped, computed again from its tokens (the last sampled one
+  // is not in the KV yet: decode() feeds it next): the prompt's as prefill computed it (from the
+  // cache where it holds it), the generated tokens' as its decode steps did, so it goes on as it
+  // would have unpreempted (bit for bit where engine::PrefillOptions::decode_from promises it).
+  // Only the prompt's cached pages are used: what the cache holds past it is prefill's KV.
   Status recompute_kv(Seq& s) {
     const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
     const uint32_t decoded_from = std::min<uint32_t>(s.decoded_from, s.kv.num_tokens);
     CacheLease lease;
     if (o_.cache_enabled) {
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known.first(decoded_from)));
-      KVTIER_RETURN_IF_ERROR(cache_->grow(lease, known.size()));  // the lease releases itself on a failure
+      const uint32_t prompt_pages = decoded_from / o_.page_tokens;
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known, [&](const CacheLookup& L) {
+        return plan_before(*cache_, L, prompt_pages);
+      }));
     } else {
       KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
     }

@@ -280,9 +280,9 @@ class Runtime {
   // tokens and sampler; decode() refuses it until resume() puts its KV back
   // in fresh pages (copied, or recomputed from its tokens: Busy while they do
   // not fit). Its output is the one it would have had unpreempted exactly
-  // for the raw copy, and recomputed on quantized weights (its generated
-  // tokens' KV computed as decode did: engine::PrefillOptions::decode_from;
-  // docs/SERVER.md).
+  // for the raw copy, and recomputed on quantized weights where its prompt
+  // was computed exactly (its generated tokens' KV computed as decode did:
+  // engine::PrefillOptions::decode_from; docs/SERVER.md says when not).
   // Returns true when the KV was kept raw.
   virtual Result<bool> preempt(SeqId seq) = 0;
   virtual Status resume(SeqId seq) = 0;

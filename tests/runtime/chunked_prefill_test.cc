@@ -200,7 +200,10 @@ TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
       auto kept = cached->preempt(s->seq);
       ASSERT_TRUE(kept.ok()) << kept.status().to_string();
       EXPECT_FALSE(*kept);  // no host memory: recomputed at resume
+      const uint64_t recomputed = cached->stats().cache.recomputed_cached_tokens;
       ASSERT_TRUE(cached->resume(s->seq).ok());
+      // The cached pages past the prompt were found and recomputed, not used.
+      EXPECT_GE(cached->stats().cache.recomputed_cached_tokens, recomputed + 16);
     }
     auto d = cached->decode(one);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
