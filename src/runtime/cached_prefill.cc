@@ -4,6 +4,30 @@
 
 namespace kvtier {
 
+Plan plan_before(const KVCache& cache, const CacheLookup& L, uint32_t first) {
+  Plan plan = cache.plan(L);
+  const uint32_t C = cache.options().chunk_pages;
+  if (first > L.index_pages) first = L.index_pages + (first - L.index_pages) / C * C;
+  for (const PlanSegment& s : plan.segments)
+    if (s.action == PlanAction::kRecompute) first = std::min(first, s.first_page);
+  std::vector<PlanSegment> segments;
+  for (PlanSegment s : plan.segments) {
+    if (s.first_page < first) {
+      PlanSegment head = s;
+      head.pages = std::min(s.pages, first - s.first_page);
+      segments.push_back(head);
+      if (head.pages == s.pages) continue;
+      s.first_page = first, s.pages -= head.pages;
+    }
+    if (s.action == PlanAction::kLoad) plan.load_pages -= s.pages;
+    if (s.action != PlanAction::kRecompute) plan.recompute_pages += s.pages;
+    s.action = PlanAction::kRecompute;
+    segments.push_back(s);
+  }
+  plan.segments = std::move(segments);
+  return plan;
+}
+
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt) {
   kv.pages = lease.pages();
   if (lease.recompute_end() <= lease.recompute_begin()) return Status::Ok();

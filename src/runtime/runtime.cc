@@ -115,33 +115,6 @@ void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, St
   trace.loads_submitted_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
 
-// The cache's plan for `L` with every cached page from `first` on recomputed instead: from where a
-// lower tier's chunk begins (no chunk is read in part) or where the plan already recomputes, so the
-// recomputed pages are one range that runs to the end of the cached ones.
-Plan plan_before(const KVCache& cache, const CacheLookup& L, uint32_t first) {
-  Plan plan = cache.plan(L);
-  const uint32_t C = cache.options().chunk_pages;
-  if (first > L.index_pages) first = L.index_pages + (first - L.index_pages) / C * C;
-  for (const PlanSegment& s : plan.segments)
-    if (s.action == PlanAction::kRecompute) first = std::min(first, s.first_page);
-  std::vector<PlanSegment> segments;
-  for (PlanSegment s : plan.segments) {
-    if (s.first_page < first) {
-      PlanSegment head = s;
-      head.pages = std::min(s.pages, first - s.first_page);
-      segments.push_back(head);
-      if (head.pages == s.pages) continue;
-      s.first_page = first, s.pages -= head.pages;
-    }
-    if (s.action == PlanAction::kLoad) plan.load_pages -= s.pages;
-    if (s.action != PlanAction::kRecompute) plan.recompute_pages += s.pages;
-    s.action = PlanAction::kRecompute;
-    segments.push_back(s);
-  }
-  plan.segments = std::move(segments);
-  return plan;
-}
-
 }  // namespace
 
 std::string TextCodec::detokenize_showing(std::span<const TokenId> ids, std::span<const TokenId> shown) const {

@@ -18,7 +18,7 @@ RequestState::View RequestState::wait(StreamCursor& cursor, bool seen_start, std
   cv_.wait_for(lk, timeout, [&] {
     return done_ || text_.size() > cursor.text || tokens_.ids.size() > cursor.tokens || (started_ && !seen_start);
   });
-  View v;
+  View v = status_locked();
   v.delta = text_.substr(std::min(cursor.text, text_.size()));
   cursor.text = text_.size();
   const size_t from = std::min(cursor.tokens, tokens_.ids.size());
@@ -29,25 +29,25 @@ RequestState::View RequestState::wait(StreamCursor& cursor, bool seen_start, std
     v.tokens.prompt_logprobs = tokens_.prompt_logprobs;
     cursor.prompt_taken = true;
   }
-  v.started = started_;
-  v.done = done_;
-  v.finish_reason = finish_reason_;
-  v.error = error_;
-  v.usage = usage_;
   return v;
 }
 
 RequestState::View RequestState::wait_done() {
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return done_; });
-  View v;
+  View v = status_locked();
   v.delta = text_;
+  v.tokens = tokens_;
+  return v;
+}
+
+RequestState::View RequestState::status_locked() const {
+  View v;
   v.started = started_;
-  v.done = true;
+  v.done = done_;
   v.finish_reason = finish_reason_;
   v.error = error_;
   v.usage = usage_;
-  v.tokens = tokens_;
   return v;
 }
 

@@ -113,6 +113,8 @@ class RequestState {
 
  private:
   friend class Scheduler;
+  // A view of where the request stands (started, done, why, usage); no text or tokens. Under mu_.
+  View status_locked() const;
   std::function<void()> wake_scheduler_;
   Clock::time_point arrival_;  // set by Scheduler::submit from its clock
   mutable std::mutex mu_;
