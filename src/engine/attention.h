@@ -1,11 +1,20 @@
 // Internal: causal grouped-query attention over KV held in BlockPool pages.
 //
-// The kernel walks keys in chunks of 64 (gathered from the sequence's pages
-// and converted to f32, K transposed), and for a block of query rows keeps a
-// running max, a running sum and an unnormalised output per row (online
-// softmax), so no score matrix is ever materialised. A task is one KV head
-// and one block of query tokens; all query heads of the group share the
-// converted K/V chunk. Tasks are independent and run on any worker.
+// One kernel for prefill and decode. Keys go in chunks of kChunkKeys at fixed
+// positions (0, 32, 64, ...): a task widens each chunk's K and V rows of its
+// KV head to f32 once, for all its query rows (every query head of the group,
+// every token of the task), and each row keeps a running max, a running sum
+// and an unnormalised output over the chunks (online softmax), so no score
+// matrix is ever materialised. Tasks are independent and run on any worker.
+//
+// A row's arithmetic depends only on its query, its position and the KV: not
+// on the rows beside it, nor on the task that holds it. So a decode step (one
+// token) computes what a prefill computes for the same position bit for bit,
+// and the KV a sequence's decode steps write is the KV a prefill of the same
+// tokens writes wherever the matrices round a row alike at any batch (the
+// quantized weights' products, engine/matmul.h). The arithmetic is that of
+// 8-lane vectors (AVX2) on every CPU; with AVX-512 two rows share a register
+// (engine/attention_rows.h).
 #pragma once
 
 #include <cstdint>
@@ -34,42 +43,25 @@ struct AttentionJob {
   size_t out_stride = 0;
   uint32_t n_tokens = 0;
   uint32_t pos0 = 0;  // position of token 0; token t attends keys [0, pos0 + t]
-  // Decode's kernel: rows read K and V straight from the pages, key by key, with an exact two-pass
-  // softmax (no transposed chunk: for a handful of rows the transposition was most of the cost).
-  // It rounds otherwise than the chunked path, so decode steps always take it, and prefills only
-  // for the rows of tokens a sequence's decode steps wrote (engine.h, PrefillOptions::decode_from);
-  // a row's result does not depend on the other tokens of the job.
-  bool decode = false;
 };
 
-// A worker's scratch (AttentionScratch) as the kernel uses it: per query row its q, unnormalised
-// output o, running max m, running sum l and position; a chunk's K transposed (kt) and V (v); the
-// probabilities of a row group (p).
+// Keys per chunk: the online softmax's step, part of every row's arithmetic.
+inline constexpr uint32_t kChunkKeys = 32;
+
+// A task's buffers: per query row its pre-scaled q, unnormalised o, running max m and sum l; a
+// chunk's K and V rows widened to f32; two rows' scores or probabilities (p).
 struct AttentionBuffers {
-  float *q, *o, *m, *l;
-  uint32_t* pos;
-  float *kt, *v, *p;
+  float *q, *o, *m, *l, *k, *v, *p;
 };
-
-// Prefill's chunked kernel (engine/attention_chunked.h) on 8 lanes (AVX2), and on 16 lanes
-// (attention_avx512.cc; call only where qdot::cpu_has(qdot::Isa::kAvx512)). attend() picks one
-// per process; these are for tests. The buffers hold at least kMaxChunkKeys keys of K and V and
-// kMaxRowGroup rows of probabilities.
-inline constexpr uint32_t kMaxChunkKeys = 64, kMaxRowGroup = 4;
-void attend_chunked_avx2(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
-                         uint32_t t_end, const AttentionBuffers& b);
-void attend_chunked_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
-                           uint32_t t_end, const AttentionBuffers& b);
 
 // Per-worker scratch, sized for `shape` and at most `max_rows` query rows.
 class AttentionScratch {
  public:
   AttentionScratch(const AttentionShape& shape, uint32_t max_rows);
+  AttentionBuffers buffers();
 
  private:
-  friend void attend(const AttentionShape&, const AttentionJob&, uint32_t, uint32_t, uint32_t, AttentionScratch&);
-  std::vector<float> q_, o_, m_, l_, kt_, v_, p_, scores_;
-  std::vector<uint32_t> pos_;
+  std::vector<float> q_, o_, m_, l_, k_, v_, p_;
 };
 
 // Query tokens per task so that a task has about 256 query rows (each task
@@ -79,5 +71,13 @@ uint32_t attention_block_tokens(const AttentionShape& shape);
 // Attention for KV head `kv_head` and tokens [t_begin, t_end) of `job`.
 void attend(const AttentionShape& shape, const AttentionJob& job, uint32_t kv_head, uint32_t t_begin, uint32_t t_end,
             AttentionScratch& scratch);
+
+// The kernel on 8-lane vectors (AVX2), and on 16 (attention_avx512.cc; call only where
+// qdot::cpu_has(qdot::Isa::kAvx512)), which computes the same bits two rows at a time. attend()
+// picks one per process; these are for tests.
+void attend_avx2(const AttentionShape& shape, const AttentionJob& job, uint32_t kv_head, uint32_t t_begin,
+                 uint32_t t_end, AttentionScratch& scratch);
+void attend_avx512(const AttentionShape& shape, const AttentionJob& job, uint32_t kv_head, uint32_t t_begin,
+                   uint32_t t_end, AttentionScratch& scratch);
 
 }  // namespace kvtier::engine

@@ -1,11 +1,15 @@
-// Prefill's chunked attention (engine/attention_chunked.h) on 16-lane vectors,
-// for CPUs with AVX-512: twice the lanes of the AVX2 kernel, four query rows
-// per register tile instead of two. The file is compiled for AVX2 like the
-// rest of the engine; only the kernel, inside the ISA region below, may use
+// The attention kernel (engine/attention_rows.h) on 16-lane vectors, for CPUs
+// with AVX-512: two query rows of a chunk share each 512-bit register, one in
+// each 256-bit half, so every row's arithmetic is the 8-lane kernel's to the
+// bit (its products of eight dimensions at a time fused in the same order, its
+// horizontal sums in the same tree, its online softmax the shared code) while
+// each key and value row loaded serves both. The file is compiled for AVX2 like
+// the rest of the engine; only the code inside the ISA region below may use
 // AVX-512, and every header (under Clang, all but simd.h's forced-inline
-// templates) is included before it, so no inline function of a header is ever
-// compiled for AVX-512. Called only after qdot::cpu_has(qdot::Isa::kAvx512)
-// (engine/attention.cc).
+// templates) is included before it. Called only after
+// qdot::cpu_has(qdot::Isa::kAvx512) (engine/attention.cc).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,28 +18,119 @@
 #include "engine/isa_region.h"
 #include "engine/kv_rows.h"
 #if !defined(__clang__)
-#include "engine/simd.h"  // GCC: before the region like every header (its default width stays 8 lanes)
+#include "engine/simd.h"  // GCC: before the region like every header
 #endif
 
 KVTIER_ISA_REGION_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
-// Clang includes simd.h here instead: it refuses a 512-bit vector passed between a function of the
-// region and one outside it, even a forced-inline one. simd.h holds only forced-inline templates,
-// so no copy of them is ever emitted out of line, and a target attribute changes no macro there.
+// Clang includes simd.h here instead: it refuses a vector passed between a function of the region
+// and one outside it, even a forced-inline one. simd.h holds only forced-inline templates.
 #include "engine/simd.h"
-#include "engine/attention_chunked.h"
+#include "engine/attention_rows.h"
 
 namespace kvtier::engine {
 namespace {
 
+// Per 128-bit lane [x0+x1, x2+x3, y0+y1, y2+y3]: _mm256_hadd_ps on each 256-bit half.
+[[gnu::always_inline]] inline __m512 hadd_halves(__m512 x, __m512 y) {
+  return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD));
+}
+
+// hsum8x8 on each half: a[k] holds key k's sums of two rows, row A in lanes 0-7 and row B in
+// 8-15; the result holds A's eight scores, then B's.
+[[gnu::always_inline]] inline __m512 hsum8x8_halves(const __m512* a) {
+  const __m512 t0 = hadd_halves(a[0], a[1]), t1 = hadd_halves(a[2], a[3]);
+  const __m512 t2 = hadd_halves(a[4], a[5]), t3 = hadd_halves(a[6], a[7]);
+  const __m512 u0 = hadd_halves(t0, t1), u1 = hadd_halves(t2, t3);  // keys 0-3, 4-7: [A lo, A hi, B lo, B hi]
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+  const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+  return _mm512_add_ps(_mm512_permutex2var_ps(u0, lo, u1), _mm512_permutex2var_ps(u0, hi, u1));
+}
+
+// Rows a and a + 1's scores for keys [0, visible) of the chunk (b.k), into b.p and b.p + kChunkKeys.
+void pair_scores(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t visible) {
+  constexpr uint32_t kMaxVecs = 16;  // head_dim 128 in registers; wider heads reload
+  const uint32_t D = nv * kLanes8;
+  const float* qa = b.q + size_t(a) * D;
+  __m512 qs[kMaxVecs];
+  for (uint32_t v = 0; v < std::min(nv, kMaxVecs); ++v)
+    qs[v] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + v * kLanes8)), _mm256_loadu_ps(qa + D + v * kLanes8), 1);
+  for (uint32_t j = 0; j < visible; j += 8) {
+    const uint32_t n = std::min(8u, visible - j);
+    const float* keys = b.k + size_t(j) * D;
+    __m512 acc[8];
+    for (__m512& x : acc) x = _mm512_setzero_ps();
+    for (uint32_t v = 0; v < nv; ++v) {
+      const __m512 qv = v < kMaxVecs ? qs[v]
+                                     : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + v * kLanes8)),
+                                                          _mm256_loadu_ps(qa + D + v * kLanes8), 1);
+#pragma GCC unroll 8
+      for (uint32_t k = 0; k < 8; ++k)
+        if (k < n) acc[k] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(keys + size_t(k) * D + v * kLanes8)), acc[k]);
+    }
+    float out[16];
+    _mm512_storeu_ps(out, hsum8x8_halves(acc));
+    std::memcpy(b.p + j, out, n * sizeof(float));
+    std::memcpy(b.p + kChunkKeys + j, out + 8, n * sizeof(float));
+  }
+}
+
+// o_a, o_b (W vectors of 16 at each) = o · alpha, then + p[k] · V[k] fused for k < n in order; the
+// value rows loaded once for both.
+template <uint32_t W>
+[[gnu::always_inline]] inline void pair_values(const float* pa, const float* pb, const float* values, uint32_t n,
+                                               uint32_t D, float alpha_a, float alpha_b, float* oa, float* ob) {
+  __m512 xa[W], xb[W];
+  for (uint32_t w = 0; w < W; ++w) {
+    xa[w] = _mm512_mul_ps(_mm512_loadu_ps(oa + w * 16), _mm512_set1_ps(alpha_a));
+    xb[w] = _mm512_mul_ps(_mm512_loadu_ps(ob + w * 16), _mm512_set1_ps(alpha_b));
+  }
+  for (uint32_t k = 0; k < n; ++k) {
+    const __m512 sa = _mm512_set1_ps(pa[k]), sb = _mm512_set1_ps(pb[k]);
+    for (uint32_t w = 0; w < W; ++w) {
+      const __m512 vv = _mm512_loadu_ps(values + size_t(k) * D + w * 16);
+      xa[w] = _mm512_fmadd_ps(sa, vv, xa[w]);
+      xb[w] = _mm512_fmadd_ps(sb, vv, xb[w]);
+    }
+  }
+  for (uint32_t w = 0; w < W; ++w) _mm512_storeu_ps(oa + w * 16, xa[w]), _mm512_storeu_ps(ob + w * 16, xb[w]);
+}
+
+void pair_accumulate(const float* pa, const float* pb, const float* values, uint32_t n, uint32_t D, float alpha_a,
+                     float alpha_b, float* oa, float* ob) {
+  uint32_t d = 0;
+  for (; d + 128 <= D; d += 128) pair_values<8>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+  switch ((D - d) / 16) {
+    case 0: break;
+    case 1: return pair_values<1>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 2: return pair_values<2>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 3: return pair_values<3>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 4: return pair_values<4>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 5: return pair_values<5>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 6: return pair_values<6>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    default: return pair_values<7>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+  }
+}
+
+// Rows a and a + 1 over the chunk, as chunk_row computes each: the first sees va keys, the second
+// vb >= va (rows go by position). Keys past va are scored for the first row too, then masked: its
+// probability there is 0, and adding 0 · V leaves its o as it was.
+void pair_step(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t va, uint32_t vb) {
+  const uint32_t D = nv * kLanes8;
+  float *pa = b.p, *pb = b.p + kChunkKeys;
+  pair_scores(b, nv, a, vb);
+  std::fill(pa + va, pa + kChunkKeys, -INFINITY);
+  std::fill(pb + vb, pb + kChunkKeys, -INFINITY);
+  const float alpha_a = chunk_softmax(pa, b.m[a], b.l[a]), alpha_b = chunk_softmax(pb, b.m[a + 1], b.l[a + 1]);
+  pair_accumulate(pa, pb, b.v, vb, D, alpha_a, alpha_b, b.o + size_t(a) * D, b.o + size_t(a + 1) * D);
+}
+
 void run_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
                 const AttentionBuffers& b) {
-  using V = simd::vfloat16;
-  switch (sh.head_dim / simd::lanes<V>) {
-    case 4: return attend_chunked<V, 4>(sh, job, kvh, t_begin, t_end, b);
-    case 8: return attend_chunked<V, 8>(sh, job, kvh, t_begin, t_end, b);
-    case 16: return attend_chunked<V, 16>(sh, job, kvh, t_begin, t_end, b);
-    default: return attend_chunked<V, 0>(sh, job, kvh, t_begin, t_end, b);
-  }
+  const uint32_t nv = sh.head_dim / kLanes8;
+  attend_rows(sh, job, kvh, t_begin, t_end, b, [&](uint32_t r, uint32_t va, uint32_t vb) {
+    pair_step(b, nv, r, va, vb);
+    return true;
+  });
 }
 
 }  // namespace
@@ -45,9 +140,9 @@ KVTIER_ISA_REGION_END
 namespace kvtier::engine {
 
 // Outside the ISA region: a plain call into the kernel, made only where the CPU has AVX-512.
-void attend_chunked_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
-                           uint32_t t_end, const AttentionBuffers& b) {
-  run_avx512(sh, job, kvh, t_begin, t_end, b);
+void attend_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
+                   AttentionScratch& s) {
+  run_avx512(sh, job, kvh, t_begin, t_end, s.buffers());
 }
 
 }  // namespace kvtier::engine

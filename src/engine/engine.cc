@@ -88,6 +88,12 @@ Engine::Engine(std::shared_ptr<const Model> model, BlockPool& pool, const Engine
   if (options_.blas_threads == 0) options_.blas_threads = options_.threads;
   openblas_set_num_threads(int(options_.blas_threads));
   impl_ = std::make_unique<Impl>(model_->config(), options_.threads, options_.blas_threads == 1, options_.exact_weights);
+  // The layers' matrices write the KV (the output matrix only the logits).
+  batch_invariant_ = std::all_of(model_->weights().layers.begin(), model_->weights().layers.end(), [&](const LayerWeights& lw) {
+    const Matmul& mm = impl_->mm;
+    return mm.rounds_rows_alike(lw.wqkv) && mm.rounds_rows_alike(lw.wo) && mm.rounds_rows_alike(lw.w_gate_up) &&
+           mm.rounds_rows_alike(lw.w_down);
+  });
 }
 
 Engine::~Engine() = default;
@@ -145,8 +151,7 @@ void Engine::Impl::attend_and_mlp(BlockPool& pool, const LayerWeights& lw, Layer
                                 .out = attn.data() + size_t(s.row0) * Q,
                                 .out_stride = Q,
                                 .n_tokens = s.n,
-                                .pos0 = s.pos0,
-                                .decode = s.decode});
+                                .pos0 = s.pos0});
     for (uint32_t t = 0; t < s.n; t += bt)
       for (uint32_t k = 0; k < c.num_kv_heads; ++k) {
         const uint32_t t1 = std::min(s.n, t + bt);
@@ -188,17 +193,12 @@ void Engine::Impl::embed(const Model& model, std::span<const TokenId> tokens, ui
 }
 
 void Engine::Impl::contiguous_layer(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, SequenceKV& seq,
-                                    uint32_t pos0, uint32_t n, uint32_t chunk, uint32_t decode_from) {
+                                    uint32_t pos0, uint32_t n, uint32_t chunk) {
   for (uint32_t c0 = 0; c0 < n; c0 += chunk) {
-    const uint32_t m = std::min(chunk, n - c0), p0 = pos0 + c0;
-    // Rows [0, split) attend as prefill, [split, m) as decode steps.
-    const uint32_t split = uint32_t(std::clamp<int64_t>(int64_t(decode_from) - p0, 0, m));
-    RowSpan spans[2];
-    size_t k = 0;
-    if (split > 0) spans[k++] = RowSpan{&seq, 0, split, p0};
-    if (split < m) spans[k++] = RowSpan{&seq, split, m - split, p0 + split, /*decode=*/true};
+    const uint32_t m = std::min(chunk, n - c0);
+    const RowSpan span{&seq, 0, m, pos0 + c0};
     layer_pass(pool, lw, layer, x.data() + size_t(c0) * cfg.hidden_size, rope_cs.data() + size_t(c0) * cfg.head_dim,
-               m, std::span(spans, k));
+               m, std::span(&span, 1));
   }
 }
 
@@ -231,8 +231,7 @@ Result<Logits> Engine::prefill(SequenceKV& seq, std::span<const TokenId> tokens,
   im.embed(*model_, tokens.subspan(start_pos), start_pos);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     if (options.layer_hook) KVTIER_RETURN_IF_ERROR(options.layer_hook(LayerIdx(l)));
-    im.contiguous_layer(pool_, model_->weights().layers[l], LayerIdx(l), seq, start_pos, n, options_.prefill_chunk,
-                        options.decode_from);
+    im.contiguous_layer(pool_, model_->weights().layers[l], LayerIdx(l), seq, start_pos, n, options_.prefill_chunk);
   }
   const uint32_t rows = options.all_logits ? n : 1;
   Logits out = im.project_logits(*model_, im.x.data() + size_t(n - rows) * c.hidden_size, rows);
@@ -258,7 +257,7 @@ Result<Logits> Engine::decode(std::span<SequenceKV* const> seqs, std::span<const
   im.embed_rows(*model_, tokens, im.x.data());
   for (uint32_t i = 0; i < b; ++i) {
     pos[i] = seqs[i]->num_tokens;
-    spans[i] = RowSpan{seqs[i], i, 1, pos[i], /*decode=*/true};
+    spans[i] = RowSpan{seqs[i], i, 1, pos[i]};
   }
   rope_cos_sin(c, pos.data(), b, im.rope_cs);
   for (uint32_t l = 0; l < c.num_layers; ++l)

@@ -65,13 +65,7 @@ struct BlendOptions {
 struct PrefillOptions {
   bool all_logits = false;  // logits of every computed position, not only the last
   LayerHook layer_hook;
-  BlendOptions* blend = nullptr;  // selective recompute (CPU engine; not with all_logits or decode_from)
-  // Positions at or past decode_from attend as decode() does (attention.h: AttentionJob::decode),
-  // the others as prefill. Recomputing the KV of tokens a sequence's decode steps wrote with it
-  // gives their bytes bit for bit on the CPU engine with quantized weights, whose matrices round a
-  // row alike at any batch (matmul.h). Not so with F32 weights (BLAS rounds by batch); the CUDA
-  // engine ignores it.
-  uint32_t decode_from = UINT32_MAX;
+  BlendOptions* blend = nullptr;  // selective recompute (CPU engine; not with all_logits)
 };
 
 // Rows of logits, row-major [rows][vocab].
@@ -126,6 +120,10 @@ class Forward {
   virtual void reset_profile() = 0;
   // Whether prefill implements PrefillOptions::blend (selective recompute).
   virtual bool supports_blend() const { return false; }
+  // Whether the KV a decode step writes is bit for bit the KV a prefill of the same tokens writes
+  // (and so a sequence's generated tokens may be cached as they were decoded, and a preempted
+  // sequence recomputed by prefill goes on as it would have).
+  virtual bool decode_matches_prefill() const { return false; }
 
   // Positions the page table can hold.
   uint32_t capacity(const SequenceKV& seq) const { return uint32_t(seq.pages.size()) * geometry().page_tokens; }
@@ -186,6 +184,10 @@ class Engine final : public Forward {
   const EngineProfile& profile() const override { return profile_; }
   void reset_profile() override { profile_ = {}; }
   bool supports_blend() const override { return true; }
+  // Attention rounds a row alike in both (attention.h); the matrices do where every part of every
+  // weight matrix is multiplied by integer or F16 dot products (matmul.h), not by BLAS (F32 parts,
+  // EngineOptions::exact_weights).
+  bool decode_matches_prefill() const override { return batch_invariant_; }
 
  private:
   struct Impl;
@@ -200,6 +202,7 @@ class Engine final : public Forward {
   EngineOptions options_;
   EngineProfile profile_;
   std::unique_ptr<Impl> impl_;
+  bool batch_invariant_ = false;  // decode_matches_prefill()
 };
 
 }  // namespace kvtier::engine

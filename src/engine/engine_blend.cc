@@ -93,7 +93,6 @@ Result<Logits> Engine::prefill_blend(SequenceKV& seq, std::span<const TokenId> t
   const uint32_t n_total = uint32_t(tokens.size()), n = n_total - start_pos, H = c.hidden_size;
   KVTIER_RETURN_IF_ERROR(blend.validate(c.num_layers, n));
   if (options.all_logits) return Status::InvalidArgument("Engine: all_logits is not available with blending");
-  if (options.decode_from != UINT32_MAX) return Status::InvalidArgument("Engine: decode_from is not available with blending");
   const auto t_start = SteadyClock::now();
   Impl& im = *impl_;
   im.attention_seconds = 0;
@@ -103,7 +102,7 @@ Result<Logits> Engine::prefill_blend(SequenceKV& seq, std::span<const TokenId> t
   const uint32_t chunk = options_.prefill_chunk;
   for (uint32_t l = 0; l <= blend.check_layer; ++l) {
     if (options.layer_hook) KVTIER_RETURN_IF_ERROR(options.layer_hook(LayerIdx(l)));
-    if (l < blend.check_layer) im.contiguous_layer(pool_, layers[l], LayerIdx(l), seq, start_pos, n, chunk, UINT32_MAX);
+    if (l < blend.check_layer) im.contiguous_layer(pool_, layers[l], LayerIdx(l), seq, start_pos, n, chunk);
   }
   const std::vector<uint32_t> selected = select_rows(blend.reused, check_deviation(seq, blend, start_pos), blend.recompute_ratio);
   // Compact x and the RoPE table to the selected rows.

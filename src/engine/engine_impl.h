@@ -20,7 +20,6 @@ struct RowSpan {
   uint32_t row0;
   uint32_t n;
   uint32_t pos0;
-  bool decode = false;  // attended with decode's kernel (attention.h: AttentionJob::decode)
 };
 
 struct Engine::Impl {
@@ -59,10 +58,9 @@ struct Engine::Impl {
 
   // x and rope_cs for tokens at positions first_pos.. .
   void embed(const Model& model, std::span<const TokenId> tokens, uint32_t first_pos);
-  // One layer over rows [0, n) of x at positions pos0.., in chunks of `chunk` rows; positions at or
-  // past decode_from attend as decode steps (PrefillOptions::decode_from).
+  // One layer over rows [0, n) of x at positions pos0.., in chunks of `chunk` rows.
   void contiguous_layer(BlockPool& pool, const LayerWeights& lw, LayerIdx layer, SequenceKV& seq, uint32_t pos0,
-                        uint32_t n, uint32_t chunk, uint32_t decode_from);
+                        uint32_t n, uint32_t chunk);
   // Logits of `rows` rows of final hidden states.
   Logits project_logits(const Model& model, const float* rows_x, uint32_t rows);
 

@@ -53,17 +53,27 @@ void Matmul::run(const float* x, uint32_t m, const Linear& w, float* y, uint32_t
   std::fill(std::begin(act_src_), std::end(act_src_), nullptr);
   uint32_t c0 = 0;
   for (const WeightPart& p : w.parts()) {
-    if (const float* f = p.f32()) {
-      f32_part(x, m, f, uint32_t(p.cols()), uint32_t(p.rows()), y + c0, ldy, beta);
-    } else if (exact_ || (!k_.dot[uint32_t(p.type())] && p.packing() == qdot::Packing::kRows)) {
-      panel_part(x, m, p, y + c0, ldy, beta);
-    } else if (p.packing() != qdot::Packing::kRows) {
-      group_part(x, m, p, y + c0, ldy, beta);
-    } else {
-      dot_part(x, m, p, y + c0, ldy, beta);
+    switch (path(p)) {
+      case Path::kBlas: f32_part(x, m, p.f32(), uint32_t(p.cols()), uint32_t(p.rows()), y + c0, ldy, beta); break;
+      case Path::kPanel: panel_part(x, m, p, y + c0, ldy, beta); break;
+      case Path::kGroup: group_part(x, m, p, y + c0, ldy, beta); break;
+      case Path::kDot: dot_part(x, m, p, y + c0, ldy, beta); break;
     }
     c0 += uint32_t(p.rows());
   }
+}
+
+Matmul::Path Matmul::path(const WeightPart& p) const {
+  if (p.f32()) return Path::kBlas;
+  if (exact_ || (!k_.dot[uint32_t(p.type())] && p.packing() == qdot::Packing::kRows)) return Path::kPanel;
+  return p.packing() != qdot::Packing::kRows ? Path::kGroup : Path::kDot;
+}
+
+bool Matmul::rounds_rows_alike(const Linear& w) const {
+  return std::all_of(w.parts().begin(), w.parts().end(), [&](const WeightPart& p) {
+    const Path x = path(p);
+    return x == Path::kGroup || x == Path::kDot;
+  });
 }
 
 void Matmul::f32_part(const float* x, uint32_t m, const float* w, uint32_t k, uint32_t n, float* y, uint32_t ldy,

@@ -35,7 +35,13 @@ class Matmul {
 
   const qdot::Kernels& kernels() const { return k_; }
 
+  // Whether run() gives a row of X the same result bit for bit whatever the other rows of the call
+  // (true of the dot-product paths; BLAS's GEMM rounds by batch).
+  bool rounds_rows_alike(const Linear& w) const;
+
  private:
+  enum class Path { kBlas, kPanel, kGroup, kDot };
+  Path path(const WeightPart& p) const;
   void f32_part(const float* x, uint32_t m, const float* w, uint32_t k, uint32_t n, float* y, uint32_t ldy, float beta);
   // Runs fill(r0, rows, activations, count, tile) over 16 × 16 tiles of the tokens and w's rows.
   template <typename Fill>

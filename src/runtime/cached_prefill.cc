@@ -4,30 +4,6 @@
 
 namespace kvtier {
 
-Plan plan_before(const KVCache& cache, const CacheLookup& L, uint32_t first) {
-  Plan plan = cache.plan(L);
-  const uint32_t C = cache.options().chunk_pages;
-  if (first > L.index_pages) first = L.index_pages + (first - L.index_pages) / C * C;
-  for (const PlanSegment& s : plan.segments)
-    if (s.action == PlanAction::kRecompute) first = std::min(first, s.first_page);
-  std::vector<PlanSegment> segments;
-  for (PlanSegment s : plan.segments) {
-    if (s.first_page < first) {
-      PlanSegment head = s;
-      head.pages = std::min(s.pages, first - s.first_page);
-      segments.push_back(head);
-      if (head.pages == s.pages) continue;
-      s.first_page = first, s.pages -= head.pages;
-    }
-    if (s.action == PlanAction::kLoad) plan.load_pages -= s.pages;
-    if (s.action != PlanAction::kRecompute) plan.recompute_pages += s.pages;
-    s.action = PlanAction::kRecompute;
-    segments.push_back(s);
-  }
-  plan.segments = std::move(segments);
-  return plan;
-}
-
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt) {
   kv.pages = lease.pages();
   if (lease.recompute_end() <= lease.recompute_begin()) return Status::Ok();
@@ -43,7 +19,6 @@ Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, C
   if (prefill_front(engine, lease, kv, prompt).ok()) {
     engine::PrefillOptions po;
     po.all_logits = options.all_logits;
-    po.decode_from = options.decode_from;
     kv.num_tokens = lease.cached_end();
     po.layer_hook = [&](LayerIdx l) { return lease.wait_layer(l); };
     auto r = engine.prefill(kv, prompt, lease.cached_end(), po);
@@ -59,7 +34,6 @@ Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCa
   kv.num_tokens = cache.fall_back(lease);
   engine::PrefillOptions po;
   po.all_logits = options.all_logits;
-  po.decode_from = options.decode_from;
   return engine.prefill(kv, prompt, kv.num_tokens, po);
 }
 

@@ -23,19 +23,9 @@ namespace kvtier {
 // before it. `kv` receives the lease's page table.
 Status prefill_front(engine::Forward& engine, CacheLease& lease, engine::SequenceKV& kv, std::span<const TokenId> prompt);
 
-// The cache's plan for lookup `L` with every cached page from `first` on recomputed instead: from
-// where a lower tier's chunk begins (no chunk is read in part) or where the plan already
-// recomputes, so the recomputed pages are one range that runs to the end of the cached ones. For
-// KVCache::acquire's choice when only the pages before `first` hold the KV wanted (a resume).
-Plan plan_before(const KVCache& cache, const CacheLookup& L, uint32_t first);
-
 // What a prefill over a lease computes besides the last position's logits.
 struct CachedPrefillOptions {
   bool all_logits = false;  // the logits of every computed position
-  // Positions at or past it are computed as decode steps computed them (engine::PrefillOptions):
-  // tokens a sequence generated, whose KV is recomputed after a preemption. The lease's cached
-  // prefix must end at or before it (look up only the tokens before it).
-  uint32_t decode_from = UINT32_MAX;
 };
 
 // After a load of the lease failed: recomputes everything that was not shared in place

@@ -524,39 +524,36 @@ class RuntimeImpl final : public Runtime {
   }
 
   // A preempted sequence whose KV was dropped, computed again from its tokens (the last sampled one
-  // is not in the KV yet: decode() feeds it next): the prompt's as prefill computed it (from the
-  // cache where it holds it), the generated tokens' as its decode steps did, so it goes on as it
-  // would have unpreempted (bit for bit where engine::PrefillOptions::decode_from promises it).
-  // Only the prompt's cached pages are used: what the cache holds past it is prefill's KV.
+  // is not in the KV yet: decode() feeds it next), from the cache where it holds them. Where the
+  // engine's decode steps write what its prefill writes (Forward::decode_matches_prefill) the
+  // sequence goes on bit for bit as it would have unpreempted; elsewhere its generated tokens' KV
+  // is prefill's, which rounds otherwise.
   Status recompute_kv(Seq& s) {
     const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
-    const uint32_t decoded_from = std::min<uint32_t>(s.decoded_from, s.kv.num_tokens);
     CacheLease lease;
     if (o_.cache_enabled) {
-      const uint32_t prompt_pages = decoded_from / o_.page_tokens;
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known, [&](const CacheLookup& L) {
-        return plan_before(*cache_, L, prompt_pages);
-      }));
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known));
     } else {
       KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
     }
     engine::SequenceKV kv;
-    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known, {.decode_from = decoded_from}).status());
+    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known).status());
     s.lease = std::move(lease);
     s.kv = std::move(kv);
     s.preempted = false;
     return Status::Ok();
   }
 
-  // Decode steps compute KV with a kernel of their own, which rounds otherwise than prefill's (and
-  // with quantized weights the activations' rounding carries a last-bit difference on to logits a
-  // tenth apart): the whole pages of generated tokens are computed again by prefill before they are
-  // cached, so a later hit on them is exactly what a prefill of the conversation computes. The
-  // tokens of a page the cache will not keep (the partial last one) are not, nor those past
-  // reply_prefill_tokens (the prefill holds every other stream meanwhile). How many of the
-  // sequence's positions may be committed.
+  // Where the engine's decode steps write KV that rounds otherwise than its prefill's (F32 weights,
+  // whose BLAS products round by batch; the CUDA engine: Forward::decode_matches_prefill), the
+  // whole pages of generated tokens are computed again by prefill before they are cached, so a
+  // later hit on them is exactly what a prefill of the conversation computes. The tokens of a page
+  // the cache will not keep (the partial last one) are not, nor those past reply_prefill_tokens
+  // (the prefill holds every other stream meanwhile). How many of the sequence's positions may be
+  // committed.
   uint32_t prefill_decoded(Seq& s) {
     const uint32_t known = std::min(s.kv.num_tokens, s.exact_tokens);
+    if (engine_->decode_matches_prefill()) return known;
     const uint32_t prefilled = std::min(known, s.decoded_from);  // KV a prefill wrote
     const uint32_t end = uint32_t(std::min<uint64_t>(known, uint64_t(s.decoded_from) + o_.reply_prefill_tokens));
     const uint32_t whole = end / o_.page_tokens * o_.page_tokens;

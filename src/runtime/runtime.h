@@ -46,9 +46,11 @@ struct RuntimeOptions : CacheConfig {
   bool cache_enabled = true;        // false: every prompt is fully recomputed (the baseline)
   BlendPrefillOptions blend;        // non-prefix reuse of marked segments (runtime/blend_prefill.h)
   uint32_t max_sequences = 64;      // running sequences at once
-  // Generated tokens prefilled again when a sequence ends, so that their KV is cached as exactly
-  // what a prefill computes (decode's kernel rounds otherwise); a longer reply is cached this far.
-  // The prefill runs on the scheduler's thread: this bounds how long it holds other streams.
+  // Generated tokens prefilled again when a sequence ends, where the engine's decode steps write
+  // KV that rounds otherwise than its prefill's (F32 weights, CUDA: engine::Forward::
+  // decode_matches_prefill), so that their KV is cached as exactly what a prefill computes; a
+  // longer reply is cached this far. The prefill runs on the scheduler's thread: this bounds how
+  // long it holds other streams. Quantized and F16 weights on the CPU need none.
   uint32_t reply_prefill_tokens = 256;
   uint32_t threads = 0;             // compute threads; 0 = all cores
 
@@ -111,8 +113,8 @@ struct RuntimeCounters {
   uint64_t cached_tokens = 0;
   uint64_t cached_tokens_by_tier[kNumTiers] = {};
   uint64_t decode_tokens = 0;
-  // Generated tokens whose decoded KV was computed again by prefill before it was cached (decode's
-  // kernel rounds otherwise than prefill's; cached KV is always prefill's).
+  // Generated tokens whose decoded KV was computed again by prefill before it was cached (where
+  // decode rounds otherwise: RuntimeOptions::reply_prefill_tokens; cached KV is always prefill's).
   uint64_t decoded_tokens_prefilled = 0;
   double ttft_seconds_sum = 0;
   // Preemption (Runtime::preempt): sequences whose KV left the device pool,
@@ -280,9 +282,9 @@ class Runtime {
   // tokens and sampler; decode() refuses it until resume() puts its KV back
   // in fresh pages (copied, or recomputed from its tokens: Busy while they do
   // not fit). Its output is the one it would have had unpreempted exactly
-  // for the raw copy, and recomputed on quantized weights where its prompt
-  // was computed exactly (its generated tokens' KV computed as decode did:
-  // engine::PrefillOptions::decode_from; docs/SERVER.md says when not).
+  // for the raw copy, and recomputed where the engine's decode steps write
+  // the KV its prefill writes (engine::Forward::decode_matches_prefill) and
+  // the prompt was computed exactly (docs/SERVER.md says when not).
   // Returns true when the KV was kept raw.
   virtual Result<bool> preempt(SeqId seq) = 0;
   virtual Status resume(SeqId seq) = 0;

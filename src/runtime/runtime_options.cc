@@ -52,9 +52,10 @@ OptionTable<R> make_table() {
   t.push_back(uint_option<R>({"limits.max_sequences", "--max-sequences", {}, "Sequences decoded together (batch)"},
                              KVTIER_FIELD(max_sequences), 1, 1u << 16));
   t.push_back(uint_option<R>({"limits.reply_prefill_tokens", "--reply-prefill-tokens", {},
-                              "Generated tokens prefilled again as a sequence ends so their KV is cached exactly "
-                              "(decode rounds otherwise); a longer reply is cached this far, 0: replies are not "
-                              "cached. The prefill holds other streams for its time"},
+                              "Where decode rounds otherwise than prefill (F32 weights, CUDA), generated tokens "
+                              "prefilled again as a sequence ends so their KV is cached exactly; a longer reply is "
+                              "cached this far, 0: replies are not cached. The prefill holds other streams for its "
+                              "time. Quantized and F16 weights on the CPU cache replies as decoded"},
                              KVTIER_FIELD(reply_prefill_tokens), 0, 1u << 20));
   return t;
 }

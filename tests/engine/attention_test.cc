@@ -1,9 +1,10 @@
-// The attention kernels (engine/attention.h) against a direct double-precision
-// reference, and the AVX-512 prefill kernel against the AVX2 one on the same
-// inputs: random K/V in pages (f32 and f16), grouped heads, a cached prefix
+// The attention kernel (engine/attention.h) against a direct double-precision
+// reference, and a row's result against the same row computed in other
+// company: random K/V in pages (f32 and f16), grouped heads, a cached prefix
 // and a block of new tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -51,11 +52,11 @@ class AttentionKernels : public ::testing::TestWithParam<Case> {
     for (float& x : q_) x = value(rng);
   }
 
-  AttentionJob job(float* out, bool decode) const {
+  AttentionJob job(float* out) const {
     const Case& c = GetParam();
     return {.pool = pool_.get(), .pages = pages_, .layer = LayerIdx{0}, .q = q_.data(),
             .q_stride = size_t(c.heads) * c.head_dim, .out = out, .out_stride = size_t(c.heads) * c.head_dim,
-            .n_tokens = c.tokens, .pos0 = c.pos0, .decode = decode};
+            .n_tokens = c.tokens, .pos0 = c.pos0};
   }
 
   // Softmax(q · K / sqrt(d)) · V in double, causal, for token t and head h.
@@ -75,11 +76,16 @@ class AttentionKernels : public ::testing::TestWithParam<Case> {
     return out;
   }
 
-  std::vector<float> run(bool decode) const {
+  using Kernel = void (*)(const AttentionShape&, const AttentionJob&, uint32_t, uint32_t, uint32_t, AttentionScratch&);
+
+  // Every token's rows, in tasks of `block` tokens (the engine's tasks are attention_block_tokens).
+  std::vector<float> run(uint32_t block, Kernel kernel = attend) const {
     const Case& c = GetParam();
     std::vector<float> out(q_.size());
-    AttentionScratch scratch(shape_, c.tokens * (c.heads / c.kv_heads));
-    for (uint32_t kvh = 0; kvh < c.kv_heads; ++kvh) attend(shape_, job(out.data(), decode), kvh, 0, c.tokens, scratch);
+    AttentionScratch scratch(shape_, block * (c.heads / c.kv_heads));
+    for (uint32_t t = 0; t < c.tokens; t += block)
+      for (uint32_t kvh = 0; kvh < c.kv_heads; ++kvh)
+        kernel(shape_, job(out.data()), kvh, t, std::min(c.tokens, t + block), scratch);
     return out;
   }
 
@@ -100,44 +106,33 @@ class AttentionKernels : public ::testing::TestWithParam<Case> {
   std::vector<float> k_, v_, q_;
 };
 
-// Whichever prefill kernel the CPU runs (16 lanes with AVX-512, else 8).
-TEST_P(AttentionKernels, PrefillMatchesTheReference) { expect_near_reference(run(/*decode=*/false)); }
+TEST_P(AttentionKernels, MatchesTheReference) { expect_near_reference(run(GetParam().tokens)); }
 
-// Decode's path over every token in one call (as a prefill that recomputes decoded tokens runs it).
-TEST_P(AttentionKernels, DecodeMatchesTheReference) { expect_near_reference(run(/*decode=*/true)); }
-
-// A token's decode rows are the same bit for bit whichever tokens share the call: one at a time (a
-// decode step) or all of them (PrefillOptions::decode_from).
-TEST_P(AttentionKernels, DecodeRowsDoNotDependOnTheTokensBesideThem) {
-  const Case& c = GetParam();
-  const std::vector<float> together = run(/*decode=*/true);
-  std::vector<float> alone(q_.size());
-  AttentionScratch scratch(shape_, c.heads / c.kv_heads);
-  for (uint32_t t = 0; t < c.tokens; ++t)
-    for (uint32_t kvh = 0; kvh < c.kv_heads; ++kvh) attend(shape_, job(alone.data(), true), kvh, t, t + 1, scratch);
-  EXPECT_EQ(alone, together);
+// A token's rows are the same bit for bit whichever tokens share the task: one at a time (a decode
+// step), all of them (a prefill), or blocks that start anywhere (a prompt computed in chunks).
+TEST_P(AttentionKernels, RowsDoNotDependOnTheTokensBesideThem) {
+  const std::vector<float> together = run(GetParam().tokens);
+  EXPECT_EQ(run(1), together);
+  EXPECT_EQ(run(7), together);
+  EXPECT_EQ(run(16), together);
 }
 
-// The two chunked kernels on the same inputs, each against the reference (they round apart).
-TEST_P(AttentionKernels, WideAndNarrowPrefillKernelsAgree) {
+// The 16-lane kernel (two rows a register) computes the 8-lane kernel's bits, in any company: a
+// process, and every machine that shares a tier, gets the same KV whichever the CPU runs.
+TEST_P(AttentionKernels, WideAndNarrowKernelsAgreeBitForBit) {
   if (!qdot::cpu_has(qdot::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512: the CPU runs only the 8-lane kernel";
-  const Case& c = GetParam();
-  const uint32_t rows = c.tokens * (c.heads / c.kv_heads), D = c.head_dim;
-  std::vector<float> q(size_t(rows) * D), o(q.size()), m(rows), l(rows), kt(size_t(D) * kMaxChunkKeys),
-      v(kt.size()), p(size_t(kMaxRowGroup) * kMaxChunkKeys), narrow(q_.size()), wide(q_.size());
-  std::vector<uint32_t> pos(rows);
-  const AttentionBuffers b{q.data(), o.data(), m.data(), l.data(), pos.data(), kt.data(), v.data(), p.data()};
-  for (uint32_t kvh = 0; kvh < c.kv_heads; ++kvh) {
-    attend_chunked_avx2(shape_, job(narrow.data(), false), kvh, 0, c.tokens, b);
-    attend_chunked_avx512(shape_, job(wide.data(), false), kvh, 0, c.tokens, b);
-  }
+  const uint32_t n = GetParam().tokens;
+  const std::vector<float> narrow = run(n, attend_avx2);
   expect_near_reference(narrow);
-  expect_near_reference(wide);
+  for (const uint32_t block : {n, 1u, 3u, 16u}) EXPECT_EQ(run(block, attend_avx512), narrow) << "tasks of " << block;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionKernels,
                          ::testing::Values(Case{DType::kF32, 64, 8, 4, 0, 37}, Case{DType::kF16, 64, 8, 2, 150, 21},
-                                           Case{DType::kF16, 128, 4, 4, 70, 9}, Case{DType::kF32, 32, 4, 1, 33, 50}));
+                                           Case{DType::kF16, 128, 4, 4, 70, 9}, Case{DType::kF32, 32, 4, 1, 33, 50},
+                                           Case{DType::kF32, 64, 14, 2, 40, 30},   // 7 heads a group: odd
+                                           Case{DType::kF16, 256, 2, 1, 5, 12},    // a head of 256
+                                           Case{DType::kF32, 16, 3, 1, 100, 5}));  // a head of 16
 
 }  // namespace
 }  // namespace kvtier::engine

@@ -230,52 +230,51 @@ TEST_F(QuantModel, QuantizedActivationsStayCloseToTheExactPath) {
   EXPECT_GE(double(d.top1_agree), 0.9 * double(d.positions));
 }
 
-// PrefillOptions::decode_from: a prefill of a sequence's prompt and the tokens its decode steps
-// appended, with decode_from at the prompt's end, writes every position's K and V with the bytes the
-// decode steps wrote and ends in their last logits, bit for bit (quantized weights round a row alike
-// at any batch); without it the generated tokens' KV is prefill's, which rounds otherwise. With a
-// prefill chunk of 16 rows the split falls inside a chunk.
-TEST_F(QuantModel, PrefillFromADecodePositionWritesTheDecodeStepsKvBitForBit) {
-  constexpr uint32_t kPrompt = 37, kGenerated = 24, kAll = kPrompt + kGenerated;
+// A decode step writes the K and V a prefill of the same tokens writes, and gives its logits, bit
+// for bit: attention rounds a row alike whatever the rows beside it, and so do quantized weights'
+// products (Forward::decode_matches_prefill). So a sequence's generated tokens are cached as they
+// were decoded, and one recomputed after a preemption goes on as it would have. Prefill chunks of
+// 16 rows and of 1,024 (the whole sequence at once); f32 and f16 KV.
+TEST_F(QuantModel, ADecodeStepWritesTheKvAPrefillWrites) {
+  constexpr uint32_t kPrompt = 37, kGenerated = 40, kAll = kPrompt + kGenerated;
   const auto tokens = testing::random_tokens(kAll, (*quantised_)->config().vocab_size, 11);
-  for (const DType dtype : {DType::kF32, DType::kF16}) {
-    SCOPED_TRACE(dtype == DType::kF32 ? "f32 KV" : "f16 KV");
-    Rig rig(*quantised_, dtype, 32, 16, {.prefill_chunk = 16});
-    SequenceKV decoded = rig.sequence(kAll), recomputed = rig.sequence(kAll), prefilled = rig.sequence(kAll);
-    ASSERT_TRUE(rig.engine->prefill(decoded, std::span(tokens).first(kPrompt), 0).ok());
-    Logits last;
-    for (uint32_t i = kPrompt; i < kAll; ++i) {
-      SequenceKV* one = &decoded;
-      auto r = rig.engine->decode(std::span(&one, 1), std::span(&tokens[i], 1));
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      last = std::move(*r);
-    }
-    auto again = rig.engine->prefill(recomputed, tokens, 0, {.decode_from = kPrompt});
-    ASSERT_TRUE(again.ok()) << again.status().to_string();
-    ASSERT_TRUE(rig.engine->prefill(prefilled, tokens, 0).ok());
-    ASSERT_EQ(again->data, last.data);  // bit for bit
-
-    const KVGeometry& geo = rig.pool->geometry();
-    const size_t row = geo.token_kv_half_bytes();
-    auto same_kv = [&](const SequenceKV& a, const SequenceKV& b, uint32_t pos, LayerIdx l) {
-      const size_t off = size_t(pos % geo.page_tokens) * row;
-      const PageId pa = a.pages[pos / geo.page_tokens], pb = b.pages[pos / geo.page_tokens];
-      return std::memcmp(rig.pool->k(pa, l) + off, rig.pool->k(pb, l) + off, row) == 0 &&
-             std::memcmp(rig.pool->v(pa, l) + off, rig.pool->v(pb, l) + off, row) == 0;
-    };
-    uint32_t prefill_differs = 0;
-    for (uint32_t l = 0; l < (*quantised_)->config().num_layers; ++l)
-      for (uint32_t pos = 0; pos < kAll; ++pos) {
-        EXPECT_TRUE(same_kv(decoded, recomputed, pos, LayerIdx(l))) << "layer " << l << " position " << pos;
-        prefill_differs += !same_kv(decoded, prefilled, pos, LayerIdx(l));
+  for (const DType dtype : {DType::kF32, DType::kF16})
+    for (const uint32_t chunk : {16u, 1024u}) {
+      SCOPED_TRACE(std::string(dtype == DType::kF32 ? "f32 KV" : "f16 KV") + ", chunk " + std::to_string(chunk));
+      Rig rig(*quantised_, dtype, 32, 16, {.prefill_chunk = chunk});
+      EXPECT_TRUE(rig.engine->decode_matches_prefill());
+      SequenceKV decoded = rig.sequence(kAll), prefilled = rig.sequence(kAll);
+      ASSERT_TRUE(rig.engine->prefill(decoded, std::span(tokens).first(kPrompt), 0).ok());
+      Logits last;
+      for (uint32_t i = kPrompt; i < kAll; ++i) {
+        SequenceKV* one = &decoded;
+        auto r = rig.engine->decode(std::span(&one, 1), std::span(&tokens[i], 1));
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        last = std::move(*r);
       }
-    // Without decode_from the generated positions' KV rounds otherwise (else this test shows nothing).
-    EXPECT_GT(prefill_differs, 0u);
-  }
-  Rig rig(*quantised_, DType::kF32, 8);
-  SequenceKV s = rig.sequence(kAll);
-  BlendOptions blend;
-  EXPECT_TRUE(rig.engine->prefill(s, tokens, 0, {.blend = &blend, .decode_from = kPrompt}).status().is(StatusCode::kInvalidArgument));
+      auto whole = rig.engine->prefill(prefilled, tokens, 0);
+      ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+      ASSERT_EQ(whole->data, last.data);  // bit for bit
+
+      const KVGeometry& geo = rig.pool->geometry();
+      const size_t row = geo.token_kv_half_bytes();
+      for (uint32_t l = 0; l < (*quantised_)->config().num_layers; ++l)
+        for (uint32_t pos = 0; pos < kAll; ++pos) {
+          const size_t off = size_t(pos % geo.page_tokens) * row;
+          const PageId pa = decoded.pages[pos / geo.page_tokens], pb = prefilled.pages[pos / geo.page_tokens];
+          ASSERT_EQ(std::memcmp(rig.pool->k(pa, LayerIdx(l)) + off, rig.pool->k(pb, LayerIdx(l)) + off, row), 0)
+              << "K, layer " << l << " position " << pos;
+          ASSERT_EQ(std::memcmp(rig.pool->v(pa, LayerIdx(l)) + off, rig.pool->v(pb, LayerIdx(l)) + off, row), 0)
+              << "V, layer " << l << " position " << pos;
+        }
+    }
+}
+
+// Where BLAS multiplies (F32 weights, or quantized ones on the exact path), a row rounds by batch:
+// the engine says decode does not match prefill, and the runtime prefills replies again.
+TEST_F(QuantModel, BlasProductsDoNotMatchDecodeToPrefill) {
+  EXPECT_FALSE(Rig(*reference_, DType::kF32, 8).engine->decode_matches_prefill());
+  EXPECT_FALSE(Rig(*quantised_, DType::kF32, 8, 16, {.exact_weights = true}).engine->decode_matches_prefill());
 }
 
 }  // namespace

@@ -179,17 +179,17 @@ TEST(ChunkedPrefill, ASequenceEndedMidPromptCachesWhatItComputed) {
 }
 
 // Preempted while decoding, with no host memory for a raw copy, a sequence's KV is recomputed at
-// resume: its prompt's by prefill (from the cache), its generated tokens' as its decode steps computed
-// them, so it goes on as it would have unpreempted, bit for bit. The cache holds the same conversation
-// past the prompt (an earlier run committed its reply, prefilled): the resume must not take that,
-// whose KV rounds as prefill's.
+// resume by prefill, from the cache where it holds it, and it goes on as it would have unpreempted,
+// bit for bit: on quantized weights a decode step writes the KV a prefill writes
+// (engine::Forward::decode_matches_prefill). The cache holds the same conversation past the prompt
+// (an earlier run committed its reply as decoded, not prefilled again), and the resume takes it.
 TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
   auto cached = make(true, /*host_bytes=*/0);
   ASSERT_NE(cached, nullptr);
   const PromptRequest r = request_of(*cached, kText);
   constexpr int kTokens = 48, kBefore = 30;
   const Generated whole = generate(*cached, r, UINT32_MAX, kTokens);  // commits prompt and reply
-  ASSERT_GT(cached->stats().counters.decoded_tokens_prefilled, 0u);
+  EXPECT_EQ(cached->stats().counters.decoded_tokens_prefilled, 0u);
 
   auto s = cached->start(r);
   ASSERT_TRUE(s.ok()) << s.status().to_string();
@@ -200,10 +200,12 @@ TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
       auto kept = cached->preempt(s->seq);
       ASSERT_TRUE(kept.ok()) << kept.status().to_string();
       EXPECT_FALSE(*kept);  // no host memory: recomputed at resume
-      const uint64_t recomputed = cached->stats().cache.recomputed_cached_tokens;
+      const uint64_t reused = cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)];
       ASSERT_TRUE(cached->resume(s->seq).ok());
-      // The cached pages past the prompt were found and recomputed, not used.
-      EXPECT_GE(cached->stats().cache.recomputed_cached_tokens, recomputed + 16);
+      // The prompt's whole pages and the cached reply's past them were used.
+      const uint32_t known = uint32_t(r.prompt.size()) + kBefore - 1;
+      EXPECT_EQ(cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)] - reused, known / 16 * 16);
+      EXPECT_GT(known / 16 * 16, r.prompt.size());
     }
     auto d = cached->decode(one);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
