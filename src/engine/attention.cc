@@ -27,7 +27,7 @@ AttentionScratch::AttentionScratch(const AttentionShape& sh, uint32_t max_rows)
       l_(max_rows),
       k_(size_t(sh.head_dim) * kChunkKeys),
       v_(size_t(sh.head_dim) * kChunkKeys),
-      p_(2 * kChunkKeys) {}
+      p_(4 * kChunkKeys) {}
 
 AttentionBuffers AttentionScratch::buffers() {
   return {q_.data(), o_.data(), m_.data(), l_.data(), k_.data(), v_.data(), p_.data()};
@@ -48,7 +48,7 @@ void attend(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uin
 
 void attend_avx2(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
                  AttentionScratch& s) {
-  attend_rows(sh, job, kvh, t_begin, t_end, s.buffers(), [](uint32_t, uint32_t, uint32_t) { return false; });
+  attend_rows(sh, job, kvh, t_begin, t_end, s.buffers(), [](uint32_t, uint32_t, auto&&) { return 0u; });
 }
 
 }  // namespace kvtier::engine

@@ -46,10 +46,10 @@ struct AttentionJob {
 };
 
 // Keys per chunk: the online softmax's step, part of every row's arithmetic.
-inline constexpr uint32_t kChunkKeys = 32;
+inline constexpr uint32_t kChunkKeys = 64;
 
 // A task's buffers: per query row its pre-scaled q, unnormalised o, running max m and sum l; a
-// chunk's K and V rows widened to f32; two rows' scores or probabilities (p).
+// chunk's K and V rows widened to f32; four rows' scores or probabilities (p).
 struct AttentionBuffers {
   float *q, *o, *m, *l, *k, *v, *p;
 };

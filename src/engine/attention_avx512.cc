@@ -46,90 +46,98 @@ namespace {
   return _mm512_add_ps(_mm512_permutex2var_ps(u0, lo, u1), _mm512_permutex2var_ps(u0, hi, u1));
 }
 
-// Rows a and a + 1's scores for keys [0, visible) of the chunk (b.k), into b.p and b.p + kChunkKeys.
-void pair_scores(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t visible) {
+// Rows a and a + 1's scores for keys [0, visible) of the chunk (b.k), into p and p + kChunkKeys.
+void pair_scores(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t visible, float* p) {
   constexpr uint32_t kMaxVecs = 16;  // head_dim 128 in registers; wider heads reload
   const uint32_t D = nv * kLanes8;
   const float* qa = b.q + size_t(a) * D;
+  auto q_pair = [&](uint32_t v) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + v * kLanes8)), _mm256_loadu_ps(qa + D + v * kLanes8), 1);
+  };
   __m512 qs[kMaxVecs];
-  for (uint32_t v = 0; v < std::min(nv, kMaxVecs); ++v)
-    qs[v] = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + v * kLanes8)), _mm256_loadu_ps(qa + D + v * kLanes8), 1);
+  for (uint32_t v = 0; v < std::min(nv, kMaxVecs); ++v) qs[v] = q_pair(v);
   for (uint32_t j = 0; j < visible; j += 8) {
     const uint32_t n = std::min(8u, visible - j);
     const float* keys = b.k + size_t(j) * D;
     __m512 acc[8];
     for (__m512& x : acc) x = _mm512_setzero_ps();
-    for (uint32_t v = 0; v < nv; ++v) {
-      const __m512 qv = v < kMaxVecs ? qs[v]
-                                     : _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(qa + v * kLanes8)),
-                                                          _mm256_loadu_ps(qa + D + v * kLanes8), 1);
+    auto products = [&]<uint32_t N>() {
+      for (uint32_t v = 0; v < nv; ++v) {
+        const __m512 qv = v < kMaxVecs ? qs[v] : q_pair(v);
 #pragma GCC unroll 8
-      for (uint32_t k = 0; k < 8; ++k)
-        if (k < n) acc[k] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(keys + size_t(k) * D + v * kLanes8)), acc[k]);
+        for (uint32_t k = 0; k < N; ++k)
+          acc[k] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x8(_mm256_loadu_ps(keys + size_t(k) * D + v * kLanes8)), acc[k]);
+      }
+    };
+    if (n == 8) {
+      products.template operator()<8>();  // a whole block without a test per product
+    } else {
+      products.template operator()<7>();  // the chunk's last keys: any of 1..7 (rows past n unused)
     }
-    float out[16];
-    _mm512_storeu_ps(out, hsum8x8_halves(acc));
-    std::memcpy(b.p + j, out, n * sizeof(float));
-    std::memcpy(b.p + kChunkKeys + j, out + 8, n * sizeof(float));
+    const __m512 sums = hsum8x8_halves(acc);
+    const __mmask8 keep = __mmask8((1u << n) - 1);  // straight from the register (a copy through
+    _mm256_mask_storeu_ps(p + j, keep, _mm512_castps512_ps256(sums));  // memory stalled on forwarding)
+    _mm256_mask_storeu_ps(p + kChunkKeys + j, keep, _mm512_extractf32x8_ps(sums, 1));
   }
 }
 
-// o_a, o_b (W vectors of 16 at each) = o · alpha, then + p[k] · V[k] fused for k < n in order; the
-// value rows loaded once for both.
-template <uint32_t W>
-[[gnu::always_inline]] inline void pair_values(const float* pa, const float* pb, const float* values, uint32_t n,
-                                               uint32_t D, float alpha_a, float alpha_b, float* oa, float* ob) {
-  __m512 xa[W], xb[W];
-  for (uint32_t w = 0; w < W; ++w) {
-    xa[w] = _mm512_mul_ps(_mm512_loadu_ps(oa + w * 16), _mm512_set1_ps(alpha_a));
-    xb[w] = _mm512_mul_ps(_mm512_loadu_ps(ob + w * 16), _mm512_set1_ps(alpha_b));
-  }
+// Rows o[0 .. R) (D apart), W vectors of 16 of each = o · alpha, then + p[i][k] · V[k] fused for
+// k < n in order (row i's probabilities at p + i · kChunkKeys); each value vector loaded once for
+// all R rows.
+template <uint32_t R, uint32_t W>
+[[gnu::always_inline]] inline void rows_values(const float* p, const float* values, uint32_t n, uint32_t D,
+                                               const float* alpha, float* o) {
+  __m512 x[R][W];
+  for (uint32_t i = 0; i < R; ++i)
+    for (uint32_t w = 0; w < W; ++w) x[i][w] = _mm512_mul_ps(_mm512_loadu_ps(o + size_t(i) * D + w * 16), _mm512_set1_ps(alpha[i]));
   for (uint32_t k = 0; k < n; ++k) {
-    const __m512 sa = _mm512_set1_ps(pa[k]), sb = _mm512_set1_ps(pb[k]);
-    for (uint32_t w = 0; w < W; ++w) {
-      const __m512 vv = _mm512_loadu_ps(values + size_t(k) * D + w * 16);
-      xa[w] = _mm512_fmadd_ps(sa, vv, xa[w]);
-      xb[w] = _mm512_fmadd_ps(sb, vv, xb[w]);
+    __m512 vv[W];
+    for (uint32_t w = 0; w < W; ++w) vv[w] = _mm512_loadu_ps(values + size_t(k) * D + w * 16);
+    for (uint32_t i = 0; i < R; ++i) {
+      const __m512 pk = _mm512_set1_ps(p[i * kChunkKeys + k]);
+      for (uint32_t w = 0; w < W; ++w) x[i][w] = _mm512_fmadd_ps(pk, vv[w], x[i][w]);
     }
   }
-  for (uint32_t w = 0; w < W; ++w) _mm512_storeu_ps(oa + w * 16, xa[w]), _mm512_storeu_ps(ob + w * 16, xb[w]);
+  for (uint32_t i = 0; i < R; ++i)
+    for (uint32_t w = 0; w < W; ++w) _mm512_storeu_ps(o + size_t(i) * D + w * 16, x[i][w]);
 }
 
-void pair_accumulate(const float* pa, const float* pb, const float* values, uint32_t n, uint32_t D, float alpha_a,
-                     float alpha_b, float* oa, float* ob) {
+// Over a whole head row, at most 4 vectors of each row at a time (4 rows × 4 in registers).
+template <uint32_t R>
+void rows_accumulate(const float* p, const float* values, uint32_t n, uint32_t D, const float* alpha, float* o) {
   uint32_t d = 0;
-  for (; d + 128 <= D; d += 128) pair_values<8>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+  for (; d + 64 <= D; d += 64) rows_values<R, 4>(p, values + d, n, D, alpha, o + d);
   switch ((D - d) / 16) {
     case 0: break;
-    case 1: return pair_values<1>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    case 2: return pair_values<2>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    case 3: return pair_values<3>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    case 4: return pair_values<4>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    case 5: return pair_values<5>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    case 6: return pair_values<6>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
-    default: return pair_values<7>(pa, pb, values + d, n, D, alpha_a, alpha_b, oa + d, ob + d);
+    case 1: return rows_values<R, 1>(p, values + d, n, D, alpha, o + d);
+    case 2: return rows_values<R, 2>(p, values + d, n, D, alpha, o + d);
+    default: return rows_values<R, 3>(p, values + d, n, D, alpha, o + d);
   }
 }
 
-// Rows a and a + 1 over the chunk, as chunk_row computes each: the first sees va keys, the second
-// vb >= va (rows go by position). Keys past va are scored for the first row too, then masked: its
-// probability there is 0, and adding 0 · V leaves its o as it was.
-void pair_step(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t va, uint32_t vb) {
-  const uint32_t D = nv * kLanes8;
-  float *pa = b.p, *pb = b.p + kChunkKeys;
-  pair_scores(b, nv, a, vb);
-  std::fill(pa + va, pa + kChunkKeys, -INFINITY);
-  std::fill(pb + vb, pb + kChunkKeys, -INFINITY);
-  const float alpha_a = chunk_softmax(pa, b.m[a], b.l[a]), alpha_b = chunk_softmax(pb, b.m[a + 1], b.l[a + 1]);
-  pair_accumulate(pa, pb, b.v, vb, D, alpha_a, alpha_b, b.o + size_t(a) * D, b.o + size_t(a + 1) * D);
+// Rows a .. a + R - 1 (R = 2 or 4) over the chunk, as chunk_row computes each: row i sees
+// visible(a + i) keys, which grow with i (rows go by position). Keys past a row's own are scored
+// for it too, then masked: its probability there is 0, and adding 0 · V leaves its o as it was.
+template <uint32_t R, class Visible>
+void rows_step(const AttentionBuffers& b, uint32_t nv, uint32_t a, Visible&& visible) {
+  const uint32_t D = nv * kLanes8, last = visible(a + R - 1);
+  for (uint32_t i = 0; i < R; i += 2) pair_scores(b, nv, a + i, last, b.p + i * kChunkKeys);
+  float alpha[R];
+  for (uint32_t i = 0; i < R; ++i) {
+    float* p = b.p + i * kChunkKeys;
+    std::fill(p + visible(a + i), p + kChunkKeys, -INFINITY);
+    alpha[i] = chunk_softmax(p, b.m[a + i], b.l[a + i]);
+  }
+  rows_accumulate<R>(b.p, b.v, last, D, alpha, b.o + size_t(a) * D);
 }
 
 void run_avx512(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin, uint32_t t_end,
                 const AttentionBuffers& b) {
   const uint32_t nv = sh.head_dim / kLanes8;
-  attend_rows(sh, job, kvh, t_begin, t_end, b, [&](uint32_t r, uint32_t va, uint32_t vb) {
-    pair_step(b, nv, r, va, vb);
-    return true;
+  attend_rows(sh, job, kvh, t_begin, t_end, b, [&](uint32_t r, uint32_t left, auto&& visible) -> uint32_t {
+    if (left >= 4) return rows_step<4>(b, nv, r, visible), 4;
+    if (left >= 2) return rows_step<2>(b, nv, r, visible), 2;
+    return 0;
   });
 }
 

@@ -43,17 +43,43 @@ KVTIER_ATTN_INLINE vfloat8 hsum8x8(const vfloat8* a) {
 // scores[k] = q · K[k] for the n ≤ 8 key rows at `keys` (nv vectors each): lane i of key k's sum
 // takes the products of dimensions i, i + 8, ... in order, fused; then hsum8x8. A key's score never
 // depends on n.
-KVTIER_ATTN_INLINE void score_keys(const float* q, const float* keys, uint32_t n, uint32_t nv, float* scores) {
-  vfloat8 acc[8] = {};
+template <uint32_t N>
+KVTIER_ATTN_INLINE void score_n_keys(const float* q, const float* keys, uint32_t nv, vfloat8 (&acc)[8]) {
   for (uint32_t v = 0; v < nv; ++v) {
     const vfloat8 qv = simd::load<vfloat8>(q + v * kLanes8);
 #pragma GCC unroll 8
-    for (uint32_t k = 0; k < 8; ++k)
-      if (k < n) acc[k] = fma8(qv, simd::load<vfloat8>(keys + size_t(k) * nv * kLanes8 + v * kLanes8), acc[k]);
+    for (uint32_t k = 0; k < N; ++k) acc[k] = fma8(qv, simd::load<vfloat8>(keys + size_t(k) * nv * kLanes8 + v * kLanes8), acc[k]);
   }
+}
+KVTIER_ATTN_INLINE void score_keys(const float* q, const float* keys, uint32_t n, uint32_t nv, float* scores) {
+  vfloat8 acc[8] = {};
+  switch (n) {  // a whole block of 8 keys (the usual case) without a test per product
+    case 8: score_n_keys<8>(q, keys, nv, acc); break;
+    case 7: score_n_keys<7>(q, keys, nv, acc); break;
+    case 6: score_n_keys<6>(q, keys, nv, acc); break;
+    case 5: score_n_keys<5>(q, keys, nv, acc); break;
+    case 4: score_n_keys<4>(q, keys, nv, acc); break;
+    case 3: score_n_keys<3>(q, keys, nv, acc); break;
+    case 2: score_n_keys<2>(q, keys, nv, acc); break;
+    default: score_n_keys<1>(q, keys, nv, acc); break;
+  }
+  const vfloat8 sums = hsum8x8(acc);
+  if (n == 8) return simd::store(scores, sums);
   float out[8];
-  simd::store(out, hsum8x8(acc));
+  simd::store(out, sums);
   std::memcpy(scores, out, n * sizeof(float));
+}
+
+// The lanes' sum, ((0+1)+(2+3))+((4+5)+(6+7)), and their max (exact in any order).
+KVTIER_ATTN_INLINE float hsum8(vfloat8 x) {
+  const __m256 h = _mm256_hadd_ps(__m256(x), __m256(x));
+  const __m256 t = _mm256_hadd_ps(h, h);
+  return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+}
+KVTIER_ATTN_INLINE float hmax8(vfloat8 x) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(__m256(x)), _mm256_extractf128_ps(__m256(x), 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
 }
 
 // The online softmax's step for one row over a chunk whose scores are at p (kChunkKeys, the keys
@@ -62,15 +88,15 @@ KVTIER_ATTN_INLINE void score_keys(const float* q, const float* keys, uint32_t n
 KVTIER_ATTN_INLINE float chunk_softmax(float* p, float& m, float& l) {
   vfloat8 mx = simd::load<vfloat8>(p);
   for (uint32_t c = 1; c < kChunkVecs; ++c) mx = simd::vmax(mx, simd::load<vfloat8>(p + c * kLanes8));
-  const float m_new = std::max(m, simd::hmax(mx));
-  const float alpha = std::exp(m - m_new);  // 0 on the first chunk (m = -inf)
+  const float m_new = std::max(m, hmax8(mx));
+  const float alpha = m_new == m ? 1.0f : std::exp(m - m_new);  // 0 on the first chunk (m = -inf)
   vfloat8 sum{};
   for (uint32_t c = 0; c < kChunkVecs; ++c) {
     const vfloat8 e = simd::vexp(simd::load<vfloat8>(p + c * kLanes8) - simd::splat<vfloat8>(m_new));
     sum += e;
     simd::store(p + c * kLanes8, e);
   }
-  l = l * alpha + simd::hsum(sum);
+  l = l * alpha + hsum8(sum);
   m = m_new;
   return alpha;
 }
@@ -142,12 +168,12 @@ inline void read_rows(const AttentionJob& job, const std::byte* (BlockPool::*par
 }
 
 // Rows r = (t - t_begin) * g + h of KV head kvh (h: the query head within its group) over keys in
-// chunks: each chunk widened once, then every row that reaches it takes its step, two at a time
-// by pair(r, visible_r, visible_r+1) where `pair` is given (it returns false to decline), else by
-// chunk_row.
-template <class Pair>
+// chunks: each chunk widened once, then every row that reaches it takes its step: `wide(r, n,
+// visible)` takes rows r.. (n of them left; visible(i) the keys row i sees) several at a time and
+// returns how many it took, 0 to leave row r to chunk_row.
+template <class Wide>
 KVTIER_ATTN_INLINE void attend_rows(const AttentionShape& sh, const AttentionJob& job, uint32_t kvh, uint32_t t_begin,
-                                    uint32_t t_end, const AttentionBuffers& b, Pair&& pair) {
+                                    uint32_t t_end, const AttentionBuffers& b, Wide&& wide) {
   const uint32_t D = sh.head_dim, nv = D / kLanes8, g = sh.num_heads / sh.num_kv_heads;
   const uint32_t rows = (t_end - t_begin) * g, n_keys = job.pos0 + t_end;
   for (uint32_t r = 0; r < rows; ++r) {  // queries pre-scaled; max -inf, sum 0, O zero
@@ -165,8 +191,8 @@ KVTIER_ATTN_INLINE void attend_rows(const AttentionShape& sh, const AttentionJob
     // Rows of tokens before the chunk attend none of it.
     uint32_t r = kp > job.pos0 + t_begin ? (kp - job.pos0 - t_begin) * g : 0;
     while (r < rows) {
-      if (r + 1 < rows && pair(r, visible(r), visible(r + 1))) {
-        r += 2;
+      if (const uint32_t took = wide(r, rows - r, visible)) {
+        r += took;
         continue;
       }
       chunk_row(b.q + size_t(r) * D, b.k, b.v, visible(r), nv, b.m[r], b.l[r], b.o + size_t(r) * D, b.p);
