@@ -310,7 +310,13 @@ class RuntimeImpl final : public Runtime {
       KVTIER_RETURN_IF_ERROR(pool.memory().copy(copies));
       preempted_bytes_ += s.saved.size();
     }
-    cache_->release(s.lease);  // its pages go back to the pool (shared prefix pages stay cached)
+    // Its exact KV is cached, so a resume that recomputes it finds what eviction has left of it
+    // (device pages not yet reused, copies a lower tier took); its pages go back to the pool.
+    if (o_.cache_enabled) {
+      (void)cache_->commit(s.lease, std::span(s.tokens).first(prefill_kv_tokens(s)));
+    } else {
+      cache_->release(s.lease);
+    }
     s.kv.pages.clear();
     s.preempted = true;
     ++(raw ? counters_.preempted_raw : counters_.preempted_recompute);
@@ -553,14 +559,21 @@ class RuntimeImpl final : public Runtime {
   // committed.
   uint32_t prefill_decoded(Seq& s) {
     const uint32_t known = std::min(s.kv.num_tokens, s.exact_tokens);
-    if (engine_->decode_matches_prefill()) return known;
-    const uint32_t prefilled = std::min(known, s.decoded_from);  // KV a prefill wrote
+    const uint32_t prefilled = prefill_kv_tokens(s);
+    if (prefilled == known) return known;
     const uint32_t end = uint32_t(std::min<uint64_t>(known, uint64_t(s.decoded_from) + o_.reply_prefill_tokens));
     const uint32_t whole = end / o_.page_tokens * o_.page_tokens;
     if (whole <= s.decoded_from) return prefilled;
     if (!engine_->prefill(s.kv, std::span(s.tokens).first(whole), s.decoded_from).ok()) return prefilled;
     counters_.decoded_tokens_prefilled += whole - s.decoded_from;
     return whole;
+  }
+
+  // The sequence's first positions whose KV is what a prefill of its tokens computes: all that are
+  // exact (not blended) where decode steps write prefill's KV, else those before its decode steps.
+  uint32_t prefill_kv_tokens(const Seq& s) const {
+    const uint32_t known = std::min(s.kv.num_tokens, s.exact_tokens);
+    return engine_->decode_matches_prefill() ? known : std::min(known, s.decoded_from);
   }
 
   RuntimeOptions o_;

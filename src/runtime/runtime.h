@@ -118,7 +118,7 @@ struct RuntimeCounters {
   uint64_t decoded_tokens_prefilled = 0;
   double ttft_seconds_sum = 0;
   // Preemption (Runtime::preempt): sequences whose KV left the device pool,
-  // kept raw in host memory or dropped to be recomputed at resume().
+  // kept raw in host memory or to be recomputed at resume() (from the cache where it kept them).
   uint64_t preempted_raw = 0;
   uint64_t preempted_recompute = 0;
   // Non-prefix reuse (BlendReport), apart from exact cache hits.
@@ -278,10 +278,11 @@ class Runtime {
   // decoding: preempt() takes the sequence's KV off the device pool — copied
   // raw into host memory (never through a codec) while the preempted copies
   // fit a quarter of the host tier's capacity and the KV is exact (a lossy
-  // label would not survive the copy), else dropped — and keeps its
+  // label would not survive the copy), else left to be recomputed — commits
+  // its pages whose KV is what a prefill computes to the cache, and keeps its
   // tokens and sampler; decode() refuses it until resume() puts its KV back
-  // in fresh pages (copied, or recomputed from its tokens: Busy while they do
-  // not fit). Its output is the one it would have had unpreempted exactly
+  // in fresh pages (copied, or recomputed from its tokens and what the cache
+  // still holds of them: Busy while they do not fit). Its output is the one it would have had unpreempted exactly
   // for the raw copy, and recomputed where the engine's decode steps write
   // the KV its prefill writes (engine::Forward::decode_matches_prefill) and
   // the prompt was computed exactly (docs/SERVER.md says when not).

@@ -30,7 +30,7 @@
 // request starts until it has, so it cannot starve.
 // Running sequences that together outgrow the device pool while decoding
 // never fail for it: the youngest is preempted (Runtime::preempt: its KV
-// leaves the pool, raw to host memory or dropped for recompute; a prompt
+// leaves the pool, raw to host memory or to the cache for recompute; a prompt
 // being computed caches what it has and resumes from there) and paused;
 // paused sequences resume, oldest first, once a sequence ends, and no new
 // request is admitted while one is paused. Their output is unchanged.

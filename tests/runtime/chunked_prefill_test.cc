@@ -181,39 +181,47 @@ TEST(ChunkedPrefill, ASequenceEndedMidPromptCachesWhatItComputed) {
 // Preempted while decoding, with no host memory for a raw copy, a sequence's KV is recomputed at
 // resume by prefill, from the cache where it holds it, and it goes on as it would have unpreempted,
 // bit for bit: on quantized weights a decode step writes the KV a prefill writes
-// (engine::Forward::decode_matches_prefill). The cache holds the same conversation past the prompt
-// (an earlier run committed its reply as decoded, not prefilled again), and the resume takes it.
+// (engine::Forward::decode_matches_prefill). The preemption commits the sequence's pages, so the
+// resume finds them while the pool has not reused them; and where an earlier run cached the same
+// conversation's reply (as decoded, not prefilled again: decoded_tokens_prefilled stays 0), the
+// resume takes that too.
 TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
-  auto cached = make(true, /*host_bytes=*/0);
-  ASSERT_NE(cached, nullptr);
-  const PromptRequest r = request_of(*cached, kText);
+  auto plain = make(false);
+  ASSERT_NE(plain, nullptr);
+  const PromptRequest r = request_of(*plain, kText);
   constexpr int kTokens = 48, kBefore = 30;
-  const Generated whole = generate(*cached, r, UINT32_MAX, kTokens);  // commits prompt and reply
-  EXPECT_EQ(cached->stats().counters.decoded_tokens_prefilled, 0u);
+  const Generated whole = generate(*plain, r, UINT32_MAX, kTokens);
+  for (const bool earlier_run : {false, true}) {
+    SCOPED_TRACE(earlier_run ? "the reply cached by an earlier run" : "a cache without the reply");
+    auto cached = make(true, /*host_bytes=*/0);
+    ASSERT_NE(cached, nullptr);
+    if (earlier_run) expect_same(generate(*cached, r, UINT32_MAX, kTokens).tokens, whole.tokens);
+    EXPECT_EQ(cached->stats().counters.decoded_tokens_prefilled, 0u);
 
-  auto s = cached->start(r);
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
-  std::vector<engine::TokenLogprobs> tokens = {*cached->last_logprobs(s->seq)};
-  const SeqId one[] = {s->seq};
-  for (int i = 1; i < kTokens; ++i) {
-    if (i == kBefore) {
-      auto kept = cached->preempt(s->seq);
-      ASSERT_TRUE(kept.ok()) << kept.status().to_string();
-      EXPECT_FALSE(*kept);  // no host memory: recomputed at resume
-      const uint64_t reused = cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)];
-      ASSERT_TRUE(cached->resume(s->seq).ok());
-      // The prompt's whole pages and the cached reply's past them were used.
-      const uint32_t known = uint32_t(r.prompt.size()) + kBefore - 1;
-      EXPECT_EQ(cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)] - reused, known / 16 * 16);
-      EXPECT_GT(known / 16 * 16, r.prompt.size());
+    auto s = cached->start(r);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    std::vector<engine::TokenLogprobs> tokens = {*cached->last_logprobs(s->seq)};
+    const SeqId one[] = {s->seq};
+    for (int i = 1; i < kTokens; ++i) {
+      if (i == kBefore) {
+        auto kept = cached->preempt(s->seq);
+        ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+        EXPECT_FALSE(*kept);  // no host memory: recomputed at resume
+        const uint64_t reused = cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)];
+        ASSERT_TRUE(cached->resume(s->seq).ok());
+        // The prompt's whole pages and the generated ones past them were found, not recomputed.
+        const uint32_t known = uint32_t(r.prompt.size()) + kBefore - 1;
+        EXPECT_EQ(cached->stats().cache.reused_tokens_by_tier[int(TierKind::kDevice)] - reused, known / 16 * 16);
+        EXPECT_GT(known / 16 * 16, r.prompt.size());
+      }
+      auto d = cached->decode(one);
+      ASSERT_TRUE(d.ok()) << d.status().to_string();
+      tokens.push_back(*cached->last_logprobs(s->seq));
     }
-    auto d = cached->decode(one);
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
-    tokens.push_back(*cached->last_logprobs(s->seq));
+    cached->finish(s->seq);
+    expect_same(tokens, whole.tokens);
+    EXPECT_EQ(cached->stats().counters.preempted_recompute, 1u);
   }
-  cached->finish(s->seq);
-  expect_same(tokens, whole.tokens);
-  EXPECT_EQ(cached->stats().counters.preempted_recompute, 1u);
 }
 
 }  // namespace
