@@ -529,11 +529,11 @@ class RuntimeImpl final : public Runtime {
     return false;
   }
 
-  // A preempted sequence whose KV was dropped, computed again from its tokens (the last sampled one
-  // is not in the KV yet: decode() feeds it next), from the cache where it holds them. Where the
-  // engine's decode steps write what its prefill writes (Forward::decode_matches_prefill) the
-  // sequence goes on bit for bit as it would have unpreempted; elsewhere its generated tokens' KV
-  // is prefill's, which rounds otherwise.
+  // A preempted sequence whose KV was not kept raw, computed again from its tokens (the last
+  // sampled one is not in the KV yet: decode() feeds it next), from the cache where it holds them.
+  // Where the engine's decode steps write what its prefill writes (Forward::decode_matches_prefill)
+  // the sequence goes on bit for bit as it would have unpreempted; elsewhere its generated tokens'
+  // KV is prefill's, which rounds otherwise.
   Status recompute_kv(Seq& s) {
     const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
     CacheLease lease;
