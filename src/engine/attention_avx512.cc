@@ -81,6 +81,37 @@ void pair_scores(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t vi
   }
 }
 
+// Rows a .. a + 3's scores for keys [0, visible) into p + i · kChunkKeys (row a + i), for heads of
+// at most 64 (both pairs' queries in registers): four keys at a time, each key row loaded once for
+// the four rows; the sums of pair (a, a + 1) and pair (a + 2, a + 3) reduced together.
+void quad_scores(const AttentionBuffers& b, uint32_t nv, uint32_t a, uint32_t visible, float* p) {
+  constexpr uint32_t kMaxVecs = 8;
+  const uint32_t D = nv * kLanes8;
+  auto q_pair = [&](const float* q, uint32_t v) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(q + v * kLanes8)), _mm256_loadu_ps(q + D + v * kLanes8), 1);
+  };
+  __m512 q0[kMaxVecs], q1[kMaxVecs];
+  for (uint32_t v = 0; v < nv; ++v) q0[v] = q_pair(b.q + size_t(a) * D, v), q1[v] = q_pair(b.q + size_t(a + 2) * D, v);
+  for (uint32_t j = 0; j < visible; j += 4) {
+    const uint32_t n = std::min(4u, visible - j);
+    const float* keys = b.k + size_t(j) * D;
+    __m512 acc[8];  // [k]: pair (a, a + 1) and key j + k; [4 + k]: pair (a + 2, a + 3)
+    for (__m512& x : acc) x = _mm512_setzero_ps();
+    for (uint32_t v = 0; v < nv; ++v)
+      for (uint32_t k = 0; k < 4; ++k) {  // keys past n are the chunk's other rows: scored, not stored
+        const __m512 kv = _mm512_broadcast_f32x8(_mm256_loadu_ps(keys + size_t(k) * D + v * kLanes8));
+        acc[k] = _mm512_fmadd_ps(q0[v], kv, acc[k]);
+        acc[4 + k] = _mm512_fmadd_ps(q1[v], kv, acc[4 + k]);
+      }
+    const __m512 sums = hsum8x8_halves(acc);  // rows a, a + 2, a + 1, a + 3: four keys each
+    const __mmask8 keep = __mmask8((1u << n) - 1);
+    _mm_mask_storeu_ps(p + j, keep, _mm512_extractf32x4_ps(sums, 0));
+    _mm_mask_storeu_ps(p + 2 * kChunkKeys + j, keep, _mm512_extractf32x4_ps(sums, 1));
+    _mm_mask_storeu_ps(p + kChunkKeys + j, keep, _mm512_extractf32x4_ps(sums, 2));
+    _mm_mask_storeu_ps(p + 3 * kChunkKeys + j, keep, _mm512_extractf32x4_ps(sums, 3));
+  }
+}
+
 // Rows o[0 .. R) (D apart), W vectors of 16 of each = o · alpha, then + p[i][k] · V[k] fused for
 // k < n in order (row i's probabilities at p + i · kChunkKeys); each value vector loaded once for
 // all R rows.
@@ -121,7 +152,11 @@ void rows_accumulate(const float* p, const float* values, uint32_t n, uint32_t D
 template <uint32_t R, class Visible>
 void rows_step(const AttentionBuffers& b, uint32_t nv, uint32_t a, Visible&& visible) {
   const uint32_t D = nv * kLanes8, last = visible(a + R - 1);
-  for (uint32_t i = 0; i < R; i += 2) pair_scores(b, nv, a + i, last, b.p + i * kChunkKeys);
+  if (R == 4 && nv <= 8) {
+    quad_scores(b, nv, a, last, b.p);
+  } else {
+    for (uint32_t i = 0; i < R; i += 2) pair_scores(b, nv, a + i, last, b.p + i * kChunkKeys);
+  }
   float alpha[R];
   for (uint32_t i = 0; i < R; ++i) {
     float* p = b.p + i * kChunkKeys;
