@@ -1,7 +1,7 @@
 // Internal: causal grouped-query attention over KV held in BlockPool pages.
 //
 // One kernel for prefill and decode. Keys go in chunks of kChunkKeys at fixed
-// positions (0, 32, 64, ...): a task widens each chunk's K and V rows of its
+// positions (0, 64, 128, ...): a task widens each chunk's K and V rows of its
 // KV head to f32 once, for all its query rows (every query head of the group,
 // every token of the task), and each row keeps a running max, a running sum
 // and an unnormalised output over the chunks (online softmax), so no score
@@ -12,9 +12,9 @@
 // token) computes what a prefill computes for the same position bit for bit,
 // and the KV a sequence's decode steps write is the KV a prefill of the same
 // tokens writes wherever the matrices round a row alike at any batch (the
-// quantized weights' products, engine/matmul.h). The arithmetic is that of
-// 8-lane vectors (AVX2) on every CPU; with AVX-512 two rows share a register
-// (engine/attention_rows.h).
+// quantized and F16 weights' products, engine/matmul.h). The arithmetic is
+// that of 8-lane vectors (AVX2) on every CPU; with AVX-512 four rows take each
+// step together, two to a register (engine/attention_rows.h).
 #pragma once
 
 #include <cstdint>
