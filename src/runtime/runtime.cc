@@ -2,20 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 
 #include "engine/engine.h"
-#include "engine/gguf.h"
 #include "engine/sampler.h"
 #include "text/tokenizer.h"
 #include "runtime/cached_prefill.h"
 #include "runtime/prefill_trace.h"
-#include "runtime/calibration.h"
 #include "common/page_hash.h"
-#include "common/secrets.h"
 #include "tiers/tier_factory.h"
 
 namespace kvtier {
@@ -23,86 +18,6 @@ namespace kvtier {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
-
-Result<std::shared_ptr<const engine::Model>> load_model(const RuntimeOptions& o) {
-  auto preset = engine::model_preset(o.model);
-  if (preset.ok()) return engine::Model::synthetic(*preset, o.model_seed);
-  std::error_code ec;
-  if (std::filesystem::exists(o.model, ec)) {
-    // The weights are checked against the memory available together with what this runtime
-    // allocates beside them (engine/memory_budget.h).
-    engine::GgufLoadOptions lo;
-    if (o.device != "cuda") lo.also_needed.push_back({"KV pool", o.device_bytes});
-    if (o.cache_enabled) lo.also_needed.push_back({"host tier", o.host_bytes});
-    return engine::load_gguf(o.model, lo);
-  }
-  std::string names;
-  for (const auto& n : engine::model_preset_names()) names += (names.empty() ? "" : ", ") + n;
-  return Status::InvalidArgument("model '" + o.model + "' is neither a preset (" + names + ") nor an existing GGUF file");
-}
-
-}  // namespace
-
-ServingStack::~ServingStack() {
-  engine.reset();
-  cache.reset();
-}
-
-Result<ServingStack> build_stack(const RuntimeOptions& o) {
-  KVTIER_RETURN_IF_ERROR(o.validate());
-  ServingStack st;
-  KVTIER_ASSIGN_OR_RETURN(st.model, load_model(o));
-  const auto& cfg = st.model->config();
-  const KVGeometry geo = cfg.kv_geometry(o.kv_dtype, o.page_tokens);
-  KVCacheOptions co;
-  co.cache_config() = o.cache_config();
-  co.geometry = geo;
-  co.device = o.device == "cuda" ? MemoryBackend::kCuda : MemoryBackend::kCpu;
-  if (!o.cache_enabled) {  // the baseline: the pool and host tier only, nothing persists
-    co.disk_dir.clear();
-    co.remote_url.clear();
-  }
-  co.model_cost = model_cost(cfg, geo);
-  // --remote redis://...: shared chunks in Redis (docs/REMOTE.md). Built here, from the tier factory,
-  // so that calibration can measure its link before the cache exists.
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<RemoteTier> remote, make_remote_tier(co, ChunkGeometry{geo, o.chunk_pages}));
-  co.remote = remote;
-  co.remote_url.clear();
-  engine::EngineOptions eo;
-  eo.threads = o.threads;
-  if (!o.profile_path.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(co.profile, CostProfile::load(o.profile_path));
-  } else {
-    // Calibrate on a throwaway cache and engine (the cache needs a profile to exist).
-    KVCacheOptions probe = co;
-    probe.profile.gemm_flops_per_s = probe.profile.attn_flops_per_s = 1e9;
-    probe.disk_dir.clear();
-    probe.remote.reset();
-    KVTIER_ASSIGN_OR_RETURN(auto cache, KVCache::create(probe));
-    KVTIER_ASSIGN_OR_RETURN(auto eng, engine::create_forward(st.model, cache->pool(), eo));
-    CalibrationOptions cal;
-    cal.disk_dir = co.disk_dir;
-    cal.disk_capacity_bytes = co.disk_bytes;
-    cal.disk_direct_io = co.disk_direct_io;
-    if (remote && !remote->degraded()) {
-      // One round trip and a few chunk-sized GETs; on failure the profile keeps its default remote link.
-      auto link = remote->measure_link(std::max<size_t>(size_t(1) << 20, ChunkGeometry{geo, o.chunk_pages}.max_payload_bytes()));
-      if (link.ok()) {
-        cal.remote_latency_s = link->latency_s;
-        cal.remote_bytes_per_s = link->bytes_per_s;
-      }
-    }
-    KVTIER_ASSIGN_OR_RETURN(co.profile, calibrate(*eng, cache->pool(), cal));
-  }
-  auto cache = KVCache::create(co);
-  if (!cache.ok()) return cache.status();
-  st.cache = std::move(cache).value();
-  KVTIER_ASSIGN_OR_RETURN(st.engine, engine::create_forward(st.model, st.cache->pool(), eo));
-  st.profile = co.profile;
-  return st;
-}
-
-namespace {
 
 // The plan's part of a trace, taken once loads are in flight.
 void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, SteadyClock::time_point t0) {
@@ -114,34 +29,6 @@ void begin_trace(PrefillTrace& trace, const Plan& plan, size_t prompt_tokens, St
   trace.prompt_tokens = uint32_t(prompt_tokens);
   trace.loads_submitted_s = std::chrono::duration<double>(SteadyClock::now() - t0).count();
 }
-
-}  // namespace
-
-std::string TextCodec::detokenize_showing(std::span<const TokenId> ids, std::span<const TokenId> shown) const {
-  if (shown.empty()) return detokenize(ids);
-  std::string out;
-  size_t run = 0;  // ids[run, i) decode as usual
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (std::find(shown.begin(), shown.end(), ids[i]) == shown.end()) continue;
-    out += detokenize(ids.subspan(run, i - run)) + detokenize_special(ids.subspan(i, 1));
-    run = i + 1;
-  }
-  return out + detokenize(ids.subspan(run));
-}
-
-TextCodec text_codec(const text::Tokenizer& tok, const text::Vocab& vocab) {
-  TextCodec c;
-  c.tokenize = [tok](std::string_view text, const text::EncodeOptions& options) { return tok.encode(text, options); };
-  c.detokenize = [tok](std::span<const TokenId> ids) { return tok.decode(ids); };
-  c.detokenize_special = [tok](std::span<const TokenId> ids) { return tok.decode(ids, true); };
-  c.chat_template = vocab.chat_template;
-  c.bos_token = vocab.tokens[size_t(vocab.bos)];
-  c.eos_token = vocab.tokens[size_t(vocab.eos)];
-  for (const std::string& token : vocab.tokens) c.max_token_bytes = std::max(c.max_token_bytes, uint32_t(token.size()));
-  return c;
-}
-
-namespace {
 
 // Names the shared store behind a remote tier's URL by a digest of its sorted
 // seed addresses: instances given the same store (in any order) agree, and
@@ -311,12 +198,8 @@ class RuntimeImpl final : public Runtime {
       preempted_bytes_ += s.saved.size();
     }
     // Its exact KV is cached, so a resume that recomputes it finds what eviction has left of it
-    // (device pages not yet reused, copies a lower tier took); its pages go back to the pool.
-    if (o_.cache_enabled) {
-      (void)cache_->commit(s.lease, std::span(s.tokens).first(prefill_kv_tokens(s)));
-    } else {
-      cache_->release(s.lease);
-    }
+    // (device pages not yet reused, copies a lower tier took).
+    (void)give_back(s, prefill_kv_tokens(s));
     s.kv.pages.clear();
     s.preempted = true;
     ++(raw ? counters_.preempted_raw : counters_.preempted_recompute);
@@ -352,17 +235,15 @@ class RuntimeImpl final : public Runtime {
     uint32_t retained = 0;
     if (s.preempted) {  // nothing on the device to commit
       preempted_bytes_ -= s.saved.size();
-    } else if (o_.cache_enabled) {
+    } else {
       // Blended KV is approximate: only the exact front is cached; decoded KV is prefilled first.
-      const auto committed = std::span(s.tokens).first(prefill_decoded(s));
-      if (cache_->commit(s.lease, committed).ok())
+      const auto committed = std::span(s.tokens).first(o_.cache_enabled ? prefill_decoded(s) : 0);
+      if (give_back(s, uint32_t(committed.size())))
         for (const RetainHint& h : s.retain) {
           const auto kept = cache_->retain(s.ns, committed.first(std::min<size_t>(h.tokens, committed.size())),
                                            std::chrono::seconds(h.seconds));
           if (kept.ok()) retained = std::max(retained, *kept);
         }
-    } else {
-      cache_->release(s.lease);
     }
     seqs_.erase(it);
     return retained;
@@ -518,11 +399,7 @@ class RuntimeImpl final : public Runtime {
   // dropped), and resume() leases the prompt again, finding that.
   Result<bool> preempt_prefill(Seq& s) {
     if (!s.prefill->first_lease) s.prefill->first_lease = s.lease.report();
-    if (o_.cache_enabled) {
-      (void)cache_->commit(s.lease, std::span(s.tokens).first(s.kv.num_tokens));
-    } else {
-      cache_->release(s.lease);
-    }
+    (void)give_back(s, s.kv.num_tokens);
     s.kv = {};
     s.preempted = true;
     ++counters_.preempted_recompute;
@@ -567,6 +444,16 @@ class RuntimeImpl final : public Runtime {
     if (!engine_->prefill(s.kv, std::span(s.tokens).first(whole), s.decoded_from).ok()) return prefilled;
     counters_.decoded_tokens_prefilled += whole - s.decoded_from;
     return whole;
+  }
+
+  // The lease's pages go back to the pool, its first `tokens` positions committed to the cache where
+  // the cache is on (else all released). Whether they were committed.
+  bool give_back(Seq& s, uint32_t tokens) {
+    if (!o_.cache_enabled) {
+      cache_->release(s.lease);
+      return false;
+    }
+    return cache_->commit(s.lease, std::span(s.tokens).first(tokens)).ok();
   }
 
   // The sequence's first positions whose KV is what a prefill of its tokens computes: all that are
