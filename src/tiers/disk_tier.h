@@ -133,6 +133,7 @@ class DiskTier final : public Tier {
   // when a region file was created or removed since the last flush).
   Status flush() override;
   TierStats stats() const override;
+  bool reports_layers() const override { return true; }
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
   // A region holding a retained entry is skipped by reclaim while the hold
   // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).

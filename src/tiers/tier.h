@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,6 +70,13 @@ struct GetOp {
   // through `out`, and sets `placed`; `out` is then not written.
   std::span<std::byte* const> pages;
   bool placed = false;  // out
+  // In (optional): a tier that reads in rounds reports the op's layers as
+  // they become ready, verified: on_ready(end, placed) says layers
+  // [first_layer, end) are in the caller's `pages` (placed) or in `out`. Called
+  // on the thread of get_batch, before it returns, never under a tier's lock,
+  // with increasing ends. A tier need not call it; whatever it did not report
+  // is settled by `status` when get_batch returns.
+  std::function<void(uint32_t end_layer, bool placed)> on_ready;
 
   // The out fields of `from`, an op a tier filled for this one (ChunkStore asks a copy).
   void take_outputs(const GetOp& from) {
@@ -123,6 +131,9 @@ class Tier {
   virtual Status flush() = 0;
   virtual TierStats stats() const = 0;
   virtual bool degraded() const = 0;
+  // True when get_batch reports an op's layers as they land (GetOp::on_ready):
+  // a caller may then ask for many layers in one call without delaying the first.
+  virtual bool reports_layers() const { return false; }
   // Retention hint (KVCache::retain): the leading run of `keys` this tier
   // holds stays until `until` (by its own clock), within `max_share` of its
   // capacity (past it the earliest hold yields). Returns that run's length.

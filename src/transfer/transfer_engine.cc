@@ -374,10 +374,12 @@ void TransferEngine::cancel_fetch(Task& t, const FetchLoads& f, uint32_t l0) {
   st.cv.notify_all();
 }
 
-// Layers [l0, l1) of the task's loads from tier `k`, in one batched call (a
-// disk tier makes it one round of I/O), then into their pages.
-void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0, uint32_t l1,
-                                 std::vector<ByteCopy>& copies) {
+// Layers [r.l0, r.l1) of the task's loads from tier `k`, in one batched call
+// (a disk tier makes it one stream of I/O), then into their pages. A tier
+// that reports layers as they land (GetOp::on_ready) has them moved into
+// their pages at once, and published at once when `k` is the round's last
+// tier with loads (the copies and earlier tiers' loads are done by then).
+void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, Round& r, std::vector<ByteCopy>& copies) {
   BatchState& st = *t.state;
   const auto& b = st.batch;
   std::vector<GetOp> ops;
@@ -386,48 +388,91 @@ void TransferEngine::load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0
     const LoadMove& m = b.loads[t.loads[j]];
     if (f.failed[j] || m.from != k) continue;
     ops.push_back(GetOp{.key = m.key,
-                        .first_layer = l0,
-                        .num_layers = l1 - l0,
+                        .first_layer = r.l0,
+                        .num_layers = r.l1 - r.l0,
                         .out = f.staging[j],
                         .expect_pages = uint32_t(m.dst.size()),
                         .pages = f.direct[j] ? std::span<std::byte* const>(f.dst[j]) : std::span<std::byte* const>()});
     which.push_back(j);
   }
   if (ops.empty()) return;
+  const bool last = std::none_of(t.loads.begin(), t.loads.end(), [&](size_t i) { return b.loads[i].from > k; });
+  std::vector<uint32_t> ready(ops.size(), r.l0);  // per op: layers in their pages
+  uint32_t marked = r.l0;                          // layers stamped as arrived from `k`
+  // Layers [ready[o], end) of op o are in `out` (or placed): into their pages.
+  auto settle = [&](size_t o, uint32_t end, bool placed) {
+    const size_t j = which[o];
+    if (ops[o].num_pages != f.dst[j].size()) return Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
+    const size_t from = size_t(ready[o] - r.l0) * f.dst[j].size() * geometry_.layer_slice_bytes();
+    Status s = placed ? Status::Ok() : scatter_load(b.loads[t.loads[j]], f.staging[j].data() + from, ready[o], end, f.dst[j], copies);
+    if (s.ok()) ready[o] = end;
+    return s;
+  };
+  auto advance = [&](bool publish) {
+    const uint32_t lo = *std::min_element(ready.begin(), ready.end());
+    if (st.arrivals && lo > marked) st.arrivals->mark(k, marked, lo);
+    marked = std::max(marked, lo);
+    if (!publish || lo <= r.published) return;
+    st.publish(r.published, lo);
+    r.published = lo;
+  };
+  for (size_t o = 0; o < ops.size() && options_.load_mode == LoadMode::kLayerMajor; ++o)
+    ops[o].on_ready = [&, o](uint32_t end, bool placed) {
+      if (end <= ready[o] || !settle(o, end, placed).ok()) return;  // a failure is settled when the call returns
+      advance(last);
+    };
   options_.tiers[static_cast<size_t>(k)]->get_batch(ops);
   for (size_t o = 0; o < ops.size(); ++o) {
     const size_t j = which[o];
     Status s = ops[o].status;
-    if (s.ok() && ops[o].num_pages != f.dst[j].size())
-      s = Status::InvalidArgument("TransferEngine: chunk page count differs from the load's");
     if (s.ok() && ops[o].codec != KvCodec::kNone) {
       std::lock_guard lock(st.mu);
       st.result.load_codecs[t.loads[j]] = ops[o].codec;
     }
-    if (s.ok() && !ops[o].placed) s = scatter_load(b.loads[t.loads[j]], f.staging[j].data(), l0, l1, f.dst[j], copies);
+    if (s.ok() && ready[o] < r.l1) s = settle(o, r.l1, ops[o].placed);
     if (!s.ok()) {
       f.failed[j] = true;
+      ready[o] = r.l1;  // nothing more comes from it: its layers go out with the error
       st.set(st.result.loads, t.loads[j], s, true);
     }
   }
-  if (st.arrivals) st.arrivals->mark(k, l0, l1);
+  advance(false);
+}
+
+// Layers a fetch round covers: every layer for whole-chunk loads; one where a
+// load's tier does not report layers as they land (the round's first layer
+// would wait for its last); else as many as keep the round's raw bytes within
+// kRoundBytes (at least one), read as one stream whose layers are published
+// as they land. The bound is on what a worker keeps for its reads (the
+// tier's bounce buffer, the staging).
+uint32_t TransferEngine::round_layers(const Task& t) const {
+  const uint32_t L = geometry_.num_layers;
+  if (options_.load_mode == LoadMode::kWholeChunk) return L;
+  size_t per_layer = 0;
+  for (size_t i : t.loads) {
+    const LoadMove& m = t.state->batch.loads[i];
+    if (!options_.tiers[static_cast<size_t>(m.from)]->reports_layers()) return 1;
+    per_layer += m.dst.size() * geometry_.layer_slice_bytes();
+  }
+  if (per_layer == 0) return 1;
+  return static_cast<uint32_t>(std::clamp<size_t>(kRoundBytes / per_layer, 1, L));
 }
 
 void TransferEngine::run_fetch(Task& t) {
   BatchState& st = *t.state;
   const uint32_t L = geometry_.num_layers;
-  const uint32_t group = options_.load_mode == LoadMode::kLayerMajor ? 1 : L;
+  const uint32_t group = round_layers(t);
   FetchLoads f = prepare_loads(t, group);
   std::vector<ByteCopy> copies;  // reused for every group of moves below
   for (uint32_t l0 = 0; l0 < L; l0 += group) {
-    const uint32_t l1 = std::min(L, l0 + group);
+    Round r{.l0 = l0, .l1 = std::min(L, l0 + group), .published = l0};
     if (st.cancelled.load(std::memory_order_acquire)) return cancel_fetch(t, f, l0);
-    if (Status cs = copy_pages(st.batch, t.copies, l0, l1, copies); !cs.ok())
+    if (Status cs = copy_pages(st.batch, t.copies, r.l0, r.l1, copies); !cs.ok())
       for (size_t i : t.copies) st.set(st.result.copies, i, cs, true);
     else if (st.arrivals && !t.copies.empty())
-      st.arrivals->mark(st.batch.copies[t.copies.front()].src.tier, l0, l1);
-    for (size_t k = 0; k < size_t(kNumTiers); ++k) load_layers(t, f, TierKind(k), l0, l1, copies);
-    st.publish(l0, l1);
+      st.arrivals->mark(st.batch.copies[t.copies.front()].src.tier, r.l0, r.l1);
+    for (size_t k = 0; k < size_t(kNumTiers); ++k) load_layers(t, f, TierKind(k), r, copies);
+    if (r.published < r.l1) st.publish(r.published, r.l1);
   }
 }
 

@@ -148,9 +148,18 @@ class TransferEngine {
   void worker_loop();
   void run_fetch(Task& t);
   struct FetchLoads;
+  // One round of a fetch task: layers [l0, l1), those below `published` published.
+  struct Round {
+    uint32_t l0 = 0, l1 = 0, published = 0;
+  };
+  // Raw bytes of every load's pages in one round of a layer-major fetch task:
+  // in one stream, a 16,384-token load moved 1.6x faster than in rounds of one
+  // layer (docs/PERF.md, "Streamed disk loads"); this bounds the buffers.
+  static constexpr size_t kRoundBytes = size_t(16) << 20;
+  uint32_t round_layers(const Task& t) const;
   FetchLoads prepare_loads(const Task& t, uint32_t group) const;
   void cancel_fetch(Task& t, const FetchLoads& f, uint32_t l0);
-  void load_layers(Task& t, FetchLoads& f, TierKind k, uint32_t l0, uint32_t l1, std::vector<ByteCopy>& copies);
+  void load_layers(Task& t, FetchLoads& f, TierKind k, Round& r, std::vector<ByteCopy>& copies);
   void run_store(Task& t);
   void finish_task(Task& t);
   std::byte* page_ptr(const PageLoc& loc) const;

@@ -352,9 +352,11 @@ TEST(DiskTier, AQueueWhoseRingFailedIsNotReused) {
   for (auto& c : more) expect_exact(*t, c);
 }
 
-// Layers that pass through the tier's buffers (an encoded entry decoded, a
-// region buffer) go straight into the caller's pages when it gives them:
-// the same bytes as through `out`, only the layers asked for, `out` untouched.
+// A caller that gives its pages gets the layers there, every codec, from
+// the file (through the tier's bounce buffer) or from an open region's
+// buffer: the same bytes as through `out`, only the layers asked for, `out`
+// untouched. Asked for them as they land (on_ready), it hears of each layer
+// in order, once its bytes are in the pages.
 TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
   for (KvCodec codec : {KvCodec::kNone, KvCodec::kQ8, KvCodec::kF16}) {
     SCOPED_TRACE(std::string(kv_codec_name(codec)));
@@ -370,54 +372,70 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
     }
     auto opts = disk_options(dir.path(), g);
     opts.accept_lossy = true;
-    for (bool reopened : {false, true}) {
-      SCOPED_TRACE(reopened ? "read from the file" : "served from the open region's buffer");
-      auto t = DiskTier::create(opts).value();
-      if (!reopened) {
-        ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
-      }
-      ASSERT_TRUE(t->flush().ok());
-      // Layers 1 and 2 through `out` (the reference), then into separate pages.
-      const size_t slice = g.kv.layer_slice_bytes(), lb = g.layer_bytes(4);
-      std::vector<std::byte> out(2 * lb);
-      GetOp ref{.key = c.key, .first_layer = 1, .num_layers = 2, .out = out};
-      t->get_batch({&ref, 1});
-      ASSERT_TRUE(ref.status.ok()) << ref.status.to_string();
-      EXPECT_FALSE(ref.placed);
-      std::vector<std::vector<std::byte>> pages(4, std::vector<std::byte>(g.kv.page_bytes(), std::byte{0x7F}));
-      std::vector<std::byte*> ptrs;
-      for (auto& p : pages) ptrs.push_back(p.data());
-      std::vector<std::byte> untouched(2 * lb, std::byte{0x11}), staging = untouched;
-      GetOp op{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
-      op.pages = ptrs;
-      t->get_batch({&op, 1});
-      ASSERT_TRUE(op.status.ok()) << op.status.to_string();
-      // Raw reads into an O_DIRECT-aligned `out` go straight there; everything else passes a buffer.
-      const bool aligned_out = reinterpret_cast<uintptr_t>(staging.data()) % 4096 == 0;
-      const bool through_buffer = codec != KvCodec::kNone || !reopened || !aligned_out;
-      EXPECT_EQ(op.placed, through_buffer);
-      if (!through_buffer) {
-        EXPECT_EQ(staging, out);
-        continue;
-      }
-      EXPECT_EQ(staging, untouched);
-      for (uint32_t p = 0; p < 4; ++p)
-        for (uint32_t l = 0; l < 4; ++l) {
-          const std::byte* got = pages[p].data() + l * slice;
-          if (l == 0 || l == 3) {
-            EXPECT_TRUE(std::all_of(got, got + slice, [](std::byte b) { return b == std::byte{0x7F}; })) << p << " " << l;
-          } else {
-            EXPECT_EQ(std::memcmp(got, out.data() + (l - 1) * lb + p * slice, slice), 0) << p << " " << l;
+    for (bool reopened : {false, true})
+      for (bool as_they_land : {false, true}) {
+        SCOPED_TRACE(reopened ? "read from the file" : "served from the open region's buffer");
+        SCOPED_TRACE(as_they_land ? "reported as they land" : "not reported");
+        auto t = DiskTier::create(opts).value();
+        if (!reopened) {
+          ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+        }
+        ASSERT_TRUE(t->flush().ok());
+        // Layers 1 and 2 through `out` (the reference), then into separate pages.
+        const size_t slice = g.kv.layer_slice_bytes(), lb = g.layer_bytes(4);
+        std::vector<std::byte> out(2 * lb);
+        GetOp ref{.key = c.key, .first_layer = 1, .num_layers = 2, .out = out};
+        t->get_batch({&ref, 1});
+        ASSERT_TRUE(ref.status.ok()) << ref.status.to_string();
+        EXPECT_FALSE(ref.placed);
+        std::vector<std::vector<std::byte>> pages(4, std::vector<std::byte>(g.kv.page_bytes(), std::byte{0x7F}));
+        std::vector<std::byte*> ptrs;
+        for (auto& p : pages) ptrs.push_back(p.data());
+        auto layer_in_pages = [&](uint32_t l) {
+          for (uint32_t p = 0; p < 4; ++p)
+            if (std::memcmp(pages[p].data() + l * slice, out.data() + (l - 1) * lb + p * slice, slice) != 0) return false;
+          return true;
+        };
+        std::vector<std::byte> untouched(2 * lb, std::byte{0x11}), staging = untouched;
+        GetOp op{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
+        op.pages = ptrs;
+        std::vector<uint32_t> reported;
+        if (as_they_land)
+          op.on_ready = [&](uint32_t end, bool placed) {
+            EXPECT_TRUE(placed);
+            for (uint32_t l = reported.empty() ? 1 : reported.back(); l < end; ++l) EXPECT_TRUE(layer_in_pages(l)) << l;
+            reported.push_back(end);
+          };
+        t->get_batch({&op, 1});
+        ASSERT_TRUE(op.status.ok()) << op.status.to_string();
+        EXPECT_TRUE(op.placed);
+        EXPECT_EQ(staging, untouched);
+        if (as_they_land) {
+          ASSERT_FALSE(reported.empty());
+          EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
+          EXPECT_EQ(std::adjacent_find(reported.begin(), reported.end()), reported.end()) << "an end reported twice";
+          EXPECT_EQ(reported.back(), 3u);
+          if (reopened && g.stored_layer_bytes(4, codec) % kIoAlign == 0) {  // layers read on their own: reported one by one
+            EXPECT_EQ(reported.size(), 2u) << "read from the file: each layer as it lands";
           }
         }
-      // A caller whose page count differs gets the layers in `out`, unplaced.
-      GetOp fewer{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
-      fewer.pages = std::span<std::byte* const>(ptrs).first(3);
-      t->get_batch({&fewer, 1});
-      ASSERT_TRUE(fewer.status.ok());
-      EXPECT_FALSE(fewer.placed);
-      EXPECT_EQ(staging, out);
-    }
+        for (uint32_t p = 0; p < 4; ++p)
+          for (uint32_t l = 0; l < 4; ++l) {
+            const std::byte* got = pages[p].data() + l * slice;
+            if (l == 0 || l == 3) {
+              EXPECT_TRUE(std::all_of(got, got + slice, [](std::byte b) { return b == std::byte{0x7F}; })) << p << " " << l;
+            } else {
+              EXPECT_EQ(std::memcmp(got, out.data() + (l - 1) * lb + p * slice, slice), 0) << p << " " << l;
+            }
+          }
+        // A caller whose page count differs gets the layers in `out`, unplaced.
+        GetOp fewer{.key = c.key, .first_layer = 1, .num_layers = 2, .out = staging};
+        fewer.pages = std::span<std::byte* const>(ptrs).first(3);
+        t->get_batch({&fewer, 1});
+        ASSERT_TRUE(fewer.status.ok());
+        EXPECT_FALSE(fewer.placed);
+        EXPECT_EQ(staging, out);
+      }
   }
 }
 

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -74,6 +77,92 @@ TEST_P(LoadModes, LayerWiseLoadFromDiskIsExactPerLayer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, LoadModes, ::testing::Values(LoadMode::kWholeChunk, LoadMode::kLayerMajor));
+
+// A disk tier whose reads of layer 1 and later are reported only once the
+// test opens it (the bytes are in the pages already; the engine does not know).
+class HeldAfterFirstLayerTier final : public Tier {
+ public:
+  explicit HeldAfterFirstLayerTier(DiskTier& inner) : inner_(inner) {}
+  void open() {
+    std::lock_guard lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  TierKind kind() const override { return TierKind::kDisk; }
+  const ChunkGeometry& geometry() const override { return inner_.geometry(); }
+  void put_batch(std::span<PutOp> ops) override { inner_.put_batch(ops); }
+  void get_batch(std::span<GetOp> ops) override {
+    std::vector<std::function<void(uint32_t, bool)>> callers;
+    std::vector<uint32_t> held(ops.size(), 0), told(ops.size(), 0);
+    std::vector<bool> placed(ops.size(), false);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      callers.push_back(std::move(ops[i].on_ready));
+      if (!callers[i]) continue;
+      ops[i].on_ready = [&, i, first = ops[i].first_layer](uint32_t end, bool p) {
+        held[i] = end;
+        placed[i] = p;
+        if (told[i] < first + 1) callers[i](told[i] = first + 1, p);  // layer `first` now, the rest once open
+      };
+    }
+    inner_.get_batch(ops);
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::minutes(10), [&] { return open_; });
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (callers[i] && ops[i].status.ok() && held[i] > told[i]) callers[i](held[i], placed[i]);
+  }
+  size_t exists_prefix(const PageHash& ns, std::span<const PageHash> keys) override { return inner_.exists_prefix(ns, keys); }
+  Status erase(const ChunkKey& key) override { return inner_.erase(key); }
+  Status flush() override { return inner_.flush(); }
+  TierStats stats() const override { return inner_.stats(); }
+  bool degraded() const override { return false; }
+  bool reports_layers() const override { return true; }
+
+ private:
+  DiskTier& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// Layer-major loads from a tier that reports layers as they land are read in
+// one stream of many layers: layer 0 is published while the same call still
+// holds the later layers, and every layer is exact.
+TEST(TransferEngine, AStreamedLoadPublishesItsFirstLayerBeforeTheRest) {
+  Rig rig(LoadMode::kLayerMajor);
+  const auto& g = rig.g;
+  std::vector<TestChunk> chunks;
+  for (uint32_t i = 0; i < 6; ++i) {
+    chunks.push_back(make_chunk(g, test_ns(3), i));
+    ASSERT_TRUE(rig.disk->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
+  }
+  ASSERT_TRUE(rig.disk->flush().ok());
+  HeldAfterFirstLayerTier held(*rig.disk);
+  TransferEngineOptions o = rig.engine->options();
+  o.tiers[size_t(TierKind::kDisk)] = &held;
+  auto engine = TransferEngine::create(o).value();
+  const std::unique_ptr<HeldAfterFirstLayerTier, void (*)(HeldAfterFirstLayerTier*)> open_on_exit(
+      &held, [](HeldAfterFirstLayerTier* t) { t->open(); });
+  TransferBatch b;
+  for (auto& c : chunks) b.loads.push_back({TierKind::kDisk, c.key, rig.alloc_pool(g.chunk_pages)});
+  auto batch = b;  // keep the destinations
+  auto h = engine->submit(std::move(b));
+  ASSERT_TRUE(h.ok());
+  const size_t s = g.kv.layer_slice_bytes();
+  auto expect_layer = [&](uint32_t l) {
+    for (size_t c = 0; c < chunks.size(); ++c)
+      for (uint32_t p = 0; p < g.chunk_pages; ++p) {
+        const std::byte* want = chunks[c].payload.data() + (l * g.chunk_pages + p) * s;
+        ASSERT_EQ(std::memcmp(rig.pool->layer(PageId(batch.loads[c].dst[p].index), LayerIdx(l)), want, s), 0) << l;
+      }
+  };
+  ASSERT_TRUE(h->wait_layer(LayerIdx(0)).ok());
+  EXPECT_FALSE(h->done()) << "layer 0 waited for the held layers";
+  expect_layer(0);
+  held.open();
+  ASSERT_TRUE(h->wait_all().ok());
+  for (uint32_t l = 0; l < g.kv.num_layers; ++l) expect_layer(l);
+  for (auto& st : h->result().loads) EXPECT_TRUE(st.ok());
+}
 
 TEST(TransferEngine, StoreCopyLoadRoundTripAndMisses) {
   Rig rig(LoadMode::kWholeChunk);
