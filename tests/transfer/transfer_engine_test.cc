@@ -35,6 +35,16 @@ struct Rig {
     o.tiers[size_t(TierKind::kDisk)] = disk.get();
     engine = TransferEngine::create(o).value();
   }
+  // n chunks of namespace ns, put on the disk tier and flushed.
+  std::vector<TestChunk> on_disk(const PageHash& ns, uint32_t n) {
+    std::vector<TestChunk> chunks;
+    for (uint32_t i = 0; i < n; ++i) {
+      chunks.push_back(make_chunk(g, ns, i));
+      EXPECT_TRUE(disk->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
+    }
+    EXPECT_TRUE(disk->flush().ok());
+    return chunks;
+  }
   std::vector<PageLoc> alloc_pool(uint32_t n) {
     std::vector<PageId> ids;
     EXPECT_TRUE(pool->allocate(n, ids).ok());
@@ -49,12 +59,7 @@ class LoadModes : public ::testing::TestWithParam<LoadMode> {};
 TEST_P(LoadModes, LayerWiseLoadFromDiskIsExactPerLayer) {
   Rig rig(GetParam());
   const auto& g = rig.g;
-  std::vector<TestChunk> chunks;
-  for (uint32_t i = 0; i < 6; ++i) {
-    chunks.push_back(make_chunk(g, test_ns(1), i));
-    ASSERT_TRUE(rig.disk->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
-  }
-  ASSERT_TRUE(rig.disk->flush().ok());
+  const std::vector<TestChunk> chunks = rig.on_disk(test_ns(1), 6);
   TransferBatch b;
   for (auto& c : chunks) b.loads.push_back({TierKind::kDisk, c.key, rig.alloc_pool(g.chunk_pages)});
   auto batch = b;  // keep the destinations
@@ -130,12 +135,7 @@ class HeldAfterFirstLayerTier final : public Tier {
 TEST(TransferEngine, AStreamedLoadPublishesItsFirstLayerBeforeTheRest) {
   Rig rig(LoadMode::kLayerMajor);
   const auto& g = rig.g;
-  std::vector<TestChunk> chunks;
-  for (uint32_t i = 0; i < 6; ++i) {
-    chunks.push_back(make_chunk(g, test_ns(3), i));
-    ASSERT_TRUE(rig.disk->put(chunks.back().key, chunks.back().hashes, chunks.back().payload).ok());
-  }
-  ASSERT_TRUE(rig.disk->flush().ok());
+  const std::vector<TestChunk> chunks = rig.on_disk(test_ns(3), 6);
   HeldAfterFirstLayerTier held(*rig.disk);
   TransferEngineOptions o = rig.engine->options();
   o.tiers[size_t(TierKind::kDisk)] = &held;
