@@ -9,7 +9,10 @@
 // in place, so compute on layer l can overlap the loading of later layers.
 // LoadMode picks how a chunk load is issued: kWholeChunk reads each chunk in
 // one I/O, then publishes its layers; kLayerMajor issues one I/O per layer
-// across all chunks of the shard (first layer ready sooner, more I/Os).
+// across all chunks of the shard (first layer ready sooner, more I/Os): from
+// a tier that reports layers as they land (a disk tier) as one stream of up
+// to kRoundBytes, each layer published as soon as the shard has it; from
+// others (host, Redis) one round per layer.
 //
 // The moves of a batch (and of different batches) run concurrently on the
 // workers, loads and copies before stores: no move may write a page that
