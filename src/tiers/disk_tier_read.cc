@@ -85,25 +85,13 @@ class DiskTier::ReadBatch {
       }
       for (uint32_t l = 0; l < p.op->num_layers; ++l) add_unit(c, l, 1, p.bounce_start + l * lb, p.bounce.data() + l * lb, lb);
     }
-    // Layer by layer across the chunks, so that the first layers land first.
-    std::vector<size_t> order(io_.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return units_[io_unit_[a]].first_layer < units_[io_unit_[b]].first_layer; });
-    std::vector<IoOp> io;
-    std::vector<uint32_t> io_unit;
-    for (size_t k : order) {
-      io.push_back(io_[k]);
-      io_unit.push_back(io_unit_[k]);
-    }
-    io_.swap(io);
-    io_unit_.swap(io_unit);
   }
 
   // Every read on `q` (null: each fails with `qst`), with read_waves waves in
   // flight (never fewer than 8 reads nor more than queue_depth), so that what
   // one wave read is verified while the next is read.
   void run(IoQueue* q, const Status& qst) {
+    order_by_layer();
     reported_.assign(io_.size(), 0);
     if (q) {
       const size_t per_wave = (io_.size() + o_.read_waves - 1) / o_.read_waves;
@@ -124,6 +112,22 @@ class DiskTier::ReadBatch {
     uint32_t chunk = 0, first_layer = 0, num_layers = 0;  // layers relative to the op's first_layer
     uint32_t io_left = 0;
   };
+
+  // Reads layer by layer across the chunks, so that the first layers land first.
+  void order_by_layer() {
+    std::vector<size_t> order(io_.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return units_[io_unit_[a]].first_layer < units_[io_unit_[b]].first_layer; });
+    std::vector<IoOp> io;
+    std::vector<uint32_t> io_unit;
+    for (size_t k : order) {
+      io.push_back(io_[k]);
+      io_unit.push_back(io_unit_[k]);
+    }
+    io_.swap(io);
+    io_unit_.swap(io_unit);
+  }
 
   // A raw chunk whose range and `out` are O_DIRECT-aligned: read straight
   // into `out`, in units of whole layers of at most io_block_bytes.
