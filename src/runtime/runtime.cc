@@ -153,6 +153,7 @@ class RuntimeImpl final : public Runtime {
       Seq& s = it->second;
       if (s.preempted) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is preempted");
       if (s.prefill) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is still prefilling");
+      if (restoring(s)) return Status::FailedPrecondition("sequence " + std::to_string(id.value()) + " is still being resumed");
       if (s.kv.num_tokens + 1 >= info_.max_context)
         return Status::OutOfRange("sequence " + std::to_string(id.value()) + " reached the context limit");
       KVTIER_RETURN_IF_ERROR(cache_->grow(s.lease, s.kv.num_tokens + 1));
@@ -189,7 +190,9 @@ class RuntimeImpl final : public Runtime {
     const size_t pages = (s.kv.num_tokens + o_.page_tokens - 1) / o_.page_tokens;
     // A lease with lossy KV is recomputed at resume, where its lookup labels it again: a raw copy
     // would come back in a fresh lease, which carries no lossy marks, and be committed as exact.
-    const bool raw = s.lease.report().lossy_tokens == 0 && preempted_bytes_ + pages * page_bytes <= o_.host_bytes / 4;
+    // One still being resumed is too: its pages would come back too few for its tokens.
+    const bool raw = s.lease.report().lossy_tokens == 0 && !restoring(s) &&
+                     preempted_bytes_ + pages * page_bytes <= o_.host_bytes / 4;
     if (raw) {
       s.saved.resize(pages * page_bytes);
       std::vector<ByteCopy> copies(pages);
@@ -206,26 +209,24 @@ class RuntimeImpl final : public Runtime {
     return raw;
   }
 
-  Status resume(SeqId id) override {
+  using Runtime::resume;
+  Result<Resumed> resume(SeqId id, uint32_t chunk_tokens) override {
     auto it = seqs_.find(id.value());
     if (it == seqs_.end()) return Status::NotFound("no running sequence " + std::to_string(id.value()));
     Seq& s = it->second;
-    if (!s.preempted) return Status::Ok();
-    if (s.prefill) return lease_prompt(s);  // the prefill goes on from what the cache holds
-    if (s.saved.empty()) return recompute_kv(s);
-    KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache_->fresh(s.ns, s.kv.num_tokens));  // Busy: not yet
-    BlockPool& pool = cache_->pool();
-    const size_t page_bytes = pool.geometry().page_bytes();
-    std::vector<ByteCopy> copies(s.saved.size() / page_bytes);
-    for (size_t i = 0; i < copies.size(); ++i)
-      copies[i] = {pool.page(lease.pages()[i]), s.saved.data() + i * page_bytes, page_bytes};
-    KVTIER_RETURN_IF_ERROR(pool.memory().copy(copies));
-    preempted_bytes_ -= s.saved.size();
-    std::vector<std::byte>().swap(s.saved);
-    s.lease = std::move(lease);
-    s.kv.pages = s.lease.pages();
-    s.preempted = false;
-    return Status::Ok();
+    if (s.prefill) {  // the prefill goes on from what the cache holds
+      if (s.preempted) KVTIER_RETURN_IF_ERROR(lease_prompt(s));
+      return Resumed{};
+    }
+    if (s.preempted && !s.saved.empty()) KVTIER_RETURN_IF_ERROR(restore_raw(s));
+    Resumed r;
+    if (s.preempted || restoring(s)) {
+      const Status st = recompute_kv(s, std::max<uint32_t>(chunk_tokens, 1), r.computed);
+      if (!st.ok() && !s.preempted) seqs_.erase(it);  // a failed chunk ends the sequence, as a prompt's does
+      KVTIER_RETURN_IF_ERROR(st);
+    }
+    r.left = uint32_t(s.tokens.size() - 1 - s.kv.num_tokens);
+    return r;
   }
 
   uint32_t finish(SeqId id) override {
@@ -406,21 +407,52 @@ class RuntimeImpl final : public Runtime {
     return false;
   }
 
-  // A preempted sequence whose KV was not kept raw, computed again from its tokens (the last
-  // sampled one is not in the KV yet: decode() feeds it next), from the cache where it holds them.
-  // Where the engine's decode steps write what its prefill writes (Forward::decode_matches_prefill)
-  // the sequence goes on bit for bit as it would have unpreempted; elsewhere its generated tokens'
-  // KV is prefill's, which rounds otherwise.
-  Status recompute_kv(Seq& s) {
-    const std::span<const TokenId> known(s.tokens.data(), s.kv.num_tokens);
+  // A preempted sequence kept raw: its pages' bytes copied back into fresh pages. Busy: not yet.
+  Status restore_raw(Seq& s) {
+    KVTIER_ASSIGN_OR_RETURN(CacheLease lease, cache_->fresh(s.ns, s.kv.num_tokens));
+    BlockPool& pool = cache_->pool();
+    const size_t page_bytes = pool.geometry().page_bytes();
+    std::vector<ByteCopy> copies(s.saved.size() / page_bytes);
+    for (size_t i = 0; i < copies.size(); ++i)
+      copies[i] = {pool.page(lease.pages()[i]), s.saved.data() + i * page_bytes, page_bytes};
+    KVTIER_RETURN_IF_ERROR(pool.memory().copy(copies));
+    preempted_bytes_ -= s.saved.size();
+    std::vector<std::byte>().swap(s.saved);
+    s.lease = std::move(lease);
+    s.kv.pages = s.lease.pages();
+    s.preempted = false;
+    return Status::Ok();
+  }
+
+  // Resumed, and its KV not yet back as far as its tokens go (resume() computes the rest).
+  static bool restoring(const Seq& s) { return !s.preempted && !s.prefill && s.kv.num_tokens + 1 < s.tokens.size(); }
+
+  // The next chunk of a sequence whose KV is computed again from its tokens (the last sampled one
+  // is not in the KV yet: decode() feeds it next). The first, on a preempted sequence, takes pages
+  // for all of them and the cache's (a lease: Busy when they do not fit, the sequence unchanged)
+  // and computes from what it loads; later ones continue from the KV computed. Where the engine's
+  // decode steps write what its prefill writes (Forward::decode_matches_prefill) the sequence goes
+  // on bit for bit as it would have unpreempted; elsewhere its generated tokens' KV is prefill's,
+  // which rounds otherwise.
+  Status recompute_kv(Seq& s, uint32_t chunk, uint32_t& computed) {
+    const uint32_t known = uint32_t(s.tokens.size() - 1);
+    const std::span<const TokenId> tokens(s.tokens.data(), known);
+    if (!s.preempted) {
+      const uint32_t from = s.kv.num_tokens;
+      KVTIER_RETURN_IF_ERROR(engine_->prefill(s.kv, tokens.first(std::min<size_t>(known, size_t(from) + chunk)), from).status());
+      computed = s.kv.num_tokens - from;
+      return Status::Ok();
+    }
     CacheLease lease;
     if (o_.cache_enabled) {
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, known));
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->acquire(s.ns, tokens));
     } else {
-      KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known.size()));
+      KVTIER_ASSIGN_OR_RETURN(lease, cache_->fresh(s.ns, known));
     }
     engine::SequenceKV kv;
-    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, known).status());
+    const size_t end = std::min<size_t>(known, size_t(lease.cached_end()) + chunk);
+    KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, tokens.first(end)).status());
+    computed = kv.num_tokens - std::min(kv.num_tokens, lease.report().reused_tokens());
     s.lease = std::move(lease);
     s.kv = std::move(kv);
     s.preempted = false;

@@ -288,7 +288,24 @@ class Runtime {
   // the prompt was computed exactly (docs/SERVER.md says when not).
   // Returns true when the KV was kept raw.
   virtual Result<bool> preempt(SeqId seq) = 0;
-  virtual Status resume(SeqId seq) = 0;
+  // KV that is recomputed is computed in chunks, as a prompt's is: a call computes at most
+  // `chunk_tokens` (at least 1) of its positions past what its cache lookup loads (and a
+  // recomputed front the plan chose), so that a long sequence does not hold the streams decoding
+  // beside it; resume() again computes the next ones, and decode() refuses it until `left` is 0.
+  // preempt() and finish() take it as it stands. A prompt being computed leaves resume() with
+  // `left` 0: prefill_more() goes on with it. Busy only on the call that takes the pages.
+  struct Resumed {
+    uint32_t computed = 0;  // positions this call computed
+    uint32_t left = 0;      // positions resume() has still to compute
+  };
+  virtual Result<Resumed> resume(SeqId seq, uint32_t chunk_tokens) = 0;
+  // All at once.
+  Status resume(SeqId seq) {
+    for (;;) {
+      KVTIER_ASSIGN_OR_RETURN(Resumed r, resume(seq, UINT32_MAX));
+      if (r.left == 0) return Status::Ok();
+    }
+  }
 
   // Ends a sequence: its full pages are committed to the cache; its pages
   // are released; its request's retention hints are applied to what was

@@ -26,6 +26,7 @@ struct Scheduler::Running {
   bool ended = false;
   bool prefilling = false;           // its prompt is being computed in chunks (Runtime::prefill_more)
   bool paused = false;               // preempted: its KV is off the device pool (Runtime::preempt)
+  bool resuming = false;             // paused, and its KV being computed again in chunks (Runtime::resume)
   uint64_t resume_tried_at = 0;      // room_epoch_ when resume() last found no room
 
   explicit Running(GenerationRequest r) : request(std::move(r)), text(request.stop) {}
@@ -242,7 +243,7 @@ void Scheduler::step() {
   std::erase_if(running_, [](const auto& r) { return r->ended; });
   answer_waiting_that_are_over();
   uint32_t budget = options_.prefill_chunk_tokens;
-  const bool none_paused = resume_paused();  // first: a resumed prompt gets its chunk in this step
+  const bool none_paused = resume_paused(budget);  // first: a resumed sequence gets its chunk in this step
   prefill_running(budget);
   if (none_paused) admit(budget);  // new requests wait while a paused one does not fit
   prefetch_waiting();  // their lower-tier reads overlap the decode below
@@ -447,18 +448,27 @@ void Scheduler::pause(Running& r) {
   ++preemptions_;
 }
 
-bool Scheduler::resume_paused() {
+bool Scheduler::resume_paused(uint32_t& budget) {
   const bool others_decode = std::any_of(running_.begin(), running_.end(), [](const auto& r) { return !r->paused; });
   for (auto& r : running_) {  // oldest first: a younger one never resumes ahead of it
     if (!r->paused) continue;
-    if (others_decode && r->resume_tried_at == room_epoch_) return false;  // no room has appeared since
-    const Status st = runtime_->resume(r->seq);
-    if (st.is(StatusCode::kBusy)) {
+    // No room has appeared since it last found none (one already resuming holds its pages).
+    if (!r->resuming && others_decode && r->resume_tried_at == room_epoch_) return false;
+    if (budget == 0) return false;
+    auto resumed = runtime_->resume(r->seq, budget);
+    if (!resumed.ok() && resumed.status().is(StatusCode::kBusy)) {
       r->resume_tried_at = room_epoch_;
       return false;
     }
-    r->paused = false;
-    if (!st.ok()) end(*r, {}, st);
+    if (!resumed.ok()) {
+      r->paused = r->resuming = false;
+      end(*r, {}, resumed.status());
+      continue;
+    }
+    budget -= std::min(budget, resumed->computed);
+    r->resuming = resumed->left > 0;
+    r->paused = r->resuming;
+    if (r->paused) return false;
   }
   return true;
 }

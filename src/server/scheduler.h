@@ -32,8 +32,9 @@
 // never fail for it: the youngest is preempted (Runtime::preempt: its KV
 // leaves the pool, raw to host memory or to the cache for recompute; a prompt
 // being computed caches what it has and resumes from there) and paused;
-// paused sequences resume, oldest first, once a sequence ends, and no new
-// request is admitted while one is paused. Their output is unchanged.
+// paused sequences resume, oldest first, once a sequence ends (KV recomputed
+// in chunks of the prefill budget, as prompts are), and no new request is
+// admitted while one is paused. Their output is unchanged.
 // Each prefill is kept in a small log (recent()) with its per-layer trace,
 // for the dashboard's per-request race.
 // Everything public is thread-safe. The Runtime is created by the caller,
@@ -249,9 +250,11 @@ class Scheduler {
   // the rest try again.
   void decode_running();
   void pause(Running& r);
-  // Resumes paused sequences, oldest first, once room may have appeared;
-  // true when none is left paused (new requests may then be admitted).
-  bool resume_paused();
+  // Resumes paused sequences, oldest first, once room may have appeared; one
+  // whose KV is recomputed takes its chunks from the step's prefill `budget`,
+  // so a long one never holds the decoding streams for more than a chunk.
+  // True when none is left paused (new requests may then be admitted).
+  bool resume_paused(uint32_t& budget);
   // Keeps a just-prefilled request in recent_.
   void record_prefill(const CompletionUsage& usage, const std::string& session);
   // Applies one sampled token; returns true when the sequence has ended.

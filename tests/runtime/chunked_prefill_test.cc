@@ -2,11 +2,13 @@
 // gives the one-call prefill's tokens and log-probabilities bit for bit (on a quantized model, whose
 // matrices round a row alike at any batch), from a cold start, after a cache hit, with prompt
 // logprobs, and across a preemption; what a sequence computed before it ended is cached. A decoding
-// sequence preempted without a raw copy goes on bit for bit too (its KV recomputed as written).
+// sequence preempted without a raw copy goes on bit for bit too (its KV recomputed as written, in
+// chunks when resume() is given one).
 #include <gtest/gtest.h>
 
 #include <functional>
 
+#include "engine/gguf.h"
 #include "runtime/runtime.h"
 #include "test_data.h"
 
@@ -222,6 +224,69 @@ TEST(ChunkedPrefill, ADecodingSequencePreemptedWithoutARawCopyGoesOnBitForBit) {
     expect_same(tokens, whole.tokens);
     EXPECT_EQ(cached->stats().counters.preempted_recompute, 1u);
   }
+}
+
+// Recomputed at resume with nothing cached to load, a decoding sequence is computed in chunks, as a
+// prompt is: each resume() call computes at most its chunk and says what is left, decode() refuses
+// the sequence until nothing is, a preemption between two chunks starts it over (never as a raw
+// copy: its pages would come back too few for its tokens), and it goes on bit for bit.
+TEST(ChunkedPrefill, ADecodingSequenceRecomputedAtResumeIsComputedInChunks) {
+  auto plain = make(false);
+  ASSERT_NE(plain, nullptr);
+  const PromptRequest r = request_of(*plain, kText);
+  constexpr int kTokens = 24, kBefore = 12;
+  constexpr uint32_t kChunk = 7;
+  const Generated whole = generate(*plain, r, UINT32_MAX, kTokens);
+  const uint32_t known = uint32_t(r.prompt.size()) + kBefore - 1;  // positions with KV at the preemption
+  // Host memory for raw copies (a quarter of the host tier) of one page fewer than the sequence
+  // holds when it is first preempted, and more than it holds after two chunks.
+  auto model = engine::load_gguf(quantized(false).model);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const size_t page_bytes = (*model)->config().kv_geometry(DType::kF32, 16).page_bytes();
+  const uint32_t pages = (known + 15) / 16;
+  ASSERT_GT(pages - 1, (2 * kChunk + 15) / 16);
+  auto rt = make(false, 4 * (pages - 1) * page_bytes);  // no cache: every position is recomputed
+  ASSERT_NE(rt, nullptr);
+  auto s = rt->start(r);
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  std::vector<engine::TokenLogprobs> tokens = {*rt->last_logprobs(s->seq)};
+  const SeqId one[] = {s->seq};
+  for (int i = 1; i < kTokens; ++i) {
+    if (i == kBefore) {
+      auto kept = rt->preempt(s->seq);
+      ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+      EXPECT_FALSE(*kept);  // too large for the raw copies' memory: recomputed
+      for (int round = 0; round < 2; ++round) {
+        SCOPED_TRACE(round == 0 ? "preempted again after two chunks" : "resumed to the end");
+        uint32_t computed = 0, calls = 0;
+        for (;;) {
+          auto resumed = rt->resume(s->seq, kChunk);
+          ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+          EXPECT_EQ(resumed->computed, std::min(kChunk, known - computed));
+          computed += resumed->computed;
+          ++calls;
+          EXPECT_EQ(resumed->left, known - computed);
+          if (resumed->left == 0) break;
+          EXPECT_TRUE(rt->decode(one).status().is(StatusCode::kFailedPrecondition));
+          if (round == 0 && calls == 2) break;
+        }
+        if (round == 1) {
+          EXPECT_EQ(computed, known);
+          EXPECT_EQ(calls, (known + kChunk - 1) / kChunk);
+          break;
+        }
+        auto again = rt->preempt(s->seq);
+        ASSERT_TRUE(again.ok()) << again.status().to_string();
+        EXPECT_FALSE(*again);  // host memory to spare, but a sequence being resumed is recomputed
+      }
+    }
+    auto d = rt->decode(one);
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    tokens.push_back(*rt->last_logprobs(s->seq));
+  }
+  rt->finish(s->seq);
+  expect_same(tokens, whole.tokens);
+  EXPECT_EQ(rt->stats().counters.preempted_recompute, 2u);
 }
 
 }  // namespace

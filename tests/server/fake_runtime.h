@@ -182,7 +182,8 @@ class FakeRuntime final : public Runtime {
   KVCacheStats::Tenant tenant_usage(const std::string& tenant) override { return {.name = tenant}; }
   // Preemption is not modelled: the fake's pages do not grow while decoding.
   Result<bool> preempt(SeqId) override { return Status::Unimplemented("fake: no preemption"); }
-  Status resume(SeqId) override { return Status::Ok(); }
+  using Runtime::resume;
+  Result<Resumed> resume(SeqId, uint32_t) override { return Resumed{}; }
 
   uint32_t cached_prefix_tokens(const PromptRequest& request) override {
     std::lock_guard lk(s_->mu);

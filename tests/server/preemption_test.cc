@@ -41,13 +41,15 @@ GenerationRequest request(uint32_t prompt_tokens, uint32_t max_tokens, int salt)
 }
 
 // Submits every request at once (together: true) or one after another.
-Run run(const RuntimeOptions& o, const std::vector<GenerationRequest>& requests, bool together) {
+Run run(const RuntimeOptions& o, const std::vector<GenerationRequest>& requests, bool together,
+        uint32_t chunk_tokens = kDefaultPrefillChunkTokens) {
   Run out;
   auto rt = Runtime::create(o);
   EXPECT_TRUE(rt.ok()) << rt.status().to_string();
   if (!rt.ok()) return out;
   SchedulerOptions so;
   so.max_running = o.max_sequences;
+  so.prefill_chunk_tokens = chunk_tokens;
   auto sched = Scheduler::create(so, std::move(rt).value());
   EXPECT_TRUE(sched.ok());
   if (!sched.ok()) return out;
@@ -71,8 +73,9 @@ Run run(const RuntimeOptions& o, const std::vector<GenerationRequest>& requests,
   return out;
 }
 
-void check_preemption(size_t host_bytes, bool expect_raw) {
+void check_preemption(size_t host_bytes, bool expect_raw, bool cache = true, uint32_t chunk_tokens = kDefaultPrefillChunkTokens) {
   RuntimeOptions o = tiny(host_bytes);
+  o.cache_enabled = cache;
   o.device_bytes = size_t(1) << 20;
   const uint32_t pool = pool_tokens(o);
   ASSERT_GE(pool, 64u);
@@ -81,7 +84,7 @@ void check_preemption(size_t host_bytes, bool expect_raw) {
   const std::vector<GenerationRequest> requests = {request(per_seq / 3, per_seq - per_seq / 3 - 1, 1),
                                                    request(per_seq / 3, per_seq - per_seq / 3 - 1, 2)};
   const Run alone = run(o, requests, false);
-  const Run together = run(o, requests, true);
+  const Run together = run(o, requests, true, chunk_tokens);
   ASSERT_EQ(alone.outputs.size(), 2u);
   ASSERT_EQ(together.outputs.size(), 2u);
   EXPECT_EQ(alone.preemptions, 0u);
@@ -97,6 +100,12 @@ void check_preemption(size_t host_bytes, bool expect_raw) {
 TEST(Preemption, RawCopyInHostMemoryKeepsTheOutput) { check_preemption(size_t(16) << 20, /*expect_raw=*/true); }
 
 TEST(Preemption, RecomputeWithoutAHostTierKeepsTheOutput) { check_preemption(0, /*expect_raw=*/false); }
+
+// Without the cache nothing of the paused sequence is found at resume: all of its KV is computed
+// again, in chunks of the prefill budget (a few steps, the sequence not decoded until the last).
+TEST(Preemption, RecomputeInChunksWithoutTheCacheKeepsTheOutput) {
+  check_preemption(0, /*expect_raw=*/false, /*cache=*/false, /*chunk_tokens=*/8);
+}
 
 }  // namespace
 }  // namespace kvtier::server
