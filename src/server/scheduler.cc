@@ -408,11 +408,11 @@ void Scheduler::record_prefill(const CompletionUsage& usage, const std::string& 
 void Scheduler::decode_running() {
   for (;;) {
     std::vector<SeqId> seqs;
-    std::vector<Running*> batch, active;  // decoding; decoding or prefilling
+    std::vector<Running*> batch, active;  // decoding; holding pages (decoding, prefilling or resuming)
     for (auto& r : running_) {
-      if (r->ended || r->paused) continue;
+      if (r->ended || (r->paused && !r->resuming)) continue;
       active.push_back(r.get());
-      if (r->prefilling) continue;
+      if (r->prefilling || r->paused) continue;
       seqs.push_back(r->seq);
       batch.push_back(r.get());
     }
@@ -443,6 +443,7 @@ void Scheduler::pause(Running& r) {
   auto kept = runtime_->preempt(r.seq);
   if (!kept.ok()) return end(r, {}, kept.status());
   r.paused = true;
+  r.resuming = false;
   r.resume_tried_at = room_epoch_;  // back once room appears: a sequence ends
   std::lock_guard lk(mu_);
   ++preemptions_;

@@ -246,8 +246,8 @@ class Scheduler {
   void prefetch_waiting();
   // One decode step for every running sequence that is not paused nor
   // prefilling. When they outgrow the device pool (the runtime answers Busy)
-  // the youngest sequence (decoding or prefilling) is preempted (pause()) and
-  // the rest try again.
+  // the youngest sequence holding pages (decoding, prefilling, or paused and
+  // being resumed) is preempted (pause()) and the rest try again.
   void decode_running();
   void pause(Running& r);
   // Resumes paused sequences, oldest first, once room may have appeared; one

@@ -107,5 +107,34 @@ TEST(Preemption, RecomputeInChunksWithoutTheCacheKeepsTheOutput) {
   check_preemption(0, /*expect_raw=*/false, /*cache=*/false, /*chunk_tokens=*/8);
 }
 
+// A sequence being resumed in chunks holds the pages of all its tokens while the others decode.
+// Three sequences with short prompts fill the pool and the youngest pauses; the middle one ends a
+// while later, and the paused one resumes, a token a step, while the oldest decodes on until it
+// needs a page the pool no longer has. Then the youngest, the one being resumed, pauses again:
+// the oldest, the only one decoding, must not fail for want of a sequence to pause. It resumes
+// once room appears, and every output is the one it has alone.
+TEST(Preemption, ASequenceBeingResumedPausesAgainWhenAnOlderOneNeedsItsPages) {
+  RuntimeOptions o = tiny(0);
+  o.cache_enabled = false;
+  o.device_bytes = size_t(1) << 20;
+  const uint32_t pool = pool_tokens(o);
+  ASSERT_GE(pool, 512u);
+  // Admitted a prompt apart (a prompt position a step), the youngest holds about `fill` tokens
+  // when the three fill the pool; the middle one ends fill / 4 steps after that.
+  const uint32_t prompt = 16, fill = (pool + 3 * prompt) / 3 - 2 * prompt;
+  const std::vector<GenerationRequest> requests = {request(prompt, pool * 3 / 4, 1), request(prompt, fill + fill / 4, 2),
+                                                   request(prompt, pool / 2, 3)};
+  const auto alone = run(o, requests, false);
+  const auto together = run(o, requests, true, /*chunk_tokens=*/1);
+  ASSERT_EQ(alone.outputs.size(), 3u);
+  ASSERT_EQ(together.outputs.size(), 3u);
+  EXPECT_EQ(alone.preemptions, 0u);
+  EXPECT_GE(together.preemptions, 2u) << "the resumed sequence never paused again: the test proves nothing";
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(together.outputs[i].size(), requests[i].max_tokens);
+    EXPECT_EQ(together.outputs[i], alone.outputs[i]) << "request " << i << " changed under preemption";
+  }
+}
+
 }  // namespace
 }  // namespace kvtier::server
