@@ -18,6 +18,7 @@
 #include "client/sse.h"
 #include "e2e/e2e_util.h"
 #include "e2e/server_process.h"
+#include "test_http.h"
 
 namespace kvtier::testing {
 namespace {
@@ -46,7 +47,7 @@ struct SseMessage {
 // `limit` passes (a guard against a hang, not a measurement). Returns the HTTP status (0: none).
 int follow(int port, const std::string& path, const std::function<bool(const SseMessage&)>& on,
            std::chrono::seconds limit = std::chrono::seconds(120)) {
-  httplib::Client c("127.0.0.1", port);
+  auto c = kvtier::testing::local_client(port);
   c.set_read_timeout(limit.count(), 0);
   const auto deadline = std::chrono::steady_clock::now() + limit;
   client::SseReader sse;
@@ -137,7 +138,7 @@ TEST(CacheEventsE2E, SnapshotThenEventsThenResume) {
   EXPECT_EQ(fresh.tier["disk"], held.tier["disk"]);
   EXPECT_TRUE(fresh.tier["device"].empty() && fresh.tier["host"].empty());
 
-  httplib::Client c("127.0.0.1", port);
+  auto c = kvtier::testing::local_client(port);
   auto bad = c.Get("/v1/cache/events?since=abc");
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);

@@ -15,6 +15,7 @@
 #include "e2e/e2e_util.h"
 #include "e2e/headless_chromium.h"
 #include "e2e/server_process.h"
+#include "test_http.h"
 
 namespace kvtier::testing {
 namespace {
@@ -121,7 +122,7 @@ TEST(DashboardBrowser, PageIsPublicDataNeedsTheKeyWhichThePageAsksForOnce) {
   ASSERT_TRUE(server.start(args)) << server.log();
   const httplib::Headers key = {{"Authorization", "Bearer sesame-0123456789"}};
   run_workload(server.port(), key);
-  httplib::Client c("127.0.0.1", server.port());
+  auto c = kvtier::testing::local_client(server.port());
   auto page = c.Get("/dashboard");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "test_http.h"
+
 namespace kvtier::testing {
 
 // A fresh directory under the system's temp dir, removed with its contents.
@@ -44,14 +46,12 @@ inline Reply to_reply(const httplib::Result& r) {
 }
 
 inline Reply post_json(int port, const std::string& path, const nlohmann::json& body, const httplib::Headers& headers = {}) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port);
   return to_reply(c.Post(path, headers, body.dump(), "application/json"));
 }
 
 inline Reply get_json(int port, const std::string& path) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(60, 0);
+  auto c = kvtier::testing::local_client(port);
   return to_reply(c.Get(path));
 }
 

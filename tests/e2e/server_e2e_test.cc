@@ -24,6 +24,7 @@
 #include "client/sse.h"
 #include "test_data.h"
 #include "text/tokenizer.h"
+#include "test_http.h"
 
 namespace kvtier::testing {
 namespace {
@@ -51,8 +52,7 @@ server::LoadgenSummary run_clean_loadgen(const server::LoadgenOptions& lo, size_
 
 Reply post(int port, const json& body, httplib::Headers h = {}) { return post_json(port, "/v1/completions", body, h); }
 Reply post_raw(int port, const std::string& body) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port);
   return to_reply(c.Post("/v1/completions", body, "application/json"));
 }
 Reply get(int port, const std::string& path) { return get_json(port, path); }
@@ -69,8 +69,7 @@ StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<b
                     std::atomic<int>* events_seen = nullptr) {
   body["stream"] = true;
   StreamResult out;
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port);
   client::SseReader sse;
   auto on_data = [&](std::string_view d) {
     out.events.emplace_back(d);
@@ -246,7 +245,7 @@ TEST_F(SharedServer, ModelsStatsAndMetrics) {
   Reply st = get(port(), "/v1/cache/stats");
   EXPECT_EQ(st.status, 200);
   EXPECT_TRUE(st.body["cache"].is_object());
-  httplib::Client c("127.0.0.1", port());
+  auto c = kvtier::testing::local_client(port());
   auto r = c.Get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
@@ -287,7 +286,7 @@ TEST_F(SharedServer, SegmentsAreBlendedAndLabelled) {
   EXPECT_EQ(b2["reused_tokens"].get<int>() + b2["recomputed_tokens"].get<int>(), 256);
   EXPECT_GT(b2["reused_tokens"].get<int>(), 200);
   EXPECT_EQ(second.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // no exact hit: blended ones are apart
-  httplib::Client c("127.0.0.1", port());
+  auto c = kvtier::testing::local_client(port());
   auto r = c.Get("/metrics");
   ASSERT_TRUE(r);
   const PromParse p = parse_prometheus_text(r->body);
@@ -375,7 +374,7 @@ TEST(ServerE2E, ApiKey) {
   EXPECT_EQ(none.body["error"]["code"], "invalid_api_key");
   EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer nope"}}).status, 401);
   EXPECT_EQ(post(s.port(), req, {{"Authorization", "Bearer sesame-0123456789"}}).status, 200);
-  httplib::Client c("127.0.0.1", s.port());
+  auto c = kvtier::testing::local_client(s.port());
   EXPECT_EQ(c.Post("/v1/cache/flush")->status, 401);
   EXPECT_EQ(c.Post("/v1/cache/flush", {{"Authorization", "Bearer sesame-0123456789"}}, "", "application/json")->status, 200);
   s.signal(SIGTERM);
@@ -406,7 +405,7 @@ TEST(ServerE2E, RedisPasswordNeverShows) {
   const json req = {{"prompt", ids(300)}, {"max_tokens", 2}};
   const httplib::Headers key = {{"Authorization", "Bearer sesame-0123456789"}};
   for (int i = 0; i < 2; ++i) EXPECT_EQ(post(s.port(), req, key).status, 200);  // Redis refuses: recomputed
-  httplib::Client c("127.0.0.1", s.port());
+  auto c = kvtier::testing::local_client(s.port());
   auto metrics = c.Get("/metrics", key);
   auto stats = c.Get("/v1/cache/stats", key);
   ASSERT_TRUE(metrics && stats);
@@ -482,7 +481,7 @@ TEST(ServerE2E, TenantKeysSecretsAndReload) {
   EXPECT_GT(tenant["device_bytes"].get<uint64_t>(), 0u) << usage.dump();
   EXPECT_EQ(tenant["quota"]["host_bytes"].get<uint64_t>(), uint64_t(64) << 20);
   EXPECT_EQ(tenant["quota"]["disk_bytes"].get<uint64_t>(), uint64_t(1) << 30);
-  httplib::Client c("127.0.0.1", s.port());
+  auto c = kvtier::testing::local_client(s.port());
   std::string bodies;
   for (const char* path : {"/v1/cache/stats", "/v1/cache/tree", "/metrics"}) {
     auto denied = c.Get(path, bearer(acme));
@@ -747,8 +746,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
     std::string user = "Turn " + std::to_string(turn) + ":";
     for (int i = 0; i < 8; ++i) user += " please explain how the tiers work, briefly.";
     messages.push_back({{"role", "user"}, {"content", user}});
-    httplib::Client c("127.0.0.1", s.port());
-    c.set_read_timeout(120, 0);
+    auto c = kvtier::testing::local_client(s.port());
     auto r = c.Post("/v1/chat/completions", json{{"messages", messages}, {"max_tokens", 24}, {"ignore_eos", true}}.dump(),
                     "application/json");
     ASSERT_TRUE(r);
@@ -778,8 +776,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
                                     {{"type", "text"}, {"text", swapped ? doc_b : doc_a}, {"cacheable", true}},
                                     {{"type", "text"}, {"text", swapped ? doc_a : doc_b}, {"cacheable", true}},
                                     {{"type", "text"}, {"text", swapped ? "Which is verified?" : "What is loaded?"}}});
-    httplib::Client c("127.0.0.1", s.port());
-    c.set_read_timeout(120, 0);
+    auto c = kvtier::testing::local_client(s.port());
     auto r = c.Post("/v1/chat/completions",
                     json{{"messages", json::array({{{"role", "user"}, {"content", parts}}})}, {"max_tokens", 2}}.dump(),
                     "application/json");
@@ -809,8 +806,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   // Streamed: role, then content deltas, then the finish reason; [DONE] last.
   messages.push_back({{"role", "user"}, {"content", "And streaming?"}});
   std::vector<json> chunks;
-  httplib::Client c("127.0.0.1", s.port());
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(s.port());
   client::SseReader sse;
   httplib::Request req;
   req.method = "POST";
@@ -855,8 +851,7 @@ TEST(ServerE2E, AgentTurnsWithToolsHitTheCache) {
   std::string system;
   for (int i = 0; i < 10; ++i) system += "You are an agent: call tools to find facts about caches. ";
   json messages = json::array({{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", "Find the tiers."}}});
-  httplib::Client c("127.0.0.1", s.port());
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(s.port());
   uint32_t previous_prompt = 0;
   for (int turn = 0; turn < 3; ++turn) {
     auto r = c.Post("/v1/chat/completions",
@@ -904,8 +899,7 @@ TEST(ServerE2E, RetentionHintsAndPrefetchKeepSessionsWarm) {
   for (int i = 0; i < 40; ++i) system += "You are an agent: call tools to find facts about caches. ";
   const json messages = json::array({{{"role", "system"}, {"content", system}, {"cache_control", {{"type", "ephemeral"}, {"ttl", "1h"}}}},
                                      {{"role", "user"}, {"content", "Find the tiers."}}});
-  httplib::Client c("127.0.0.1", s.port());
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(s.port());
   auto chat = [&](json body) { return c.Post("/v1/chat/completions", body.dump(), "application/json"); };
   const json body = {{"messages", messages}, {"max_tokens", 4}, {"ignore_eos", true},
                      {"kvtier", {{"retain_s", 600}, {"session", "agent-7"}}}};

@@ -23,6 +23,7 @@
 #include "remote/redis_fixture.h"
 #include "router/router.h"
 #include "server/client_connection.h"
+#include "test_http.h"
 
 namespace kvtier::router {
 namespace {
@@ -178,7 +179,7 @@ TEST_F(RouterE2E, CacheAwareKeepsEachConversationOnItsBackend) {
       EXPECT_EQ(which, home[c]) << "conversation " << c << " turn " << turn;
       EXPECT_GE(cached, 64) << "conversation " << c << " turn " << turn;
     }
-  httplib::Client m("127.0.0.1", port_);
+  auto m = kvtier::testing::local_client(port_);
   auto metrics = m.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("kvtier_router_decisions_total{reason=\"cache\"} 8"), std::string::npos) << metrics->body;
@@ -213,7 +214,7 @@ TEST_F(RouterE2E, EventStreamsShowWhatBackendsGotBehindTheRoutersBack) {
     ASSERT_EQ(r.status, 200) << r.body.dump();
   }
   // Each backend holds two conversations of four pages; wait (bounded) until the router has seen them.
-  httplib::Client m("127.0.0.1", port_);
+  auto m = kvtier::testing::local_client(port_);
   bool seen = false;
   for (int k = 0; k < kPolls && !seen; ++k) {
     auto h = m.Get("/health");
@@ -257,8 +258,7 @@ TEST_F(RouterE2E, StreamsAreRelayedAsTheyArrive) {
   std::thread fthread([&] { fake.listen_after_bind(); });
   start_router(RoutePolicy::kRoundRobin, {"http://127.0.0.1:" + std::to_string(fport)});
   ASSERT_TRUE(wait_backend(0, true));
-  httplib::Client c("127.0.0.1", port_);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port_);
   std::string body;
   httplib::Request req;
   req.method = "POST";
@@ -307,8 +307,7 @@ TEST_F(RouterE2E, AStreamNotYetBegunGoesElsewhereWhenItsBackendDies) {
   std::thread dthread([&] { dying.listen_after_bind(); }), gthread([&] { good.listen_after_bind(); });
   start_router(RoutePolicy::kRoundRobin, {"http://127.0.0.1:" + std::to_string(dport), "http://127.0.0.1:" + std::to_string(gport)});
   ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
-  httplib::Client c("127.0.0.1", port_);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port_);
   for (int i = 0; i < 2; ++i) {  // round-robin: at least one of the two goes to the dying backend first
     ASSERT_TRUE(wait_backend(0, true));
     auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 1}, {"stream", true}}.dump(),
@@ -423,7 +422,7 @@ class RawClient {
 
 // Waits (up to kPolls) until the router's /metrics has `line`.
 bool metrics_show(int port, const std::string& line) {
-  httplib::Client c("127.0.0.1", port);
+  auto c = kvtier::testing::local_client(port);
   for (int k = 0; k < kPolls; ++k, std::this_thread::sleep_for(std::chrono::milliseconds(5)))
     if (auto r = c.Get("/metrics"); r && r->body.find(line) != std::string::npos) return true;
   return false;
@@ -635,7 +634,7 @@ TEST_F(RouterE2E, AStreamWhoseBackendFallsSilentIsCutOff) {
   // 10 s: room for the first event to arrive on a loaded machine; the silence after it lasts 60 s.
   start_router(RoutePolicy::kRoundRobin, {fake.url()}, [](RouterOptions& o) { o.stream_idle_timeout_s = 10; });
   ASSERT_TRUE(wait_backend(0, true));
-  httplib::Client c("127.0.0.1", port_);
+  auto c = kvtier::testing::local_client(port_);
   c.set_read_timeout(30, 0);  // half the backend's silence: without the cut, this client gives up first
   auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", true}}.dump(),
                   "application/json");
@@ -680,8 +679,7 @@ TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
   start_backends(1);
   start_router(RoutePolicy::kRoundRobin);
   ASSERT_TRUE(wait_backend(0, true));
-  httplib::Client c("127.0.0.1", port_);
-  c.set_read_timeout(120, 0);
+  auto c = kvtier::testing::local_client(port_);
   auto r = c.Post("/v1/completions",
                   json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"ignore_eos", true}, {"stream", true}}.dump(),
                   "application/json");
@@ -732,7 +730,7 @@ TEST_F(RouterE2E, SharedStoreChunksCountForEveryBackend) {
   start_backends(2, {"--remote", redis.url(), "--remote-insecure", "--chunk-pages", "2"});
   start_router(RoutePolicy::kCacheAware);
   ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
-  httplib::Client m("127.0.0.1", port_);
+  auto m = kvtier::testing::local_client(port_);
   json health;
   // The store's chunks are known from events alone (no snapshot lists them): follow both streams first.
   for (int k = 0; k < kPolls; ++k) {
