@@ -221,9 +221,9 @@ class RuntimeImpl final : public Runtime {
     if (s.preempted && !s.saved.empty()) KVTIER_RETURN_IF_ERROR(restore_raw(s));
     Resumed r;
     if (s.preempted || restoring(s)) {
-      const Status st = recompute_kv(s, std::max<uint32_t>(chunk_tokens, 1), r.computed);
-      if (!st.ok() && !s.preempted) seqs_.erase(it);  // a failed chunk ends the sequence, as a prompt's does
-      KVTIER_RETURN_IF_ERROR(st);
+      auto computed = recompute_kv(s, std::max<uint32_t>(chunk_tokens, 1));
+      if (!computed.ok() && !s.preempted) seqs_.erase(it);  // a failed chunk ends the sequence, as a prompt's does
+      KVTIER_ASSIGN_OR_RETURN(r.computed, std::move(computed));
     }
     r.left = uint32_t(s.tokens.size() - 1 - s.kv.num_tokens);
     return r;
@@ -434,14 +434,14 @@ class RuntimeImpl final : public Runtime {
   // decode steps write what its prefill writes (Forward::decode_matches_prefill) the sequence goes
   // on bit for bit as it would have unpreempted; elsewhere its generated tokens' KV is prefill's,
   // which rounds otherwise.
-  Status recompute_kv(Seq& s, uint32_t chunk, uint32_t& computed) {
+  // Returns the positions it computed.
+  Result<uint32_t> recompute_kv(Seq& s, uint32_t chunk) {
     const uint32_t known = uint32_t(s.tokens.size() - 1);
     const std::span<const TokenId> tokens(s.tokens.data(), known);
     if (!s.preempted) {
       const uint32_t from = s.kv.num_tokens;
       KVTIER_RETURN_IF_ERROR(engine_->prefill(s.kv, tokens.first(std::min<size_t>(known, size_t(from) + chunk)), from).status());
-      computed = s.kv.num_tokens - from;
-      return Status::Ok();
+      return s.kv.num_tokens - from;
     }
     CacheLease lease;
     if (o_.cache_enabled) {
@@ -452,11 +452,11 @@ class RuntimeImpl final : public Runtime {
     engine::SequenceKV kv;
     const size_t end = std::min<size_t>(known, size_t(lease.cached_end()) + chunk);
     KVTIER_RETURN_IF_ERROR(cached_prefill(*engine_, *cache_, lease, kv, tokens.first(end)).status());
-    computed = kv.num_tokens - std::min(kv.num_tokens, lease.report().reused_tokens());
+    const uint32_t computed = kv.num_tokens - std::min(kv.num_tokens, lease.report().reused_tokens());
     s.lease = std::move(lease);
     s.kv = std::move(kv);
     s.preempted = false;
-    return Status::Ok();
+    return computed;
   }
 
   // Where the engine's decode steps write KV that rounds otherwise than its prefill's (F32 weights,
