@@ -232,6 +232,17 @@ void DiskTier::drop_locked(const ChunkKey& key, const Region* expected) {
   erase_entry_locked(it);
 }
 
+// True when the key is held in a form this tier serves. An entry it refuses (lossy, written before
+// a restart with an exact codec) is dropped here, so that the exact copy being put replaces it
+// rather than being discarded as a duplicate; the newer copy also wins at the next restart.
+bool DiskTier::holds_servable_locked(const ChunkKey& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return false;
+  if (accept_chunk_codec(it->second.codec, options_.accept_lossy).ok()) return true;
+  erase_entry_locked(it);
+  return false;
+}
+
 void DiskTier::add_entry_locked(const ChunkKey& key, Loc loc) {
   const uint64_t bytes = entry_bytes(loc);
   if (!index_.emplace(key, std::move(loc)).second) return;  // held already: counted once
@@ -389,7 +400,7 @@ void DiskTier::seal_locked() {
 Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   KVTIER_RETURN_IF_ERROR(validate_put(options_.geometry, op));
   ++stats_.puts;
-  if (index_.count(op.key)) return Status::Ok();
+  if (holds_servable_locked(op.key)) return Status::Ok();
   KVTIER_RETURN_IF_ERROR(take_failure_locked());
   const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
   const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign, options_.auth != nullptr);
@@ -409,7 +420,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   }
   // The wait above let go of the lock: another put of the same key may have landed it meanwhile
   // (two commits of one prefix); a second copy took space, and its bytes were counted twice.
-  if (index_.count(op.key)) return Status::Ok();
+  if (holds_servable_locked(op.key)) return Status::Ok();
   std::byte* at = buffers_[active_->buffer].data() + cursor_;
   KVTIER_RETURN_IF_ERROR(encode_chunk_entry(options_.geometry, op.key, op.page_hashes, op.payload, next_sequence_++, kIoAlign,
                                             {at, lay.entry_bytes}, options_.auth.get()));

@@ -197,6 +197,8 @@ class DiskTier final : public Tier {
   bool reclaim_one_locked();
   void make_room_for_region_locked();
   void drop_locked(const ChunkKey& key, const Region* expected);
+  // Held in a form this tier serves; a refused (lossy) entry of the key is dropped.
+  bool holds_servable_locked(const ChunkKey& key);
   // Every index insert and erase goes through these two (they keep ns_bytes_).
   void add_entry_locked(const ChunkKey& key, Loc loc);
   Index::iterator erase_entry_locked(Index::iterator it);

@@ -46,6 +46,18 @@ void expect_exact(Tier& t, const TestChunk& c) {
   EXPECT_EQ(out, c.payload);
 }
 
+// A chunk of an f32 geometry whose payload is finite values (every codec encodes them).
+TestChunk finite_chunk(const ChunkGeometry& g, const PageHash& ns, uint32_t i) {
+  TestChunk c = make_chunk(g, ns, i);
+  std::mt19937 rng(5 + i);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (size_t at = 0; at < c.payload.size(); at += 4) {
+    const float f = dist(rng);
+    std::memcpy(c.payload.data() + at, &f, 4);
+  }
+  return c;
+}
+
 void flip_byte(const std::string& path, uint64_t offset) {
   std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
   f.seekg(static_cast<std::streamoff>(offset));
@@ -282,6 +294,37 @@ TEST(DiskTier, EntriesKeepTheirOwnSizeAfterTheCodecChanges) {
   EXPECT_EQ(t->namespace_bytes({&ns, 1}), 2 * raw_entry);
 }
 
+// An entry the tier refuses is absent to put as well as to get: after a restart with an exact
+// codec, a q8 entry of a chunk does not stop the exact copy from being stored (before, put saw the
+// key held, stored nothing and said Ok, and the prefix was recomputed on every later hit), and the
+// exact copy is the one a further restart serves.
+TEST(DiskTier, AnExactPutReplacesARefusedLossyEntry) {
+  TempDir dir;
+  ChunkGeometry g{KVGeometry{.num_layers = 4, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 4}, 4};
+  ChunkGeometry q8 = g;
+  q8.codec = KvCodec::kQ8;
+  const TestChunk c = finite_chunk(g, test_ns(1), 0);
+  {
+    auto opts = disk_options(dir.path(), q8);
+    opts.accept_lossy = true;
+    auto t = DiskTier::create(opts).value();
+    ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+    ASSERT_TRUE(t->flush().ok());
+  }
+  {
+    auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+    ASSERT_EQ(t->open_report().entries, 1u);
+    EXPECT_FALSE(t->exists(c.key));
+    ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+    EXPECT_TRUE(t->exists(c.key));
+    expect_exact(*t, c);
+    ASSERT_TRUE(t->flush().ok());
+  }
+  auto t = DiskTier::create(disk_options(dir.path(), g)).value();
+  EXPECT_TRUE(t->exists(c.key));
+  expect_exact(*t, c);
+}
+
 // Only the region names the tier writes are its regions. An upper-case
 // spelling of an id is left alone: read as a second region 10, its entries
 // replaced the real one's in the index but were never reclaimed with it, so
@@ -363,13 +406,7 @@ TEST(DiskTier, LayersPassingThroughItsBuffersLandInTheCallersPages) {
     TempDir dir;
     ChunkGeometry g{KVGeometry{.num_layers = 4, .num_kv_heads = 2, .head_dim = 32, .dtype = DType::kF32, .page_tokens = 4},
                     4, codec};
-    TestChunk c = make_chunk(g, test_ns(9), 1);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (size_t i = 0; i < c.payload.size(); i += 4) {  // finite values: every codec encodes them
-      const float f = dist(rng);
-      std::memcpy(c.payload.data() + i, &f, 4);
-    }
+    const TestChunk c = finite_chunk(g, test_ns(9), 1);
     auto opts = disk_options(dir.path(), g);
     opts.accept_lossy = true;
     for (bool reopened : {false, true})
