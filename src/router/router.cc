@@ -12,6 +12,7 @@
 #include "server/chat_api.h"
 #include "server/http_server.h"
 #include "server/config.h"
+#include "server/http_front.h"
 #include "server/signal_route.h"
 #include "text/tokenizer.h"
 
@@ -64,6 +65,8 @@ const OptionTable<RouterOptions>& router_option_table() {
                                 "A stream whose backend sends nothing for this many seconds is cut off (a kvtier "
                                 "backend sends a keep-alive each second, queued or computing)"},
                                KVTIER_FIELD(stream_idle_timeout_s), 1, 3600));
+    t.push_back(size_option<R>({"route.max_body_bytes", "--max-body", {}, "Largest request body"},
+                               KVTIER_FIELD(max_body_bytes), 1024));
     return t;
   }();
   return table;
@@ -128,6 +131,7 @@ Result<int> Router::bind() {
   const int threads = int(m.o.threads);
   m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   m.http.set_post_routing_handler(server::answer_half_closed_client);  // cpp-httplib writes nothing to one
+  server::install_body_limit_and_errors(m.http, m.o.max_body_bytes);
   m.drain.install(m.http);
   m.http.set_socket_options(server::reuse_address_only);
   const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;

@@ -51,6 +51,7 @@ struct RouterOptions {
   // /health, /metrics and the 429s past it, which would otherwise wait in an unbounded queue.
   uint32_t max_forwarding() const { return std::max<uint32_t>(1, threads * 3 / 4); }
   uint32_t stream_idle_timeout_s = 30;         // a stream's backend silent this long is cut off
+  size_t max_body_bytes = size_t(16) << 20;    // largest request body (the backends' own default)
   Status validate() const;
 };
 

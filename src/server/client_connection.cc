@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdlib>
 #include <string>
@@ -115,6 +116,22 @@ std::optional<uint64_t> ClientConnection::bytes_sent() const {
       len < offsetof(tcp_info, tcpi_bytes_sent) + sizeof info.tcpi_bytes_sent)
     return std::nullopt;
   return info.tcpi_bytes_sent;
+}
+
+void ClientConnection::linger_and_shut(int linger_ms, size_t linger_bytes) const {
+  ::shutdown(fd_, SHUT_WR);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(linger_ms);
+  char sink[16384];
+  for (size_t dropped = 0; dropped < linger_bytes;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd in{fd_, POLLIN, 0};
+    if (left.count() <= 0 || poll(&in, 1, int(left.count())) <= 0) break;
+    const ssize_t n = recv(fd_, sink, sizeof sink, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    if (n <= 0) break;  // the client closed (or reset)
+    dropped += size_t(n);
+  }
+  ::shutdown(fd_, SHUT_RD);
 }
 
 bool ClientConnection::send_all(std::string_view bytes) const {

@@ -48,12 +48,18 @@ class ClientConnection {
   // after it. For a client that half-closed: cpp-httplib 0.11 takes its FIN
   // for a hang-up and will not write the answer.
   bool send_whole(const httplib::Response& res) const;
+  // Writes a whole response, shuts this side's writing (the client reads the answer to its end),
+  // then reads and drops what the client still sends, for at most `linger_ms` and `linger_bytes`,
+  // and shuts the reading side: closing a socket with unread bytes resets it, and a reset can
+  // lose the answer before the client reads it. httplib then finds the connection closed.
+  void answer_and_close(const httplib::Response& res, int linger_ms = 2000, size_t linger_bytes = size_t(16) << 20) const;
   // Bytes this side has sent on the connection so far (TCP_INFO), or
   // nullopt when the kernel does not say: whether anything went out since.
   std::optional<uint64_t> bytes_sent() const;
 
  private:
   explicit ClientConnection(int fd) : fd_(fd) {}
+  void linger_and_shut(int linger_ms, size_t linger_bytes) const;
   int fd_;
 };
 

@@ -23,6 +23,10 @@ std::string whole_response_bytes(const httplib::Response& res) {
 
 bool ClientConnection::send_whole(const httplib::Response& res) const { return send_all(whole_response_bytes(res)); }
 
+void ClientConnection::answer_and_close(const httplib::Response& res, int linger_ms, size_t linger_bytes) const {
+  if (send_whole(res)) linger_and_shut(linger_ms, linger_bytes);
+}
+
 void answer_half_closed_client(const httplib::Request& req, httplib::Response& res) {
   if (res.content_provider_) return;
   const auto c = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "server/http_front.h"
+
 namespace kvtier::server {
 namespace {
 
@@ -13,7 +15,8 @@ thread_local const ConnectionDrain* answering = nullptr;
 }  // namespace
 
 void ConnectionDrain::install(httplib::Server& http, Logger logger) {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response&) {
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (refuse_unbounded_body(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool body = req.has_header("Transfer-Encoding") ||
                       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
     if (!body) started();

@@ -40,7 +40,9 @@ class ConnectionDrain {
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
   // Sets `http`'s pre-routing handler and its logger (`logger` runs first,
-  // when given). Call once, before the server serves.
+  // when given). Call once, before the server serves. The pre-routing handler
+  // also refuses the bodies httplib cannot bound (refuse_unbounded_body,
+  // server/http_front.h) before they are read.
   void install(httplib::Server& http, Logger logger = nullptr);
   // A route that takes a body (every POST): counted from when it runs, its body read.
   Handler counted(Handler handler);

@@ -21,6 +21,7 @@
 #include "server/cache_view.h"
 #include "server/chat_api.h"
 #include "server/client_connection.h"
+#include "server/http_front.h"
 #include "server/http_server_detail.h"
 
 namespace kvtier::server {
@@ -306,39 +307,16 @@ void HttpServer::install_generation_routes() {
   }));
 }
 
-namespace {
-
-// httplib refuses a body over --max-body, and a form-encoded one (curl -d's default type) over
-// 8 KiB whatever --max-body says: the answer names the limit that applied.
-std::string body_too_large_message(const httplib::Request& req, size_t max_body) {
-  if (req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded"))
-    return "request body sent as application/x-www-form-urlencoded is over 8 KiB, the HTTP layer's limit for "
-           "form data: send the JSON with Content-Type: application/json";
-  return "request body is over " + std::to_string(max_body) + " bytes (--max-body)";
-}
-
-}  // namespace
-
 void HttpServer::install_routes() {
   httplib::Server& s = *http_;
   const uint32_t threads = config_.connection_threads();
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  s.set_payload_max_length(config_.limits.max_body_bytes);
+  install_body_limit_and_errors(s, config_.limits.max_body_bytes);
   s.set_read_timeout(30, 0);
   s.set_write_timeout(30, 0);
   s.set_keep_alive_max_count(1000);
   drain_.install(s, [this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.record_response(endpoint_label(req.path), res.status);
-  });
-  s.set_error_handler([max_body = config_.limits.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;  // a route already wrote its JSON error
-    ApiError e;
-    e.http_status = res.status;
-    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
-    if (res.status == 404) e.message = "no route for " + req.method + " " + req.path;
-    else if (res.status == 413) e.message = body_too_large_message(req, max_body);
-    else e.message = "request rejected with HTTP " + std::to_string(res.status);
-    res.set_content(error_json(e), kJson);
   });
   s.set_post_routing_handler(answer_half_closed_client);  // a 400, 429 or 503 as well as a 200
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
