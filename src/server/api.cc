@@ -165,6 +165,7 @@ std::optional<ApiError> read_max_tokens(const json& doc, const RequestLimits& li
                              std::to_string(limits.max_tokens),
                          field, "too_many_tokens");
     r.max_tokens = uint32_t(*v);
+    r.max_tokens_given = true;
   }
   return std::nullopt;
 }
@@ -422,6 +423,11 @@ std::optional<ApiError> check_text_bytes(uint64_t bytes, const RequestLimits& li
 }
 
 std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits) {
+  if (!r.max_tokens_given) {  // a default asks for no more than the context and the pool leave
+    uint64_t room = limits.max_context;
+    if (limits.max_kv_tokens != 0) room = std::min<uint64_t>(room, limits.max_kv_tokens);
+    if (room > r.prompt.size()) r.max_tokens = uint32_t(std::min<uint64_t>(r.max_tokens, room - r.prompt.size()));
+  }
   r.sampling.logprobs = r.logprobs;
   r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
   return check_lengths(r, limits);

@@ -68,6 +68,11 @@ struct CompletionRequest : GenerationRequest {
   bool echo = false;              // the response text starts with the prompt (and its logprobs, with logprobs)
   bool return_token_ids = false;  // choices[0].token_ids (and prompt_token_ids with echo), as vLLM
   bool tokens_as_ids = false;     // return_tokens_as_token_ids: logprobs name tokens "token_id:N", as vLLM
+  // max_tokens (or max_completion_tokens) was in the body. Unset, max_tokens is the endpoint's
+  // default, cut to what the context and the device KV pool leave after the prompt
+  // (finish_request): /v1/completions' is --default-max-tokens (16, OpenAI's), a chat's is
+  // --max-tokens (OpenAI's chat generates to the end of the context).
+  bool max_tokens_given = false;
   // Top-level fields of the body that kvtier does not read: accepted and
   // ignored as vLLM does, and counted (kvtier_request_ignored_fields_total).
   uint32_t ignored_fields = 0;
@@ -141,7 +146,8 @@ Result<J> parse_json_object(std::string_view body, ApiError& error);
 uint32_t count_ignored_fields(const nlohmann::json& doc, std::initializer_list<std::string_view> endpoint_fields);
 std::optional<ApiError> read_common_request(const nlohmann::json& doc, const RequestLimits& limits,
                                             uint32_t min_max_tokens, CompletionRequest& r);
-// Derives the sampling's logprob fields and checks prompt + max_tokens against the limits.
+// Derives the sampling's logprob fields, fits a default max_tokens to the room the prompt leaves,
+// and checks prompt + max_tokens against the limits.
 std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits);
 // The 400 for a prompt text (or rendered chat) longer than limits.max_prompt_bytes, checked before tokenizing.
 std::optional<ApiError> check_text_bytes(uint64_t bytes, const RequestLimits& limits, const std::string& param);

@@ -379,6 +379,7 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   const json rest(*ordered);  // the other fields (small now), for the readers every endpoint shares
   if (auto err = read_logprobs(rest, r.completion)) return *err;
   if (auto err = read_common_request(rest, limits, 1, r.completion)) return *err;
+  if (!r.completion.max_tokens_given) r.completion.max_tokens = limits.max_tokens;  // to the context's end, as OpenAI
   r.completion.ignored_fields = count_ignored_fields(rest, {"messages", "tools", "tool_choice", "parallel_tool_calls",
                                                             "chat_template_kwargs", "logprobs", "top_logprobs"});
   auto ids = build(r.chat, r.completion.cache_salt, r.rendered);

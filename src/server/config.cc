@@ -88,7 +88,7 @@ OptionTable<S> make_table() {
                              KVTIER_FIELD(limits.prefill_chunk_tokens), 1, 1u << 24));
   t.push_back(uint_option<S>({"limits.max_tokens", "--max-tokens", {}, "Largest max_tokens a request may ask for"},
                              KVTIER_FIELD(limits.max_tokens), 1, 1u << 24));
-  t.push_back(uint_option<S>({"limits.default_max_tokens", "--default-max-tokens", {}, "max_tokens when a request omits it"},
+  t.push_back(uint_option<S>({"limits.default_max_tokens", "--default-max-tokens", {}, "max_tokens when a /v1/completions request omits it (a chat request that omits it may generate to the end of the context, at most --max-tokens)"},
                              KVTIER_FIELD(limits.default_max_tokens), 1, 1u << 24));
   t.push_back(uint_option<S>({"limits.max_prompt_tokens", "--max-prompt-tokens", {}, "Longest prompt; 0 = model context"},
                              KVTIER_FIELD(limits.max_prompt_tokens), 0, 1u << 24));

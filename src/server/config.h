@@ -26,7 +26,7 @@ namespace kvtier::server {
 struct ServerLimits {
   uint32_t max_queue = 256;            // requests waiting for a free sequence slot; more get 429
   uint32_t max_tokens = 4096;          // the most completion tokens one request may ask for
-  uint32_t default_max_tokens = 16;    // when the request does not say (OpenAI's default)
+  uint32_t default_max_tokens = 16;    // when a /v1/completions request does not say (OpenAI's default)
   uint32_t max_prompt_tokens = 0;      // 0: the model's context length
   double request_timeout_s = 600;      // a request still running after this is cancelled
   double shutdown_grace_s = 10;        // SIGINT/SIGTERM: time in-flight requests get to finish

@@ -243,8 +243,12 @@ TEST(ApiParseTest, ContextLimits) {
   // not by the runtime after queueing (a streamed request got 200 and an error event).
   EXPECT_EQ(error_of(R"({"prompt":")" + std::string(64, 'a') + R"(","max_tokens":0,"echo":true})").code,
             "context_length_exceeded");
-  // 60 prompt tokens + 8 default max_tokens > 64.
-  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(60, 'a') + R"("})").param, "max_tokens");
+  // 60 prompt tokens + 8 max_tokens > 64: refused when the request asks for 8, cut to the 4 left
+  // when 8 is the default (before, a request that sent no max_tokens was refused for it).
+  EXPECT_EQ(error_of(R"({"prompt":")" + std::string(60, 'a') + R"(","max_tokens":8})").param, "max_tokens");
+  auto cut = parse(R"({"prompt":")" + std::string(60, 'a') + R"("})");
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(cut));
+  EXPECT_EQ(std::get<CompletionRequest>(cut).max_tokens, 4u);
   RequestLimits l = limits();
   l.max_prompt_tokens = 10;
   EXPECT_EQ(error_of(R"({"prompt":")" + std::string(11, 'a') + R"("})", l).code, "context_length_exceeded");
@@ -271,6 +275,9 @@ TEST(ApiParseTest, KvPoolLimits) {
   EXPECT_EQ(tail.code, "kv_pool_exceeded");
   EXPECT_EQ(tail.param, "max_tokens");
   EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":2})", l)));
+  auto cut = parse(R"({"prompt":")" + std::string(30, 'a') + R"("})", l);  // the default 8, cut to the pool's 2
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(cut));
+  EXPECT_EQ(std::get<CompletionRequest>(cut).max_tokens, 2u);
   // Over the byte bound: refused before tokenizing.
   const ApiError bytes = error_of(R"({"prompt":")" + std::string(97, 'a') + R"("})", l);
   EXPECT_NE(bytes.message.find("not tokenized"), std::string::npos) << bytes.message;

@@ -93,6 +93,21 @@ TEST(ChatApi, ParsesMessagesAndGenerationFields) {
   EXPECT_EQ(std::get<ChatRequest>(extra).completion.ignored_fields, 2u);  // user, repetition_penalty: accepted, not read
 }
 
+// A chat that does not send max_tokens generates to the end of the context, as OpenAI's does, at
+// most --max-tokens (it got /v1/completions' default of 16, so a plain openai-client chat was cut
+// off at 16 tokens, finish_reason "length"), and is never refused for a limit it did not send.
+TEST(ChatApi, WithoutMaxTokensAChatMayUseTheRestOfTheContext) {
+  auto plain = parse_chat_request(R"({"messages":[{"role":"user","content":"x"}]})", limits(), simple_builder());
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(plain));
+  EXPECT_EQ(std::get<ChatRequest>(plain).completion.max_tokens, 64u);  // limits().max_tokens, not the default 8
+  RequestLimits l = limits();
+  l.max_context = 40;
+  const std::string body = R"({"messages":[{"role":"user","content":")" + std::string(30, 'a') + R"("}]})";
+  auto near_end = parse_chat_request(body, l, simple_builder());  // "user:" + 30 + "|": 36 of the 40 positions
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(near_end)) << std::get<ApiError>(near_end).message;
+  EXPECT_EQ(std::get<ChatRequest>(near_end).completion.max_tokens, 4u);
+}
+
 // Tools, tool calls and tool results as an agent sends them: arguments given as a JSON string
 // reach the template as an object, key order kept.
 TEST(ChatApi, ToolRequestsReachTheTemplate) {
