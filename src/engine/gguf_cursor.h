@@ -70,8 +70,11 @@ class Cursor {
   }
 
   // `keep_array`: an array's elements are kept (else only checked and walked: a key nothing reads,
-  // whose bytes would cost several times their size in memory).
-  Status value(ValueType t, Value& v, int depth, bool keep_array = true) {
+  // whose bytes would cost several times their size in memory). A kept array holds at most
+  // kMaxKeptArray elements (the most tokens a vocabulary may have), so what is kept is bounded
+  // whatever the file's size; the elements of an array of arrays are never kept.
+  static constexpr uint64_t kMaxKeptArray = uint64_t(1) << 24;
+  Status value(ValueType t, Value& v, int depth, bool keep_array = false) {
     v.type = t;
     switch (t) {
       case ValueType::kU8: return num<uint8_t>(v);
@@ -100,11 +103,13 @@ class Cursor {
         KVTIER_RETURN_IF_ERROR(pod(count, "array length"));
         if (et > uint32_t(ValueType::kF64)) return corrupt("array of unknown value type " + std::to_string(et));
         v.elem = ValueType(et);
-        // Refuse lengths the file cannot hold before reserving anything: what
-        // is kept is then bounded by a small multiple of the file size.
+        // Refuse lengths the file cannot hold, or too many to keep, before reserving anything.
+        const bool keep = keep_array && v.elem != ValueType::kArray;
+        if (keep && count > kMaxKeptArray)
+          return corrupt("array of " + std::to_string(count) + " elements, more than the " +
+                         std::to_string(kMaxKeptArray) + " a vocabulary may have");
         if (count > remaining() / min_encoded_bytes(v.elem))
           return corrupt("truncated file: array of " + std::to_string(count) + " elements past the end");
-        const bool keep = keep_array && v.elem != ValueType::kArray;
         if (keep && v.elem == ValueType::kString) v.strs.reserve(size_t(count));
         if (keep && v.elem != ValueType::kString) v.nums.reserve(size_t(count));
         for (uint64_t k = 0; k < count; ++k) {

@@ -10,6 +10,8 @@ inline constexpr uint32_t kMagic = 0x46554747u;  // "GGUF" read as a little-endi
 inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kDefaultAlignment = 32;
 inline constexpr uint32_t kMaxDims = 4;
+inline constexpr uint64_t kMaxMetadataEntries = 65536;  // real files have tens
+inline constexpr uint64_t kMaxTensors = uint64_t(1) << 20;  // an 8B model has 291
 inline constexpr uint32_t kQ8Block = 32;       // elements per Q8_0 block
 inline constexpr uint32_t kQ8BlockBytes = 34;  // f16 scale + 32 int8
 

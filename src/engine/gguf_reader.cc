@@ -117,6 +117,12 @@ class Parser {
     if (n_kv > cur_.remaining() / 13 || n_tensors > cur_.remaining() / 32)
       return bad("truncated file: header claims " + std::to_string(n_tensors) + " tensors and " + std::to_string(n_kv) +
                  " metadata entries, more than the file can hold");
+    // Each entry kept costs a few hundred bytes of memory against its 13 or 32 in the file: counts
+    // no model has are refused before anything is read (a file of tiny entries took 11 times its size).
+    if (n_kv > gguf::kMaxMetadataEntries || n_tensors > gguf::kMaxTensors)
+      return bad("header claims " + std::to_string(n_tensors) + " tensors and " + std::to_string(n_kv) +
+                 " metadata entries; at most " + std::to_string(gguf::kMaxTensors) + " and " +
+                 std::to_string(gguf::kMaxMetadataEntries) + " are read");
     for (uint64_t k = 0; k < n_kv; ++k) {
       std::string key;
       uint32_t t = 0;

@@ -375,7 +375,7 @@ Result<GgufMetadata> gguf_copy_metadata(std::span<const std::byte> file, const W
     KVTIER_RETURN_IF_ERROR(cur.str(key, "metadata key"));
     KVTIER_RETURN_IF_ERROR(cur.pod(type, "metadata value type"));
     if (type > uint32_t(ValueType::kF64)) return cur.corrupt("metadata '" + key + "' has unknown value type");
-    KVTIER_RETURN_IF_ERROR(cur.value(ValueType(type), value, 0));
+    KVTIER_RETURN_IF_ERROR(cur.value(ValueType(type), value, 0));  // walked, not kept: its bytes are copied
     const auto it = std::find_if(rewritten.begin(), rewritten.end(), [&](const auto& kv) { return kv.first == key; });
     if (it == rewritten.end()) {
       meta.raw_entry(bytes + start, cur.offset() - start);

@@ -8,7 +8,7 @@ namespace {
 
 // ggml / GGUF codes used below (see src/engine/gguf_format.h).
 constexpr uint32_t kTypeF32 = 0, kTypeF16 = 1, kTypeQ8_0 = 8, kTypeQ4_K = 12, kTypeIQ2_XXS = 16;
-constexpr uint32_t kValU32 = 4, kValString = 8, kValArray = 9, kValU64 = 10, kValF64 = 12;
+constexpr uint32_t kValU32 = 4, kValF32 = 6, kValString = 8, kValArray = 9, kValU64 = 10, kValF64 = 12;
 
 // Little-endian fields appended to a byte string.
 class Bytes {
@@ -203,6 +203,16 @@ std::vector<HostileGguf> hostile_images() {
   out.push_back(edited("nested_array_huge_inner_count", "array of", [](ImageSpec& s) {
     s.kvs.push_back(Bytes().str("x.nested").pod(kValArray).pod(kValArray).pod<uint64_t>(1)
                         .pod(kValU32).pod<uint64_t>(UINT64_MAX).out());
+  }));
+  // Counts no model has: each kept entry cost a few hundred bytes of memory against its 13 in
+  // the file (a file of tiny entries took 11 times its size before any check).
+  out.push_back(edited("metadata_entries_past_cap", "metadata entries; at most", [](ImageSpec& s) {
+    for (int i = 0; i < 70000; ++i) s.kvs.push_back(kv_u32("x." + std::to_string(i), 0));
+  }));
+  // A vocabulary array longer than any vocabulary may be is refused before it is read (its
+  // elements are kept; at the file's own bound they took up to 8 times its size).
+  out.push_back(edited("token_array_past_vocabulary_cap", "a vocabulary may have", [](ImageSpec& s) {
+    s.kvs.push_back(Bytes().str("tokenizer.ggml.scores").pod(kValArray).pod(kValF32).pod<uint64_t>((1u << 24) + 1).out());
   }));
   out.push_back(edited("arrays_nested_too_deep", "nested too deeply", [](ImageSpec& s) {
     Bytes b;
