@@ -363,11 +363,17 @@ Result<CacheLease> KVCache::acquire(CacheLookup&& first, const Namespace& ns, st
     const Plan p = choose ? choose(look) : plan(look);
     return apply(std::move(look), p);
   };
+  // apply() lands read-aheads first, which may evict what the new lookup found too: a few lookups,
+  // then Busy (the caller's "later"), never the request's error.
+  constexpr int kLookups = 4;
   Result<CacheLease> lease = planned(std::move(first));
-  if (lease.ok() || lease.status().code() != StatusCode::kRetry) return lease;
-  KVTIER_ASSIGN_OR_RETURN(CacheLookup again, find(ns, tokens));  // the same request's lookup: counted once
-  end_used_holds(again);
-  return planned(std::move(again));
+  for (int n = 1; !lease.ok() && lease.status().code() == StatusCode::kRetry; ++n) {
+    if (n == kLookups) return Status::Busy("acquire: " + std::to_string(n) + " lookups in a row went stale; " + lease.status().message());
+    KVTIER_ASSIGN_OR_RETURN(CacheLookup again, find(ns, tokens));  // the same request's lookup: counted once
+    end_used_holds(again);
+    lease = planned(std::move(again));
+  }
+  return lease;
 }
 
 // Every fresh page at once, and scratch pages for the parts of lower-tier

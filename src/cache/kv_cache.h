@@ -324,8 +324,9 @@ class KVCache {
   // A lookup's plan, chosen by the caller (acquire() asks it of each lookup it applies).
   using PlanChoice = std::function<Plan(const CacheLookup&)>;
   // lookup(), a plan (`choose`'s, else plan()) and apply(); where apply()
-  // finds the lookup stale, the prompt is looked up once more (not counted
-  // again in the lookup statistics) and that lookup planned and applied.
+  // finds the lookup stale, the prompt is looked up again (not counted
+  // again in the lookup statistics) and that lookup planned and applied, up
+  // to four lookups in all; Busy (try later) if every one went stale.
   Result<CacheLease> acquire(const Namespace& ns, std::span<const TokenId> tokens, const PlanChoice& choose = {});
   // The same from `first`, a lookup the caller made of `tokens` under `ns`.
   Result<CacheLease> acquire(CacheLookup&& first, const Namespace& ns, std::span<const TokenId> tokens,

@@ -318,6 +318,31 @@ TEST(CacheExactness, AcquireFromAStaleLookupLooksAgainAndCountsOnce) {
   expect_same(rig.drive(*lease, prompt, 4, /*commit=*/false), ref, 1e-5);
 }
 
+// A second lookup gone stale too (apply() lands read-aheads first, which may evict what it found)
+// is looked up again: acquire() returned the second Retry, and the scheduler ended the request (or
+// a paused sequence being resumed) with it. Here the second plan's host copies are evicted before
+// it is applied; the third lookup finds nothing cached, and the lease is exact.
+TEST(CacheExactness, AcquireLooksAgainWhileItsLookupsGoStale) {
+  LookedUp l;
+  auto& [rig, prompt, ref, stale] = l;
+  ASSERT_TRUE(stale);
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 32).ok());  // the first lookup's device pages: gone
+  std::vector<uint32_t> host_pages_seen;
+  auto lease = rig.cache->acquire(std::move(*stale), rig.ns, prompt, [&](const CacheLookup& look) {
+    uint32_t host = 0;
+    for (const CachedRun& r : look.runs) host += r.tier == TierKind::kHost ? r.pages : 0;
+    host_pages_seen.push_back(host);
+    const Plan plan = rig.cache->plan(look);
+    if (host > 0) {
+      EXPECT_TRUE(rig.cache->evict(TierKind::kHost, UINT32_MAX).ok());  // the plan's host copies: gone
+    }
+    return plan;
+  });
+  ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+  EXPECT_EQ(host_pages_seen, (std::vector<uint32_t>{0, 20, 0}));
+  expect_same(rig.drive(*lease, prompt, 4, /*commit=*/false), ref, 1e-5);
+}
+
 // A lease of more positions than the pool has pages for is refused: 2^64-1 tokens wrapped to no
 // page at all, and the caller got an empty page table for them.
 TEST(CacheExactness, ALeaseLargerThanThePoolIsRefused) {
