@@ -74,7 +74,7 @@ struct FakeShared {
     cv.notify_all();
   }
   template <class Pred>
-  bool wait_for(Pred p, std::chrono::milliseconds t = std::chrono::milliseconds(10000)) {
+  bool wait_for(Pred p, std::chrono::milliseconds t = std::chrono::milliseconds(120000)) {
     std::unique_lock lk(mu);
     return cv.wait_for(lk, t, [&] { return p(); });
   }
