@@ -488,6 +488,27 @@ TEST(RemoteTierLifecycle, BackoffWindowsFollowTheClock) {
   EXPECT_FALSE(tier.degraded());
 }
 
+// Standalone fallbacks: when the server in use dies, the tier moves to the next one given
+// (docs/REMOTE.md). The address learned at the start was never asked for again: every call went
+// back to the dead server until a restart of kvtier.
+TEST(RemoteTierLifecycle, FailsOverToTheNextStandaloneServerWhenOneDies) {
+  RedisServer first, second;
+  ASSERT_TRUE(first.start().ok());
+  ASSERT_TRUE(second.start().ok());
+  const ChunkGeometry g = small_geometry();
+  auto t = make_remote("redis://" + first.address() + "," + second.address() + "?cluster=off&backoff_ms=20&backoff_max_ms=100", g);
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(1), 1);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  first.kill();
+  auto d = make_chunk(g, test_ns(1), 2);
+  EXPECT_TRUE(wait_recovered(*t, d)) << "the tier stayed on the dead server";
+  std::vector<std::byte> out(d.payload.size());
+  ASSERT_TRUE(t->get(d.key, out).ok());
+  EXPECT_EQ(out, d.payload);
+  EXPECT_FALSE(t->exists(c.key));  // it was on the first server only
+}
+
 TEST(RemoteTierLifecycle, AuthIsSentAndAWrongPasswordDegrades) {
   RedisServer s;
   ASSERT_TRUE(s.start({"--requirepass", "hunter2"}).ok());
@@ -714,6 +735,37 @@ TEST(RedisClientDeadline, AReplyTrickledSlowerThanTheTimeoutTimesOut) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().to_string().find("timeout"), std::string::npos) << r.status().to_string();
   EXPECT_EQ((*client)->stats().timeouts, 1u);
+}
+
+// A reply longer than the client takes fails its command as a broken connection would, after at
+// most about that many bytes: hiredis buffers whatever length a bulk string claims, so a server
+// answering a GET with 512 MiB (wrong or hostile) grew the process by all of it, and more than
+// once over a pipeline. (The remote tier bounds its client to one chunk entry.)
+TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
+  std::atomic<uint64_t> sent{0};
+  scripted::ScriptedRedis server([&](int fd, int) {
+    if (!scripted::read_request(fd)) return;
+    const std::string head = "$536870912\r\n";  // 512 MiB
+    if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) != ssize_t(head.size())) return;
+    const std::string piece(size_t(1) << 20, 'x');
+    for (int i = 0; i < 512; ++i) {  // until the client hangs up
+      const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += uint64_t(n);
+    }
+  });
+  auto o = scripted::standalone(server.port(), 1);
+  o.command_timeout = std::chrono::milliseconds(120000);  // cut off by its length, not by time
+  o.max_reply_bytes = size_t(1) << 20;
+  auto client = RedisClient::create(o);
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->command({"GET", "k"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(r.status().to_string().find("longer than"), std::string::npos) << r.status().to_string();
+  EXPECT_LT((*client)->stats().transport_errors, 2u);
+  client->reset();  // closes its connection: the server's sends fail
+  EXPECT_LT(sent.load(), uint64_t(64) << 20) << "the client read on past its bound";
 }
 
 // Callers queued for a pooled connection when one fails fail at once: they

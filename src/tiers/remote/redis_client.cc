@@ -50,6 +50,7 @@ Status RedisClientOptions::validate() const {
   if (connect_timeout.count() <= 0 || command_timeout.count() <= 0)
     return Status::InvalidArgument("redis: timeouts must be > 0 ms");
   if (pool_size == 0 || pool_size > 1024) return Status::InvalidArgument("redis: pool_size must be in [1, 1024]");
+  if (max_reply_bytes < 1024) return Status::InvalidArgument("redis: max_reply_bytes must be at least 1 KiB");
   if (!username.empty() && password.empty()) return Status::InvalidArgument("redis: a username needs a password");
   return Status::Ok();
 }
@@ -332,6 +333,7 @@ void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
     auto c = s.get(n.ep);
     if (!c.ok()) {
       note_transport_error(false);
+      stale_ = true;  // the node may be gone for good: the next call asks the others (and the seeds)
       for (size_t i : n.idx) p.fail(i, c.status());
       continue;
     }
@@ -357,6 +359,7 @@ void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
 // A node's connection broke at its k-th command: that one and the rest fail, the context is dropped.
 void RedisClient::broken(Session& s, Pipeline& p, NodeBatch& n, size_t k) {
   note_transport_error(is_timeout(n.c));
+  stale_ = true;  // as in send(): a dead node's slots (or a standalone server's role) may have moved
   const Status e = Status::Unavailable(context_error(n.c, n.ep) + (is_timeout(n.c) ? " (timeout)" : ""));
   for (; k < n.idx.size(); ++k) p.fail(n.idx[k], e);
   s.drop(n.c);
@@ -371,13 +374,13 @@ std::vector<size_t> RedisClient::receive(Session& s, Pipeline& p, std::vector<No
       const size_t i = n.idx[k];
       void* raw = nullptr;
       if (p.asked[i]) {
-        if (!read_reply(n.c, options_.command_timeout, &raw)) {
+        if (!read_reply(n.c, options_.command_timeout, options_.max_reply_bytes, &raw)) {
           broken(s, p, n, k);
           break;
         }
         freeReplyObject(raw);
       }
-      if (!read_reply(n.c, options_.command_timeout, &raw)) {
+      if (!read_reply(n.c, options_.command_timeout, options_.max_reply_bytes, &raw)) {
         broken(s, p, n, k);
         break;
       }

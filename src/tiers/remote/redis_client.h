@@ -55,6 +55,9 @@ struct RedisClientOptions {
   RedisClusterMode cluster = RedisClusterMode::kAuto;
   uint32_t pool_size = 4;      // sessions (each: one connection per node it talks to)
   uint32_t max_redirects = 5;  // MOVED/ASK hops per command before giving up
+  // A reply longer fails its command and drops the connection, as a broken one: what a wrong or
+  // hostile server sends cannot grow the process's memory past it. (512 MiB: Redis's value limit.)
+  size_t max_reply_bytes = size_t(512) << 20;
 
   Status validate() const;
 };

@@ -64,7 +64,7 @@ bool is_timeout(const redisContext* c) {
   return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
 }
 
-bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply) {
+bool read_reply(redisContext* c, std::chrono::milliseconds limit, size_t max_bytes, void** reply) {
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + limit;
   *reply = nullptr;
@@ -78,7 +78,13 @@ bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply) 
       time_out(c, limit);
       return false;
     }
-    if (redisBufferRead(c) != REDIS_OK || redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+    if (redisBufferRead(c) != REDIS_OK) return false;
+    if (c->reader->len - c->reader->pos > max_bytes) {  // hiredis would buffer any length the server sends
+      c->err = REDIS_ERR_PROTOCOL;
+      std::snprintf(c->errstr, sizeof c->errstr, "reply longer than the %zu bytes expected at most", max_bytes);
+      return false;
+    }
+    if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
   }
   return true;
 }
@@ -100,7 +106,8 @@ bool append_command(redisContext* c, std::span<const std::string_view> args) {
 
 RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args) {
   void* raw = nullptr;
-  if (!append_command(c, std::span(args.begin(), args.size())) || !flush_output(c) || !read_reply(c, limit, &raw))
+  if (!append_command(c, std::span(args.begin(), args.size())) || !flush_output(c) ||
+      !read_reply(c, limit, kMaxControlReplyBytes, &raw))
     return nullptr;
   return RedisReplyPtr(static_cast<redisReply*>(raw));
 }

@@ -41,9 +41,12 @@ class SigpipeGuard {
 // The context failed by a timeout (its own or read_reply's).
 bool is_timeout(const redisContext* c);
 // The context's next reply, whole within `limit` of now. hiredis's own timeout bounds each read of
-// the socket, so a server that trickles a reply a byte at a time never tripped it. False (the
-// context carries the error) on a timeout or a broken connection.
-bool read_reply(redisContext* c, std::chrono::milliseconds limit, void** reply);
+// the socket, so a server that trickles a reply a byte at a time never tripped it. At most about
+// `max_bytes` are buffered for it (hiredis keeps reading whatever length a reply claims). False
+// (the context carries the error) on a timeout, a reply too long or a broken connection.
+bool read_reply(redisContext* c, std::chrono::milliseconds limit, size_t max_bytes, void** reply);
+// The longest reply call() takes (AUTH, CLUSTER SLOTS).
+inline constexpr size_t kMaxControlReplyBytes = size_t(16) << 20;
 // Writes what the context has queued (blocking, each write bounded by its send timeout).
 bool flush_output(redisContext* c);
 // Queues one command whose arguments are `args`.

@@ -52,9 +52,16 @@ RemoteTier::RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> 
 
 RemoteTier::~RemoteTier() = default;
 
+size_t RemoteTier::max_reply_bytes(const RemoteTierOptions& o) {
+  const size_t entry = chunk_entry_layout(o.geometry, o.geometry.chunk_pages, 1, o.auth != nullptr).entry_bytes;
+  return std::max(entry, kMaxProbeBytes) + (size_t(64) << 10);  // a whole entry (or link probe) and its RESP header
+}
+
 Result<std::unique_ptr<RemoteTier>> RemoteTier::create(const RemoteTierOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
-  KVTIER_ASSIGN_OR_RETURN(auto client, RedisClient::create(o.redis));
+  RedisClientOptions redis = o.redis;
+  redis.max_reply_bytes = std::min(redis.max_reply_bytes, max_reply_bytes(o));  // nothing it reads is longer
+  KVTIER_ASSIGN_OR_RETURN(auto client, RedisClient::create(redis));
   std::unique_ptr<RemoteTier> t(new RemoteTier(o, std::move(client)));
   Status st = t->client_->connect();
   // A wrong cluster setting is a configuration error; an unreachable server is not.
@@ -470,7 +477,9 @@ namespace kvtier {
 Result<RemoteTier::LinkFigures> RemoteTier::measure_link(size_t bytes) {
   using Clock = std::chrono::steady_clock;
   KVTIER_RETURN_IF_ERROR(admit());
-  if (bytes == 0 || bytes > (size_t(256) << 20)) return Status::InvalidArgument("measure_link: bytes must be in (0, 256 MiB]");
+  const size_t most = max_reply_bytes(options_) - (size_t(64) << 10);
+  if (bytes == 0 || bytes > most)
+    return Status::InvalidArgument("measure_link: bytes must be in (0, " + std::to_string(most) + "] (a chunk entry)");
   LinkFigures f;
   double best = 1e9;
   for (int i = 0; i < 5; ++i) {

@@ -105,7 +105,11 @@ class RemoteTier final : public Tier {
     double latency_s = 0;
     double bytes_per_s = 0;
   };
-  Result<LinkFigures> measure_link(size_t bytes = size_t(8) << 20);
+  Result<LinkFigures> measure_link(size_t bytes = kMaxProbeBytes);
+  // The longest reply the tier takes from Redis (RedisClientOptions::max_reply_bytes): a whole
+  // chunk entry, or a link probe of at most the larger of kMaxProbeBytes and an entry.
+  static constexpr size_t kMaxProbeBytes = size_t(8) << 20;
+  static size_t max_reply_bytes(const RemoteTierOptions& options);
 
  private:
   explicit RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> c);
