@@ -143,6 +143,7 @@ class UringQueue final : public IoQueue {
       return queued;
     };
     std::vector<size_t> reaped_ops;
+    std::vector<uint8_t> finished(ops.size(), 0);  // completed (for fail_remaining: the others failed)
     Status first;
     while (completed < ops.size()) {
       // One system call submits what was queued and waits for a completion
@@ -151,7 +152,7 @@ class UringQueue final : public IoQueue {
       if (fill() || io_uring_cq_ready(&ring_) == 0) {
         int rc = io_uring_submit_and_wait(&ring_, io_uring_cq_ready(&ring_) ? 0 : 1);
         if (rc == -EINTR) continue;
-        if (rc < 0) return fail_remaining(ops, next, inflight, Status::FromErrno(-rc, "io_uring_submit_and_wait"));
+        if (rc < 0) return fail_remaining(ops, finished, inflight, Status::FromErrno(-rc, "io_uring_submit_and_wait"));
       }
       reaped_ops.clear();
       unsigned head;
@@ -161,6 +162,7 @@ class UringQueue final : public IoQueue {
         IoOp& op = ops[index];
         --inflight;
         ++completed;
+        finished[index] = 1;
         finish(op, cqe->res);
         if (!op.status.ok() && first.ok()) first = op.status;
         reaped_ops.push_back(index);
@@ -173,7 +175,7 @@ class UringQueue final : public IoQueue {
         int rc = io_uring_submit(&ring_);
         if (rc < 0 && rc != -EINTR) {
           for (size_t index : reaped_ops) (*on_done)(index);
-          return fail_remaining(ops, next, inflight, Status::FromErrno(-rc, "io_uring_submit"));
+          return fail_remaining(ops, finished, inflight, Status::FromErrno(-rc, "io_uring_submit"));
         }
       }
       for (size_t index : reaped_ops) (*on_done)(index);
@@ -206,8 +208,11 @@ class UringQueue final : public IoQueue {
   // A ring-level failure: reap what is in flight so no buffer is written after
   // return. Requests the kernel never took (a failed submit) are not in flight:
   // waiting for them would never end. They stay queued in the ring, so it is
-  // never used again.
-  Status fail_remaining(std::span<IoOp> ops, size_t next, size_t inflight, Status st) {
+  // never used again. Every op that did not complete fails with `st`: those
+  // never queued, those queued and never taken, and those still in flight if
+  // the wait itself fails (they kept the Ok they started with, and a write
+  // that never happened passed for done).
+  Status fail_remaining(std::span<IoOp> ops, std::vector<uint8_t>& finished, size_t inflight, Status st) {
     broken_ = true;
     inflight -= std::min<size_t>(inflight, io_uring_sq_ready(&ring_));
     while (inflight > 0) {
@@ -215,13 +220,15 @@ class UringQueue final : public IoQueue {
       const int rc = io_uring_wait_cqe(&ring_, &cqe);
       if (rc == -EINTR) continue;
       if (rc < 0) break;
-      IoOp& op = ops[io_uring_cqe_get_data64(cqe)];
+      const size_t index = io_uring_cqe_get_data64(cqe);
       int res = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       --inflight;
-      finish(op, res);
+      finished[index] = 1;
+      finish(ops[index], res);
     }
-    for (size_t i = next; i < ops.size(); ++i) ops[i].status = st;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!finished[i]) ops[i].status = st;
     return st;
   }
 

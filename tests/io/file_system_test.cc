@@ -1,5 +1,13 @@
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
 
 #include <algorithm>
 #include <filesystem>
@@ -99,6 +107,47 @@ TEST(IoQueue, BatchedWritesAndReadsRoundTrip) {
   IoOp past{IoKind::kRead, f.get(), kOps * kLen - kIoAlign, dst.data(), kLen};
   EXPECT_EQ(q->run({&past, 1}).code(), StatusCode::kIOError);
   EXPECT_FALSE(fs.create_queue(0).ok());
+}
+
+// Makes every io_uring_enter of this process fail with EAGAIN (a seccomp filter; for a forked child).
+bool fail_io_uring_enter() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EAGAIN & SECCOMP_RET_DATA)),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(std::size(filter)), filter};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+// A ring whose submit fails fails every op it did not complete: the writes it had queued (and the
+// kernel never took) kept the Ok they started with, so the disk tier's writer counted bytes that
+// never reached the file as written, and its flush() said they were durable.
+TEST(IoQueue, AFailedSubmitFailsEveryOpItDidNotComplete) {
+  TempDir dir;
+  FileSystem& fs = FileSystem::posix();
+  auto f = fs.open(dir.path() + "/f", {.create = true, .direct = true}).value();
+  auto q = fs.create_queue(4).value();
+  if (!q->async()) GTEST_SKIP() << "no io_uring here";
+  const size_t kOps = 5, kLen = kIoAlign;
+  auto src = pattern(kOps * kLen, 5);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // exits 0 when every op failed, 1 when one passed for done, 2 when the filter failed
+    if (!fail_io_uring_enter()) ::_exit(2);
+    std::vector<IoOp> ops(kOps);
+    for (size_t i = 0; i < kOps; ++i) ops[i] = {IoKind::kWrite, f.get(), i * kLen, src.data() + i * kLen, kLen};
+    const Status st = q->run(ops);
+    bool all_failed = !st.ok();
+    for (const IoOp& op : ops) all_failed = all_failed && !op.status.ok();
+    ::_exit(all_failed ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 2) GTEST_SKIP() << "seccomp filters are not allowed here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "an op the ring never completed was reported done";
 }
 
 // run_notify reports each op once, after its bytes are in place, and keeps
