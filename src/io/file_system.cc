@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -352,6 +353,25 @@ class PosixFileSystem final : public FileSystem {
 FileSystem& FileSystem::posix() {
   static PosixFileSystem fs;
   return fs;
+}
+
+Status reserve_open_files(uint64_t files, const std::string& what) {
+  constexpr uint64_t kReserve = 256;  // sockets, the model file, logs: what the rest of the process opens
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return Status::FromErrno(errno, "getrlimit(RLIMIT_NOFILE)");
+  const uint64_t want = files + kReserve;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min<uint64_t>(want, lim.rlim_max);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want)
+    return Status::InvalidArgument(what + " keeps " + std::to_string(files) + " files open, and with " +
+                                   std::to_string(kReserve) + " for the rest of the process that is more than " +
+                                   std::to_string(lim.rlim_cur) + ", the most this process may open (ulimit -n; hard limit " +
+                                   (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
+                                   "): raise the limit, or keep fewer files");
+  return Status::Ok();
 }
 
 }  // namespace kvtier

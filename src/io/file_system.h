@@ -118,6 +118,12 @@ class DirLock {
   virtual ~DirLock() = default;
 };
 
+// Makes room for `files` more open files in this process, besides a reserve for its sockets and
+// other files: raises the soft RLIMIT_NOFILE (never past the hard one) where it is lower. A clear
+// error naming `what` and both limits where even the hard limit is too low (past it, open() fails
+// with EMFILE at some later moment, for whatever the process opens then: a client's connection too).
+Status reserve_open_files(uint64_t files, const std::string& what);
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;

@@ -49,6 +49,11 @@ uint32_t DiskTierOptions::max_regions() const {
 
 Result<std::unique_ptr<DiskTier>> DiskTier::create(const DiskTierOptions& o) {
   KVTIER_RETURN_IF_ERROR(o.validate());
+  // Every region file stays open while the tier lives (reads need no open()).
+  KVTIER_RETURN_IF_ERROR(reserve_open_files(
+      o.max_regions() + 1, "the disk tier at " + o.dir + " (one file per region: capacity " +
+                               std::to_string(o.capacity_bytes) + " B / regions of " + std::to_string(o.region_bytes) +
+                               " B; larger regions or a smaller capacity keep fewer)"));
   std::unique_ptr<DiskTier> t(new DiskTier(o));
   KVTIER_RETURN_IF_ERROR(t->fs_->create_dirs(o.dir));
   KVTIER_ASSIGN_OR_RETURN(t->dir_lock_, t->fs_->lock_dir(o.dir));

@@ -19,7 +19,10 @@
 // one whole region is reclaimed (FIFO by default, LRU by last read): its
 // entries leave the index first, then its file is deleted. Readers that
 // already hold the region keep a valid descriptor to the unlinked file, so
-// a concurrent read never sees reused space.
+// a concurrent read never sees reused space. Every region file stays open
+// while the tier lives: create() makes room for that many open files
+// (reserve_open_files, io/file_system.h) or refuses the capacity, naming
+// the process's limit.
 //
 // Durability: an entry is on disk once the stretch holding it is written;
 // flush() waits for every accepted put (and fdatasyncs when sync_writes, as

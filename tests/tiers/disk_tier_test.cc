@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -323,6 +324,36 @@ TEST(DiskTier, AnExactPutReplacesARefusedLossyEntry) {
   auto t = DiskTier::create(disk_options(dir.path(), g)).value();
   EXPECT_TRUE(t->exists(c.key));
   expect_exact(*t, c);
+}
+
+// Every region file stays open while the tier lives: a capacity of more regions than the process
+// may open files is refused when the tier is made, naming the limit (before, the tier was made, and
+// once its regions took the last descriptors a put failed with EMFILE, the tier was degraded for
+// good and the server could not accept a connection); a soft limit below the hard one is raised.
+TEST(DiskTier, ACapacityOfMoreRegionsThanOpenFilesIsRefusedWhenMade) {
+  TempDir dir;
+  const ChunkGeometry g = small_geometry();
+  auto with_regions = [&](uint32_t regions) {
+    DiskTierOptions o = disk_options(dir.path(), g);
+    o.capacity_bytes = uint64_t(regions) * o.region_bytes;
+    return o;
+  };
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // exit codes: 0 as expected; 1-4 which check failed
+    rlimit lim{300, 600};
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) ::_exit(1);
+    auto refused = DiskTier::create(with_regions(400));  // 401 + 256 > 600
+    if (refused.ok() || refused.status().message().find("ulimit -n") == std::string::npos) ::_exit(2);
+    auto made = DiskTier::create(with_regions(200));  // 201 + 256 > 300, < 600: the soft limit is raised
+    if (!made.ok()) ::_exit(3);
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur < 457) ::_exit(4);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 // Only the region names the tier writes are its regions. An upper-case
