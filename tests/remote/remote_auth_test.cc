@@ -126,8 +126,9 @@ TEST_F(RemoteAuthTest, SameSecretSharesDifferentSecretsNever) {
   ASSERT_EQ(keys.size(), 6u);  // 4 whole chunks, the prompt's tail and the sequence's
   // Key names are keyed: they carry neither the namespace nor a page hash.
   for (const std::string& k : keys) {
-    EXPECT_EQ(k.rfind("kvtier:1:a:", 0), 0u) << k;
-    EXPECT_EQ(k.size(), std::string("kvtier:1:a:").size() + 32) << k;
+    EXPECT_EQ(k.rfind("kvtier:1:", 0), 0u) << k;  // then the layout (16 hex digits), then "a:"
+    EXPECT_EQ(k.find(":a:"), std::string("kvtier:1:").size() + 16) << k;
+    EXPECT_EQ(k.size(), std::string("kvtier:1:").size() + 16 + std::string(":a:").size() + 32) << k;
   }
   const Outcome shared = b->cached(prompt, kSteps);
   EXPECT_EQ(shared.report.reused_tokens_by_tier[kRemote], 288u);

@@ -181,11 +181,41 @@ TEST_F(RemoteTierTest, KeysFollowTheDocumentedScheme) {
   ASSERT_TRUE(t);
   auto c = make_chunk(g, test_ns(1), 1);
   ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
-  const std::string key = "kvtier:1:" + c.key.ns.to_hex() + ":" + c.key.hash.to_hex();
-  EXPECT_EQ(t->key_of(c.key), key);
+  const std::string key = t->key_of(c.key);
+  std::string tail = c.key.ns.to_hex();
+  tail.insert(tail.begin(), ':');
+  tail += ':';
+  tail += c.key.hash.to_hex();
+  ASSERT_EQ(key.size(), std::string("kvtier:1:").size() + 16 + tail.size()) << key;
+  EXPECT_TRUE(key.starts_with("kvtier:1:")) << key;
+  EXPECT_TRUE(key.ends_with(tail)) << key;
+  EXPECT_EQ(key.find_first_not_of("0123456789abcdef", 9), 9u + 16u) << key;  // the layout: 16 hex digits
   EXPECT_EQ(*server_->cmd({"EXISTS", key}), "1");
   // The value is exactly the packed entry (align=1).
   EXPECT_EQ(*server_->cmd({"STRLEN", key}), std::to_string(chunk_entry_layout(g, g.chunk_pages, 1).entry_bytes));
+}
+
+// Instances of one model whose KV differs (its element type, the chunk size) use different keys: sharing them, each read the other's entries as corrupt (another
+// geometry), deleted them and counted checksum failures.
+TEST_F(RemoteTierTest, TiersOfAnotherLayoutNeitherSeeNorDeleteTheEntries) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  auto c = make_chunk(g, test_ns(1), 1);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  ChunkGeometry f16 = g;
+  f16.kv.dtype = DType::kF16;
+  ChunkGeometry half_chunks = g;
+  half_chunks.chunk_pages = g.chunk_pages / 2;
+  for (const ChunkGeometry& other : {f16, half_chunks}) {
+    auto o = make_remote(server_->url(), other);
+    ASSERT_TRUE(o);
+    EXPECT_NE(o->key_of(c.key), t->key_of(c.key));
+    EXPECT_FALSE(o->exists(c.key));
+    std::vector<std::byte> out(other.max_payload_bytes());
+    EXPECT_EQ(o->get(c.key, out).status().code(), StatusCode::kNotFound);
+    EXPECT_EQ(o->stats().checksum_failures, 0u);
+  }
+  EXPECT_TRUE(t->exists(c.key));  // still there for its own layout
 }
 
 TEST_F(RemoteTierTest, ExistsPrefixAndNamespacesDoNotMix) {

@@ -3,8 +3,11 @@
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string_view>
+
+#include "common/mix.h"
 
 namespace kvtier {
 
@@ -47,8 +50,30 @@ Status RemoteTierOptions::validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+// The tier's layout, in its keys: 16 hex digits of the KV's shape, element type, page and chunk
+// size. Instances that differ in any of them (one model served with f16 and with f32 KV, say) write
+// different keys: sharing them, each read the other's entries as corrupt (they verify against another
+// geometry), deleted them and counted checksum failures. The codec is not in it: entries record their
+// own, and an instance reads what others of its layout wrote in another (lossy ones only if it may).
+std::string layout_tag(const ChunkGeometry& g) {
+  uint64_t h = 0;
+  for (uint64_t v : {uint64_t(g.kv.num_layers), uint64_t(g.kv.num_kv_heads), uint64_t(g.kv.head_dim),
+                     uint64_t(g.kv.dtype), uint64_t(g.kv.page_tokens), uint64_t(g.chunk_pages)})
+    h = splitmix64_mix(h + kSplitMix64Gamma + v);
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
+}  // namespace
+
 RemoteTier::RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> c)
-    : options_(o), client_(std::move(c)), ttl_ms_(std::to_string(o.ttl.count())) {}
+    : options_(o),
+      client_(std::move(c)),
+      ttl_ms_(std::to_string(o.ttl.count())),
+      key_prefix_("kvtier:" + std::to_string(kChunkFormatVersion) + ":" + layout_tag(o.geometry) + ":") {}
 
 RemoteTier::~RemoteTier() = default;
 
@@ -71,9 +96,7 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::create(const RemoteTierOptions& 
 }
 
 std::string RemoteTier::key_of(const ChunkKey& key) const {
-  std::string k = "kvtier:";
-  k += std::to_string(kChunkFormatVersion);
-  k += ':';
+  std::string k = key_prefix_;
   if (options_.auth) return k + "a:" + options_.auth->key_name(key.ns, key.hash);
   k += key.ns.to_hex();
   k += ':';

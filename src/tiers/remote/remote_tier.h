@@ -142,6 +142,7 @@ class RemoteTier final : public Tier {
   RemoteTierOptions options_;
   std::unique_ptr<RedisClient> client_;
   std::string ttl_ms_;  // decimal, for SET PX / PEXPIRE
+  std::string key_prefix_;  // "kvtier:<format version>:<layout>:" (key_of)
 
   using Clock = std::chrono::steady_clock;
   int64_t clock_ns() const;                     // options_.clock's now
