@@ -164,7 +164,6 @@ Result<CacheLookup> KVCache::lookup(const Namespace& ns, std::span<const TokenId
   }
   ++stats_.lookups;
   stats_.lookup_tokens += tokens.size();
-  end_used_holds(L);
   return L;
 }
 
@@ -310,6 +309,7 @@ Result<CacheLease> KVCache::apply(CacheLookup&& L, const Plan& plan) {
   if (st.ok()) st = submit_loads(lease, L, a);
   if (!st.ok()) return st;  // `held` releases what was taken
   account(lease, L, a);
+  end_used_holds(L);  // the request a hold was for has its lease (not merely looked: it may be Busy)
   lease.prompt_hashes_ = std::move(L.match.hashes);
   lease.prompt_hashes_.resize(std::min<size_t>(lease.prompt_hashes_.size(), L.lookup_pages));
   return held;
@@ -370,7 +370,6 @@ Result<CacheLease> KVCache::acquire(CacheLookup&& first, const Namespace& ns, st
   for (int n = 1; !lease.ok() && lease.status().code() == StatusCode::kRetry; ++n) {
     if (n == kLookups) return Status::Busy("acquire: " + std::to_string(n) + " lookups in a row went stale; " + lease.status().message());
     KVTIER_ASSIGN_OR_RETURN(CacheLookup again, find(ns, tokens));  // the same request's lookup: counted once
-    end_used_holds(again);
     lease = planned(std::move(again));
   }
   return lease;

@@ -270,9 +270,10 @@ class KVCache {
   // read-ahead brings onto the host from when it lands. A read-ahead timed by
   // the client's deadline so keeps what it lifted until the request comes,
   // where plain LRU would let the traffic in between evict it again. With
-  // HoldEnd::kFirstUse the hold also ends at the first lookup() of a prompt
-  // that extends the held prefix: the request it was for has come, and a
-  // hold kept past it would only make the next read-ahead's hold yield.
+  // HoldEnd::kFirstUse the hold also ends at the first lease (apply(),
+  // acquire()) of a prompt that extends the held prefix: the request it was
+  // for has started, and a hold kept past it would only make the next
+  // read-ahead's hold yield. A lookup alone, or a lease refused (Busy), leaves it.
   // The hold covers the first `hold_tokens` of `tokens` (a message's
   // cache_control mark: the prefix through it). A hold that could not be
   // granted once landed (over the retention cap, or its tenant's host quota,

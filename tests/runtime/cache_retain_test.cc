@@ -183,11 +183,13 @@ TEST(CacheRetain, APrefetchHoldsOnlyTheMarkedPrefix) {
   EXPECT_EQ(two.cache->stats().index.retained_host_pages, 3u);
 }
 
-// A read-ahead's deadline hold (HoldEnd::kFirstUse) ends at the first lookup
-// of a prompt that extends the held prefix: the request it was for has come.
+// A read-ahead's deadline hold (HoldEnd::kFirstUse) ends at the first lease
+// of a prompt that extends the held prefix: the request it was for has started.
 // Kept to its time, it counted against the cap that the next session's
 // read-ahead needed (the agent bench: most deadline holds yielded). Another
-// prompt's lookup leaves it in force.
+// prompt's lookup leaves it in force, and so does the request's own attempt
+// refused for want of pages (Busy): it ended the hold at its lookup, and the
+// prefix could leave the host before the request started.
 TEST(CacheRetain, ADeadlineHoldEndsAtTheRequestItWasFor) {
   ManualClock clock;
   CacheRig rig(with_disk(&clock));
@@ -202,6 +204,19 @@ TEST(CacheRetain, ADeadlineHoldEndsAtTheRequestItWasFor) {
   auto next_turn = a;  // the session's next request: the prefix and more
   for (TokenId t : CacheRig::random_tokens(40, 8)) next_turn.push_back(t);
   EXPECT_EQ(cached_pages(rig, next_turn), 4u);
+  EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 4u);  // looked up: not started yet
+  {
+    auto hog = rig.cache->fresh(rig.ns, 12 * 16);  // every device page
+    ASSERT_TRUE(hog.ok()) << hog.status().to_string();
+    auto refused = rig.cache->acquire(rig.ns, next_turn);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kBusy) << refused.status().to_string();
+    EXPECT_EQ(rig.cache->stats().index.retained_host_pages, 4u);
+  }
+  auto started_turn = rig.cache->acquire(rig.ns, next_turn);
+  ASSERT_TRUE(started_turn.ok()) << started_turn.status().to_string();
+  EXPECT_EQ(started_turn->plan().cached_pages, 4u);
+  *started_turn = CacheLease();  // released
   KVCacheStats s = rig.cache->stats();
   EXPECT_EQ(s.index.retained_host_pages, 0u);
   EXPECT_EQ(s.retain_used, 1u);
