@@ -35,6 +35,11 @@ Status refused_read(const redisReply* r) {
   return Status::Unavailable("remote: read refused, " + reply_error(r));
 }
 
+// A whole chunk entry of the tier's layout, as stored (packed, align 1).
+size_t full_entry_bytes(const RemoteTierOptions& o) {
+  return chunk_entry_layout(o.geometry, o.geometry.chunk_pages, 1, o.auth != nullptr).entry_bytes;
+}
+
 }  // namespace
 
 Status RemoteTierOptions::validate() const {
@@ -43,7 +48,7 @@ Status RemoteTierOptions::validate() const {
   if (ttl.count() < 0) return Status::InvalidArgument("remote: ttl must be >= 0");
   if (backoff_initial.count() <= 0 || backoff_max < backoff_initial)
     return Status::InvalidArgument("remote: backoff must satisfy 0 < initial <= max");
-  const size_t entry = chunk_entry_layout(geometry, geometry.chunk_pages, 1, auth != nullptr).entry_bytes;
+  const size_t entry = full_entry_bytes(*this);
   if (max_batch_bytes < entry)
     return Status::InvalidArgument("remote: max_batch_bytes must hold one chunk entry (" + std::to_string(entry) + " bytes)");
   if (entry > (size_t(512) << 20)) return Status::InvalidArgument("remote: a chunk entry exceeds Redis's 512 MiB value limit");
@@ -77,9 +82,10 @@ RemoteTier::RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> 
 
 RemoteTier::~RemoteTier() = default;
 
+size_t RemoteTier::largest_value_bytes(const RemoteTierOptions& o) { return std::max(full_entry_bytes(o), kMaxProbeBytes); }
+
 size_t RemoteTier::max_reply_bytes(const RemoteTierOptions& o) {
-  const size_t entry = chunk_entry_layout(o.geometry, o.geometry.chunk_pages, 1, o.auth != nullptr).entry_bytes;
-  return std::max(entry, kMaxProbeBytes) + (size_t(64) << 10);  // a whole entry (or link probe) and its RESP header
+  return largest_value_bytes(o) + (size_t(64) << 10);  // the value and its RESP header
 }
 
 Result<std::unique_ptr<RemoteTier>> RemoteTier::create(const RemoteTierOptions& o) {
@@ -270,8 +276,7 @@ void RemoteTier::get_batch(std::span<GetOp> ops) {
   }
   // Pipelines of at most max_batch_bytes of values each.
   auto in_batches = [&](std::vector<GetOp*>& list, auto&& fn) {
-    const size_t per = std::max<size_t>(
-        1, options_.max_batch_bytes / chunk_entry_layout(g, g.chunk_pages, 1, options_.auth != nullptr).entry_bytes);
+    const size_t per = std::max<size_t>(1, options_.max_batch_bytes / full_entry_bytes(options_));
     for (size_t b = 0; b < list.size(); b += per) fn(std::span(list).subspan(b, std::min(per, list.size() - b)));
   };
   in_batches(whole, [&](std::span<GetOp*> s) { get_whole(s); });
@@ -500,7 +505,7 @@ namespace kvtier {
 Result<RemoteTier::LinkFigures> RemoteTier::measure_link(size_t bytes) {
   using Clock = std::chrono::steady_clock;
   KVTIER_RETURN_IF_ERROR(admit());
-  const size_t most = max_reply_bytes(options_) - (size_t(64) << 10);
+  const size_t most = largest_value_bytes(options_);
   if (bytes == 0 || bytes > most)
     return Status::InvalidArgument("measure_link: bytes must be in (0, " + std::to_string(most) + "] (a chunk entry)");
   LinkFigures f;

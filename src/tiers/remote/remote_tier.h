@@ -106,9 +106,11 @@ class RemoteTier final : public Tier {
     double bytes_per_s = 0;
   };
   Result<LinkFigures> measure_link(size_t bytes = kMaxProbeBytes);
-  // The longest reply the tier takes from Redis (RedisClientOptions::max_reply_bytes): a whole
-  // chunk entry, or a link probe of at most the larger of kMaxProbeBytes and an entry.
+  // The largest value the tier reads: a whole chunk entry, or a link probe of at most the larger
+  // of kMaxProbeBytes and an entry; the longest reply it takes from Redis is that and its RESP
+  // header (RedisClientOptions::max_reply_bytes).
   static constexpr size_t kMaxProbeBytes = size_t(8) << 20;
+  static size_t largest_value_bytes(const RemoteTierOptions& options);
   static size_t max_reply_bytes(const RemoteTierOptions& options);
 
  private:
