@@ -1,13 +1,19 @@
 // Open-addressing hash tables for the tokenizers' hot lookups (token text →
 // id, merge pair → rank): one probe sequence in one flat array, no node
 // chasing. Built once, then read-only; safe to read from any thread.
+// Slots are chosen by a hash seeded once per process, so keys a vocabulary
+// file chose cannot be made to share a slot: building a tokenizer from a
+// hostile file stays linear (an unseeded mix is invertible, and keys chosen
+// against it made every insert probe the whole run before it).
 // Internal to text/.
 #pragma once
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <random>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -37,18 +43,31 @@ class FlatU64Map {
     return s.key == key ? &s.value : nullptr;
   }
   size_t size() const { return size_; }
+  // The longest distance of a key from its home slot (1 = found at home): what the slowest find probes.
+  size_t longest_probe() const {
+    size_t longest = 0;
+    for (size_t i = 0; i < slots_.size(); ++i)
+      if (slots_[i].key != kEmpty) longest = std::max(longest, ((i - home(slots_[i].key)) & mask_) + 1);
+    return longest;
+  }
 
  private:
   struct Slot {
     uint64_t key = kEmpty;
     V value{};
   };
-  static uint64_t mix(uint64_t k) {
-    k ^= k >> 33, k *= 0xff51afd7ed558ccdULL, k ^= k >> 33;
-    return k;
+  // Multiply-shift with an odd multiplier drawn once per process: for any two keys fixed in advance, the
+  // chance they share a home slot is at most 2 / slots (Dietzfelbinger et al.), one multiply per lookup.
+  static uint64_t process_multiplier() {
+    static const uint64_t a = [] {
+      std::random_device rd;
+      return ((uint64_t(rd()) << 32) ^ rd()) | 1;
+    }();
+    return a;
   }
+  size_t home(uint64_t key) const { return size_t((key * multiplier_) >> shift_); }
   Slot& probe(uint64_t key) {
-    for (size_t i = mix(key) & mask_;; i = (i + 1) & mask_)
+    for (size_t i = home(key);; i = (i + 1) & mask_)
       if (slots_[i].key == key || slots_[i].key == kEmpty) return slots_[i];
   }
   void rehash(size_t expected) {
@@ -56,12 +75,15 @@ class FlatU64Map {
     std::vector<Slot> old = std::move(slots_);
     slots_.assign(n, Slot{});
     mask_ = n - 1;
+    shift_ = 64 - std::countr_zero(n);
     for (const Slot& s : old)
       if (s.key != kEmpty) probe(s.key) = s;
   }
 
   std::vector<Slot> slots_;
+  uint64_t multiplier_ = process_multiplier();
   size_t mask_ = 0;
+  int shift_ = 64;  // 64 - log2(slots): home() keeps the product's top bits
   size_t size_ = 0;
 };
 
