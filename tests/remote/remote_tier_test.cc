@@ -48,7 +48,7 @@ TEST(RemoteUrl, ParsesHostsCredentialsAndOptions) {
   const ChunkGeometry g = small_geometry();
   auto o = RemoteTierOptions::from_url(
       "redis://app:s%40cret@10.0.0.1:7000,10.0.0.2:7001/?timeout_ms=250&connect_timeout_ms=100&ttl_s=3600&pool=8"
-      "&cluster=on&range_reads=0&backoff_ms=10&backoff_max_ms=2000",
+      "&cluster=on&range_reads=0&backoff_ms=10&backoff_max_ms=2000&call_timeout_ms=7000",
       g);
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   ASSERT_EQ(o->redis.seeds.size(), 2u);
@@ -57,6 +57,7 @@ TEST(RemoteUrl, ParsesHostsCredentialsAndOptions) {
   EXPECT_EQ(o->redis.password, "s@cret");
   EXPECT_EQ(o->redis.command_timeout.count(), 250);
   EXPECT_EQ(o->redis.connect_timeout.count(), 100);
+  EXPECT_EQ(o->redis.call_timeout.count(), 7000);
   EXPECT_EQ(o->ttl.count(), 3600 * 1000);
   EXPECT_EQ(o->redis.pool_size, 8u);
   EXPECT_EQ(o->redis.cluster, RedisClusterMode::kOn);
@@ -71,7 +72,7 @@ TEST(RemoteUrl, ParsesHostsCredentialsAndOptions) {
 
   for (const char* bad : {"http://h:1", "redis://", "redis://host", "redis://host:0", "redis://host:70000",
                           "redis://h:1?pool=0", "redis://h:1?ttl_s=x", "redis://h:1?bogus=1", "redis://h:1?cluster=maybe",
-                          "redis://h:1/3", "redis://h:1?timeout_ms=0", "redis://h:1,", "redis://%zz@h:1"})
+                          "redis://h:1/3", "redis://h:1?timeout_ms=0", "redis://h:1?call_timeout_ms=0", "redis://h:1,", "redis://%zz@h:1"})
     EXPECT_EQ(RemoteTierOptions::from_url(bad, g).status().code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(RemoteTierOptions::from_url("rediss://h:1", g).status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(RemoteTierOptions::from_url("redis://h:1?tls=1", g).status().code(), StatusCode::kUnimplemented);
@@ -765,6 +766,92 @@ TEST(RedisClientDeadline, AReplyTrickledSlowerThanTheTimeoutTimesOut) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().to_string().find("timeout"), std::string::npos) << r.status().to_string();
   EXPECT_EQ((*client)->stats().timeouts, 1u);
+}
+
+// A server answering each reply of a pipeline well inside the reply timeout, but the pipeline as a
+// whole slowly, fails the call at its call timeout: the reply timeout alone let such a server hold a
+// caller (the scheduler, loading a batch) for the pipeline's length times it without ever degrading.
+TEST(RedisClientDeadline, APipelineAnsweredSlowlyReplyByReplyFailsAtTheCallTimeout) {
+  constexpr int kCommands = 8;
+  scripted::ScriptedRedis server([&](int fd, int) {
+    std::string buf;
+    for (int i = 0; i < kCommands; ++i)
+      if (scripted::read_command(fd, buf).empty()) return;
+    for (int i = 0; i + 1 < kCommands; ++i) {  // 400 ms apart: 2.8 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      if (::send(fd, "$-1\r\n", 5, MSG_NOSIGNAL) != 5) return;
+    }
+    (void)scripted::read_request(fd);  // the last reply never comes: the call can only end by a timeout
+  });
+  auto o = scripted::standalone(server.port(), 1);
+  o.command_timeout = std::chrono::milliseconds(60000);  // no reply but the last is late
+  o.call_timeout = std::chrono::milliseconds(1000);
+  auto client = RedisClient::create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<RedisCommand> cmds(kCommands);
+  for (auto& c : cmds) c.args = {"GET", "k"};
+  const Status st = (*client)->run(cmds);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_NE(st.to_string().find("the call's 1000 ms ran out"), std::string::npos) << st.to_string();
+  EXPECT_FALSE(cmds.back().status.ok());
+  EXPECT_EQ((*client)->stats().timeouts, 1u);
+}
+
+// A cluster node that answers every command with ASK to another address makes the session connect to
+// each; those connections close when the call ends, as the map names none of them: a confused or
+// hostile node could make every session keep a connection open per address it named.
+TEST(RedisClientDeadline, ConnectionsAnAskOpenedCloseWhenTheCallEnds) {
+  constexpr int kTargets = 3;
+  std::mutex mu;
+  std::condition_variable cv;
+  int hung_up = 0;
+  std::vector<std::unique_ptr<scripted::ScriptedRedis>> targets;
+  for (int i = 0; i < kTargets; ++i)
+    targets.push_back(std::make_unique<scripted::ScriptedRedis>([&](int fd, int) {
+      std::string buf;
+      for (auto cmd = scripted::read_command(fd, buf); !cmd.empty(); cmd = scripted::read_command(fd, buf)) {
+        const std::string reply = cmd[0] == "ASKING" ? "+OK\r\n" : "$-1\r\n";
+        if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) != ssize_t(reply.size())) return;
+      }
+      char byte;
+      if (::recv(fd, &byte, 1, MSG_DONTWAIT) != 0) return;  // read_command's 60 s passed: no hang-up
+      std::lock_guard lk(mu);
+      ++hung_up;
+      cv.notify_all();
+    }));
+  std::vector<uint16_t> target_ports;
+  for (auto& t : targets) target_ports.push_back(t->port());
+  std::atomic<uint16_t> port{0};  // the node's, read by its connection (the socket is no synchronization to TSan)
+  scripted::ScriptedRedis node([&](int fd, int) {
+    std::string buf;
+    size_t asks = 0;
+    for (auto cmd = scripted::read_command(fd, buf); !cmd.empty(); cmd = scripted::read_command(fd, buf)) {
+      std::string reply = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:";
+      reply += std::to_string(port.load());
+      reply += "\r\n";
+      if (cmd[0] != "CLUSTER") {
+        reply = "-ASK 3999 127.0.0.1:";
+        reply += std::to_string(target_ports[asks++ % target_ports.size()]);
+        reply += "\r\n";
+      }
+      if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) != ssize_t(reply.size())) return;
+    }
+  });
+  port = node.port();
+  auto o = scripted::standalone(port.load(), 1);
+  o.cluster = RedisClusterMode::kOn;
+  o.command_timeout = std::chrono::milliseconds(60000);
+  auto client = RedisClient::create(o);
+  ASSERT_TRUE(client.ok());
+  std::vector<RedisCommand> cmds(kTargets);
+  for (auto& c : cmds) c.args = {"GET", "k"};
+  ASSERT_TRUE((*client)->run(cmds).ok());
+  for (auto& c : cmds) EXPECT_EQ(c.reply->type, REDIS_REPLY_NIL);
+  EXPECT_EQ((*client)->stats().ask, uint64_t(kTargets));
+  std::unique_lock lk(mu);
+  EXPECT_TRUE(cv.wait_for(lk, std::chrono::seconds(120), [&] { return hung_up == kTargets; }))
+      << hung_up << " of the " << kTargets << " connections the ASKs opened were closed";
 }
 
 // A reply longer than the client takes fails its command as a broken connection would, after at

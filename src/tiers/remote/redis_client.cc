@@ -47,7 +47,7 @@ Status RedisClientOptions::validate() const {
   if (seeds.empty()) return Status::InvalidArgument("redis: at least one host:port is needed");
   for (const auto& s : seeds)
     if (s.host.empty() || s.port == 0) return Status::InvalidArgument("redis: bad seed address '" + s.to_string() + "'");
-  if (connect_timeout.count() <= 0 || command_timeout.count() <= 0)
+  if (connect_timeout.count() <= 0 || command_timeout.count() <= 0 || call_timeout.count() <= 0)
     return Status::InvalidArgument("redis: timeouts must be > 0 ms");
   if (pool_size == 0 || pool_size > 1024) return Status::InvalidArgument("redis: pool_size must be in [1, 1024]");
   if (max_reply_bytes < 1024) return Status::InvalidArgument("redis: max_reply_bytes must be at least 1 KiB");
@@ -70,6 +70,16 @@ struct RedisClient::Session {
     for (auto& [ep, c] : conns) redisFree(c);
     conns.clear();
   }
+  // Closes the connections to nodes the map does not name (an ASK's or a MOVED's target the refresh
+  // did not confirm, a seed that is no master): what a confused or hostile node named cannot keep a
+  // connection open per address. Only between calls: none of the session's contexts is in use.
+  void drop_strays(const Topology* t) {
+    std::erase_if(conns, [&](const auto& conn) {
+      const bool named = t && std::find(t->map.nodes.begin(), t->map.nodes.end(), conn.first) != t->map.nodes.end();
+      if (!named) redisFree(conn.second);
+      return !named;
+    });
+  }
   void drop(redisContext* c) {
     for (size_t i = 0; i < conns.size(); ++i)
       if (conns[i].second == c) {
@@ -78,11 +88,17 @@ struct RedisClient::Session {
         return;
       }
   }
-  Result<redisContext*> get(const RedisEndpoint& ep) {
+  Result<redisContext*> get(const RedisEndpoint& ep, const WaitBounds& b) {
     for (auto& [e, c] : conns)
       if (e == ep) return c;
     const RedisClientOptions& o = client->options_;
-    redisContext* c = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(o.connect_timeout));
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(b.end - Clock::now());
+    if (left.count() <= 0) {
+      ++client->counters_.connect_failures;
+      return Status::Unavailable("redis " + ep.to_string() + ": the call's " + std::to_string(o.call_timeout.count()) +
+                                 " ms ran out before connecting (timeout)");
+    }
+    redisContext* c = redisConnectWithTimeout(ep.host.c_str(), ep.port, to_timeval(std::min(o.connect_timeout, left)));
     if (!c || c->err) {
       std::string msg = c ? context_error(c, ep) : "redis " + ep.to_string() + ": out of memory";
       if (c) redisFree(c);
@@ -93,8 +109,8 @@ struct RedisClient::Session {
     redisEnableKeepAlive(c);
     c->reader->maxbuf = 0;  // keep the read buffer between large values instead of freeing it
     if (!o.password.empty()) {
-      const RedisReplyPtr r = o.username.empty() ? call(c, o.command_timeout, {"AUTH", o.password})
-                                                 : call(c, o.command_timeout, {"AUTH", o.username, o.password});
+      const RedisReplyPtr r =
+          o.username.empty() ? call(c, b, {"AUTH", o.password}) : call(c, b, {"AUTH", o.username, o.password});
       std::string err;
       if (!r) err = context_error(c, ep);
       else if (r->type == REDIS_REPLY_ERROR) err = "redis " + ep.to_string() + ": AUTH failed: " + std::string(r->str, r->len);
@@ -155,6 +171,7 @@ Status RedisClient::waited_through_failure() {
 }
 
 void RedisClient::release(std::unique_ptr<Session> s) {
+  s->drop_strays(topology().get());
   std::lock_guard lock(mu_);
   idle_.push_back(std::move(s));
   pool_cv_.notify_one();
@@ -195,21 +212,25 @@ bool says_not_a_cluster(std::string_view err) {
 
 }  // namespace
 
-Status RedisClient::learn_topology(Session& s) {
+WaitBounds RedisClient::call_bounds() const {
+  return WaitBounds{options_.command_timeout, Clock::now() + options_.call_timeout};
+}
+
+Status RedisClient::learn_topology(Session& s, const WaitBounds& b) {
   Status last = Status::Unavailable("redis: no seed reachable");
   // Known masters first (they survive seed failures), then the seeds.
   std::vector<RedisEndpoint> candidates;
   if (auto t = topology()) candidates = t->map.nodes;
   for (const auto& e : options_.seeds) candidates.push_back(e);
   for (const auto& ep : candidates) {
-    auto c = s.get(ep);
+    auto c = s.get(ep, b);
     if (!c.ok()) {
       last = c.status();
       continue;
     }
     auto t = std::make_shared<Topology>();
     if (options_.cluster != RedisClusterMode::kOff) {
-      RedisReplyPtr r = call(*c, options_.command_timeout, {"CLUSTER", "SLOTS"});
+      RedisReplyPtr r = call(*c, b, {"CLUSTER", "SLOTS"});
       if (!r) {
         last = Status::Unavailable(context_error(*c, ep));
         note_transport_error(is_timeout(*c));
@@ -249,7 +270,7 @@ Status RedisClient::connect() {
   SigpipeGuard guard;
   auto s = acquire();
   if (!s) return waited_through_failure();
-  Status st = topology() ? Status::Ok() : learn_topology(*s);
+  Status st = topology() ? Status::Ok() : learn_topology(*s, call_bounds());
   release(std::move(s));
   return st;
 }
@@ -263,7 +284,7 @@ Status RedisClient::run(std::span<RedisCommand> cmds) {
     for (RedisCommand& c : cmds) c.status = e;
     return e;
   }
-  Status st = run_in(*s, cmds);
+  Status st = run_in(*s, cmds, call_bounds());
   release(std::move(s));
   return st;
 }
@@ -278,6 +299,7 @@ Result<RedisReplyPtr> RedisClient::command(std::vector<std::string_view> args, u
 
 struct RedisClient::Pipeline {
   std::span<RedisCommand> cmds;
+  WaitBounds bounds;
   std::shared_ptr<const Topology> topo;
   std::vector<size_t> pending;        // commands without a reply or a failure yet
   std::vector<RedisEndpoint> ask_to;  // per command; port 0: no ASK pending
@@ -330,7 +352,7 @@ std::vector<RedisClient::NodeBatch> RedisClient::route(Pipeline& p) {
 void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
   p.asked.assign(p.cmds.size(), 0);
   for (auto& n : nodes) {
-    auto c = s.get(n.ep);
+    auto c = s.get(n.ep, p.bounds);
     if (!c.ok()) {
       note_transport_error(false);
       stale_ = true;  // the node may be gone for good: the next call asks the others (and the seeds)
@@ -346,21 +368,26 @@ void RedisClient::send(Session& s, Pipeline& p, std::vector<NodeBatch>& nodes) {
       }
       if (!p.cmds[i].formatted.empty()) {
         // Whatever is queued goes first; a failure surfaces in the write loop below.
-        if (!flush_output(n.c) || !send_pieces(n.c, p.cmds[i].formatted)) break;
+        if (!flush_output(n.c, p.bounds) || !send_pieces(n.c, p.cmds[i].formatted, p.bounds)) break;
         continue;
       }
       (void)append_command(n.c, p.cmds[i].args);  // a failure surfaces in the write loop below
     }
   }
   for (auto& n : nodes)
-    if (n.c && (n.c->err || !flush_output(n.c))) broken(s, p, n, 0);
+    if (n.c && (n.c->err || !flush_output(n.c, p.bounds))) broken(s, p, n, 0);
 }
 
 // A node's connection broke at its k-th command: that one and the rest fail, the context is dropped.
 void RedisClient::broken(Session& s, Pipeline& p, NodeBatch& n, size_t k) {
-  note_transport_error(is_timeout(n.c));
+  const bool timeout = is_timeout(n.c);
+  note_transport_error(timeout);
   stale_ = true;  // as in send(): a dead node's slots (or a standalone server's role) may have moved
-  const Status e = Status::Unavailable(context_error(n.c, n.ep) + (is_timeout(n.c) ? " (timeout)" : ""));
+  std::string why = context_error(n.c, n.ep);
+  if (timeout)
+    why += Clock::now() >= p.bounds.end ? " (timeout: the call's " + std::to_string(options_.call_timeout.count()) + " ms ran out)"
+                                        : " (timeout: " + std::to_string(options_.command_timeout.count()) + " ms)";
+  const Status e = Status::Unavailable(why);
   for (; k < n.idx.size(); ++k) p.fail(n.idx[k], e);
   s.drop(n.c);
   n.c = nullptr;
@@ -374,13 +401,13 @@ std::vector<size_t> RedisClient::receive(Session& s, Pipeline& p, std::vector<No
       const size_t i = n.idx[k];
       void* raw = nullptr;
       if (p.asked[i]) {
-        if (!read_reply(n.c, options_.command_timeout, options_.max_reply_bytes, &raw)) {
+        if (!read_reply(n.c, p.bounds.reply_deadline(), options_.max_reply_bytes, &raw)) {
           broken(s, p, n, k);
           break;
         }
         freeReplyObject(raw);
       }
-      if (!read_reply(n.c, options_.command_timeout, options_.max_reply_bytes, &raw)) {
+      if (!read_reply(n.c, p.bounds.reply_deadline(), options_.max_reply_bytes, &raw)) {
         broken(s, p, n, k);
         break;
       }
@@ -407,9 +434,9 @@ std::vector<size_t> RedisClient::receive(Session& s, Pipeline& p, std::vector<No
   return next;
 }
 
-Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
+Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds, const WaitBounds& b) {
   if (!topology() || stale_.load()) {
-    Status t = learn_topology(s);
+    Status t = learn_topology(s, b);
     if (!t.ok() && !topology()) {
       for (auto& c : cmds) c.status = t;
       return t;
@@ -417,7 +444,7 @@ Status RedisClient::run_in(Session& s, std::span<RedisCommand> cmds) {
     // A refresh that failed keeps the map it had; the next MOVED asks again (not every call).
     if (!t.ok()) stale_ = false;
   }
-  Pipeline p{.cmds = cmds, .topo = topology(), .pending = {}, .ask_to = {}, .asked = {}, .first_error = {}};
+  Pipeline p{.cmds = cmds, .bounds = b, .topo = topology(), .pending = {}, .ask_to = {}, .asked = {}, .first_error = {}};
   p.ask_to.resize(cmds.size());
   for (size_t i = 0; i < cmds.size(); ++i) {
     p.pending.push_back(i);

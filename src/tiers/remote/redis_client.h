@@ -17,7 +17,11 @@
 // WRONGTYPE) are not transport failures: they come back as replies.
 //
 // Timeouts: connect_timeout bounds a connect; command_timeout bounds each
-// reply's whole arrival (not each read: a server trickling bytes times out).
+// reply's whole arrival (not each read: a server trickling bytes times out)
+// and each write's progress; call_timeout bounds a whole run() — its
+// connects, writes, every reply of its pipelines and its redirects — so a
+// server answering each reply just inside command_timeout cannot hold a
+// caller for a pipeline's length times it.
 //
 // Thread safety: run() and stats() are thread-safe; each call borrows one
 // session (one connection per node) from a pool of `pool_size` and waits
@@ -44,6 +48,10 @@ struct redisReply;
 
 namespace kvtier {
 
+namespace redis_wire {
+struct WaitBounds;
+}
+
 enum class RedisClusterMode : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
 
 struct RedisClientOptions {
@@ -52,6 +60,7 @@ struct RedisClientOptions {
   std::string password;              // empty: no AUTH
   std::chrono::milliseconds connect_timeout{500};
   std::chrono::milliseconds command_timeout{2000};  // each reply arrives whole within it
+  std::chrono::milliseconds call_timeout{10000};    // a whole run() ends within it
   RedisClusterMode cluster = RedisClusterMode::kAuto;
   uint32_t pool_size = 4;      // sessions (each: one connection per node it talks to)
   uint32_t max_redirects = 5;  // MOVED/ASK hops per command before giving up
@@ -121,8 +130,10 @@ class RedisClient {
   Status waited_through_failure();
   void release(std::unique_ptr<Session> s);
   std::shared_ptr<const Topology> topology() const;
-  Status learn_topology(Session& s);
-  Status run_in(Session& s, std::span<RedisCommand> cmds);
+  // The bounds of a call starting now.
+  redis_wire::WaitBounds call_bounds() const;
+  Status learn_topology(Session& s, const redis_wire::WaitBounds& b);
+  Status run_in(Session& s, std::span<RedisCommand> cmds, const redis_wire::WaitBounds& b);
   // One run_in's commands across redirect hops, and one hop's commands for one node.
   struct Pipeline;
   struct NodeBatch;

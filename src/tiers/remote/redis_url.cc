@@ -68,6 +68,8 @@ constexpr UrlOption kUrlOptions[] = {
                               std::string_view v) { return store(o.redis.connect_timeout, parse_ms(k, v)); }},
     {"timeout_ms", [](RemoteTierOptions& o, std::string_view k,
                       std::string_view v) { return store(o.redis.command_timeout, parse_ms(k, v)); }},
+    {"call_timeout_ms", [](RemoteTierOptions& o, std::string_view k,
+                           std::string_view v) { return store(o.redis.call_timeout, parse_ms(k, v)); }},
     {"ttl_s",
      [](RemoteTierOptions& o, std::string_view k, std::string_view v) { return store(o.ttl, parse_ms(k, v, 1000)); }},
     {"ttl_ms",

@@ -16,10 +16,32 @@ namespace kvtier::redis_wire {
 namespace {
 
 // Marks the context broken by a timeout, as hiredis marks its own (is_timeout() reads errno).
-void time_out(redisContext* c, std::chrono::milliseconds limit) {
+void time_out(redisContext* c, const char* what) {
   c->err = REDIS_ERR_IO;
-  std::snprintf(c->errstr, sizeof c->errstr, "reply incomplete after %lld ms", static_cast<long long>(limit.count()));
+  std::snprintf(c->errstr, sizeof c->errstr, "%s incomplete at its deadline", what);
   errno = ETIMEDOUT;
+}
+
+// Whole milliseconds left until `deadline` (rounded up), 0 once it passed.
+int64_t ms_left(Clock::time_point deadline) {
+  return std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count());
+}
+
+// Bounds the socket's next blocking write by `b.each` and what is left of the call; false (a
+// timeout) once nothing is.
+bool bound_next_write(redisContext* c, const WaitBounds& b) {
+  const int64_t left = std::min<int64_t>(ms_left(b.end), b.each.count());
+  if (left == 0) {
+    time_out(c, "send");
+    return false;
+  }
+  const timeval tv = to_timeval(std::chrono::milliseconds(left));
+  if (::setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+    c->err = REDIS_ERR_IO;
+    std::snprintf(c->errstr, sizeof c->errstr, "%s", std::strerror(errno));
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -64,18 +86,16 @@ bool is_timeout(const redisContext* c) {
   return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
 }
 
-bool read_reply(redisContext* c, std::chrono::milliseconds limit, size_t max_bytes, void** reply) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + limit;
+bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, void** reply) {
   *reply = nullptr;
   if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
   while (*reply == nullptr) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const int64_t left = ms_left(deadline);
     pollfd readable{c->fd, POLLIN, 0};
     const int ready = left > 0 ? ::poll(&readable, 1, static_cast<int>(std::min<int64_t>(left, INT_MAX))) : 0;
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) {
-      time_out(c, limit);
+      time_out(c, "reply");
       return false;
     }
     if (redisBufferRead(c) != REDIS_OK) return false;
@@ -89,10 +109,10 @@ bool read_reply(redisContext* c, std::chrono::milliseconds limit, size_t max_byt
   return true;
 }
 
-bool flush_output(redisContext* c) {
+bool flush_output(redisContext* c, const WaitBounds& b) {
   int done = 0;
   while (!done)
-    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+    if (!bound_next_write(c, b) || redisBufferWrite(c, &done) != REDIS_OK) return false;
   return true;
 }
 
@@ -104,10 +124,10 @@ bool append_command(redisContext* c, std::span<const std::string_view> args) {
   return redisAppendCommandArgv(c, static_cast<int>(argv.size()), argv.data(), argl.data()) == REDIS_OK;
 }
 
-RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args) {
+RedisReplyPtr call(redisContext* c, const WaitBounds& b, std::initializer_list<std::string_view> args) {
   void* raw = nullptr;
-  if (!append_command(c, std::span(args.begin(), args.size())) || !flush_output(c) ||
-      !read_reply(c, limit, kMaxControlReplyBytes, &raw))
+  if (!append_command(c, std::span(args.begin(), args.size())) || !flush_output(c, b) ||
+      !read_reply(c, b.reply_deadline(), kMaxControlReplyBytes, &raw))
     return nullptr;
   return RedisReplyPtr(static_cast<redisReply*>(raw));
 }
@@ -118,7 +138,7 @@ std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
   return "redis " + ep.to_string() + ": " + what;
 }
 
-bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
+bool send_pieces(redisContext* c, std::span<const std::string_view> pieces, const WaitBounds& b) {
   std::vector<iovec> iov;
   iov.reserve(pieces.size());
   for (auto p : pieces)
@@ -128,6 +148,7 @@ bool send_pieces(redisContext* c, std::span<const std::string_view> pieces) {
     msghdr m{};
     m.msg_iov = iov.data() + i;
     m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
+    if (!bound_next_write(c, b)) return false;
     ssize_t n = ::sendmsg(c->fd, &m, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;

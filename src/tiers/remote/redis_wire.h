@@ -1,5 +1,6 @@
 // The wire under RedisClient: one blocking hiredis connection. A reply read
-// whole within a deadline (hiredis's own timeout bounds each read only), a
+// whole by a deadline (hiredis's own timeout bounds each read only), writes
+// that end by a deadline however slowly the peer reads, a
 // command queued from string views, a value written from where it lies
 // (gather write), SIGPIPE kept off the process, errors named by endpoint.
 // Internal to src/tiers/remote; functions act on the one context they are
@@ -10,6 +11,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <initializer_list>
 #include <span>
@@ -19,6 +21,16 @@
 #include "tiers/remote/redis_client.h"
 
 namespace kvtier::redis_wire {
+
+using Clock = std::chrono::steady_clock;
+
+// The bounds of a wait: `each` bounds one reply's whole arrival and one write's progress, `end` the
+// whole call the wait belongs to; every wait is cut to what is left of the call.
+struct WaitBounds {
+  std::chrono::milliseconds each;
+  Clock::time_point end;
+  Clock::time_point reply_deadline() const { return std::min(Clock::now() + each, end); }
+};
 
 timeval to_timeval(std::chrono::milliseconds ms);
 
@@ -40,24 +52,26 @@ class SigpipeGuard {
 
 // The context failed by a timeout (its own or read_reply's).
 bool is_timeout(const redisContext* c);
-// The context's next reply, whole within `limit` of now. hiredis's own timeout bounds each read of
-// the socket, so a server that trickles a reply a byte at a time never tripped it. At most about
+// The context's next reply, whole by `deadline`. hiredis's own timeout bounds each read of the
+// socket, so a server that trickles a reply a byte at a time never tripped it. At most about
 // `max_bytes` are buffered for it (hiredis keeps reading whatever length a reply claims). False
 // (the context carries the error) on a timeout, a reply too long or a broken connection.
-bool read_reply(redisContext* c, std::chrono::milliseconds limit, size_t max_bytes, void** reply);
+bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, void** reply);
 // The longest reply call() takes (AUTH, CLUSTER SLOTS).
 inline constexpr size_t kMaxControlReplyBytes = size_t(16) << 20;
-// Writes what the context has queued (blocking, each write bounded by its send timeout).
-bool flush_output(redisContext* c);
+// Writes what the context has queued, each write progressing within `b.each`, all by `b.end` (a
+// timeout otherwise: a peer reading slowly enough made every write progress and never tripped a
+// per-write limit).
+bool flush_output(redisContext* c, const WaitBounds& b);
 // Queues one command whose arguments are `args`.
 bool append_command(redisContext* c, std::span<const std::string_view> args);
-// One command on a connection, its reply whole within `limit`; nullptr when the connection failed
+// One command on a connection, sent and answered within `b`; nullptr when the connection failed
 // (the context carries the error).
-RedisReplyPtr call(redisContext* c, std::chrono::milliseconds limit, std::initializer_list<std::string_view> args);
+RedisReplyPtr call(redisContext* c, const WaitBounds& b, std::initializer_list<std::string_view> args);
 // "redis HOST:PORT: what failed".
 std::string context_error(const redisContext* c, const RedisEndpoint& ep);
-// Sends `pieces` straight to the context's socket (blocking, bounded by its send timeout). On
-// failure the context carries the error, as hiredis does.
-bool send_pieces(redisContext* c, std::span<const std::string_view> pieces);
+// Sends `pieces` straight to the context's socket, within `b` as flush_output. On failure the
+// context carries the error, as hiredis does.
+bool send_pieces(redisContext* c, std::span<const std::string_view> pieces, const WaitBounds& b);
 
 }  // namespace kvtier::redis_wire

@@ -251,9 +251,12 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
 
 void RemoteTier::drop_corrupt(const ChunkKey& key, bool forged) {
   ++(forged ? counters_.forged : counters_.checksum_failures);
-  const std::string k = key_of(key);
-  (void)client_->command({"DEL", k});  // best effort: a later put rewrites it anyway
   report_chunk(KvEventKind::kRemoved, key);
+  // Best effort (a later put rewrites the entry anyway), and one call of its own: a DEL that fails
+  // degrades the tier, so the batch's other corrupt entries do not each wait on a failing server.
+  if (degraded()) return;
+  const std::string k = key_of(key);
+  if (auto r = client_->command({"DEL", k}); !r.ok()) note_result(r.status());
 }
 
 void RemoteTier::get_batch(std::span<GetOp> ops) {
