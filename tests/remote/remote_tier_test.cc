@@ -854,6 +854,37 @@ TEST(RedisClientDeadline, ConnectionsAnAskOpenedCloseWhenTheCallEnds) {
       << hung_up << " of the " << kTargets << " connections the ASKs opened were closed";
 }
 
+// A server that serves corrupt entries and never answers their DEL: the first DEL's timeout degrades
+// the tier, and the batch's other corrupt entries are not deleted one call each (every DEL waited its
+// own timeout on a server already failing).
+TEST(RedisClientDeadline, AFailedDelOfACorruptEntryIsNotRepeatedForTheRestOfTheBatch) {
+  std::atomic<int> dels{0};
+  scripted::ScriptedRedis server([&](int fd, int) {
+    std::string buf;
+    for (auto cmd = scripted::read_command(fd, buf); !cmd.empty(); cmd = scripted::read_command(fd, buf)) {
+      if (cmd[0] == "DEL") {
+        ++dels;
+        (void)scripted::read_request(fd);  // never answered: until the client hangs up
+        return;
+      }
+      const std::string reply = "$25\r\nnot a kvtier entry at all\r\n";
+      if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) != ssize_t(reply.size())) return;
+    }
+  });
+  const ChunkGeometry g = small_geometry();
+  auto t = make_remote("redis://127.0.0.1:" + std::to_string(server.port()) +
+                           "?cluster=off&range_reads=0&timeout_ms=300&backoff_ms=60000&backoff_max_ms=60000",
+                       g);
+  ASSERT_TRUE(t);
+  std::vector<std::vector<std::byte>> bufs(3, std::vector<std::byte>(g.max_payload_bytes()));
+  std::vector<GetOp> ops;
+  for (uint32_t i = 0; i < 3; ++i) ops.push_back(GetOp{make_chunk(g, test_ns(60), i).key, 0, kAllLayers, bufs[i]});
+  t->get_batch(ops);
+  for (const GetOp& op : ops) EXPECT_FALSE(op.status.ok());
+  EXPECT_EQ(t->stats().checksum_failures, 3u);  // each counted and reported removed
+  EXPECT_EQ(dels.load(), 1);
+}
+
 // A reply longer than the client takes fails its command as a broken connection would, after at
 // most about that many bytes: hiredis buffers whatever length a bulk string claims, so a server
 // answering a GET with 512 MiB (wrong or hostile) grew the process by all of it, and more than
