@@ -109,7 +109,8 @@ def prefill(tm: TorchLlama, cache: kvtier.Cache, lease: kvtier.Lease, tokens):
         return tm.forward(pool, lease.pages, tokens, lease.cached_end, lease.wait_layer)
     except kvtier.Error as e:
         print(f"  load failed ({e.code}): recomputing", file=sys.stderr)
-        return tm.forward(pool, lease.pages, tokens, lease.fall_back())
+        start = lease.fall_back()  # before reading the pages: it may give the lease pages of its own
+        return tm.forward(pool, lease.pages, tokens, start)
 
 
 def generate(tm, cache, lease, prompt, steps):

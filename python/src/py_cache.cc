@@ -179,8 +179,9 @@ void register_lease(py::module_& m) {
       .def("loads_done", [](LeaseHandle& l) { return on_lease(l, [](KVCache&, CacheLease& x) { return x.loads_done(); }); })
       .def("grow", [](LeaseHandle& l, size_t tokens) { on_lease(l, [&](KVCache& c, CacheLease& x) { throw_if_error(c.grow(x, tokens)); }); },
            py::arg("tokens"), "Makes the page table cover at least `tokens` positions (decode).")
-      .def("fall_back", [](LeaseHandle& l) { return on_lease(l, [](KVCache& c, CacheLease& x) { return c.fall_back(x); }); },
-           "After a failed wait: waits for the loads and returns the position to recompute from.")
+      .def("fall_back", [](LeaseHandle& l) { return on_lease(l, [](KVCache& c, CacheLease& x) { return value_or_throw(c.fall_back(x)); }); },
+           "After a failed wait: waits for the loads and returns the position to recompute from. Read `pages`\n"
+           "after it: pages shared with other sequences past that position are replaced by the lease's own.")
       .def_property_readonly("report",
                              [](LeaseHandle& l) {  // waits for the loads: GIL released, under the cache's mutex
                                if (!l.owner || !l.lease.valid()) return report_dict(l.lease.report());

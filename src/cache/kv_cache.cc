@@ -261,6 +261,12 @@ struct KVCache::PageActions {
     for (uint32_t p = b; p < x; ++p) action[p] = PlanAction::kRecompute;
   }
   uint32_t pages() const { return static_cast<uint32_t>(action.size()); }
+  // The leading pages used in place.
+  uint32_t in_place_prefix() const {
+    uint32_t n = 0;
+    while (n < pages() && action[n] == PlanAction::kInPlace) ++n;
+    return n;
+  }
 };
 
 // A plan that recomputes the middle of a chunk still loads that chunk whole,
@@ -425,7 +431,7 @@ Status KVCache::submit_loads(CacheLeaseState& lease, const CacheLookup& L, const
 // lossy, and the lease's and the cache's counters.
 void KVCache::account(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a) {
   const uint32_t P = options_.geometry.page_tokens, M = a.pages();
-  while (lease.in_place_prefix_ < M && a.action[lease.in_place_prefix_] == PlanAction::kInPlace) ++lease.in_place_prefix_;
+  lease.in_place_prefix_ = a.in_place_prefix();
   if (a.x == M) {
     lease.recompute_begin_ = lease.recompute_end_ = 0;
     lease.cached_end_ = a.b * P;
@@ -473,8 +479,8 @@ Result<uint32_t> KVCache::pages_for(size_t tokens) const {
   return static_cast<uint32_t>((tokens + P - 1) / P);
 }
 
-uint32_t KVCache::fall_back(CacheLease& held) {
-  if (!held.valid()) return 0;
+Result<uint32_t> KVCache::fall_back(CacheLease& held) {
+  if (!held.valid()) return 0u;
   CacheLeaseState& lease = *held.s_;
   lease.wait_all();
   ++stats_.load_failures;
@@ -499,7 +505,26 @@ uint32_t KVCache::fall_back(CacheLease& held) {
   for (size_t p = lease.in_place_prefix_; p < lease.lossy_.size(); ++p) lease.lossy_[p] = false;
   lease.codecs_folded_ = true;
   lease.recount_lossy();
+  KVTIER_RETURN_IF_ERROR(own_pages_after_in_place_prefix(lease));
   return pos;
+}
+
+// A page used in place past the leading run (one whose host copy failed stays on the device between
+// host-only pages, and the plan uses it there) is written by the recompute from the end of that run:
+// the lease takes a page of its own for it, and the shared one stays as it is for its other readers.
+Status KVCache::own_pages_after_in_place_prefix(CacheLeaseState& lease) {
+  const PageActions a(lease.plan_, lease.plan_.cached_pages);
+  std::vector<uint32_t> shared;
+  for (uint32_t p = lease.in_place_prefix_; p < a.pages(); ++p)
+    if (a.action[p] == PlanAction::kInPlace) shared.push_back(p);
+  if (shared.empty()) return Status::Ok();
+  std::vector<PageId> own;
+  KVTIER_RETURN_IF_ERROR(allocate_pages(static_cast<uint32_t>(shared.size()), own));
+  for (size_t i = 0; i < shared.size(); ++i) {
+    pool_->unref(lease.pages_[shared[i]]);
+    lease.pages_[shared[i]] = own[i];
+  }
+  return Status::Ok();
 }
 
 Status KVCache::grow(CacheLease& held, size_t tokens) {

@@ -338,8 +338,10 @@ class KVCache {
   // and returns the position from which the engine must recompute (the end of
   // the pages shared in place). The lease's report and the cache's counters
   // are corrected: tokens past that position count as recomputed, not
-  // reused, and no bytes count as loaded for the lease.
-  uint32_t fall_back(CacheLease& lease);
+  // reused, and no bytes count as loaded for the lease. Pages the plan used
+  // in place past that position become the lease's own (the engine writes
+  // them; others share the originals); NoSpace when the pool has none for them.
+  Result<uint32_t> fall_back(CacheLease& lease);
   // Makes the lease's page table cover at least `tokens` positions.
   Status grow(CacheLease& lease, size_t tokens);
   // Caches the whole pages of `tokens` (their KV is in the lease's pages) and releases the lease.
@@ -473,6 +475,8 @@ class KVCache {
   // what is shared, allocate what is fresh, submit the loads, count.
   struct PageActions;
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
+  // fall_back's last step: private pages for the pages used in place past the leading run.
+  Status own_pages_after_in_place_prefix(CacheLeaseState& lease);
   // Retry unless every index page the plan reads is where the lookup found it.
   Status check_current(const CacheLookup& L, const PageActions& a) const;
   // The pages `tokens` positions take; NoSpace past the pool (a huge count wrapped to few pages).

@@ -221,7 +221,7 @@ Result<engine::Logits> blend_prefill(engine::Forward& engine, KVCache& cache, co
   for (HeldSegment& h : held) {
     if (h.failed) {
       ++report.failed_segments;
-      cache.fall_back(h.lease);  // counts the failed load
+      (void)cache.fall_back(h.lease);  // counts the failed load (the segment's lease is released, never written)
     }
     cache.release(h.lease);
   }

@@ -31,7 +31,9 @@ Result<engine::Logits> cached_prefill(engine::Forward& engine, KVCache& cache, C
 Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                                    engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                                    const CachedPrefillOptions& options) {
-  kv.num_tokens = cache.fall_back(lease);
+  KVTIER_ASSIGN_OR_RETURN(const uint32_t from, cache.fall_back(lease));
+  kv.pages = lease.pages();  // fall_back may have given the lease pages of its own
+  kv.num_tokens = from;
   engine::PrefillOptions po;
   po.all_logits = options.all_logits;
   return engine.prefill(kv, prompt, kv.num_tokens, po);

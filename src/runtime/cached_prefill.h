@@ -29,7 +29,8 @@ struct CachedPrefillOptions {
 };
 
 // After a load of the lease failed: recomputes everything that was not shared in place
-// (KVCache::fall_back counts the failure), no layer waiting for a load.
+// (KVCache::fall_back counts the failure, and gives the lease pages of its own where it used
+// shared pages in place past the leading run), no layer waiting for a load.
 Result<engine::Logits> recompute_after_failed_load(engine::Forward& engine, KVCache& cache, CacheLease& lease,
                                                    engine::SequenceKV& kv, std::span<const TokenId> prompt,
                                                    const CachedPrefillOptions& options = {});

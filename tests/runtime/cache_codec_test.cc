@@ -228,43 +228,86 @@ TEST(CacheCodec, ALossyHostCodecWithWriteBackIsRefused) {
   EXPECT_NE(cache.status().message().find("write_back"), std::string::npos) << cache.status().to_string();
 }
 
-// A write-through host copy that fails (the f16 host codec refuses a value past 65504) leaves the
-// index: the page stays on the device only (served from there, or recomputed once evicted). The
-// failed slot, and the copies after it in the same worker's share, were served as hits with stale
-// bytes (load_failures 0).
-TEST(CacheCodec, AFailedHostCopyIsNeverServed) {
-  RigOptions o;
-  o.disk = false;
-  o.host_codec = KvCodec::kF16;
-  CacheRig rig(o);
+// Eight committed pages of known values whose page 2's write-through host copy fails (the f16 host
+// codec refuses a value past 65504), then a device eviction: pages 0, 1 and 3..7 are on the host
+// only, page 2 on the device only, between them.
+struct HostCopyFailedRig {
+  static constexpr uint32_t kPages = 8;
+  CacheRig rig{[] {
+    RigOptions o;
+    o.disk = false;
+    o.host_codec = KvCodec::kF16;
+    return o;
+  }()};
   KVCache& c = *rig.cache;
   const KVGeometry g = c.geometry();
-  const uint32_t P = g.page_tokens, W = 8;
-  const auto prompt = CacheRig::random_tokens(W * P + 1, 7);
-  auto lease = c.fresh(rig.ns, W * P);
-  ASSERT_TRUE(lease.ok());
-  const size_t n = g.page_bytes() / 4;
-  auto value = [](uint32_t page, size_t i) { return 0.5f * std::sin(float(page * 1000 + i) * 0.37f); };
-  for (uint32_t p = 0; p < W; ++p) {
-    float* f = reinterpret_cast<float*>(c.pool().page(lease->pages()[p]));
-    for (size_t i = 0; i < n; ++i) f[i] = value(p, i);
+  const uint32_t P = g.page_tokens;
+  const std::vector<TokenId> prompt = CacheRig::random_tokens(kPages * P + 1, 7);
+  const size_t floats = g.page_bytes() / 4;
+
+  static float value(uint32_t page, size_t i) { return 0.5f * std::sin(float(page * 1000 + i) * 0.37f); }
+  void build() {
+    auto lease = c.fresh(rig.ns, kPages * P);
+    ASSERT_TRUE(lease.ok());
+    for (uint32_t p = 0; p < kPages; ++p) {
+      float* f = reinterpret_cast<float*>(c.pool().page(lease->pages()[p]));
+      for (size_t i = 0; i < floats; ++i) f[i] = value(p, i);
+    }
+    reinterpret_cast<float*>(c.pool().page(lease->pages()[2]))[0] = 1e6f;  // past f16: the copy is refused
+    ASSERT_TRUE(c.commit(*lease, std::span(prompt).first(kPages * P)).ok());
+    ASSERT_TRUE(c.drain().ok());
+    EXPECT_GE(c.stats().host_copy_failures, 1u);
+    ASSERT_TRUE(c.evict(TierKind::kDevice, 1000).ok());
   }
-  reinterpret_cast<float*>(c.pool().page(lease->pages()[2]))[0] = 1e6f;  // past f16: the copy is refused
-  ASSERT_TRUE(c.commit(*lease, std::span(prompt).first(W * P)).ok());
-  ASSERT_TRUE(c.drain().ok());
-  EXPECT_GE(c.stats().host_copy_failures, 1u);
-  ASSERT_TRUE(c.evict(TierKind::kDevice, 1000).ok());
-  auto look = c.lookup(rig.ns, prompt);
-  ASSERT_TRUE(look.ok());
-  const Plan plan = c.planner().use_all(look->runs, prompt.size());
-  auto served = c.apply(std::move(*look), plan);
+  // The lookup's pages served as they are: host pages loaded, page 2 used in place.
+  Result<CacheLease> serve() {
+    auto look = c.lookup(rig.ns, prompt);
+    if (!look.ok()) return look.status();
+    const Plan plan = c.planner().use_all(look->runs, prompt.size());
+    return c.apply(std::move(*look), plan);
+  }
+};
+
+// The failed host copy leaves the index: the page stays on the device only (served from there, or
+// recomputed once evicted). The failed slot, and the copies after it in the same worker's share,
+// were served as hits with stale bytes (load_failures 0).
+TEST(CacheCodec, AFailedHostCopyIsNeverServed) {
+  HostCopyFailedRig r;
+  ASSERT_NO_FATAL_FAILURE(r.build());
+  auto served = r.serve();
   ASSERT_TRUE(served.ok()) << served.status().to_string();
-  for (uint32_t l = 0; l < g.num_layers; ++l) ASSERT_TRUE(served->wait_layer(LayerIdx(l)).ok());
-  for (uint32_t p = 0; p < served->cached_end() / P; ++p) {
-    const float* f = reinterpret_cast<const float*>(c.pool().page(served->pages()[p]));
-    for (size_t i = p == 2 ? 1 : 0; i < n; ++i) ASSERT_NEAR(f[i], value(p, i), 1e-3) << "page " << p << " value " << i;
+  for (uint32_t l = 0; l < r.g.num_layers; ++l) ASSERT_TRUE(served->wait_layer(LayerIdx(l)).ok());
+  for (uint32_t p = 0; p < served->cached_end() / r.P; ++p) {
+    const float* f = reinterpret_cast<const float*>(r.c.pool().page(served->pages()[p]));
+    for (size_t i = p == 2 ? 1 : 0; i < r.floats; ++i) ASSERT_NEAR(f[i], r.value(p, i), 1e-3) << "page " << p << " value " << i;
   }
-  EXPECT_TRUE(c.index().check_invariants().ok());
+  EXPECT_TRUE(r.c.index().check_invariants().ok());
+}
+
+// A load that fails under that plan makes the engine recompute from position 0 (no page leads in
+// place), page 2 among the rest: the page the index shares must not be written (another sequence may
+// be reading it, and where the recompute rounds otherwise, its bytes would change under it). The
+// lease takes a page of its own for it.
+TEST(CacheCodec, TheRecomputeAfterAFailedLoadNeverWritesAPageSharedInPlace) {
+  HostCopyFailedRig r;
+  ASSERT_NO_FATAL_FAILURE(r.build());
+  auto served = r.serve();
+  ASSERT_TRUE(served.ok()) << served.status().to_string();
+  const PageId shared = served->pages()[2];
+  ASSERT_EQ(r.c.pool().refcount(shared), 2u) << "page 2 is used in place";
+  std::vector<std::byte> before(r.c.pool().page(shared), r.c.pool().page(shared) + r.g.page_bytes());
+  engine::SequenceKV kv;
+  kv.pages = served->pages();
+  auto out = recompute_after_failed_load(*r.rig.engine, r.c, *served, kv, r.prompt, {});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(kv.num_tokens, r.prompt.size());
+  EXPECT_NE(served->pages()[2], shared);
+  EXPECT_EQ(kv.pages[2], served->pages()[2]);
+  EXPECT_EQ(r.c.pool().refcount(shared), 1u);  // the index's alone
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), r.c.pool().page(shared))) << "the shared page was rewritten";
+  EXPECT_EQ(r.c.stats().load_failures, 1u);
+  r.c.release(*served);
+  EXPECT_TRUE(r.c.index().check_invariants().ok());
 }
 
 }  // namespace
