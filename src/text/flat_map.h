@@ -13,8 +13,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <random>
 #include <cstring>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -694,6 +694,22 @@ RedisClientOptions standalone(uint16_t port, uint32_t pool_size) {
   return o;
 }
 
+// The options of a client of a one-node cluster at `port`, whose replies no timeout cuts short.
+RedisClientOptions cluster_of_one(uint16_t port) {
+  RedisClientOptions o = standalone(port, 1);
+  o.cluster = RedisClusterMode::kOn;
+  o.command_timeout = std::chrono::milliseconds(60000);
+  return o;
+}
+
+// CLUSTER SLOTS' reply: every slot on 127.0.0.1:<port>.
+std::string all_slots_at(const std::string& port) {
+  std::string reply = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:";
+  reply += port;
+  reply += "\r\n";
+  return reply;
+}
+
 }  // namespace scripted
 
 TEST(RedisSlots, ClusterSlotsWithAPortOutOfRangeIsRefused) {
@@ -727,7 +743,7 @@ TEST(RedisClientDeadline, AFailedTopologyRefreshIsNotRepeatedOnEveryCall) {
       std::string reply = "$-1\r\n";
       if (cmd[0] == "CLUSTER") {
         const std::string p = slots_asked++ == 0 ? std::to_string(port.load()) : "70000";
-        reply = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + p + "\r\n";
+        reply = scripted::all_slots_at(p);
       } else if (gets++ == 0) {
         reply = "-MOVED 3999 127.0.0.1:" + std::to_string(port.load()) + "\r\n";
       }
@@ -735,10 +751,7 @@ TEST(RedisClientDeadline, AFailedTopologyRefreshIsNotRepeatedOnEveryCall) {
     }
   });
   port = server.port();
-  auto o = scripted::standalone(port.load(), 1);
-  o.cluster = RedisClusterMode::kOn;
-  o.command_timeout = std::chrono::milliseconds(60000);
-  auto client = RedisClient::create(o);
+  auto client = RedisClient::create(scripted::cluster_of_one(port.load()));
   ASSERT_TRUE(client.ok());
   for (int i = 0; i < 6; ++i) {
     auto r = (*client)->command({"GET", "k"});
@@ -827,9 +840,7 @@ TEST(RedisClientDeadline, ConnectionsAnAskOpenedCloseWhenTheCallEnds) {
     std::string buf;
     size_t asks = 0;
     for (auto cmd = scripted::read_command(fd, buf); !cmd.empty(); cmd = scripted::read_command(fd, buf)) {
-      std::string reply = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:";
-      reply += std::to_string(port.load());
-      reply += "\r\n";
+      std::string reply = scripted::all_slots_at(std::to_string(port.load()));
       if (cmd[0] != "CLUSTER") {
         reply = "-ASK 3999 127.0.0.1:";
         reply += std::to_string(target_ports[asks++ % target_ports.size()]);
@@ -839,10 +850,7 @@ TEST(RedisClientDeadline, ConnectionsAnAskOpenedCloseWhenTheCallEnds) {
     }
   });
   port = node.port();
-  auto o = scripted::standalone(port.load(), 1);
-  o.cluster = RedisClusterMode::kOn;
-  o.command_timeout = std::chrono::milliseconds(60000);
-  auto client = RedisClient::create(o);
+  auto client = RedisClient::create(scripted::cluster_of_one(port.load()));
   ASSERT_TRUE(client.ok());
   std::vector<RedisCommand> cmds(kTargets);
   for (auto& c : cmds) c.args = {"GET", "k"};
