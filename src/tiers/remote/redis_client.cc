@@ -92,8 +92,8 @@ struct RedisClient::Session {
     for (auto& [e, c] : conns)
       if (e == ep) return c;
     const RedisClientOptions& o = client->options_;
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(b.end - Clock::now());
-    if (left.count() <= 0) {
+    const std::chrono::milliseconds left(ms_left(b.end));
+    if (left.count() == 0) {
       ++client->counters_.connect_failures;
       return Status::Unavailable("redis " + ep.to_string() + ": the call's " + std::to_string(o.call_timeout.count()) +
                                  " ms ran out before connecting (timeout)");

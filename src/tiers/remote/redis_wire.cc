@@ -22,11 +22,6 @@ void time_out(redisContext* c, const char* what) {
   errno = ETIMEDOUT;
 }
 
-// Whole milliseconds left until `deadline` (rounded up), 0 once it passed.
-int64_t ms_left(Clock::time_point deadline) {
-  return std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count());
-}
-
 // Bounds the socket's next blocking write by `b.each` and what is left of the call; false (a
 // timeout) once nothing is.
 bool bound_next_write(redisContext* c, const WaitBounds& b) {
@@ -80,6 +75,10 @@ timeval to_timeval(std::chrono::milliseconds ms) {
   tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
   return tv;
+}
+
+int64_t ms_left(Clock::time_point deadline) {
+  return std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count());
 }
 
 bool is_timeout(const redisContext* c) {

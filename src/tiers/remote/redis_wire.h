@@ -33,6 +33,8 @@ struct WaitBounds {
 };
 
 timeval to_timeval(std::chrono::milliseconds ms);
+// Whole milliseconds left until `deadline` (rounded up), 0 once it passed.
+int64_t ms_left(Clock::time_point deadline);
 
 // hiredis writes with write(2): a peer that died turns the next write into a
 // SIGPIPE that would kill the process. The library must not change process-
