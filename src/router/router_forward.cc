@@ -29,6 +29,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using server::ClientConnection;
+using server::WaitingClient;
 
 constexpr int kConnectTimeoutS = 2;
 constexpr int kWholeAnswerTimeoutS = 3600;  // a long generation answers within it (the client may leave sooner)
@@ -75,14 +76,14 @@ struct Relay {
   }
   // Waits under `lk` until `ready`, checking each second that the client is there; false once it is not.
   template <class Ready>
-  bool wait_watching(std::unique_lock<std::mutex>& lk, const std::optional<ClientConnection>& from, Ready ready) {
+  bool wait_watching(std::unique_lock<std::mutex>& lk, WaitingClient& from, Ready ready) {
     while (!cv.wait_for(lk, kClientCheck, ready))
-      if (from && from->closed()) return false;
+      if (from.left()) return false;
     return true;
   }
   enum class Next : uint8_t { kChunk, kEnd, kClientGone };
   // Waits for the stream's next chunk (into `chunk`), its end, or its client's leaving.
-  Next next_chunk(const std::optional<ClientConnection>& from, std::string& chunk) {
+  Next next_chunk(WaitingClient& from, std::string& chunk) {
     std::unique_lock lk(mu);
     if (!wait_watching(lk, from, [&] { return !chunks.empty() || done; })) return Next::kClientGone;
     if (chunks.empty()) return Next::kEnd;
@@ -171,8 +172,8 @@ Forwarded client_left(Relay& relay, httplib::Response& res, const std::function<
   return Forwarded::kAnswered;
 }
 
-Forwarded forward_whole(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
-                        httplib::Response& res, std::string& why, const std::function<void(int, std::string_view)>& done) {
+Forwarded forward_whole(const std::shared_ptr<Relay>& relay, WaitingClient& from, httplib::Response& res,
+                        std::string& why, const std::function<void(int, std::string_view)>& done) {
   std::unique_lock lk(relay->mu);
   if (!relay->wait_watching(lk, from, [&] { return relay->done; })) {
     lk.unlock();
@@ -204,7 +205,7 @@ void relay_rest_raw(Relay& relay, const ClientConnection& to, std::string pendin
                                      "\r\nContent-Type: " +
                                      (relay.content_type.empty() ? "text/event-stream" : relay.content_type) +
                                      "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
-  const std::optional<ClientConnection> watched = to;
+  WaitingClient watched(to, false);  // the answer has begun
   for (std::string chunk = std::move(pending); ok;) {
     if (!chunk.empty()) ok = to.send_all(head_sent ? framed(chunk) : chunk);
     const Relay::Next next = relay.next_chunk(watched, chunk);
@@ -219,12 +220,13 @@ bool head_went_out(const Relay& relay, const ClientConnection& to) {
   return sent && relay.sent_at_start && *sent > *relay.sent_at_start;
 }
 
-Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optional<ClientConnection>& from,
-                         httplib::Response& res, std::string& why, std::function<void(int, std::string_view)> done) {
+Forwarded forward_stream(const std::shared_ptr<Relay>& relay, WaitingClient& waiting, httplib::Response& res,
+                         std::string& why, std::function<void(int, std::string_view)> done) {
+  const std::optional<ClientConnection>& from = waiting.connection();
   {
     std::unique_lock lk(relay->mu);
     // A backend that fills the queue without an event has begun an answer of its own kind.
-    const bool waited = relay->wait_watching(lk, from, [&] {
+    const bool waited = relay->wait_watching(lk, waiting, [&] {
       return (relay->head && (relay->begun || relay->queued >= kMaxQueuedBytes)) || relay->done;
     });
     if (!waited) {
@@ -242,9 +244,9 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, const std::optiona
   if (from) relay->sent_at_start = from->bytes_sent();
   res.set_chunked_content_provider(
       relay->content_type.empty() ? "text/event-stream" : relay->content_type,
-      [relay, from](size_t, httplib::DataSink& sink) {
+      [relay, from, watched = WaitingClient(from, false)](size_t, httplib::DataSink& sink) mutable {
         std::string chunk;
-        const Relay::Next next = relay->next_chunk(from, chunk);
+        const Relay::Next next = relay->next_chunk(watched, chunk);
         if (next == Relay::Next::kClientGone) return false;  // the releaser resets the backend
         if (next == Relay::Next::kEnd) {
           sink.done();
@@ -270,8 +272,9 @@ Forwarded forward(const BackendAddress& b, const httplib::Request& req, const st
                   const ForwardLimits& limits, httplib::Response& res, std::string& why,
                   std::function<void(int, std::string_view)> done) {
   auto relay = start_relay(b, req, limits.stream, limits.stream ? limits.stream_idle_s : kWholeAnswerTimeoutS);
-  if (limits.stream) return forward_stream(relay, from, res, why, std::move(done));
-  return forward_whole(relay, from, res, why, done);
+  WaitingClient waiting(from, req.version == "HTTP/1.1");  // nothing of the answer is written yet
+  if (limits.stream) return forward_stream(relay, waiting, res, why, std::move(done));
+  return forward_whole(relay, waiting, res, why, done);
 }
 
 std::optional<uint64_t> reported_cached_tokens(std::string_view text) {

@@ -109,6 +109,14 @@ bool ClientConnection::half_closed() const {
   return (watched.revents & POLLIN) != 0 && recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+bool WaitingClient::left() {
+  if (!connection_) return false;
+  if (connection_->closed()) return true;
+  if (!may_probe_ || !connection_->half_closed()) return false;
+  may_probe_ = false;
+  return !connection_->send_all("HTTP/1.1 100 Continue\r\n\r\n");
+}
+
 std::optional<uint64_t> ClientConnection::bytes_sent() const {
   tcp_info info{};
   socklen_t len = sizeof info;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace httplib {
 struct Request;
@@ -35,8 +36,8 @@ class ClientConnection {
   // directions are shut. An end of stream on read (the client's FIN) is not
   // enough: a client may half-close (shutdown for writing) after sending its
   // request and still read the answer. A client that close()s without a
-  // reset looks the same until the answer is written (then it resets), so
-  // its request runs to its end (max_tokens, the request timeout).
+  // reset looks the same until something is written (then it resets):
+  // WaitingClient tells them apart.
   bool closed() const;
   // The client shut its writing side (its FIN arrived) and the connection
   // is not reset: it may still read an answer.
@@ -61,6 +62,27 @@ class ClientConnection {
   explicit ClientConnection(int fd) : fd_(fd) {}
   void linger_and_shut(int linger_ms, size_t linger_bytes) const;
   int fd_;
+};
+
+// A client awaiting an answer of which nothing has been written yet, watched for leaving. Its FIN
+// alone cannot tell a half-close (it still reads the answer) from a close() without a reset (it is
+// gone): they look alike until something arrives, which a closed socket's kernel answers with a
+// reset. So once the FIN is there, left() writes an interim `HTTP/1.1 100 Continue` once, which
+// every HTTP/1.1 client reads past before the final response (RFC 9110 §15.2: it must parse 1xx
+// responses it did not ask for); a client that closed resets the connection in answer, and a later
+// left() sees it. Only for HTTP/1.1 requests (an HTTP/1.0 client gets no 1xx) and only before any
+// byte of the answer is written (`may_probe`). One thread at a time.
+class WaitingClient {
+ public:
+  WaitingClient(std::optional<ClientConnection> connection, bool may_probe)
+      : connection_(std::move(connection)), may_probe_(may_probe) {}
+  // True once the client is gone (ClientConnection::closed(), or the probe could not be written).
+  bool left();
+  const std::optional<ClientConnection>& connection() const { return connection_; }
+
+ private:
+  std::optional<ClientConnection> connection_;
+  bool may_probe_;
 };
 
 // Shuts (both directions) every connected TCP socket of this process whose

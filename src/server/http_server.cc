@@ -471,11 +471,10 @@ void HttpServer::install_prefetch_route() {
   }));
 }
 
-RequestState::View HttpServer::wait_watching_client(const std::optional<ClientConnection>& connection,
-                                                    RequestState& state) {
+RequestState::View HttpServer::wait_watching_client(WaitingClient& client, RequestState& state) {
   for (;;) {
     if (auto v = state.wait_done(kClientCheckInterval)) return *std::move(v);
-    if (connection && connection->closed()) {
+    if (client.left()) {
       if (state.cancel()) metrics_.record_client_disconnect();
       return state.wait_done();  // the scheduler ends it at its next step
     }
@@ -496,14 +495,15 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   const bool chat = gen.endpoint == Endpoint::kChat;
   CompletionMeta meta{(chat ? "chat" : "") + new_completion_id(), unix_now(), model_name_};
   if (creq.stream) return stream(res, std::make_shared<Generation>(std::move(gen)), std::move(state), meta, connection);
-  answer_whole(connection, res, gen, *state, meta);  // a half-closed client's: answer_half_closed_client
+  WaitingClient client(connection, req.version == "HTTP/1.1");
+  answer_whole(client, res, gen, *state, meta);  // a half-closed client's: answer_half_closed_client
 }
 
-void HttpServer::answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res,
-                              const Generation& gen, RequestState& state, const CompletionMeta& meta) {
+void HttpServer::answer_whole(WaitingClient& client, httplib::Response& res, const Generation& gen, RequestState& state,
+                              const CompletionMeta& meta) {
   const CompletionRequest& creq = gen.request;
   const bool chat = gen.endpoint == Endpoint::kChat;
-  RequestState::View v = wait_watching_client(connection, state);
+  RequestState::View v = wait_watching_client(client, state);
   metrics_.record_completion(v.usage, v.error);
   if (!v.error.ok()) return send_error(res, error_from_status(v.error));
   const TextCodec& codec = scheduler_->model().text;

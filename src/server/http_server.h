@@ -101,10 +101,10 @@ class HttpServer {
   // Submits a parsed request and answers it, whole or as server-sent events.
   void respond(const httplib::Request& req, httplib::Response& res, Generation gen);
   // The whole (non-streaming) answer of a submitted request, into `res`.
-  void answer_whole(const std::optional<ClientConnection>& connection, httplib::Response& res, const Generation& gen,
-                    RequestState& state, const CompletionMeta& meta);
-  // Waits for a whole (non-streaming) result; cancels the request when its client hangs up meanwhile.
-  RequestState::View wait_watching_client(const std::optional<ClientConnection>& connection, RequestState& state);
+  void answer_whole(WaitingClient& client, httplib::Response& res, const Generation& gen, RequestState& state,
+                    const CompletionMeta& meta);
+  // Waits for a whole (non-streaming) result; cancels the request when its client leaves meanwhile.
+  RequestState::View wait_watching_client(WaitingClient& client, RequestState& state);
   // `connection`: where a client that half-closed gets the stream httplib will not write to it.
   void stream(httplib::Response& res, std::shared_ptr<const Generation> gen, std::shared_ptr<RequestState> state,
               const CompletionMeta& meta, std::optional<ClientConnection> connection);

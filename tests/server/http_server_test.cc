@@ -25,6 +25,7 @@
 #include "e2e/e2e_util.h"
 #include "e2e/prom_check.h"
 #include "server/fake_runtime.h"
+#include "test_http.h"
 #include "client/loadgen.h"
 
 namespace kvtier::server {
@@ -73,6 +74,7 @@ class HttpServerTest : public ::testing::Test {
   httplib::Result post(const std::string& body, httplib::Headers h = {}) {
     return client().Post("/v1/completions", h, body, "application/json");
   }
+  void expect_a_hang_up_cancels(bool reset);
 
   std::shared_ptr<FakeShared> fake_ = std::make_shared<FakeShared>();
   ManualClock manual_clock_;                // outlives the scheduler, which reads it until TearDown
@@ -458,14 +460,16 @@ int send_raw_completion(int port, const std::string& body) {
 // A non-streaming request whose client hangs up is cancelled: the handler
 // watches the socket while it waits. Ordered by events: the request is held
 // in start() until the scheduler has been told of the cancel, so it can only
-// have generated its first token or two of the 64 asked.
-TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
-  start({}, [](FakeShared& s) { s.gate_closed = true; });
+// have generated its first token or two of the 64 asked. `reset`: the client
+// resets the connection; else it close()s it, sending a FIN as a client that
+// half-closed does, which the handler tells apart by the `100 Continue` it
+// writes (before that, such a request ran to its end).
+void HttpServerTest::expect_a_hang_up_cancels(bool reset) {
   const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":64,"ignore_eos":true})");
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
-  const linger reset{1, 0};  // close with a reset, as a client that gives up does
-  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  const linger abort{1, 0};  // close with a reset, as a client that gives up with unread bytes does
+  if (reset) ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof abort);
   ::close(fd);
   const auto give_up = std::chrono::steady_clock::now() + 120s;  // a hang is a failure, not a timing check
   while (sched_->counts().cancels == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
@@ -491,6 +495,16 @@ TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);  // the server goes on
 }
 
+TEST_F(HttpServerTest, DisconnectBeforeAWholeAnswerCancelsTheRequest) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  expect_a_hang_up_cancels(true);
+}
+
+TEST_F(HttpServerTest, ACloseWithoutAResetBeforeAWholeAnswerCancelsTheRequest) {
+  start({}, [](FakeShared& s) { s.gate_closed = true; });
+  expect_a_hang_up_cancels(false);
+}
+
 // After a client half-closed: lets the held request run, then reads what the server writes until it closes.
 std::string release_and_read_to_end(FakeShared& fake, int fd) {
   std::this_thread::sleep_for(300ms);  // not a timing check: a longer wait only makes the test stricter
@@ -505,12 +519,20 @@ std::string release_and_read_to_end(FakeShared& fake, int fd) {
 // A client that half-closes after sending (shutdown for writing) still gets
 // its whole answer: a FIN is not a hang-up. Held in start() until the
 // half-close has surely arrived, so the handler sees it while it waits.
+// The handler's `100 Continue` (it cannot tell the FIN from a close) arrives first, and is all
+// that arrives before the answer is done.
 TEST_F(HttpServerTest, HalfClosedClientIsStillAnswered) {
   start({}, [](FakeShared& s) { s.gate_closed = true; });
   const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true})");
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
   ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
+  const std::string interim = "HTTP/1.1 100 Continue\r\n\r\n";
+  std::string first(interim.size(), '\0');
+  pollfd readable{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&readable, 1, 120000), 1) << "no 100 Continue";  // a bound on a hang, not a timing check
+  ASSERT_EQ(::recv(fd, first.data(), first.size(), MSG_WAITALL), ssize_t(first.size()));
+  ASSERT_EQ(first, interim);
   const std::string reply = release_and_read_to_end(*fake_, fd);
   ASSERT_EQ(reply.rfind("HTTP/1.1 200", 0), 0u) << reply;
   const json body = json::parse(reply.substr(reply.find("\r\n\r\n") + 4));
@@ -529,6 +551,7 @@ TEST_F(HttpServerTest, HalfClosedClientGetsItsRefusal) {
   char buf[4096];
   for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
   ::close(fd);
+  reply = kvtier::testing::final_response(reply);
   ASSERT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
   EXPECT_NE(reply.find("max_tokens"), std::string::npos) << reply;
 }
