@@ -26,7 +26,7 @@ std::string body_too_large_message(const httplib::Request& req, size_t max_body)
 void install_body_limit_and_errors(httplib::Server& http, size_t max_body_bytes) {
   http.set_payload_max_length(max_body_bytes);
   http.set_error_handler([max_body_bytes](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;  // a route already wrote its JSON error
+    if (!res.body.empty() || res.content_provider_) return;  // a route already gave its answer (a relayed stream's too)
     ApiError e;
     e.http_status = res.status;
     e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";

@@ -14,7 +14,7 @@ namespace kvtier::server {
 
 // The body limit (a body over it is answered 413 naming it), and OpenAI-shaped JSON errors for
 // what httplib answers on its own (no route, a body too large, a malformed request). Routes that
-// wrote their own error keep it.
+// gave their own answer (a body, or a stream: a router relays a backend's refusal as one) keep it.
 void install_body_limit_and_errors(httplib::Server& http, size_t max_body_bytes);
 
 // For the pre-routing handler (ConnectionDrain's), before httplib reads a request's body.

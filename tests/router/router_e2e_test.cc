@@ -699,6 +699,12 @@ TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
   const Reply bad = testing::post_json(port_, "/v1/completions", {{"prompt", prompt(7, 0)}, {"max_tokens", -1}});
   EXPECT_EQ(bad.status, 400);
   EXPECT_TRUE(bad.body.contains("error")) << bad.body.dump();
+  // A streamed request refused before its stream began: the backend's own error, not the router's
+  // generic one (its error handler took the relayed body, which a stream keeps outside res.body, for none).
+  const Reply bad_stream = testing::post_json(port_, "/v1/completions",
+                                              {{"prompt", prompt(7, 0)}, {"max_tokens", -1}, {"stream", true}});
+  EXPECT_EQ(bad_stream.status, 400);
+  EXPECT_EQ(bad_stream.body.value("/error/param"_json_pointer, ""), "max_tokens") << bad_stream.body.dump();
   EXPECT_EQ(testing::get_json(port_, "/v1/models").status, 200);
 }
 
