@@ -310,5 +310,33 @@ TEST(CacheCodec, TheRecomputeAfterAFailedLoadNeverWritesAPageSharedInPlace) {
   EXPECT_TRUE(r.c.index().check_invariants().ok());
 }
 
+// The same when the pool has no page left to give it: the recompute is refused (Busy, as an
+// allocation the running sequences exhaust) rather than writing the shared page, the page keeps its
+// bytes and its readers, and the lease and the pool come back whole when it is released.
+TEST(CacheCodec, WithNoPageToSpareTheRecomputeIsRefusedAndTheSharedPageKept) {
+  HostCopyFailedRig r;
+  ASSERT_NO_FATAL_FAILURE(r.build());
+  auto served = r.serve();
+  ASSERT_TRUE(served.ok()) << served.status().to_string();
+  const PageId shared = served->pages()[2];
+  std::vector<std::byte> before(r.c.pool().page(shared), r.c.pool().page(shared) + r.g.page_bytes());
+  std::vector<CacheLease> hogs;  // every page the pool can still give, evicting what it may
+  for (auto h = r.c.fresh(r.rig.ns, r.P); h.ok(); h = r.c.fresh(r.rig.ns, r.P)) hogs.push_back(std::move(*h));
+  ASSERT_EQ(r.c.pool().free_pages(), 0u);
+  engine::SequenceKV kv;
+  kv.pages = served->pages();
+  auto out = recompute_after_failed_load(*r.rig.engine, r.c, *served, kv, r.prompt, {});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kBusy) << out.status().to_string();
+  EXPECT_EQ(served->pages()[2], shared);
+  EXPECT_EQ(r.c.pool().refcount(shared), 2u);  // the index's and the lease's, as before
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), r.c.pool().page(shared))) << "the shared page was rewritten";
+  r.c.release(*served);
+  for (CacheLease& h : hogs) r.c.release(h);
+  EXPECT_EQ(r.c.pool().refcount(shared), 1u);
+  EXPECT_TRUE(r.c.index().check_invariants().ok());
+  EXPECT_EQ(r.c.pool().free_pages() + r.c.index().stats().device_pages, r.c.pool().num_pages()) << "a page leaked";
+}
+
 }  // namespace
 }  // namespace kvtier::testing
