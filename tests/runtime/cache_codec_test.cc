@@ -259,6 +259,7 @@ struct HostCopyFailedRig {
     EXPECT_GE(c.stats().host_copy_failures, 1u);
     ASSERT_TRUE(c.evict(TierKind::kDevice, 1000).ok());
   }
+  std::vector<std::byte> bytes_of(PageId p) const { return {c.pool().page(p), c.pool().page(p) + g.page_bytes()}; }
   // The lookup's pages served as they are: host pages loaded, page 2 used in place.
   Result<CacheLease> serve() {
     auto look = c.lookup(rig.ns, prompt);
@@ -284,29 +285,43 @@ TEST(CacheCodec, AFailedHostCopyIsNeverServed) {
   EXPECT_TRUE(r.c.index().check_invariants().ok());
 }
 
+// HostCopyFailedRig's pages served, page 2 among them shared in place (its bytes then kept), and
+// the recompute after a failed load of them.
+struct SharedPageRecompute : HostCopyFailedRig {
+  CacheLease served;
+  PageId shared;
+  std::vector<std::byte> before;
+  engine::SequenceKV kv;
+
+  void set_up() {
+    ASSERT_NO_FATAL_FAILURE(build());
+    auto lease = serve();
+    ASSERT_TRUE(lease.ok()) << lease.status().to_string();
+    served = std::move(*lease);
+    shared = served.pages()[2];
+    ASSERT_EQ(c.pool().refcount(shared), 2u) << "page 2 is used in place";
+    before = bytes_of(shared);
+    kv.pages = served.pages();
+  }
+  Result<engine::Logits> recompute() { return recompute_after_failed_load(*rig.engine, c, served, kv, prompt, {}); }
+};
+
 // A load that fails under that plan makes the engine recompute from position 0 (no page leads in
 // place), page 2 among the rest: the page the index shares must not be written (another sequence may
 // be reading it, and where the recompute rounds otherwise, its bytes would change under it). The
 // lease takes a page of its own for it.
 TEST(CacheCodec, TheRecomputeAfterAFailedLoadNeverWritesAPageSharedInPlace) {
-  HostCopyFailedRig r;
-  ASSERT_NO_FATAL_FAILURE(r.build());
-  auto served = r.serve();
-  ASSERT_TRUE(served.ok()) << served.status().to_string();
-  const PageId shared = served->pages()[2];
-  ASSERT_EQ(r.c.pool().refcount(shared), 2u) << "page 2 is used in place";
-  std::vector<std::byte> before(r.c.pool().page(shared), r.c.pool().page(shared) + r.g.page_bytes());
-  engine::SequenceKV kv;
-  kv.pages = served->pages();
-  auto out = recompute_after_failed_load(*r.rig.engine, r.c, *served, kv, r.prompt, {});
+  SharedPageRecompute r;
+  ASSERT_NO_FATAL_FAILURE(r.set_up());
+  auto out = r.recompute();
   ASSERT_TRUE(out.ok()) << out.status().to_string();
-  EXPECT_EQ(kv.num_tokens, r.prompt.size());
-  EXPECT_NE(served->pages()[2], shared);
-  EXPECT_EQ(kv.pages[2], served->pages()[2]);
-  EXPECT_EQ(r.c.pool().refcount(shared), 1u);  // the index's alone
-  EXPECT_TRUE(std::equal(before.begin(), before.end(), r.c.pool().page(shared))) << "the shared page was rewritten";
+  EXPECT_EQ(r.kv.num_tokens, r.prompt.size());
+  EXPECT_NE(r.served.pages()[2], r.shared);
+  EXPECT_EQ(r.kv.pages[2], r.served.pages()[2]);
+  EXPECT_EQ(r.c.pool().refcount(r.shared), 1u);  // the index's alone
+  EXPECT_EQ(r.bytes_of(r.shared), r.before) << "the shared page was rewritten";
   EXPECT_EQ(r.c.stats().load_failures, 1u);
-  r.c.release(*served);
+  r.c.release(r.served);
   EXPECT_TRUE(r.c.index().check_invariants().ok());
 }
 
@@ -314,26 +329,20 @@ TEST(CacheCodec, TheRecomputeAfterAFailedLoadNeverWritesAPageSharedInPlace) {
 // allocation the running sequences exhaust) rather than writing the shared page, the page keeps its
 // bytes and its readers, and the lease and the pool come back whole when it is released.
 TEST(CacheCodec, WithNoPageToSpareTheRecomputeIsRefusedAndTheSharedPageKept) {
-  HostCopyFailedRig r;
-  ASSERT_NO_FATAL_FAILURE(r.build());
-  auto served = r.serve();
-  ASSERT_TRUE(served.ok()) << served.status().to_string();
-  const PageId shared = served->pages()[2];
-  std::vector<std::byte> before(r.c.pool().page(shared), r.c.pool().page(shared) + r.g.page_bytes());
+  SharedPageRecompute r;
+  ASSERT_NO_FATAL_FAILURE(r.set_up());
   std::vector<CacheLease> hogs;  // every page the pool can still give, evicting what it may
   for (auto h = r.c.fresh(r.rig.ns, r.P); h.ok(); h = r.c.fresh(r.rig.ns, r.P)) hogs.push_back(std::move(*h));
   ASSERT_EQ(r.c.pool().free_pages(), 0u);
-  engine::SequenceKV kv;
-  kv.pages = served->pages();
-  auto out = recompute_after_failed_load(*r.rig.engine, r.c, *served, kv, r.prompt, {});
+  auto out = r.recompute();
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kBusy) << out.status().to_string();
-  EXPECT_EQ(served->pages()[2], shared);
-  EXPECT_EQ(r.c.pool().refcount(shared), 2u);  // the index's and the lease's, as before
-  EXPECT_TRUE(std::equal(before.begin(), before.end(), r.c.pool().page(shared))) << "the shared page was rewritten";
-  r.c.release(*served);
+  EXPECT_EQ(r.served.pages()[2], r.shared);
+  EXPECT_EQ(r.c.pool().refcount(r.shared), 2u);  // the index's and the lease's, as before
+  EXPECT_EQ(r.bytes_of(r.shared), r.before) << "the shared page was rewritten";
+  r.c.release(r.served);
   for (CacheLease& h : hogs) r.c.release(h);
-  EXPECT_EQ(r.c.pool().refcount(shared), 1u);
+  EXPECT_EQ(r.c.pool().refcount(r.shared), 1u);
   EXPECT_TRUE(r.c.index().check_invariants().ok());
   EXPECT_EQ(r.c.pool().free_pages() + r.c.index().stats().device_pages, r.c.pool().num_pages()) << "a page leaked";
 }
