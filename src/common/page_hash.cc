@@ -2,6 +2,13 @@
 
 #include <openssl/evp.h>
 #include <xxhash.h>
+#if defined(__x86_64__)
+// XXH3 in the widest vector code this CPU has (AVX-512, AVX2 or SSE2), chosen by libxxhash at run
+// time: the same values as the plain entry points, which Debian's library builds for baseline
+// x86-64 only (4.5 GB/s on a 1 MiB layer against 80+ with AVX-512; docs/PERF.md). The header
+// renames XXH3_* below to their *_dispatch forms.
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <bit>
 #include <new>

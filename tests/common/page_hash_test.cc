@@ -1,9 +1,11 @@
+#include "common/page_hash.h"
+
 #include <gtest/gtest.h>
+#include <xxhash.h>  // the plain (baseline-vector) entry points, against kvtier's run-time dispatched ones
 
 #include <numeric>
+#include <random>
 #include <vector>
-
-#include "common/page_hash.h"
 
 namespace kvtier {
 namespace {
@@ -87,6 +89,29 @@ TEST(PageHash, TenantsDifferAndNoTenantKeepsTheSeed) {
   Namespace same_salt_other_tenant = b;
   same_salt_other_tenant.tenant = "acme2";
   EXPECT_NE(namespace_seed(same_salt_other_tenant, HashAlgo::kSHA256), namespace_seed(b, HashAlgo::kSHA256));
+}
+
+// kvtier hashes through libxxhash's run-time dispatch (AVX-512, AVX2 or SSE2 by the CPU); every
+// path must give the values the plain entry points give, or entries written on one machine would
+// not be found, or would fail their checks, on another. Lengths cover XXH3's short-input cases,
+// its stripes and blocks, and odd tails.
+TEST(PageHash, DispatchedHashesEqualThePlainOnes) {
+  std::vector<unsigned char> data((size_t(1) << 20) + 67);
+  std::mt19937_64 rng(11);
+  for (auto& b : data) b = static_cast<unsigned char>(rng());
+  for (size_t len : {size_t(0), size_t(1), size_t(3), size_t(16), size_t(17), size_t(128), size_t(129), size_t(240),
+                     size_t(241), size_t(1000), size_t(1024), size_t(4103), size_t(65536), data.size()}) {
+    SCOPED_TRACE(len);
+    for (uint64_t seed : {uint64_t(0), uint64_t(0x6B7674696572ull + 3)})
+      EXPECT_EQ(checksum64(data.data() + 1, len, seed), XXH3_64bits_withSeed(data.data() + 1, len, seed));
+    const XXH128_hash_t plain = XXH3_128bits(data.data(), len);
+    const PageHash whole = hash_bytes(HashAlgo::kXXH3_128, data.data(), len);
+    EXPECT_EQ(whole, (PageHash{plain.low64, plain.high64}));
+    StreamHash128 streamed;  // in uneven pieces, as the streaming callers feed it
+    for (size_t at = 0, step = 1; at < len; at += step, step = step * 3 + 1)
+      streamed.update(data.data() + at, std::min(step, len - at));
+    EXPECT_EQ(streamed.digest(), whole);
+  }
 }
 
 }  // namespace
