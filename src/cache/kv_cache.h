@@ -340,8 +340,8 @@ class KVCache {
   // are corrected: tokens past that position count as recomputed, not
   // reused, and no bytes count as loaded for the lease. Pages the plan used
   // in place past that position become the lease's own (the engine writes
-  // them; others share the originals); Busy, as any allocation the running sequences exhaust, when
-  // the pool has none for them (the shared pages are left as they are).
+  // them; others share the originals); Busy, as any allocation the running
+  // sequences exhaust, when the pool has none (the shared pages stay as they are).
   Result<uint32_t> fall_back(CacheLease& lease);
   // Makes the lease's page table cover at least `tokens` positions.
   Status grow(CacheLease& lease, size_t tokens);
