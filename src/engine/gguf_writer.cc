@@ -159,6 +159,14 @@ Result<std::vector<char>> header(const GgufMetadata& metadata, std::span<const G
   return std::move(head.bytes());
 }
 
+// Finite values can overflow a narrower type (an f16 value, a block's f16 scale) to
+// infinity, which the loader refuses: such a file is not written.
+Status check_encoded(const GgufTensorSpec& t, std::span<const std::byte> encoded, uint64_t n) {
+  if (quant::first_nonfinite(t.type, encoded, size_t(n)) == n) return Status::Ok();
+  return Status::InvalidArgument("tensor '" + t.name + "' holds a value outside the range of " +
+                                 std::string(quant::info(t.type).name) + " (it would be stored as infinite)");
+}
+
 // Fills and encodes rows [r0, r0 + rows) of tensor `index` into `f32` and `out`, split
 // across `threads` threads; the first error wins.
 Status encode_rows(const GgufTensorSpec& t, size_t index, uint64_t r0, uint64_t rows, const GgufRowSource& source,
@@ -170,7 +178,7 @@ Status encode_rows(const GgufTensorSpec& t, size_t index, uint64_t r0, uint64_t 
     KVTIER_RETURN_IF_ERROR(source(index, r0 + begin, end - begin, f32 + begin * cols));
     for (uint64_t r = begin; r < end; ++r)
       KVTIER_RETURN_IF_ERROR(quantize_row(t.type, f32 + r * cols, size_t(cols), out + r * row_bytes));
-    return Status::Ok();
+    return check_encoded(t, {out + begin * row_bytes, size_t(end - begin) * row_bytes}, (end - begin) * cols);
   };
   const unsigned n = unsigned(std::min<uint64_t>(threads, rows));
   if (n <= 1) return part(0, rows);

@@ -543,7 +543,8 @@ bool is_llama_cpp_70b(const ModelConfig& c) {
 namespace {
 
 // llama.cpp's use_more_bits: the first and last eighth of the layers, and every third one between.
-bool use_more_bits(int layer, int n_layers) {
+// In 64 bits: a file's block numbers are any uint32 (7 * n_layers would overflow an int).
+bool use_more_bits(int64_t layer, int64_t n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
 }
 
@@ -564,7 +565,7 @@ GgufType row_fallback(GgufType type, uint64_t row_length) {
 
 GgufType q4_k_m_type(const MatrixRole& r) {
   const std::string_view name = r.name;
-  const int layer = int(r.layer), n = int(r.n_layers);
+  const int64_t layer = r.layer, n = r.n_layers;
   GgufType t = GgufType::kQ4_K;
   if (name == "output.weight" || (!r.has_output && name == "token_embd.weight")) {
     t = r.row_length % 256 != 0 ? GgufType::kQ8_0 : GgufType::kQ6_K;

@@ -254,6 +254,13 @@ TEST(Quantize, Q4KMPolicy) {
   EXPECT_EQ(q4_k_m_type({.name = "output.weight", .n_layers = 2, .row_length = 64}), GgufType::kQ8_0);
   EXPECT_EQ(q4_k_m_type({.name = "blk.1.attn_q.weight", .layer = 1, .n_layers = 2, .row_length = 64}), GgufType::kQ5_0);
   EXPECT_EQ(q4_k_m_type({.name = "blk.1.ffn_up.weight", .layer = 1, .n_layers = 2, .row_length = 48}), GgufType::kF16);
+  // A file's block numbers are any uint32: 7 * n_layers overflowed an int (undefined; the sanitizer build stops on it).
+  EXPECT_EQ(q4_k_m_type({.name = "blk.400000000.ffn_down.weight", .layer = 400000000, .n_layers = 400000001,
+                         .row_length = 256}),
+            GgufType::kQ6_K);
+  EXPECT_EQ(q4_k_m_type({.name = "blk.4000000000.ffn_down.weight", .layer = 4000000000u, .n_layers = 4000000001u,
+                         .row_length = 256}),
+            GgufType::kQ6_K);
   EXPECT_TRUE(is_llama_cpp_70b([] {
     ModelConfig c = *model_preset("8b");
     c.num_layers = 80;
@@ -417,6 +424,38 @@ TEST(Synthetic, QuantizeRefusesANonFiniteWeight) {
   EXPECT_TRUE(fs::is_symlink(dangling));
   EXPECT_TRUE(load_gguf_tensors(later, false).ok());
   fs::remove(f16), fs::remove(good), fs::remove(link), fs::remove(kept), fs::remove(dangling), fs::remove(later);
+}
+
+// A finite weight that the output type cannot hold (1e7: past f16's 65504, and a q8_0 block's
+// f16 scale of 1e7 / 127) is refused by name: quantize wrote an infinite value and exited 0,
+// and the loader then refused the file.
+TEST(Synthetic, QuantizeRefusesAWeightOutsideTheOutputTypesRange) {
+  auto model = Model::synthetic(*model_preset("tiny"), 7);
+  ASSERT_TRUE(model.ok());
+  const std::string f32 = temp_path("big-f32.gguf"), out = temp_path("big-out.gguf");
+  ASSERT_TRUE(write_gguf(**model, f32, {.weight_type = GgufType::kF32}).ok());
+  auto tensors = load_gguf_tensors(f32, false);
+  ASSERT_TRUE(tensors.ok());
+  const GgufTensor* big = nullptr;
+  for (const GgufTensor& t : *tensors)
+    if (t.shape.size() == 2 && t.type == GgufType::kF32) big = &t;
+  ASSERT_NE(big, nullptr);
+  {
+    std::fstream io(f32, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(std::streamoff(big->file_offset + 4));  // its second value
+    const float value = 1e7f;
+    io.write(reinterpret_cast<const char*>(&value), sizeof value);
+  }
+  ASSERT_TRUE(load_gguf(f32).ok()) << "the input is a model the loader takes";
+  for (const WeightFormat& format : {WeightFormat(GgufType::kQ8_0), WeightFormat(GgufType::kF16)}) {
+    fs::remove(out);
+    const Status s = quantize_gguf(f32, out, format);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << format.name() << ": " << s.to_string();
+    EXPECT_NE(s.message().find("'" + big->name + "' holds a value outside the range of"), std::string::npos)
+        << s.to_string();
+    EXPECT_FALSE(fs::exists(out)) << format.name();
+  }
+  fs::remove(f32);
 }
 
 }  // namespace

@@ -177,6 +177,25 @@ TEST_F(RemoteTierTest, AShortChunkReadByLayersWithItsLengthExpectedTakesOneRound
   }
 }
 
+// A chunk longer than the caller expected (GetOp::expect_pages too small) costs a second round,
+// as the Tier contract says: its metadata, read for the expected length, was cut short, taken
+// for a corrupt entry, counted and deleted.
+TEST_F(RemoteTierTest, AChunkLongerThanExpectedIsReadNotDeleted) {
+  auto t = tier();
+  ASSERT_TRUE(t);
+  const auto c = make_chunk(g, test_ns(1), 1, 4);
+  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  const size_t lb = g.layer_bytes(4);
+  std::vector<std::byte> part(lb);
+  std::vector<GetOp> ops{{c.key, 1, 1, part, {}, 0, KvCodec::kNone, /*expect_pages=*/2}};
+  t->get_batch(ops);
+  ASSERT_TRUE(ops[0].status.ok()) << ops[0].status.to_string();
+  EXPECT_EQ(ops[0].num_pages, 4u);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), c.payload.begin() + lb));
+  EXPECT_EQ(t->stats().checksum_failures, 0u);
+  EXPECT_TRUE(t->exists(c.key));
+}
+
 TEST_F(RemoteTierTest, KeysFollowTheDocumentedScheme) {
   auto t = tier();
   ASSERT_TRUE(t);
@@ -712,6 +731,48 @@ std::string all_slots_at(const std::string& port) {
 
 }  // namespace scripted
 
+// A chunk found shorter than its ranged read expected is read again whole, in a second round;
+// where the first round's transport failed (the connection dropped at a later key), it was left
+// reported read (OK, no pages), with nothing written into it.
+TEST(RemoteTierScripted, AShortChunkInARoundWhoseTransportFailedIsNotReportedRead) {
+  const ChunkGeometry g = small_geometry();
+  const auto a = make_chunk(g, test_ns(1), 1, 2), b = make_chunk(g, test_ns(1), 2);
+  std::vector<std::byte> entry(chunk_entry_layout(g, 2, 1).entry_bytes);
+  ASSERT_TRUE(encode_chunk_entry(g, a.key, a.hashes, a.payload, 1, 1, entry).ok());
+  std::mutex keys_mu;  // set once the tier can name them
+  std::string key_a, key_b;
+  scripted::ScriptedRedis server([&](int fd, int) {
+    std::string buf;
+    for (std::vector<std::string> args = scripted::read_command(fd, buf); !args.empty();
+         args = scripted::read_command(fd, buf)) {
+      std::lock_guard lk(keys_mu);
+      if (args.size() == 4 && args[0] == "GETRANGE" && args[1] == key_a) {  // a's entry, as Redis slices it
+        const size_t lo = std::stoul(args[2]), hi = std::min<size_t>(std::stoul(args[3]), entry.size() - 1);
+        const std::string v(reinterpret_cast<const char*>(entry.data()) + lo, hi + 1 - lo);
+        const std::string reply = "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n";
+        if (::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL) != ssize_t(reply.size())) return;
+      } else if (std::find(args.begin(), args.end(), key_b) != args.end()) {
+        return;  // the connection drops
+      } else if (::send(fd, "-ERR not scripted\r\n", 19, MSG_NOSIGNAL) != 19) {
+        return;
+      }
+    }
+  });
+  auto t = make_remote("redis://127.0.0.1:" + std::to_string(server.port()) + "?cluster=off&timeout_ms=2000", g);
+  ASSERT_TRUE(t);
+  {
+    std::lock_guard lk(keys_mu);
+    key_a = t->key_of(a.key), key_b = t->key_of(b.key);
+  }
+  const std::byte fill{0x5a};
+  std::vector<std::byte> pa(g.layer_bytes(g.chunk_pages), fill), pb(g.layer_bytes(g.chunk_pages), fill);
+  std::vector<GetOp> ops{{a.key, 1, 1, pa}, {b.key, 1, 1, pb}};  // expected whole: a is read again
+  t->get_batch(ops);
+  EXPECT_FALSE(ops[1].status.ok());
+  EXPECT_FALSE(ops[0].status.ok()) << "reported read with " << ops[0].num_pages << " pages";
+  EXPECT_EQ(t->stats().checksum_failures, 0u);
+}
+
 TEST(RedisSlots, ClusterSlotsWithAPortOutOfRangeIsRefused) {
   auto slots_reply = [](const std::string& port) {
     const std::string resp = "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n";
@@ -920,6 +981,34 @@ TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().to_string().find("longer than"), std::string::npos) << r.status().to_string();
   EXPECT_LT((*client)->stats().transport_errors, 2u);
+  client->reset();  // closes its connection: the server's sends fail
+  EXPECT_LT(sent.load(), uint64_t(64) << 20) << "the client read on past its bound";
+}
+
+// The same bound holds for an array, whose elements hiredis parses (and keeps) as they arrive:
+// the bytes it had not parsed stayed small, so 512 MiB of 64 KiB elements were all read and
+// returned as the reply to a GET.
+TEST(RedisClientDeadline, AnArrayReplyLongerThanTheBoundIsCutOff) {
+  std::atomic<uint64_t> sent{0};
+  scripted::ScriptedRedis server([&](int fd, int) {
+    if (!scripted::read_request(fd)) return;
+    const std::string head = "*8192\r\n";
+    if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) != ssize_t(head.size())) return;
+    const std::string element = "$65536\r\n" + std::string(size_t(1) << 16, 'x') + "\r\n";
+    for (int i = 0; i < 8192; ++i) {  // until the client hangs up
+      const ssize_t n = ::send(fd, element.data(), element.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += uint64_t(n);
+    }
+  });
+  auto o = scripted::standalone(server.port(), 1);
+  o.command_timeout = std::chrono::milliseconds(120000);  // cut off by its length, not by time
+  o.max_reply_bytes = size_t(1) << 20;
+  auto client = RedisClient::create(o);
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->command({"GET", "k"});
+  ASSERT_FALSE(r.ok()) << "an array of " << sent.load() << " bytes was taken";
+  EXPECT_NE(r.status().to_string().find("longer than"), std::string::npos) << r.status().to_string();
   client->reset();  // closes its connection: the server's sends fail
   EXPECT_LT(sent.load(), uint64_t(64) << 20) << "the client read on past its bound";
 }

@@ -88,6 +88,10 @@ bool is_timeout(const redisContext* c) {
 bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, void** reply) {
   *reply = nullptr;
   if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
+  // Every byte the reader takes while this reply is incomplete counts, with what it held before:
+  // the bytes it has not parsed yet do not bound a reply (an array's elements are parsed, and kept,
+  // as they arrive).
+  size_t taken = c->reader->len - c->reader->pos;
   while (*reply == nullptr) {
     const int64_t left = ms_left(deadline);
     pollfd readable{c->fd, POLLIN, 0};
@@ -97,8 +101,10 @@ bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, v
       time_out(c, "reply");
       return false;
     }
+    const size_t before = c->reader->len;  // a read only appends to the reader's buffer
     if (redisBufferRead(c) != REDIS_OK) return false;
-    if (c->reader->len - c->reader->pos > max_bytes) {  // hiredis would buffer any length the server sends
+    taken += c->reader->len - before;
+    if (taken > max_bytes) {  // hiredis would buffer any length the server sends
       c->err = REDIS_ERR_PROTOCOL;
       std::snprintf(c->errstr, sizeof c->errstr, "reply longer than the %zu bytes expected at most", max_bytes);
       return false;

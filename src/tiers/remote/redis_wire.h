@@ -56,7 +56,9 @@ class SigpipeGuard {
 bool is_timeout(const redisContext* c);
 // The context's next reply, whole by `deadline`. hiredis's own timeout bounds each read of the
 // socket, so a server that trickles a reply a byte at a time never tripped it. At most about
-// `max_bytes` are buffered for it (hiredis keeps reading whatever length a reply claims). False
+// `max_bytes` are read for it (hiredis keeps reading whatever length a reply claims), so what it
+// holds is bounded too: the bytes, or for an array the objects they parse into (at least 4 bytes
+// each on the wire, some 20 times that in memory). False
 // (the context carries the error) on a timeout, a reply too long or a broken connection.
 bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, void** reply);
 // The longest reply call() takes (AUTH, CLUSTER SLOTS).

@@ -375,7 +375,10 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   // Round 1 assumes the pages the caller expects, in this tier's codec (what
   // KVCache stores: whole chunks, and a prompt's tail); others take a second round.
   auto expected = [&](const GetOp& op) { return op.expect_pages ? std::min(op.expect_pages, g.chunk_pages) : g.chunk_pages; };
-  std::vector<std::string> keys, meta_end, r_begin, r_end;
+  // The metadata is read for the longest chunk: where it is longer than expected, the round still
+  // tells its length (a read cut inside the metadata was taken for a corrupt entry and deleted).
+  const std::string meta_end = std::to_string(chunk_entry_layout(g, g.chunk_pages, 1, options_.auth != nullptr).meta_bytes - 1);
+  std::vector<std::string> keys, r_begin, r_end;
   for (auto* op : ops) {
     GetOp probe = *op;
     (void)resolve_get_range(g, 1, probe);  // resolves kAllLayers
@@ -384,7 +387,6 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     const size_t lb = g.stored_layer_bytes(n, g.codec);
     const size_t off = layout.payload_offset + probe.first_layer * lb;
     keys.push_back(key_of(op->key));
-    meta_end.push_back(std::to_string(layout.meta_bytes - 1));
     r_begin.push_back(std::to_string(off));
     r_end.push_back(std::to_string(off + probe.num_layers * lb - 1));
   }
@@ -392,7 +394,7 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
   const size_t per = touch ? 3 : 2;
   std::vector<RedisCommand> cmds;
   for (size_t i = 0; i < ops.size(); ++i) {
-    cmds.push_back(RedisCommand{{"GETRANGE", keys[i], "0", meta_end[i]}});
+    cmds.push_back(RedisCommand{{"GETRANGE", keys[i], "0", meta_end}});
     cmds.push_back(RedisCommand{{"GETRANGE", keys[i], r_begin[i], r_end[i]}});
     if (touch) cmds.push_back(RedisCommand{{"PEXPIRE", keys[i], ttl_ms_}});
   }
@@ -431,14 +433,13 @@ void RemoteTier::get_ranges(std::span<GetOp*> ops) {
     ++counters_.hits;
   }
   note_result(transport.ok() ? refused : transport);
-  // Chunks of other lengths or codecs than expected: their layers sit elsewhere; reread them whole.
-  if (!partial.empty() && transport.ok()) {
-    for (auto* op : partial) {
-      op->status = Status::Ok();
-      op->num_pages = 0;
-    }
-    get_whole(partial);
+  // Chunks of other lengths or codecs than expected: their layers sit elsewhere; reread them whole
+  // (with the transport failing, they fail with it: nothing was read into them).
+  for (auto* op : partial) {
+    op->status = transport;
+    op->num_pages = 0;
   }
+  if (!partial.empty() && transport.ok()) get_whole(partial);
 }
 
 std::vector<bool> RemoteTier::exist(const PageHash& ns, std::span<const PageHash> chunk_keys) {
