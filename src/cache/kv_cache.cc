@@ -527,20 +527,43 @@ Status KVCache::own_pages_after_in_place_prefix(CacheLeaseState& lease) {
   return Status::Ok();
 }
 
+// Evicting a page the lease uses in place would free nothing (the lease holds it), so the path
+// stays locked through the last one. The host copies it loaded need no protecting once they have
+// landed, and device copies that others add to those pages later (a commit of the same prompt, a
+// read-ahead) must stay evictable: locked for the sequence's life, they left one decoding alone
+// short of pages that nothing could free, and it failed with Busy.
+void KVCache::narrow_lock_to_in_place(CacheLeaseState& lease) {
+  if (!lease.locked_.valid()) return;
+  const PageActions a(lease.plan_, lease.plan_.cached_pages);
+  uint32_t used = a.pages();
+  while (used > 0 && a.action[used - 1] != PlanAction::kInPlace) --used;
+  NodeHandle keep;
+  if (used > 0) {
+    const Result<NodeHandle> at = index_->ending_at(lease.locked_, used);
+    if (!at.ok() || !index_->lock(*at).ok()) return;  // the wider lock stays
+    keep = *at;
+  }
+  (void)index_->unlock(lease.locked_);
+  lease.locked_ = keep;
+}
+
 Status KVCache::grow(CacheLease& held, size_t tokens) {
   if (!held.valid()) return Status::FailedPrecondition("grow: lease is not active");
   CacheLeaseState& lease = *held.s_;
   KVTIER_ASSIGN_OR_RETURN(const uint32_t need, pages_for(tokens));
-  // Decoding: the prefill waited for every layer of its chunk loads, so the
-  // pages that took the parts of chunks it did not load go back before the
-  // sequence asks for more (a prompt near the pool's size would otherwise find
-  // none). Their transfers may still be retiring: that is waited for (a
+  // Decoding: the prefill waited for every layer of its chunk loads, so what
+  // only the loads needed goes before the sequence asks for more pages: the
+  // pages that took the parts of chunks it did not load (a prompt near the
+  // pool's size would otherwise find none) and the lock on the host pages it
+  // read. Their transfers may still be retiring: that is waited for (a
   // moment), not left to a later grow (under TSan one in three first grows
   // found them not yet done and kept the pages).
-  if (!lease.scratch_.empty()) {
+  if (!lease.decoding_) {
     lease.wait_all();
     for (PageId p : lease.scratch_) pool_->unref(p);
     lease.scratch_.clear();
+    narrow_lock_to_in_place(lease);
+    lease.decoding_ = true;
   }
   if (lease.pages_.size() >= need) return Status::Ok();
   return allocate_pages(need - static_cast<uint32_t>(lease.pages_.size()), lease.pages_);

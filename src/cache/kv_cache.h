@@ -132,6 +132,7 @@ struct CacheLeaseState {
   std::vector<uint32_t> front_load_pages_, back_load_pages_;  // first page of each chunk load, per handle
   std::vector<PageHash> prompt_hashes_;  // chained hashes of the lookup's whole pages (commit reuses them)
   bool codecs_folded_ = false;
+  bool decoding_ = false;  // grow() has released what only the loads needed
   bool layerwise_ = true;  // KVCacheOptions::layerwise
   LeaseReport report_;
   Plan plan_;
@@ -478,6 +479,8 @@ class KVCache {
   Status pin(CacheLeaseState& lease, const CacheLookup& L, const PageActions& a);
   // fall_back's last step: private pages for the pages used in place past the leading run.
   Status own_pages_after_in_place_prefix(CacheLeaseState& lease);
+  // Once the lease's loads have landed: its index lock narrowed to the pages it uses in place.
+  void narrow_lock_to_in_place(CacheLeaseState& lease);
   // Retry unless every index page the plan reads is where the lookup found it.
   Status check_current(const CacheLookup& L, const PageActions& a) const;
   // The pages `tokens` positions take; NoSpace past the pool (a huge count wrapped to few pages).

@@ -211,6 +211,35 @@ TEST(CacheExactness, ALeaseLocksOnlyThePagesItsPlanReads) {
   EXPECT_TRUE(rig.cache->index().check_invariants().ok());
 }
 
+// A lease that loaded its prompt from the host keeps those pages locked in the index only while
+// its loads run. Device copies of them that another sequence gives the index later (a commit of
+// the same prompt) stay evictable: locked for the lease's life, they left it short of pages that
+// nothing could free, and a sequence decoding alone failed with Busy (the server ended it) though
+// its prompt and every token it asked for fit the pool.
+TEST(CacheExactness, CopiesCommittedIntoTheHostPagesALeaseLoadedStayEvictable) {
+  RigOptions o;
+  o.device_pages = 12;
+  o.disk = false;
+  CacheRig rig(o);
+  const auto prompt = CacheRig::random_tokens(4 * 16 + 1, 7);
+  rig.cached(prompt, 0);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->evict(TierKind::kDevice, 100).ok());  // its pages on the host only
+  auto a = rig.cache->acquire(rig.ns, prompt);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_EQ(a->report().reused_tokens_by_tier[int(TierKind::kHost)], 4u * 16);
+  auto b = rig.cache->acquire(rig.ns, prompt);
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  b->wait_all();
+  ASSERT_TRUE(rig.cache->commit(*b, prompt).ok());  // b's pages: the index's device copies of a's
+  ASSERT_TRUE(rig.cache->drain().ok());
+  const Status grown = rig.cache->grow(*a, size_t(o.device_pages) * 16);  // a alone takes the whole pool
+  EXPECT_TRUE(grown.ok()) << grown.to_string();
+  EXPECT_EQ(rig.cache->stats().index.protected_pages, 0u);
+  rig.cache->release(*a);
+  EXPECT_TRUE(rig.cache->index().check_invariants().ok());
+}
+
 // A lookup kept while its device pages were evicted, and taken by another sequence, is refused
 // (Retry) rather than applied over that sequence's pages (the Python API's lookup and load are
 // two calls); acquire() looks the prompt up again, and is exact.
