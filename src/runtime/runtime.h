@@ -185,6 +185,16 @@ struct ModelInfo {
   std::shared_ptr<const Planner> planner;
   std::string remote_store;
 
+  // KV positions a request of `prompt` tokens generating up to `max_tokens` holds at its end:
+  // the prompt's and those of the tokens fed back, every sampled one but the last (0 tokens: an
+  // echo of the prompt only). It fits the device pool when this is at most max_kv_tokens.
+  static uint64_t kv_tokens_needed(uint64_t prompt, uint32_t max_tokens) {
+    return prompt + (max_tokens > 0 ? max_tokens - 1 : 0);
+  }
+  bool fits_kv_pool(uint64_t prompt, uint32_t max_tokens) const {
+    return max_kv_tokens == 0 || kv_tokens_needed(prompt, max_tokens) <= max_kv_tokens;
+  }
+
   bool is_end_of_generation(TokenId t) const {
     return std::binary_search(end_of_generation.begin(), end_of_generation.end(), t);
   }

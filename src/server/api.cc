@@ -270,9 +270,10 @@ std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestL
                            std::to_string(r.max_tokens) + ") exceeds the model's context of " +
                            std::to_string(limits.max_context) + " tokens",
                        "max_tokens", "context_length_exceeded");
-  if (limits.max_kv_tokens != 0 && total > limits.max_kv_tokens)
+  const uint64_t kv = ModelInfo::kv_tokens_needed(r.prompt.size(), r.max_tokens);
+  if (limits.max_kv_tokens != 0 && kv > limits.max_kv_tokens)
     return bad_request("prompt (" + std::to_string(r.prompt.size()) + " tokens) plus max_tokens (" +
-                           std::to_string(r.max_tokens) + ") needs KV for " + std::to_string(total) +
+                           std::to_string(r.max_tokens) + ") needs KV for " + std::to_string(kv) +
                            " tokens, more than the device KV pool holds (" + std::to_string(limits.max_kv_tokens) +
                            " tokens): it could never run; lower max_tokens or shorten the prompt",
                        "max_tokens", "kv_pool_exceeded");
@@ -424,8 +425,9 @@ std::optional<ApiError> check_text_bytes(uint64_t bytes, const RequestLimits& li
 
 std::optional<ApiError> finish_request(CompletionRequest& r, const RequestLimits& limits) {
   if (!r.max_tokens_given) {  // a default asks for no more than the context and the pool leave
-    uint64_t room = limits.max_context;
-    if (limits.max_kv_tokens != 0) room = std::min<uint64_t>(room, limits.max_kv_tokens);
+    uint64_t room = limits.max_context;  // for prompt + max_tokens
+    if (limits.max_kv_tokens != 0)       // the last token's KV is never written (ModelInfo::kv_tokens_needed)
+      room = std::min<uint64_t>(room, uint64_t(limits.max_kv_tokens) + 1);
     if (room > r.prompt.size()) r.max_tokens = uint32_t(std::min<uint64_t>(r.max_tokens, room - r.prompt.size()));
   }
   r.sampling.logprobs = r.logprobs;

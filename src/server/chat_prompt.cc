@@ -44,15 +44,21 @@ Result<std::vector<TokenId>> ChatPrompts::build(const text::ChatInput& chat, std
                               " bytes, more than the " + std::to_string(max_text_bytes) + " accepted");
   std::vector<TokenId> plain = codec_->tokenize(rendered, {.add_bos = true, .parse_special = true});
   auto spliced = splicing_ ? splice(chat.messages, rendered, cache_salt) : std::nullopt;
-  if (!spliced || *spliced == plain || codec_->detokenize_special(*spliced) != codec_->detokenize_special(plain))
-    return plain;
+  if (!spliced || *spliced == plain || !same_text(*spliced, plain)) return plain;
   std::lock_guard lk(memo_->mu);
   ++memo_->spliced;
   return *std::move(spliced);
 }
 
+// Equal texts with control tokens as their text and without them: a control token and its text
+// spelled as plain characters (a "<s>" the tokenizer did not see whole) read alike in the first.
+bool ChatPrompts::same_text(std::span<const TokenId> a, std::span<const TokenId> b) const {
+  return codec_->detokenize_special(a) == codec_->detokenize_special(b) && codec_->detokenize(a) == codec_->detokenize(b);
+}
+
 std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& rendered,
-                                                             std::span<const std::string> segment_texts) const {
+                                                             std::span<const std::string> segment_texts,
+                                                             std::span<const TokenId> plain) const {
   Segmented out;
   size_t from = 0;
   auto append = [&](std::string_view piece) {
@@ -69,6 +75,8 @@ std::optional<ChatPrompts::Segmented> ChatPrompts::segmented(const std::string& 
     from = at + text.size();
   }
   append(std::string_view(rendered).substr(from));
+  // A text found inside the template's markup (its special tokens' text) splits a control token.
+  if (!same_text(out.tokens, plain)) return std::nullopt;
   return out;
 }
 

@@ -61,13 +61,16 @@ class ChatPrompts {
   // The rendered text tokenized in pieces so that each of `segment_texts`,
   // found in order in `rendered`, is tokenized on its own (BOS only before
   // the first piece) and reported as a reusable segment; nullopt when one is
-  // not found (then the plain tokens stand). A document thus gives the same
-  // tokens wherever it sits (the price: BPE does not merge across its edges).
+  // not found, or the pieces do not read as `plain` (the whole rendering's
+  // tokens) does: a text found inside a control token's text splits it (then
+  // the plain tokens stand). A document thus gives the same tokens wherever
+  // it sits (the price: BPE does not merge across its edges).
   struct Segmented {
     std::vector<TokenId> tokens;
     std::vector<PromptSegment> segments;
   };
-  std::optional<Segmented> segmented(const std::string& rendered, std::span<const std::string> segment_texts) const;
+  std::optional<Segmented> segmented(const std::string& rendered, std::span<const std::string> segment_texts,
+                                     std::span<const TokenId> plain) const;
 
   // Statistics for tests and metrics: builds that reused remembered ids.
   uint64_t spliced() const;
@@ -83,6 +86,8 @@ class ChatPrompts {
 
   ChatPrompts(const TextCodec* codec, std::optional<text::ChatTemplate> tmpl, std::string unavailable)
       : codec_(codec), tmpl_(std::move(tmpl)), unavailable_(std::move(unavailable)), memo_(std::make_unique<Memo>()) {}
+  // Both read as the same text, with and without their control tokens' text.
+  bool same_text(std::span<const TokenId> a, std::span<const TokenId> b) const;
   std::optional<std::vector<TokenId>> splice(const nlohmann::ordered_json& messages, const std::string& rendered,
                                              std::string_view cache_salt) const;
 

@@ -38,14 +38,14 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The text of one token, for logprobs.
-
+// Unique for the process's life: the whole counter (its low 24 bits alone repeated every 16.7 M
+// requests, and tool-call ids are made from these).
 std::string new_completion_id() {
   static std::atomic<uint64_t> counter{0};
   static const uint64_t boot = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
   char buf[48];
   std::snprintf(buf, sizeof buf, "cmpl-%012llx%06llx", static_cast<unsigned long long>(boot & 0xffffffffffffull),
-                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffff));
+                static_cast<unsigned long long>(counter.fetch_add(1)));
   return buf;
 }
 
@@ -296,7 +296,7 @@ void HttpServer::install_generation_routes() {
     // Cacheable parts are tokenized as pieces (which may split what the whole text tokenizes as) only
     // where the request may blend: the server allows it and the request did not say no.
     if (!chat.segment_texts.empty() && config_.runtime.blend.enabled && chat.completion.blend != false) {
-      if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts)) {
+      if (auto seg = chat_->segmented(chat.rendered, chat.segment_texts, chat.completion.prompt)) {
         chat.completion.prompt = std::move(seg->tokens);
         chat.completion.segments = std::move(seg->segments);
         if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);

@@ -67,10 +67,10 @@ Scheduler::~Scheduler() {
 }
 
 Result<std::shared_ptr<RequestState>> Scheduler::submit(GenerationRequest request) {
-  const uint64_t kv_tokens = request.prompt.size() + uint64_t(request.max_tokens);
-  if (model_.max_kv_tokens != 0 && kv_tokens > model_.max_kv_tokens)
+  if (!model_.fits_kv_pool(request.prompt.size(), request.max_tokens))
     return Status::InvalidArgument("prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
-                                   std::to_string(request.max_tokens) + ") needs KV for " + std::to_string(kv_tokens) +
+                                   std::to_string(request.max_tokens) + ") needs KV for " +
+                                   std::to_string(ModelInfo::kv_tokens_needed(request.prompt.size(), request.max_tokens)) +
                                    " tokens, more than the device KV pool holds (" +
                                    std::to_string(model_.max_kv_tokens) + " tokens): it could never run");
   auto state = std::make_shared<RequestState>();

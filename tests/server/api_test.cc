@@ -271,13 +271,20 @@ TEST(ApiParseTest, KvPoolLimits) {
   const ApiError too_long = error_of(R"({"prompt":")" + std::string(33, 'a') + R"("})", l);
   EXPECT_EQ(too_long.code, "context_length_exceeded");
   EXPECT_NE(too_long.message.find("device KV pool"), std::string::npos) << too_long.message;
-  const ApiError tail = error_of(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":3})", l);
+  // The last sampled token is never fed back: 30 + 3 tokens need KV for 32.
+  const ApiError tail = error_of(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":4})", l);
   EXPECT_EQ(tail.code, "kv_pool_exceeded");
   EXPECT_EQ(tail.param, "max_tokens");
-  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":2})", l)));
-  auto cut = parse(R"({"prompt":")" + std::string(30, 'a') + R"("})", l);  // the default 8, cut to the pool's 2
+  EXPECT_NE(tail.message.find("needs KV for 33 tokens"), std::string::npos) << tail.message;
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(R"({"prompt":")" + std::string(30, 'a') + R"(","max_tokens":3})", l)));
+  auto cut = parse(R"({"prompt":")" + std::string(30, 'a') + R"("})", l);  // the default 8, cut to the pool's 3
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(cut));
-  EXPECT_EQ(std::get<CompletionRequest>(cut).max_tokens, 2u);
+  EXPECT_EQ(std::get<CompletionRequest>(cut).max_tokens, 3u);
+  // A prompt of max_prompt_tokens (the whole pool) without max_tokens gets one token: it was
+  // refused for the default it did not send.
+  auto whole = parse(R"({"prompt":")" + std::string(32, 'a') + R"("})", l);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(whole)) << std::get<ApiError>(whole).message;
+  EXPECT_EQ(std::get<CompletionRequest>(whole).max_tokens, 1u);
   // Over the byte bound: refused before tokenizing.
   const ApiError bytes = error_of(R"({"prompt":")" + std::string(97, 'a') + R"("})", l);
   EXPECT_NE(bytes.message.find("not tokenized"), std::string::npos) << bytes.message;

@@ -407,7 +407,8 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
   };
   const ChatRequest ab = request(doc_a, doc_b), ba = request(doc_b, doc_a);
   ASSERT_EQ(ab.segment_texts, (std::vector<std::string>{doc_a, doc_b}));
-  auto sa = prompts_->segmented(ab.rendered, ab.segment_texts), sb = prompts_->segmented(ba.rendered, ba.segment_texts);
+  auto sa = prompts_->segmented(ab.rendered, ab.segment_texts, ab.completion.prompt);
+  auto sb = prompts_->segmented(ba.rendered, ba.segment_texts, ba.completion.prompt);
   ASSERT_TRUE(sa && sb);
   ASSERT_EQ(sa->segments.size(), 2u);
   auto tokens_of = [](const ChatPrompts::Segmented& s, size_t i) {
@@ -417,7 +418,7 @@ TEST_F(ChatPromptsTest, CacheablePartsAreSegmentsWithStableTokens) {
   EXPECT_EQ(tokens_of(*sa, 0), tokens_of(*sb, 1));
   EXPECT_EQ(tokens_of(*sa, 1), tokens_of(*sb, 0));
   EXPECT_EQ(codec_.detokenize_special(sa->tokens), ab.rendered);  // the model still reads the whole conversation
-  EXPECT_FALSE(prompts_->segmented(ab.rendered, std::vector<std::string>{"not in the text"}));
+  EXPECT_FALSE(prompts_->segmented(ab.rendered, std::vector<std::string>{"not in the text"}, ab.completion.prompt));
   const auto bad = parse_chat_request(
       R"({"messages":[{"role":"user","content":[{"type":"text","text":"x","cacheable":"yes"}]}]})", limits(),
       [&](const text::ChatInput& c, std::string_view, std::string& r) { return prompts_->build(c, r); });
@@ -500,10 +501,28 @@ TEST(ChatApi, SegmentedPromptsReadAsTheRenderedText) {
   auto r = spm.parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hello world","cacheable":true}]}]})");
   ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
   const ChatRequest& chat = std::get<ChatRequest>(r);
-  auto seg = spm.prompts->segmented(chat.rendered, chat.segment_texts);
+  auto seg = spm.prompts->segmented(chat.rendered, chat.segment_texts, chat.completion.prompt);
   ASSERT_TRUE(seg);
   EXPECT_EQ(spm.codec.detokenize_special(seg->tokens), spm.codec.detokenize_special(chat.completion.prompt));
   EXPECT_LE(seg->tokens.size(), chat.completion.prompt.size() + 1);
+}
+
+// A cacheable text found inside the template's markup split a control token: "s>" matched inside
+// the "<s>" that renders BOS, which then reached the model as plain characters (the request's
+// prompt and its logprobs changed). The plain tokens stand then.
+TEST(ChatApi, ACacheableTextFoundInsideAControlTokensTextLeavesThePlainTokens) {
+  const SpmChat spm;
+  auto r = spm.parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"s>","cacheable":true}]}]})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(r)) << std::get<ApiError>(r).message;
+  const ChatRequest& chat = std::get<ChatRequest>(r);
+  ASSERT_EQ(chat.rendered.find("s>"), 1u) << chat.rendered;  // inside "<s>"
+  EXPECT_FALSE(spm.prompts->segmented(chat.rendered, chat.segment_texts, chat.completion.prompt));
+  // Found where the message put it, the same text is a segment.
+  auto later = spm.parse(R"({"messages":[{"role":"user","content":[{"type":"text","text":"Read: "},
+                          {"type":"text","text":"[INST] is not here","cacheable":true}]}]})");
+  ASSERT_TRUE(std::holds_alternative<ChatRequest>(later));
+  const ChatRequest& ok = std::get<ChatRequest>(later);
+  EXPECT_TRUE(spm.prompts->segmented(ok.rendered, ok.segment_texts, ok.completion.prompt)) << ok.rendered;
 }
 
 // The reply's own ids are spliced into the next turn's prompt with Llama 2's layout too: the text

@@ -136,5 +136,28 @@ TEST(Preemption, ASequenceBeingResumedPausesAgainWhenAnOlderOneNeedsItsPages) {
   }
 }
 
+// The pool bounds the KV a sequence writes: its prompt's and every generated token's but the last
+// (never fed back). Requests exactly at that bound run to the end alone; one token more is refused
+// at submit. (Admission counted the last token too, so a prompt of the whole pool, the limit
+// /v1/models publishes, could generate nothing.)
+TEST(Preemption, ASequenceWhoseKvFillsThePoolExactlyRunsToItsEnd) {
+  RuntimeOptions o = tiny(0);
+  o.device_bytes = size_t(1) << 20;
+  const uint32_t pool = pool_tokens(o);
+  ASSERT_GE(pool, 64u);
+  const auto done = run(o, {request(pool, 1, 1), request(pool - 7, 8, 2)}, /*together=*/false);
+  ASSERT_EQ(done.outputs.size(), 2u);
+  EXPECT_EQ(done.outputs[0].size(), 1u);
+  EXPECT_EQ(done.outputs[1].size(), 8u);
+  auto rt = Runtime::create(o);
+  ASSERT_TRUE(rt.ok());
+  auto sched = Scheduler::create({}, std::move(rt).value());
+  ASSERT_TRUE(sched.ok());
+  const auto over = (*sched)->submit(request(pool - 7, 9, 3));
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("needs KV for " + std::to_string(pool + 1)), std::string::npos)
+      << over.status().to_string();
+}
+
 }  // namespace
 }  // namespace kvtier::server
