@@ -178,8 +178,8 @@ TEST(Tokenizer, SyntheticVocabularySpellsAnyText) {
   EXPECT_EQ(ids.size(), 1 + 1 + 5 + 1 + 6 + 1 + 4u);  // BOS, ▁, bytes of each word, ▁ between
 }
 
-// Special tokens are found by a search over their sorted texts; it finds what a scan of every
-// special at every position finds: the longest one starting there (the lowest id of equal texts),
+// Special tokens are found by a search over their sorted texts (and the chain of each one's special
+// prefixes); it finds what a scan of every special at every position finds: the longest one starting there (the lowest id of equal texts),
 // only user-defined ones without parse_special. Random texts over an alphabet that makes the
 // specials overlap, nest and repeat.
 TEST(Tokenizer, SpecialsAreTheLongestMatchAsAScanFindsThem) {
@@ -188,7 +188,9 @@ TEST(Tokenizer, SpecialsAreTheLongestMatchAsAScanFindsThem) {
   const std::vector<std::pair<std::string, TokenType>> added = {
       {"<a", TokenType::kUserDefined},   {"<ab", TokenType::kUserDefined}, {"<abc", TokenType::kControl},
       {"ab", TokenType::kUserDefined},   {"abcab", TokenType::kUserDefined}, {"<|x|>", TokenType::kControl},
-      {"<ab", TokenType::kControl},      {"ba", TokenType::kUserDefined},  {"<abcabc>", TokenType::kUserDefined}};
+      {"<ab", TokenType::kControl},      {"ba", TokenType::kUserDefined},  {"<abcabc>", TokenType::kUserDefined},
+      {"aa", TokenType::kUserDefined},   {"aab", TokenType::kUserDefined}, {"aaab", TokenType::kUserDefined},
+      {"aaaab", TokenType::kControl},    {"aaaaaab", TokenType::kUserDefined}};  // a chain of prefixes
   for (const auto& [text, type] : added) {
     v->tokens.push_back(text);
     v->scores.push_back(0);
@@ -215,7 +217,7 @@ TEST(Tokenizer, SpecialsAreTheLongestMatchAsAScanFindsThem) {
     return found;
   };
   std::mt19937 rng(7);
-  const std::string alphabet[] = {"<", "a", "b", "c", "|", "x", ">", "ab", "<ab", " "};
+  const std::string alphabet[] = {"<", "a", "b", "c", "|", "x", ">", "ab", "<ab", " ", "aaa"};
   for (int round = 0; round < 500; ++round) {
     std::string text;
     for (int i = 0; i < 24; ++i) text += alphabet[rng() % std::size(alphabet)];
