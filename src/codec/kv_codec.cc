@@ -302,9 +302,15 @@ bool cpu_has_avx2_f16c() {
 }
 }  // namespace
 
+// The CPU is asked first: building the native table runs AVX2 code (on a CPU without it, every
+// codec call died of SIGILL before the scalar table could be chosen).
+const KvCodecKernels* native_kernels() {
+  static const KvCodecKernels* native = cpu_has_avx2_f16c() ? native_kernels_unchecked() : nullptr;
+  return native;
+}
+
 const KvCodecKernels& best_kernels() {
-  static const KvCodecKernels& best =
-      native_kernels() != nullptr && cpu_has_avx2_f16c() ? *native_kernels() : scalar_kernels();
+  static const KvCodecKernels& best = native_kernels() != nullptr ? *native_kernels() : scalar_kernels();
   return best;
 }
 

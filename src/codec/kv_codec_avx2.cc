@@ -375,7 +375,7 @@ void f16_to_f32_n(const uint16_t* in, size_t n, float* out) {
 
 }  // namespace
 
-const KvCodecKernels* native_kernels() {
+const KvCodecKernels* native_kernels_unchecked() {
   static const KvCodecKernels kernels =
       make_kernels<q8_encode_op, q8_decode_op, q4_encode_op, q4_decode_op, q4_encode_channels_op,
                    q4_decode_channels_op>("avx2", f32_to_f16_n, f16_to_f32_n);
@@ -387,7 +387,7 @@ const KvCodecKernels* native_kernels() {
 #else  // no AVX2/F16C in this build
 
 namespace kvtier::detail {
-const KvCodecKernels* native_kernels() { return nullptr; }
+const KvCodecKernels* native_kernels_unchecked() { return nullptr; }
 }  // namespace kvtier::detail
 
 #endif

@@ -107,8 +107,11 @@ KvCodecKernels make_kernels(const char* name, void (*f32_to_f16)(const float*, s
 }  // namespace
 
 const KvCodecKernels& scalar_kernels();
-// The AVX2+F16C kernels, or nullptr when this build has none.
+// The AVX2+F16C kernels, or nullptr when this build has none or the CPU
+// lacks either (their table is built by code compiled for AVX2).
 const KvCodecKernels* native_kernels();
+// The same without asking the CPU (kv_codec_avx2.cc): only native_kernels() calls it.
+const KvCodecKernels* native_kernels_unchecked();
 // What the public functions use: native when built, else scalar.
 const KvCodecKernels& best_kernels();
 
