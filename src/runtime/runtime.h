@@ -144,7 +144,8 @@ struct RuntimeStats {
 // Text ↔ ids with the model's tokenizer. Immutable and safe from any thread,
 // and independent of the Runtime's lifetime (it shares the tokenizer's
 // tables), so HTTP threads tokenize long prompts without holding up the
-// scheduler.
+// scheduler. The text of ids is the text of each id in turn (every
+// detokenize below): a stream appends each new token's.
 struct TextCodec {
   std::function<std::vector<TokenId>(std::string_view text, const text::EncodeOptions& options)> tokenize;
   std::function<std::string(std::span<const TokenId> ids)> detokenize;

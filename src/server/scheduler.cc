@@ -20,6 +20,7 @@ struct Scheduler::Running {
   std::shared_ptr<RequestState> state;
   SeqId seq;
   std::vector<TokenId> tokens;  // completion tokens (EOS excluded)
+  std::string decoded;          // their text, a token's at a time (TextCodec: the text of ids is the sum of theirs)
   CompletionText text;
   CompletionUsage usage;
   RequestState::Clock::time_point deadline;
@@ -488,8 +489,8 @@ bool Scheduler::on_token(Running& r, TokenId token) {
   r.tokens.push_back(token);
   const engine::TokenLogprobs* logprobs = runtime_->last_logprobs(r.seq);
   r.usage.completion_tokens = uint32_t(r.tokens.size());
-  const std::string full = model_.text.detokenize_showing(r.tokens, r.request.shown_specials);
-  std::string delta = r.text.advance(full);
+  r.decoded += model_.text.detokenize_showing({&token, 1}, r.request.shown_specials);  // the whole text again each token was quadratic
+  std::string delta = r.text.advance(r.decoded);
   r.state->publish_token(delta, first, r.usage, token, logprobs);
   if (r.text.stopped()) {
     end(r, "stop", {});
@@ -511,7 +512,7 @@ void Scheduler::end(Running& r, std::string finish_reason, Status error) {
   if (!r.request.tenant.empty()) r.usage.tenant = runtime_->tenant_usage(r.request.tenant);
   ++room_epoch_;  // its pages and slot are free: requests waiting for room may fit now
   std::string rest;
-  if (error.ok() && !r.text.stopped()) rest = r.text.finish(model_.text.detokenize_showing(r.tokens, r.request.shown_specials));
+  if (error.ok() && !r.text.stopped()) rest = r.text.finish(r.decoded);
   r.usage.e2e_s = seconds_between(r.state->arrival(), options_.clock->now());
   r.state->complete(rest, std::move(finish_reason), std::move(error), r.usage);
 }
