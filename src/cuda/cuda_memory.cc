@@ -88,25 +88,29 @@ class CudaDeviceMemory final : public DeviceMemory {
       out_to_pinned = out_to_pinned && c.bytes <= UINT32_MAX && !inside(c.dst, c.bytes) &&
                       addressable(c.dst, c.bytes) && addressable(c.src, c.bytes);
     }
-    if (out_to_pinned && total / copies.size() < kKernelBelowBytes) {
-      CopyList list;
-      for (size_t i = 0; i < copies.size(); ++i) {
-        list.dst[list.n] = copies[i].dst;
-        list.src[list.n] = copies[i].src;
-        list.bytes[list.n] = uint32_t(copies[i].bytes);
-        if (++list.n == kMaxCopiesPerLaunch || i + 1 == copies.size()) {
-          KVTIER_CUDA_RETURN_IF_ERROR(launch_copy_list(list, s));
-          list.n = 0;
-        }
-      }
-    } else {
-      KVTIER_RETURN_IF_ERROR(enqueue_copies(copies, s));
-    }
-    KVTIER_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    return Status::Ok();
+    const Status queued = out_to_pinned && total / copies.size() < kKernelBelowBytes ? launch_copy_lists(copies, s)
+                                                                                       : enqueue_copies(copies, s);
+    // Waited for even when queuing failed part-way: the copies already queued would otherwise land
+    // after the caller has given the pages (or this thread's staging buffer) to something else.
+    const Status synced = cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    KVTIER_RETURN_IF_ERROR(queued);
+    return synced;
   }
 
  private:
+  static Status launch_copy_lists(std::span<const ByteCopy> copies, cudaStream_t s) {
+    CopyList list;
+    for (size_t i = 0; i < copies.size(); ++i) {
+      list.dst[list.n] = copies[i].dst;
+      list.src[list.n] = copies[i].src;
+      list.bytes[list.n] = uint32_t(copies[i].bytes);
+      if (++list.n == kMaxCopiesPerLaunch || i + 1 == copies.size()) {
+        KVTIER_CUDA_RETURN_IF_ERROR(launch_copy_list(list, s));
+        list.n = 0;
+      }
+    }
+    return Status::Ok();
+  }
   // Average copy size from which DMA beats the copy kernel.
   static constexpr size_t kKernelBelowBytes = size_t(1) << 20;
   bool inside(const std::byte* p, size_t n) const { return p >= p_ && p + n <= p_ + n_; }
