@@ -248,6 +248,9 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, WaitingClient& wai
         std::string chunk;
         const Relay::Next next = relay->next_chunk(watched, chunk);
         if (next == Relay::Next::kClientGone) return false;  // the releaser resets the backend
+        // A stream its backend cut short ends without the chunked end, the connection closed: ended
+        // cleanly, it read as whole to the client (the raw relay below never wrote the end either).
+        if (next == Relay::Next::kEnd && relay->failed) return false;
         if (next == Relay::Next::kEnd) {
           sink.done();
           return true;

@@ -8,6 +8,7 @@
 
 #include "router/router_impl.h"
 #include "common/json_text.h"
+#include "server/json_limits.h"
 
 namespace kvtier::router {
 
@@ -15,8 +16,9 @@ using nlohmann::json;
 
 namespace {
 
+// Bounded as the backends parse it: a body of nested arrays parsed whole cost the router a GB.
 bool wants_stream(const std::string& body) {
-  auto j = json::parse(body, nullptr, false);
+  const auto j = server::parse_bounded_json<json>(body);
   if (!j.is_object()) return false;
   auto s = j.find("stream");
   return s != j.end() && s->is_boolean() && s->get<bool>();
