@@ -56,28 +56,6 @@ std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o) {
   return c;
 }
 
-RequestDeadline::RequestDeadline(httplib::Client& client, double seconds)
-    : thread_([this, &client, seconds] {
-        std::unique_lock lock(mu_);
-        if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
-        passed_ = true;
-        client.stop();  // shuts the socket down: the blocked read returns
-      }) {}
-
-RequestDeadline::~RequestDeadline() {
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_one();
-  thread_.join();
-}
-
-bool RequestDeadline::passed() const {
-  std::lock_guard lock(mu_);
-  return passed_;
-}
-
 constexpr size_t kMaxSmallAnswer = 1 << 20;
 
 Result<SmallAnswer> small_request(httplib::Client& client, const LoadgenOptions& o, const std::string& method,
@@ -88,24 +66,7 @@ Result<SmallAnswer> small_request(httplib::Client& client, const LoadgenOptions&
   req.headers = auth_headers(o);
   if (!body.empty()) req.set_header("Content-Type", "application/json");
   req.body = body;
-  SmallAnswer answer;
-  req.response_handler = [&](const httplib::Response& r) {
-    answer.status = r.status;
-    return true;
-  };
-  bool too_large = false;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    too_large = answer.body.size() + n > kMaxSmallAnswer;
-    if (!too_large) answer.body.append(data, n);
-    return !too_large;
-  };
-  const RequestDeadline deadline(client, o.timeout_s);
-  auto res = client.send(req);
-  const std::string what = method + " " + path;
-  if (too_large) return Status::Unavailable(what + ": the answer is over 1 MiB");
-  if (deadline.passed()) return Status::Unavailable(what + ": timed out after " + std::to_string(o.timeout_s) + " s (--timeout)");
-  if (!res) return Status::Unavailable("cannot reach " + o.url + ": " + httplib::to_string(res.error()));
-  return answer;
+  return client::small_call(client, std::move(req), o.timeout_s, kMaxSmallAnswer, method + " " + o.url + path);
 }
 
 constexpr const char* kWords[] = {

@@ -12,36 +12,18 @@
 #include <thread>
 
 #include "client/loadgen.h"
+#include "client/small_call.h"
 
 namespace kvtier::server::loadgen_detail {
 
 std::unique_ptr<httplib::Client> make_client(const LoadgenOptions& o);
 httplib::Headers auth_headers(const LoadgenOptions& o);
 
-// Stops the request `client` has in flight once `seconds` have passed, from a thread of its own:
-// httplib's timeouts bound each read, so a server that trickles header lines or body bytes never
-// trips them. Destroying it ends the wait.
-class RequestDeadline {
- public:
-  RequestDeadline(httplib::Client& client, double seconds);
-  ~RequestDeadline();
-  RequestDeadline(const RequestDeadline&) = delete;
-  RequestDeadline& operator=(const RequestDeadline&) = delete;
-  bool passed() const;
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false, passed_ = false;
-  std::thread thread_;  // last: it uses the members above
-};
+using client::RequestDeadline;
+using client::SmallAnswer;
 
 // A small JSON exchange (GET /v1/models, POST /v1/cache/prefetch): within --timeout, its answer
 // kept up to 1 MiB. An error only where no answer came (unreachable, timed out, too large).
-struct SmallAnswer {
-  int status = 0;
-  std::string body;
-};
 Result<SmallAnswer> small_request(httplib::Client& client, const LoadgenOptions& o, const std::string& method,
                                   const std::string& path, const std::string& body = {});
 // Deterministic prose of `n` words: a stream per (purpose, user, round).

@@ -1,5 +1,7 @@
 #include "router/backend.h"
 
+#include "client/small_call.h"
+
 #include <httplib.h>
 
 #include <charconv>
@@ -27,6 +29,10 @@ Result<BackendAddress> parse_backend_url(std::string_view url) {
 
 namespace {
 
+constexpr size_t kMaxProbeAnswer = size_t(1) << 20;  // /health and /v1/cache/config answers are a few hundred bytes
+
+// The whole exchange within `timeout` (a backend that trickled its answer held every probe of the
+// health loop, and the router's start, for as long as it liked), its answer up to kMaxProbeAnswer.
 Result<nlohmann::json> get_json(const BackendAddress& b, const std::string& path, const std::string& key, Millis timeout,
                                 bool accept_503 = false) {
   httplib::Client c(b.host, b.port);
@@ -34,13 +40,15 @@ Result<nlohmann::json> get_json(const BackendAddress& b, const std::string& path
   c.set_connection_timeout(secs, usecs);
   c.set_read_timeout(secs, usecs);
   c.set_write_timeout(secs, usecs);
-  httplib::Headers headers;
-  if (!key.empty()) headers.emplace("Authorization", "Bearer " + key);
-  auto r = c.Get(path.c_str(), headers);
-  if (!r) return Status::Unavailable(b.url + path + ": " + httplib::to_string(r.error()));
-  if (r->status != 200 && !(accept_503 && r->status == 503))
-    return Status::Unavailable(b.url + path + ": HTTP " + std::to_string(r->status));
-  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  httplib::Request req;
+  req.method = "GET";
+  req.path = path;
+  if (!key.empty()) req.set_header("Authorization", "Bearer " + key);
+  KVTIER_ASSIGN_OR_RETURN(const client::SmallAnswer r, client::small_call(c, std::move(req), timeout.count() / 1000.0,
+                                                                        kMaxProbeAnswer, b.url + path));
+  if (r.status != 200 && !(accept_503 && r.status == 503))
+    return Status::Unavailable(b.url + path + ": HTTP " + std::to_string(r.status));
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption(b.url + path + ": not a JSON object");
   return j;
 }

@@ -351,6 +351,51 @@ class FakeBackend {
   std::thread thread_;
 };
 
+// A backend that answers every request with a status line and then a header line every 20 ms,
+// for up to 60 s (each read well inside any read timeout), then hangs up.
+class TricklingBackend {
+ public:
+  TricklingBackend() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(::listen(listener_, 8), 0);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{listener_, POLLIN, 0};
+        if (::poll(&p, 1, 20) != 1) continue;
+        if (const int fd = ::accept(listener_, nullptr, nullptr); fd >= 0) connections_.emplace_back([this, fd] { serve(fd); });
+      }
+    });
+  }
+  ~TricklingBackend() {
+    stop_ = true;
+    acceptor_.join();
+    for (auto& t : connections_) t.join();
+    ::close(listener_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve(int fd) {
+    std::string line = "HTTP/1.1 200 OK\r\n";
+    for (int i = 0; i < 3000 && !stop_ && ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == ssize_t(line.size()); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      line = "X-Still-Coming: yes\r\n";
+    }
+    ::close(fd);
+  }
+  int listener_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+  std::vector<std::thread> connections_;  // joined after the acceptor, which alone adds to it
+};
+
 // Whether the router's connection for `req` is reset within 60 s (a bound against a hang): the
 // backend's view of a client that left, as kvtier serve has it (it cancels the sequence then).
 bool router_resets(const httplib::Request& req) {
@@ -629,6 +674,18 @@ TEST_F(RouterE2E, AClientThatHalfClosesMidStreamGetsTheRest) {
   EXPECT_NE(client.got().find("Transfer-Encoding: chunked"), std::string::npos) << client.got();  // as it began
   EXPECT_EQ(body_of(client.got()), "data: one\n\ndata: two\n\ndata: [DONE]\n\n") << client.got();
   EXPECT_TRUE(metrics_show(port_, "kvtier_router_cut_streams_total 0\n"));
+}
+
+// A backend that trickles its /health answer is down once the probe's whole time has passed: each
+// line came within the read timeout, so the probe waited for as long as it trickled, and with it
+// the router's start (bind() probes every backend) and every other backend's probe.
+TEST_F(RouterE2E, ABackendThatTricklesItsHealthAnswerIsDownAfterTheProbeTimeout) {
+  TricklingBackend slow;
+  start_router(RoutePolicy::kRoundRobin, {slow.url()}, [](RouterOptions& o) { o.probe_timeout_ms = 1000; });
+  const std::vector<BackendStatus> b = router_->backends();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_FALSE(b[0].healthy);
+  EXPECT_NE(b[0].reason.find("timed out after"), std::string::npos) << b[0].reason;
 }
 
 // A stream whose backend falls silent (no event, no keep-alive) is cut off after
