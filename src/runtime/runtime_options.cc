@@ -27,7 +27,7 @@ OptionTable<R> make_table() {
   t.push_back(uint_option<R>({"model.seed", "--model-seed", {}, "Seed of synthetic weights (presets)"},
                              KVTIER_FIELD(model_seed), 0, UINT64_MAX >> 1));
   t.push_back(uint_option<R>({"model.threads", "--threads", {}, "Compute threads; 0 = all cores"}, KVTIER_FIELD(threads),
-                             0, 4096));
+                             0, 256));  // the engine's bound (EngineOptions::validate)
   t.push_back(string_option<R>({"model.device", "--device", {},
                                 "Where KV pages and compute live: cpu, cuda (CUDA build with a GPU)"},
                                KVTIER_FIELD(device)));

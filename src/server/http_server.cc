@@ -1,10 +1,11 @@
 #include "server/http_server.h"
+
+#include "common/file_text.h"
 #include "common/json_text.h"
 #include "server/stats_render.h"
 
 #include <httplib.h>
 
-#include <fstream>
 #include <iterator>
 
 #include <dirent.h>
@@ -130,10 +131,8 @@ HttpServer::~HttpServer() { stop(); }
 Status HttpServer::load_chat_template() {
   const TextCodec& codec = scheduler_->model().text;
   std::string source = codec.chat_template;
-  if (!config_.chat_template_file.empty()) {
-    std::ifstream in(config_.chat_template_file, std::ios::binary);
-    if (!in) return Status::NotFound("cannot read the chat template " + config_.chat_template_file);
-    source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!config_.chat_template_file.empty()) {  // a regular file of at most 1 MiB (not a directory, a FIFO, /dev/zero)
+    KVTIER_ASSIGN_OR_RETURN(source, read_file(config_.chat_template_file, "chat template"));
   }
   auto prompts = ChatPrompts::create(codec, source);
   if (!prompts.ok() && !config_.chat_template_file.empty()) return prompts.status();

@@ -171,6 +171,21 @@ TEST_F(HttpServerTest, ASecondServerOnAPortInUseIsRefused) {
   EXPECT_EQ(bound.status().code(), StatusCode::kUnavailable);
 }
 
+// --chat-template names a regular file of at most 1 MiB: a directory ended the start with the
+// C++ library's own words, and /dev/zero was read until memory ran out.
+TEST_F(HttpServerTest, AChatTemplateThatIsNotASmallRegularFileIsRefusedByName) {
+  start();
+  for (const char* path : {"/tmp", "/dev/zero"}) {
+    ServerConfig c;
+    c.runtime.model = "fake-model";
+    c.chat_template_file = path;
+    auto second = HttpServer::create(c, sched_.get());
+    ASSERT_FALSE(second.ok()) << path;
+    EXPECT_EQ(second.status().code(), StatusCode::kInvalidArgument) << second.status().to_string();
+    EXPECT_NE(second.status().message().find("chat template"), std::string::npos) << second.status().to_string();
+  }
+}
+
 TEST_F(HttpServerTest, Completion) {
   start();
   auto r = post(R"({"prompt":[1,2,3],"max_tokens":4})");
