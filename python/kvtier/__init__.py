@@ -85,7 +85,7 @@ class Cache:
 
     def __init__(self, geometry: Geometry, model_id, pool=None, adapter: str = "", **options):
         if pool is None:
-            pages = max(2, options.get("device_capacity", 512 << 20) // geometry.page_bytes)
+            pages = max(2, _kvtier.parse_size(options.get("device_capacity", 512 << 20)) // geometry.page_bytes)
             pool = empty_pool(geometry, pages)
         self._owner = pool
         buf = _as_buffer(pool)

@@ -11,7 +11,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <exception>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +45,10 @@ T value_or_throw(Result<T>&& r) {
   throw_if_error(r.status());
   return std::move(r).value();
 }
+
+// The bytes of a C-contiguous buffer of plain values (`what` names it in the errors): a buffer of
+// Python objects (numpy's dtype=object) holds pointers the caller's KV would overwrite.
+std::span<std::byte> contiguous_bytes(const py::buffer& b, bool writable, const char* what);
 
 // A token sequence from any Python sequence of ints or a 1-D integer array.
 std::vector<TokenId> to_tokens(const py::handle& tokens);

@@ -5,9 +5,18 @@
 #include <cstring>
 
 #include "bindings.h"
+#include "common/option_values.h"
 #include "common/page_hash.h"
 
 namespace kvtier::python {
+
+std::span<std::byte> contiguous_bytes(const py::buffer& b, bool writable, const char* what) {
+  py::buffer_info info = b.request(writable);
+  if (info.format.find_first_of("OP") != std::string::npos)  // objects, pointers
+    throw py::type_error(std::string(what) + " must hold plain values, not Python objects (dtype=object)");
+  if (!PyBuffer_IsContiguous(info.view(), 'C')) throw py::value_error(std::string(what) + " must be C-contiguous");
+  return {static_cast<std::byte*>(info.ptr), size_t(info.size) * size_t(info.itemsize)};
+}
 
 std::vector<TokenId> to_tokens(const py::handle& tokens) {
   if (py::isinstance<py::array>(tokens)) {
@@ -130,4 +139,6 @@ PYBIND11_MODULE(_kvtier, m) {
   register_model(m);
   register_bench(m);
   register_store(m);
+  m.def("parse_size", [](const py::handle& v) { return value_or_throw(kvtier::parse_size(py::cast<std::string>(py::str(v)))); },
+        py::arg("size"), "Bytes of a size as the options take it: an int, or a string such as \"8GiB\".");
 }

@@ -10,8 +10,12 @@ KVCache& CacheHandle::get() {
   return *cache;
 }
 
+// With the GIL released while it waits for the mutex (a drain may hold it for seconds), when the
+// caller holds it (Python dropped the lease).
 LeaseHandle::~LeaseHandle() {
   if (!owner) return;
+  std::optional<py::gil_scoped_release> nogil;
+  if (PyGILState_Check()) nogil.emplace();
   std::lock_guard lk(owner->mu);
   release_locked();
 }
@@ -23,21 +27,11 @@ void LeaseHandle::release_locked() {
 
 namespace {
 
-std::span<std::byte> writable_bytes(const py::buffer& pool) {
-  py::buffer_info info = pool.request(/*writable=*/true);
-  size_t expect = size_t(info.itemsize);
-  for (ssize_t i = info.ndim; i-- > 0;) {
-    if (info.strides[i] != ssize_t(expect)) throw py::value_error("pool: the buffer must be C-contiguous");
-    expect *= size_t(info.shape[i]);
-  }
-  return {static_cast<std::byte*>(info.ptr), size_t(info.size) * size_t(info.itemsize)};
-}
-
 std::shared_ptr<CacheHandle> open_cache(const KVGeometry& g, const py::handle& model_id, const py::buffer& pool,
                                         const std::string& adapter, const py::dict& options) {
   auto h = std::make_shared<CacheHandle>();
   KVCacheOptions o = cache_options(g, options);
-  o.pool_memory = writable_bytes(pool);
+  o.pool_memory = contiguous_bytes(pool, /*writable=*/true, "pool");
   h->pool_owner = pool;
   h->model_id = to_model_id(model_id);
   h->adapter = adapter;
@@ -51,13 +45,20 @@ std::shared_ptr<CacheHandle> open_cache(const KVGeometry& g, const py::handle& m
 }
 
 void close_cache(CacheHandle& h) {
-  py::gil_scoped_release nogil;
+  std::optional<py::gil_scoped_release> nogil;
+  if (PyGILState_Check()) nogil.emplace();
   std::lock_guard lk(h.mu);
   if (!h.cache) return;
   while (!h.leases.empty()) (*h.leases.begin())->release_locked();
   (void)h.cache->drain();
   h.cache.reset();
 }
+
+}  // namespace
+
+CacheHandle::~CacheHandle() { close_cache(*this); }
+
+namespace {
 
 py::dict tiers_dict(const uint64_t (&v)[kNumTiers]) {
   py::dict d;
@@ -105,11 +106,11 @@ py::dict report_dict(const LeaseReport& r) {
   return d;
 }
 
-std::shared_ptr<MatchHandle> make_match(std::shared_ptr<CacheHandle> owner, CacheLookup&& look) {
+std::shared_ptr<MatchHandle> make_match(std::shared_ptr<CacheHandle> owner, CacheLookup&& look, uint32_t page_tokens) {
   auto m = std::make_shared<MatchHandle>();
   m->owner = std::move(owner);
   m->prompt_tokens = look.prompt_tokens;
-  m->cached_tokens = look.cached_pages() * m->owner->get().geometry().page_tokens;
+  m->cached_tokens = look.cached_pages() * page_tokens;
   for (const CachedRun& run : look.runs) m->tiers.insert(m->tiers.end(), run.pages, run.tier);
   m->lookup = std::move(look);
   return m;
@@ -117,13 +118,16 @@ std::shared_ptr<MatchHandle> make_match(std::shared_ptr<CacheHandle> owner, Cach
 
 std::string key_string(const ChunkKey& k) { return k.ns.to_hex() + "-" + k.hash.to_hex(); }
 
-std::shared_ptr<LeaseHandle> adopt_lease(const std::shared_ptr<CacheHandle>& owner, Result<CacheLease>&& r) {
-  throw_if_error(r.status());
+// The lease `make(cache)` returns, registered in the same hold of the mutex: a close() between
+// the two left a lease it did not know of, whose release later ran on the freed cache.
+template <class Make>
+std::shared_ptr<LeaseHandle> adopt_lease(const std::shared_ptr<CacheHandle>& owner, Make&& make) {
   auto l = std::make_shared<LeaseHandle>();
   l->owner = owner;
-  l->lease = std::move(r).value();
-  std::lock_guard lk(owner->mu);
-  owner->leases.insert(l.get());
+  owner->locked([&](KVCache& c) {
+    l->lease = value_or_throw(make(c));
+    owner->leases.insert(l.get());
+  });
   return l;
 }
 
@@ -161,16 +165,18 @@ void register_lease(py::module_& m) {
       "first (waiting with wait_front_layer). Release it, or commit it with Cache.commit.")
       .def_property_readonly("pages",
                              [](LeaseHandle& l) {
-                               const auto& p = l.lease.pages();
+                               const auto p = l.read([](const CacheLease& x) { return x.pages(); });  // a copy
                                py::array_t<int64_t> a(py::ssize_t(p.size()));
                                for (size_t i = 0; i < p.size(); ++i) a.mutable_at(py::ssize_t(i)) = p[i].value();
                                return a;
                              },
                              "Page table (int64 array): page i holds positions [i*P, (i+1)*P); an index into Cache.pool.")
-      .def_property_readonly("cached_end", [](LeaseHandle& l) { return l.lease.cached_end(); })
-      .def_property_readonly("recompute_begin", [](LeaseHandle& l) { return l.lease.recompute_begin(); })
-      .def_property_readonly("recompute_end", [](LeaseHandle& l) { return l.lease.recompute_end(); })
-      .def_property_readonly("valid", [](LeaseHandle& l) { return l.lease.valid(); })
+      .def_property_readonly("cached_end", [](LeaseHandle& l) { return l.read([](const CacheLease& x) { return x.cached_end(); }); })
+      .def_property_readonly("recompute_begin",
+                             [](LeaseHandle& l) { return l.read([](const CacheLease& x) { return x.recompute_begin(); }); })
+      .def_property_readonly("recompute_end",
+                             [](LeaseHandle& l) { return l.read([](const CacheLease& x) { return x.recompute_end(); }); })
+      .def_property_readonly("valid", [](LeaseHandle& l) { return l.read([](const CacheLease& x) { return x.valid(); }); })
       .def("wait_layer", [](LeaseHandle& l, uint32_t layer) { on_lease(l, [&](KVCache&, CacheLease& x) { throw_if_error(x.wait_layer(LayerIdx(layer))); }); },
            py::arg("layer"), "Blocks (GIL released) until layer `layer` of every load is in the pool.")
       .def("wait_front_layer",
@@ -202,13 +208,22 @@ void register_cache_class(py::module_& m) {
       .def(py::init(&open_cache), py::arg("geometry"), py::arg("model_id"), py::arg("pool"), py::arg("adapter") = "",
            py::arg("options") = py::dict())
       .def("close", &close_cache)
-      .def_property_readonly("closed", [](CacheHandle& h) { return !h.cache; })
-      .def_property_readonly("num_pages", [](CacheHandle& h) { return h.get().pool().num_pages(); })
+      .def_property_readonly("closed",
+                             [](CacheHandle& h) {
+                               py::gil_scoped_release nogil;
+                               std::lock_guard lk(h.mu);
+                               return !h.cache;
+                             })
+      .def_property_readonly("num_pages", [](CacheHandle& h) { return h.locked([](KVCache& c) { return c.pool().num_pages(); }); })
       .def("lookup",
            [](std::shared_ptr<CacheHandle> h, const py::handle& tokens, std::optional<std::string> salt) {
              auto t = to_tokens(tokens);
-             auto look = h->locked([&](KVCache& c) { return c.lookup(h->ns(salt), t); });
-             return make_match(h, value_or_throw(std::move(look)));
+             uint32_t page_tokens = 0;
+             auto look = h->locked([&](KVCache& c) {
+               page_tokens = c.geometry().page_tokens;
+               return c.lookup(h->ns(salt), t);
+             });
+             return make_match(h, value_or_throw(std::move(look)), page_tokens);
            },
            py::arg("tokens"), py::arg("salt") = py::none())
       .def("load",
@@ -217,15 +232,15 @@ void register_cache_class(py::module_& m) {
              if (match.owner != h) throw StatusError(Status::InvalidArgument("Cache.load: the Match is another cache's"));
              CacheLookup look = std::move(*match.lookup);
              match.lookup.reset();
-             return adopt_lease(h, h->locked([&](KVCache& c) {
+             return adopt_lease(h, [&](KVCache& c) {
                const Plan plan = c.plan(look);
                return c.apply(std::move(look), plan);
-             }));
+             });
            },
            py::arg("match"))
       .def("fresh",
            [](std::shared_ptr<CacheHandle> h, size_t tokens, std::optional<std::string> salt) {
-             return adopt_lease(h, h->locked([&](KVCache& c) { return c.fresh(h->ns(salt), tokens); }));
+             return adopt_lease(h, [&](KVCache& c) { return c.fresh(h->ns(salt), tokens); });
            },
            py::arg("tokens"), py::arg("salt") = py::none())
       .def("commit",

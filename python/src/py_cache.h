@@ -22,12 +22,14 @@ struct LeaseHandle;
 
 struct CacheHandle {
   std::mutex mu;
+  py::object pool_owner;           // the buffer the pool's pages live in: declared first, freed last
   std::unique_ptr<KVCache> cache;  // null once closed
-  py::object pool_owner;           // the buffer the pool's pages live in
   PageHash model_id;
   std::string adapter;
   std::set<LeaseHandle*> leases;   // live leases: released when the cache closes
 
+  // Closes the cache (close_cache) if the program did not: its background copies read the pool.
+  ~CacheHandle();
   KVCache& get();
   Namespace ns(const std::optional<std::string>& salt) const { return Namespace{model_id, adapter, salt.value_or("")}; }
   // Runs f(KVCache&) under the mutex with the GIL released.
@@ -54,6 +56,14 @@ struct LeaseHandle {
   ~LeaseHandle();
   // Releases without caching (no-op when already released or committed). Caller holds owner->mu.
   void release_locked();
+  // f(lease) read under the cache's mutex with the GIL released: another thread may be growing,
+  // committing or closing it.
+  template <class F>
+  auto read(F&& f) {
+    py::gil_scoped_release nogil;
+    std::lock_guard lk(owner->mu);
+    return f(static_cast<const CacheLease&>(lease));
+  }
 };
 
 // KVCacheOptions from the Python keyword options (docs/PYTHON.md lists them).

@@ -77,6 +77,7 @@ struct ReferenceEngine {
   ModelPtr model;
   std::unique_ptr<KVCache> cache;
   std::unique_ptr<engine::Forward> engine;
+  std::mutex mu;  // one generate() at a time: the cache and the engine belong to one thread
 
   // Greedy decoding: the last prompt position's logits (all positions' with
   // all_logits) and `steps` generated tokens.
@@ -85,6 +86,7 @@ struct ReferenceEngine {
     std::vector<TokenId> out;
     {
       py::gil_scoped_release nogil;
+      std::lock_guard lk(mu);
       const Namespace ns{model->fingerprint(), "", ""};
       CacheLease lease = value_or_throw(cache->fresh(ns, prompt.size() + size_t(steps)));
       engine::SequenceKV kv;
@@ -153,7 +155,9 @@ void register_model(py::module_& m) {
            },
            py::arg("positions"), "[n][head_dim/2][cos, sin]: the RoPE table both C++ engines use (per the model's rope_style).")
       .def("kv_geometry", [](const Holder& p, const std::string& dtype, uint32_t page_tokens) {
-             return p->config().kv_geometry(value_or_throw(parse_dtype(dtype)), page_tokens);
+             const KVGeometry g = p->config().kv_geometry(value_or_throw(parse_dtype(dtype)), page_tokens);
+             throw_if_error(g.validate());  // page_tokens 0 reached kvtier.Cache as a ZeroDivisionError
+             return g;
            },
            py::arg("dtype") = "f32", py::arg("page_tokens") = 16)
       .def("model_cost",

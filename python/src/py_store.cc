@@ -46,11 +46,7 @@ std::vector<ChunkKey> to_chunk_keys(const StoreHandle& h, const std::vector<std:
   return out;
 }
 
-std::span<std::byte> buffer_bytes(const py::buffer& b, bool writable) {
-  py::buffer_info info = b.request(writable);
-  if (!PyBuffer_IsContiguous(info.view(), 'C')) throw py::value_error("Store: buffers must be C-contiguous");
-  return {static_cast<std::byte*>(info.ptr), size_t(info.size) * size_t(info.itemsize)};
-}
+std::span<std::byte> buffer_bytes(const py::buffer& b, bool writable) { return contiguous_bytes(b, writable, "Store: buffers"); }
 
 std::shared_ptr<StoreHandle> open_store(const KVGeometry& g, const py::handle& model_id, uint32_t chunk_pages,
                                         const py::dict& options) {
