@@ -79,6 +79,30 @@ size_t json_nesting_depth(std::string_view text) {
   return deepest;
 }
 
+uint64_t json_key_pairs(std::string_view text, size_t max_depth) {
+  std::vector<uint64_t> keys;  // per open array (UINT64_MAX) or object (its keys so far)
+  keys.reserve(std::min<size_t>(max_depth, 1024));
+  size_t depth = 0;
+  uint64_t pairs = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth <= max_depth) keys.push_back(c == '{' ? 0 : UINT64_MAX);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      if (depth-- <= max_depth) keys.pop_back();
+    } else if (c == ':' && !keys.empty() && keys.back() != UINT64_MAX && depth <= max_depth) {
+      pairs += keys.back()++;  // this key against each before it
+    }
+  }
+  return pairs;
+}
+
 size_t find_text(std::string_view text, std::string_view needle, size_t from) {
   if (from > text.size()) return std::string_view::npos;
   if (needle.size() <= 64) return text.find(needle, from);  // naive, at most 64 compares a position

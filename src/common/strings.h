@@ -19,6 +19,11 @@ std::string html_escape(std::string_view text);
 // value is copied recursively, one stack frame per level, so text from a
 // client is measured before it is parsed.
 size_t json_nesting_depth(std::string_view text);
+// Over every object in JSON text, n(n - 1) / 2 for its n keys: the key comparisons an
+// insertion-ordered map (nlohmann::ordered_json) makes to parse it, each insert searching the keys
+// before it. Read like json_nesting_depth; for text that nests at most `max_depth` deep (deeper
+// levels are not counted).
+uint64_t json_key_pairs(std::string_view text, size_t max_depth);
 
 // The lines of a text, split at '\n' (which they do not include); a text that
 // ends in '\n' has no empty last line. number(): the last line's, from 1.

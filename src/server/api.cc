@@ -284,9 +284,8 @@ std::optional<ApiError> check_lengths(const CompletionRequest& r, const RequestL
 
 template <class J>
 Result<J> parse_json_object(std::string_view body, ApiError& error) {
-  if (json_nesting_depth(body) > kMaxJsonDepth) {
-    error = bad_request("request body nests arrays and objects more than " + std::to_string(kMaxJsonDepth) + " deep",
-                        "", "invalid_json");
+  if (const std::string why = json_cost_refusal(body); !why.empty()) {
+    error = bad_request("request body " + why, "", "invalid_json");
     return Status::InvalidArgument(error.message);
   }
   J doc = J::parse(body, nullptr, /*allow_exceptions=*/false);

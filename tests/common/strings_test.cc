@@ -34,6 +34,18 @@ TEST(Strings, TrimAndQuoted) {
 }
 
 // Brackets count where JSON nests them, not inside strings (escaped quotes included).
+TEST(Strings, JsonKeyPairs) {
+  EXPECT_EQ(json_key_pairs("", 8), 0u);
+  EXPECT_EQ(json_key_pairs(R"({"a":1})", 8), 0u);
+  EXPECT_EQ(json_key_pairs(R"({"a":1,"b":2,"c":{"d":[{"e":1,"f":2}]}})", 8), 3u + 1u);  // 3 keys, then 2
+  EXPECT_EQ(json_key_pairs(R"({"a:b":"c:d","e":"\":"})", 8), 1u);  // colons inside strings are not keys
+  EXPECT_EQ(json_key_pairs(R"([1,2,{"x":[3,4]}])", 8), 0u);
+  EXPECT_EQ(json_key_pairs(R"({"a":{"b":1,"c":2}})", 1), 0u);  // the inner object is past max_depth
+  std::string wide = "{";
+  for (int i = 0; i < 1000; ++i) wide += (i ? ",\"" : "\"") + std::to_string(i) + "\":0";
+  EXPECT_EQ(json_key_pairs(wide + "}", 8), 1000u * 999u / 2);
+}
+
 TEST(Strings, JsonNestingDepth) {
   EXPECT_EQ(json_nesting_depth(""), 0u);
   EXPECT_EQ(json_nesting_depth("42"), 0u);

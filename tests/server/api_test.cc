@@ -1,4 +1,5 @@
 #include "server/api.h"
+#include "server/chat_api.h"
 
 #include <gtest/gtest.h>
 
@@ -206,6 +207,26 @@ TEST(ApiParseTest, DeepNestingIsRefusedBeforeParsing) {
     EXPECT_EQ(e.code, "invalid_json") << depth;
     EXPECT_NE(e.message.find("128 deep"), std::string::npos) << e.message;
   }
+}
+
+// A body whose objects hold more keys than an insertion-ordered map parses quickly is refused
+// before it is parsed: one object of 80,000 keys took 6.8 s in the chat parser (ordered_json), a
+// 16 MiB body half an hour. An object of 4,096 keys (logit_bias at its limit is 1,024) parses.
+TEST(ApiParseTest, ObjectsWithTooManyKeysAreRefusedBeforeParsing) {
+  auto wide = [](int keys) {
+    std::string x = "{";
+    for (int i = 0; i < keys; ++i) x += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+    return R"({"prompt":"x","x":)" + x + "}}";
+  };
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(parse(wide(4096))));
+  const ApiError e = error_of(wide(4100));
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.code, "invalid_json");
+  EXPECT_NE(e.message.find("too many keys"), std::string::npos) << e.message;
+  const ApiError chat = std::get<ApiError>(parse_chat_request(
+      R"({"messages":[{"role":"user","content":"hi"}],"x":)" + wide(80000) + "}", limits(),
+      [](const text::ChatInput&, std::string_view, std::string&) -> Result<std::vector<TokenId>> { return std::vector<TokenId>{1}; }));
+  EXPECT_NE(chat.message.find("too many keys"), std::string::npos) << chat.message;
 }
 
 // "segments": the prompt as pieces; reusable ones (the default) are marked by
