@@ -211,6 +211,42 @@ TEST(JinjaTest, HostileTemplatesHitLimits) {
             std::string::npos);
 }
 
+// Found by a review of hostile templates: each crashed, read outside a buffer or answered wrong.
+TEST(JinjaTest, HostileArithmeticSlicesAndChains) {
+  // A slice step near 2^63 overflowed `i += step` and read outside the list or string.
+  EXPECT_EQ(render_or_error("{{ [1, 2, 3][1::9223372036854775807] }}|{{ 'abc'[1::9223372036854775807] }}|"
+                            "{{ range(100000)[99999::9223372036854675809] }}|{{ [1, 2, 3][::-9223372036854775807] }}"),
+            "[2]|b|[99999]|[3]");
+  EXPECT_EQ(render_or_error("{{ [1, 2, 3, 4, 5][4:0:-2] }}{{ 'abcde'[::3] }}{{ [1][5:] }}"), "[5, 3]ad[]");
+  // INT64_MIN % -1 trapped (SIGFPE).
+  EXPECT_EQ(render_or_error("{{ (-9223372036854775807 - 1) is divisibleby(-1) }}{{ 7 is divisibleby(-1) }}"), "TrueTrue");
+  // The early exit at a result of 1 fired for base -1.
+  EXPECT_EQ(render_or_error("{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ 1 ** 99 }} {{ (-2) ** 3 }}"),
+            "-1 1 1 0 1 -8");
+  // Operator and filter chains are built in loops: 300,000 links overflowed the stack when the tree
+  // was freed (at parse, a hostile model's template took the server down as it loaded).
+  auto repeated = [](const char* piece, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += piece;
+    return out;
+  };
+  for (const std::string& chain : {"{{ 1" + repeated(" + 1", 300000) + " }}", "{{ x" + repeated("|string", 300000) + " }}"}) {
+    const std::string got = render_or_error(chain);
+    EXPECT_EQ(got.rfind("PARSE ERROR: jinja: line 1: expression nested too deeply", 0), 0u) << got.substr(0, 80);
+  }
+  std::string fine = "{{ 1";
+  for (int i = 0; i < 200; ++i) fine += " + 1";
+  EXPECT_EQ(render_or_error(fine + " }}"), "201");
+  // Values kept by `set` or namespace() nest at most kMaxValueNesting deep (a namespace held a
+  // list nested 300,000 deep, and freeing it overflowed the stack).
+  EXPECT_NE(render_or_error("{% set ns = namespace(b=namespace(a=0)) %}{% for i in range(300000) %}"
+                            "{% set ns.b = namespace(a=[ns.b.a]) %}{% endfor %}")
+                .find("nested too deeply"),
+            std::string::npos);
+  EXPECT_NE(render_or_error("{% set a = 0 %}" + repeated("{% set a = [a] %}", 300)).find("nested too deeply"), std::string::npos);
+  EXPECT_EQ(render_or_error("{% set a = 0 %}" + repeated("{% set a = [a] %}", 150) + "{{ a | length }}"), "1");
+}
+
 // Work on long strings counts against the budget, size limits are checked before a result is
 // built, and substring search is linear (found by a review: one `in` ran for minutes, a list
 // repeat of long strings allocated gigabytes before its size was checked).

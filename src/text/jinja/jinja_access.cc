@@ -282,11 +282,16 @@ Result<Value> get_slice(const Value& object, const Value& start, const Value& st
   const auto length = static_cast<int64_t>(object.is_list() ? object.as_list().items.size() : code_points.size());
   const int64_t first = slice_bound(start, length, step, true);
   const int64_t last = slice_bound(stop, length, step, false);
+  // Counted first, as CPython does: `i += step` overflowed for steps near 2^63 and read outside.
+  const uint64_t stride = step > 0 ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+  const uint64_t span = step > 0 ? (last > first ? uint64_t(last - first) : 0) : (first > last ? uint64_t(first - last) : 0);
+  const uint64_t count = span == 0 ? 0 : (span - 1) / stride + 1;
   std::vector<Value> items;
   std::u32string text;
-  for (int64_t i = first; step > 0 ? i < last : i > last; i += step) {
-    if (object.is_list()) items.push_back(object.as_list().items[static_cast<size_t>(i)]);
-    else text.push_back(code_points[static_cast<size_t>(i)]);
+  for (uint64_t k = 0; k < count; ++k) {
+    const auto i = static_cast<size_t>(step > 0 ? uint64_t(first) + k * stride : uint64_t(first) - k * stride);
+    if (object.is_list()) items.push_back(object.as_list().items[i]);
+    else text.push_back(code_points[i]);
   }
   if (object.is_string()) return Value::string_like(from_code_points(text), object);
   return Value::list(std::move(items), object.as_list().tuple);

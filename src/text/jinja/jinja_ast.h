@@ -3,6 +3,8 @@
 // template is shared by every render, on any thread.
 #pragma once
 
+#include <algorithm>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,6 +43,18 @@ struct Expr {
   bool negated = false;  // kTest: `is not`
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
+  // The longest path from here to a leaf, in nodes: evaluating and freeing recurse that deep, so
+  // the parser bounds it (kMaxExprHeight). Kept by add() and add_keyword(), the only ways in.
+  int height = 1;
+
+  void add(ExprPtr child) {  // null: an absent part (a slice's)
+    if (child) height = std::max(height, child->height + 1);
+    args.push_back(std::move(child));
+  }
+  void add_keyword(std::string key, ExprPtr child) {
+    height = std::max(height, child->height + 1);
+    keywords.emplace_back(std::move(key), std::move(child));
+  }
 };
 
 struct Node;

@@ -410,6 +410,7 @@ Result<bool> apply_test(CallContext& context, std::string_view name, const Value
   if (name == "divisibleby") {
     if (!value.is_number() || !other.is_number() || other.to_double() == 0) return filter_type_error(name, value);
     if (value.is_float() || other.is_float()) return std::fmod(value.to_double(), other.to_double()) == 0;
+    if (other.to_int() == -1) return true;  // INT64_MIN % -1 traps
     return value.to_int() % other.to_int() == 0;
   }
   if (name == "in") return contains(other, value);

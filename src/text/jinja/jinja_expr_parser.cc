@@ -21,14 +21,23 @@ std::unique_ptr<Expr> make_expr(Expr::Kind kind, int line, std::string name = {}
   return expr;
 }
 
-ExprPtr make_binary(Expr::Kind kind, std::string op, ExprPtr lhs, ExprPtr rhs, int line) {
+// An operator chain (`1 + 1 + ...`, `x|f|f...`) is built in a loop, not by recursion: each link
+// is checked here, so that no tree deeper than kMaxExprHeight is built (300,000 links overflowed
+// the stack when the tree was freed, or evaluated).
+Status check_height(const Expr& expr) {
+  if (expr.height <= kMaxExprHeight) return Status::Ok();
+  return syntax_error(expr.line, "expression nested too deeply");
+}
+
+Result<ExprPtr> make_binary(Expr::Kind kind, std::string op, ExprPtr lhs, ExprPtr rhs, int line) {
   auto expr = std::make_unique<Expr>();
   expr->kind = kind;
   expr->line = line;
   expr->name = std::move(op);
-  expr->args.push_back(std::move(lhs));
-  expr->args.push_back(std::move(rhs));
-  return expr;
+  expr->add(std::move(lhs));
+  expr->add(std::move(rhs));
+  KVTIER_RETURN_IF_ERROR(check_height(*expr));
+  return ExprPtr(std::move(expr));
 }
 
 }  // namespace
@@ -71,11 +80,11 @@ Result<ExprPtr> ExprParser::parse_tuple() {
   KVTIER_ASSIGN_OR_RETURN(ExprPtr first, parse_expression());
   if (!is_op(",")) return first;
   auto tuple = make_expr(Expr::Kind::kTuple, line);
-  tuple->args.push_back(std::move(first));
+  tuple->add(std::move(first));
   while (accept_op(",")) {
     if (at_end() || is_op(")")) break;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr item, parse_expression());
-    tuple->args.push_back(std::move(item));
+    tuple->add(std::move(item));
   }
   return ExprPtr(std::move(tuple));
 }
@@ -98,9 +107,9 @@ Result<ExprPtr> ExprParser::parse_conditional(bool with_conditional) {
     if (accept_name("else")) {
       KVTIER_ASSIGN_OR_RETURN(otherwise, parse_expression());
     }
-    conditional->args.push_back(std::move(condition));
-    conditional->args.push_back(std::move(expr));
-    conditional->args.push_back(std::move(otherwise));
+    conditional->add(std::move(condition));
+    conditional->add(std::move(expr));
+    conditional->add(std::move(otherwise));
     expr = std::move(conditional);
   }
   return expr;
@@ -112,7 +121,7 @@ Result<ExprPtr> ExprParser::parse_or() {
     const int line = peek().line;
     ++pos_;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_and());
-    expr = make_binary(Expr::Kind::kOr, "or", std::move(expr), std::move(rhs), line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kOr, "or", std::move(expr), std::move(rhs), line));
   }
   return expr;
 }
@@ -123,7 +132,7 @@ Result<ExprPtr> ExprParser::parse_and() {
     const int line = peek().line;
     ++pos_;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_not());
-    expr = make_binary(Expr::Kind::kAnd, "and", std::move(expr), std::move(rhs), line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kAnd, "and", std::move(expr), std::move(rhs), line));
   }
   return expr;
 }
@@ -136,7 +145,7 @@ Result<ExprPtr> ExprParser::parse_not() {
     KVTIER_ASSIGN_OR_RETURN(ExprPtr operand, parse_not());
     --depth_;
     auto expr = make_expr(Expr::Kind::kUnary, line, "not");
-    expr->args.push_back(std::move(operand));
+    expr->add(std::move(operand));
     return ExprPtr(std::move(expr));
   }
   return parse_compare();
@@ -163,7 +172,7 @@ Result<ExprPtr> ExprParser::parse_compare() {
     }
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_math1());
     if (is_comparison_ahead()) return syntax_error(line, "chained comparisons are not supported");
-    expr = make_binary(Expr::Kind::kBinary, op, std::move(expr), std::move(rhs), line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, op, std::move(expr), std::move(rhs), line));
   }
   return expr;
 }
@@ -180,7 +189,7 @@ Result<ExprPtr> ExprParser::parse_math1() {
   while (is_op("+") || is_op("-")) {
     const Token& op = tokens_[pos_++];
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_concat());
-    expr = make_binary(Expr::Kind::kBinary, op.text, std::move(expr), std::move(rhs), op.line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, op.text, std::move(expr), std::move(rhs), op.line));
   }
   return expr;
 }
@@ -190,7 +199,7 @@ Result<ExprPtr> ExprParser::parse_concat() {
   while (is_op("~")) {
     const int line = tokens_[pos_++].line;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_math2());
-    expr = make_binary(Expr::Kind::kBinary, "~", std::move(expr), std::move(rhs), line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, "~", std::move(expr), std::move(rhs), line));
   }
   return expr;
 }
@@ -200,7 +209,7 @@ Result<ExprPtr> ExprParser::parse_math2() {
   while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
     const Token& op = tokens_[pos_++];
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_pow());
-    expr = make_binary(Expr::Kind::kBinary, op.text, std::move(expr), std::move(rhs), op.line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, op.text, std::move(expr), std::move(rhs), op.line));
   }
   return expr;
 }
@@ -210,7 +219,7 @@ Result<ExprPtr> ExprParser::parse_pow() {
   while (is_op("**")) {
     const int line = tokens_[pos_++].line;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_unary(true));
-    expr = make_binary(Expr::Kind::kBinary, "**", std::move(expr), std::move(rhs), line);
+    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, "**", std::move(expr), std::move(rhs), line));
   }
   return expr;
 }
@@ -222,7 +231,7 @@ Result<ExprPtr> ExprParser::parse_unary(bool with_filter) {
     const Token& op = tokens_[pos_++];
     KVTIER_ASSIGN_OR_RETURN(ExprPtr operand, parse_unary(false));
     auto unary = make_expr(Expr::Kind::kUnary, op.line, op.text);
-    unary->args.push_back(std::move(operand));
+    unary->add(std::move(operand));
     expr = std::move(unary);
   } else {
     KVTIER_ASSIGN_OR_RETURN(expr, parse_primary());
@@ -286,7 +295,7 @@ Result<ExprPtr> ExprParser::parse_list() {
     if (!list->args.empty()) KVTIER_RETURN_IF_ERROR(expect_op(","));
     if (is_op("]")) break;
     KVTIER_ASSIGN_OR_RETURN(ExprPtr item, parse_expression());
-    list->args.push_back(std::move(item));
+    list->add(std::move(item));
   }
   ++pos_;
   return ExprPtr(std::move(list));
@@ -300,8 +309,8 @@ Result<ExprPtr> ExprParser::parse_dict() {
     KVTIER_ASSIGN_OR_RETURN(ExprPtr key, parse_expression());
     KVTIER_RETURN_IF_ERROR(expect_op(":"));
     KVTIER_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
-    dict->args.push_back(std::move(key));
-    dict->args.push_back(std::move(value));
+    dict->add(std::move(key));
+    dict->add(std::move(value));
   }
   ++pos_;
   return ExprPtr(std::move(dict));
@@ -309,20 +318,21 @@ Result<ExprPtr> ExprParser::parse_dict() {
 
 Result<ExprPtr> ExprParser::parse_postfix(ExprPtr expr) {
   for (;;) {
+    KVTIER_RETURN_IF_ERROR(check_height(*expr));
     const int line = peek().line;
     if (accept_op(".")) {
       if (peek().kind == Token::Kind::kInteger) {
         auto index = make_expr(Expr::Kind::kIndex, line);
         auto key = make_expr(Expr::Kind::kLiteral, line);
         key->literal = tokens_[pos_++].literal;
-        index->args.push_back(std::move(expr));
-        index->args.push_back(std::move(key));
+        index->add(std::move(expr));
+        index->add(std::move(key));
         expr = std::move(index);
         continue;
       }
       KVTIER_ASSIGN_OR_RETURN(std::string name, expect_identifier());
       auto attribute = make_expr(Expr::Kind::kAttribute, line, name);
-      attribute->args.push_back(std::move(expr));
+      attribute->add(std::move(expr));
       expr = std::move(attribute);
     } else if (is_op("[")) {
       KVTIER_ASSIGN_OR_RETURN(expr, parse_subscript(std::move(expr)));
@@ -331,7 +341,7 @@ Result<ExprPtr> ExprParser::parse_postfix(ExprPtr expr) {
         return syntax_error(line, "method '" + expr->name + "' is not supported (values are immutable)");
       }
       auto call = make_expr(Expr::Kind::kCall, line);
-      call->args.push_back(std::move(expr));
+      call->add(std::move(expr));
       KVTIER_RETURN_IF_ERROR(parse_call_args(*call));
       expr = std::move(call);
     } else {
@@ -356,9 +366,9 @@ Result<ExprPtr> ExprParser::parse_subscript(ExprPtr object) {
   }
   ++pos_;
   auto expr = make_expr(is_slice ? Expr::Kind::kSlice : Expr::Kind::kIndex, line);
-  expr->args.push_back(std::move(object));
+  expr->add(std::move(object));
   if (!is_slice && !parts[0]) return syntax_error(line, "empty subscript");
-  for (int i = 0; i < (is_slice ? 3 : 1); ++i) expr->args.push_back(std::move(parts[i]));
+  for (int i = 0; i < (is_slice ? 3 : 1); ++i) expr->add(std::move(parts[i]));
   return ExprPtr(std::move(expr));
 }
 
@@ -372,24 +382,25 @@ Status ExprParser::parse_call_args(Expr& call) {
       std::string name = tokens_[pos_].text;
       pos_ += 2;
       KVTIER_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
-      call.keywords.emplace_back(std::move(name), std::move(value));
+      call.add_keyword(std::move(name), std::move(value));
       continue;
     }
     if (!call.keywords.empty()) return syntax_error(peek().line, "positional argument after keyword argument");
     KVTIER_ASSIGN_OR_RETURN(ExprPtr value, parse_expression());
-    call.args.push_back(std::move(value));
+    call.add(std::move(value));
   }
   return Status::Ok();
 }
 
 Result<ExprPtr> ExprParser::parse_filters_and_tests(ExprPtr expr) {
   for (;;) {
+    KVTIER_RETURN_IF_ERROR(check_height(*expr));
     const int line = peek().line;
     if (accept_op("|")) {
       KVTIER_ASSIGN_OR_RETURN(std::string name, expect_identifier());
       if (!is_known_filter(name)) return syntax_error(line, "unsupported filter '" + name + "'");
       auto filter = make_expr(Expr::Kind::kFilter, line, name);
-      filter->args.push_back(std::move(expr));
+      filter->add(std::move(expr));
       if (is_op("(")) KVTIER_RETURN_IF_ERROR(parse_call_args(*filter));
       expr = std::move(filter);
     } else if (accept_name("is")) {
@@ -398,13 +409,13 @@ Result<ExprPtr> ExprParser::parse_filters_and_tests(ExprPtr expr) {
       if (!is_known_test(name)) return syntax_error(line, "unsupported test '" + name + "'");
       auto test = make_expr(Expr::Kind::kTest, line, name);
       test->negated = negated;
-      test->args.push_back(std::move(expr));
+      test->add(std::move(expr));
       if (is_op("(")) {
         KVTIER_RETURN_IF_ERROR(parse_call_args(*test));
       } else if (takes_bare_test_argument()) {
         KVTIER_ASSIGN_OR_RETURN(ExprPtr argument, parse_primary());
         KVTIER_ASSIGN_OR_RETURN(argument, parse_postfix(std::move(argument)));
-        test->args.push_back(std::move(argument));
+        test->add(std::move(argument));
       }
       expr = std::move(test);
     } else {

@@ -51,11 +51,16 @@ Result<Value> range_function(CallContext& context, CallArgs& args) {
 
 Result<Value> namespace_function(CallContext& context, CallArgs& args) {
   Namespace* space = context.make_namespace();
+  auto set = [&](const std::string& key, const Value& value) {  // kept, so bounded as `set` bounds it
+    if (nesting_depth(value) > kMaxValueNesting) return Status::InvalidArgument("jinja: value nested too deeply");
+    space->set(key, value);
+    return Status::Ok();
+  };
   for (const Value& positional : args.positional) {
     if (!positional.is_dict()) return Status::InvalidArgument("namespace() takes mappings as positional arguments");
-    for (const auto& [key, value] : positional.as_dict().entries) space->set(key, value);
+    for (const auto& [key, value] : positional.as_dict().entries) KVTIER_RETURN_IF_ERROR(set(key, value));
   }
-  for (const auto& [key, value] : args.keyword) space->set(key, value);
+  for (const auto& [key, value] : args.keyword) KVTIER_RETURN_IF_ERROR(set(key, value));
   return Value(space);
 }
 

@@ -161,12 +161,15 @@ class Renderer final : public CallContext {
 
   Status exec_set(const Node& node, Scope& scope) {
     KVTIER_ASSIGN_OR_RETURN(Value value, eval(*node.expr, scope));
+    // What a template keeps (a variable, a namespace attribute; namespace() checks its own) nests at
+    // most kMaxValueNesting deep: `{% set a = [a] %}` in a loop nested without end, and freeing the
+    // value overflowed the stack.
+    if (nesting_depth(value) > kMaxValueNesting) return render_error(node.line, "value nested too deeply");
     if (node.attribute.empty()) return bind_targets(node.targets, value, scope, node.line);
     const Value* target = lookup(node.targets[0], scope);
     if (target == nullptr || !target->is_namespace()) {
       return render_error(node.line, "cannot assign attribute on non-namespace object");
     }
-    if (nesting_depth(value) > kMaxValueNesting) return render_error(node.line, "value nested too deeply");
     target->as_namespace().set(node.attribute, std::move(value));
     return Status::Ok();
   }

@@ -127,12 +127,12 @@ Result<Value> divide(std::string_view op, const Value& lhs, const Value& rhs) {
 Result<Value> power(const Value& lhs, const Value& rhs) {
   if (!lhs.is_number() || !rhs.is_number()) return type_error("**", lhs, rhs);
   if (lhs.is_float() || rhs.is_float() || rhs.to_int() < 0) return Value(std::pow(lhs.to_double(), rhs.to_double()));
+  const int64_t base = lhs.to_int(), exponent = rhs.to_int();
+  if (base == 0 || base == 1) return Value(exponent == 0 ? int64_t(1) : base);
+  if (base == -1) return Value(exponent % 2 == 0 ? int64_t(1) : int64_t(-1));  // (-1) ** 3 was 1
   int64_t result = 1;
-  int64_t base = lhs.to_int();
-  for (int64_t exponent = rhs.to_int(); exponent > 0; --exponent) {
+  for (int64_t e = exponent; e > 0; --e)  // |base| >= 2: an overflow within 63 steps
     if (__builtin_mul_overflow(result, base, &result)) return overflow_error();
-    if (result == 0 || result == 1) break;
-  }
   return Value(result);
 }
 

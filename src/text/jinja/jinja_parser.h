@@ -18,6 +18,9 @@
 namespace kvtier::text::jinja {
 
 inline constexpr int kMaxParseDepth = 128;
+// The deepest expression tree (Expr::height): chains of operators, filters and calls are built
+// in loops, so kMaxParseDepth alone does not bound them.
+inline constexpr int kMaxExprHeight = 256;
 
 Result<std::shared_ptr<const Body>> parse_template(std::string_view source);
 
