@@ -225,34 +225,60 @@ void Router::Impl::events_loop(size_t i) {
   } while (pause(std::chrono::milliseconds(o.health_interval_ms)));
 }
 
+namespace {
+
+bool same_layout(const BackendCacheConfig& a, const BackendCacheConfig& b) {
+  return a.fingerprint == b.fingerprint && a.page_tokens == b.page_tokens && a.hash == b.hash;
+}
+
+std::string layout_name(const BackendCacheConfig& c) {
+  return "model " + c.fingerprint.to_hex() + ", " + std::to_string(c.page_tokens) + "-token pages";
+}
+
+}  // namespace
+
+// Every backend probed (unlocked), then their states set together. Backends must agree on the
+// model and page layout to be routed to: the reference is the first answering backend's, and
+// once no backend that answers has it (all restarted with another model or page size) it is the
+// first answering one's again; it was kept for ever, and every backend stayed down.
 void Router::Impl::probe_all() {
   const Millis timeout(o.probe_timeout_ms);
+  std::vector<Result<BackendHealth>> health;
+  std::vector<std::optional<Result<BackendCacheConfig>>> configs(backends.size());
   for (size_t i = 0; i < backends.size(); ++i) {
     const BackendAddress addr = backends[i].addr;  // immutable after create
-    Result<BackendHealth> h = probe_health(addr, timeout);
+    health.push_back(probe_health(addr, timeout));
     bool need_config = false;
     {
       std::lock_guard lk(mu);
-      need_config = h.ok() && !backends[i].config;
+      need_config = health[i].ok() && !backends[i].config;
     }
-    std::optional<Result<BackendCacheConfig>> c;
-    if (need_config) c = probe_cache_config(addr, backend_key, timeout);
-    std::lock_guard lk(mu);
+    if (need_config) configs[i] = probe_cache_config(addr, backend_key, timeout);
+  }
+  std::lock_guard lk(mu);
+  for (size_t i = 0; i < backends.size(); ++i) {
     BackendState& b = backends[i];
-    if (c && c->ok()) {
-      if (!reference) reference = **c;
-      b.config = **c;
-    }
-    if (!h.ok()) {
-      b.healthy = false, b.reason = h.status().message();
-      b.config.reset();  // asked again when it is back: it may come back with another model
-    } else if (b.config && reference && !(b.config->fingerprint == reference->fingerprint &&
-                                          b.config->page_tokens == reference->page_tokens &&
-                                          b.config->hash == reference->hash)) {
-      b.healthy = false, b.reason = "serves another model or page layout (fingerprint " + b.config->fingerprint.to_hex() +
-                                    ") than the first backend that answered (" + reference->fingerprint.to_hex() + ")";
+    if (configs[i] && configs[i]->ok()) b.config = **configs[i];
+    if (!health[i].ok()) b.config.reset();  // asked again when it is back: it may come back with another model
+  }
+  const auto agrees = [&](const BackendState& b) { return b.config && same_layout(*b.config, *reference); };
+  if (!reference || std::none_of(backends.begin(), backends.end(), agrees)) {
+    reference.reset();
+    for (const BackendState& b : backends)
+      if (b.config) {
+        reference = *b.config;
+        break;
+      }
+  }
+  for (size_t i = 0; i < backends.size(); ++i) {
+    BackendState& b = backends[i];
+    if (!health[i].ok()) {
+      b.healthy = false, b.reason = health[i].status().message();
+    } else if (b.config && reference && !same_layout(*b.config, *reference)) {
+      b.healthy = false, b.reason = "serves " + layout_name(*b.config) + ", not the " + layout_name(*reference) +
+                                    " of the first backend that answered";
     } else {
-      b.healthy = true, b.reason.clear(), b.health = *h;
+      b.healthy = true, b.reason.clear(), b.health = *health[i];
     }
   }
 }

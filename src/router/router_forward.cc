@@ -34,6 +34,9 @@ using server::WaitingClient;
 constexpr int kConnectTimeoutS = 2;
 constexpr int kWholeAnswerTimeoutS = 3600;  // a long generation answers within it (the client may leave sooner)
 constexpr size_t kMaxQueuedBytes = size_t(1) << 20;  // a stream read ahead of a slow client
+// A whole answer is held until it is complete: past this, the backend's answer is refused (a
+// backend that sent 800 MB grew the router as much). Echoed prompts with logprobs stay far below.
+constexpr size_t kMaxWholeAnswerBytes = size_t(256) << 20;
 constexpr auto kClientCheck = 1s;
 
 // A backend's answer as it arrives, from its reading thread to the client's handler.
@@ -45,6 +48,7 @@ struct Relay {
   size_t queued = 0;               // their bytes
   std::string body;                // a whole answer's
   bool head = false, done = false, cancelled = false;
+  bool too_large = false;  // a whole answer past kMaxWholeAnswerBytes (its read stopped)
   int status = 0;
   std::string content_type;
   std::string error;  // set when done without a head: the backend could not be reached
@@ -100,8 +104,9 @@ bool receive(Relay& relay, const char* data, size_t n) {
   std::unique_lock lk(relay.mu);
   if (relay.cancelled) return false;  // the client left
   if (!relay.stream) {
-    relay.body.append(data, n);
-    return true;
+    relay.too_large = relay.body.size() + n > kMaxWholeAnswerBytes;
+    if (!relay.too_large) relay.body.append(data, n);
+    return !relay.too_large;
   }
   relay.chunks.emplace_back(data, n);
   relay.queued += n;
@@ -144,7 +149,7 @@ void read_backend(const BackendAddress& b, httplib::Request r, int read_timeout_
   std::lock_guard lk(relay->mu);
   relay->client = nullptr;
   if (!result) relay->error = httplib::to_string(result.error());
-  relay->failed = !result && !relay->cancelled;
+  relay->failed = !result && !relay->cancelled && !relay->too_large;
   relay->done = true;
   relay->cv.notify_all();
 }
@@ -181,6 +186,12 @@ Forwarded forward_whole(const std::shared_ptr<Relay>& relay, WaitingClient& from
   }
   lk.unlock();
   relay->reader.join();
+  if (relay->too_large) {  // the backend did the work: not sent elsewhere again
+    send_error(res, 502, "server_error", "answer_too_large",
+               "the backend's answer is over " + std::to_string(kMaxWholeAnswerBytes >> 20) + " MiB");
+    done(502, {});
+    return Forwarded::kAnswered;
+  }
   if (relay->failed || !relay->head) {
     why = relay->error.empty() ? "no answer" : relay->error;
     return Forwarded::kUnreachable;

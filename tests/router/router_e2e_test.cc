@@ -676,6 +676,64 @@ TEST_F(RouterE2E, AClientThatHalfClosesMidStreamGetsTheRest) {
   EXPECT_TRUE(metrics_show(port_, "kvtier_router_cut_streams_total 0\n"));
 }
 
+// Backends must agree on the model and page layout; the first that answered sets it. A backend
+// that came back with another page size (its only peer gone with the old one) stayed down for
+// ever: the reference was never set again. It follows the backends that answer now.
+TEST_F(RouterE2E, ABackendBackWithAnotherPageSizeIsRoutedToWhenNoneServesTheOldOne) {
+  std::atomic<int> page_tokens{16};
+  std::atomic<bool> up{true};
+  httplib::Server http;
+  http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
+    if (!up) res.status = 503;
+    res.set_content(up ? R"({"status":"ok","waiting":0,"running":0})" : R"({"status":"starting"})", "application/json");
+  });
+  http.Get("/v1/cache/config", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"model", "m"}, {"model_fingerprint", std::string(32, 'a')}, {"hash", "xxh3"},
+                         {"page_tokens", page_tokens.load()}, {"chunk_pages", 4}}
+                        .dump(),
+                    "application/json");
+  });
+  const int port = http.bind_to_any_port("127.0.0.1");
+  std::thread listening([&] { http.listen_after_bind(); });
+  start_router(RoutePolicy::kRoundRobin, {"http://127.0.0.1:" + std::to_string(port)});
+  EXPECT_TRUE(wait_backend(0, true)) << router_->backends()[0].reason;
+  up = false;  // restarting
+  EXPECT_TRUE(wait_backend(0, false));
+  page_tokens = 32;
+  up = true;
+  EXPECT_TRUE(wait_backend(0, true)) << router_->backends()[0].reason;
+  router_->stop();
+  if (serving_.joinable()) serving_.join();
+  router_.reset();
+  http.stop();
+  listening.join();
+}
+
+// A whole answer is held until it is complete, so it is bounded: a backend that sent 800 MB grew
+// the router by as much. Past 256 MiB the client gets a 502 and the request is not sent again.
+TEST_F(RouterE2E, AWholeAnswerPastItsBoundIsA502) {
+  std::atomic<int> asked{0};
+  FakeBackend fake([&](const httplib::Request&, httplib::Response& res) {
+    ++asked;
+    res.set_chunked_content_provider("application/json", [](size_t, httplib::DataSink& sink) {
+      const std::string mib(size_t(1) << 20, 'x');
+      for (int i = 0; i < 300; ++i)
+        if (!sink.write(mib.data(), mib.size())) return false;  // the router stopped reading
+      sink.done();
+      return true;
+    });
+  });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  ASSERT_TRUE(wait_backend(0, true));
+  auto c = kvtier::testing::local_client(port_);
+  c.set_read_timeout(300, 0);
+  auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 502) << r->body.substr(0, 200);
+  EXPECT_NE(r->body.find("answer_too_large"), std::string::npos) << r->body.substr(0, 200);
+  EXPECT_EQ(asked.load(), 1);
+}
+
 // A backend that trickles its /health answer is down once the probe's whole time has passed: each
 // line came within the read timeout, so the probe waited for as long as it trickled, and with it
 // the router's start (bind() probes every backend) and every other backend's probe.
