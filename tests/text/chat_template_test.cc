@@ -244,6 +244,17 @@ TEST(JinjaTest, HostileArithmeticSlicesAndChains) {
                 .find("nested too deeply"),
             std::string::npos);
   EXPECT_NE(render_or_error("{% set a = 0 %}" + repeated("{% set a = [a] %}", 300)).find("nested too deeply"), std::string::npos);
+  // Work on long lists counts against the budget: `x in big` over a million items, 700,000 times
+  // (20 minutes), and a sum of lists (quadratic); map's strings count against the output cap (200
+  // copies of an 8 MB string took 3 GB).
+  EXPECT_NE(render_or_error("{% set big = range(1000000) %}{% for i in range(700000) %}{% if -1 in big %}{% endif %}"
+                            "{% endfor %}")
+                .find("steps"),
+            std::string::npos);
+  EXPECT_NE(render_or_error("{{ ([[1]] * 100000) | sum(start=[]) | length }}").find("steps"), std::string::npos);
+  EXPECT_EQ(render_or_error("{{ ([[1]] * 1000) | sum(start=[]) | length }}"), "1000");
+  EXPECT_NE(render_or_error("{% set l = ['a' * 8000000] %}{{ ([l] * 200) | map('first') | list | length }}").find("larger than"),
+            std::string::npos);
   EXPECT_EQ(render_or_error("{% set a = 0 %}" + repeated("{% set a = [a] %}", 150) + "{{ a | length }}"), "1");
 }
 

@@ -157,11 +157,21 @@ Result<Value> map_filter(CallContext& context, const Value& value, CallArgs& arg
   if (attribute == nullptr && (args.positional.empty() || !args.positional[0].is_string())) {
     return Status::InvalidArgument("map needs attribute= or a filter name");
   }
+  // Each string of the result is its own copy: together they are held to the output cap, checked
+  // as they come (200 copies of one 8 MB string took 3 GB).
+  size_t bytes = 0;
+  auto keep = [&](Value v) {
+    const size_t n = v.is_string() ? v.as_string().size() : 0;
+    bytes += n;
+    KVTIER_RETURN_IF_ERROR(context.check_size(bytes));
+    KVTIER_RETURN_IF_ERROR(context.charge(1 + n / 1024));
+    mapped.push_back(std::move(v));
+    return Status::Ok();
+  };
   for (const Value& item : items) {
-    KVTIER_RETURN_IF_ERROR(context.charge(1));
     if (attribute != nullptr) {
       KVTIER_ASSIGN_OR_RETURN(Value result, attribute_path(item, *attribute));
-      mapped.push_back(result.is_undefined() && fallback != nullptr ? *fallback : result);
+      KVTIER_RETURN_IF_ERROR(keep(result.is_undefined() && fallback != nullptr ? *fallback : std::move(result)));
       continue;
     }
     const std::string filter = args.positional[0].as_string();
@@ -169,7 +179,7 @@ Result<Value> map_filter(CallContext& context, const Value& value, CallArgs& arg
     CallArgs filter_args;
     filter_args.positional.assign(args.positional.begin() + 1, args.positional.end());
     KVTIER_ASSIGN_OR_RETURN(Value result, apply_filter(context, filter, item, filter_args));
-    mapped.push_back(std::move(result));
+    KVTIER_RETURN_IF_ERROR(keep(std::move(result)));
   }
   return Value::list(std::move(mapped));
 }
@@ -225,6 +235,8 @@ Result<Value> sum_filter(CallContext& context, const Value& value, CallArgs& arg
     if (!bound[0].is_undefined()) {
       KVTIER_ASSIGN_OR_RETURN(term, attribute_path(item, bound[0]));
     }
+    // Each `+` copies the total so far: charged by its length (a sum of lists was quadratic unbudgeted).
+    KVTIER_RETURN_IF_ERROR(context.charge(1 + (total.is_list() ? total.as_list().items.size() / 64 : 0)));
     KVTIER_ASSIGN_OR_RETURN(total, binary_operator(context, "+", total, term));
   }
   return total;

@@ -276,8 +276,12 @@ class Renderer final : public CallContext {
     if (++depth_ > limits_.max_depth) return render_error(expr.line, "expression nested too deeply");
     auto result = eval_inner(expr, scope);
     --depth_;
-    // A string costs a step per KiB, built or copied: a statement that works on long strings is not one step.
+    // A string costs a step per KiB, built or copied, and a list or dict a step per 256 items: a
+    // statement that works on long strings or lists (`x in big`, with a million items, 700,000
+    // times: 20 minutes) is not one step.
     if (result.ok() && result->is_string()) KVTIER_RETURN_IF_ERROR(charge(result->as_string().size() / 1024));
+    if (result.ok() && result->is_list()) KVTIER_RETURN_IF_ERROR(charge(result->as_list().items.size() / 256));
+    if (result.ok() && result->is_dict()) KVTIER_RETURN_IF_ERROR(charge(result->as_dict().entries.size() / 256));
     return result;
   }
 
