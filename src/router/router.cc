@@ -132,7 +132,8 @@ Result<int> Router::bind() {
   m.http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   m.http.set_post_routing_handler(server::answer_half_closed_client);  // cpp-httplib writes nothing to one
   server::install_body_limit_and_errors(m.http, m.o.max_body_bytes);
-  m.drain.install(m.http);
+  // A body comes only with a valid key (it was read whole, up to --max-body, before its 401).
+  m.drain.install(m.http, nullptr, [&m](const httplib::Request& req, httplib::Response& res) { return !m.tenant_of(req, res); });
   m.http.set_socket_options(server::reuse_address_only);
   const int port = m.o.port == 0 ? m.http.bind_to_any_port(m.o.host.c_str()) : m.o.port;
   if (port < 0 || (m.o.port != 0 && !m.http.bind_to_port(m.o.host.c_str(), m.o.port)))

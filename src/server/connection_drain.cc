@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "server/client_connection.h"
 #include "server/http_front.h"
 
 namespace kvtier::server {
@@ -14,11 +15,17 @@ thread_local const ConnectionDrain* answering = nullptr;
 
 }  // namespace
 
-void ConnectionDrain::install(httplib::Server& http, Logger logger) {
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+void ConnectionDrain::install(httplib::Server& http, Logger logger, Gate before_body) {
+  http.set_pre_routing_handler([this, before_body = std::move(before_body)](const httplib::Request& req,
+                                                                           httplib::Response& res) {
     if (refuse_unbounded_body(req, res)) return httplib::Server::HandlerResponse::Handled;
     const bool body = req.has_header("Transfer-Encoding") ||
                       (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+    if (body && before_body && before_body(req, res)) {
+      if (const auto c = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port))
+        c->answer_and_close(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (!body) started();
     return httplib::Server::HandlerResponse::Unhandled;
   });

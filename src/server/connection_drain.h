@@ -39,11 +39,17 @@ class ConnectionDrain {
   using Logger = std::function<void(const httplib::Request&, const httplib::Response&)>;
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
+  // Answers a request before its body is read (true: it wrote the answer), e.g. one without a
+  // valid key: httplib reads a whole body, up to its limit, before any route runs.
+  using Gate = std::function<bool(const httplib::Request&, httplib::Response&)>;
+
   // Sets `http`'s pre-routing handler and its logger (`logger` runs first,
   // when given). Call once, before the server serves. The pre-routing handler
   // also refuses the bodies httplib cannot bound (refuse_unbounded_body,
-  // server/http_front.h) before they are read.
-  void install(httplib::Server& http, Logger logger = nullptr);
+  // server/http_front.h) before they are read, and asks `before_body` of each
+  // request that has one: an answer it writes goes out and the connection
+  // closes (its body is never read).
+  void install(httplib::Server& http, Logger logger = nullptr, Gate before_body = nullptr);
   // A route that takes a body (every POST): counted from when it runs, its body read.
   Handler counted(Handler handler);
   // Answers being written now.

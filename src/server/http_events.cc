@@ -80,6 +80,7 @@ struct HttpServer::EventStream {
 void HttpServer::install_events_route() {
   http_->Get("/v1/cache/events", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, Access::kAdmin)) return;
+    const std::string key = request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"));
     std::optional<uint64_t> since;
     if (req.has_param("since")) {
       const std::string v = req.get_param_value("since");
@@ -108,8 +109,11 @@ void HttpServer::install_events_route() {
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, stream](size_t, httplib::DataSink& sink) {
-          if (stop_requested_ || scheduler_->draining()) {  // a shut_down() waits for it
+        [this, stream, key](size_t, httplib::DataSink& sink) {
+          // The key is asked again at each message: one revoked or rotated (SIGHUP) went on
+          // receiving every tenant's page hashes on the stream it had opened.
+          const std::optional<Principal> who = keys_->authenticate(key);
+          if (stop_requested_ || scheduler_->draining() || !who || !who->admin) {  // a shut_down() waits for it
             sink.done();
             return true;
           }

@@ -314,9 +314,10 @@ void HttpServer::install_routes() {
   s.set_read_timeout(30, 0);
   s.set_write_timeout(30, 0);
   s.set_keep_alive_max_count(1000);
-  drain_.install(s, [this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.record_response(endpoint_label(req.path), res.status);
-  });
+  // A body comes only with a valid key: one without was read whole (up to --max-body) before its 401.
+  drain_.install(
+      s, [this](const httplib::Request& req, const httplib::Response& res) { metrics_.record_response(endpoint_label(req.path), res.status); },
+      [this](const httplib::Request& req, httplib::Response& res) { return !authorize(req, res, Access::kClient); });
   s.set_post_routing_handler(answer_half_closed_client);  // a 400, 429 or 503 as well as a 200
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     ApiError e;
