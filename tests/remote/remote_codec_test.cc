@@ -1,6 +1,7 @@
 // Chunk codecs across instances sharing one Redis (issue 22): an instance
-// whose codecs are all none never serves another's lossy entries (a counted
-// miss; its output is the recompute's, bit for bit); an instance with any
+// whose codecs are all none never serves another's lossy entries (its lookup
+// takes them for absent, and its own exact entries replace them; its output
+// is the recompute's, bit for bit); an instance with any
 // lossy codec serves entries of every codec, and labels the lossy ones.
 #include <gtest/gtest.h>
 
@@ -55,7 +56,9 @@ TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyO
   Outcome missed = exact->cached(prompt, 6, /*commit=*/false);
   EXPECT_EQ(missed.report.reused_tokens_by_tier[kRemote], 0u);
   EXPECT_EQ(missed.report.lossy_tokens, 0u);
-  EXPECT_GE(exact->cache->stats().remote.lossy_refused, 1u);
+  // Its lookup reads each entry's codec and takes a lossy one for absent: no load is tried.
+  EXPECT_EQ(exact->cache->stats().remote.lossy_refused, 0u);
+  EXPECT_EQ(exact->cache->stats().load_failures, 0u);
   EXPECT_EQ(missed.logits, ref.logits);
   EXPECT_EQ(missed.tokens, ref.tokens);
 
@@ -66,6 +69,26 @@ TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyO
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
   EXPECT_EQ(hit.report.lossy_tokens, 288u);
   EXPECT_EQ(other->cache->stats().remote.lossy_refused, 0u);
+}
+
+// An exact instance takes another's lossy entries for absent: it writes its own exact ones over
+// them. It took them for present (EXISTS), never wrote, and every later lookup of the prefix by an
+// exact instance was a refused load and a recompute.
+TEST_F(RemoteCodecTest, AnExactInstanceReplacesLossyEntriesWithItsOwn) {
+  auto prompt = CacheRig::random_tokens(300, 43);
+  auto writer = instance(redis, KvCodec::kQ8);
+  Outcome ref = writer->reference(prompt, 6);
+  writer->cached(prompt, 6);
+  ASSERT_TRUE(writer->cache->drain().ok());
+  auto exact = instance(redis, KvCodec::kNone);
+  exact->cached(prompt, 6);  // computed (the lossy entries refused), then committed and stored down
+  ASSERT_TRUE(exact->cache->drain().ok());
+  auto later = instance(redis, KvCodec::kNone);
+  Outcome hit = later->cached(prompt, 6, /*commit=*/false);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);
+  EXPECT_EQ(hit.report.lossy_tokens, 0u);
+  EXPECT_EQ(later->cache->stats().remote.lossy_refused, 0u);
+  expect_same(hit, ref, 1e-5);
 }
 
 TEST_F(RemoteCodecTest, ExactEntriesAreServedExactlyToALossyInstance) {

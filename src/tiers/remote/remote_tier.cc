@@ -1,5 +1,7 @@
 #include "tiers/remote/remote_tier.h"
 
+#include <cstddef>
+
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -447,15 +449,25 @@ std::vector<bool> RemoteTier::exist(const PageHash& ns, std::span<const PageHash
   std::vector<std::string> keys;  // the commands refer to them
   keys.reserve(chunk_keys.size());
   for (const auto& h : chunk_keys) keys.push_back(key_of(ChunkKey{ns, h}));
+  // An instance that serves exact KV only reads each entry's codec byte, not its existence: another
+  // instance's lossy entry would be a refused load at every lookup, and was never replaced by the
+  // exact one (store_down skips what exists).
+  static const std::string codec_at = std::to_string(offsetof(ChunkHeader, codec));
   std::vector<RedisCommand> cmds;
   cmds.reserve(keys.size());
-  for (auto& k : keys) cmds.push_back(RedisCommand{{"EXISTS", k}});
+  for (auto& k : keys)
+    cmds.push_back(options_.accept_lossy ? RedisCommand{{"EXISTS", k}} : RedisCommand{{"GETRANGE", k, codec_at, codec_at}});
   Status transport = client_->run(cmds);
   note_result(transport);
   std::vector<bool> out;
   out.reserve(cmds.size());
-  for (auto& c : cmds)
-    out.push_back(c.status.ok() && c.reply->type == REDIS_REPLY_INTEGER && c.reply->integer == 1);
+  for (auto& c : cmds) {
+    const redisReply* r = c.status.ok() ? c.reply.get() : nullptr;
+    if (r != nullptr && r->type == REDIS_REPLY_STRING && r->len == 1)
+      out.push_back(accept_chunk_codec(KvCodec(uint8_t(r->str[0])), false).ok());
+    else
+      out.push_back(r != nullptr && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  }
   return out;
 }
 
