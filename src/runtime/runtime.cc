@@ -221,9 +221,11 @@ class RuntimeImpl final : public Runtime {
     if (s.preempted && !s.saved.empty()) KVTIER_RETURN_IF_ERROR(restore_raw(s));
     Resumed r;
     if (s.preempted || restoring(s)) {
+      const bool fresh_lease = s.preempted;
       auto computed = recompute_kv(s, std::max<uint32_t>(chunk_tokens, 1));
       if (!computed.ok() && !s.preempted) seqs_.erase(it);  // a failed chunk ends the sequence, as a prompt's does
       KVTIER_ASSIGN_OR_RETURN(r.computed, std::move(computed));
+      if (fresh_lease) r.lossy_tokens = s.lease.report().lossy_tokens;
     }
     r.left = uint32_t(s.tokens.size() - 1 - s.kv.num_tokens);
     return r;
@@ -386,7 +388,9 @@ class RuntimeImpl final : public Runtime {
       rep.cached_tokens += lr.reused_tokens_by_tier[t];
     }
     rep.recomputed_cached_tokens = lr.recomputed_cached_tokens;
-    rep.lossy_cached_tokens = lr.lossy_tokens;
+    // A lease taken at resume may have loaded what the first did not: approximate KV from a lossy
+    // entry makes the answer approximate, whatever the first lease found (it was reported exact).
+    rep.lossy_cached_tokens = std::max(lr.lossy_tokens, s.lease.report().lossy_tokens);
     rep.ttft_s = std::chrono::duration<double>(SteadyClock::now() - p.t0).count();
     p.trace->prefill_s = rep.ttft_s;
     rep.trace = std::move(p.trace);

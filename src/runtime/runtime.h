@@ -306,8 +306,9 @@ class Runtime {
   // preempt() and finish() take it as it stands. A prompt being computed leaves resume() with
   // `left` 0: prefill_more() goes on with it. Busy only on the call that takes the pages.
   struct Resumed {
-    uint32_t computed = 0;  // positions this call computed
-    uint32_t left = 0;      // positions resume() has still to compute
+    uint32_t computed = 0;      // positions this call computed
+    uint32_t left = 0;          // positions resume() has still to compute
+    uint32_t lossy_tokens = 0;  // positions its cache lookup loaded from lossy entries (approximate KV)
   };
   virtual Result<Resumed> resume(SeqId seq, uint32_t chunk_tokens) = 0;
   // All at once.

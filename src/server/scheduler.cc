@@ -468,6 +468,8 @@ bool Scheduler::resume_paused(uint32_t& budget) {
       continue;
     }
     budget -= std::min(budget, resumed->computed);
+    // Approximate KV loaded at resume makes the rest of the answer approximate: the usage says so.
+    r->usage.report.lossy_cached_tokens = std::max(r->usage.report.lossy_cached_tokens, resumed->lossy_tokens);
     r->resuming = resumed->left > 0;
     r->paused = r->resuming;
     if (r->paused) return false;

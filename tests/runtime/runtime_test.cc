@@ -188,6 +188,50 @@ TEST(Runtime, APreemptedLossySequenceStaysLabelled) {
   rt.finish(again->seq);
 }
 
+// A sequence computed exactly, preempted (recomputed at resume, no raw copy) after its exact KV went
+// down to a lossy disk tier, comes back from those lossy entries: the resume says so, as does the
+// report of a prompt resumed the same way mid-prefill. Both were reported exact.
+TEST(Runtime, LossyKvLoadedAtResumeIsReported) {
+  TempDir dir;
+  RuntimeOptions o = tiny(dir.path.string());
+  o.disk_codec = KvCodec::kQ8;
+  o.model = "small";  // head_dim 64
+  o.device_bytes = size_t(32) << 20;
+  o.host_bytes = size_t(1) << 20;  // a quarter cannot hold the sequence raw: recomputed at resume
+  auto made = Runtime::create(o);
+  ASSERT_TRUE(made.ok()) << made.status().to_string();
+  Runtime& rt = **made;
+  // Decoding: exact at start, lossy after the resume.
+  auto prompt = rt.model().text.tokenize(std::string(900, 'c') + " decode then preempt", {.add_bos = true});
+  auto s = rt.start(prompt, {});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_EQ(s->report.lossy_cached_tokens, 0u);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(rt.decode(std::span(&s->seq, 1)).ok());
+  auto raw = rt.preempt(s->seq);
+  ASSERT_TRUE(raw.ok() && !*raw);
+  ASSERT_TRUE(rt.flush().ok());  // device and host dropped: the prefix is on the q8 disk only
+  auto resumed = rt.resume(s->seq, UINT32_MAX);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().to_string();
+  EXPECT_GT(resumed->lossy_tokens, 0u);
+  rt.finish(s->seq);
+  // Mid-prefill: the first chunk exact, the rest computed on lossy KV after the resume.
+  auto other = rt.model().text.tokenize(std::string(925, 'd') + " preempted while its prompt is computed", {.add_bos = true});
+  PromptRequest request;
+  request.prompt.assign(other.begin(), other.end());
+  auto p = rt.start(request, 600);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_GT(p->prompt_left, 0u);
+  ASSERT_TRUE(rt.preempt(p->seq).ok());
+  ASSERT_TRUE(rt.flush().ok());
+  ASSERT_TRUE(rt.resume(p->seq, UINT32_MAX).ok());
+  Result<Runtime::Started> more = Status::Internal("not run");
+  do more = rt.prefill_more(p->seq, UINT32_MAX);
+  while (more.ok() && more->prompt_left > 0);
+  ASSERT_TRUE(more.ok()) << more.status().to_string();
+  EXPECT_GT(more->report.lossy_cached_tokens, 0u);
+  rt.finish(p->seq);
+}
+
 TEST(Runtime, NoCacheBaselineGivesTheSameOutput) {
   TempDir dir;
   auto cached = Runtime::create(tiny(dir.path.string()));
