@@ -1,5 +1,7 @@
 #include "common/strings.h"
 
+#include "common/json_scan.h"
+
 #include <algorithm>
 #include <cctype>
 #include <vector>
@@ -59,23 +61,10 @@ bool Lines::next(std::string_view& line) {
 
 size_t json_nesting_depth(std::string_view text) {
   size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
+  for_each_json_structural(text, [&](size_t, char c) {
+    if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0) --depth;
+  });
   return deepest;
 }
 
@@ -84,22 +73,15 @@ uint64_t json_key_pairs(std::string_view text, size_t max_depth) {
   keys.reserve(std::min<size_t>(max_depth, 1024));
   size_t depth = 0;
   uint64_t pairs = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+  for_each_json_structural(text, [&](size_t, char c) {
+    if (c == '[' || c == '{') {
       if (++depth <= max_depth) keys.push_back(c == '{' ? 0 : UINT64_MAX);
     } else if ((c == ']' || c == '}') && depth > 0) {
       if (depth-- <= max_depth) keys.pop_back();
     } else if (c == ':' && !keys.empty() && keys.back() != UINT64_MAX && depth <= max_depth) {
       pairs += keys.back()++;  // this key against each before it
     }
-  }
+  });
   return pairs;
 }
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_scan.h"
 #include "common/strings.h"
 #include "server/json_limits.h"
 #include "server/text_stream.h"
@@ -69,16 +70,8 @@ ParsedReply parse_hermes(std::string_view text) {
 std::vector<std::string_view> top_level_pieces(std::string_view text, char sep) {
   std::vector<std::string_view> out;
   size_t from = 0, depth = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
+  for_each_json_structural(text, [&](size_t i, char c) {
+    if (c == '{' || c == '[') {
       ++depth;
     } else if ((c == '}' || c == ']') && depth > 0) {
       --depth;
@@ -86,7 +79,7 @@ std::vector<std::string_view> top_level_pieces(std::string_view text, char sep) 
       out.push_back(text.substr(from, i - from));
       from = i + 1;
     }
-  }
+  });
   out.push_back(text.substr(from));
   return out;
 }

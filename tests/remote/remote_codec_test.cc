@@ -41,15 +41,21 @@ std::unique_ptr<CacheRig> instance(const RedisServer& redis, KvCodec codec) {
 class RemoteCodecTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(redis.start().ok()); }
+  // An instance writing `codec` serves `prompt` (6 tokens generated) and stores it down; its
+  // recompute of the prompt, the reference.
+  Outcome written_by(KvCodec codec, const std::vector<TokenId>& prompt) {
+    auto writer = instance(redis, codec);
+    Outcome ref = writer->reference(prompt, 6);
+    writer->cached(prompt, 6);
+    EXPECT_TRUE(writer->cache->drain().ok());
+    return ref;
+  }
   RedisServer redis;
 };
 
 TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyOne) {
   auto prompt = CacheRig::random_tokens(300, 41);
-  auto writer = instance(redis, KvCodec::kQ8);
-  Outcome ref = writer->reference(prompt, 6);
-  writer->cached(prompt, 6);
-  ASSERT_TRUE(writer->cache->drain().ok());
+  const Outcome ref = written_by(KvCodec::kQ8, prompt);
   ASSERT_EQ(*redis.cmd({"DBSIZE"}), "6");  // 4 whole chunks, the prompt's tail (18 pages), the sequence's (19)
 
   auto exact = instance(redis, KvCodec::kNone);
@@ -76,10 +82,7 @@ TEST_F(RemoteCodecTest, LossyEntriesAreMissesForAnExactInstanceAndHitsForALossyO
 // exact instance was a refused load and a recompute.
 TEST_F(RemoteCodecTest, AnExactInstanceReplacesLossyEntriesWithItsOwn) {
   auto prompt = CacheRig::random_tokens(300, 43);
-  auto writer = instance(redis, KvCodec::kQ8);
-  Outcome ref = writer->reference(prompt, 6);
-  writer->cached(prompt, 6);
-  ASSERT_TRUE(writer->cache->drain().ok());
+  const Outcome ref = written_by(KvCodec::kQ8, prompt);
   auto exact = instance(redis, KvCodec::kNone);
   exact->cached(prompt, 6);  // computed (the lossy entries refused), then committed and stored down
   ASSERT_TRUE(exact->cache->drain().ok());
@@ -93,10 +96,7 @@ TEST_F(RemoteCodecTest, AnExactInstanceReplacesLossyEntriesWithItsOwn) {
 
 TEST_F(RemoteCodecTest, ExactEntriesAreServedExactlyToALossyInstance) {
   auto prompt = CacheRig::random_tokens(300, 42);
-  auto writer = instance(redis, KvCodec::kNone);
-  Outcome ref = writer->reference(prompt, 6);
-  writer->cached(prompt, 6);
-  ASSERT_TRUE(writer->cache->drain().ok());
+  const Outcome ref = written_by(KvCodec::kNone, prompt);
   auto lossy = instance(redis, KvCodec::kQ8);
   Outcome hit = lossy->cached(prompt, 6, /*commit=*/false);
   EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 288u);

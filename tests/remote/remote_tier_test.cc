@@ -156,44 +156,33 @@ TEST_F(RemoteTierTest, RoundTripIsBitExactWholeAndLayerRanges) {
 // A prompt's tail is a short chunk (KVCache::store_down). Read by layers with
 // its length expected (GetOp::expect_pages, as the transfer engine asks), its
 // layers come from one round of ranged reads; guessed as a whole chunk, every
-// layer's read fell back to a GET of the whole value.
-TEST_F(RemoteTierTest, AShortChunkReadByLayersWithItsLengthExpectedTakesOneRound) {
+// layer's read fell back to a GET of the whole value. A chunk longer than
+// expected costs a second round, as the Tier contract says: its metadata, read
+// for the expected length, was cut short, taken for corruption and deleted.
+TEST_F(RemoteTierTest, AChunkReadByLayersTakesOneRoundWhenItsLengthIsExpected) {
   auto t = tier();
   ASSERT_TRUE(t);
-  const auto c = make_chunk(g, test_ns(1), 1, 2);
-  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
-  const size_t lb = g.layer_bytes(2);
-  for (uint32_t expect : {2u, 0u}) {
+  struct Case {
+    uint32_t pages, expect;
+  };
+  for (const Case k : {Case{2, 2}, Case{2, 0}, Case{4, 2}}) {
+    SCOPED_TRACE(std::to_string(k.pages) + " pages, " + std::to_string(k.expect) + " expected");
+    const auto c = make_chunk(g, test_ns(1), k.pages, k.pages);
+    ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+    const size_t lb = g.layer_bytes(k.pages);
     ASSERT_TRUE(server_->cmd({"CONFIG", "RESETSTAT"}).ok());
     std::vector<std::byte> part(lb);
-    std::vector<GetOp> ops{{c.key, 1, 1, part, {}, 0, KvCodec::kNone, expect}};
+    std::vector<GetOp> ops{{c.key, 1, 1, part, {}, 0, KvCodec::kNone, k.expect}};
     t->get_batch(ops);
     ASSERT_TRUE(ops[0].status.ok()) << ops[0].status.to_string();
-    EXPECT_EQ(ops[0].num_pages, 2u);
+    EXPECT_EQ(ops[0].num_pages, k.pages);
     EXPECT_TRUE(std::equal(part.begin(), part.end(), c.payload.begin() + lb));
     auto info = server_->cmd({"INFO", "commandstats"});
     ASSERT_TRUE(info.ok());
-    EXPECT_EQ(info->find("cmdstat_get:") == std::string::npos, expect == 2) << *info;
+    EXPECT_EQ(info->find("cmdstat_get:") == std::string::npos, k.expect == k.pages) << *info;
+    EXPECT_TRUE(t->exists(c.key));
   }
-}
-
-// A chunk longer than the caller expected (GetOp::expect_pages too small) costs a second round,
-// as the Tier contract says: its metadata, read for the expected length, was cut short, taken
-// for a corrupt entry, counted and deleted.
-TEST_F(RemoteTierTest, AChunkLongerThanExpectedIsReadNotDeleted) {
-  auto t = tier();
-  ASSERT_TRUE(t);
-  const auto c = make_chunk(g, test_ns(1), 1, 4);
-  ASSERT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
-  const size_t lb = g.layer_bytes(4);
-  std::vector<std::byte> part(lb);
-  std::vector<GetOp> ops{{c.key, 1, 1, part, {}, 0, KvCodec::kNone, /*expect_pages=*/2}};
-  t->get_batch(ops);
-  ASSERT_TRUE(ops[0].status.ok()) << ops[0].status.to_string();
-  EXPECT_EQ(ops[0].num_pages, 4u);
-  EXPECT_TRUE(std::equal(part.begin(), part.end(), c.payload.begin() + lb));
   EXPECT_EQ(t->stats().checksum_failures, 0u);
-  EXPECT_TRUE(t->exists(c.key));
 }
 
 TEST_F(RemoteTierTest, KeysFollowTheDocumentedScheme) {
@@ -958,14 +947,14 @@ TEST(RedisClientDeadline, AFailedDelOfACorruptEntryIsNotRepeatedForTheRestOfTheB
 // most about that many bytes: hiredis buffers whatever length a bulk string claims, so a server
 // answering a GET with 512 MiB (wrong or hostile) grew the process by all of it, and more than
 // once over a pipeline. (The remote tier bounds its client to one chunk entry.)
-TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
+// A server that answers a GET with `head` and then `piece` up to `count` times (until the client
+// hangs up), and a client bounded at 1 MiB a reply: the reply is cut off, little of it read.
+void expect_reply_cut_off(const std::string& head, const std::string& piece, int count) {
   std::atomic<uint64_t> sent{0};
   scripted::ScriptedRedis server([&](int fd, int) {
     if (!scripted::read_request(fd)) return;
-    const std::string head = "$536870912\r\n";  // 512 MiB
     if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) != ssize_t(head.size())) return;
-    const std::string piece(size_t(1) << 20, 'x');
-    for (int i = 0; i < 512; ++i) {  // until the client hangs up
+    for (int i = 0; i < count; ++i) {
       const ssize_t n = ::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL);
       if (n <= 0) return;
       sent += uint64_t(n);
@@ -977,7 +966,7 @@ TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
   auto client = RedisClient::create(o);
   ASSERT_TRUE(client.ok());
   auto r = (*client)->command({"GET", "k"});
-  ASSERT_FALSE(r.ok());
+  ASSERT_FALSE(r.ok()) << "a reply of " << sent.load() << " bytes was taken";
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(r.status().to_string().find("longer than"), std::string::npos) << r.status().to_string();
   EXPECT_LT((*client)->stats().transport_errors, 2u);
@@ -985,32 +974,15 @@ TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
   EXPECT_LT(sent.load(), uint64_t(64) << 20) << "the client read on past its bound";
 }
 
+TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
+  expect_reply_cut_off("$536870912\r\n", std::string(size_t(1) << 20, 'x'), 512);  // 512 MiB
+}
+
 // The same bound holds for an array, whose elements hiredis parses (and keeps) as they arrive:
 // the bytes it had not parsed stayed small, so 512 MiB of 64 KiB elements were all read and
 // returned as the reply to a GET.
 TEST(RedisClientDeadline, AnArrayReplyLongerThanTheBoundIsCutOff) {
-  std::atomic<uint64_t> sent{0};
-  scripted::ScriptedRedis server([&](int fd, int) {
-    if (!scripted::read_request(fd)) return;
-    const std::string head = "*8192\r\n";
-    if (::send(fd, head.data(), head.size(), MSG_NOSIGNAL) != ssize_t(head.size())) return;
-    const std::string element = "$65536\r\n" + std::string(size_t(1) << 16, 'x') + "\r\n";
-    for (int i = 0; i < 8192; ++i) {  // until the client hangs up
-      const ssize_t n = ::send(fd, element.data(), element.size(), MSG_NOSIGNAL);
-      if (n <= 0) return;
-      sent += uint64_t(n);
-    }
-  });
-  auto o = scripted::standalone(server.port(), 1);
-  o.command_timeout = std::chrono::milliseconds(120000);  // cut off by its length, not by time
-  o.max_reply_bytes = size_t(1) << 20;
-  auto client = RedisClient::create(o);
-  ASSERT_TRUE(client.ok());
-  auto r = (*client)->command({"GET", "k"});
-  ASSERT_FALSE(r.ok()) << "an array of " << sent.load() << " bytes was taken";
-  EXPECT_NE(r.status().to_string().find("longer than"), std::string::npos) << r.status().to_string();
-  client->reset();  // closes its connection: the server's sends fail
-  EXPECT_LT(sent.load(), uint64_t(64) << 20) << "the client read on past its bound";
+  expect_reply_cut_off("*8192\r\n", "$65536\r\n" + std::string(size_t(1) << 16, 'x') + "\r\n", 8192);
 }
 
 // Callers queued for a pooled connection when one fails fail at once: they

@@ -147,15 +147,21 @@ TEST(Runtime, LossyDiskHitsAreLabelledAndCounted) {
   EXPECT_EQ((*rt)->stats().cache.lossy_tokens, hit.lossy_cached_tokens);
 }
 
+// The `small` preset (head_dim 64, which q8 groups) with a q8 disk tier under `dir`.
+RuntimeOptions small_on_a_q8_disk(const std::string& dir) {
+  RuntimeOptions o = tiny(dir);
+  o.disk_codec = KvCodec::kQ8;
+  o.model = "small";
+  o.device_bytes = size_t(32) << 20;
+  return o;
+}
+
 // A sequence whose prefix came from a lossy disk entry keeps its label through preemption: its KV
 // was copied raw into a fresh lease, which carries no lossy marks, so at finish its pages went into
 // the index as exact (and down to exact-only tiers). A lossy sequence is preempted by recompute.
 TEST(Runtime, APreemptedLossySequenceStaysLabelled) {
   TempDir dir;
-  RuntimeOptions o = tiny(dir.path.string());
-  o.disk_codec = KvCodec::kQ8;
-  o.model = "small";  // head_dim 64
-  o.device_bytes = size_t(32) << 20;
+  RuntimeOptions o = small_on_a_q8_disk(dir.path.string());
   o.host_bytes = size_t(256) << 20;  // a quarter of it would hold the sequence raw
   auto made = Runtime::create(o);
   ASSERT_TRUE(made.ok()) << made.status().to_string();
@@ -193,10 +199,7 @@ TEST(Runtime, APreemptedLossySequenceStaysLabelled) {
 // report of a prompt resumed the same way mid-prefill. Both were reported exact.
 TEST(Runtime, LossyKvLoadedAtResumeIsReported) {
   TempDir dir;
-  RuntimeOptions o = tiny(dir.path.string());
-  o.disk_codec = KvCodec::kQ8;
-  o.model = "small";  // head_dim 64
-  o.device_bytes = size_t(32) << 20;
+  RuntimeOptions o = small_on_a_q8_disk(dir.path.string());
   o.host_bytes = size_t(1) << 20;  // a quarter cannot hold the sequence raw: recomputed at resume
   auto made = Runtime::create(o);
   ASSERT_TRUE(made.ok()) << made.status().to_string();
