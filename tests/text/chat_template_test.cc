@@ -184,6 +184,17 @@ TEST(JinjaTest, SetNamespaceAndMacros) {
   EXPECT_EQ(render_or_error("{{ raise_exception('No system role') }}"), "ERROR: No system role");
 }
 
+// A macro sees the scopes it is defined in, as jinja2's closures do: a loop's variable, an outer
+// macro's arguments (both read as empty before); the template's top level as it is when called.
+TEST(JinjaTest, MacrosSeeTheScopesTheyAreDefinedIn) {
+  EXPECT_EQ(render_or_error("{% for i in range(2) %}{% macro g() %}{{ i }}{% endmacro %}{{ g() }}{% endfor %}"), "01");
+  EXPECT_EQ(render_or_error("{% macro outer(a) %}{% macro inner(b) %}{{ a }}{{ b }}{% endmacro %}{{ inner(2) }}"
+                            "{% endmacro %}{{ outer(5) }}"),
+            "52");
+  EXPECT_EQ(render_or_error("{% macro f() %}{{ x }}{% endmacro %}{% set x = 1 %}{{ f() }}"), "1");
+  EXPECT_EQ(render_or_error("{% for i in range(1) %}{% macro g(i) %}{{ i }}{% endmacro %}{{ g(7) }}{% endfor %}"), "7");
+}
+
 TEST(JinjaTest, UnsupportedConstructsFailAtParse) {
   EXPECT_EQ(render_or_error("{% include 'x' %}"), "PARSE ERROR: jinja: line 1: unsupported statement 'include'");
   EXPECT_EQ(render_or_error("{{ x | frobnicate }}"), "PARSE ERROR: jinja: line 1: unsupported filter 'frobnicate'");

@@ -122,7 +122,7 @@ class Renderer final : public CallContext {
         scope.variables[node.targets[0]] = Value(std::move(text));
         return Status::Ok();
       }
-      case Node::Kind::kMacro: scope.variables[node.name] = make_macro(node); return Status::Ok();
+      case Node::Kind::kMacro: scope.variables[node.name] = make_macro(node, scope); return Status::Ok();
       case Node::Kind::kScope: {
         Scope inner{&scope, {}};
         return exec_body(node.body, inner, flow);
@@ -229,21 +229,32 @@ class Renderer final : public CallContext {
     return Status::Ok();
   }
 
-  Value make_macro(const Node& node) {
+  // A macro sees the variables of the scopes it is defined in, as jinja2's closures do (a loop's
+  // variable, an outer macro's arguments: they read as empty before), copied as they are then; the
+  // template's top level it reads as it is when called.
+  using Closure = std::unordered_map<std::string, Value>;
+  Value make_macro(const Node& node, const Scope& scope) {
+    auto closure = std::make_shared<Closure>();
+    for (const Scope* s = &scope; s != nullptr && s != &root_; s = s->parent)
+      for (const auto& [name, value] : s->variables) closure->emplace(name, value);  // the nearer ones first
     auto macro = std::make_shared<Callable>();
     macro->name = node.name;
     macro->is_macro = true;
     const Node* definition = &node;
-    macro->call = [this, definition](CallContext&, CallArgs& args) { return call_macro(*definition, args); };
+    macro->call = [this, definition, closure = std::shared_ptr<const Closure>(std::move(closure))](CallContext&,
+                                                                                                  CallArgs& args) {
+      return call_macro(*definition, *closure, args);
+    };
     return CallablePtr(std::move(macro));
   }
 
-  Result<Value> call_macro(const Node& macro, CallArgs& args) {
+  Result<Value> call_macro(const Node& macro, const Closure& closure, CallArgs& args) {
     if (args.positional.size() > macro.params.size()) {
       return render_error(macro.line, "macro '" + macro.name + "' takes not more than " +
                                           std::to_string(macro.params.size()) + " argument(s)");
     }
-    Scope frame{&root_, {}};
+    const Scope defined{&root_, closure};
+    Scope frame{&defined, {}};
     for (size_t i = 0; i < args.positional.size(); ++i) frame.variables[macro.params[i].name] = args.positional[i];
     for (auto& [name, value] : args.keyword) {
       bool known = false;
