@@ -184,6 +184,15 @@ TEST(JinjaTest, SetNamespaceAndMacros) {
   EXPECT_EQ(render_or_error("{{ raise_exception('No system role') }}"), "ERROR: No system role");
 }
 
+// Python's chained comparisons: each operand evaluated once, the first false comparison ends it.
+TEST(JinjaTest, ChainedComparisons) {
+  EXPECT_EQ(render_or_error("{{ 1 < 2 < 3 }} {{ 1 < 3 < 2 }} {{ 0 <= x < 10 }} {{ 'a' in 'ab' in 'xab' }} "
+                            "{{ 1 == 1 != 2 }} {{ 3 > 2 > 2 }}",
+                            {{"x", 5}}),
+            "True False True True True False");
+  EXPECT_EQ(render_or_error("{% if 0 < loop_max < 3 %}yes{% else %}no{% endif %}", {{"loop_max", 7}}), "no");
+}
+
 // A macro sees the scopes it is defined in, as jinja2's closures do: a loop's variable, an outer
 // macro's arguments (both read as empty before); the template's top level as it is when called.
 TEST(JinjaTest, MacrosSeeTheScopesTheyAreDefinedIn) {

@@ -35,6 +35,7 @@ struct Expr {
     kAnd,
     kOr,
     kConditional,  // args[1] if args[0] else args[2] (args[2] may be null)
+    kCompareChain,  // args[0] ops[0] args[1] ops[1] args[2] ...: Python's chained comparison
   };
   Kind kind = Kind::kLiteral;
   int line = 0;
@@ -43,6 +44,7 @@ struct Expr {
   bool negated = false;  // kTest: `is not`
   std::vector<ExprPtr> args;
   std::vector<std::pair<std::string, ExprPtr>> keywords;
+  std::vector<std::string> ops;  // kCompareChain: the comparison between args[i] and args[i + 1]
   // The longest path from here to a leaf, in nodes: evaluating and freeing recurse that deep, so
   // the parser bounds it (kMaxExprHeight). Kept by add() and add_keyword(), the only ways in.
   int height = 1;

@@ -151,37 +151,37 @@ Result<ExprPtr> ExprParser::parse_not() {
   return parse_compare();
 }
 
+// `a < b` is a binary node; `a < b <= c ...` (Python's chain: each operand evaluated once, the
+// first false comparison ends it) a kCompareChain of every operand and operator.
 Result<ExprPtr> ExprParser::parse_compare() {
-  KVTIER_ASSIGN_OR_RETURN(ExprPtr expr, parse_math1());
-  for (;;) {
-    const int line = peek().line;
-    std::string op;
-    for (std::string_view candidate : {"==", "!=", "<", "<=", ">", ">="}) {
-      if (is_op(candidate)) op = candidate;
-    }
-    if (!op.empty()) {
-      ++pos_;
-    } else if (is_name("in")) {
-      op = "in";
-      ++pos_;
-    } else if (is_name("not") && is_name("in", 1)) {
-      op = "not in";
-      pos_ += 2;
-    } else {
-      break;
-    }
+  KVTIER_ASSIGN_OR_RETURN(ExprPtr first, parse_math1());
+  const int line = peek().line;
+  std::vector<std::string> ops;
+  std::vector<ExprPtr> operands;
+  for (std::string op = comparison_ahead(); !op.empty(); op = comparison_ahead()) {
+    pos_ += op == "not in" ? 2 : 1;
+    ops.push_back(op);
     KVTIER_ASSIGN_OR_RETURN(ExprPtr rhs, parse_math1());
-    if (is_comparison_ahead()) return syntax_error(line, "chained comparisons are not supported");
-    KVTIER_ASSIGN_OR_RETURN(expr, make_binary(Expr::Kind::kBinary, op, std::move(expr), std::move(rhs), line));
+    operands.push_back(std::move(rhs));
+    if (ops.size() > size_t(kMaxExprHeight)) return syntax_error(line, "expression nested too deeply");
   }
-  return expr;
+  if (ops.empty()) return first;
+  if (ops.size() == 1) return make_binary(Expr::Kind::kBinary, ops[0], std::move(first), std::move(operands[0]), line);
+  auto chain = make_expr(Expr::Kind::kCompareChain, line);
+  chain->add(std::move(first));
+  for (ExprPtr& operand : operands) chain->add(std::move(operand));
+  chain->ops = std::move(ops);
+  KVTIER_RETURN_IF_ERROR(check_height(*chain));
+  return ExprPtr(std::move(chain));
 }
 
-bool ExprParser::is_comparison_ahead() const {
+std::string ExprParser::comparison_ahead() const {
   for (std::string_view candidate : {"==", "!=", "<", "<=", ">", ">="}) {
-    if (is_op(candidate)) return true;
+    if (is_op(candidate)) return std::string(candidate);
   }
-  return is_name("in") || (is_name("not") && is_name("in", 1));
+  if (is_name("in")) return "in";
+  if (is_name("not") && is_name("in", 1)) return "not in";
+  return {};
 }
 
 Result<ExprPtr> ExprParser::parse_math1() {

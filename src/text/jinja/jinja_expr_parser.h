@@ -42,7 +42,8 @@ class ExprParser {
   Result<ExprPtr> parse_and();
   Result<ExprPtr> parse_not();
   Result<ExprPtr> parse_compare();
-  bool is_comparison_ahead() const;
+  // The comparison operator at the cursor ("==", ..., "in", "not in"), or empty.
+  std::string comparison_ahead() const;
   Result<ExprPtr> parse_math1();
   Result<ExprPtr> parse_concat();
   Result<ExprPtr> parse_math2();

@@ -401,6 +401,16 @@ class Renderer final : public CallContext {
         KVTIER_ASSIGN_OR_RETURN(Value second, eval(*expr.args[1], scope));
         return binary_operator(*this, expr.name, first, second);
       }
+      case Kind::kCompareChain: {
+        Value lhs = std::move(first), result;
+        for (size_t i = 0; i < expr.ops.size(); ++i) {
+          KVTIER_ASSIGN_OR_RETURN(Value rhs, eval(*expr.args[i + 1], scope));
+          KVTIER_ASSIGN_OR_RETURN(result, binary_operator(*this, expr.ops[i], lhs, rhs));
+          if (!result.truthy()) return result;
+          lhs = std::move(rhs);
+        }
+        return result;
+      }
       default: return render_error(expr.line, "unknown expression");
     }
   }
