@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <utility>
 #include <sstream>
 #include <thread>
 
@@ -35,12 +36,28 @@ bool port_free(uint16_t port) {
   return ok;
 }
 
-// A port whose cluster bus port (+10000) is free too.
+// The kernel's ephemeral range (where outgoing connections take their local
+// port): /proc/sys/net/ipv4/ip_local_port_range, or Linux's default.
+std::pair<uint32_t, uint32_t> ephemeral_ports() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  uint32_t lo = 0, hi = 0;
+  if (f >> lo >> hi && lo > 0 && lo <= hi && hi <= 65535) return {lo, hi};
+  return {32768, 60999};
+}
+
+// A port whose cluster bus port (+10000) is free too, both outside the
+// ephemeral range: a server killed and restarted on its port must find it
+// free, and any client's outgoing connection (another test's, or one to this
+// very port while nothing listens, which can connect to itself) could take a
+// port inside that range in between.
 uint16_t pick_port() {
   static std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 7919u + static_cast<uint32_t>(time(nullptr)));
-  for (int i = 0; i < 1000; ++i) {
-    const uint16_t p = static_cast<uint16_t>(20000 + rng() % 30000);
-    if (port_free(p) && port_free(static_cast<uint16_t>(p + 10000))) return p;
+  const auto [eph_lo, eph_hi] = ephemeral_ports();
+  const auto outside = [&](uint32_t p) { return p < eph_lo || p > eph_hi; };
+  for (int i = 0; i < 5000; ++i) {
+    const uint32_t p = 10000 + rng() % 45000;
+    if (!outside(p) || !outside(p + 10000)) continue;
+    if (port_free(static_cast<uint16_t>(p)) && port_free(static_cast<uint16_t>(p + 10000))) return static_cast<uint16_t>(p);
   }
   return 0;
 }
@@ -179,7 +196,14 @@ void RedisServer::resume() {
 
 Status RedisServer::restart() {
   kill();
-  return spawn();
+  // The port is outside the ephemeral range, but another process may still
+  // hold it for a moment: try again for a while when the server exits at start.
+  Status st = spawn();
+  for (int attempt = 0; attempt < 50 && !st.ok() && pid_exited_; ++attempt) {
+    std::this_thread::sleep_for(100ms);
+    st = spawn();
+  }
+  return st;
 }
 
 void RedisServer::stop() {
