@@ -166,6 +166,17 @@ TEST(JinjaTest, ForLoops) {
                             "{% if x == 5 %}{% break %}{% endif %}{{ x }}{% endfor %}"),
             "0134");
   EXPECT_EQ(render_or_error("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}{{ v }}{% endfor %}"), "a1b2");
+  // loop.changed, and a break or continue inside a block set: what jinja2 3.1 renders.
+  EXPECT_EQ(render_or_error("{% for x in [1, 1, 2, 2, 1] %}{% if loop.changed(x) %}{{ x }}{% endif %}{% endfor %}"),
+            "121");
+  EXPECT_EQ(render_or_error("{% for x in [1, 2] %}{{ loop.changed(x, 1) }}{{ loop.changed(x, 1) }}{% endfor %}"),
+            "TrueFalseTrueFalse");
+  EXPECT_EQ(render_or_error("{% for x in [1, 2, 3] %}{% set s %}a{{ x }}{% if x == 2 %}{% break %}{% endif %}"
+                            "{% endset %}{{ s }}{% endfor %}"),
+            "a1");
+  EXPECT_EQ(render_or_error("{% for x in [1, 2, 3] %}{% set s %}a{{ x }}{% if x == 2 %}{% continue %}{% endif %}b"
+                            "{% endset %}{{ s }}{% endfor %}"),
+            "a1ba3b");
   // Each iteration has its own scope: a set inside does not leak out or into the next iteration.
   EXPECT_EQ(render_or_error("{% set x = 1 %}{% for i in [5, 6] %}{{ x }}{% set x = i %}{% endfor %}{{ x }}"), "111");
 }

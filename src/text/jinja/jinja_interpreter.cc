@@ -1,6 +1,9 @@
 #include "text/jinja/jinja_interpreter.h"
 
+#include <algorithm>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "text/jinja/jinja_builtins.h"
@@ -118,8 +121,9 @@ class Renderer final : public CallContext {
       case Node::Kind::kFor: return exec_for(node, scope);
       case Node::Kind::kSet: return exec_set(node, scope);
       case Node::Kind::kSetBlock: {
-        KVTIER_ASSIGN_OR_RETURN(std::string text, capture(node.body, scope));
-        scope.variables[node.targets[0]] = Value(std::move(text));
+        // A break or continue inside the block leaves it, as in jinja2: nothing is assigned.
+        KVTIER_ASSIGN_OR_RETURN(std::string text, capture(node.body, scope, flow));
+        if (flow == Flow::kNormal) scope.variables[node.targets[0]] = Value(std::move(text));
         return Status::Ok();
       }
       case Node::Kind::kMacro: scope.variables[node.name] = make_macro(node, scope); return Status::Ok();
@@ -133,12 +137,12 @@ class Renderer final : public CallContext {
     return Status::Internal("jinja: unknown node");
   }
 
-  // Runs `body` in `scope` with its output captured (block set, macro call).
-  Result<std::string> capture(const Body& body, Scope& scope) {
+  // Runs `body` in `scope` with its output captured (block set, macro call); a
+  // break or continue in it is left in `flow`.
+  Result<std::string> capture(const Body& body, Scope& scope, Flow& flow) {
     std::string captured;
     std::string* saved = out_;
     out_ = &captured;
-    Flow flow = Flow::kNormal;
     Status status = exec_body(body, scope, flow);
     out_ = saved;
     KVTIER_RETURN_IF_ERROR(status);
@@ -192,7 +196,10 @@ class Renderer final : public CallContext {
     return kept;
   }
 
-  static Value loop_object(const std::vector<Value>& items, size_t index) {
+  // What loop.changed(...) was last called with in one loop (none before its first call).
+  using LastChanged = std::shared_ptr<std::optional<std::vector<Value>>>;
+
+  static Value loop_object(const std::vector<Value>& items, size_t index, const LastChanged& last_changed) {
     const auto length = static_cast<int64_t>(items.size());
     const auto position = static_cast<int64_t>(index);
     std::vector<std::pair<std::string, Value>> entries = {
@@ -210,6 +217,17 @@ class Renderer final : public CallContext {
       return args.positional[index % args.positional.size()];
     };
     entries.emplace_back("cycle", CallablePtr(std::move(cycle)));
+    auto changed = std::make_shared<Callable>();
+    changed->name = "changed";
+    changed->call = [last_changed](CallContext&, CallArgs& args) -> Result<Value> {
+      std::optional<std::vector<Value>>& last = *last_changed;
+      const bool same = last && last->size() == args.positional.size() &&
+                        std::equal(last->begin(), last->end(), args.positional.begin(), equals);
+      if (same) return Value(false);
+      last = args.positional;
+      return Value(true);
+    };
+    entries.emplace_back("changed", CallablePtr(std::move(changed)));
     return Value::dict(std::move(entries));
   }
 
@@ -217,11 +235,12 @@ class Renderer final : public CallContext {
     KVTIER_ASSIGN_OR_RETURN(std::vector<Value> items, loop_items(node, scope));
     Flow flow = Flow::kNormal;
     if (items.empty()) return exec_body(node.else_body, scope, flow);
+    const auto last_changed = std::make_shared<std::optional<std::vector<Value>>>();
     for (size_t index = 0; index < items.size(); ++index) {
       KVTIER_RETURN_IF_ERROR(charge(1));
       Scope iteration{&scope, {}};
       KVTIER_RETURN_IF_ERROR(bind_targets(node.targets, items[index], iteration, node.line));
-      iteration.variables["loop"] = loop_object(items, index);
+      iteration.variables["loop"] = loop_object(items, index, last_changed);
       flow = Flow::kNormal;
       KVTIER_RETURN_IF_ERROR(exec_body(node.body, iteration, flow));
       if (flow == Flow::kBreak) break;
@@ -272,7 +291,8 @@ class Renderer final : public CallContext {
         frame.variables[param.name] = Value::undefined("parameter '" + param.name + "' was not provided");
       }
     }
-    KVTIER_ASSIGN_OR_RETURN(std::string text, capture(macro.body, frame));
+    Flow flow = Flow::kNormal;  // the parser allows no break or continue outside a loop of the macro's own
+    KVTIER_ASSIGN_OR_RETURN(std::string text, capture(macro.body, frame, flow));
     return Value(std::move(text));
   }
 
