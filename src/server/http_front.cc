@@ -29,9 +29,11 @@ void install_body_limit_and_errors(httplib::Server& http, size_t max_body_bytes)
     if (!res.body.empty() || res.content_provider_) return;  // a route already gave its answer (a relayed stream's too)
     ApiError e;
     e.http_status = res.status;
-    e.type = res.status == 404 ? "not_found_error" : "invalid_request_error";
+    // A 5xx with no body (a relayed backend's) is the server's failure, not the request's.
+    e.type = res.status == 404 ? "not_found_error" : res.status >= 500 ? "server_error" : "invalid_request_error";
     if (res.status == 404) e.message = "no route for " + req.method + " " + req.path;
     else if (res.status == 413) e.message = body_too_large_message(req, max_body_bytes);
+    else if (res.status >= 500) e.message = "the server failed with HTTP " + std::to_string(res.status) + " and no detail";
     else e.message = "request rejected with HTTP " + std::to_string(res.status);
     res.set_content(error_json(e), kJson);
   });

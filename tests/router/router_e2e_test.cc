@@ -734,6 +734,21 @@ TEST_F(RouterE2E, AWholeAnswerPastItsBoundIsA502) {
   EXPECT_EQ(asked.load(), 1);
 }
 
+// A backend's error without a body is relayed with its status and an error of the server's kind
+// (it read as the client's own invalid request).
+TEST_F(RouterE2E, ABackendErrorWithoutABodyIsAServerError) {
+  FakeBackend fake([](const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  start_router(RoutePolicy::kRoundRobin, {fake.url()});
+  ASSERT_TRUE(wait_backend(0, true));
+  auto c = kvtier::testing::local_client(port_);
+  auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  const json body = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(body.contains("error")) << r->body;
+  EXPECT_EQ(body["error"]["type"], "server_error") << r->body;
+}
+
 // A backend that trickles its /health answer is down once the probe's whole time has passed: each
 // line came within the read timeout, so the probe waited for as long as it trickled, and with it
 // the router's start (bind() probes every backend) and every other backend's probe.
