@@ -1,5 +1,6 @@
 #include "text/vocab.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "text/pretokenizer.h"
@@ -60,6 +61,10 @@ Status Vocab::validate(uint32_t vocab_size) const {
     if (tokens[id].size() > kMaxTokenBytes)
       return Status::InvalidArgument("vocabulary: token " + std::to_string(id) + " is " + std::to_string(tokens[id].size()) +
                                      " bytes long (at most " + std::to_string(kMaxTokenBytes) + ")");
+  // A NaN score has no order: SentencePiece's merges would follow the heap's accidents.
+  for (size_t id = 0; id < scores.size(); ++id)
+    if (std::isnan(scores[id]))
+      return Status::InvalidArgument("vocabulary: token " + std::to_string(id) + "'s score is NaN");
   for (size_t rank = 0; rank < merges.size(); ++rank)
     if (merges[rank].size() > 2 * kMaxTokenBytes + 1)
       return Status::InvalidArgument("vocabulary: merge " + std::to_string(rank) + " is " +

@@ -165,6 +165,16 @@ TEST(Tokenizer, RefusesOverlongTokens) {
   EXPECT_NE(t.status().message().find("token 300"), std::string::npos) << t.status().to_string();
 }
 
+// A NaN score has no order among merges: the file is refused, not tokenized by the heap's accidents.
+TEST(Tokenizer, RefusesNanScores) {
+  auto v = Vocab::synthetic(512);
+  ASSERT_TRUE(v.ok());
+  v->scores[301] = std::numeric_limits<float>::quiet_NaN();
+  auto t = Tokenizer::create(*v);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("token 301's score is NaN"), std::string::npos) << t.status().to_string();
+}
+
 TEST(Tokenizer, SyntheticVocabularySpellsAnyText) {
   auto v = Vocab::synthetic(512);
   ASSERT_TRUE(v.ok());
