@@ -172,10 +172,7 @@ Result<sim_detail::ReplayCacheOptions> cache_options(const ReplayOptions& o, uin
     d.geometry = tier_chunks(o, o.disk_codec);
     d.region_bytes = o.disk_region_bytes;
     d.capacity_bytes = capacity_bytes(o.disk, g);
-    if (d.chunks_per_region() == 0)
-      return Status::InvalidArgument("replay: a disk region of " + std::to_string(o.disk_region_bytes) +
-                                     " bytes cannot hold one chunk entry of the model (" +
-                                     std::to_string(d.full_chunk_entry_bytes()) + " bytes)");
+    if (d.chunks_per_region() == 0) return Status::InvalidArgument("replay: " + d.region_too_small());
     c.disk_regions = d.max_regions();
     c.disk_chunks_per_region = d.chunks_per_region();
     if (c.disk_regions < 2) return Status::InvalidArgument("replay: the disk tier must hold at least 2 regions");

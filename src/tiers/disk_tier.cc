@@ -23,10 +23,10 @@ Status DiskTierOptions::validate() const {
   KVTIER_RETURN_IF_ERROR(geometry.validate());
   if (dir.empty()) return Status::InvalidArgument("DiskTier: dir is empty");
   if (region_bytes == 0 || region_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: region_bytes must be a positive multiple of 4096");
-  if (chunks_per_region() == 0)
-    return Status::InvalidArgument("DiskTier: region_bytes cannot hold one full chunk (" +
-                                   std::to_string(full_chunk_entry_bytes()) + " bytes)");
-  if (max_regions() < 2) return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions");
+  if (chunks_per_region() == 0) return Status::InvalidArgument("DiskTier: " + region_too_small());
+  if (max_regions() < 2)
+    return Status::InvalidArgument("DiskTier: capacity must hold at least 2 regions of " + std::to_string(region_bytes) +
+                                   " bytes (cache.disk_region, --disk-region)");
   if (queue_depth == 0 || queue_depth > 4096) return Status::InvalidArgument("DiskTier: queue_depth must be in 1..4096");
   if (io_block_bytes == 0 || io_block_bytes % kIoAlign) return Status::InvalidArgument("DiskTier: io_block_bytes must be a multiple of 4096");
   if (read_waves == 0) return Status::InvalidArgument("DiskTier: read_waves must be positive");
@@ -42,6 +42,15 @@ size_t DiskTierOptions::full_chunk_entry_bytes() const {
 uint32_t DiskTierOptions::chunks_per_region() const {
   const size_t entry = full_chunk_entry_bytes();
   return region_bytes < kRegionHeaderBlock + entry ? 0 : static_cast<uint32_t>((region_bytes - kRegionHeaderBlock) / entry);
+}
+
+size_t DiskTierOptions::min_region_bytes() const { return kRegionHeaderBlock + full_chunk_entry_bytes(); }
+
+std::string DiskTierOptions::region_too_small() const {
+  if (chunks_per_region() > 0) return {};
+  return "a disk region of " + std::to_string(region_bytes) + " bytes cannot hold one chunk entry of the model (" +
+         std::to_string(full_chunk_entry_bytes()) + " bytes): give --disk-region (cache.disk_region) at least " +
+         std::to_string((min_region_bytes() + (1 << 20) - 1) >> 20) + "MiB";
 }
 
 uint32_t DiskTierOptions::max_regions() const {

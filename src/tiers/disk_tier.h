@@ -105,6 +105,9 @@ struct DiskTierOptions {
   uint32_t max_regions() const;
   size_t full_chunk_entry_bytes() const;
   uint32_t chunks_per_region() const;
+  size_t min_region_bytes() const;  // the smallest region_bytes that holds one full chunk entry
+  // Why region_bytes cannot hold a full chunk entry, with the size that would (empty when it can).
+  std::string region_too_small() const;
 };
 
 // What reopening a directory found.

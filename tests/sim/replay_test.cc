@@ -235,6 +235,20 @@ TEST(Replay, LowerTiersCatchWhatTheDeviceDrops) {
   ASSERT_TRUE(disk.ok());
   EXPECT_GT(disk->hit_ratio_by_tier[2], 0.6);
   EXPECT_GT(disk->bytes_stored[2], 0u);
+  {  // A region too small for one chunk entry says which region would do, and that one does.
+    ReplayOptions small_region = o;
+    small_region.disk_region_bytes = size_t(16) << 20;
+    auto refused = run_replay(small_region, *t);
+    ASSERT_FALSE(refused.ok());
+    const std::string& why = refused.status().message();
+    const std::string ask = "give --disk-region (cache.disk_region) at least ";
+    ASSERT_NE(why.find(ask), std::string::npos) << why;
+    const size_t mib = std::stoul(why.substr(why.find(ask) + ask.size()));
+    small_region.disk_region_bytes = mib << 20;
+    EXPECT_TRUE(run_replay(small_region, *t).ok()) << mib << " MiB";
+    small_region.disk_region_bytes = (mib - 1) << 20;
+    EXPECT_FALSE(run_replay(small_region, *t).ok()) << mib - 1 << " MiB";
+  }
 
   o.disk = Capacity::tokens(5 * 4096);  // too small: FIFO reclaims before the next round
   auto small = run_replay(o, *t);
