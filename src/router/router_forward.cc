@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/sse.h"
+#include "server/api.h"
 #include "server/client_connection.h"
 
 #include "router/router_impl.h"
@@ -58,6 +59,7 @@ struct Relay {
   // leaves the request free to go elsewhere.
   bool begun = false;
   bool failed = false;                // the backend's connection failed before the answer's end
+  bool draining = false;              // the backend refused it draining: another backend may take it
   httplib::Client* client = nullptr;  // while the reader's request is in flight
   std::thread reader;
   // The handler thread's own (the content provider and its releaser run on it):
@@ -131,6 +133,7 @@ void read_backend(const BackendAddress& b, httplib::Request r, int read_timeout_
     std::lock_guard lk(relay->mu);
     relay->status = res.status;
     relay->content_type = res.get_header_value("Content-Type");
+    relay->draining = res.status == 503 && res.has_header(server::kDrainingHeader);
     relay->head = true;
     relay->cv.notify_all();
     return true;
@@ -192,8 +195,8 @@ Forwarded forward_whole(const std::shared_ptr<Relay>& relay, WaitingClient& from
     done(502, {});
     return Forwarded::kAnswered;
   }
-  if (relay->failed || !relay->head) {
-    why = relay->error.empty() ? "no answer" : relay->error;
+  if (relay->failed || !relay->head || relay->draining) {
+    why = relay->draining ? "draining" : relay->error.empty() ? "no answer" : relay->error;
     return Forwarded::kUnreachable;
   }
   res.status = relay->status;
@@ -244,8 +247,8 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, WaitingClient& wai
       lk.unlock();
       return client_left(*relay, res, done);
     }
-    if (!relay->begun && relay->failed) {  // nothing relayed yet: another backend may take it
-      why = relay->error.empty() ? "no answer" : relay->error;
+    if (!relay->begun && (relay->failed || relay->draining)) {  // nothing relayed yet: another backend may take it
+      why = relay->draining ? "draining" : relay->error.empty() ? "no answer" : relay->error;
       lk.unlock();
       relay->reader.join();
       return Forwarded::kUnreachable;

@@ -133,6 +133,12 @@ ApiError error_from_status(const Status& s) {
   return e;
 }
 
+ApiError draining_error() {
+  ApiError e = error_from_status(Status::Unavailable("the server is shutting down"));
+  e.code = "server_draining";
+  return e;
+}
+
 namespace {
 
 const json* find_field(const json& doc, const char* name) {

@@ -40,6 +40,10 @@ ApiError bad_request(std::string message, std::string param = {}, std::string co
 // Maps a Status from the scheduler/runtime onto an HTTP error
 // (InvalidArgument 400, Busy 429, Unavailable 503, Cancelled 499, others 500).
 ApiError error_from_status(const Status& s);
+// The refusal of a draining server (SIGTERM): nothing of the request was done, so a router sends it
+// to another backend. A 503 with code "server_draining", marked by this header for relays.
+inline constexpr const char* kDrainingHeader = "X-Kvtier-Draining";
+ApiError draining_error();
 
 // What the scheduler runs: the Runtime's PromptRequest (prompt, sampling,
 // salt, segments) and when to stop.

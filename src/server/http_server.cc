@@ -93,6 +93,11 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_json(e), kJson);
 }
 
+void refuse_draining(httplib::Response& res) {
+  send_error(res, draining_error());
+  res.set_header(kDrainingHeader, "1");
+}
+
 
 std::function<std::string(TokenId)> token_text(const TextCodec& codec) {
   return [&codec](TokenId id) { return codec.detokenize(std::span(&id, 1)); };
@@ -269,8 +274,7 @@ void HttpServer::install_generation_routes() {
   s.Post("/v1/completions", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
-    if (scheduler_->draining())
-      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    if (scheduler_->draining()) return refuse_draining(res);
     // Text prompts are tokenized here, on the connection's thread: a long
     // prompt never holds up the scheduler.
     auto parsed = parse_completion_request(req.body, limits_, tokenizer());
@@ -284,8 +288,7 @@ void HttpServer::install_generation_routes() {
   s.Post("/v1/chat/completions", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
-    if (scheduler_->draining())
-      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    if (scheduler_->draining()) return refuse_draining(res);
     // Rendered and tokenized here, on the connection's thread; a text too long to fit is not tokenized.
     auto parsed = parse_chat_request(req.body, limits_, chat_builder(who->tenant));
     if (auto* err = std::get_if<ApiError>(&parsed)) return send_error(res, *err);
@@ -426,8 +429,7 @@ void HttpServer::install_prefetch_route() {
   http_->Post("/v1/cache/prefetch", drain_.counted([this](const httplib::Request& req, httplib::Response& res) {
     const auto who = authorize(req, res, Access::kClient);
     if (!who) return;
-    if (scheduler_->draining())
-      return send_error(res, error_from_status(Status::Unavailable("the server is shutting down")));
+    if (scheduler_->draining()) return refuse_draining(res);
     ApiError error;
     auto doc = parse_json_object(req.body, error);
     if (!doc.ok()) return send_error(res, error);
@@ -490,6 +492,8 @@ void HttpServer::respond(const httplib::Request& req, httplib::Response& res, Ge
   // Found before the request is queued, while the client is surely there (a reset socket has no peer to match).
   const auto connection = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   auto submitted = scheduler_->submit(std::move(g));
+  if (!submitted.ok() && submitted.status().is(StatusCode::kUnavailable) && scheduler_->draining())
+    return refuse_draining(res);  // it began draining since the route's check
   if (!submitted.ok()) return send_error(res, error_from_status(submitted.status()));
   std::shared_ptr<RequestState> state = std::move(submitted).value();
   const bool chat = gen.endpoint == Endpoint::kChat;

@@ -17,6 +17,8 @@ namespace kvtier::server {
 
 // An OpenAI-shaped error answer.
 void send_error(httplib::Response& res, const ApiError& e);
+// draining_error(), with kDrainingHeader.
+void refuse_draining(httplib::Response& res);
 
 // A token's text, for logprobs.
 std::function<std::string(TokenId)> token_text(const TextCodec& codec);

@@ -22,6 +22,7 @@
 #include "e2e/server_process.h"
 #include "remote/redis_fixture.h"
 #include "router/router.h"
+#include "server/api.h"
 #include "server/client_connection.h"
 #include "test_http.h"
 
@@ -747,6 +748,39 @@ TEST_F(RouterE2E, ABackendErrorWithoutABodyIsAServerError) {
   const json body = json::parse(r->body, nullptr, false);
   ASSERT_TRUE(body.contains("error")) << r->body;
   EXPECT_EQ(body["error"]["type"], "server_error") << r->body;
+}
+
+// A backend that drains (SIGTERM) refuses new requests with a marked 503 before doing anything of
+// them: the router sends them to another backend, whole or streamed (the client got the 503 while
+// another backend was up).
+TEST_F(RouterE2E, ARequestADrainingBackendRefusesGoesToAnother) {
+  std::atomic<int> refused{0}, answered{0};
+  FakeBackend draining([&](const httplib::Request&, httplib::Response& res) {
+    ++refused;
+    res.status = 503;
+    res.set_content(kvtier::server::error_json(kvtier::server::draining_error()), "application/json");
+    res.set_header(kvtier::server::kDrainingHeader, "1");
+  });
+  FakeBackend up([&](const httplib::Request& req, httplib::Response& res) {
+    ++answered;
+    if (req.body.find("\"stream\":true") == std::string::npos)
+      return res.set_content(R"({"choices":[{"text":"ok"}]})", "application/json");
+    res.set_content("data: {\"choices\":[{\"text\":\"ok\"}]}\n\ndata: [DONE]\n\n", "text/event-stream");
+  });
+  start_router(RoutePolicy::kRoundRobin, {draining.url(), up.url()});
+  ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
+  auto c = kvtier::testing::local_client(port_);
+  for (bool stream : {false, true, false, true}) {
+    auto r = c.Post("/v1/completions", json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"stream", stream}}.dump(),
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    EXPECT_NE(r->body.find("ok"), std::string::npos) << r->body;
+  }
+  EXPECT_GE(refused.load(), 1);
+  EXPECT_EQ(answered.load(), 4);
+  EXPECT_FALSE(router_->backends()[0].healthy);
+  EXPECT_NE(router_->backends()[0].reason.find("draining"), std::string::npos) << router_->backends()[0].reason;
 }
 
 // A backend that trickles its /health answer is down once the probe's whole time has passed: each

@@ -438,6 +438,9 @@ TEST_F(HttpServerTest, DrainingIs503) {
   auto r = post(R"({"prompt":[1]})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 503);
+  // Marked as a draining refusal, which a router sends to another backend.
+  EXPECT_EQ(r->get_header_value(kDrainingHeader), "1");
+  EXPECT_NE(r->body.find("\"code\":\"server_draining\""), std::string::npos) << r->body;
   EXPECT_EQ(client().Get("/health")->status, 503);
 }
 
