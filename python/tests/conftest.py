@@ -21,27 +21,62 @@ def tiny_gguf(tmp_path_factory):
     return str(path)
 
 
+def _free_port_outside_ephemeral_range():
+    """A free loopback port outside the kernel's ephemeral range, where no outgoing connection takes it."""
+    import random
+    import socket
+
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    candidates = [p for p in range(10000, 65536) if p < low or p > high]
+    for _ in range(1000):
+        port = random.choice(candidates)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free loopback port outside the ephemeral range")
+
+
+def _served_by(port, pid):
+    """Whether the redis-server answering on `port` is process `pid` (INFO's process_id)."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"INFO server\r\n")
+            reply = b""
+            while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+    except OSError:
+        return False
+    return f"\nprocess_id:{pid}\r".encode() in reply
+
+
 def _start_redis(server, directory):
     """A redis-server on a free port, answering; None if it exited at start (its port was taken)."""
-    import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _free_port_outside_ephemeral_range()
     proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", str(directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(500):
         if proc.poll() is not None:
             return None
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+        if _served_by(port, proc.pid):
             return proc, port
-        except OSError:
-            time.sleep(0.02)
+        time.sleep(0.02)
     proc.kill()
     proc.wait()
-    raise RuntimeError(f"redis-server on port {port} did not accept connections")
+    raise RuntimeError(f"redis-server on port {port} did not answer")
 
 
 @pytest.fixture

@@ -208,10 +208,18 @@ def test_gil_released_during_loads(tmp_path):
         lease = cache.load(cache.lookup(tokens))
         cache.commit(lease, tokens)
         cache.drain()
-        cache.flush()
-        seconds, pause = longest_python_pause(lambda: _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens)))
-        assert cache.stats()["reused_tokens"]["disk"] == 16 * 512
-        assert pause < max(0.75 * seconds, 0.02), (seconds, pause)  # held GIL: one pause as long as the call
+        # A held GIL makes every call one pause as long as the call; a loaded machine can stall the
+        # ticking thread now and then too, so one call of three without such a pause suffices.
+        tries = []
+        for _ in range(3):
+            cache.flush()  # each try loads from disk
+            before = cache.stats()["reused_tokens"]["disk"]
+            seconds, pause = longest_python_pause(lambda: _kvtier.cpp_load_seconds(cache._impl, cache.lookup(tokens)))
+            assert cache.stats()["reused_tokens"]["disk"] - before == 16 * 512
+            tries.append((seconds, pause))
+            if pause < max(0.75 * seconds, 0.02):
+                break
+        assert pause < max(0.75 * seconds, 0.02), tries
 
 
 @pytest.mark.parametrize("dtype,torch_dtype", [("f16", torch.float16), ("bf16", torch.bfloat16)])

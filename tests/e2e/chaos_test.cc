@@ -23,6 +23,7 @@
 
 #include "e2e/e2e_util.h"
 #include "e2e/server_process.h"
+#include "load_always_profile.h"
 
 extern char** environ;
 
@@ -37,16 +38,7 @@ constexpr int kProbeTokens = 600;  // two whole chunks of 16 pages x 16 tokens, 
 constexpr int kChunkTokens = 256;
 constexpr uint64_t kDiskCapacity = uint64_t(256) << 20;
 
-// A cost profile under which loading always beats recomputing, so that "served
-// from disk" is decided by what the disk holds, not by how loaded the machine is.
-std::string write_load_always_profile(const TempDir& dir) {
-  const std::string path = dir.str() + "/load-always-profile.json";
-  std::ofstream(path) << R"({"format": "kvtier-cost-profile-v1", "source": "chaos_test",
-    "gemm_flops_per_s": 1e6, "attn_flops_per_s": 1e6,
-    "tiers": {"host": {"latency_s": 0, "bytes_per_s": 1e12}, "disk": {"latency_s": 0, "bytes_per_s": 1e12},
-              "remote": {"latency_s": 0, "bytes_per_s": 1e12}}})";
-  return path;
-}
+std::string write_load_always_profile(const TempDir& dir) { return kvtier::testing::write_load_always_profile(dir.str()); }
 
 std::vector<std::string> server_args(const std::string& disk_dir, const std::string& profile) {
   return {"--model", "tiny", "--disk-dir", disk_dir, "--device-capacity", "64MiB", "--host-capacity", "64MiB",

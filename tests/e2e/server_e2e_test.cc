@@ -19,6 +19,7 @@
 #include "e2e/e2e_util.h"
 #include "e2e/prom_check.h"
 #include "e2e/server_process.h"
+#include "load_always_profile.h"
 #include "engine/gguf.h"
 #include "client/loadgen.h"
 #include "client/sse.h"
@@ -596,14 +597,16 @@ TEST(ServerE2E, ShutdownRefusesNewWorkWith503AndExitsZero) {
 
 // What a restarted server serves from its disk tier is what it answered before the restart.
 TEST(ServerE2E, RestartServesAPrefixFromDisk) {
-  TempDir dir;
+  TempDir dir, profile_dir;
+  auto args = base_args(dir.str());  // priced so that what the disk holds is loaded, however slow the machine
+  args.insert(args.end(), {"--profile", kvtier::testing::write_load_always_profile(profile_dir.str())});
   const auto prompt = ids(600, 42);
   const json request = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
                         {"logprobs", 1}, {"return_token_ids", true}};
   json before;
   {
     ServerProcess s;
-    ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
+    ASSERT_TRUE(s.start(args)) << s.log();
     Reply r = post(s.port(), request);
     ASSERT_EQ(r.status, 200) << r.body.dump();
     EXPECT_EQ(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << r.body.dump();
@@ -612,7 +615,7 @@ TEST(ServerE2E, RestartServesAPrefixFromDisk) {
     ASSERT_EQ(s.wait_exit(), 0) << s.log();
   }
   ServerProcess s;
-  ASSERT_TRUE(s.start(base_args(dir.str()))) << s.log();
+  ASSERT_TRUE(s.start(args)) << s.log();
   Reply r = post(s.port(), request);
   ASSERT_EQ(r.status, 200);
   // The disk tier held the prefix; the planner may load it all or recompute
@@ -763,7 +766,9 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
   }
 
   // Replies whose text re-tokenizes differently came back as their own ids.
-  const std::string metrics = httplib::Client("127.0.0.1", s.port()).Get("/metrics")->body;
+  auto metrics_answer = kvtier::testing::local_client(s.port()).Get("/metrics");
+  ASSERT_TRUE(metrics_answer);
+  const std::string metrics = metrics_answer->body;
   EXPECT_NE(metrics.find("\nkvtier_chat_reply_ids_reused_total "), std::string::npos);
 
   // Content parts marked cacheable are segments: the documents, swapped, are blended the second time.
@@ -795,7 +800,7 @@ TEST(ServerE2E, ChatTurnsHitTheCache) {
                                     {{"type", "text"}, {"text", "What is loaded?"}}});
     json body{{"messages", json::array({{{"role", "user"}, {"content", parts}}})}, {"max_tokens", 1}};
     if (blend) body["kvtier"] = {{"blend", *blend}};
-    auto r = httplib::Client("127.0.0.1", s.port()).Post("/v1/chat/completions", body.dump(), "application/json");
+    auto r = kvtier::testing::local_client(s.port()).Post("/v1/chat/completions", body.dump(), "application/json");
     EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
     return r && r->status == 200 ? json::parse(r->body)["usage"]["prompt_tokens"].get<int>() : -1;
   };
@@ -882,7 +887,7 @@ TEST(ServerE2E, AgentTurnsWithToolsHitTheCache) {
   ASSERT_EQ(streamed->status, 200);
   EXPECT_NE(streamed->body.find("\"finish_reason\":\"length\""), std::string::npos) << streamed->body;
   EXPECT_NE(streamed->body.find("data: [DONE]"), std::string::npos);
-  EXPECT_TRUE(httplib::Client("127.0.0.1", s.port()).Get("/health"));
+  EXPECT_TRUE(kvtier::testing::local_client(s.port()).Get("/health"));
   s.signal(SIGTERM);
   EXPECT_EQ(s.wait_exit(), 0) << s.log();
 }

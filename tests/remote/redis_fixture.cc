@@ -171,11 +171,33 @@ Status RedisServer::spawn() {
       return Status::Unavailable("redis-server on port " + std::to_string(port_) + " exited at start:\n" + tail_of(log));
     }
     auto r = cmd({"PING"});  // any answer but LOADING means it serves (NOAUTH included)
-    if (r.ok() && r->rfind("LOADING", 0) != 0) return Status::Ok();
+    if (r.ok() && r->rfind("LOADING", 0) != 0 && served_by_child()) return Status::Ok();
     std::this_thread::sleep_for(20ms);
   }
   kill();
   return Status::Unavailable("redis-server on port " + std::to_string(port_) + " did not answer PING:\n" + tail_of(log));
+}
+
+// Whether the server answering on port_ is the child (not another test's server that took the port
+// while the child failed to bind it): its INFO's process_id, asked after AUTH where it needs one.
+bool RedisServer::served_by_child() const {
+  redisContext* c = redisConnectWithTimeout("127.0.0.1", port_, timeval{1, 0});
+  if (!c || c->err) {
+    if (c) redisFree(c);
+    return false;
+  }
+  redisSetTimeout(c, timeval{10, 0});
+  for (size_t i = 0; i + 1 < extra_.size(); ++i) {
+    if (extra_[i] != "--requirepass") continue;
+    if (auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", extra_[i + 1].c_str()))) freeReplyObject(a);
+  }
+  std::string info;
+  if (auto* r = static_cast<redisReply*>(redisCommand(c, "INFO server"))) {
+    info = render_reply(r);
+    freeReplyObject(r);
+  }
+  redisFree(c);
+  return info.find("\nprocess_id:" + std::to_string(pid_) + "\r") != std::string::npos;
 }
 
 void RedisServer::kill() {

@@ -52,6 +52,7 @@ class RedisServer {
 
  private:
   Status spawn();
+  bool served_by_child() const;
   pid_t pid_ = -1;
   bool pid_exited_ = false;  // the last spawn died at start (e.g. its port was taken)
   uint16_t port_ = 0;

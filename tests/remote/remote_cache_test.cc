@@ -4,6 +4,7 @@
 // recompute; corrupt values in Redis and a dead Redis only cost a recompute.
 #include <gtest/gtest.h>
 
+#include "load_always_profile.h"
 #include "redis_fixture.h"
 #include "remote_test_util.h"
 #include "runtime/cache_rig.h"
@@ -133,6 +134,7 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   o.host_bytes = size_t(16) << 20;
   o.threads = 1;
   o.remote_url = redis.url() + "?ttl_s=3600";
+  o.profile_path = kvtier::testing::write_load_always_profile(redis.dir());  // a slow calibration recomputed
   auto r1 = Runtime::create(o);
   ASSERT_TRUE(r1.ok()) << r1.status().to_string();
   auto r2 = Runtime::create(o);
@@ -143,8 +145,12 @@ TEST_F(RemoteCacheTest, RuntimesShareKvThroughTheRemoteUrl) {
   (*r1)->finish(s1->seq);
   ASSERT_TRUE((*r1)->flush().ok());
   // Stores are write-behind: wait (bounded) until the 4 chunks and the 2-page tail are in Redis.
-  for (int i = 0; i < 500 && *redis.cmd({"DBSIZE"}) != "5"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_EQ(*redis.cmd({"DBSIZE"}), "5");
+  auto stored = [&] {
+    auto n = redis.cmd({"DBSIZE"});
+    return n.ok() ? *n : std::string();
+  };
+  for (int i = 0; i < 12000 && stored() != "5"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(stored(), "5");
   auto s2 = (*r2)->start(prompt, SamplingParams{});
   ASSERT_TRUE(s2.ok()) << s2.status().to_string();
   // The planner may split (recompute the front while loading the back) on the measured link.

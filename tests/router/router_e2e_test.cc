@@ -167,7 +167,18 @@ TEST_F(RouterE2E, CacheAwareKeepsEachConversationOnItsBackend) {
   ASSERT_TRUE(wait_backend(0, true) && wait_backend(1, true));
   std::vector<size_t> home(4);
   std::vector<int> per_backend(2);
+  // Each new conversation is sent once the router sees both backends idle (a probe that caught the
+  // last request still queued would count it as load for up to a probe's period).
+  const auto idle = [&] {
+    for (int k = 0; k < kPolls; ++k) {
+      const auto b = router_->backends();
+      if (b[0].health.waiting + b[0].in_flight + b[1].health.waiting + b[1].in_flight == 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
   for (int c = 0; c < 4; ++c) {
+    ASSERT_TRUE(idle());
     auto [cached, which] = complete(c, 0);
     EXPECT_EQ(cached, 0);
     home[c] = which;
