@@ -11,8 +11,8 @@ const kvtier::cli::CommandRegistration kServe("serve", [](CLI::App& root, int& e
   auto flags = std::make_shared<kvtier::server::ServeFlags>();
   CLI::App* cmd = root.add_subcommand(
       "serve",
-      "OpenAI-compatible server with the tiered KV cache (POST /v1/completions, GET /v1/models, /health, /metrics, "
-      "/v1/cache/stats, POST /v1/cache/flush). SIGINT/SIGTERM drain and exit 0.");
+      "OpenAI-compatible server with the tiered KV cache (/v1/completions, /v1/chat/completions, /v1/models, "
+      "/health, /metrics, /dashboard and /v1/cache/...; every route in docs/SERVER.md). SIGINT/SIGTERM drain and exit 0.");
   kvtier::server::add_serve_flags(*cmd, *flags);
   cmd->callback([flags, &exit_code] {
     auto config = kvtier::server::resolve_config(*flags);

@@ -50,12 +50,12 @@ OptionTable<C> make_table() {
                              KVTIER_FIELD(device_bytes), 1));
   t.push_back(size_option<C>({"cache.host_capacity", "--host-capacity", "host_capacity", "Host DRAM tier size; 0 = none"},
                              KVTIER_FIELD(host_bytes)));
-  t.push_back(size_option<C>({"cache.disk_capacity", "--disk-capacity", "disk_capacity", "Disk tier size"},
+  t.push_back(size_option<C>({"cache.disk_capacity", "--disk-capacity", "disk_capacity", "Disk tier size (at least two regions)"},
                              KVTIER_FIELD(disk_bytes)));
   t.push_back(string_option<C>({"cache.disk_dir", "--disk-dir", "disk_dir", "Disk tier directory", "none, no disk tier"},
                                KVTIER_FIELD(disk_dir)));
   t.push_back(size_option<C>({"cache.disk_region", "--disk-region", "disk_region_bytes",
-                              "Disk tier region: the unit the segment log writes and reclaims", {}, false, kBoth},
+                              "Disk tier region: the unit the segment log writes and reclaims; holds at least one chunk of the model", {}, false, kBoth},
                              KVTIER_FIELD(disk_region_bytes), 4096));
   t.push_back(bool_option<C>({"cache.disk_direct_io", "--no-disk-direct-io", "disk_direct_io",
                               "Disk tier I/O through the page cache instead of O_DIRECT"},

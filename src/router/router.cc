@@ -44,7 +44,7 @@ const OptionTable<RouterOptions>& router_option_table() {
                                   "none: keys are not checked"},
                                  KVTIER_FIELD(api_keys_file)));
     t.push_back(string_option<R>({"route.backend_admin_key_file", "--backend-admin-key-file", {},
-                                  "The backends' admin key, for their /v1/cache/config and /v1/cache/events",
+                                  "The backends' admin key, for their /v1/cache/events streams (their other routes take it too)",
                                   "none: the backends have no keys"},
                                  KVTIER_FIELD(backend_admin_key_file)));
     t.push_back(uint_option<R>({"route.health_interval_ms", "--health-interval-ms", {},

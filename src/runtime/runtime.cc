@@ -253,7 +253,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   uint32_t free_device_pages() const override { return cache_->pool().free_pages(); }
-  RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, o_, seqs_.size()}; }
+  RuntimeStats stats() const override { return {cache_->stats(), counters_, stack_.profile, seqs_.size()}; }
   Status flush() override { return cache_->flush(); }
   void set_tenant_quotas(std::map<std::string, TenantQuota> quotas) override {
     cache_->set_tenant_quotas(std::move(quotas));

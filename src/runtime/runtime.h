@@ -137,7 +137,6 @@ struct RuntimeStats {
   KVCacheStats cache;
   RuntimeCounters counters;
   CostProfile profile;     // what the planner prices with
-  RuntimeOptions options;  // the effective options (its table renders them; secrets hidden)
   size_t running = 0;      // sequences holding KV pages
 };
 

@@ -265,7 +265,7 @@ std::string config_markdown() {
         "Every option of `kvtier serve` is one row of one table: its TOML key (in the file given with `--config`), its "
         "flag (flags override the file), its keyword in `kvtier.Cache(...)` (Python) where the cache's library offers "
         "it, and the `kvtier replay` flags marked *replay*. `kvtier serve --print-config` prints the effective "
-        "configuration as TOML; `GET /v1/cache/stats` returns it under `config` (secrets as `<set>`).\n\n"
+        "configuration as TOML; `GET /v1/cache/stats` returns it under `config`, numbers and booleans typed (secrets as `<set>`).\n\n"
         "Value kinds: *size* is bytes: `4096`, `64KiB`, `8MiB`, `2GiB` (`K`/`M`/`G`/`T` are binary units too; `KB`, "
         "`MB`, `GB`, `TB` decimal), an integer in TOML or Python; *duration* is seconds: `600`, `90s`, `250ms`, `10m`, "
         "`2h`; every *bool* option has two flags, `--x` (on) and `--no-x` (off); the table names the one that changes the default. Replay tier capacities are their own kind "

@@ -255,7 +255,9 @@ void HttpServer::install_cache_routes() {
     auto rt = scheduler_->call([](Runtime& r) { return r.stats(); });
     if (!rt.ok()) return send_error(res, error_from_status(rt.status()));
     const auto c = scheduler_->counts();
-    res.set_content(json_text(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}}, {"cache", runtime_stats_json(*rt)}}),
+    res.set_content(json_text(json{{"server", {{"waiting", c.waiting}, {"running", c.running}}},
+                                   {"cache", runtime_stats_json(*rt)},
+                                   {"config", config_json(config_)}}),
                     kJson);
   });
 

@@ -23,7 +23,7 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
 }
 
 // A row's value as JSON: numbers and bools typed, the rest as the row prints it.
-nlohmann::json option_json(const Option<RuntimeOptions>& row, const RuntimeOptions& o) {
+nlohmann::json option_json(const Option<ServerConfig>& row, const ServerConfig& o) {
   const std::string text = row.shown(o);
   switch (row.kind) {
     case OptionKind::kBool:
@@ -48,10 +48,16 @@ nlohmann::json tenant_json(const KVCacheStats::Tenant& t) {
           {"quota", {{"device_bytes", t.quota.device}, {"host_bytes", t.quota.host}, {"disk_bytes", t.quota.disk}}}};
 }
 
+nlohmann::json config_json(const ServerConfig& config) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Option<ServerConfig>& row : server_option_table())
+    j[std::string(row.section())][std::string(row.name())] = option_json(row, config);
+  return j;
+}
+
 nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   const KVCacheStats& s = stats.cache;
   const RuntimeCounters& c = stats.counters;
-  const RuntimeOptions& o = stats.options;
   const size_t running = stats.running;
   nlohmann::json j;
   j["requests"] = c.requests;
@@ -99,9 +105,6 @@ nlohmann::json runtime_stats_json(const RuntimeStats& stats) {
   j["index"] = {{"nodes", s.index.nodes}, {"pages", s.index.pages}, {"metadata_bytes", s.index.metadata_bytes}};
   if (s.disk_present) j["disk"] = tier_json(s.disk, s.disk_degraded);
   if (s.remote_present) j["remote"] = tier_json(s.remote, s.remote_degraded);
-  // Every option, by TOML section and key; secrets shown as "<set>".
-  for (const Option<RuntimeOptions>& row : runtime_option_table())
-    j["config"][std::string(row.section())][std::string(row.name())] = option_json(row, o);
   j["profile"] = nlohmann::json::parse(stats.profile.to_json());
   return j;
 }

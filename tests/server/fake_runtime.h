@@ -244,7 +244,6 @@ class FakeRuntime final : public Runtime {
     st.counters.requests = 7;
     st.cache.host_slots = 1;
     st.running = 1;
-    st.options.model = "fake";
     return st;
   }
   Status flush() override {
