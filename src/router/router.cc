@@ -109,6 +109,9 @@ Result<std::unique_ptr<Router>> Router::create(RouterOptions options, std::optio
   if (!impl->o.api_keys_file.empty()) {
     server::ServerConfig sc;
     sc.api_keys_file = impl->o.api_keys_file;
+    // The backends' admin key is a client there too (its requests run in the admin's namespace): the
+    // router takes it as they do, and hashes its prompts in that namespace.
+    sc.admin_key_file = impl->o.backend_admin_key_file;
     KVTIER_ASSIGN_OR_RETURN(impl->keys, server::KeyRing::create(sc));
   }
   if (!impl->o.backend_admin_key_file.empty()) {

@@ -1013,6 +1013,14 @@ TEST_F(RouterE2E, TenantKeysAreCheckedAndHashedApart) {
     EXPECT_EQ(home(), where);
     EXPECT_GE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64);
   }
+  // The backends' admin key is a client through the router as it is on the backends (it was a 401),
+  // in a namespace of its own: acme's cached prompt is not its.
+  r = send(admin, 0);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  r = send(admin, 1);
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_GE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64);
 }
 
 }  // namespace
