@@ -26,10 +26,10 @@ Result<std::unique_ptr<ChunkStore>> ChunkStore::create(const ChunkStoreOptions& 
 
 ChunkStore::~ChunkStore() = default;
 
-std::vector<Tier*> ChunkStore::tiers() const {
+std::vector<Tier*> ChunkStore::tiers(bool reading) const {
   std::vector<Tier*> out;
   for (Tier* t : {host_.get(), disk_.get(), remote_.get()})
-    if (t && !t->degraded()) out.push_back(t);
+    if (t && (reading ? t->readable() : !t->degraded())) out.push_back(t);
   return out;
 }
 
@@ -38,7 +38,7 @@ size_t ChunkStore::exists(const PageHash& ns, std::span<const PageHash> keys) {
   size_t n = 0;
   for (bool advanced = true; advanced && n < keys.size();) {
     advanced = false;
-    for (Tier* t : tiers()) {
+    for (Tier* t : tiers(true)) {
       const size_t k = t->exists_prefix(ns, keys.subspan(n));
       n += k;
       advanced |= k > 0;
@@ -60,7 +60,7 @@ void ChunkStore::get(std::span<GetOp> ops) {
   }
   uint64_t hits[kNumTiers] = {};
   std::vector<GetOp> batch;
-  for (Tier* t : tiers()) {
+  for (Tier* t : tiers(true)) {
     if (pending.empty()) break;
     batch.clear();
     for (size_t i : pending) batch.push_back(ops[i]);
@@ -87,7 +87,7 @@ void ChunkStore::set(std::span<PutOp> ops) {
   std::vector<uint8_t> stored(ops.size(), 0);
   std::vector<Status> last(ops.size(), Status::Unavailable("ChunkStore: no tier available"));
   std::vector<PutOp> batch(ops.begin(), ops.end());
-  for (Tier* t : tiers()) {
+  for (Tier* t : tiers(false)) {
     for (size_t i = 0; i < ops.size(); ++i) batch[i].status = Status::Ok();
     t->put_batch(batch);
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -109,7 +109,7 @@ void ChunkStore::set(std::span<PutOp> ops) {
 }
 
 Status ChunkStore::flush() {
-  for (Tier* t : tiers()) KVTIER_RETURN_IF_ERROR(t->flush());
+  for (Tier* t : tiers(false)) KVTIER_RETURN_IF_ERROR(t->flush());
   return Status::Ok();
 }
 

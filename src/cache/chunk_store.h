@@ -67,7 +67,8 @@ class ChunkStore {
 
  private:
   explicit ChunkStore(const ChunkStoreOptions& o) : options_(o) {}
-  std::vector<Tier*> tiers() const;  // present tiers, fastest first
+  // Present tiers, fastest first: those that can be read (reading) or written (not degraded).
+  std::vector<Tier*> tiers(bool reading) const;
 
   ChunkStoreOptions options_;
   std::unique_ptr<Tier> host_;

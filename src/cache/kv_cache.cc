@@ -185,8 +185,8 @@ Result<CacheLookup> KVCache::find(const Namespace& ns, std::span<const TokenId> 
   // page, and prompts' tails (store_down): after the whole chunks, a run of
   // fewer than C pages, asked longest first.
   const uint32_t total_chunks = L.lookup_pages / C, c0 = m / C;
-  Tier* disk = disk_ && !disk_->degraded() ? disk_.get() : nullptr;
-  Tier* remote = remote_ && !remote_->degraded() ? remote_.get() : nullptr;
+  Tier* disk = disk_ && disk_->readable() ? disk_.get() : nullptr;
+  Tier* remote = remote_ && remote_->readable() ? remote_.get() : nullptr;
   if (!disk && !remote) return with_runs(std::move(L));
   std::vector<PageHash> keys;
   for (uint32_t c = c0; c < total_chunks; ++c) keys.push_back(chunk_key(L.ns, L.match.hashes, c).hash);

@@ -141,6 +141,7 @@ class DiskTier final : public Tier {
   TierStats stats() const override;
   bool reports_layers() const override { return true; }
   bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
+  bool readable() const override { return true; }  // degraded stops writes only: gets serve what is on disk
   // A region holding a retained entry is skipped by reclaim while the hold
   // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).
   // Keys past the leading run held now are held when their put lands.

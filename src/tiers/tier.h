@@ -23,7 +23,10 @@
 //    entries (accept_lossy off) treats one as absent: kNotFound, counted in
 //    lossy_refused (accept_chunk_codec, tiers/chunk_format.h).
 //  * degraded() is true after a failure that makes the tier unreliable for
-//    writes (ENOSPC, EIO); callers then treat it as a miss and recompute.
+//    writes (ENOSPC, EIO); callers then store nothing more in it. readable()
+//    says whether its gets may still be asked: not for a degraded remote tier
+//    (its calls fail fast), yes for a disk tier, whose written entries stay
+//    good (each get verifies what it reads); a miss is recomputed.
 // Thread safety: every method is thread-safe (transfer workers call them
 // concurrently). Ownership: tiers copy what they are given; buffers in ops
 // are the caller's and are not retained after the call returns.
@@ -131,6 +134,7 @@ class Tier {
   virtual Status flush() = 0;
   virtual TierStats stats() const = 0;
   virtual bool degraded() const = 0;
+  virtual bool readable() const { return !degraded(); }
   // True when get_batch reports an op's layers as they land (GetOp::on_ready):
   // a caller may then ask for many layers in one call without delaying the first.
   virtual bool reports_layers() const { return false; }

@@ -638,6 +638,28 @@ TEST(CacheExactness, AFlushDropsTheCachedPagesWhenTheDiskHasFailed) {
   }
 }
 
+// A disk tier degraded by a failed write (a full disk) still serves what it wrote before: a
+// degraded disk was skipped at lookup, so every verified entry on it went unused until a restart.
+TEST(CacheExactness, ADiskDegradedByAFullDiskStillServesWhatItHolds) {
+  FaultFileSystem faults(FileSystem::posix());
+  CacheRig rig(small_regions_over(faults));
+  auto kept = CacheRig::random_tokens(300, 31);
+  const Outcome ref = rig.reference(kept, 4);
+  rig.cached(kept, 4);
+  ASSERT_TRUE(rig.cache->drain().ok());
+  ASSERT_TRUE(rig.cache->flush().ok());  // on disk; device and host dropped
+  faults.add_rule(FaultRule{.kind = FaultKind::kNoSpace, .op = FaultOp::kWrite, .nth = 1, .times = 0});
+  for (uint32_t i = 0; i < 40 && !rig.cache->stats().disk_degraded; ++i) {  // new prompts' writes meet ENOSPC
+    rig.cached(CacheRig::random_tokens(300, 100 + i), 0);
+    (void)rig.cache->drain();
+  }
+  ASSERT_TRUE(rig.cache->stats().disk_degraded);
+  (void)rig.cache->flush();
+  const Outcome hit = rig.cached(kept, 4);
+  expect_same(hit, ref, 1e-5);
+  EXPECT_GE(hit.report.reused_tokens_by_tier[2], 256u);
+}
+
 // A prompt that shares its first pages with a cached prompt whose pages fill
 // the device: its lookup matches part of that prompt's index node, and the
 // rest of the node must stay evictable for it. (Locking the whole node made
