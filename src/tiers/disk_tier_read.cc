@@ -278,9 +278,16 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
   if (q) release_queue(std::move(q));
   std::lock_guard lock(mu_);
   for (ReadBatch::Pending& p : batch.pending()) {
-    if (p.outcome == 0) ++stats_.hits;
-    else if (p.outcome == 1) ++stats_.io_errors;
-    else {
+    if (p.outcome == 0) {
+      ++stats_.hits;
+    } else if (p.outcome == 1) {
+      ++stats_.io_errors;
+      // A region file cut short under the tier fails this entry's every read, and while it is
+      // indexed it is never stored again: it goes. (An I/O error on a whole file keeps it.)
+      const uint64_t end = p.loc.offset + p.loc.payload_offset + g.stored_payload_bytes(p.loc.num_pages, p.loc.codec);
+      const Result<uint64_t> size = p.loc.region->file->size();
+      if (size.ok() && *size < end) drop_locked(p.op->key, p.loc.region.get());
+    } else {
       ++(p.loc.auth_meta ? stats_.forged_entries : stats_.checksum_failures);
       drop_locked(p.op->key, p.loc.region.get());
     }

@@ -792,6 +792,31 @@ TEST(DiskTier, WrittenStretchesReopenWhileLaterPutsAreBuffered) {
   for (auto& c : more) expect_exact(*last, c);
 }
 
+// A region file cut short while the tier runs: the entries past the cut fail their reads (counted),
+// leave the index, and can be stored again; those before it still serve. (They stayed indexed, so
+// every later lookup planned a read that failed, and the chunk was never stored again.)
+TEST(DiskTier, EntriesPastARegionCutShortLeaveTheIndex) {
+  TempDir dir;
+  auto g = small_geometry();
+  DiskTierOptions o = disk_options(dir.path(), g);
+  o.region_bytes = 4096 + 2 * chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;  // two entries a region
+  auto t = DiskTier::create(o).value();
+  auto chunks = put_all(*t, g, 14, 6);  // regions 0, 1, 2: the first is on disk only
+  ASSERT_TRUE(t->flush().ok());
+  const auto cut = t->locate(chunks[1].key).value();
+  ASSERT_EQ(cut.first, t->locate(chunks[0].key).value().first);
+  std::filesystem::resize_file(t->region_path(cut.first), cut.second);  // chunk 1's entry is gone
+  std::vector<std::byte> out(g.max_payload_bytes());
+  EXPECT_EQ(t->get(chunks[1].key, out).status().code(), StatusCode::kIOError);
+  EXPECT_GE(t->stats().io_errors, 1u);
+  EXPECT_FALSE(t->exists(chunks[1].key));
+  expect_exact(*t, chunks[0]);
+  for (int i = 2; i < 6; ++i) expect_exact(*t, chunks[i]);
+  ASSERT_TRUE(t->put(chunks[1].key, chunks[1].hashes, chunks[1].payload).ok());
+  ASSERT_TRUE(t->flush().ok());
+  expect_exact(*t, chunks[1]);
+}
+
 // A write that fails in the writer thread degrades the tier: the failure
 // reaches the next put or flush, and no entry whose bytes missed the file is
 // served, then or after reopening.
