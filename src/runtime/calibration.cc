@@ -167,14 +167,17 @@ Result<CostProfile> calibrate(engine::Forward& engine, BlockPool& pool, const Ca
   p.attn_flops_per_s = std::max(attn_flops / attn_s, 1e6);
   p.link(TierKind::kDevice) = {0, std::numeric_limits<double>::infinity()};
   p.link(TierKind::kHost) = {10e-6, host_to_pool_bytes_per_s(pool, size_t(o.quick ? 32 : 256) << 20)};
+  std::string disk_note;
   if (!o.disk_dir.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(p.link(TierKind::kDisk), measure_disk(engine.geometry(), o));
+    auto disk = measure_disk(engine.geometry(), o);
+    p.link(TierKind::kDisk) = disk.ok() ? *disk : kAssumedDiskLink;  // a full disk still starts the server
+    if (!disk.ok()) disk_note = "; disk not measured (" + disk.status().to_string() + "): assumed 0.1 ms + 1 GB/s";
   }
   if (o.remote_bytes_per_s > 0) p.link(TierKind::kRemote) = {o.remote_latency_s, o.remote_bytes_per_s};
   std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  p.source = std::string(o.quick ? "quick calibration " : "calibration ") + date;
+  p.source = std::string(o.quick ? "quick calibration " : "calibration ") + date + disk_note;
   KVTIER_RETURN_IF_ERROR(p.validate());
   return p;
 }

@@ -38,7 +38,12 @@ double host_to_pool_bytes_per_s(const BlockPool& pool, size_t bytes);
 // (`n_chunks`, each of its geometry's max_payload_bytes()). Pure.
 DiskTierOptions calibration_scratch(const KVGeometry& g, const CalibrationOptions& o, size_t& n_chunks);
 
-// Runs prefills on `engine` (borrowing free pages of `pool`) and I/O under disk_dir.
+// The disk figures used where the disk could not be measured (its scratch files did not fit: a full
+// or read-only disk): a slow NVMe's, so that what the disk tier holds is still priced and loaded.
+inline constexpr TierLink kAssumedDiskLink{1e-4, 1e9};
+
+// Runs prefills on `engine` (borrowing free pages of `pool`) and I/O under disk_dir. A disk that
+// cannot be measured gets kAssumedDiskLink, and the profile's source says why.
 Result<CostProfile> calibrate(engine::Forward& engine, BlockPool& pool, const CalibrationOptions& options);
 
 }  // namespace kvtier

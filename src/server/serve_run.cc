@@ -83,6 +83,7 @@ Status run_server(const ServerConfig& config, std::FILE* log) {
                format_size(config.runtime.host_bytes).c_str(),
                config.runtime.disk_dir.empty() ? "none" : format_size(config.runtime.disk_bytes).c_str(),
                config.runtime.disk_dir.empty() ? "" : " at ", config.runtime.disk_dir.c_str());
+  if (model.planner) std::fprintf(log, "kvtier serve: cost profile: %s\n", model.planner->profile().source.c_str());
   std::fprintf(log, "kvtier serve: authentication %s\n", std::string(auth_mode_name(keys->mode())).c_str());
   std::fprintf(log, "kvtier serve: listening on http://%s:%u\n", config.host.c_str(), unsigned(port));
   std::fflush(log);
