@@ -100,6 +100,22 @@ TEST(Runtime, CalibrationScratchStaysWithinTheDiskCapacity) {
   EXPECT_FALSE(std::filesystem::exists(dir.path / ".calibration"));
 }
 
+// A disk calibration cannot measure (its scratch files cannot be made: a full or read-only disk)
+// gets the assumed figures, and the profile's source says why: the server failed to start.
+TEST(Runtime, ADiskThatCannotBeMeasuredIsPricedWithTheAssumedFigures) {
+  RuntimeOptions o = tiny("");
+  o.profile_path.clear();
+  auto stack = build_stack(o);
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  CalibrationOptions cal;
+  cal.disk_dir = "/proc/self/kvtier-cannot-be-made";  // no directory can be made there, root or not
+  auto p = calibrate(*stack->engine, stack->cache->pool(), cal);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->link(TierKind::kDisk).bytes_per_s, kAssumedDiskLink.bytes_per_s);
+  EXPECT_EQ(p->link(TierKind::kDisk).latency_s, kAssumedDiskLink.latency_s);
+  EXPECT_NE(p->source.find("disk not measured"), std::string::npos) << p->source;
+}
+
 TEST(Runtime, SecondRequestHitsTheCacheWithTheSameOutput) {
   TempDir dir;
   auto rt = Runtime::create(tiny(dir.path.string()));
