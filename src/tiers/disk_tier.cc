@@ -102,8 +102,8 @@ bool DiskTier::direct_io_in_effect() const {
 // The caller that met `s` returns it; failures of the writer thread are kept
 // in failure_ for the next put or flush.
 void DiskTier::fail_locked(const Status& s) {
-  (void)s;
   ++stats_.io_errors;
+  if (!degraded()) stats_.last_error = s.to_string();  // the failure that degraded it
   degraded_.store(true, std::memory_order_release);
   drop_unwritten_locked();
 }

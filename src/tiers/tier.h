@@ -102,6 +102,7 @@ struct TierStats {
   uint64_t lossy_refused = 0;      // lossy entries not served because this cache serves exact KV only
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
+  std::string last_error;       // the last I/O failure (the one that degraded the tier, for a disk), or empty
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
   uint64_t retained_bytes = 0;  // held back from reclaim by retention hints (disk: whole regions)
   uint64_t retain_yields = 0;   // holds let go early to stay within the retained share

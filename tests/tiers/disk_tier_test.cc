@@ -842,6 +842,7 @@ TEST(DiskTier, FailedBackgroundWriteDropsTheLostEntries) {
   EXPECT_EQ(first.code(), StatusCode::kIOError) << first.to_string();
   EXPECT_TRUE(t->degraded());
   EXPECT_GE(t->stats().io_errors, 1u);
+  EXPECT_NE(t->stats().last_error.find("IOError"), std::string::npos) << t->stats().last_error;  // what degraded it
   EXPECT_EQ(t->flush().code(), StatusCode::kUnavailable);
   auto late = make_chunk(g, test_ns(12), 99);
   EXPECT_EQ(t->put(late.key, late.hashes, late.payload).code(), StatusCode::kUnavailable);
