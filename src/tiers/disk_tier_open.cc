@@ -82,7 +82,11 @@ bool DiskTier::scan_region(uint32_t id, const std::string& path) {
   const size_t head_bytes = std::min<size_t>(*head, *size);
   const RegionHeaderCheck check = check_region_header({scan_buf_.data(), head_bytes}, id, options_.geometry, options_.region_bytes);
   if (check.kind == RegionKind::kForeign) return skipped();
-  if (check.kind == RegionKind::kTorn) {  // ours, but nothing in it can be trusted
+  // Ours, but nothing in it can be trusted: removed. A file larger than any region this tier writes
+  // is not a torn one of ours, whatever its first bytes (a user's file that happens to be zeros there).
+  if (check.kind == RegionKind::kTorn && *size > std::max<uint64_t>(options_.region_bytes, check.region_bytes))
+    return skipped();
+  if (check.kind == RegionKind::kTorn) {
     ++open_report_.dropped_torn;
     file.reset();
     (void)fs_->remove(path);

@@ -351,5 +351,23 @@ TEST(DiskRestart, OurRegionWithACorruptHeaderIsRemovedAsBefore) {
   EXPECT_FALSE(std::filesystem::exists(zeros_path));
 }
 
+// A file named like a region but larger than any region this tier writes is not a torn one of its
+// own, whatever its first bytes: it is left alone and counted (a 100 GiB sparse file of zeros was
+// removed as "torn, ours").
+TEST(DiskRestart, AFileLargerThanARegionIsNeverRemovedAsTorn) {
+  TempDir dir;
+  const auto g = small_geometry();
+  const DiskTierOptions o = options_for(dir.path(), g);
+  const std::string big = region_name(dir.path(), 9);
+  { std::ofstream(big).put('\0'); }
+  std::filesystem::resize_file(big, o.region_bytes * 4);  // sparse: zeros where a header would be
+  auto t = DiskTier::create(o);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ((*t)->open_report().dropped_torn, 0u);
+  EXPECT_EQ((*t)->open_report().skipped_regions, 1u);
+  EXPECT_TRUE(std::filesystem::exists(big));
+  EXPECT_EQ(std::filesystem::file_size(big), o.region_bytes * 4);
+}
+
 }  // namespace
 }  // namespace kvtier
