@@ -211,7 +211,11 @@ Result<std::unique_ptr<File>> FaultFileSystem::open(const std::string& path, con
   return std::unique_ptr<File>(new FaultFile(*this, std::move(f)));
 }
 
-Status FaultFileSystem::remove(const std::string& path) { return inner_.remove(path); }
+Status FaultFileSystem::remove(const std::string& path) {
+  auto d = decide(FaultOp::kRemove, path);
+  if (d.fire && (d.kind == FaultKind::kError || d.kind == FaultKind::kNoSpace)) return injected(d.kind, "remove " + path);
+  return inner_.remove(path);
+}
 Status FaultFileSystem::rename(const std::string& from, const std::string& to) { return inner_.rename(from, to); }
 Status FaultFileSystem::create_dirs(const std::string& path) {
   auto d = decide(FaultOp::kOpen, path);

@@ -29,7 +29,7 @@
 namespace kvtier {
 
 enum class FaultKind : uint8_t { kError = 0, kNoSpace, kShortIo, kFlipBytes, kDelay, kBrokenRing };
-enum class FaultOp : uint8_t { kAny = 0, kRead, kWrite, kSync, kOpen, kQueue };
+enum class FaultOp : uint8_t { kAny = 0, kRead, kWrite, kSync, kOpen, kQueue, kRemove };
 
 struct FaultRule {
   FaultKind kind = FaultKind::kError;

@@ -361,7 +361,12 @@ bool DiskTier::reclaim_one_locked() {
   }
   regions_bytes_ -= victim->size;
   regions_.erase(victim->id);
-  (void)fs_->remove(region_path(RegionId(victim->id)));
+  // A file that cannot be removed (immutable, a read-only remount) keeps its space: counted and
+  // kept as the last error, where it went unnoticed while the directory outgrew the capacity.
+  if (const Status removed = fs_->remove(region_path(RegionId(victim->id))); !removed.ok()) {
+    ++stats_.io_errors;
+    if (!degraded()) stats_.last_error = removed.to_string();
+  }
   dir_dirty_ = true;
   return true;
 }

@@ -817,6 +817,28 @@ TEST(DiskTier, EntriesPastARegionCutShortLeaveTheIndex) {
   expect_exact(*t, chunks[1]);
 }
 
+// A reclaimed region whose file cannot be removed (immutable, a read-only remount) is counted and
+// kept as the last error: it was ignored, and the directory outgrew its capacity unnoticed.
+TEST(DiskTier, ARegionThatCannotBeRemovedIsCounted) {
+  TempDir dir;
+  auto g = small_geometry();
+  FaultFileSystem fs(FileSystem::posix());
+  DiskTierOptions o = disk_options(dir.path(), g, &fs);
+  const size_t entry = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
+  o.region_bytes = 4096 + 2 * entry;
+  o.capacity_bytes = 3 * o.region_bytes;  // the fourth region reclaims the first
+  fs.add_rule({.kind = FaultKind::kError, .op = FaultOp::kRemove, .nth = 1, .times = 0, .path_contains = "region-"});
+  auto t = DiskTier::create(o).value();
+  auto chunks = put_all(*t, g, 15, 10);
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_GT(t->stats().evictions, 0u);
+  EXPECT_GT(fs.fired(), 0u);
+  EXPECT_GE(t->stats().io_errors, fs.fired());
+  EXPECT_NE(t->stats().last_error.find("remove"), std::string::npos) << t->stats().last_error;
+  EXPECT_FALSE(t->degraded());  // reads and writes go on
+  expect_exact(*t, chunks.back());
+}
+
 // A write that fails in the writer thread degrades the tier: the failure
 // reaches the next put or flush, and no entry whose bytes missed the file is
 // served, then or after reopening.
