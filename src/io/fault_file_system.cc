@@ -30,6 +30,7 @@ class FaultFile final : public File {
         case FaultKind::kShortIo: return inner_->read(offset, buf.first(short_len(buf.size(), direct())));
         case FaultKind::kDelay: std::this_thread::sleep_for(d.delay); break;
         case FaultKind::kBrokenRing: break;  // queues only
+        case FaultKind::kHold: break;        // opens only
         case FaultKind::kFlipBytes: {
           auto r = inner_->read(offset, buf);
           if (r.ok()) flip_middle(buf.data(), *r);
@@ -53,6 +54,7 @@ class FaultFile final : public File {
         case FaultKind::kDelay: std::this_thread::sleep_for(d.delay); break;
         case FaultKind::kFlipBytes: break;  // corruption is injected on reads
         case FaultKind::kBrokenRing: break;  // queues only
+        case FaultKind::kHold: break;        // opens only
       }
     }
     return inner_->write(offset, buf);
@@ -202,8 +204,20 @@ FaultFileSystem::Decision FaultFileSystem::decide(FaultOp op, const std::string&
   return out;
 }
 
+void FaultFileSystem::release_held() {
+  {
+    std::lock_guard lock(mu_);
+    released_ = true;
+  }
+  held_cv_.notify_all();
+}
+
 Result<std::unique_ptr<File>> FaultFileSystem::open(const std::string& path, const OpenOptions& options) {
   auto d = decide(FaultOp::kOpen, path);
+  if (d.fire && d.kind == FaultKind::kHold) {
+    std::unique_lock lock(mu_);
+    held_cv_.wait(lock, [&] { return released_; });
+  }
   if (d.fire && (d.kind == FaultKind::kError || d.kind == FaultKind::kNoSpace || d.kind == FaultKind::kShortIo))
     return injected(d.kind, "open " + path);
   if (d.fire && d.kind == FaultKind::kDelay) std::this_thread::sleep_for(d.delay);

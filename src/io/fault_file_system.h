@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -28,8 +29,10 @@
 
 namespace kvtier {
 
-enum class FaultKind : uint8_t { kError = 0, kNoSpace, kShortIo, kFlipBytes, kDelay, kBrokenRing };
+// kHold (open only): the call waits until release_held() (a stalled file system, for as long as the test says).
+enum class FaultKind : uint8_t { kError = 0, kNoSpace, kShortIo, kFlipBytes, kDelay, kBrokenRing, kHold };
 enum class FaultOp : uint8_t { kAny = 0, kRead, kWrite, kSync, kOpen, kQueue, kRemove };
+inline constexpr int kNumFaultOps = static_cast<int>(FaultOp::kRemove) + 1;
 
 struct FaultRule {
   FaultKind kind = FaultKind::kError;
@@ -48,6 +51,8 @@ class FaultFileSystem final : public FileSystem {
   void clear_rules();
   // How many faults have fired so far (all rules).
   uint64_t fired() const;
+  // Lets every kHold call (waiting or to come) go on.
+  void release_held();
   // How many calls of kind `op` went through (kAny: all).
   uint64_t calls(FaultOp op) const;
 
@@ -88,7 +93,9 @@ class FaultFileSystem final : public FileSystem {
   mutable std::mutex mu_;
   std::vector<RuleState> rules_;
   uint64_t fired_ = 0;
-  uint64_t calls_[6] = {};
+  uint64_t calls_[kNumFaultOps] = {};
+  std::condition_variable held_cv_;  // kHold calls wait on it
+  bool released_ = false;
   bool recording_ = false;
   std::vector<IoCall> recorded_;
 };

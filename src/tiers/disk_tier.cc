@@ -88,6 +88,7 @@ DiskTier::~DiskTier() {
   }
   cv_.notify_all();
   writer_.join();  // the writer drains its queue before it stops
+  for (const std::string& path : doomed_) (void)fs_->remove(path);  // a region file made as the tier degraded
 }
 
 std::string DiskTier::region_path(RegionId id) const { return options_.dir + "/" + region_file_name(id.value()); }
@@ -361,35 +362,63 @@ bool DiskTier::reclaim_one_locked() {
   }
   regions_bytes_ -= victim->size;
   regions_.erase(victim->id);
-  // A file that cannot be removed (immutable, a read-only remount) keeps its space: counted and
-  // kept as the last error, where it went unnoticed while the directory outgrew the capacity.
-  if (const Status removed = fs_->remove(region_path(RegionId(victim->id))); !removed.ok()) {
-    ++stats_.io_errors;
-    if (!degraded()) stats_.last_error = removed.to_string();
-  }
+  doomed_.push_back(region_path(RegionId(victim->id)));  // ids are never reused: removed later, unlocked
   dir_dirty_ = true;
   return true;
 }
 
+void DiskTier::remove_doomed(Lock& lock) {
+  if (doomed_.empty()) return;
+  std::vector<std::string> doomed = std::exchange(doomed_, {});
+  lock.unlock();
+  std::vector<Status> failed;
+  for (const std::string& path : doomed)
+    if (Status st = fs_->remove(path); !st.ok()) failed.push_back(std::move(st));
+  lock.lock();
+  // A file that cannot be removed (immutable, a read-only remount) keeps its space: counted and
+  // kept as the last error, where it went unnoticed while the directory outgrew the capacity.
+  for (const Status& st : failed) {
+    ++stats_.io_errors;
+    if (!degraded()) stats_.last_error = st.to_string();
+  }
+}
+
 // A new region's file under the next free id: a name that exists (a file the
 // scan skipped, a symlink, another process's) is never opened, the id skipped.
-Result<std::unique_ptr<File>> DiskTier::create_region_file_locked() {
+Result<std::pair<std::unique_ptr<File>, uint32_t>> DiskTier::create_region_file(uint32_t next) {
   constexpr int kTries = 64;
-  for (int i = 0; i < kTries && next_region_ != UINT32_MAX; ++i) {
-    const std::string path = region_path(RegionId(next_region_++));
+  for (int i = 0; i < kTries && next != UINT32_MAX; ++i) {
+    const std::string path = region_path(RegionId(next++));
     auto f = fs_->open(path, {.create = true, .exclusive = true, .direct = options_.direct_io});
-    if (f.ok() || f.status().code() != StatusCode::kFailedPrecondition) return f;
+    if (f.ok()) return std::pair{std::move(f).value(), next};
+    if (f.status().code() != StatusCode::kFailedPrecondition) return f.status();
   }
   return Status::FailedPrecondition("DiskTier: no free region name in " + options_.dir + " (ids used up, or " +
                                     std::to_string(kTries) + " names in a row taken by files not this tier's)");
 }
 
-// Needs a free region buffer.
-Status DiskTier::open_region_locked() {
-  const int b = buffer_busy_[0] ? 1 : 0;
+// Needs a free region buffer. The file system's calls (removing reclaimed regions, creating the
+// new file) run without the lock: a stalled disk (frozen, hung) held every lookup and stats call
+// behind them. Other puts wait for opening_; only this caller moves next_region_ meanwhile.
+Status DiskTier::open_region(Lock& lock) {
   make_room_for_region_locked();
-  KVTIER_ASSIGN_OR_RETURN(auto f, create_region_file_locked());
-  const uint32_t id = next_region_ - 1;
+  opening_ = true;
+  remove_doomed(lock);
+  const uint32_t first = next_region_;
+  lock.unlock();
+  auto created = create_region_file(first);
+  lock.lock();
+  opening_ = false;
+  cv_.notify_all();
+  if (!created.ok()) return created.status();
+  auto [f, next] = std::move(created).value();
+  next_region_ = next;
+  const uint32_t id = next - 1;
+  if (degraded()) {  // the writer failed meanwhile: nothing more is written
+    doomed_.push_back(region_path(RegionId(id)));
+    return Status::Unavailable("DiskTier: degraded after a write failure");
+  }
+  const int b = buffer_busy_[0] ? 1 : 0;  // only an opener takes a buffer: one is still free
   dir_dirty_ = true;
   if (buffers_[b].empty()) buffers_[b] = AlignedBuffer(options_.region_bytes);
   auto r = std::make_shared<Region>();
@@ -429,10 +458,11 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
     if (active_) break;
     // A free buffer first: when both are busy the writer is a whole region
     // behind, and the caller waits for the device (bounded memory).
-    cv_.wait(lock, [&] { return degraded() || active_ || !buffer_busy_[0] || !buffer_busy_[1]; });
+    cv_.wait(lock, [&] { return degraded() || active_ || (!opening_ && (!buffer_busy_[0] || !buffer_busy_[1])); });
     if (degraded()) return take_failure_locked();  // the writer failed while we waited
     if (active_) continue;
-    Status st = open_region_locked();
+    Status st = open_region(lock);
+    if (degraded()) return take_failure_locked();  // the writer failed while the file was made
     if (!st.ok()) {
       fail_locked(st);
       return st;

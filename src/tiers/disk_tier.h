@@ -194,8 +194,13 @@ class DiskTier final : public Tier {
   void index_region(uint32_t id, uint64_t size, std::shared_ptr<File> file, RegionScan& scan);
   Status put_locked(const PutOp& op, Lock& lock);
   void seal_locked();
-  Result<std::unique_ptr<File>> create_region_file_locked();
-  Status open_region_locked();
+  // A new region's file, from id `first` on: the file and the id after the one it took. Called
+  // without the lock (a stalled file system holds only the opener).
+  Result<std::pair<std::unique_ptr<File>, uint32_t>> create_region_file(uint32_t first);
+  // Opens the next region; lets go of the lock for the file system's calls (opening_ meanwhile).
+  Status open_region(Lock& lock);
+  // Removes the files of reclaimed regions (doomed_), without the lock; counts failures under it.
+  void remove_doomed(Lock& lock);
   void submit_locked(bool seal, bool sync);
   Status wait_writes_locked(Lock& lock);
   void writer_loop();
@@ -233,6 +238,8 @@ class DiskTier final : public Tier {
   uint64_t cursor_ = 0;     // bytes of the active buffer in use
   uint64_t submitted_ = 0;  // bytes of the active buffer handed to the writer
   uint32_t next_region_ = 0;
+  bool opening_ = false;               // a put is creating the next region's file, without the lock
+  std::vector<std::string> doomed_;    // files of reclaimed regions, removed without the lock
   bool dir_dirty_ = false;  // a region file created or removed since the directory was last synced
   uint64_t next_sequence_ = 1;
   uint64_t tick_ = 0;

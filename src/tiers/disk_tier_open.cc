@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "tiers/disk_region_format.h"
 #include "tiers/disk_tier.h"
@@ -12,7 +13,7 @@ namespace {
 
 // Only the names region_file_name writes: sscanf alone also takes upper-case
 // hex, a sign or spaces, so two files could claim one id. The last id is
-// never written (open_region_locked), so that id + 1 never wraps to 0.
+// never written (open_region), so that id + 1 never wraps to 0.
 bool parse_region_name(const std::string& name, uint32_t& id) {
   unsigned v = 0;
   if (name.size() != 19 || std::sscanf(name.c_str(), "region-%8x.kvr", &v) != 1 || v == UINT32_MAX) return false;
@@ -31,13 +32,15 @@ Status DiskTier::open_existing() {
     uint32_t id;
     if (!parse_region_name(name, id)) continue;
     // New regions go past this tier's own (ids order copies of an entry); a name that exists,
-    // ours or not, is never created over (open_region_locked), so a foreign file is left alone
+    // ours or not, is never created over (open_region), so a foreign file is left alone
     // and cannot push the ids to their end.
     if (scan_region(id, options_.dir + "/" + name)) next_region_ = std::max(next_region_, id + 1);
   }
   // A smaller capacity (or larger regions) than last time: shed the oldest regions now.
   scan_buf_ = AlignedBuffer();
   make_room_for_region_locked();
+  for (const std::string& path : std::exchange(doomed_, {}))  // nothing else runs yet
+    if (Status st = fs_->remove(path); !st.ok()) ++stats_.io_errors, stats_.last_error = st.to_string();
   open_report_.regions = static_cast<uint32_t>(regions_.size());
   open_report_.entries = index_.size();
   stats_.checksum_failures += open_report_.dropped_corrupt;

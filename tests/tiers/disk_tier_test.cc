@@ -839,6 +839,38 @@ TEST(DiskTier, ARegionThatCannotBeRemovedIsCounted) {
   expect_exact(*t, chunks.back());
 }
 
+// A put whose new region's file the file system holds (frozen, hung) does not hold the tier:
+// lookups, gets and stats go on meanwhile. (The file was created under the tier's lock, and every
+// request's lookup waited behind it: with the old code this test never gets past exists().)
+TEST(DiskTier, AStalledRegionCreateHoldsOnlyItsPut) {
+  TempDir dir;
+  auto g = small_geometry();
+  FaultFileSystem fs(FileSystem::posix());
+  DiskTierOptions o = disk_options(dir.path(), g, &fs);
+  o.region_bytes = 4096 + 2 * chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;  // two entries a region
+  auto t = DiskTier::create(o).value();
+  auto chunks = put_all(*t, g, 16, 2);  // the first region, full
+  ASSERT_TRUE(t->flush().ok());
+  fs.add_rule({.kind = FaultKind::kHold, .op = FaultOp::kOpen, .nth = 1, .times = 1, .path_contains = "region-"});
+  auto next = make_chunk(g, test_ns(16), 2);
+  std::atomic<bool> put_done{false};
+  Status put_status;
+  std::thread putter([&] {
+    put_status = t->put(next.key, next.hashes, next.payload);  // needs a new region: its open is held
+    put_done = true;
+  });
+  while (fs.fired() == 0) std::this_thread::yield();
+  EXPECT_TRUE(t->exists(chunks[0].key));
+  expect_exact(*t, chunks[1]);
+  EXPECT_EQ(t->stats().entries, 2u);
+  EXPECT_FALSE(put_done.load());
+  fs.release_held();
+  putter.join();
+  ASSERT_TRUE(put_status.ok()) << put_status.to_string();
+  ASSERT_TRUE(t->flush().ok());
+  expect_exact(*t, next);
+}
+
 // A write that fails in the writer thread degrades the tier: the failure
 // reaches the next put or flush, and no entry whose bytes missed the file is
 // served, then or after reopening.
