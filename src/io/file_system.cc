@@ -242,7 +242,9 @@ class UringQueue final : public IoQueue {
 class PosixDirLock final : public DirLock {
  public:
   explicit PosixDirLock(int fd) : fd_(fd) {}
-  ~PosixDirLock() override { ::close(fd_); }  // releases the flock
+  ~PosixDirLock() override {  // releases the flock
+    if (fd_ >= 0) ::close(fd_);
+  }
 
  private:
   int fd_;
@@ -250,7 +252,13 @@ class PosixDirLock final : public DirLock {
 
 Result<std::unique_ptr<DirLock>> lock_dir_file(const std::string& dir) {
   const std::string path = dir + "/kvtier.lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // A read-only file system (an emergency remount after disk errors): nothing can be written there,
+  // so the lock is taken on the file as it is, read-only, and the cache starts to serve what the
+  // directory holds (its writes fail and the tier degrades). Without a lock file, none is needed.
+  const bool read_only = fd < 0 && errno == EROFS;
+  if (read_only) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (read_only && fd < 0 && errno == ENOENT) return std::unique_ptr<DirLock>(new PosixDirLock(-1));
   if (fd < 0) return Status::FromErrno(errno, "open " + path);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -263,6 +271,7 @@ Result<std::unique_ptr<DirLock>> lock_dir_file(const std::string& dir) {
                                       "): two caches on one directory would overwrite each other's files");
   }
   const std::string mine = std::to_string(::getpid());
+  if (read_only) return std::unique_ptr<DirLock>(new PosixDirLock(fd));
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) != ssize_t(mine.size())) {
     const int err = errno;
     ::close(fd);
