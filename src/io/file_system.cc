@@ -270,8 +270,8 @@ Result<std::unique_ptr<DirLock>> lock_dir_file(const std::string& dir) {
                                       std::string(pid, ::strnlen(pid, sizeof pid)) +
                                       "): two caches on one directory would overwrite each other's files");
   }
-  const std::string mine = std::to_string(::getpid());
   if (read_only) return std::unique_ptr<DirLock>(new PosixDirLock(fd));
+  const std::string mine = std::to_string(::getpid());
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, mine.data(), mine.size(), 0) != ssize_t(mine.size())) {
     const int err = errno;
     ::close(fd);

@@ -102,9 +102,13 @@ bool DiskTier::direct_io_in_effect() const {
 
 // The caller that met `s` returns it; failures of the writer thread are kept
 // in failure_ for the next put or flush.
-void DiskTier::fail_locked(const Status& s) {
+void DiskTier::count_io_error_locked(const Status& s) {
   ++stats_.io_errors;
-  if (!degraded()) stats_.last_error = s.to_string();  // the failure that degraded it
+  if (!degraded()) stats_.last_error = s.to_string();
+}
+
+void DiskTier::fail_locked(const Status& s) {
+  count_io_error_locked(s);  // the failure that degrades it
   degraded_.store(true, std::memory_order_release);
   drop_unwritten_locked();
 }
@@ -377,10 +381,7 @@ void DiskTier::remove_doomed(Lock& lock) {
   lock.lock();
   // A file that cannot be removed (immutable, a read-only remount) keeps its space: counted and
   // kept as the last error, where it went unnoticed while the directory outgrew the capacity.
-  for (const Status& st : failed) {
-    ++stats_.io_errors;
-    if (!degraded()) stats_.last_error = st.to_string();
-  }
+  for (const Status& st : failed) count_io_error_locked(st);
 }
 
 // A new region's file under the next free id: a name that exists (a file the

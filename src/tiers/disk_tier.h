@@ -217,6 +217,8 @@ class DiskTier final : public Tier {
   uint64_t entry_bytes(const Loc& loc) const;
   void drop_unwritten_locked();
   void fail_locked(const Status& s);
+  // Counts an I/O failure; it is the last error unless the tier is already degraded (that one stays).
+  void count_io_error_locked(const Status& s);
   Status take_failure_locked();
   std::unique_ptr<IoQueue> acquire_queue(Status& st);
   void release_queue(std::unique_ptr<IoQueue> q);

@@ -40,7 +40,7 @@ Status DiskTier::open_existing() {
   scan_buf_ = AlignedBuffer();
   make_room_for_region_locked();
   for (const std::string& path : std::exchange(doomed_, {}))  // nothing else runs yet
-    if (Status st = fs_->remove(path); !st.ok()) ++stats_.io_errors, stats_.last_error = st.to_string();
+    if (Status st = fs_->remove(path); !st.ok()) count_io_error_locked(st);
   open_report_.regions = static_cast<uint32_t>(regions_.size());
   open_report_.entries = index_.size();
   stats_.checksum_failures += open_report_.dropped_corrupt;

@@ -281,8 +281,7 @@ void DiskTier::get_batch(std::span<GetOp> ops) {
     if (p.outcome == 0) {
       ++stats_.hits;
     } else if (p.outcome == 1) {
-      ++stats_.io_errors;
-      if (!degraded()) stats_.last_error = p.op->status.to_string();
+      count_io_error_locked(p.op->status);
       // A region file cut short under the tier fails this entry's every read, and while it is
       // indexed it is never stored again: it goes. (An I/O error on a whole file keeps it.)
       const uint64_t end = p.loc.offset + p.loc.payload_offset + g.stored_payload_bytes(p.loc.num_pages, p.loc.codec);
