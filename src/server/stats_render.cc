@@ -16,6 +16,7 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
           {"checksum_failures", t.checksum_failures},
           {"evictions", t.evictions},
           {"io_errors", t.io_errors},
+          {"degraded_episodes", t.degraded_episodes},
           {"last_error", t.last_error},
           {"forged_entries", t.forged_entries},
           {"lossy_refused", t.lossy_refused},
@@ -223,11 +224,14 @@ void tiers_metrics(MetricsText& w, const RuntimeStats& stats) {
               {"disk", s.disk.capacity_bytes},
               {"remote", s.remote.capacity_bytes}});
   w.labelled("kvtier_tier_degraded", "gauge",
-             "1 when a tier is degraded: nothing more is stored there (a disk tier still serves what it holds; a "
-             "remote one fails fast until it answers again). /v1/cache/stats has its last_error.",
+             "1 when a tier is degraded: nothing more is stored there until its backoff ends (a disk tier still "
+             "serves what it holds, then tries writing again; a remote one fails fast until it answers again). "
+             "/v1/cache/stats has its last_error.",
              "tier", {{"disk", uint64_t(s.disk_degraded)}, {"remote", uint64_t(s.remote_degraded)}});
   w.labelled("kvtier_tier_io_errors_total", "counter", "I/O failures of each lower tier (reads and writes).", "tier",
              {{"disk", s.disk.io_errors}, {"remote", s.remote.io_errors}});
+  w.labelled("kvtier_tier_degraded_episodes_total", "counter", "Times each lower tier went from healthy to degraded.",
+             "tier", {{"disk", s.disk.degraded_episodes}, {"remote", s.remote.degraded_episodes}});
 }
 
 // Running sequences, blending and decode.

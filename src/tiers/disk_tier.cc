@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <unordered_set>
 #include <utility>
 
@@ -32,6 +33,8 @@ Status DiskTierOptions::validate() const {
   if (read_waves == 0) return Status::InvalidArgument("DiskTier: read_waves must be positive");
   if (write_stretch_bytes == 0 || write_stretch_bytes % kIoAlign)
     return Status::InvalidArgument("DiskTier: write_stretch_bytes must be a positive multiple of 4096");
+  if (retry_after < Clock::duration::zero() || retry_max < retry_after)
+    return Status::InvalidArgument("DiskTier: retry_after must be at least zero and at most retry_max");
   return Status::Ok();
 }
 
@@ -75,7 +78,8 @@ DiskTier::DiskTier(const DiskTierOptions& o)
     : options_(o),
       fs_(o.fs ? o.fs : &FileSystem::posix()),
       max_regions_(o.max_regions()),
-      reclaim_order_(o.reclaim) {
+      reclaim_order_(o.reclaim),
+      backoff_(o.retry_after) {
   stats_.capacity_bytes = uint64_t(max_regions_) * o.region_bytes;
   writer_ = std::thread([this] { writer_loop(); });
 }
@@ -83,7 +87,7 @@ DiskTier::DiskTier(const DiskTierOptions& o)
 DiskTier::~DiskTier() {
   {
     Lock lock(mu_);
-    if (active_ && !degraded()) submit_locked(false, options_.sync_writes);  // best effort: keep what was accepted
+    if (active_ && !failed()) submit_locked(false, options_.sync_writes);  // best effort: keep what was accepted
     stop_ = true;
   }
   cv_.notify_all();
@@ -104,19 +108,48 @@ bool DiskTier::direct_io_in_effect() const {
 // in failure_ for the next put or flush.
 void DiskTier::count_io_error_locked(const Status& s) {
   ++stats_.io_errors;
-  if (!degraded()) stats_.last_error = s.to_string();
+  if (!failed()) stats_.last_error = s.to_string();
 }
 
 void DiskTier::fail_locked(const Status& s) {
   count_io_error_locked(s);  // the failure that degrades it
-  degraded_.store(true, std::memory_order_release);
+  ++stats_.degraded_episodes;
+  const bool retry = backoff_ > Clock::duration::zero();
+  retry_at_.store(retry ? (options_.clock->now() + backoff_).time_since_epoch().count()
+                        : std::numeric_limits<Clock::duration::rep>::max(),
+                  std::memory_order_release);
+  backoff_ = std::min(2 * backoff_, options_.retry_max);
+  failed_.store(true, std::memory_order_release);
   drop_unwritten_locked();
+}
+
+bool DiskTier::degraded() const {
+  return failed() && options_.clock->now().time_since_epoch().count() < retry_at_.load(std::memory_order_acquire);
+}
+
+// What the failure left is let go: the active region's unwritten tail and the buffers of regions
+// whose writes failed (each region keeps what reached its file; drop_unwritten_locked took the
+// rest out of the index). The next put opens a new region.
+bool DiskTier::recover_locked() {
+  if (degraded() || opening_ || jobs_done_ < jobs_submitted_) return false;
+  for (auto& [id, r] : regions_) {
+    if (r->buffer < 0) continue;
+    buffer_busy_[r->buffer] = false;
+    r->buffer = -1;
+    r->used = r->written;
+  }
+  active_.reset();
+  cursor_ = submitted_ = 0;
+  failure_ = Status::Ok();
+  failed_.store(false, std::memory_order_release);
+  cv_.notify_all();
+  return true;
 }
 
 // The failure the writer met, once; afterwards a degraded tier says kUnavailable.
 Status DiskTier::take_failure_locked() {
   if (!failure_.ok()) return std::exchange(failure_, Status::Ok());
-  if (degraded()) return Status::Unavailable("DiskTier: degraded after a write failure");
+  if (failed()) return Status::Unavailable("DiskTier: degraded after a write failure");
   return Status::Ok();
 }
 
@@ -181,7 +214,7 @@ void DiskTier::writer_loop() {
       batch.push_back(std::move(jobs_.front()));
       jobs_.pop_front();
     }
-    const bool skip = degraded();  // after a failure nothing more is written
+    const bool skip = failed();  // after a failure nothing more is written
     lock.unlock();
     if (skip) {
       for (WriteJob& j : batch) j.status = Status::Unavailable("DiskTier: degraded after a write failure");
@@ -231,13 +264,14 @@ void DiskTier::write_jobs(std::vector<WriteJob>& jobs, std::unique_ptr<IoQueue>&
 void DiskTier::apply_jobs_locked(std::vector<WriteJob>& jobs) {
   for (WriteJob& j : jobs) {
     Region& r = *j.region;
-    if (!j.status.ok() || degraded()) {
-      if (!degraded()) {
+    if (!j.status.ok() || failed()) {
+      if (!failed()) {
         failure_ = j.status;
         fail_locked(j.status);
       }
       continue;
     }
+    backoff_ = options_.retry_after;  // a write landed: the next failure starts a new run
     r.written = std::max(r.written, j.end);
     if (j.seal) {  // every byte is in the file now: its buffer can take the next region
       buffer_busy_[r.buffer] = false;
@@ -415,7 +449,7 @@ Status DiskTier::open_region(Lock& lock) {
   auto [f, next] = std::move(created).value();
   next_region_ = next;
   const uint32_t id = next - 1;
-  if (degraded()) {  // the writer failed meanwhile: nothing more is written
+  if (failed()) {  // the writer failed meanwhile: nothing more is written
     doomed_.push_back(region_path(RegionId(id)));
     return Status::Unavailable("DiskTier: degraded after a write failure");
   }
@@ -451,6 +485,7 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
   KVTIER_RETURN_IF_ERROR(validate_put(options_.geometry, op));
   ++stats_.puts;
   if (holds_servable_locked(op.key)) return Status::Ok();
+  if (failed() && failure_.ok()) recover_locked();  // the failure was reported: try again once its wait is over
   KVTIER_RETURN_IF_ERROR(take_failure_locked());
   const uint32_t n = static_cast<uint32_t>(op.page_hashes.size());
   const ChunkEntryLayout lay = chunk_entry_layout(options_.geometry, n, kIoAlign, options_.auth != nullptr);
@@ -459,11 +494,11 @@ Status DiskTier::put_locked(const PutOp& op, Lock& lock) {
     if (active_) break;
     // A free buffer first: when both are busy the writer is a whole region
     // behind, and the caller waits for the device (bounded memory).
-    cv_.wait(lock, [&] { return degraded() || active_ || (!opening_ && (!buffer_busy_[0] || !buffer_busy_[1])); });
-    if (degraded()) return take_failure_locked();  // the writer failed while we waited
+    cv_.wait(lock, [&] { return failed() || active_ || (!opening_ && (!buffer_busy_[0] || !buffer_busy_[1])); });
+    if (failed()) return take_failure_locked();  // the writer failed while we waited
     if (active_) continue;
     Status st = open_region(lock);
-    if (degraded()) return take_failure_locked();  // the writer failed while the file was made
+    if (failed()) return take_failure_locked();  // the writer failed while the file was made
     if (!st.ok()) {
       fail_locked(st);
       return st;

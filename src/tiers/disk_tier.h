@@ -37,7 +37,10 @@
 // degraded: every entry whose bytes did not reach the file leaves the index
 // (it is never served), the next put or flush returns the failure, later
 // ones fail fast with kUnavailable, and gets keep serving what is on disk.
-// Degraded is sticky until reopened.
+// After retry_after (doubled with each failure in a row, up to retry_max)
+// degraded() turns false and the next put tries again in a new region: a
+// disk that filled up and has room again takes writes without a restart,
+// one still failing degrades the tier again at that region's first write.
 //
 // Thread safety: all methods are thread-safe; reads of written regions run
 // concurrently, outside the tier's lock. Ownership: the tier owns its files,
@@ -96,6 +99,10 @@ struct DiskTierOptions {
   // are served only with accept_lossy; without it they are refused as
   // absent and counted (TierStats::lossy_refused), also after a restart.
   bool accept_lossy = false;
+  // How long a degraded tier waits before it tries writing again (doubled with each failure in a
+  // row, up to retry_max); zero: degraded until reopened. Read on `clock`.
+  Clock::duration retry_after = std::chrono::seconds(10);
+  Clock::duration retry_max = std::chrono::minutes(5);
 
   Status validate() const;
   // How the log holds full chunks (entries are appended in order and never
@@ -140,7 +147,8 @@ class DiskTier final : public Tier {
   Status flush() override;
   TierStats stats() const override;
   bool reports_layers() const override { return true; }
-  bool degraded() const override { return degraded_.load(std::memory_order_acquire); }
+  // Failed and still waiting to try again (retry_after): callers store nothing here meanwhile.
+  bool degraded() const override;
   bool readable() const override { return true; }  // degraded stops writes only: gets serve what is on disk
   // A region holding a retained entry is skipped by reclaim while the hold
   // lasts (tiers/region_reclaim.h says why skipped, not rewritten forward).
@@ -216,7 +224,10 @@ class DiskTier final : public Tier {
   Index::iterator erase_entry_locked(Index::iterator it);
   uint64_t entry_bytes(const Loc& loc) const;
   void drop_unwritten_locked();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
   void fail_locked(const Status& s);
+  // Leaves the failed state once its wait is over and no write is in flight (false otherwise).
+  bool recover_locked();
   // Counts an I/O failure; it is the last error unless the tier is already degraded (that one stays).
   void count_io_error_locked(const Status& s);
   Status take_failure_locked();
@@ -252,7 +263,9 @@ class DiskTier final : public Tier {
   uint32_t pending_hold_cap_ = 0;
   TierStats stats_;
   DiskOpenReport open_report_;
-  std::atomic<bool> degraded_{false};
+  std::atomic<bool> failed_{false};             // a write failed; nothing more is written until recovery
+  std::atomic<Clock::duration::rep> retry_at_{0};// failed: when writes are tried again (options_.clock's ticks)
+  Clock::duration backoff_;                     // the wait after the next failure
   Status failure_;  // a failure not yet returned to a caller
   bool direct_in_effect_ = false;
   AlignedBuffer scan_buf_;  // region contents while reopening (open_existing only)

@@ -23,7 +23,8 @@
 //    entries (accept_lossy off) treats one as absent: kNotFound, counted in
 //    lossy_refused (accept_chunk_codec, tiers/chunk_format.h).
 //  * degraded() is true after a failure that makes the tier unreliable for
-//    writes (ENOSPC, EIO); callers then store nothing more in it. readable()
+//    writes (ENOSPC, EIO, a lost connection); callers then store nothing more
+//    in it until it turns false again (each tier's backoff). readable()
 //    says whether its gets may still be asked: not for a degraded remote tier
 //    (its calls fail fast), yes for a disk tier, whose written entries stay
 //    good (each get verifies what it reads); a miss is recomputed.
@@ -102,6 +103,7 @@ struct TierStats {
   uint64_t lossy_refused = 0;      // lossy entries not served because this cache serves exact KV only
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
+  uint64_t degraded_episodes = 0;  // healthy → degraded transitions
   std::string last_error;       // the last I/O failure (the one that degraded the tier, for a disk), or empty
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
   uint64_t retained_bytes = 0;  // held back from reclaim by retention hints (disk: whole regions)

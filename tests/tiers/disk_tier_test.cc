@@ -25,10 +25,17 @@ namespace {
 
 using namespace testing_util;
 
+// A clock that never moves: a degraded tier stays degraded however slow the machine (the recovery
+// test drives its own clock).
+const ManualClock& still_clock() {
+  static const ManualClock clock;
+  return clock;
+}
+
 DiskTierOptions disk_options(const std::string& dir, const ChunkGeometry& g, FileSystem* fs = nullptr) {
   const size_t entry = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;
   return DiskTierOptions{.geometry = g, .dir = dir, .region_bytes = 4096 + 2 * entry, .capacity_bytes = 64 * (4096 + 2 * entry),
-                         .queue_depth = 8, .sync_writes = false, .fs = fs};
+                         .queue_depth = 8, .sync_writes = false, .fs = fs, .clock = &still_clock()};
 }
 
 std::vector<TestChunk> put_all(Tier& t, const ChunkGeometry& g, uint64_t ns, uint32_t count, uint32_t first = 0) {
@@ -919,6 +926,58 @@ TEST(DiskTier, FailedBackgroundWriteDropsTheLostEntries) {
       EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << i;
     }
   }
+}
+
+// A disk that filled up and then got room again: the tier degraded by the failed write tries
+// again once its wait is over, in a new region, and takes writes without a restart; while the disk
+// still fails each try degrades it again for twice as long. Nothing lost in between is served.
+TEST(DiskTier, ADegradedTierWritesAgainOnceTheDiskHasRoom) {
+  TempDir dir;
+  auto g = small_geometry();
+  FaultFileSystem fs(FileSystem::posix());
+  ManualClock clock;
+  DiskTierOptions o = disk_options(dir.path(), g, &fs);
+  o.clock = &clock;
+  o.write_stretch_bytes = chunk_entry_layout(g, g.chunk_pages, 4096).entry_bytes;  // one write per put
+  auto t = DiskTier::create(o).value();
+  const auto before = put_all(*t, g, 5, 3);
+  ASSERT_TRUE(t->flush().ok());
+  fs.add_rule({.kind = FaultKind::kNoSpace, .op = FaultOp::kWrite, .times = 0, .path_contains = "region-"});
+  auto lost = make_chunk(g, test_ns(5), 10);
+  ASSERT_TRUE(t->put(lost.key, lost.hashes, lost.payload).ok());  // accepted; its write fails in the writer
+  EXPECT_EQ(t->flush().code(), StatusCode::kNoSpace);
+  EXPECT_TRUE(t->degraded());
+  EXPECT_EQ(t->stats().degraded_episodes, 1u);
+  auto c = make_chunk(g, test_ns(5), 11);
+  clock.advance(o.retry_after - std::chrono::milliseconds(1));
+  EXPECT_TRUE(t->degraded());
+  EXPECT_EQ(t->put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);
+  // The wait is over, the disk still full: the try fails at its write and the wait doubles.
+  clock.advance(std::chrono::milliseconds(1));
+  EXPECT_FALSE(t->degraded());
+  EXPECT_TRUE(t->put(c.key, c.hashes, c.payload).ok());
+  EXPECT_EQ(t->flush().code(), StatusCode::kNoSpace);
+  EXPECT_TRUE(t->degraded());
+  EXPECT_EQ(t->stats().degraded_episodes, 2u);
+  clock.advance(o.retry_after);
+  EXPECT_TRUE(t->degraded()) << "the second wait is twice the first";
+  // Room again: the next try writes, and the tier stays healthy.
+  fs.clear_rules();
+  clock.advance(o.retry_after);
+  EXPECT_FALSE(t->degraded());
+  const auto after = put_all(*t, g, 5, 4, 20);
+  ASSERT_TRUE(t->flush().ok());
+  EXPECT_FALSE(t->degraded());
+  EXPECT_EQ(t->stats().degraded_episodes, 2u);
+  std::vector<std::byte> out(g.max_payload_bytes());
+  for (const auto& k : {lost, c}) EXPECT_EQ(t->get(k.key, out).status().code(), StatusCode::kNotFound);
+  for (const auto& k : before) expect_exact(*t, k);
+  for (const auto& k : after) expect_exact(*t, k);
+  t.reset();
+  auto again = DiskTier::create(disk_options(dir.path(), g)).value();
+  for (const auto& k : before) expect_exact(*again, k);
+  for (const auto& k : after) expect_exact(*again, k);
+  for (const auto& k : {lost, c}) EXPECT_EQ(again->get(k.key, out).status().code(), StatusCode::kNotFound);
 }
 
 TEST(DiskTier, UnusableDirectoryIsAStatus) {

@@ -501,13 +501,13 @@ TierStats RemoteTier::stats() const {
   s.forged_entries = counters_.forged.load();
   s.lossy_refused = counters_.lossy_refused.load();
   s.io_errors = counters_.io_errors.load();
+  s.degraded_episodes = counters_.episodes.load();
   return s;
 }
 
 RemoteTierStats RemoteTier::remote_stats() const {
   RemoteTierStats s;
   s.fast_fails = counters_.fast_fails.load();
-  s.degraded_episodes = counters_.episodes.load();
   s.oom_errors = counters_.oom.load();
   s.reply_errors = counters_.reply_errors.load();
   s.client = client_->stats();

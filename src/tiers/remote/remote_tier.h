@@ -69,7 +69,6 @@ struct RemoteTierOptions {
 // Remote-only counters, beyond TierStats.
 struct RemoteTierStats {
   uint64_t fast_fails = 0;        // calls refused while degraded
-  uint64_t degraded_episodes = 0; // healthy → degraded transitions
   uint64_t oom_errors = 0;        // Redis refused a write (maxmemory with noeviction)
   uint64_t reply_errors = 0;      // other error replies
   RedisClientStats client;
