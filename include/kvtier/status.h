@@ -32,6 +32,7 @@ enum class StatusCode : uint8_t {
   kOutOfRange,
   kUnimplemented,
   kInternal,
+  kDeadlineExceeded,  // the work ran out of its time (a request's deadline)
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -55,6 +56,7 @@ class [[nodiscard]] Status {
   static Status OutOfRange(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
   // An I/O failure described by an errno value (ENOSPC maps to kNoSpace).
   static Status FromErrno(int err, std::string_view context);
 

@@ -25,6 +25,7 @@ std::string_view status_code_name(StatusCode c) {
     case StatusCode::kOutOfRange: return "OutOfRange";
     case StatusCode::kUnimplemented: return "Unimplemented";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kDeadlineExceeded: return "DeadlineExceeded";
   }
   return "Unknown";
 }

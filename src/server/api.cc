@@ -126,6 +126,9 @@ ApiError error_from_status(const Status& s) {
     case StatusCode::kCancelled:
       e.http_status = 499, e.type = "cancelled";
       break;
+    case StatusCode::kDeadlineExceeded:
+      e.http_status = 503, e.type = "service_unavailable", e.code = "timeout", e.retry = false;
+      break;
     default:
       e.http_status = 500, e.type = "server_error";
       break;
@@ -389,13 +392,46 @@ std::optional<ApiError> read_logit_adjustments(const json& doc, const RequestLim
   return std::nullopt;
 }
 
+// Fields asking for an answer kvtier cannot give: output held to a format or grammar (OpenAI's
+// response_format, vLLM's guided_*, llama.cpp's grammar and json_schema), several candidates
+// (best_of), text after the insertion point (suffix), and the legacy function calling that tools
+// replaced. Ignoring one answers another question than was asked, and its parser fails far from
+// the cause, so each is refused unless it holds its neutral value (absent, null, or as listed).
+std::optional<ApiError> refuse_unhonoured_fields(const json& doc) {
+  struct Field {
+    std::string_view name;
+    bool (*neutral)(const json&);
+    std::string_view instead;
+  };
+  static constexpr Field kFields[] = {
+      {"response_format", [](const json& v) { return v.is_object() && v.size() == 1 && v.value("type", "") == "text"; },
+       "kvtier does not constrain its output to a format; only {\"type\": \"text\"} is accepted"},
+      {"guided_json", nullptr, "kvtier does not constrain its output"},
+      {"guided_regex", nullptr, "kvtier does not constrain its output"},
+      {"guided_choice", nullptr, "kvtier does not constrain its output"},
+      {"guided_grammar", nullptr, "kvtier does not constrain its output"},
+      {"grammar", nullptr, "kvtier does not constrain its output"},
+      {"json_schema", nullptr, "kvtier does not constrain its output"},
+      {"best_of", [](const json& v) { return v == 1; }, "only 'best_of' = 1 is supported"},
+      {"suffix", [](const json& v) { return v == ""; }, "kvtier does not insert text before a suffix"},
+      {"functions", [](const json& v) { return v.is_array() && v.empty(); }, "use 'tools' (OpenAI's current form)"},
+      {"function_call", [](const json& v) { return v == "none"; }, "use 'tools' and 'tool_choice'"}};
+  for (const Field& f : kFields) {
+    auto it = doc.find(f.name);
+    if (it == doc.end() || it->is_null() || (f.neutral && f.neutral(*it))) continue;
+    const std::string name(f.name);
+    return bad_request("'" + name + "' is not supported: " + std::string(f.instead), name, "unsupported");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 uint32_t count_ignored_fields(const json& doc, std::initializer_list<std::string_view> endpoint_fields) {
   static constexpr std::string_view kCommon[] = {
       "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stream",
       "stream_options", "cache_salt", "ignore_eos", "kvtier", "n", "return_tokens_as_token_ids",
-      "logit_bias", "presence_penalty", "frequency_penalty", "min_p"};
+      "logit_bias", "presence_penalty", "frequency_penalty", "min_p", "response_format", "best_of", "suffix"};
   uint32_t n = 0;
   for (const auto& [key, value] : doc.items()) {
     const bool read = std::find(std::begin(kCommon), std::end(kCommon), key) != std::end(kCommon) ||
@@ -408,6 +444,7 @@ uint32_t count_ignored_fields(const json& doc, std::initializer_list<std::string
 std::optional<ApiError> read_common_request(const json& doc, const RequestLimits& limits, uint32_t min_max_tokens,
                                             CompletionRequest& r) {
   r.max_tokens = limits.default_max_tokens;
+  if (auto err = refuse_unhonoured_fields(doc)) return err;
   if (auto err = read_kvtier_object(doc, r)) return err;
   if (const json* it = find_field(doc, "model")) {
     if (!it->is_string()) return wrong_type("model", "a string", *it);

@@ -33,6 +33,9 @@ struct ApiError {
   std::string message;
   std::string param;  // the offending field, empty if none
   std::string code;   // short machine-readable code, empty if none
+  // false: a client's automatic retry would redo lost work (a timed-out request); the answer says
+  // `x-should-retry: false`, which OpenAI's SDKs obey (they retry 408, 409, 429 and 5xx otherwise).
+  bool retry = true;
 };
 // {"error":{"message":..,"type":..,"param":..,"code":..}}
 std::string error_json(const ApiError& e);
@@ -219,6 +222,8 @@ std::string stream_chunk_json(const CompletionMeta& meta, std::string_view text_
 // "data: <payload>\n\n"
 std::string sse_event(std::string_view payload);
 // /v1/models: one model, with max_model_len and, under "kvtier", the limits a request must respect.
-std::string models_json(std::string_view model_name, const ModelInfo& info, const RequestLimits& limits, int64_t created);
+// `one`: the model object alone (GET /v1/models/{id}); else the list of it.
+std::string models_json(std::string_view model_name, const ModelInfo& info, const RequestLimits& limits, int64_t created,
+                        bool one = false);
 
 }  // namespace kvtier::server

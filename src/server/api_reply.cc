@@ -126,7 +126,7 @@ std::string sse_event(std::string_view payload) {
 }
 
 std::string models_json(std::string_view model_name, const ModelInfo& info, const RequestLimits& limits,
-                        int64_t created) {
+                        int64_t created, bool one) {
   json m = {{"id", std::string(model_name)},
             {"object", "model"},
             {"created", created},
@@ -139,7 +139,7 @@ std::string models_json(std::string_view model_name, const ModelInfo& info, cons
               {"max_prompt_tokens", max_prompt_tokens(limits)},
               {"max_kv_tokens", limits.max_kv_tokens},
               {"max_prompt_bytes", limits.max_prompt_bytes}}}};
-  return json_text(json{{"object", "list"}, {"data", json::array({m})}});
+  return json_text(one ? m : json{{"object", "list"}, {"data", json::array({m})}});
 }
 
 }  // namespace kvtier::server

@@ -375,7 +375,8 @@ std::variant<ChatRequest, ApiError> parse_chat_request(std::string_view body, co
   if (auto* err = std::get_if<ApiError>(&marks)) return *err;
   const auto& controls = std::get<std::vector<CacheControl>>(marks);
   const auto choice = ordered->find("tool_choice");
-  r.tool_calls_wanted = !r.chat.tools.is_null() && !(choice != ordered->end() && *choice == "none");
+  if (r.chat.tools.is_array() && !(choice != ordered->end() && *choice == "none"))
+    for (const ojson& t : r.chat.tools) r.tool_names.push_back(t["function"]["name"].get<std::string>());
   const json rest(*ordered);  // the other fields (small now), for the readers every endpoint shares
   if (auto err = read_logprobs(rest, r.completion)) return *err;
   if (auto err = read_common_request(rest, limits, 1, r.completion)) return *err;

@@ -34,9 +34,9 @@ struct ChatRequest {
   // order: reusable segments (docs/BLEND.md); ChatPrompts::segmented() finds
   // them in the rendered text.
   std::vector<std::string> segment_texts;
-  // Tools were given and tool_choice is not "none": a whole (non-streaming)
-  // reply's tool calls are parsed into message.tool_calls.
-  bool tool_calls_wanted = false;
+  // Tools were given and tool_choice is not "none": the functions a reply may
+  // call; its calls of them are parsed into message.tool_calls. Empty: none parsed.
+  std::vector<std::string> tool_names;
 };
 
 // A message's Anthropic-style retention mark, "cache_control": {"type":

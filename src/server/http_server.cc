@@ -2,6 +2,7 @@
 
 #include "common/file_text.h"
 #include "common/json_text.h"
+#include "common/strings.h"
 #include "server/stats_render.h"
 
 #include <httplib.h>
@@ -90,6 +91,8 @@ void widen_listen_backlog(uint16_t port) {
 
 void send_error(httplib::Response& res, const ApiError& e) {
   res.status = e.http_status;
+  if (!e.retry) res.set_header("x-should-retry", "false");
+  if (e.http_status == 429) res.set_header("Retry-After", "1");  // a full queue: try again in a moment
   res.set_content(error_json(e), kJson);
 }
 
@@ -306,8 +309,8 @@ void HttpServer::install_generation_routes() {
         if (auto err = finish_request(chat.completion, limits_)) return send_error(res, *err);
       }
     }
-    if (chat.tool_calls_wanted) chat.completion.shown_specials = tool_marker_ids_;
-    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), chat.tool_calls_wanted});
+    if (!chat.tool_names.empty()) chat.completion.shown_specials = tool_marker_ids_;
+    respond(req, res, {std::move(chat.completion), Endpoint::kChat, std::move(chat.rendered), std::move(chat.tool_names)});
   }));
 }
 
@@ -352,6 +355,17 @@ void HttpServer::install_routes() {
   s.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, Access::kClient)) return;
     res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now()), kJson);
+  });
+  s.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, Access::kClient)) return;
+    if (req.matches[1] != model_name_) {
+      ApiError e = bad_request("no model named " + kvtier::quoted(req.matches[1].str()) + " (this server serves " +
+                                   kvtier::quoted(model_name_) + ")",
+                               "model", "model_not_found");
+      e.http_status = 404;
+      return send_error(res, e);
+    }
+    res.set_content(models_json(model_name_, scheduler_->model(), limits_, unix_now(), /*one=*/true), kJson);
   });
 
   // /metrics needs the admin key unless the operator made it public (--metrics-public).
@@ -520,7 +534,7 @@ void HttpServer::answer_whole(WaitingClient& client, httplib::Response& res, con
     ReasoningSplit split{{}, v.delta};
     if (config_.reasoning_parser == ReasoningParser::kThink)
       split = split_reasoning(v.delta, prompt_opens_reasoning(gen.rendered));
-    ParsedReply reply = parse_tool_calls(gen.parse_tool_calls ? tool_parser_ : ToolParser::kNone, split.content);
+    ParsedReply reply = parse_tool_calls(tool_parser_, split.content, gen.tool_names);
     reply.reasoning = std::move(split.reasoning);
     return res.set_content(chat_completion_json(meta, reply, v.finish_reason, v.usage, &detail), kJson);
   }

@@ -74,7 +74,8 @@ class HttpServer {
     CompletionRequest request;
     Endpoint endpoint;
     std::string rendered;  // chat: the prompt's text
-    bool parse_tool_calls = false;  // chat with tools and tool_choice "auto": the reply's tool calls are parsed
+    // Chat with tools and tool_choice "auto": the functions whose calls are parsed from the reply (empty: none).
+    std::vector<std::string> tool_names;
   };
 
   HttpServer(const ServerConfig& config, Scheduler* scheduler, std::shared_ptr<const KeyRing> keys);
@@ -114,7 +115,7 @@ class HttpServer {
   struct StreamJob;
   std::pair<std::string, RequestState::View> stream_step(StreamJob& job);
   std::string stream_chunk(StreamJob& job, const RequestState::View& v, std::optional<std::string_view> finish,
-                           const CompletionUsage* usage, bool last);
+                           bool last);
   std::string stream_tool_call_end(StreamJob& job, const RequestState::View& v);
   bool stream_rest_raw(StreamJob& job, std::string out, RequestState::View v, bool head);
 

@@ -56,7 +56,7 @@ void HttpServer::stream(httplib::Response& res, std::shared_ptr<const Generation
   const CompletionRequest& req = gen->request;
   job->chat = gen->endpoint == Endpoint::kChat;
   job->with_detail = req.echo || req.logprobs >= 0 || req.return_token_ids;
-  if (gen->parse_tool_calls) job->tools.emplace(tool_parser_);
+  if (!gen->tool_names.empty()) job->tools.emplace(tool_parser_, gen->tool_names);
   if (job->chat && config_.reasoning_parser == ReasoningParser::kThink)
     job->reasoning.emplace(prompt_opens_reasoning(gen->rendered));
   if (connection) job->sent_at_start = connection->bytes_sent();
@@ -111,15 +111,17 @@ std::pair<std::string, RequestState::View> HttpServer::stream_step(StreamJob& jo
   // back (a possible stop string or half a UTF-8 character): clients
   // measure TTFT by it.
   if (!v.done && (!v.delta.empty() || (v.started && !job.sent_first) || (job.with_detail && !v.tokens.ids.empty()))) {
-    out += stream_chunk(job, v, std::nullopt, nullptr, false);
+    out += stream_chunk(job, v, std::nullopt, false);
     job.sent_first = true;
   }
   if (v.done) {
     if (!v.error.ok()) {
-      if (!v.delta.empty()) out += stream_chunk(job, v, std::nullopt, nullptr, false);
+      if (!v.delta.empty()) out += stream_chunk(job, v, std::nullopt, false);
       out += sse_event(error_json(error_from_status(v.error)));
     } else {
-      out += job.tools ? stream_tool_call_end(job, v) : stream_chunk(job, v, v.finish_reason, &v.usage, true);
+      // As OpenAI: the usage goes in one chunk of its own, and only when asked for (a client that
+      // adds up every chunk's usage, as LangChain does, counted it twice when the finish carried it too).
+      out += job.tools ? stream_tool_call_end(job, v) : stream_chunk(job, v, v.finish_reason, true);
       if (request.stream_include_usage)
         out += sse_event(job.chat ? chat_chunk_json(job.meta, "", false, std::nullopt, &v.usage, false)
                                   : stream_chunk_json(job.meta, "", std::nullopt, &v.usage, false));
@@ -135,7 +137,7 @@ std::pair<std::string, RequestState::View> HttpServer::stream_step(StreamJob& jo
 // One content chunk per wake-up: its text, and the tokens (and the echoed prompt) that came with it.
 // `last`: the reply ends with this chunk (what the reasoning split held back goes out).
 std::string HttpServer::stream_chunk(StreamJob& job, const RequestState::View& v, std::optional<std::string_view> finish,
-                                     const CompletionUsage* usage, bool last) {
+                                     bool last) {
   const CompletionRequest& request = job.gen->request;
   std::string text = v.delta;
   CompletionDetail d{request.logprobs, request.return_token_ids, {}, &v.tokens, job.text_offset,
@@ -147,7 +149,7 @@ std::string HttpServer::stream_chunk(StreamJob& job, const RequestState::View& v
   }
   if (job.with_detail) job.text_offset += d.text_bytes();
   const CompletionDetail* detail = job.with_detail ? &d : nullptr;
-  if (!job.chat) return sse_event(stream_chunk_json(job.meta, text, finish, usage, true, detail));
+  if (!job.chat) return sse_event(stream_chunk_json(job.meta, text, finish, nullptr, true, detail));
   job.text += v.delta;
   job.ids.insert(job.ids.end(), v.tokens.ids.begin(), v.tokens.ids.end());
   std::string reasoning;
@@ -160,18 +162,18 @@ std::string HttpServer::stream_chunk(StreamJob& job, const RequestState::View& v
     reasoning = std::move(s.reasoning), text = std::move(s.content);
   }
   if (job.tools) text = job.tools->push(text);
-  return sse_event(chat_chunk_json(job.meta, text, !job.sent_first, finish, usage, true, detail, reasoning));
+  return sse_event(chat_chunk_json(job.meta, text, !job.sent_first, finish, nullptr, true, detail, reasoning));
 }
 
 // The end of a reply whose tool calls are parsed: the held-back content, the calls, then the finish.
 std::string HttpServer::stream_tool_call_end(StreamJob& job, const RequestState::View& v) {
-  std::string events = stream_chunk(job, v, std::nullopt, nullptr, /*last=*/true);
+  std::string events = stream_chunk(job, v, std::nullopt, /*last=*/true);
   job.sent_first = true;
   const ParsedReply end = job.tools->finish();
   if (!end.content.empty()) events += sse_event(chat_chunk_json(job.meta, end.content, false, std::nullopt, nullptr));
   for (const std::string& c : chat_tool_call_chunks(job.meta, end.calls)) events += sse_event(c);
   const std::string_view finish = end.calls.empty() ? std::string_view(v.finish_reason) : "tool_calls";
-  return events + sse_event(chat_chunk_json(job.meta, "", false, finish, &v.usage));
+  return events + sse_event(chat_chunk_json(job.meta, "", false, finish, nullptr));
 }
 
 // httplib 0.11 writes nothing to a client whose FIN arrived, but one that

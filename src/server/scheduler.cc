@@ -238,7 +238,7 @@ void Scheduler::step() {
       end(*r, {}, Status::Cancelled("the request was cancelled"));
     } else if (now > r->deadline) {
       r->usage.cut_short = true;
-      end(*r, {}, Status::Unavailable("the request timed out"));
+      end(*r, {}, Status::DeadlineExceeded("the request timed out"));
     }
   }
   std::erase_if(running_, [](const auto& r) { return r->ended; });
@@ -338,7 +338,7 @@ bool Scheduler::answer_if_over(Waiting& w, Clock::time_point now) const {
     return true;
   }
   if (now <= deadline_of(*w.state)) return false;
-  w.state->complete({}, {}, Status::Unavailable("the request timed out in the queue"), {.cut_short = true});
+  w.state->complete({}, {}, Status::DeadlineExceeded("the request timed out in the queue"), {.cut_short = true});
   return true;
 }
 

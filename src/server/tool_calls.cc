@@ -1,6 +1,8 @@
 #include "server/tool_calls.h"
 #include "common/json_text.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "common/json_scan.h"
@@ -15,10 +17,12 @@ using json = nlohmann::ordered_json;
 
 std::string dump(const json& j) { return json_text(j); }
 
-// {"name": string, <args_key>: object} → a call; anything else: nullopt.
-std::optional<ToolCall> call_of(const json& j) {
+// {"name": string, <args_key>: object} → a call; anything else: nullopt. Without its arguments key
+// only where `args_needed` is false (a call inside its format's markers).
+std::optional<ToolCall> call_of(const json& j, bool args_needed = false) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || j["name"].get_ref<const std::string&>().empty())
     return std::nullopt;
+  if (args_needed && !j.contains("arguments") && !j.contains("parameters")) return std::nullopt;
   json args = json::object();
   for (const char* key : {"arguments", "parameters"}) {
     auto it = j.find(key);
@@ -36,10 +40,10 @@ std::optional<ToolCall> call_of(const json& j) {
   return ToolCall{j["name"].get<std::string>(), dump(args)};
 }
 
-std::optional<ToolCall> call_of_text(std::string_view text) {
+std::optional<ToolCall> call_of_text(std::string_view text, bool args_needed = false) {
   const json j = parse_bounded_json<json>(trim(text));
   if (j.is_discarded()) return std::nullopt;
-  return call_of(j);
+  return call_of(j, args_needed);
 }
 
 ParsedReply as_content(std::string_view text) { return ParsedReply{std::string(text), {}}; }
@@ -93,7 +97,7 @@ ParsedReply parse_llama3(std::string_view text) {
   // each ';' in turn re-parsed ever longer pieces, seconds for a cut-off reply with many of them).
   for (const std::string_view piece : top_level_pieces(body, ';')) {
     if (trim(piece).empty() && !out.calls.empty()) continue;  // after a trailing ';'
-    std::optional<ToolCall> call = call_of_text(piece);
+    std::optional<ToolCall> call = call_of_text(piece, /*args_needed=*/true);
     if (!call) return as_content(text);
     out.calls.push_back(std::move(*call));
   }
@@ -151,14 +155,17 @@ std::vector<std::string_view> tool_call_markers(ToolParser parser) {
   return {};
 }
 
-ParsedReply parse_tool_calls(ToolParser parser, std::string_view text) {
+ParsedReply parse_tool_calls(ToolParser parser, std::string_view text, std::span<const std::string> tools) {
   ParsedReply r = as_content(text);
-  switch (parser) {
+  switch (tools.empty() ? ToolParser::kNone : parser) {
     case ToolParser::kNone: break;
     case ToolParser::kHermes: r = parse_hermes(text); break;
     case ToolParser::kLlama3Json: r = parse_llama3(text); break;
     case ToolParser::kMistral: r = parse_mistral(text); break;
   }
+  // A call of a function the request never declared is not one OpenAI would send: the reply is content.
+  for (const ToolCall& c : r.calls)
+    if (std::find(tools.begin(), tools.end(), c.name) == tools.end()) return as_content(text);
   // Beside calls, the content loses its trailing whitespace only (the text before a call): a stream
   // has sent what came first as it came, and holds back only whitespace (ToolCallStream::push).
   if (!r.calls.empty())
@@ -198,6 +205,6 @@ std::string ToolCallStream::push(std::string_view delta) {
 
 // The sent content ends before any call could begin, so the calls, and the content still to send,
 // are those of the rest of the reply.
-ParsedReply ToolCallStream::finish() { return parse_tool_calls(parser_, std::string_view(reply_).substr(sent_)); }
+ParsedReply ToolCallStream::finish() { return parse_tool_calls(parser_, std::string_view(reply_).substr(sent_), tools_); }
 
 }  // namespace kvtier::server

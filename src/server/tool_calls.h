@@ -8,11 +8,15 @@
 //   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]; text before is content.
 //
 // Text that looks like a tool call but does not parse (bad JSON, a block cut
-// off by max_tokens, no name) is returned whole as content: never an error.
+// off by max_tokens, no name), or that calls a function the request did not
+// declare, is returned whole as content: never an error. A llama3_json call
+// needs its "parameters" or "arguments": the whole reply is the call there,
+// and a JSON answer that merely has a "name" is content.
 // Pure functions; safe from any thread.
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,7 +42,8 @@ struct ParsedReply {
   std::string reasoning;  // with --reasoning-parser think: the <think> part (server/reasoning.h); else empty
 };
 
-ParsedReply parse_tool_calls(ToolParser parser, std::string_view text);
+// `tools`: the names of the functions the request declared (none: the reply is content).
+ParsedReply parse_tool_calls(ToolParser parser, std::string_view text, std::span<const std::string> tools);
 // The texts that mark a tool call in the parser's format. Where a vocabulary has one as a control
 // token (Mistral's [TOOL_CALLS], Llama 3.1's <|python_tag|>) the reply must show it, or it decodes
 // as nothing and no call is found (GenerationRequest::shown_specials).
@@ -51,7 +56,7 @@ std::vector<std::string_view> tool_call_markers(ToolParser parser);
 // (all of what was held when there are no calls). Not thread-safe.
 class ToolCallStream {
  public:
-  explicit ToolCallStream(ToolParser parser) : parser_(parser) {}
+  ToolCallStream(ToolParser parser, std::vector<std::string> tools) : parser_(parser), tools_(std::move(tools)) {}
   // The reply grew by `delta`; returns the content that may be sent now.
   std::string push(std::string_view delta);
   ParsedReply finish();
@@ -60,6 +65,7 @@ class ToolCallStream {
   size_t sendable() const;  // bytes of reply_ that can no longer become part of a tool call
 
   ToolParser parser_;
+  std::vector<std::string> tools_;  // the declared functions' names
   std::string reply_;
   size_t sent_ = 0;
 };

@@ -69,6 +69,7 @@ struct StreamResult {
 StreamResult stream(int port, json body, int stop_after = 0, const std::atomic<bool>* stop = nullptr,
                     std::atomic<int>* events_seen = nullptr) {
   body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};  // the usage, in a chunk of its own
   StreamResult out;
   auto c = kvtier::testing::local_client(port);
   client::SseReader sse;

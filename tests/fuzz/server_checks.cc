@@ -13,6 +13,8 @@ namespace kvtier::fuzzing {
 
 namespace {
 
+const std::vector<std::string> kFuzzTools = {"f", "g", "get_weather"};
+
 // An ApiError as the server would send it: a described 4xx in OpenAI's error shape; empty when so.
 std::string check_error(const server::ApiError& e) {
   if (e.http_status < 400 || e.http_status > 499 || e.message.empty()) return "an error that is not a described 4xx";
@@ -86,7 +88,7 @@ std::string check_chat_request(Input data) {
 std::string check_tool_calls(Input data) {
   const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
   for (server::ToolParser p : {server::ToolParser::kHermes, server::ToolParser::kLlama3Json, server::ToolParser::kMistral}) {
-    const server::ParsedReply r = server::parse_tool_calls(p, text);
+    const server::ParsedReply r = server::parse_tool_calls(p, text, kFuzzTools);
     if (r.calls.empty() && r.content != text) return "a reply without tool calls lost text";
     for (const auto& call : r.calls) {
       if (call.name.empty()) return "a tool call without a name";

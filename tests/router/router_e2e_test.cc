@@ -864,7 +864,8 @@ TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
   ASSERT_TRUE(wait_backend(0, true));
   auto c = kvtier::testing::local_client(port_);
   auto r = c.Post("/v1/completions",
-                  json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"ignore_eos", true}, {"stream", true}}.dump(),
+                  json{{"prompt", prompt(7, 0)}, {"max_tokens", 8}, {"ignore_eos", true}, {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}}.dump(),
                   "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);

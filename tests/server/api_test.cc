@@ -434,9 +434,27 @@ TEST(ApiJsonTest, LogprobsObjectWithEcho) {
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(asked));
   EXPECT_TRUE(std::get<CompletionRequest>(asked).tokens_as_ids);
   EXPECT_EQ(std::get<CompletionRequest>(asked).ignored_fields, 0u);
-  auto extra = parse(R"({"prompt":[1],"best_of":1,"suffix":"x"})");
+  auto extra = parse(R"({"prompt":[1],"best_of":1,"suffix":"","echo":false,"user":"u"})");
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(extra));
-  EXPECT_EQ(std::get<CompletionRequest>(extra).ignored_fields, 2u);
+  EXPECT_EQ(std::get<CompletionRequest>(extra).ignored_fields, 1u);  // user
+  // Fields asking for an answer kvtier cannot give are refused, naming the field; their neutral values pass.
+  for (const char* body : {R"({"prompt":[1],"response_format":{"type":"json_object"}})",
+                           R"({"prompt":[1],"response_format":{"type":"json_schema","json_schema":{"name":"x"}}})",
+                           R"({"prompt":[1],"guided_json":{"type":"object"}})", R"({"prompt":[1],"grammar":"root ::= x"})",
+                           R"({"prompt":[1],"best_of":2})", R"({"prompt":[1],"suffix":"x"})",
+                           R"({"prompt":[1],"functions":[{"name":"f"}]})"}) {
+    const ApiError e = error_of(body);
+    EXPECT_EQ(e.code, "unsupported") << body;
+    EXPECT_NE(std::string(body).find("\"" + e.param + "\""), std::string::npos) << body << " named " << e.param;
+  }
+  EXPECT_TRUE(std::holds_alternative<CompletionRequest>(
+      parse(R"({"prompt":[1],"response_format":{"type":"text"},"best_of":null,"functions":[],"function_call":"none"})")));
+  // A request that ran out its time is not for a client to retry on its own.
+  const ApiError late = error_from_status(Status::DeadlineExceeded("the request timed out"));
+  EXPECT_EQ(late.http_status, 503);
+  EXPECT_EQ(late.code, "timeout");
+  EXPECT_FALSE(late.retry);
+  EXPECT_TRUE(error_from_status(Status::Busy("full")).retry);
   EXPECT_EQ(error_of(R"({"prompt":[1],"return_tokens_as_token_ids":1})").param, "return_tokens_as_token_ids");
   // Without the extras the shape is OpenAI's plain one.
   const json plain = json::parse(completion_json({"cmpl-1", 0, "m"}, "x", "stop", {}));

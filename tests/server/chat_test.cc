@@ -167,7 +167,7 @@ TEST(ChatApi, TokensAsTokenIds) {
 
 TEST(ChatApi, ToolCallsInTheResponse) {
   const ParsedReply reply = parse_tool_calls(
-      ToolParser::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+      ToolParser::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", std::vector<std::string>{"get_weather"});
   const json j = json::parse(chat_completion_json({"chatcmpl-42", 0, "m"}, reply, "stop", {}));
   const json& m = j["choices"][0]["message"];
   EXPECT_TRUE(m["content"].is_null());

@@ -49,6 +49,7 @@ class HttpServerTest : public ::testing::Test {
     so.max_queue = c.limits.max_queue;
     so.max_running = c.runtime.max_sequences;
     so.clock = clock_;
+    so.request_timeout_s = c.limits.request_timeout_s;
     auto s = Scheduler::create(so, std::make_unique<FakeRuntime>(fake_, 64, 256));
     ASSERT_TRUE(s.ok());
     sched_ = std::move(s).value();
@@ -267,12 +268,18 @@ TEST_F(HttpServerTest, Stream) {
       EXPECT_EQ(j["usage"]["completion_tokens"], 5);
       continue;
     }
+    EXPECT_FALSE(j.contains("usage")) << "the usage goes in its own chunk, once: " << ev[i];
     text += j["choices"][0]["text"].get<std::string>();
     if (!j["choices"][0]["finish_reason"].is_null()) finish = j["choices"][0]["finish_reason"];
   }
   EXPECT_EQ(text, "cdefg");
   EXPECT_EQ(finish, "length");
   EXPECT_TRUE(usage_only);
+  // Not asked for: no chunk carries a usage (as OpenAI).
+  for (const std::string& e : stream_events(port_, R"({"prompt":[1],"max_tokens":5,"stream":true})", &status))
+    if (e != "[DONE]") {
+      EXPECT_FALSE(json::parse(e).contains("usage")) << e;
+    }
 }
 
 TEST_F(HttpServerTest, BadInputs) {
@@ -417,6 +424,39 @@ TEST_F(HttpServerTest, MetricsPublicServesMetricsWithoutTheKey) {
   EXPECT_EQ(client().Get("/v1/models")->status, 401);  // only /metrics is opened
 }
 
+// A request that ran out its time says so, and tells OpenAI's SDKs not to retry it: they retry a
+// 503 on their own (twice by default), and each retry ran the request to its deadline again.
+TEST_F(HttpServerTest, ATimedOutRequestTellsClientsNotToRetryIt) {
+  clock_ = &manual_clock_;
+  start([](ServerConfig& c) { c.limits.request_timeout_s = 10; }, [](FakeShared& s) { s.gate_closed = true; });
+  std::optional<httplib::Result> r;
+  std::thread a([&] { r.emplace(post(R"({"prompt":[1],"max_tokens":60,"ignore_eos":true})")); });
+  ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
+  manual_clock_.advance(std::chrono::seconds(11));
+  fake_->open_gate();
+  a.join();
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->status, 503);
+  EXPECT_EQ(json::parse((*r)->body)["error"]["code"], "timeout") << (*r)->body;
+  EXPECT_EQ((*r)->get_header_value("x-should-retry"), "false");
+}
+
+// The model by its id, as the SDKs' models.retrieve() asks; another id is a 404.
+TEST_F(HttpServerTest, TheModelByItsId) {
+  start();
+  auto one = client().Get("/v1/models/fake-model");
+  ASSERT_TRUE(one);
+  ASSERT_EQ(one->status, 200) << one->body;
+  const json m = json::parse(one->body);
+  EXPECT_EQ(m["object"], "model");
+  EXPECT_EQ(m["id"], "fake-model");
+  EXPECT_EQ(m, json::parse(client().Get("/v1/models")->body)["data"][0]);
+  auto other = client().Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
+}
+
 TEST_F(HttpServerTest, QueueFullIs429) {
   start([](ServerConfig& c) { c.limits.max_queue = 1; }, [](FakeShared& s) { s.gate_closed = true; });
   std::thread a([&] { post(R"({"prompt":[1],"max_tokens":1})"); });
@@ -427,6 +467,8 @@ TEST_F(HttpServerTest, QueueFullIs429) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 429);
   EXPECT_EQ(json::parse(r->body)["error"]["code"], "queue_full");
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_FALSE(r->has_header("x-should-retry"));  // nothing was done: a retry is what it needs
   fake_->open_gate();
   a.join();
   b.join();
@@ -586,7 +628,7 @@ TEST_F(HttpServerTest, HalfClosedStreamingClientIsStillAnswered) {
       fake_->gate_closed = true;
       fake_->in_start = false;
     }
-    const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true,"stream":true})");
+    const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":16,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
     ASSERT_GE(fd, 0);
     if (before_head) {
       ASSERT_EQ(::shutdown(fd, SHUT_WR), 0);
@@ -645,7 +687,7 @@ TEST_F(HttpServerTest, ClosingConnectionsEndsIdleAndHalfSentOnes) {
 // at its next chunk): a stream in flight ends whole.
 TEST_F(HttpServerTest, ClosingConnectionsWaitsForTheAnswersBeingWritten) {
   start({}, [](FakeShared& s) { s.gate_closed = true; });
-  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":8,"ignore_eos":true,"stream":true})");
+  const int fd = send_raw_completion(port_, R"({"prompt":[1],"max_tokens":8,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
   ASSERT_GE(fd, 0);
   ASSERT_TRUE(fake_->wait_for([&] { return fake_->in_start; }));
   std::thread closer([&] { http_->shut_down(60s); });

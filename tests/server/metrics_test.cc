@@ -35,7 +35,7 @@ TEST(ServerMetricsTest, RendersValidPrometheusText) {
   m.record_completion(u, Status::Ok());
   m.record_completion(CompletionUsage{}, Status::Cancelled("the client went away"));
   m.record_completion(CompletionUsage{}, Status::Internal("the engine failed"));
-  m.record_completion(CompletionUsage{.cut_short = true}, Status::Unavailable("the request timed out"));  // cancelled
+  m.record_completion(CompletionUsage{.cut_short = true}, Status::DeadlineExceeded("the request timed out"));  // cancelled
   m.record_ignored_fields(2);
   m.record_ignored_fields(0);
   const std::string text = m.render({3, 2, false});

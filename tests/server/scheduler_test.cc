@@ -334,7 +334,7 @@ TEST(SchedulerTest, RequestTimeout) {
   EXPECT_FALSE(st->wait_done(0ms).has_value());  // 10 s have not passed on the scheduler's clock
   clock.advance(std::chrono::seconds(11));
   auto v = st->wait_done();
-  EXPECT_TRUE(v.error.is(StatusCode::kUnavailable)) << v.error.to_string();
+  EXPECT_TRUE(v.error.is(StatusCode::kDeadlineExceeded)) << v.error.to_string();
   EXPECT_TRUE(v.usage.cut_short);
   EXPECT_LT(v.usage.completion_tokens, 100000u);
   EXPECT_TRUE(f.fake->wait_for([&] { return f.fake->live.empty(); }));

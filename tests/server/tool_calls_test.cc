@@ -15,6 +15,9 @@
 namespace kvtier::server {
 namespace {
 
+// The functions the requests in these tests declare.
+const std::vector<std::string> kTools = {"get_weather", "get_time", "f", "g"};
+
 std::string read_path(const std::string& rel) {
   const char* src = std::getenv("KVTIER_SOURCE_DIR");
   return std::string(src ? src : KVTIER_SOURCE_DIR) + "/" + rel;
@@ -44,11 +47,11 @@ TEST(ToolCalls, AMarkerThatIsAControlTokenIsShownInTheReply) {
       codec.tokenize("Sure.[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]</s>",
                      {.add_bos = false, .parse_special = true});
   ASSERT_NE(std::find(ids.begin(), ids.end(), marker), ids.end());
-  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, codec.detokenize(ids)).calls.empty()) << "what replies were";
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, codec.detokenize(ids), kTools).calls.empty()) << "what replies were";
   const std::vector<TokenId> shown{marker};
   const std::string reply = codec.detokenize_showing(ids, shown);
   EXPECT_EQ(reply.find("</s>"), std::string::npos) << "other control tokens still decode as nothing";
-  const ParsedReply r = parse_tool_calls(ToolParser::kMistral, reply);
+  const ParsedReply r = parse_tool_calls(ToolParser::kMistral, reply, kTools);
   ASSERT_EQ(r.calls.size(), 1u) << reply;
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Paris\"}");
@@ -59,7 +62,7 @@ TEST(ToolCalls, AMarkerThatIsAControlTokenIsShownInTheReply) {
 TEST(ToolCalls, Hermes) {
   const auto r = parse_tool_calls(ToolParser::kHermes,
                                   "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Zürich\"}}\n"
-                                  "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+                                  "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", kTools);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].name, "get_weather");
   EXPECT_EQ(r.calls[0].arguments, "{\"city\":\"Zürich\"}");
@@ -69,29 +72,29 @@ TEST(ToolCalls, Hermes) {
 }
 
 TEST(ToolCalls, Llama3Json) {
-  auto r = parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": \"x;y\"}}");
+  auto r = parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {\"a\": \"x;y\"}}", kTools);
   ASSERT_EQ(r.calls.size(), 1u);
   EXPECT_EQ(r.calls[0].arguments, "{\"a\":\"x;y\"}");
   EXPECT_TRUE(r.content.empty());
   r = parse_tool_calls(ToolParser::kLlama3Json,
-                       "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"arguments\": \"{\\\"b\\\": 1}\"}");
+                       "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"arguments\": \"{\\\"b\\\": 1}\"}", kTools);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[1].name, "g");
   EXPECT_EQ(r.calls[1].arguments, "{\"b\":1}");
-  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "The answer is {x}.").calls.size(), 0u);
-  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {}}; ").calls.size(), 1u);
+  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "The answer is {x}.", kTools).calls.size(), 0u);
+  EXPECT_EQ(parse_tool_calls(ToolParser::kLlama3Json, "{\"name\": \"f\", \"parameters\": {}}; ", kTools).calls.size(), 1u);
   // Cut off by max_tokens inside a string of many ';': content, found in one pass (trying each ';'
   // in turn re-parsed ever longer pieces: 12 s for 32,768 of them).
   std::string cut = "{\"name\": \"f\", \"parameters\": {\"code\": \"";
   for (int i = 0; i < 100000; ++i) cut += "x;";
-  r = parse_tool_calls(ToolParser::kLlama3Json, cut);
+  r = parse_tool_calls(ToolParser::kLlama3Json, cut, kTools);
   EXPECT_TRUE(r.calls.empty());
   EXPECT_EQ(r.content, cut);
 }
 
 TEST(ToolCalls, Mistral) {
   const auto r = parse_tool_calls(ToolParser::kMistral,
-                                  "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"q\": 1}}, {\"name\": \"g\", \"arguments\": {}}]");
+                                  "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"q\": 1}}, {\"name\": \"g\", \"arguments\": {}}]", kTools);
   ASSERT_EQ(r.calls.size(), 2u);
   EXPECT_EQ(r.calls[0].arguments, "{\"q\":1}");
   EXPECT_TRUE(r.content.empty());
@@ -100,16 +103,40 @@ TEST(ToolCalls, Mistral) {
 TEST(ToolCalls, WhatDoesNotParseIsContent) {
   for (const std::string text : {"<tool_call>{not json}</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>",
                                  "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "plain text <tool_call>"}) {
-    const auto r = parse_tool_calls(ToolParser::kHermes, text);
+    const auto r = parse_tool_calls(ToolParser::kHermes, text, kTools);
     EXPECT_TRUE(r.calls.empty()) << text;
     EXPECT_EQ(r.content, text);
   }
-  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, "[TOOL_CALLS][{\"name\": 3}]").calls.empty());
-  EXPECT_TRUE(parse_tool_calls(ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>").calls.empty());
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kMistral, "[TOOL_CALLS][{\"name\": 3}]", kTools).calls.empty());
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>", kTools).calls.empty());
   // A model's JSON nested past kMaxJsonDepth is content too (its arguments are copied recursively).
   const std::string deep = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": " + std::string(100000, '[') +
                            std::string(100000, ']') + "}}</tool_call>";
-  EXPECT_TRUE(parse_tool_calls(ToolParser::kHermes, deep).calls.empty());
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kHermes, deep, kTools).calls.empty());
+}
+
+// A reply is a call only of a function the request declared, and for llama3_json (where the whole
+// reply is the call) only with its arguments: a JSON answer with a "name" was taken for a call of
+// an undeclared function, its other fields dropped and content null (found through the OpenAI SDK).
+TEST(ToolCalls, OnlyDeclaredFunctionsAreCalled) {
+  const std::string answer = "{\"name\": \"Bob\", \"age\": 3}";
+  for (const auto& tools : {kTools, std::vector<std::string>{"Bob"}}) {
+    const ParsedReply r = parse_tool_calls(ToolParser::kLlama3Json, answer, tools);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, answer);
+  }
+  const std::string undeclared = "Sure. <tool_call>{\"name\": \"rm_rf\", \"arguments\": {\"x\": 1}}</tool_call>";
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kHermes, undeclared, kTools).calls.empty());
+  EXPECT_EQ(parse_tool_calls(ToolParser::kHermes, undeclared, kTools).content, undeclared);
+  EXPECT_EQ(parse_tool_calls(ToolParser::kHermes, undeclared, std::vector<std::string>{"rm_rf"}).calls.size(), 1u);
+  EXPECT_TRUE(parse_tool_calls(ToolParser::kHermes, undeclared, {}).calls.empty()) << "no tools, no calls";
+  // Inside its markers a call may leave out the arguments of a function that takes none.
+  EXPECT_EQ(parse_tool_calls(ToolParser::kHermes, "<tool_call>{\"name\": \"f\"}</tool_call>", kTools).calls.size(), 1u);
+  ToolCallStream stream(ToolParser::kLlama3Json, kTools);
+  const std::string live = stream.push(answer);
+  const ParsedReply end = stream.finish();
+  EXPECT_TRUE(end.calls.empty());
+  EXPECT_EQ(live + end.content, answer);
 }
 
 // A reply cut at every byte (max_tokens, a disconnect) is either a whole call or plain content.
@@ -121,7 +148,7 @@ TEST(ToolCalls, EveryPrefixIsSafe) {
   for (const auto& [parser, reply] : replies) {
     for (size_t n = 0; n <= reply.size(); ++n) {
       const std::string prefix = reply.substr(0, n);
-      const ParsedReply r = parse_tool_calls(parser, prefix);
+      const ParsedReply r = parse_tool_calls(parser, prefix, kTools);
       if (r.calls.empty()) {
         EXPECT_EQ(r.content, prefix);
       } else {
@@ -129,7 +156,7 @@ TEST(ToolCalls, EveryPrefixIsSafe) {
         EXPECT_EQ(r.calls[0].arguments, "{\"s\":\"é;}\"}");
       }
     }
-    EXPECT_EQ(parse_tool_calls(parser, reply).calls.size(), 1u) << tool_parser_name(parser);
+    EXPECT_EQ(parse_tool_calls(parser, reply, kTools).calls.size(), 1u) << tool_parser_name(parser);
   }
 }
 
@@ -154,14 +181,14 @@ TEST(ToolCalls, StreamHoldsBackOnlyWhatMayBeACall) {
       {ToolParser::kHermes, "Sure. <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call> done", "Sure.", "  done", 1},
       {ToolParser::kNone, "<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call>", "", 0}};
   for (const Case& c : cases) {
-    ToolCallStream stream(c.parser);
+    ToolCallStream stream(c.parser, kTools);
     std::string live;
     for (char ch : c.reply) live += stream.push(std::string_view(&ch, 1));
     const ParsedReply end = stream.finish();
     EXPECT_EQ(live, c.live) << c.reply;
     EXPECT_EQ(end.content, c.rest) << c.reply;
     EXPECT_EQ(end.calls.size(), c.calls) << c.reply;
-    EXPECT_EQ(live + end.content, parse_tool_calls(c.parser, c.reply).content) << "streamed and whole content differ";
+    EXPECT_EQ(live + end.content, parse_tool_calls(c.parser, c.reply, kTools).content) << "streamed and whole content differ";
     if (c.calls == 0) {
       EXPECT_EQ(live + end.content, c.reply);
     }
