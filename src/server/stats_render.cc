@@ -17,6 +17,7 @@ nlohmann::json tier_json(const TierStats& t, bool degraded) {
           {"evictions", t.evictions},
           {"io_errors", t.io_errors},
           {"degraded_episodes", t.degraded_episodes},
+          {"fast_fails", t.fast_fails},
           {"last_error", t.last_error},
           {"forged_entries", t.forged_entries},
           {"lossy_refused", t.lossy_refused},

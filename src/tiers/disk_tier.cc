@@ -149,8 +149,9 @@ bool DiskTier::recover_locked() {
 // The failure the writer met, once; afterwards a degraded tier says kUnavailable.
 Status DiskTier::take_failure_locked() {
   if (!failure_.ok()) return std::exchange(failure_, Status::Ok());
-  if (failed()) return Status::Unavailable("DiskTier: degraded after a write failure");
-  return Status::Ok();
+  if (!failed()) return Status::Ok();
+  ++stats_.fast_fails;
+  return Status::Unavailable("DiskTier: degraded after a write failure");
 }
 
 // After a failure nothing more is written: entries not (entirely) on disk

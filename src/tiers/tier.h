@@ -104,6 +104,7 @@ struct TierStats {
   uint64_t evictions = 0;          // chunks dropped to make room
   uint64_t io_errors = 0;
   uint64_t degraded_episodes = 0;  // healthy → degraded transitions
+  uint64_t fast_fails = 0;         // calls refused at once while degraded
   std::string last_error;       // the last I/O failure (the one that degraded the tier, for a disk), or empty
   uint64_t skipped_files = 0;  // disk: files in the directory left alone as not this tier's (DiskOpenReport)
   uint64_t retained_bytes = 0;  // held back from reclaim by retention hints (disk: whole regions)

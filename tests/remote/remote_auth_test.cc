@@ -114,6 +114,30 @@ TEST_F(RemoteAuthTest, PlantedEntriesAreNeverServedAndAreCounted) {
   EXPECT_NE(metrics.find("kvtier_forged_entries_total " + std::to_string(st.forged_entries)), std::string::npos) << metrics;
 }
 
+// Authenticated entries moved between the secret holder's own keys (each value under another
+// chunk's name) are tampering, and the tamper alarm says so: they were counted as checksum
+// failures, accidental corruption, and kvtier_forged_entries_total stayed 0.
+TEST_F(RemoteAuthTest, EntriesMovedBetweenKeysCountAsForged) {
+  auto tier = remote_with(redis, g, kSecret);
+  auto r = rig(tier);
+  const auto prompt = CacheRig::random_tokens(300, 37);
+  const Outcome ref = r->reference(prompt, kSteps);
+  r->cached(prompt, kSteps);
+  ASSERT_TRUE(r->cache->drain().ok());
+  const auto keys = redis_keys(redis, "kvtier:1:*");
+  ASSERT_GE(keys.size(), 2u);
+  std::vector<std::string> values;
+  for (const std::string& k : keys) values.push_back(get_value(*tier, k));
+  for (size_t i = 0; i < keys.size(); ++i)  // each value under the next key's name
+    set_value(*tier, keys[i], std::as_bytes(std::span(values[(i + 1) % keys.size()])));
+  ASSERT_TRUE(r->cache->flush().ok());  // device and host dropped: only Redis holds the prompt
+  const Outcome hit = r->cached(prompt, kSteps);
+  EXPECT_EQ(hit.report.reused_tokens_by_tier[kRemote], 0u);
+  expect_same(hit, ref, 1e-5);
+  EXPECT_GE(tier->stats().forged_entries, 1u);
+  EXPECT_EQ(tier->stats().checksum_failures, 0u);
+}
+
 TEST_F(RemoteAuthTest, SameSecretSharesDifferentSecretsNever) {
   auto tier_a = remote_with(redis, g, kSecret), tier_b = remote_with(redis, g, kSecret);
   auto tier_c = remote_with(redis, g, "another fleet's secret, not ours");

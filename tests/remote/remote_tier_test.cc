@@ -19,6 +19,7 @@
 #include <hiredis/hiredis.h>
 
 #include "tiers/remote/redis_slots.h"
+#include "tiers/remote/redis_wire.h"
 
 namespace kvtier {
 namespace {
@@ -444,7 +445,7 @@ TEST_F(RemoteTierTest, ServerKilledMidRunFailsWithStatusThenRecovers) {
   EXPECT_EQ(t->exists_prefix(c.key.ns, {&c.key.hash, 1}), 0u);
   std::vector<std::byte> out(c.payload.size());
   EXPECT_EQ(t->get(c.key, out).status().code(), StatusCode::kUnavailable);
-  EXPECT_TRUE(t->degraded() || t->remote_stats().fast_fails > 0);
+  EXPECT_TRUE(t->degraded() || t->stats().fast_fails > 0);
   ASSERT_TRUE(server_->restart().ok());
   EXPECT_TRUE(wait_recovered(*t, c)) << "the tier did not recover after Redis came back";
   stop = true;
@@ -496,35 +497,92 @@ TEST(RemoteTierLifecycle, StartsDegradedWithoutServerAndRecoversWhenItAppears) {
   EXPECT_TRUE(t->exists(c.key));
 }
 
-// The backoff windows are read from the tier's clock: a ManualClock decides
-// when a dead server is probed again, however slow the machine is.
-TEST(RemoteTierLifecycle, BackoffWindowsFollowTheClock) {
-  RedisServer probe;  // a free port where nothing listens
-  ASSERT_TRUE(probe.start().ok());
-  const uint16_t port = probe.port();
-  probe.kill();
+// While the tier is unreachable the serving calls never touch the network: its prober thread
+// PINGs once per backoff window, and the windows are read from the tier's clock (a ManualClock
+// decides, however slow the machine). The calls failed fast only until a window ended; then each
+// call was the probe, and a hung server held the engine's thread for a timeout per window.
+TEST(RemoteTierLifecycle, OnlyTheProberProbesAtTheWindowsOfTheClock) {
+  RedisServer server;  // a port where nothing listens, until the server restarts
+  ASSERT_TRUE(server.start().ok());
+  server.kill();
   const ChunkGeometry g = small_geometry();
   ManualClock clock;
-  auto o = RemoteTierOptions::from_url(
-      "redis://127.0.0.1:" + std::to_string(port) + "?backoff_ms=100&backoff_max_ms=400&connect_timeout_ms=500", g);
+  auto o = RemoteTierOptions::from_url(server.url() + "?backoff_ms=100&backoff_max_ms=400&connect_timeout_ms=500", g);
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   o->clock = &clock;
   auto t = RemoteTier::create(*o);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   RemoteTier& tier = **t;
+  const auto tries = [&] { return tier.remote_stats().client.connect_failures; };
+  const auto wait_for_tries = [&](uint64_t n) {
+    for (int i = 0; i < 6000 && tries() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return tries();
+  };
   EXPECT_TRUE(tier.degraded());  // the first connect failed
-  clock.advance(std::chrono::milliseconds(401));  // past the longest window
-  EXPECT_FALSE(tier.degraded());
+  EXPECT_FALSE(tier.readable());
+  EXPECT_EQ(tries(), 1u);
   auto c = make_chunk(g, test_ns(3), 1);
-  EXPECT_EQ(tier.put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);  // the probe fails
-  EXPECT_TRUE(tier.degraded());
-  const uint64_t fast = tier.remote_stats().fast_fails;
+  clock.advance(std::chrono::milliseconds(401));  // past every window: a call still does not probe
   EXPECT_EQ(tier.put(c.key, c.hashes, c.payload).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(tier.remote_stats().fast_fails, fast + 1);  // refused without touching the network
-  clock.advance(std::chrono::milliseconds(99));
-  EXPECT_TRUE(tier.degraded());  // no window is shorter than backoff_ms
-  clock.advance(std::chrono::milliseconds(302));
-  EXPECT_FALSE(tier.degraded());
+  EXPECT_EQ(tier.exists_prefix(c.key.ns, {&c.key.hash, 1}), 0u);
+  EXPECT_GE(tier.stats().fast_fails, 2u);
+  EXPECT_EQ(wait_for_tries(2), 2u);  // the prober's try, the window being over
+  EXPECT_TRUE(tier.degraded());
+  clock.advance(std::chrono::milliseconds(199));  // the second window is twice the first
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(tries(), 2u);
+  clock.advance(std::chrono::milliseconds(2));
+  EXPECT_EQ(wait_for_tries(3), 3u);
+  ASSERT_TRUE(server.restart().ok());
+  clock.advance(std::chrono::milliseconds(400));
+  for (int i = 0; i < 6000 && tier.degraded(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(tier.degraded()) << "the prober's PING should have found the server back";
+  EXPECT_TRUE(tier.put(c.key, c.hashes, c.payload).ok());
+  EXPECT_EQ(tier.stats().degraded_episodes, 1u);
+}
+
+// A Redis out of memory (maxmemory with noeviction) refuses writes, not reads: the tier stops
+// writing for a backoff window and keeps serving what the server holds. An OOM made the whole
+// tier degraded, lookups returned nothing, and the shared cache stopped serving too.
+TEST(RemoteTierLifecycle, AnOomPausesWritesAndKeepsServingReads) {
+  const ChunkGeometry g = small_geometry(16);  // 32 KiB entries
+  RedisServer s;
+  ASSERT_TRUE(s.start({"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}).ok());
+  ManualClock clock;
+  auto o = RemoteTierOptions::from_url(s.url() + "?backoff_ms=100&backoff_max_ms=400", g);
+  ASSERT_TRUE(o.ok());
+  o->clock = &clock;
+  auto t = RemoteTier::create(*o);
+  ASSERT_TRUE(t.ok());
+  RemoteTier& tier = **t;
+  std::vector<TestChunk> stored;
+  Status last;
+  for (uint32_t i = 0; i < 200 && last.ok(); ++i) {
+    auto c = make_chunk(g, test_ns(42), i);
+    last = tier.put(c.key, c.hashes, c.payload);
+    if (last.ok()) stored.push_back(std::move(c));
+  }
+  ASSERT_EQ(last.code(), StatusCode::kNoSpace) << last.to_string();
+  ASSERT_FALSE(stored.empty());
+  EXPECT_TRUE(tier.degraded()) << "callers store nothing more here for now";
+  EXPECT_TRUE(tier.readable());
+  EXPECT_EQ(tier.stats().degraded_episodes, 1u);
+  std::vector<std::byte> out(g.max_payload_bytes());
+  for (const auto& c : stored) {
+    ASSERT_TRUE(tier.get(c.key, out).ok());
+    EXPECT_TRUE(std::equal(c.payload.begin(), c.payload.end(), out.begin()));
+  }
+  std::vector<PageHash> keys;
+  for (const auto& c : stored) keys.push_back(c.key.hash);
+  EXPECT_EQ(tier.exists_prefix(stored[0].key.ns, keys), stored.size());
+  auto more = make_chunk(g, test_ns(42), 999);
+  const uint64_t ooms = tier.remote_stats().oom_errors;
+  EXPECT_EQ(tier.put(more.key, more.hashes, more.payload).code(), StatusCode::kNoSpace);
+  EXPECT_EQ(tier.remote_stats().oom_errors, ooms) << "refused without asking Redis, within the window";
+  clock.advance(std::chrono::milliseconds(101));
+  EXPECT_FALSE(tier.degraded());  // the window is over: the next SET asks again
+  EXPECT_EQ(tier.put(more.key, more.hashes, more.payload).code(), StatusCode::kNoSpace);
+  EXPECT_EQ(tier.remote_stats().oom_errors, ooms + 1);
 }
 
 // Standalone fallbacks: when the server in use dies, the tier moves to the next one given
@@ -577,7 +635,7 @@ TEST(RemoteTierLifecycle, OomRepliesAreNoSpaceAndEvictionNeverServesWrongBytes) 
     }
     EXPECT_EQ(last.code(), StatusCode::kNoSpace) << last.to_string();
     EXPECT_GE(t->remote_stats().oom_errors, 1u);
-    EXPECT_TRUE(t->degraded() || t->remote_stats().fast_fails == 0);
+    EXPECT_NE(t->stats().last_error.find("out of memory"), std::string::npos) << t->stats().last_error;
   }
   {
     RedisServer s;
@@ -983,6 +1041,38 @@ TEST(RedisClientDeadline, AReplyLongerThanTheBoundIsCutOff) {
 // returned as the reply to a GET.
 TEST(RedisClientDeadline, AnArrayReplyLongerThanTheBoundIsCutOff) {
   expect_reply_cut_off("*8192\r\n", "$65536\r\n" + std::string(size_t(1) << 16, 'x') + "\r\n", 8192);
+}
+
+// An array header claiming 2^31 elements, 13 bytes on the wire: hiredis 0.14 allocated the array
+// from the header and walked every slot to free it, 5 s of the engine's thread per reply. It is
+// refused before hiredis reads it.
+TEST(RedisClientDeadline, AnArrayHeaderClaimingMoreElementsThanAnyReplyIsRefused) {
+  scripted::ScriptedRedis server([&](int fd, int) {
+    if (!scripted::read_request(fd)) return;
+    (void)::send(fd, "*2147483647\r\n", 13, MSG_NOSIGNAL);
+    scripted::read_request(fd);  // until the client hangs up
+  });
+  auto client = RedisClient::create(scripted::standalone(server.port(), 1));
+  ASSERT_TRUE(client.ok());
+  auto r = (*client)->command({"GET", "k"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("array reply of more than"), std::string::npos) << r.status().to_string();
+}
+
+// The guard follows the stream in pieces of any size, skips bulk payloads (whatever they hold) and nils.
+TEST(RedisWire, TheArrayGuardReadsHeadersOnly) {
+  const std::string ok = "$11\r\n*9999999999\r\n$-1\r\n*-1\r\n*3\r\n:1\r\n+OK\r\n-ERR x\r\n*65536\r\n";
+  const std::string bad = ok + "$3\r\nabc\r\n*65537\r\n";
+  for (size_t piece : {size_t(1), size_t(2), size_t(5), ok.size()}) {
+    redis_wire::ArrayHeaderGuard g, h;
+    bool g_ok = true, h_ok = true;
+    for (size_t i = 0; i < bad.size(); i += piece) {
+      if (i < ok.size()) g_ok = g_ok && g.scan(std::string_view(ok).substr(i, piece));
+      h_ok = h_ok && h.scan(std::string_view(bad).substr(i, piece));
+    }
+    EXPECT_TRUE(g_ok) << piece;
+    EXPECT_FALSE(h_ok) << piece;
+  }
 }
 
 // Callers queued for a pooled connection when one fails fail at once: they

@@ -221,7 +221,8 @@ Status RedisClient::learn_topology(Session& s, const WaitBounds& b) {
   // Known masters first (they survive seed failures), then the seeds.
   std::vector<RedisEndpoint> candidates;
   if (auto t = topology()) candidates = t->map.nodes;
-  for (const auto& e : options_.seeds) candidates.push_back(e);
+  for (const auto& e : options_.seeds)  // once each: a standalone server is its own seed, and a hung one cost a timeout per try
+    if (std::find(candidates.begin(), candidates.end(), e) == candidates.end()) candidates.push_back(e);
   for (const auto& ep : candidates) {
     auto c = s.get(ep, b);
     if (!c.ok()) {

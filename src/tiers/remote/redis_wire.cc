@@ -85,8 +85,41 @@ bool is_timeout(const redisContext* c) {
   return c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
 }
 
+bool ArrayHeaderGuard::scan(std::string_view bytes) {
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (skip_ > 0) {
+      const uint64_t n = std::min<uint64_t>(skip_, bytes.size() - i);
+      skip_ -= n;
+      i += n - 1;
+      continue;
+    }
+    const char ch = bytes[i];
+    if (!in_line_) {
+      in_line_ = true, type_ = ch, count_ = 0, negative_ = false;
+    } else if (ch == '\n') {
+      in_line_ = false;
+      if (type_ == '$' && !negative_) skip_ = count_ + 2;
+      if (type_ == '*' && !negative_ && count_ > kMaxReplyElements) return false;
+    } else if ((type_ == '$' || type_ == '*') && ch >= '0' && ch <= '9') {
+      count_ = std::min<uint64_t>(count_ * 10 + uint64_t(ch - '0'), uint64_t(1) << 62);
+    } else if (ch == '-') {
+      negative_ = true;
+    }
+  }
+  return true;
+}
+
 bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, void** reply) {
   *reply = nullptr;
+  // The reader stands at a reply's start: a context whose reply failed half-read is dropped.
+  ArrayHeaderGuard guard;
+  const auto refuse_array = [&] {
+    c->err = REDIS_ERR_PROTOCOL;
+    std::snprintf(c->errstr, sizeof c->errstr, "an array reply of more than %llu elements",
+                  static_cast<unsigned long long>(kMaxReplyElements));
+    return false;
+  };
+  if (!guard.scan({c->reader->buf + c->reader->pos, c->reader->len - c->reader->pos})) return refuse_array();
   if (redisGetReplyFromReader(c, reply) != REDIS_OK) return false;
   // Every byte the reader takes while this reply is incomplete counts, with what it held before:
   // the bytes it has not parsed yet do not bound a reply (an array's elements are parsed, and kept,
@@ -104,6 +137,7 @@ bool read_reply(redisContext* c, Clock::time_point deadline, size_t max_bytes, v
     const size_t before = c->reader->len;  // a read only appends to the reader's buffer
     if (redisBufferRead(c) != REDIS_OK) return false;
     taken += c->reader->len - before;
+    if (!guard.scan({c->reader->buf + before, c->reader->len - before})) return refuse_array();
     if (taken > max_bytes) {  // hiredis would buffer any length the server sends
       c->err = REDIS_ERR_PROTOCOL;
       std::snprintf(c->errstr, sizeof c->errstr, "reply longer than the %zu bytes expected at most", max_bytes);

@@ -52,6 +52,27 @@ class SigpipeGuard {
   bool blocked_ = false, was_pending_ = false;
 };
 
+// The most elements an array reply kvtier reads may hold (CLUSTER SLOTS: one per slot range, and
+// a node's few fields; nothing else kvtier sends answers with an array).
+inline constexpr uint64_t kMaxReplyElements = uint64_t(1) << 16;
+
+// Follows a RESP byte stream from a reply's start and refuses an array header claiming more than
+// kMaxReplyElements elements before hiredis reads it: hiredis 0.14 allocates an array from its
+// header alone and walks every claimed slot to free it (13 bytes, `*2147483647`, held the engine's
+// thread for 5 s). Bulk payloads are skipped, not read.
+class ArrayHeaderGuard {
+ public:
+  // Takes the next bytes of the stream; false once a header claims too many elements.
+  bool scan(std::string_view bytes);
+
+ private:
+  uint64_t skip_ = 0;      // bytes of a bulk payload (and its CRLF) still to pass
+  bool in_line_ = false;   // inside a type byte's line, up to its LF
+  char type_ = 0;          // the line's type byte
+  uint64_t count_ = 0;     // the line's decimal (for '$' and '*')
+  bool negative_ = false;  // the line's count is negative (a nil)
+};
+
 // The context failed by a timeout (its own or read_reply's).
 bool is_timeout(const redisContext* c);
 // The context's next reply, whole by `deadline`. hiredis's own timeout bounds each read of the

@@ -82,7 +82,14 @@ RemoteTier::RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> 
       ttl_ms_(std::to_string(o.ttl.count())),
       key_prefix_("kvtier:" + std::to_string(kChunkFormatVersion) + ":" + layout_tag(o.geometry) + ":") {}
 
-RemoteTier::~RemoteTier() = default;
+RemoteTier::~RemoteTier() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (prober_.joinable()) prober_.join();
+}
 
 size_t RemoteTier::largest_value_bytes(const RemoteTierOptions& o) { return std::max(full_entry_bytes(o), kMaxProbeBytes); }
 
@@ -100,6 +107,7 @@ Result<std::unique_ptr<RemoteTier>> RemoteTier::create(const RemoteTierOptions& 
   // A wrong cluster setting is a configuration error; an unreachable server is not.
   if (st.code() == StatusCode::kFailedPrecondition || st.code() == StatusCode::kCorruption) return st;
   t->note_result(st);
+  t->prober_ = std::thread([tier = t.get()] { tier->probe_loop(); });
   return t;
 }
 
@@ -116,28 +124,79 @@ int64_t RemoteTier::clock_ns() const {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(options_.clock->now().time_since_epoch()).count();
 }
 
-bool RemoteTier::degraded() const { return clock_ns() < degraded_until_ns_.load(std::memory_order_relaxed); }
+bool RemoteTier::degraded() const {
+  return unreachable() || clock_ns() < writes_paused_until_ns_.load(std::memory_order_relaxed);
+}
 
 Status RemoteTier::admit() {
-  if (!degraded()) return Status::Ok();
+  if (!unreachable()) return Status::Ok();
   ++counters_.fast_fails;
-  return Status::Unavailable("remote tier degraded (Redis unreachable or failing; retrying with backoff)");
+  return Status::Unavailable("remote tier degraded (Redis unreachable or failing; probed with backoff)");
+}
+
+Status RemoteTier::admit_write() {
+  KVTIER_RETURN_IF_ERROR(admit());
+  if (clock_ns() >= writes_paused_until_ns_.load(std::memory_order_relaxed)) return Status::Ok();
+  ++counters_.fast_fails;
+  return Status::NoSpace("remote tier: writes paused after Redis answered out of memory (retried with backoff)");
+}
+
+// Doubling, capped: a dead server costs one failed probe per window.
+int64_t RemoteTier::backoff_ns(uint32_t failures) const {
+  int64_t backoff = std::chrono::nanoseconds(options_.backoff_initial).count();
+  const int64_t cap = std::chrono::nanoseconds(options_.backoff_max).count();
+  for (uint32_t i = 1; i < failures && backoff < cap; ++i) backoff *= 2;
+  return std::min(backoff, cap);
 }
 
 void RemoteTier::note_result(const Status& s) {
   if (s.ok()) {
     consecutive_failures_.store(0, std::memory_order_relaxed);
-    degraded_until_ns_.store(0, std::memory_order_relaxed);
+    down_.store(false, std::memory_order_release);
     return;
   }
   ++counters_.io_errors;
   const uint32_t n = ++consecutive_failures_;
-  if (n == 1) ++counters_.episodes;
-  // Doubling backoff, capped: a dead server costs one failed probe per window.
-  int64_t backoff = std::chrono::nanoseconds(options_.backoff_initial).count();
-  const int64_t cap = std::chrono::nanoseconds(options_.backoff_max).count();
-  for (uint32_t i = 1; i < n && backoff < cap; ++i) backoff *= 2;
-  degraded_until_ns_.store(clock_ns() + std::min(backoff, cap), std::memory_order_relaxed);
+  next_probe_ns_.store(clock_ns() + backoff_ns(n), std::memory_order_relaxed);
+  {
+    std::lock_guard lk(mu_);
+    last_error_ = s.to_string();
+    if (!down_.exchange(true, std::memory_order_acq_rel) && clock_ns() >= writes_paused_until_ns_.load()) ++counters_.episodes;
+  }
+  cv_.notify_all();
+}
+
+void RemoteTier::note_oom(bool oom) {
+  if (!oom) {
+    consecutive_ooms_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  const uint32_t n = ++consecutive_ooms_;
+  if (n == 1 && !unreachable()) ++counters_.episodes;
+  writes_paused_until_ns_.store(clock_ns() + backoff_ns(n), std::memory_order_relaxed);
+  std::lock_guard lk(mu_);
+  last_error_ = "NoSpace: redis answered a SET out of memory (maxmemory with noeviction): writes paused";
+}
+
+// While the tier is unreachable: a PING at the end of each backoff window. The windows are on the
+// tier's clock, read every 10 ms of real time (a test's ManualClock moves when told). Serving
+// calls fail fast meanwhile, so a hung server's timeouts are paid here, not on the engine's thread.
+void RemoteTier::probe_loop() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return stop_ || unreachable(); });
+    if (stop_) return;
+    if (clock_ns() < next_probe_ns_.load(std::memory_order_relaxed)) {
+      cv_.wait_for(lk, std::chrono::milliseconds(10));
+      continue;
+    }
+    lk.unlock();
+    auto r = client_->command({"PING"});
+    Status st = r.status();
+    if (r.ok() && (*r)->type == REDIS_REPLY_ERROR) st = Status::Unavailable("redis answered PING with " + reply_error(r->get()));
+    note_result(st);
+    lk.lock();
+  }
 }
 
 // ----------------------------------------------------------------- puts ----
@@ -229,7 +288,7 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     if (op.status.ok()) valid.push_back(&op);
   }
   if (valid.empty()) return;
-  if (Status a = admit(); !a.ok()) {
+  if (Status a = admit_write(); !a.ok()) {
     for (auto* op : valid) op->status = a;
     return;
   }
@@ -240,7 +299,8 @@ void RemoteTier::put_batch(std::span<PutOp> ops) {
     build_sets(some, p);
     const Status transport = client_->run(p.cmds);
     const bool oom = settle_sets(some, p);
-    note_result(!transport.ok() ? transport : oom ? Status::NoSpace("redis: OOM") : Status::Ok());
+    note_result(transport);
+    if (transport.ok()) note_oom(oom);
     if (!transport.ok() || oom) {  // the rest are not sent
       for (size_t i = end; i < valid.size(); ++i) valid[i]->status = transport.ok() ? Status::NoSpace("redis: OOM") : transport;
       return;
@@ -256,7 +316,7 @@ void RemoteTier::drop_corrupt(const ChunkKey& key, bool forged) {
   report_chunk(KvEventKind::kRemoved, key);
   // Best effort (a later put rewrites the entry anyway), and one call of its own: a DEL that fails
   // degrades the tier, so the batch's other corrupt entries do not each wait on a failing server.
-  if (degraded()) return;
+  if (unreachable()) return;
   const std::string k = key_of(key);
   if (auto r = client_->command({"DEL", k}); !r.ok()) note_result(r.status());
 }
@@ -292,10 +352,15 @@ Result<ChunkMeta> RemoteTier::check_entry(const ChunkKey& key, std::span<const s
   const ChunkGeometry& g = options_.geometry;
   auto meta = whole ? decode_chunk_value(entry, g) : decode_chunk_meta(entry, g);
   Status st = meta.ok() ? Status::Ok() : Status::Corruption("remote: " + meta.status().message());
-  if (st.ok() && !(meta->key == key)) st = Status::Corruption("remote: value holds another chunk's entry");
   if (!st.ok()) {
     drop_corrupt(key);
     return st;
+  }
+  if (!(meta->key == key)) {
+    // Under a tier secret only its holders can name a key, so an entry under another's name was
+    // moved there: forged (the tamper alarm), not a corrupt value.
+    drop_corrupt(key, /*forged=*/options_.auth != nullptr);
+    return Status::Corruption("remote: value holds another chunk's entry");
   }
   st = authenticate_chunk_meta(*meta, entry, options_.auth.get());
   if (!st.ok()) {
@@ -502,12 +567,14 @@ TierStats RemoteTier::stats() const {
   s.lossy_refused = counters_.lossy_refused.load();
   s.io_errors = counters_.io_errors.load();
   s.degraded_episodes = counters_.episodes.load();
+  s.fast_fails = counters_.fast_fails.load();
+  std::lock_guard lk(mu_);
+  s.last_error = last_error_;
   return s;
 }
 
 RemoteTierStats RemoteTier::remote_stats() const {
   RemoteTierStats s;
-  s.fast_fails = counters_.fast_fails.load();
   s.oom_errors = counters_.oom.load();
   s.reply_errors = counters_.reply_errors.load();
   s.client = client_->stats();

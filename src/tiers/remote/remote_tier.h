@@ -17,12 +17,15 @@
 // read only the entry's metadata and the requested layers (GETRANGE).
 // Redis's own `maxmemory` with an eviction policy is the capacity limit.
 //
-// Failures (refused, timeout, reset mid-transfer, AUTH, OOM replies) give
-// the op a Status and make the tier degraded for a backoff window that
-// doubles with each consecutive failure (backoff_initial .. backoff_max).
-// While degraded every call fails fast: gets/puts with kUnavailable,
-// exists_prefix with 0, so requests recompute. When the window ends the next
-// call reconnects and tries again (a probe); its success clears the state.
+// Failures (refused, timeout, reset mid-transfer, AUTH) give the op a Status
+// and make the tier unreachable: every call fails fast (gets/puts with
+// kUnavailable, exists_prefix with 0, so requests recompute) until the
+// tier's own prober thread gets an answer to a PING. It tries once per
+// backoff window, doubling with each failure (backoff_initial ..
+// backoff_max, on `clock`), so a hung server costs the serving path one
+// timeout per episode, not one per window (callers run on the engine's
+// thread). An OOM reply to a SET pauses writes only, for the same doubling
+// windows: what Redis holds is still read (degraded() true, readable() true).
 //
 // Thread safety: all methods are thread-safe; calls borrow one of
 // `pool_size` connection sessions (one per concurrent caller). Ownership:
@@ -31,9 +34,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "common/clock.h"
 #include "tiers/remote/redis_client.h"
@@ -68,7 +74,6 @@ struct RemoteTierOptions {
 
 // Remote-only counters, beyond TierStats.
 struct RemoteTierStats {
-  uint64_t fast_fails = 0;        // calls refused while degraded
   uint64_t oom_errors = 0;        // Redis refused a write (maxmemory with noeviction)
   uint64_t reply_errors = 0;      // other error replies
   RedisClientStats client;
@@ -90,7 +95,8 @@ class RemoteTier final : public Tier {
   Status erase(const ChunkKey& key) override;
   Status flush() override { return Status::Ok(); }  // durability is Redis's configuration
   TierStats stats() const override;
-  bool degraded() const override;
+  bool degraded() const override;  // unreachable, or writes paused by an OOM reply
+  bool readable() const override { return !unreachable(); }
 
   RemoteTierStats remote_stats() const;
   // The Redis key of a chunk (tests, tools).
@@ -114,9 +120,16 @@ class RemoteTier final : public Tier {
 
  private:
   explicit RemoteTier(const RemoteTierOptions& o, std::unique_ptr<RedisClient> c);
-  // OK to go on, or kUnavailable while degraded.
+  bool unreachable() const { return down_.load(std::memory_order_acquire); }
+  // OK to go on, or kUnavailable while unreachable; a write also kNoSpace while writes are paused.
   Status admit();
+  Status admit_write();
+  // A call's transport outcome: a failure makes the tier unreachable (the prober takes it from
+  // there), a success clears that.
   void note_result(const Status& transport);
+  void note_oom(bool oom);  // a SET pipeline's outcome: an OOM pauses writes, a success resumes them
+  int64_t backoff_ns(uint32_t failures) const;  // the window after that many failures in a row
+  void probe_loop();
   // Which keys exist, in one round trip (all false while degraded or on a transport error).
   std::vector<bool> exist(const PageHash& ns, std::span<const PageHash> chunk_keys);
   // One pipeline of SETs: put_batch sends a batch in pipelines of at most max_batch_bytes of entries.
@@ -147,8 +160,16 @@ class RemoteTier final : public Tier {
 
   using Clock = std::chrono::steady_clock;
   int64_t clock_ns() const;                     // options_.clock's now
-  std::atomic<int64_t> degraded_until_ns_{0};  // on options_.clock; 0: healthy
+  std::atomic<bool> down_{false};               // unreachable: only an answer clears it
+  std::atomic<int64_t> next_probe_ns_{0};       // on options_.clock: when the prober tries again
   std::atomic<uint32_t> consecutive_failures_{0};
+  std::atomic<int64_t> writes_paused_until_ns_{0};  // on options_.clock; an OOM reply's window
+  std::atomic<uint32_t> consecutive_ooms_{0};
+  mutable std::mutex mu_;       // last_error_, and the prober's wait
+  std::condition_variable cv_;  // wakes the prober: down, or stopping
+  std::string last_error_;
+  bool stop_ = false;
+  std::thread prober_;
   std::atomic<uint64_t> sequence_{0};
 
   struct Counters {
