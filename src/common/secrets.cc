@@ -73,9 +73,10 @@ std::string redact_url_credentials(std::string_view url) {
   const size_t scheme = url.find("://");
   if (scheme == std::string_view::npos) return std::string(url);
   const size_t start = scheme + 3;
-  // The authority ends at the first '/', '?' or '#'; its credentials at its last '@'.
-  const size_t end = std::min(url.find_first_of("/?#", start), url.size());
-  const size_t at = url.substr(0, end).rfind('@');
+  // The credentials end at the URL's last '@': a password may hold '#', '/' or '?' (the Redis URL
+  // parser takes '#' as part of it and refuses the others), and ending them at the first of those
+  // printed such a password whole.
+  const size_t at = url.rfind('@');
   if (at == std::string_view::npos || at < start) return std::string(url);
   const std::string_view cred = url.substr(start, at - start);
   const size_t colon = cred.find(':');

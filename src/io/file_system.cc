@@ -252,7 +252,7 @@ class PosixDirLock final : public DirLock {
 
 Result<std::unique_ptr<DirLock>> lock_dir_file(const std::string& dir) {
   const std::string path = dir + "/kvtier.lock";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   // A read-only file system (an emergency remount after disk errors): nothing can be written there,
   // so the lock is taken on the file as it is, read-only, and the cache starts to serve what the
   // directory holds (its writes fail and the tier degrades). Without a lock file, none is needed.
@@ -290,13 +290,13 @@ class PosixFileSystem final : public FileSystem {
     if (o.truncate) flags |= O_TRUNC;
     flags |= O_CLOEXEC | O_NONBLOCK;  // a FIFO's open would wait for a writer; cleared below
     bool direct = o.direct;
-    int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0644);
+    int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0), 0600);
     if (fd < 0 && direct && errno == EINVAL) {  // tmpfs and friends refuse O_DIRECT
       direct = false;
       // Such a filesystem creates the file before it refuses O_DIRECT: with O_EXCL the name
       // did not exist (else EEXIST), so the file is ours to remove before the buffered open.
       if (flags & O_EXCL) (void)::unlink(path.c_str());
-      fd = ::open(path.c_str(), flags, 0644);
+      fd = ::open(path.c_str(), flags, 0600);
     }
     if (fd < 0 && errno == EEXIST) return Status::FailedPrecondition("open " + path + ": exists");
     if (fd < 0) return Status::FromErrno(errno, "open " + path);
@@ -321,7 +321,7 @@ class PosixFileSystem final : public FileSystem {
     for (size_t pos = 1; pos <= path.size(); ++pos) {
       if (pos != path.size() && path[pos] != '/') continue;
       std::string prefix = path.substr(0, pos);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + prefix);
+      if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + prefix);
     }
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + path);

@@ -51,9 +51,11 @@ Status apply_quota(std::string_view word, TenantQuota& q, std::string_view origi
   const size_t eq = word.find('=');
   const std::string_view name = word.substr(0, eq);
   uint64_t* field = name == "device" ? &q.device : name == "host" ? &q.host : name == "disk" ? &q.disk : nullptr;
+  // The word itself is never echoed: a line missing its newline may hold the next line's key.
   if (eq == std::string_view::npos || field == nullptr)
-    return line_error(origin, line, "expected device=SIZE, host=SIZE or disk=SIZE after the tenant, got '" +
-                                        std::string(word.substr(0, 24)) + "'");
+    return line_error(origin, line, "expected device=SIZE, host=SIZE or disk=SIZE after the tenant, got a word of " +
+                                        std::to_string(word.size()) + " characters" +
+                                        (eq == std::string_view::npos ? std::string(" without '='") : std::string()));
   auto size = parse_size(word.substr(eq + 1));
   if (!size.ok() || *size == 0)
     return line_error(origin, line, std::string(name) + "= needs a positive size (64MiB, 2GiB)");

@@ -1,5 +1,7 @@
 #include "server/serve_run.h"
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -33,6 +35,13 @@ std::vector<std::string> insecurity_warnings(const ServerConfig& config, AuthMod
   if (redact_url_credentials(config.runtime.remote_url) != config.runtime.remote_url)
     out.push_back("the Redis password is in the --remote URL (visible in ps): use KVTIER_REDIS_PASSWORD or "
                   "--remote-password-file");
+  // kvtier makes its own directory 0700 and its files 0600; one that already exists keeps its mode.
+  struct stat st;
+  if (!config.runtime.disk_dir.empty() && ::stat(config.runtime.disk_dir.c_str(), &st) == 0 && (st.st_mode & 077) != 0)
+    out.push_back("the disk directory " + config.runtime.disk_dir + " is open to other users (mode " +
+                  std::to_string((st.st_mode >> 6) & 7) + std::to_string((st.st_mode >> 3) & 7) +
+                  std::to_string(st.st_mode & 7) + "): its files hold every tenant's KV, from which much of a "
+                  "prompt can be rebuilt (chmod 700 it)");
   return out;
 }
 

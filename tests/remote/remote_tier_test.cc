@@ -77,6 +77,16 @@ TEST(RemoteUrl, ParsesHostsCredentialsAndOptions) {
     EXPECT_EQ(RemoteTierOptions::from_url(bad, g).status().code(), StatusCode::kInvalidArgument) << bad;
   EXPECT_EQ(RemoteTierOptions::from_url("rediss://h:1", g).status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(RemoteTierOptions::from_url("redis://h:1?tls=1", g).status().code(), StatusCode::kUnimplemented);
+  // The parser refuses '/' and '?' in it without printing any of it.
+  for (const char* url : {"redis://u:Pa?ss123@h:1", "redis://u:Pa/ss123@h:1"}) {
+    auto o = RemoteTierOptions::from_url(url, g);
+    ASSERT_FALSE(o.ok()) << url;
+    EXPECT_EQ(o.status().message().find("Pa"), std::string::npos) << o.status().message();
+    EXPECT_EQ(o.status().message().find("ss123"), std::string::npos) << o.status().message();
+  }
+  auto hash = RemoteTierOptions::from_url("redis://u:Pa%23ss@h:1", g);
+  ASSERT_TRUE(hash.ok()) << hash.status().to_string();
+  EXPECT_EQ(hash->redis.password, "Pa#ss");
 }
 
 // ------------------------------------------------------- with a server ----

@@ -62,6 +62,8 @@ TEST_F(AuthTest, KeysFileErrorsNameTheLineNeverTheKey) {
       {std::string(kAcmeKey) + "\n", "keys:1: expected KEY TENANT"},
       {std::string(kAcmeKey) + " ac:me\n", "keys:1: the tenant must be"},
       {std::string(kAcmeKey) + " acme gpu=1GiB\n", "keys:1: expected device=SIZE"},
+      // A line that ran into the next key (its newline lost): that key is not echoed either.
+      {std::string(kAcmeKey) + " acme host=1GiB " + kAcmeKey2 + "\n", "keys:1: expected device=SIZE"},
       {std::string(kAcmeKey) + " acme host=lots\n", "keys:1: host= needs a positive size"},
       {std::string(kAcmeKey) + " acme\n" + kAcmeKey + " globex\n", "keys:2: this key is already listed on line 1"},
       {std::string(kAcmeKey) + " acme host=1GiB\n" + kAcmeKey2 + " acme host=2GiB\n", "keys:2: tenant 'acme' has other quotas"},
@@ -71,6 +73,7 @@ TEST_F(AuthTest, KeysFileErrorsNameTheLineNeverTheKey) {
     ASSERT_FALSE(r.ok()) << c.text;
     EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
     EXPECT_EQ(r.status().message().find("key-0123"), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().find("key-second"), std::string::npos) << r.status().message();
   }
 }
 

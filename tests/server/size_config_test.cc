@@ -302,6 +302,9 @@ TEST(ConfigTest, PrintedConfigNeverShowsTheRedisPassword) {
   EXPECT_EQ(to_toml(from_file).find("s3cr3t-pw"), std::string::npos);
   EXPECT_EQ(redact_url_credentials("redis://h:1,h2:2/?pool=2"), "redis://h:1,h2:2/?pool=2");
   EXPECT_EQ(redact_url_credentials("redis://:pw@h:1"), "redis://:<redacted>@h:1");
+  // A password holding '#' (which the URL parser takes as part of it) or '/' or '?' is redacted too.
+  EXPECT_EQ(redact_url_credentials("redis://default:Pa#ss123@h:1"), "redis://default:<redacted>@h:1");
+  EXPECT_EQ(redact_url_credentials("redis://u:Pa?ss/1@h:1?pool=2"), "redis://u:<redacted>@h:1?pool=2");
 }
 
 TEST(OptionValuesTest, OneParserPerKind) {

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -978,6 +979,26 @@ TEST(DiskTier, ADegradedTierWritesAgainOnceTheDiskHasRoom) {
   for (const auto& k : before) expect_exact(*again, k);
   for (const auto& k : after) expect_exact(*again, k);
   for (const auto& k : {lost, c}) EXPECT_EQ(again->get(k.key, out).status().code(), StatusCode::kNotFound);
+}
+
+// The directory and its files hold every tenant's KV: they are the service user's alone, whatever
+// the umask (they were 0755 and 0644, readable by every local user).
+TEST(DiskTier, ItsDirectoryAndFilesAreTheOwnersAlone) {
+  TempDir dir;
+  const std::string path = dir.path() + "/new/cache";
+  auto g = small_geometry();
+  const mode_t old = ::umask(022);
+  auto t = DiskTier::create(disk_options(path, g)).value();
+  ::umask(old);
+  put_all(*t, g, 7, 3);
+  ASSERT_TRUE(t->flush().ok());
+  size_t files = 0;
+  for (const std::string& p : {dir.path() + "/new", path}) EXPECT_EQ(std::filesystem::status(p).permissions() & std::filesystem::perms::all, std::filesystem::perms::owner_all) << p;
+  for (const auto& e : std::filesystem::directory_iterator(path)) {
+    ++files;
+    EXPECT_EQ(e.status().permissions() & (std::filesystem::perms::group_all | std::filesystem::perms::others_all), std::filesystem::perms::none) << e.path();
+  }
+  EXPECT_GE(files, 2u);  // a region and the lock
 }
 
 TEST(DiskTier, UnusableDirectoryIsAStatus) {

@@ -165,6 +165,11 @@ Result<RemoteTierOptions> RemoteTierOptions::from_url(std::string_view url, cons
   if (url.substr(0, kScheme.size()) != kScheme)
     return Status::InvalidArgument("remote URL '" + redact_url_credentials(url) + "' must start with redis://");
   std::string_view rest = url.substr(kScheme.size());
+  // An '@' past the first '/' or '?' is a password holding one of them: parsed as it stands, part of
+  // the password became a host name, and the error printed it.
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos && rest.find_first_of("/?") < at)
+    return Status::InvalidArgument("remote URL: the credentials hold '/' or '?': percent-encode them (%2F, %3F), or "
+                                   "give the password in KVTIER_REDIS_PASSWORD or --remote-password-file");
   std::string_view query;
   if (size_t q = rest.find('?'); q != std::string_view::npos) {
     query = rest.substr(q + 1);
