@@ -14,6 +14,7 @@
 #include "router/pricing.h"
 #include "router/prefix_tracker.h"
 #include "router/router.h"
+#include "server/guarded_http_server.h"
 #include "runtime/runtime.h"
 #include "server/api.h"
 #include "server/auth.h"
@@ -76,7 +77,7 @@ struct Router::Impl {
   RouterCounters counters;
   uint32_t forwarding = 0;  // requests in route() now
 
-  httplib::Server http;
+  server::GuardedHttpServer http;
   server::ConnectionDrain drain;  // counts the answers being written; closes what is left at the end
   int port = 0;                   // once bound
   std::thread health_thread;

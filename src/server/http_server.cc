@@ -24,6 +24,7 @@
 #include "server/chat_api.h"
 #include "server/client_connection.h"
 #include "server/http_front.h"
+#include "server/guarded_http_server.h"
 #include "server/http_server_detail.h"
 
 namespace kvtier::server {
@@ -114,7 +115,7 @@ std::string memo_scope(std::string_view tenant, std::string_view salt) {
 }
 
 HttpServer::HttpServer(const ServerConfig& config, Scheduler* scheduler, std::shared_ptr<const KeyRing> keys)
-    : config_(config), scheduler_(scheduler), keys_(std::move(keys)), http_(std::make_unique<httplib::Server>()) {
+    : config_(config), scheduler_(scheduler), keys_(std::move(keys)), http_(std::make_unique<GuardedHttpServer>()) {
   model_name_ = config.served_model_name.empty() ? config.runtime.model : config.served_model_name;
   RequestLimits configured;
   configured.max_prompt_tokens = config.limits.max_prompt_tokens;
