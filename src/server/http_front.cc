@@ -1,5 +1,10 @@
 #include "server/http_front.h"
 
+#include <unistd.h>
+
+#include <cctype>
+#include <string_view>
+
 #include <httplib.h>
 
 #include <string>
@@ -58,6 +63,54 @@ bool refuse_unbounded_body(const httplib::Request& req, httplib::Response& res) 
   if (const auto c = ClientConnection::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port))
     c->answer_and_close(res);
   return true;
+}
+
+namespace {
+
+// "host" of "host:port", "[v6]:port", "host" (lower case).
+std::string host_part(std::string_view hostport) {
+  std::string h;
+  if (!hostport.empty() && hostport.front() == '[') {
+    h = std::string(hostport.substr(0, hostport.find(']') + 1));
+  } else {
+    h = std::string(hostport.substr(0, hostport.find(':')));
+  }
+  for (char& c : h) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return h;
+}
+
+// A name for this machine: what a local client dials (Debian maps the host name to 127.0.1.1).
+bool loopback_name(const std::string& host) {
+  if (host == "localhost" || host == "[::1]" || host == "0.0.0.0" || host.rfind("127.", 0) == 0) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return false;
+  std::string own(name);
+  for (char& c : own) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return host == own;
+}
+
+bool loopback_address(const std::string& addr) {
+  return addr == "::1" || addr.rfind("127.", 0) == 0 || addr.rfind("::ffff:127.", 0) == 0;
+}
+
+}  // namespace
+
+std::string foreign_site_reason(const httplib::Request& req, bool keyless) {
+  const std::string host = req.get_header_value("Host");
+  if (req.has_header("Origin")) {
+    const std::string origin = req.get_header_value("Origin");
+    const size_t scheme = origin.find("://");
+    const std::string site = scheme == std::string::npos ? std::string() : origin.substr(scheme + 3);
+    // The Host, or the one a proxy in front was asked for (X-Forwarded-Host) where it rewrites Host.
+    if (site.empty() || (site != host && site != req.get_header_value("X-Forwarded-Host")))
+      return "a request from another site (Origin " + origin.substr(0, 200) + ") is refused";
+  }
+  if (keyless && loopback_address(req.local_addr) && !loopback_name(host_part(host)))
+    return "a keyless server on a loopback address answers requests for this machine only (Host " +
+           host.substr(0, 200) +
+           "): a site name pointing here may be a web page's DNS rebinding. Give the server keys "
+           "(--api-keys-file), or have the proxy in front send Host as 127.0.0.1";
+  return {};
 }
 
 }  // namespace kvtier::server

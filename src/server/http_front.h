@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace httplib {
 class Server;
@@ -24,5 +25,14 @@ void install_body_limit_and_errors(httplib::Server& http, size_t max_body_bytes)
 // (RFC 9112 §6.3: it has no body), and one with a Transfer-Encoding is answered 411 (a JSON
 // error) and its connection closed. True when it answered.
 bool refuse_unbounded_body(const httplib::Request& req, httplib::Response& res);
+
+// Why a request from a web browser must be refused, or empty. A page of another site can make a
+// browser send requests to a server it can reach (127.0.0.1 included), though it cannot read the
+// answers of another origin (kvtier sends no CORS headers): so a request whose Origin is not this
+// server's own (its Host, or the X-Forwarded-Host of a proxy that rewrites Host) is refused. And a page whose site name was rebound to 127.0.0.1 (DNS
+// rebinding) is this server's origin to the browser, which then reads the answers too: so where a
+// server with no keys is reached on a loopback address, the Host must name this machine (localhost,
+// 127.x.y.z, [::1]). Clients that are not browsers send no Origin, and a Host naming what they dialled.
+std::string foreign_site_reason(const httplib::Request& req, bool keyless);
 
 }  // namespace kvtier::server

@@ -219,7 +219,12 @@ std::optional<Principal> HttpServer::authorize(const httplib::Request& req, http
   const std::string given = request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"));
   std::optional<Principal> who = keys_->authenticate(given);
   ApiError e;
-  if (!who) {
+  if (const std::string why = foreign_site_reason(req, keys_->mode() == AuthMode::kNone); !why.empty()) {
+    e.http_status = 403;
+    e.type = "permission_error";
+    e.code = "foreign_site";
+    e.message = why;
+  } else if (!who) {
     e.http_status = 401;
     e.type = "authentication_error";
     e.code = "invalid_api_key";

@@ -457,6 +457,33 @@ TEST_F(HttpServerTest, TheModelByItsId) {
   EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
 }
 
+// A browser's request from another site is refused before anything is done (a page could make a
+// browser flush a keyless server's cache or run prompts on it); so is a request for a site name on
+// a keyless server reached on loopback (DNS rebinding let such a page read the cache's views).
+// Clients that are not browsers send no Origin and the Host they dialled: they are served.
+TEST_F(HttpServerTest, RequestsFromAnotherSiteAreRefused) {
+  start();
+  const httplib::Headers evil{{"Origin", "http://attacker.example"}};
+  auto flush = client().Post("/v1/cache/flush", evil, "", "text/plain");
+  ASSERT_TRUE(flush);
+  EXPECT_EQ(flush->status, 403);
+  EXPECT_EQ(json::parse(flush->body)["error"]["code"], "foreign_site");
+  auto run = client().Post("/v1/completions", evil, R"({"prompt":[1],"max_tokens":1})", "text/plain");
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->status, 403);
+  auto rebound = client().Get("/v1/cache/tree", {{"Host", "rebind.attacker.example:" + std::to_string(port_)}});
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
+  const std::string self = "http://127.0.0.1:" + std::to_string(port_);
+  auto own = client().Post("/v1/completions", {{"Origin", self}}, R"({"prompt":[1],"max_tokens":1})", "application/json");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->status, 200) << own->body;  // the dashboard's own page
+  auto local = client().Get("/v1/models", {{"Host", "localhost:" + std::to_string(port_)}});
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->status, 200);
+  EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);
+}
+
 TEST_F(HttpServerTest, QueueFullIs429) {
   start([](ServerConfig& c) { c.limits.max_queue = 1; }, [](FakeShared& s) { s.gate_closed = true; });
   std::thread a([&] { post(R"({"prompt":[1],"max_tokens":1})"); });
