@@ -298,6 +298,13 @@ std::optional<std::string> Router::Impl::tenant_of(const httplib::Request& req, 
   return std::nullopt;
 }
 
+bool Router::Impl::is_admin(const httplib::Request& req) const {
+  if (!keys) return false;
+  const auto who =
+      keys->authenticate(server::request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key")));
+  return who && who->admin;
+}
+
 RoutedPrompt Router::Impl::page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const {
   std::optional<BackendCacheConfig> cfg;
   {

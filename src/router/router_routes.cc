@@ -47,14 +47,20 @@ void Router::Impl::install_routes() {
     }
     send_error(res, 503, "server_error", "no_backend", "no backend is up");
   });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  // With keys, the backends' addresses, load and cache contents (every tenant's together) are the
+  // admin's, as on the backends: anyone else's /health is its status alone, and /metrics is refused.
+  http.Get("/health", [this](const httplib::Request& q, httplib::Response& res) {
+    const bool admin = is_admin(q);
     std::lock_guard lk(mu);
     bool any = false;
     for (const BackendState& b : backends) any = any || b.healthy;
     res.status = any ? 200 : 503;
-    res.set_content(health_json(), "application/json");
+    res.set_content(!keys || admin ? health_json() : json_text(json{{"status", any ? "ok" : "no_backend"}}),
+                    "application/json");
   });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& res) {
+    if (keys && !is_admin(q))
+      return send_error(res, 403, "permission_error", "admin_only", "/metrics needs the backends' admin key");
     std::lock_guard lk(mu);
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
   });

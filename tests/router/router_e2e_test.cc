@@ -991,6 +991,22 @@ TEST_F(RouterE2E, TenantKeysAreCheckedAndHashedApart) {
   };
   EXPECT_EQ(testing::post_json(port_, "/v1/completions", {{"prompt", prompt(3, 0)}, {"max_tokens", 1}}).status, 401);
   EXPECT_EQ(send("unknown-key-0123456789", 0).status, 401);
+  // The backends' addresses and every tenant's cache contents are the admin's: /health says only its
+  // status to anyone else, and /metrics needs the admin key.
+  auto c = kvtier::testing::local_client(port_);
+  for (const std::string& key : {std::string(), acme}) {
+    auto h = c.Get("/health", {{"Authorization", "Bearer " + key}});
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+    EXPECT_EQ(json::parse(h->body), json({{"status", "ok"}})) << h->body;
+    auto m = c.Get("/metrics", {{"Authorization", "Bearer " + key}});
+    ASSERT_TRUE(m);
+    EXPECT_EQ(m->status, 403);
+  }
+  auto full = c.Get("/health", {{"Authorization", "Bearer " + admin}});
+  ASSERT_TRUE(full);
+  EXPECT_EQ(json::parse(full->body)["backends"].size(), 2u) << full->body;
+  EXPECT_EQ(c.Get("/metrics", {{"Authorization", "Bearer " + admin}})->status, 200);
   EXPECT_EQ(router_->backends()[0].routed + router_->backends()[1].routed, 0u) << "a 401 never reaches a backend";
   // The same prompt from two tenants: two conversations, spread over the idle backends.
   std::vector<uint64_t> before = {0, 0};
