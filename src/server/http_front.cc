@@ -81,7 +81,8 @@ std::string host_part(std::string_view hostport) {
 
 // A name for this machine: what a local client dials (Debian maps the host name to 127.0.1.1).
 bool loopback_name(const std::string& host) {
-  if (host == "localhost" || host == "[::1]" || host == "0.0.0.0" || host.rfind("127.", 0) == 0) return true;
+  const bool numeric = host.find_first_not_of("0123456789.") == std::string::npos;  // not "127.evil.example"
+  if (host == "localhost" || host == "[::1]" || host == "0.0.0.0" || (numeric && host.rfind("127.", 0) == 0)) return true;
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return false;
   std::string own(name);
