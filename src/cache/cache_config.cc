@@ -121,7 +121,7 @@ OptionTable<C> make_table() {
                                KVTIER_FIELD(profile_path)));
   t.push_back(number_option<C>({"cache.max_retained_share", "--max-retained-share", "max_retained_share",
                                 "Share of the host tier (and of the disk's regions) that retention hints (retain_s, "
-                                "cache_control) may keep from eviction; past it the oldest hint yields",
+                                "cache_control) may keep from eviction; past it the oldest hint of the tenant holding the most yields",
                                 {}, false, kBoth},
                                KVTIER_FIELD(max_retained_share), 0.0, 1.0));
   return t;

@@ -439,9 +439,11 @@ class KVCache {
   // Host copies for the device-only pages of a matched path about to be retained (how many were asked for).
   uint32_t copy_path_to_host(const MatchResult& m);
   // The host pages hints may hold (max_retained_share of the host tier), and
-  // letting go of the oldest hints until they hold no more than `cap`.
+  // letting go of hints until they hold no more than `cap`: the oldest of the
+  // tenant whose hints hold the most pages first.
   uint64_t retained_cap() const;
   void yield_retained(uint64_t cap);
+  size_t next_to_yield() const;  // the index in retained_ of the hint that yields next
   // Lets go of hints whose time is up (all of them with `all`), oldest first.
   void expire_retained(bool all = false);
   void let_go(size_t i);

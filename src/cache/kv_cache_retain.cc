@@ -1,6 +1,7 @@
 // KVCache: retention hints (retain()): prefixes kept in the host tier, and their chunks' disk regions, for a while.
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "cache/kv_cache.h"
 #include "cache/kv_cache_committed.h"
@@ -90,9 +91,21 @@ uint64_t KVCache::retained_cap() const {
 
 void KVCache::yield_retained(uint64_t cap) {
   while (!retained_.empty() && index_->stats().retained_host_pages > cap) {
-    let_go(0);
+    let_go(next_to_yield());
     ++stats_.retain_yields;
   }
+}
+
+// The oldest hint of the tenant whose hints hold the most pages: one tenant's hints made every
+// other tenant's yield first, the oldest of all going first (a review emptied another tenant's hour
+// long hint with four of its own, inside its own quota). With one tenant: the oldest hint.
+size_t KVCache::next_to_yield() const {
+  std::unordered_map<uint32_t, uint64_t> held;
+  for (const Retention& r : retained_) held[r.tenant] += r.pages;
+  size_t pick = 0;
+  for (size_t i = 1; i < retained_.size(); ++i)
+    if (held[retained_[i].tenant] > held[retained_[pick].tenant]) pick = i;
+  return pick;
 }
 
 void KVCache::end_used_holds(const CacheLookup& L) {

@@ -292,6 +292,30 @@ TEST(CacheRetain, AHintOverTheCapLeavesTheOtherHintsInPlace) {
   EXPECT_EQ(s.retain_yields, 0u);
 }
 
+// Past the cap, the tenant whose hints hold the most pages yields first: another tenant's one hint
+// stays however many hints the first adds (the oldest hint of all went first, so one tenant could
+// empty another's hour-long hint with hints of its own, each inside its own quota).
+TEST(CacheRetain, ATenantsHintsPushOutItsOwnNotAnothers) {
+  ManualClock clock;
+  CacheRig rig(small_tiers(&clock));  // cap 4 pages
+  rig.ns.tenant = "globex";
+  const auto g = CacheRig::random_tokens(33, 1);  // 2 pages
+  rig.cached(g, 2);
+  ASSERT_EQ(*rig.cache->retain(rig.ns, g, seconds(3600)), 32u);
+  rig.ns.tenant = "acme";
+  for (uint64_t seed = 10; seed < 14; ++seed) {  // 2 pages each: acme's own older hints yield
+    const auto a = CacheRig::random_tokens(33, seed);
+    rig.cached(a, 2);
+    ASSERT_EQ(*rig.cache->retain(rig.ns, a, seconds(3600)), 32u);
+  }
+  const KVCacheStats s = rig.cache->stats();
+  EXPECT_EQ(s.retain_active, 2u);
+  EXPECT_EQ(s.retain_yields, 3u);
+  rig.ns.tenant = "globex";
+  pressure(rig, 100);
+  EXPECT_EQ(cached_pages(rig, g), 2u) << "globex's hint yielded to acme's";
+}
+
 // A held read-ahead makes room for what it lifts: with the host full of held
 // pages, the oldest hint yields before the read-ahead allocates, instead of
 // the read-ahead finding no slot (it lifted nothing before).
