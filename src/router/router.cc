@@ -289,7 +289,14 @@ void Router::Impl::probe_all() {
 
 // ---- requests ----
 
+bool Router::Impl::refuse_foreign(const httplib::Request& req, httplib::Response& res) const {
+  const std::string why = keys ? std::string() : server::foreign_site_reason(req);
+  if (!why.empty()) send_error(res, 403, "permission_error", "foreign_site", why);
+  return !why.empty();
+}
+
 std::optional<std::string> Router::Impl::tenant_of(const httplib::Request& req, httplib::Response& res) const {
+  if (refuse_foreign(req, res)) return std::nullopt;
   if (!keys) return std::string();
   const std::string given = server::request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"));
   if (auto who = keys->authenticate(given)) return who->tenant;

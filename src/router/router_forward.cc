@@ -52,6 +52,7 @@ struct Relay {
   bool too_large = false;  // a whole answer past kMaxWholeAnswerBytes (its read stopped)
   int status = 0;
   std::string content_type;
+  httplib::Headers advice;  // the backend's Retry-After and x-should-retry, for the client's own retries
   std::string error;  // set when done without a head: the backend could not be reached
   std::string tail;   // the stream's last bytes (its usage, where it sends one)
   // The answer has begun: its first event (`data:`) arrived. Until then nothing is relayed, so a
@@ -133,6 +134,8 @@ void read_backend(const BackendAddress& b, httplib::Request r, int read_timeout_
     std::lock_guard lk(relay->mu);
     relay->status = res.status;
     relay->content_type = res.get_header_value("Content-Type");
+    for (const char* h : {"Retry-After", "x-should-retry"})
+      if (res.has_header(h)) relay->advice.emplace(h, res.get_header_value(h));
     relay->draining = res.status == 503 && res.has_header(server::kDrainingHeader);
     relay->head = true;
     relay->cv.notify_all();
@@ -200,6 +203,7 @@ Forwarded forward_whole(const std::shared_ptr<Relay>& relay, WaitingClient& from
     return Forwarded::kUnreachable;
   }
   res.status = relay->status;
+  for (const auto& [name, value] : relay->advice) res.set_header(name, value);
   res.set_content(relay->body, relay->content_type.empty() ? "application/json" : relay->content_type);
   done(relay->status, relay->body);
   return Forwarded::kAnswered;
@@ -255,6 +259,7 @@ Forwarded forward_stream(const std::shared_ptr<Relay>& relay, WaitingClient& wai
     }
   }
   res.status = relay->status;
+  for (const auto& [name, value] : relay->advice) res.set_header(name, value);
   if (from) relay->sent_at_start = from->bytes_sent();
   res.set_chunked_content_provider(
       relay->content_type.empty() ? "text/event-stream" : relay->content_type,

@@ -97,7 +97,9 @@ struct Router::Impl {
   bool pause(std::chrono::milliseconds d);
   // Authenticates against the keys file (when given): the tenant, or an error already sent.
   std::optional<std::string> tenant_of(const httplib::Request& req, httplib::Response& res) const;
-  bool is_admin(const httplib::Request& req) const;  // with keys: the request carries the backends' admin key
+  bool is_admin(const httplib::Request& req) const;
+  // A keyless router's answer to a browser's request from another site (server/http_front.h): true when refused.
+  bool refuse_foreign(const httplib::Request& req, httplib::Response& res) const;  // with keys: the request carries the backends' admin key
   // The request's page hashes as the backends would form them (empty when they cannot be known).
   RoutedPrompt page_chain(Endpoint ep, const std::string& body, const std::string& tenant) const;
   // Under mu: what backend b holds of `p` (its events, what was routed there, its shared store), priced.

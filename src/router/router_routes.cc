@@ -30,7 +30,8 @@ void Router::Impl::install_routes() {
   http.Post("/v1/completions", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kCompletions, q, r); }));
   http.Post("/v1/chat/completions", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kChat, q, r); }));
   http.Post("/v1/cache/prefetch", drain.counted([this](const httplib::Request& q, httplib::Response& r) { route(Endpoint::kPrefetch, q, r); }));
-  http.Get("/v1/models", [this](const httplib::Request& q, httplib::Response& res) {
+  http.Get(R"(/v1/models(/.+)?)", [this](const httplib::Request& q, httplib::Response& res) {  // the list, or one by its id
+    if (refuse_foreign(q, res)) return;
     std::vector<BackendAddress> up;
     {
       std::lock_guard lk(mu);
@@ -40,7 +41,7 @@ void Router::Impl::install_routes() {
     for (const BackendAddress& b : up) {
       httplib::Client c(b.host, b.port);
       c.set_connection_timeout(2, 0);
-      if (auto r = c.Get("/v1/models", passed_headers(q))) {
+      if (auto r = c.Get(q.path, passed_headers(q))) {
         res.status = r->status;
         return res.set_content(r->body, "application/json");
       }
@@ -50,6 +51,7 @@ void Router::Impl::install_routes() {
   // With keys, the backends' addresses, load and cache contents (every tenant's together) are the
   // admin's, as on the backends: anyone else's /health is its status alone, and /metrics is refused.
   http.Get("/health", [this](const httplib::Request& q, httplib::Response& res) {
+    if (refuse_foreign(q, res)) return;
     const bool admin = is_admin(q);
     std::lock_guard lk(mu);
     bool any = false;
@@ -59,6 +61,7 @@ void Router::Impl::install_routes() {
                     "application/json");
   });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& res) {
+    if (refuse_foreign(q, res)) return;
     if (keys && !is_admin(q))
       return send_error(res, 403, "permission_error", "admin_only", "/metrics needs the backends' admin key");
     std::lock_guard lk(mu);

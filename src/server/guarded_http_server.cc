@@ -1,5 +1,6 @@
 #include "server/guarded_http_server.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace kvtier::server {
@@ -27,6 +29,17 @@ int poll_for(int sock, short events, std::chrono::milliseconds wait) {
     if (r < 0 && errno == EINTR) continue;
     return r;
   }
+}
+
+// The client a bound counts: its address, or for IPv6 its /64 (one host may hold a whole /64).
+std::string client_of(const std::string& ip) {
+  if (ip.find(':') == std::string::npos || ip.rfind("::ffff:", 0) == 0) return ip;
+  in6_addr a{};
+  if (::inet_pton(AF_INET6, ip.c_str(), &a) != 1) return ip;
+  char out[24];
+  std::snprintf(out, sizeof out, "%02x%02x:%02x%02x:%02x%02x:%02x%02x", a.s6_addr[0], a.s6_addr[1], a.s6_addr[2],
+                a.s6_addr[3], a.s6_addr[4], a.s6_addr[5], a.s6_addr[6], a.s6_addr[7]);
+  return std::string(out) + "::/64";
 }
 
 void address_of(int sock, bool peer, std::string& ip, int& port) {
@@ -55,21 +68,30 @@ class GuardedHttpServer::HeadStream final : public httplib::Stream {
         write_timeout_(ms_of(server.write_timeout_sec_, server.write_timeout_usec_)) {
     int port = 0;
     address_of(sock_, true, peer_, port);
+    peer_ = client_of(peer_);
   }
   ~HeadStream() override { end_head(); }
 
-  // Waits for a request's first byte, up to the keep-alive timeout or the server's stop.
+  // Waits for a request's first byte, up to the keep-alive timeout or the server's stop; past
+  // slow_head the wait counts among its client's idle connections (closed past max_idle).
   bool wait_for_request(std::chrono::milliseconds keep_alive) {
     if (dead_) return false;
     if (off_ < len_) return true;
-    const auto until = Clock::now() + keep_alive;
-    while (server_.svr_sock_ != INVALID_SOCKET) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
-      if (left.count() <= 0) return false;
-      const int r = poll_for(sock_, POLLIN, std::min(left, std::chrono::milliseconds(100)));
-      if (r != 0) return r > 0;
+    const auto start = Clock::now(), until = start + keep_alive, idle_at = start + server_.bounds_.slow_head;
+    bool idle = false;
+    int r = 0;
+    while (r == 0 && server_.svr_sock_ != INVALID_SOCKET) {
+      const auto now = Clock::now();
+      if (now >= until) break;
+      if (!idle && now >= idle_at) {
+        if (!server_.admit(peer_, /*idle=*/true)) return cut();
+        idle = true;
+      }
+      const auto next = std::min({until, now + std::chrono::milliseconds(100), idle ? until : idle_at});
+      r = poll_for(sock_, POLLIN, std::chrono::ceil<std::chrono::milliseconds>(next - now));
     }
-    return false;
+    if (idle) server_.release(peer_, /*idle=*/true);
+    return r > 0;
   }
   void begin_head() {
     in_head_ = true;
@@ -80,7 +102,7 @@ class GuardedHttpServer::HeadStream final : public httplib::Stream {
   // The head is read: the body and the answer have httplib's own timeouts.
   void end_head() {
     in_head_ = false;
-    if (slow_) server_.release_slow_head(peer_);
+    if (slow_) server_.release(peer_, /*idle=*/false);
     slow_ = false;
   }
 
@@ -125,7 +147,7 @@ class GuardedHttpServer::HeadStream final : public httplib::Stream {
       if (in_head_) {
         if (now >= deadline_) return cut();
         if (!slow_ && now >= slow_at_) {
-          if (!server_.admit_slow_head(peer_)) return cut();
+          if (!server_.admit(peer_, /*idle=*/false)) return cut();
           slow_ = true;
         }
         until = std::min({until, deadline_, slow_ ? deadline_ : slow_at_});
@@ -181,18 +203,19 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   return ret;
 }
 
-bool GuardedHttpServer::admit_slow_head(const std::string& address) {
+bool GuardedHttpServer::admit(const std::string& address, bool idle) {
   std::lock_guard lk(mu_);
-  int& n = slow_heads_[address];
-  if (n >= bounds_.max_slow_heads) return false;
+  int& n = (idle ? idle_ : slow_heads_)[address];
+  if (n >= (idle ? bounds_.max_idle : bounds_.max_slow_heads)) return false;
   ++n;
   return true;
 }
 
-void GuardedHttpServer::release_slow_head(const std::string& address) {
+void GuardedHttpServer::release(const std::string& address, bool idle) {
   std::lock_guard lk(mu_);
-  auto it = slow_heads_.find(address);
-  if (it != slow_heads_.end() && --it->second <= 0) slow_heads_.erase(it);
+  auto& counts = idle ? idle_ : slow_heads_;
+  auto it = counts.find(address);
+  if (it != counts.end() && --it->second <= 0) counts.erase(it);
 }
 
 bool GuardedHttpServer::cut() const {

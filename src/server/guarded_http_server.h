@@ -7,8 +7,11 @@
 // Here a head must arrive whole within `head_timeout` of its first byte, and
 // one client address may have at most `max_slow_heads` connections at once
 // whose head has taken longer than `slow_head` (a proxy in front sends whole
-// heads at once; a client's fast heads never count). A connection past either
-// bound is closed. Many addresses together (a distributed attack) are not
+// heads at once; a client's fast heads never count), and at most `max_idle`
+// connections that have waited longer than `slow_head` for a request to begin
+// (a silent socket holds a thread for the keep-alive timeout too; a client's
+// pool of a few idle connections never meets the bound). A connection past
+// any bound is closed. An IPv6 client is its /64. Many addresses together (a distributed attack) are not
 // bounded here: that is a proxy's or a firewall's job.
 //
 // It serves a connection as httplib does (keep-alive count and timeout, read
@@ -30,26 +33,27 @@ struct HeadBounds {
   std::chrono::milliseconds head_timeout{10000};
   std::chrono::milliseconds slow_head{500};
   int max_slow_heads = 4;
+  int max_idle = 32;
 };
 
 class GuardedHttpServer : public httplib::Server {
  public:
   explicit GuardedHttpServer(HeadBounds bounds = {}) : bounds_(bounds) {}
 
-  // Connections closed for a head too slow (past head_timeout, or one slow head too many from one address).
+  // Connections closed by a bound (a head past head_timeout, one slow head or idle wait too many from one client).
   uint64_t heads_cut() const;
 
  private:
   class HeadStream;
   bool process_and_close_socket(socket_t sock) override;
-  // One more slow head of `address`: false when it already has max_slow_heads.
-  bool admit_slow_head(const std::string& address);
-  void release_slow_head(const std::string& address);
+  // One more slow head (or idle wait) of `address`: false when it already has its bound's worth.
+  bool admit(const std::string& address, bool idle);
+  void release(const std::string& address, bool idle);
   bool cut() const;  // counts a connection closed for its head; false, for the read that gives up
 
   const HeadBounds bounds_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, int> slow_heads_;  // by client address
+  std::unordered_map<std::string, int> slow_heads_, idle_;  // by client address
   mutable uint64_t cut_ = 0;
 };
 

@@ -1,6 +1,10 @@
 #include "server/http_front.h"
 
+#include <netdb.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <cctype>
 #include <string_view>
@@ -82,12 +86,26 @@ std::string host_part(std::string_view hostport) {
 // A name for this machine: what a local client dials (Debian maps the host name to 127.0.1.1).
 bool loopback_name(const std::string& host) {
   const bool numeric = host.find_first_not_of("0123456789.") == std::string::npos;  // not "127.evil.example"
-  if (host == "localhost" || host == "[::1]" || host == "0.0.0.0" || (numeric && host.rfind("127.", 0) == 0)) return true;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return false;
-  std::string own(name);
-  for (char& c : own) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return host == own;
+  if (host == "localhost" || host == "localhost." || host == "[::1]" || host == "[::ffff:127.0.0.1]" ||
+      host == "0.0.0.0" || (numeric && host.rfind("127.", 0) == 0))
+    return true;
+  static const std::vector<std::string> own = [] {  // the host name, and its full name (once: no lookup per request)
+    std::vector<std::string> names;
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) return names;
+    names.emplace_back(name);
+    addrinfo hints{};
+    hints.ai_flags = AI_CANONNAME;
+    addrinfo* info = nullptr;
+    if (::getaddrinfo(name, nullptr, &hints, &info) == 0) {
+      if (info && info->ai_canonname) names.emplace_back(info->ai_canonname);
+      ::freeaddrinfo(info);
+    }
+    for (std::string& n : names)
+      for (char& c : n) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return names;
+  }();
+  return std::find(own.begin(), own.end(), host) != own.end();
 }
 
 bool loopback_address(const std::string& addr) {
@@ -96,7 +114,7 @@ bool loopback_address(const std::string& addr) {
 
 }  // namespace
 
-std::string foreign_site_reason(const httplib::Request& req, bool keyless) {
+std::string foreign_site_reason(const httplib::Request& req) {
   const std::string host = req.get_header_value("Host");
   if (req.has_header("Origin")) {
     const std::string origin = req.get_header_value("Origin");
@@ -106,7 +124,7 @@ std::string foreign_site_reason(const httplib::Request& req, bool keyless) {
     if (site.empty() || (site != host && site != req.get_header_value("X-Forwarded-Host")))
       return "a request from another site (Origin " + origin.substr(0, 200) + ") is refused";
   }
-  if (keyless && loopback_address(req.local_addr) && !loopback_name(host_part(host)))
+  if (loopback_address(req.local_addr) && !loopback_name(host_part(host)))
     return "a keyless server on a loopback address answers requests for this machine only (Host " +
            host.substr(0, 200) +
            "): a site name pointing here may be a web page's DNS rebinding. Give the server keys "

@@ -26,13 +26,15 @@ void install_body_limit_and_errors(httplib::Server& http, size_t max_body_bytes)
 // error) and its connection closed. True when it answered.
 bool refuse_unbounded_body(const httplib::Request& req, httplib::Response& res);
 
-// Why a request from a web browser must be refused, or empty. A page of another site can make a
-// browser send requests to a server it can reach (127.0.0.1 included), though it cannot read the
-// answers of another origin (kvtier sends no CORS headers): so a request whose Origin is not this
-// server's own (its Host, or the X-Forwarded-Host of a proxy that rewrites Host) is refused. And a page whose site name was rebound to 127.0.0.1 (DNS
-// rebinding) is this server's origin to the browser, which then reads the answers too: so where a
-// server with no keys is reached on a loopback address, the Host must name this machine (localhost,
-// 127.x.y.z, [::1]). Clients that are not browsers send no Origin, and a Host naming what they dialled.
-std::string foreign_site_reason(const httplib::Request& req, bool keyless);
+// Why a keyless server (or router) must refuse a request from a web browser, or empty. A page of
+// another site can make a browser send requests to what it can reach (127.0.0.1 included), though
+// it cannot read the answers of another origin (kvtier sends no CORS headers): so a request whose
+// Origin is not this server's own (its Host, or the X-Forwarded-Host of a proxy that rewrites Host)
+// is refused. And a page whose site name was rebound to 127.0.0.1 (DNS rebinding) is this server's
+// origin to the browser, which then reads the answers too: so where the request came in on a
+// loopback address, its Host must name this machine (localhost, 127.x.y.z, [::1], the host name).
+// With keys neither applies: a page cannot make a browser send a key without a CORS preflight, which
+// kvtier never grants. Clients that are not browsers send no Origin, and the Host they dialled.
+std::string foreign_site_reason(const httplib::Request& req);
 
 }  // namespace kvtier::server

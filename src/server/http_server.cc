@@ -219,7 +219,7 @@ std::optional<Principal> HttpServer::authorize(const httplib::Request& req, http
   const std::string given = request_key(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"));
   std::optional<Principal> who = keys_->authenticate(given);
   ApiError e;
-  if (const std::string why = foreign_site_reason(req, keys_->mode() == AuthMode::kNone); !why.empty()) {
+  if (const std::string why = keys_->mode() == AuthMode::kNone ? foreign_site_reason(req) : std::string(); !why.empty()) {
     e.http_status = 403;
     e.type = "permission_error";
     e.code = "foreign_site";

@@ -880,7 +880,20 @@ TEST_F(RouterE2E, StreamsAndErrorsPassThrough) {
                                               {{"prompt", prompt(7, 0)}, {"max_tokens", -1}, {"stream", true}});
   EXPECT_EQ(bad_stream.status, 400);
   EXPECT_EQ(bad_stream.body.value("/error/param"_json_pointer, ""), "max_tokens") << bad_stream.body.dump();
-  EXPECT_EQ(testing::get_json(port_, "/v1/models").status, 200);
+  const Reply models = testing::get_json(port_, "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  // One model by its id, as the SDKs' models.retrieve() asks.
+  const std::string id = models.body["data"][0]["id"];
+  EXPECT_EQ(testing::get_json(port_, "/v1/models/" + id).body.value("id", ""), id);
+  // A keyless router refuses a web browser's request from another site, as a keyless backend does.
+  auto c2 = kvtier::testing::local_client(port_);
+  auto foreign = c2.Post("/v1/completions", {{"Origin", "http://attacker.example"}},
+                         json{{"prompt", prompt(7, 0)}, {"max_tokens", 1}}.dump(), "text/plain");
+  ASSERT_TRUE(foreign);
+  EXPECT_EQ(foreign->status, 403) << foreign->body;
+  auto rebound = c2.Get("/health", {{"Host", "rebind.attacker.example"}});
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
 }
 
 // A backend that dies is routed around: no request fails; one that answers

@@ -24,6 +24,7 @@ class GuardedServerTest : public ::testing::Test {
   void start(HeadBounds bounds) {
     http_ = std::make_unique<GuardedHttpServer>(bounds);
     http_->set_read_timeout(600, 0);  // only the head's bounds end a slow head here
+    http_->set_keep_alive_timeout(600);  // and only the idle bound a silent connection
     http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
     port_ = http_->bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
@@ -108,6 +109,40 @@ TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfSlowHeads) {
   for (size_t i = 0; i < fds.size(); ++i) {
     if (int(i) == closed) continue;
     (void)::send(fds[i], "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
+    std::string reply;
+    char buf[256];
+    for (ssize_t n; (n = ::recv(fds[i], buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+    EXPECT_NE(reply.find("200 OK"), std::string::npos) << reply;
+  }
+  for (int fd : fds) ::close(fd);
+}
+
+// Silent connections (connected, nothing sent) held a thread each for the keep-alive timeout before
+// any head began: past slow_head they count among their address's idle connections, and one past
+// max_idle is closed while the others wait on.
+TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfIdleConnections) {
+  start({.head_timeout = 600s, .slow_head = 50ms, .max_slow_heads = 4, .max_idle = 2});
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) fds.push_back(open_with(""));
+  for (int fd : fds) ASSERT_GE(fd, 0);
+  int closed = -1;
+  const auto give_up = std::chrono::steady_clock::now() + 120s;
+  while (closed < 0 && std::chrono::steady_clock::now() < give_up) {
+    for (size_t i = 0; i < fds.size() && closed < 0; ++i)
+      if (closed_now(fds[i])) closed = int(i);
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GE(closed, 0) << "no idle connection was closed";
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (int(i) != closed) {
+      EXPECT_FALSE(closed_now(fds[i])) << "two idle connections are within the share";
+    }
+  }
+  // An idle connection that sends its request is answered (and gives its place back).
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (int(i) == closed) continue;
+    const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    (void)::send(fds[i], req.data(), req.size(), MSG_NOSIGNAL);
     std::string reply;
     char buf[256];
     for (ssize_t n; (n = ::recv(fds[i], buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));

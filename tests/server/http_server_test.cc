@@ -486,6 +486,18 @@ TEST_F(HttpServerTest, RequestsFromAnotherSiteAreRefused) {
   EXPECT_EQ(post(R"({"prompt":[1],"max_tokens":1})")->status, 200);
 }
 
+// With keys the browser rules do not apply: no page can make a browser send a key (that needs a
+// CORS preflight, which kvtier never grants), and a proxy in front may pass any Host and Origin.
+TEST_F(HttpServerTest, AServerWithKeysServesAnyOriginThatSendsAKey) {
+  start([](ServerConfig& c) { c.api_key = "sekret-0123456789"; });
+  auto r = client().Post("/v1/completions",
+                         {{"Origin", "https://chat.example.com"}, {"Host", "kvtier.internal"},
+                          {"Authorization", "Bearer sekret-0123456789"}},
+                         R"({"prompt":[1],"max_tokens":1})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+}
+
 TEST_F(HttpServerTest, QueueFullIs429) {
   start([](ServerConfig& c) { c.limits.max_queue = 1; }, [](FakeShared& s) { s.gate_closed = true; });
   std::thread a([&] { post(R"({"prompt":[1],"max_tokens":1})"); });

@@ -194,7 +194,14 @@ void RemoteTier::probe_loop() {
     auto r = client_->command({"PING"});
     Status st = r.status();
     if (r.ok() && (*r)->type == REDIS_REPLY_ERROR) st = Status::Unavailable("redis answered PING with " + reply_error(r->get()));
-    note_result(st);
+    // An answer brings the tier back but keeps its count of failures: the PING may reach a node
+    // that answers while the one the serving calls need does not (a cluster's other master, a
+    // server paused for writes), and the next failure's window must still be the longer one.
+    if (st.ok()) {
+      down_.store(false, std::memory_order_release);
+    } else {
+      note_result(st);
+    }
     lk.lock();
   }
 }
