@@ -52,6 +52,37 @@ class GuardedServerTest : public ::testing::Test {
     char buf[256];
     return ::recv(fd, buf, sizeof buf, MSG_DONTWAIT) <= 0;
   }
+  // Opens three connections that send `text`, waits until the server closes one (past its bound),
+  // checks that it closed only that one, then sends `rest` on the other two: each is answered.
+  void expect_one_of_three_closed(const std::string& text, const std::string& rest) {
+    std::vector<int> fds;
+    for (int i = 0; i < 3; ++i) fds.push_back(open_with(text));
+    for (int fd : fds) ASSERT_GE(fd, 0);
+    int closed = -1;
+    const auto give_up = std::chrono::steady_clock::now() + 120s;  // a hang is a failure, not a timing check
+    while (closed < 0 && std::chrono::steady_clock::now() < give_up) {
+      for (size_t i = 0; i < fds.size() && closed < 0; ++i)
+        if (closed_now(fds[i])) closed = int(i);
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_GE(closed, 0) << "none was closed";
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (int(i) != closed) {
+        EXPECT_FALSE(closed_now(fds[i])) << "two are within the bound";
+      }
+    }
+    EXPECT_EQ(http_->heads_cut(), 1u);
+    EXPECT_NE(get_health().find("200 OK"), std::string::npos);  // a whole request from the same address
+    for (size_t i = 0; i < fds.size(); ++i) {  // the others finish, are answered, and give their places back
+      if (int(i) == closed) continue;
+      (void)::send(fds[i], rest.data(), rest.size(), MSG_NOSIGNAL);
+      std::string reply;
+      char buf[256];
+      for (ssize_t n; (n = ::recv(fds[i], buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+      EXPECT_NE(reply.find("200 OK"), std::string::npos) << reply;
+    }
+    for (int fd : fds) ::close(fd);
+  }
   std::string get_health() const {
     const int fd = open_with("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     std::string reply;
@@ -87,34 +118,7 @@ TEST_F(GuardedServerTest, AHeadTrickledPastItsDeadlineIsCut) {
 // and a whole request from the same address is still answered.
 TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfSlowHeads) {
   start({.head_timeout = 600s, .slow_head = 50ms, .max_slow_heads = 2});
-  std::vector<int> fds;
-  for (int i = 0; i < 3; ++i) fds.push_back(open_with("GET /health HTTP/1.1\r\nHost: x\r\n"));
-  for (int fd : fds) ASSERT_GE(fd, 0);
-  int closed = -1;
-  const auto give_up = std::chrono::steady_clock::now() + 120s;
-  while (closed < 0 && std::chrono::steady_clock::now() < give_up) {
-    for (size_t i = 0; i < fds.size() && closed < 0; ++i)
-      if (closed_now(fds[i])) closed = int(i);
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_GE(closed, 0) << "no slow head was cut";
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (int(i) != closed) {
-      EXPECT_FALSE(closed_now(fds[i])) << "two slow heads are within the share";
-    }
-  }
-  EXPECT_EQ(http_->heads_cut(), 1u);
-  EXPECT_NE(get_health().find("200 OK"), std::string::npos);
-  // A slow head that completes gives its place back: the last two finish and are answered.
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (int(i) == closed) continue;
-    (void)::send(fds[i], "Connection: close\r\n\r\n", 21, MSG_NOSIGNAL);
-    std::string reply;
-    char buf[256];
-    for (ssize_t n; (n = ::recv(fds[i], buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
-    EXPECT_NE(reply.find("200 OK"), std::string::npos) << reply;
-  }
-  for (int fd : fds) ::close(fd);
+  expect_one_of_three_closed("GET /health HTTP/1.1\r\nHost: x\r\n", "Connection: close\r\n\r\n");
 }
 
 // Silent connections (connected, nothing sent) held a thread each for the keep-alive timeout before
@@ -122,33 +126,7 @@ TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfSlowHeads) {
 // max_idle is closed while the others wait on.
 TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfIdleConnections) {
   start({.head_timeout = 600s, .slow_head = 50ms, .max_slow_heads = 4, .max_idle = 2});
-  std::vector<int> fds;
-  for (int i = 0; i < 3; ++i) fds.push_back(open_with(""));
-  for (int fd : fds) ASSERT_GE(fd, 0);
-  int closed = -1;
-  const auto give_up = std::chrono::steady_clock::now() + 120s;
-  while (closed < 0 && std::chrono::steady_clock::now() < give_up) {
-    for (size_t i = 0; i < fds.size() && closed < 0; ++i)
-      if (closed_now(fds[i])) closed = int(i);
-    std::this_thread::sleep_for(10ms);
-  }
-  ASSERT_GE(closed, 0) << "no idle connection was closed";
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (int(i) != closed) {
-      EXPECT_FALSE(closed_now(fds[i])) << "two idle connections are within the share";
-    }
-  }
-  // An idle connection that sends its request is answered (and gives its place back).
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (int(i) == closed) continue;
-    const std::string req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    (void)::send(fds[i], req.data(), req.size(), MSG_NOSIGNAL);
-    std::string reply;
-    char buf[256];
-    for (ssize_t n; (n = ::recv(fds[i], buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
-    EXPECT_NE(reply.find("200 OK"), std::string::npos) << reply;
-  }
-  for (int fd : fds) ::close(fd);
+  expect_one_of_three_closed("", "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
 }
 
 // Requests pipelined on one connection are each answered (bytes read past one request are kept).
