@@ -47,6 +47,9 @@ const OptionTable<RouterOptions>& router_option_table() {
                                   "The backends' admin key, for their /v1/cache/events streams (their other routes take it too)",
                                   "none: the backends have no keys"},
                                  KVTIER_FIELD(backend_admin_key_file)));
+    t.push_back(bool_option<R>({"route.metrics_public", "--metrics-public", {},
+                                "Serve /metrics without a key (else it needs the backends' admin key when keys are set)"},
+                               KVTIER_FIELD(metrics_public)));
     t.push_back(uint_option<R>({"route.health_interval_ms", "--health-interval-ms", {},
                                 "Backend health probes (and event-stream retries) every this many ms"},
                                KVTIER_FIELD(health_interval_ms), 1, 3600000));

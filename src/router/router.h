@@ -42,6 +42,7 @@ struct RouterOptions {
   RoutePolicy policy = RoutePolicy::kCacheAware;
   std::string api_keys_file;           // the backends' tenant keys: the router checks keys and hashes per tenant
   std::string backend_admin_key_file;  // a key the backends accept, for their /v1/cache/config
+  bool metrics_public = false;         // /metrics without a key (else, with keys, the admin key only)
   uint32_t health_interval_ms = 1000;
   uint32_t probe_timeout_ms = 1000;
   size_t max_tracked_pages = size_t(1) << 20;  // per backend (PrefixTracker)

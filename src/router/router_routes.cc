@@ -62,7 +62,7 @@ void Router::Impl::install_routes() {
   });
   http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& res) {
     if (refuse_foreign(q, res)) return;
-    if (keys && !is_admin(q))
+    if (keys && !o.metrics_public && !is_admin(q))
       return send_error(res, 403, "permission_error", "admin_only", "/metrics needs the backends' admin key");
     std::lock_guard lk(mu);
     res.set_content(metrics_text(), "text/plain; version=0.0.4; charset=utf-8");

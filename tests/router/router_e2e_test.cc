@@ -1051,6 +1051,21 @@ TEST_F(RouterE2E, TenantKeysAreCheckedAndHashedApart) {
   r = send(admin, 1);
   ASSERT_EQ(r.status, 200) << r.body.dump();
   EXPECT_GE(r.body["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 64);
+  // --metrics-public opens /metrics to a scraper without the admin key, and nothing else.
+  router_->stop();
+  serving_.join();
+  start_router(RoutePolicy::kCacheAware, {}, [&](RouterOptions& o) {
+    o.api_keys_file = keys;
+    o.backend_admin_key_file = admin_file;
+    o.metrics_public = true;
+  });
+  auto open = kvtier::testing::local_client(port_);
+  auto m = open.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 200);
+  auto h = open.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_FALSE(json::parse(h->body).contains("backends")) << h->body;
 }
 
 }  // namespace
