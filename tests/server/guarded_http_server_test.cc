@@ -54,7 +54,9 @@ class GuardedServerTest : public ::testing::Test {
   }
   // Opens three connections that send `text`, waits until the server closes one (past its bound),
   // checks that it closed only that one, then sends `rest` on the other two: each is answered.
-  void expect_one_of_three_closed(const std::string& text, const std::string& rest) {
+  // `fresh_request`: a new whole request is answered meanwhile (not where the bound is on idle
+  // connections: a loaded machine may delay its bytes past slow_head, and the bound is full).
+  void expect_one_of_three_closed(const std::string& text, const std::string& rest, bool fresh_request) {
     std::vector<int> fds;
     for (int i = 0; i < 3; ++i) fds.push_back(open_with(text));
     for (int fd : fds) ASSERT_GE(fd, 0);
@@ -72,7 +74,9 @@ class GuardedServerTest : public ::testing::Test {
       }
     }
     EXPECT_EQ(http_->heads_cut(), 1u);
-    EXPECT_NE(get_health().find("200 OK"), std::string::npos);  // a whole request from the same address
+    if (fresh_request) {
+      EXPECT_NE(get_health().find("200 OK"), std::string::npos);  // a whole request from the same address
+    }
     for (size_t i = 0; i < fds.size(); ++i) {  // the others finish, are answered, and give their places back
       if (int(i) == closed) continue;
       (void)::send(fds[i], rest.data(), rest.size(), MSG_NOSIGNAL);
@@ -118,7 +122,7 @@ TEST_F(GuardedServerTest, AHeadTrickledPastItsDeadlineIsCut) {
 // and a whole request from the same address is still answered.
 TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfSlowHeads) {
   start({.head_timeout = 600s, .slow_head = 50ms, .max_slow_heads = 2});
-  expect_one_of_three_closed("GET /health HTTP/1.1\r\nHost: x\r\n", "Connection: close\r\n\r\n");
+  expect_one_of_three_closed("GET /health HTTP/1.1\r\nHost: x\r\n", "Connection: close\r\n\r\n", true);
 }
 
 // Silent connections (connected, nothing sent) held a thread each for the keep-alive timeout before
@@ -126,7 +130,7 @@ TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfSlowHeads) {
 // max_idle is closed while the others wait on.
 TEST_F(GuardedServerTest, OneAddressHoldsAtMostItsShareOfIdleConnections) {
   start({.head_timeout = 600s, .slow_head = 50ms, .max_slow_heads = 4, .max_idle = 2});
-  expect_one_of_three_closed("", "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  expect_one_of_three_closed("", "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", false);
 }
 
 // Requests pipelined on one connection are each answered (bytes read past one request are kept).
