@@ -130,8 +130,8 @@ bool DiskTier::degraded() const {
 // What the failure left is let go: the active region's unwritten tail and the buffers of regions
 // whose writes failed (each region keeps what reached its file; drop_unwritten_locked took the
 // rest out of the index). The next put opens a new region.
-bool DiskTier::recover_locked() {
-  if (degraded() || opening_ || jobs_done_ < jobs_submitted_) return false;
+void DiskTier::recover_locked() {
+  if (degraded() || opening_ || jobs_done_ < jobs_submitted_) return;
   for (auto& [id, r] : regions_) {
     if (r->buffer < 0) continue;
     buffer_busy_[r->buffer] = false;
@@ -143,7 +143,6 @@ bool DiskTier::recover_locked() {
   failure_ = Status::Ok();
   failed_.store(false, std::memory_order_release);
   cv_.notify_all();
-  return true;
 }
 
 // The failure the writer met, once; afterwards a degraded tier says kUnavailable.

@@ -226,8 +226,8 @@ class DiskTier final : public Tier {
   void drop_unwritten_locked();
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   void fail_locked(const Status& s);
-  // Leaves the failed state once its wait is over and no write is in flight (false otherwise).
-  bool recover_locked();
+  // Leaves the failed state once its wait is over and no write is in flight.
+  void recover_locked();
   // Counts an I/O failure; it is the last error unless the tier is already degraded (that one stays).
   void count_io_error_locked(const Status& s);
   Status take_failure_locked();

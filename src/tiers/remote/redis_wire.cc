@@ -171,6 +171,10 @@ RedisReplyPtr call(redisContext* c, const WaitBounds& b, std::initializer_list<s
   return RedisReplyPtr(static_cast<redisReply*>(raw));
 }
 
+std::string reply_error(const redisReply* r) {
+  return "redis: " + (r && r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : std::string("unexpected reply"));
+}
+
 std::string context_error(const redisContext* c, const RedisEndpoint& ep) {
   std::string what = c->errstr[0] ? c->errstr : "connection lost";
   if (c->err == REDIS_ERR_EOF) what = "server closed the connection";

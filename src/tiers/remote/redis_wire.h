@@ -93,6 +93,8 @@ bool append_command(redisContext* c, std::span<const std::string_view> args);
 // One command on a connection, sent and answered within `b`; nullptr when the connection failed
 // (the context carries the error).
 RedisReplyPtr call(redisContext* c, const WaitBounds& b, std::initializer_list<std::string_view> args);
+// "redis: " and an error reply's text (or "unexpected reply" for another kind).
+std::string reply_error(const redisReply* r);
 // "redis HOST:PORT: what failed".
 std::string context_error(const redisContext* c, const RedisEndpoint& ep);
 // Sends `pieces` straight to the context's socket, within `b` as flush_output. On failure the
